@@ -1,0 +1,68 @@
+#include "cli/layout_flags.h"
+
+#include <sstream>
+
+#include "core/error.h"
+#include "parallel/validate.h"
+
+namespace calo::cli {
+
+void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional) {
+  if (model_positional) {
+    app.add_option("model", flags.model, "Model preset name or YAML file (see `calo model --list`)");
+  } else {
+    app.add_option("--model,-m", flags.model, "Model preset name or YAML file")->capture_default_str();
+  }
+  auto& layout = flags.layout;
+  app.add_option("--tp", layout.tp, "Tensor-parallel size")->capture_default_str();
+  app.add_option("--pp", layout.pp, "Pipeline-parallel size (stages)")->capture_default_str();
+  app.add_option("--dp", layout.dp, "Data-parallel size")->capture_default_str();
+  app.add_option("--ep", layout.ep, "Expert-parallel size (MoE; divides dp)")->capture_default_str();
+  app.add_option("--mbs,--micro-batch", layout.micro_batch, "Micro-batch size (sequences)")->capture_default_str();
+  app.add_option("--gbs,--global-batch", layout.global_batch, "Global batch (sequences); default mbs*dp");
+  app.add_option("--seq", layout.seq_length, "Sequence length; default the model's");
+  app.add_option("--zero", layout.zero_stage, "ZeRO stage: 0, 1 (sharded optimizer) or 3 (FSDP)")
+      ->capture_default_str();
+  app.add_flag("--fsdp", [&layout](int64_t) { layout.zero_stage = 3; }, "Fully sharded data parallel (= --zero 3)");
+  app.add_option("--recompute", flags.recompute, "Activation recomputation: none, selective, full")
+      ->capture_default_str();
+  app.add_option("--schedule", flags.schedule, "Pipeline schedule: gpipe, 1f1b, interleaved")->capture_default_str();
+  app.add_option("--vpp,--virtual-stages", layout.virtual_stages, "Model chunks per pipeline rank (interleaved)")
+      ->capture_default_str();
+  app.add_option("--layers-per-stage", flags.layers_per_stage,
+                 "Explicit layer partition, comma-separated (pp*vpp entries), e.g. 10,12,12,10");
+  app.add_flag("--sequence-parallel,!--no-sequence-parallel", flags.sequence_parallel,
+               "Sequence parallel (default: on when tp > 1)");
+  app.add_flag("--overlap", flags.overlap_all, "Overlap TP comm, gradient reduce and parameter gather");
+  app.add_flag("--overlap-tp", layout.overlap_tp_comm, "Overlap tensor-parallel communication with GEMMs");
+  app.add_flag("--overlap-grad", layout.overlap_grad_reduce, "Overlap gradient reduction with backward");
+  app.add_flag("--overlap-param", layout.overlap_param_gather, "Overlap parameter all-gather with forward");
+}
+
+std::pair<model::ModelSpec, parallel::Layout> resolve(const LayoutFlags& flags) {
+  model::ModelSpec model = model::load_model(flags.model);
+  parallel::Layout layout = flags.layout;
+  layout.recompute = parallel::parse_recompute(flags.recompute);
+  layout.schedule = parallel::parse_schedule(flags.schedule);
+  if (flags.overlap_all) {
+    layout.overlap_tp_comm = layout.overlap_grad_reduce = layout.overlap_param_gather = true;
+  }
+  if (!flags.layers_per_stage.empty()) {
+    std::stringstream stream(flags.layers_per_stage);
+    std::string item;
+    while (std::getline(stream, item, ',')) {
+      try {
+        size_t used = 0;
+        int count = std::stoi(item, &used);
+        require_input(used == item.size(), "");
+        layout.layers_per_stage.push_back(count);
+      } catch (const std::exception&) {
+        throw InputError("--layers-per-stage: '" + item + "' is not an integer; give counts like 10,12,12,10");
+      }
+    }
+  }
+  if (flags.sequence_parallel) layout.sequence_parallel = *flags.sequence_parallel;
+  return {model, parallel::resolve_layout(model, layout, flags.sequence_parallel.has_value())};
+}
+
+}  // namespace calo::cli

@@ -1,0 +1,30 @@
+// Shared flags that describe a model and a parallel layout (used by model, graph, sim, bench, plan).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <optional>
+#include <string>
+
+#include "model/model_spec.h"
+#include "parallel/layout.h"
+
+namespace calo::cli {
+
+/// Raw flag values as typed by the user; `resolve()` turns them into a validated model + layout.
+struct LayoutFlags {
+  std::string model = "tiny-dense";  ///< preset name or YAML path
+  parallel::Layout layout;           ///< sizes and options as given
+  std::string recompute = "none";    ///< --recompute
+  std::string schedule = "1f1b";     ///< --schedule
+  std::string layers_per_stage;      ///< --layers-per-stage "10,12,12,10"
+  std::optional<bool> sequence_parallel;  ///< --sequence-parallel / --no-sequence-parallel
+  bool overlap_all = false;          ///< --overlap: all three overlap flags
+};
+
+/// Adds --model (unless `model_positional`, then a positional MODEL) and all layout flags to `app`.
+void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional);
+
+/// Loads the model and returns the validated layout (throws InputError naming the flag on bad input).
+std::pair<model::ModelSpec, parallel::Layout> resolve(const LayoutFlags& flags);
+
+}  // namespace calo::cli

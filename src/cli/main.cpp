@@ -1,0 +1,61 @@
+// Entry point of `calo`: builds the subcommands from the registry, parses, runs, maps errors to exit codes.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <iostream>
+
+#include "cli/command.h"
+#include "core/error.h"
+
+namespace calo::cli {
+
+std::vector<CommandEntry>& command_registry() {
+  static std::vector<CommandEntry> registry;
+  return registry;
+}
+
+CommandRegistration::CommandRegistration(std::string name, std::string description, int order,
+                                         CommandSetup setup) {
+  command_registry().push_back({std::move(name), std::move(description), order, std::move(setup)});
+}
+
+void print_json(const nlohmann::json& json) { std::cout << json.dump(2) << "\n"; }
+
+}  // namespace calo::cli
+
+int main(int argc, char** argv) {
+  using calo::ExitCode;
+  CLI::App app{"calo — measure, explain, predict and improve the throughput, energy and heat of LLM training",
+               "calo"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("calo ") + CALO_VERSION);
+  auto& registry = calo::cli::command_registry();
+  std::sort(registry.begin(), registry.end(), [](const auto& a, const auto& b) { return a.order < b.order; });
+  std::function<int()> action;
+  for (auto& entry : registry) {
+    CLI::App* sub = app.add_subcommand(entry.name, entry.description);
+    auto run = entry.setup(*sub);
+    sub->callback([&action, run] { action = run; });
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    int code = app.exit(error);
+    return code == 0 ? 0 : static_cast<int>(ExitCode::kUsage);
+  } catch (const calo::InputError& error) {
+    fmt::print(stderr, "calo: error: {}\n", error.what());
+    return static_cast<int>(ExitCode::kUsage);
+  }
+  try {
+    return action ? action() : 0;
+  } catch (const calo::InputError& error) {
+    fmt::print(stderr, "calo: error: {}\n", error.what());
+    return static_cast<int>(ExitCode::kUsage);
+  } catch (const calo::RuntimeFailure& error) {
+    fmt::print(stderr, "calo: failed: {}\n", error.what());
+    return static_cast<int>(ExitCode::kFailure);
+  } catch (const std::exception& error) {
+    fmt::print(stderr, "calo: internal error: {}\n", error.what());
+    return static_cast<int>(ExitCode::kFailure);
+  }
+}

@@ -1,0 +1,170 @@
+#include "core/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/embedded_data.h"
+#include "core/error.h"
+
+namespace calo::core {
+namespace {
+
+nlohmann::json yaml_to_json(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      return nullptr;
+    case YAML::NodeType::Scalar: {
+      const std::string& text = node.Scalar();
+      if (node.Tag() == "!") return text;  // quoted scalar: keep as string
+      if (text == "true" || text == "True") return true;
+      if (text == "false" || text == "False") return false;
+      if (text == "null" || text == "~") return nullptr;
+      try {
+        size_t used = 0;
+        long long as_int = std::stoll(text, &used, 10);
+        if (used == text.size()) return as_int;
+      } catch (const std::exception&) {
+      }
+      try {
+        size_t used = 0;
+        double as_double = std::stod(text, &used);
+        if (used == text.size()) return as_double;
+      } catch (const std::exception&) {
+      }
+      return text;
+    }
+    case YAML::NodeType::Sequence: {
+      nlohmann::json array = nlohmann::json::array();
+      for (const auto& element : node) array.push_back(yaml_to_json(element));
+      return array;
+    }
+    case YAML::NodeType::Map: {
+      nlohmann::json object = nlohmann::json::object();
+      for (const auto& entry : node) object[entry.first.as<std::string>()] = yaml_to_json(entry.second);
+      return object;
+    }
+  }
+  return nullptr;
+}
+
+std::string join(const std::vector<std::string>& items, const std::string& separator) {
+  std::string out;
+  for (size_t index = 0; index < items.size(); ++index) out += (index ? separator : "") + items[index];
+  return out;
+}
+
+bool looks_like_path(const std::string& text) {
+  auto ends_with = [&](const std::string& suffix) {
+    return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return ends_with(".yaml") || ends_with(".yml") || ends_with(".json") || text.find('/') != std::string::npos;
+}
+
+}  // namespace
+
+nlohmann::json parse_yaml(const std::string& text, const std::string& origin) {
+  try {
+    return yaml_to_json(YAML::Load(text));
+  } catch (const YAML::Exception& error) {
+    throw InputError(origin + ": not valid YAML/JSON (line " + std::to_string(error.mark.line + 1) +
+                     "): " + error.msg);
+  }
+}
+
+nlohmann::json load_config_file(const std::string& path) {
+  std::ifstream stream(path);
+  if (!stream) throw InputError("cannot read '" + path + "': no such file or not readable");
+  std::stringstream buffer;
+  buffer << stream.rdbuf();
+  return parse_yaml(buffer.str(), path);
+}
+
+std::vector<std::string> preset_names(const std::string& category) {
+  std::vector<std::string> names;
+  const std::string prefix = category + "/";
+  for (const auto& file : embedded_files()) {
+    if (file.key.substr(0, prefix.size()) == prefix) names.emplace_back(file.key.substr(prefix.size()));
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+nlohmann::json load_preset_or_file(const std::string& category, const std::string& name_or_path) {
+  if (std::filesystem::is_regular_file(name_or_path)) return load_config_file(name_or_path);
+  const std::string key = category + "/" + name_or_path;
+  for (const auto& file : embedded_files()) {
+    if (file.key == key) return parse_yaml(std::string(file.content), "preset '" + name_or_path + "'");
+  }
+  if (looks_like_path(name_or_path)) {
+    throw InputError("cannot read '" + name_or_path + "': no such file");
+  }
+  throw InputError("unknown " + category.substr(0, category.size() - (category.back() == 's')) + " '" +
+                   name_or_path + "'; presets: " + join(preset_names(category), ", ") +
+                   " (or give a path to a .yaml file)");
+}
+
+ConfigReader::ConfigReader(const nlohmann::json& object, std::string origin)
+    : object_(object), origin_(std::move(origin)) {
+  require_input(object_.is_object(), origin_ + ": expected a mapping of keys to values");
+}
+
+const nlohmann::json& ConfigReader::at(const std::string& key) const {
+  auto found = object_.find(key);
+  if (found == object_.end()) throw InputError(origin_ + ": missing required key '" + key + "'");
+  return *found;
+}
+
+bool ConfigReader::has(const std::string& key) const { return object_.contains(key) && !object_[key].is_null(); }
+
+long long ConfigReader::get_int(const std::string& key) const {
+  const auto& value = at(key);
+  require_input(value.is_number_integer(), origin_ + ": '" + key + "' must be an integer, got " + value.dump());
+  return value.get<long long>();
+}
+
+long long ConfigReader::get_int(const std::string& key, long long fallback) const {
+  return has(key) ? get_int(key) : fallback;
+}
+
+double ConfigReader::get_double(const std::string& key) const {
+  const auto& value = at(key);
+  require_input(value.is_number(), origin_ + ": '" + key + "' must be a number, got " + value.dump());
+  return value.get<double>();
+}
+
+double ConfigReader::get_double(const std::string& key, double fallback) const {
+  return has(key) ? get_double(key) : fallback;
+}
+
+std::string ConfigReader::get_string(const std::string& key) const {
+  const auto& value = at(key);
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_primitive()) return value.dump();
+  throw InputError(origin_ + ": '" + key + "' must be a string, got " + value.dump());
+}
+
+std::string ConfigReader::get_string(const std::string& key, const std::string& fallback) const {
+  return has(key) ? get_string(key) : fallback;
+}
+
+bool ConfigReader::get_bool(const std::string& key, bool fallback) const {
+  if (!has(key)) return fallback;
+  const auto& value = at(key);
+  require_input(value.is_boolean(), origin_ + ": '" + key + "' must be true or false, got " + value.dump());
+  return value.get<bool>();
+}
+
+void ConfigReader::reject_unknown_keys(const std::vector<std::string>& known_keys) const {
+  for (const auto& [key, value] : object_.items()) {
+    if (std::find(known_keys.begin(), known_keys.end(), key) == known_keys.end()) {
+      throw InputError(origin_ + ": unknown key '" + key + "'; known keys: " + join(known_keys, ", "));
+    }
+  }
+}
+
+}  // namespace calo::core

@@ -1,0 +1,34 @@
+// Plain-text tables for terminal output: aligned columns, a units row, '#'-comment header lines.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace calo::core {
+
+/// A text table: add a header, optional units, then rows of already-formatted cells.
+class TextTable {
+ public:
+  /// Column titles; the number of columns is fixed by this call.
+  explicit TextTable(std::vector<std::string> headers);
+  /// Optional second header row with the unit of each column (e.g. "W", "GB").
+  void set_units(std::vector<std::string> units);
+  /// Appends one row; must have as many cells as there are headers.
+  void add_row(std::vector<std::string> cells);
+  /// Renders with columns padded; numeric-looking cells are right-aligned.
+  std::string render() const;
+
+ private:
+  std::vector<std::string> headers_;
+  std::vector<std::string> units_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+/// Formats a count with an SI suffix: 70553706496 -> "70.55 B" (k, M, B, T; 2 decimals).
+std::string format_count(double count);
+/// Formats bytes in binary units: 1536 -> "1.50 KiB".
+std::string format_bytes(double bytes);
+/// Formats FLOPs with SI prefixes: 1.2e15 -> "1.20 PFLOP".
+std::string format_flops(double flops);
+
+}  // namespace calo::core

@@ -1,0 +1,14 @@
+// Time base: nanoseconds on the host's monotonic clock, and wall-clock offsets for merging hosts.
+#pragma once
+
+#include <cstdint>
+
+namespace calo::core {
+
+/// Nanoseconds on CLOCK_MONOTONIC (never jumps; comparable within one host boot).
+int64_t monotonic_ns();
+
+/// Nanoseconds since the Unix epoch on CLOCK_REALTIME.
+int64_t wall_ns();
+
+}  // namespace calo::core

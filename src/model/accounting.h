@@ -1,0 +1,50 @@
+// Parameter, FLOP and activation-memory accounting of a transformer (formulas in docs/METRICS.md).
+#pragma once
+
+#include "model/model_spec.h"
+
+namespace calo::model {
+
+/// Activation recomputation: none, selective (attention core, as Megatron-LM), or full (whole layer).
+enum class Recompute { kNone, kSelective, kFull };
+
+/// Parameter counts (numbers of scalars).
+struct ParameterCounts {
+  double total = 0;             ///< all parameters (every expert counted)
+  double active_per_token = 0;  ///< parameters a token passes through (top-k experts only)
+  double embedding = 0;         ///< input embedding (+ learned positions)
+  double output = 0;            ///< untied output projection (0 when tied)
+  double per_layer_attention = 0;  ///< QKV + output projection (+ biases) of one layer
+  double per_layer_mlp = 0;        ///< dense FFN of one layer (for MoE: all experts of one layer)
+  double per_layer_router = 0;     ///< MoE router of one layer
+  double per_layer_norm = 0;       ///< norms of one layer
+  double final_norm = 0;           ///< final norm
+};
+
+/// Counts parameters of `spec`.
+ParameterCounts count_parameters(const ModelSpec& spec);
+
+/// Matrix-multiply FLOPs per token (2 FLOPs per multiply-add), including the attention score and value
+/// products (causal: half of s^2) and the output logits.
+struct FlopsPerToken {
+  double forward = 0;             ///< forward pass
+  double backward = 0;            ///< backward pass (2x forward)
+  double attention_forward = 0;   ///< of `forward`: QK^T and AV products only
+  /// forward + backward (model FLOPs, used for MFU).
+  double total() const { return forward + backward; }
+};
+
+/// FLOPs per token at sequence length `seq_length` (active experts only for MoE).
+FlopsPerToken flops_per_token(const ModelSpec& spec, int seq_length);
+
+/// Extra forward FLOPs per token re-executed by recomputation (0 for none; attention core for selective;
+/// the whole layer forward except logits for full).
+double recompute_flops_per_token(const ModelSpec& spec, int seq_length, Recompute recompute);
+
+/// Activation bytes one transformer layer keeps for backward, for one micro-batch on one tensor-parallel rank
+/// (Korthikanti et al. 2022, bf16, with flash attention: no s^2 term), under the given sequence parallel and
+/// recompute settings. Full recompute keeps only the layer input.
+double activation_bytes_per_layer(const ModelSpec& spec, int seq_length, int micro_batch, int tp,
+                                  bool sequence_parallel, Recompute recompute);
+
+}  // namespace calo::model

@@ -1,0 +1,53 @@
+// Transformer architecture description (dense GPT/Llama-style and Mixtral-style MoE), loaded from YAML.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace calo::model {
+
+/// Feed-forward activation: GELU (two matrices) or SwiGLU (gate, up, down: three matrices).
+enum class Activation { kGelu, kSwiGlu };
+/// Normalization: LayerNorm (scale + bias) or RMSNorm (scale only).
+enum class NormKind { kLayerNorm, kRmsNorm };
+/// Position encoding: learned absolute embeddings (GPT-3) or rotary (Llama, Mixtral; no parameters).
+enum class PositionEmbedding { kLearned, kRope };
+
+/// One transformer model. Sizes are counts (not bytes); all layers are identical.
+struct ModelSpec {
+  std::string name;                  ///< preset or file name, e.g. "llama3-70b"
+  int num_layers = 0;                ///< transformer blocks
+  int hidden_size = 0;               ///< model width h
+  int ffn_hidden_size = 0;           ///< dense FFN inner width (per expert for MoE)
+  int num_attention_heads = 0;       ///< query heads a
+  int num_kv_heads = 0;              ///< key/value heads (== heads for MHA, fewer for GQA)
+  int head_dim = 0;                  ///< per-head width; defaults to hidden_size / num_attention_heads
+  int vocab_size = 0;                ///< embedding rows
+  int seq_length = 0;                ///< default training sequence length s
+  Activation activation = Activation::kSwiGlu;
+  NormKind norm = NormKind::kRmsNorm;
+  PositionEmbedding position_embedding = PositionEmbedding::kRope;
+  bool tied_embeddings = false;      ///< output projection shares the input embedding matrix
+  bool linear_bias = false;          ///< linear layers carry bias vectors (GPT-3: yes; Llama: no)
+  int num_experts = 0;               ///< routed experts per MoE layer; 0 = dense model
+  int moe_top_k = 0;                 ///< experts each token is routed to
+  std::string bytes_dtype = "bf16";  ///< training compute dtype (bf16)
+
+  /// True for a mixture-of-experts model.
+  bool is_moe() const { return num_experts > 0; }
+  /// Key/value projection width: num_kv_heads * head_dim.
+  int kv_size() const { return num_kv_heads * head_dim; }
+  /// Query projection width: num_attention_heads * head_dim.
+  int q_size() const { return num_attention_heads * head_dim; }
+};
+
+/// Parses a model from its YAML/JSON object; `origin` names the source in errors. Throws InputError.
+ModelSpec parse_model_spec(const nlohmann::json& object, const std::string& origin);
+
+/// Loads a preset by name (data/models/NAME.yaml, embedded) or a YAML file by path. Throws InputError.
+ModelSpec load_model(const std::string& name_or_path);
+
+/// The model as a JSON object (same keys as the YAML files).
+nlohmann::json to_json(const ModelSpec& spec);
+
+}  // namespace calo::model

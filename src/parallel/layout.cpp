@@ -1,0 +1,74 @@
+#include "parallel/layout.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace calo::parallel {
+
+Recompute parse_recompute(const std::string& text) {
+  if (text == "none") return Recompute::kNone;
+  if (text == "selective") return Recompute::kSelective;
+  if (text == "full") return Recompute::kFull;
+  throw InputError("--recompute: '" + text + "' is not a mode; use none, selective or full");
+}
+
+Schedule parse_schedule(const std::string& text) {
+  if (text == "gpipe") return Schedule::kGpipe;
+  if (text == "1f1b") return Schedule::k1F1B;
+  if (text == "interleaved") return Schedule::kInterleaved;
+  throw InputError("--schedule: '" + text + "' is not a schedule; use gpipe, 1f1b or interleaved");
+}
+
+std::string to_string(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "?";
+}
+
+std::string to_string(Schedule schedule) {
+  switch (schedule) {
+    case Schedule::kGpipe: return "gpipe";
+    case Schedule::k1F1B: return "1f1b";
+    case Schedule::kInterleaved: return "interleaved";
+  }
+  return "?";
+}
+
+nlohmann::json to_json(const Layout& layout) {
+  return {{"tp", layout.tp},
+          {"pp", layout.pp},
+          {"dp", layout.dp},
+          {"ep", layout.ep},
+          {"world_size", layout.world_size()},
+          {"sequence_parallel", layout.sequence_parallel},
+          {"zero_stage", layout.zero_stage},
+          {"micro_batch", layout.micro_batch},
+          {"global_batch", layout.global_batch},
+          {"num_microbatches", layout.global_batch > 0 ? layout.num_microbatches() : 0},
+          {"seq_length", layout.seq_length},
+          {"recompute", to_string(layout.recompute)},
+          {"overlap_tp_comm", layout.overlap_tp_comm},
+          {"overlap_grad_reduce", layout.overlap_grad_reduce},
+          {"overlap_param_gather", layout.overlap_param_gather},
+          {"schedule", to_string(layout.schedule)},
+          {"virtual_stages", layout.virtual_stages},
+          {"layers_per_stage", layout.layers_per_stage}};
+}
+
+std::string describe(const Layout& layout) {
+  std::string text = fmt::format("TP{}-PP{}-DP{}", layout.tp, layout.pp, layout.dp);
+  if (layout.ep > 1) text += fmt::format("-EP{}", layout.ep);
+  text += fmt::format(" mbs{} gbs{} {}", layout.micro_batch, layout.global_batch, to_string(layout.schedule));
+  if (layout.virtual_stages > 1) text += fmt::format(" vpp{}", layout.virtual_stages);
+  if (layout.zero_stage == 3) text += " fsdp";
+  if (layout.zero_stage == 1) text += " zero1";
+  if (layout.recompute != Recompute::kNone) text += " recompute-" + to_string(layout.recompute);
+  if (layout.overlap_tp_comm || layout.overlap_grad_reduce || layout.overlap_param_gather) text += " overlap";
+  return text;
+}
+
+}  // namespace calo::parallel

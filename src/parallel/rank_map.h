@@ -1,0 +1,52 @@
+// Rank <-> group mapping in Megatron-LM's order tp-cp-ep-dp-pp (tp varies fastest, pp slowest).
+#pragma once
+
+#include <vector>
+
+#include "parallel/layout.h"
+
+namespace calo::parallel {
+
+/// Communication groups a rank belongs to.
+enum class GroupKind {
+  kTp,        ///< tensor-parallel group (size tp)
+  kDp,        ///< data-parallel group of the dense part (size dp)
+  kPp,        ///< pipeline group: the ranks holding the pp stages of one model replica (size pp)
+  kEp,        ///< expert-parallel group (size ep): all-to-all token dispatch
+  kExpertDp,  ///< expert data-parallel group (size dp / ep): gradient reduction of expert weights
+};
+
+/// Coordinates of one rank in the layout.
+struct RankCoord {
+  int tp = 0;  ///< index within the tensor-parallel group
+  int dp = 0;  ///< data-parallel replica index (0 .. dp-1)
+  int ep = 0;  ///< expert-parallel index: dp % ep
+  int edp = 0; ///< expert data-parallel index: dp / ep
+  int pp = 0;  ///< pipeline stage
+};
+
+/// Maps global ranks to coordinates and groups. rank = tp + tp_size*(dp + dp_size*pp); within dp, ep is the
+/// faster-varying part (dp = ep + ep_size*edp), matching Megatron-LM's tp-cp-ep-dp-pp generator.
+class RankMap {
+ public:
+  /// Builds the map for a resolved layout.
+  explicit RankMap(const Layout& layout);
+  /// Coordinates of `rank` (0 <= rank < world).
+  RankCoord coord(int rank) const;
+  /// Global rank of coordinates (tp, dp, pp).
+  int rank_of(int tp_index, int dp_index, int pp_index) const;
+  /// Sorted global ranks of the `kind` group that contains `rank` (includes `rank`).
+  std::vector<int> group(GroupKind kind, int rank) const;
+  /// Position of `rank` within its `kind` group.
+  int index_in_group(GroupKind kind, int rank) const;
+  /// Number of ranks.
+  int world_size() const { return tp_ * dp_ * pp_; }
+
+ private:
+  int tp_, dp_, pp_, ep_;
+};
+
+/// Name of a group kind ("tp", "dp", "pp", "ep", "edp").
+const char* to_string(GroupKind kind);
+
+}  // namespace calo::parallel

@@ -1,0 +1,72 @@
+#include "core/config.h"
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "core/table.h"
+
+namespace calo::core {
+namespace {
+
+TEST(Config, ParsesYamlScalarsToTypedJson) {
+  auto json = parse_yaml("a: 3\nb: 2.5\nc: true\nd: text\ne: '7'\nf: [1, 2]\n", "test");
+  EXPECT_EQ(json["a"].get<int>(), 3);
+  EXPECT_DOUBLE_EQ(json["b"].get<double>(), 2.5);
+  EXPECT_TRUE(json["c"].get<bool>());
+  EXPECT_EQ(json["d"].get<std::string>(), "text");
+  EXPECT_EQ(json["e"].get<std::string>(), "7");
+  EXPECT_EQ(json["f"].size(), 2u);
+}
+
+TEST(Config, MalformedYamlNamesOriginAndLine) {
+  try {
+    parse_yaml("a: [1, 2\nb: 3\n", "broken.yaml");
+    FAIL() << "expected InputError";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("broken.yaml"), std::string::npos);
+    EXPECT_NE(std::string(error.what()).find("line"), std::string::npos);
+  }
+}
+
+TEST(Config, UnknownPresetListsAvailableOnes) {
+  try {
+    load_preset_or_file("models", "no-such-model");
+    FAIL() << "expected InputError";
+  } catch (const InputError& error) {
+    std::string message = error.what();
+    EXPECT_NE(message.find("unknown model 'no-such-model'"), std::string::npos) << message;
+    EXPECT_NE(message.find("presets:"), std::string::npos) << message;
+  }
+}
+
+TEST(Config, MissingFileIsNamed) {
+  EXPECT_THROW(load_config_file("/nonexistent/x.yaml"), InputError);
+  EXPECT_THROW(load_preset_or_file("models", "/nonexistent/x.yaml"), InputError);
+}
+
+TEST(ConfigReader, TypeErrorsAndUnknownKeysNameTheKey) {
+  auto json = parse_yaml("layers: many\nextra: 1\n", "m.yaml");
+  ConfigReader reader(json, "m.yaml");
+  try {
+    reader.get_int("layers");
+    FAIL();
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("'layers' must be an integer"), std::string::npos);
+  }
+  EXPECT_THROW(reader.reject_unknown_keys({"layers"}), InputError);
+  EXPECT_EQ(reader.get_int("missing", 42), 42);
+}
+
+TEST(TextTable, AlignsColumnsAndFormatsUnits) {
+  TextTable table({"name", "value"});
+  table.set_units({"", "W"});
+  table.add_row({"gpu0", "690.5"});
+  table.add_row({"gpu10", "7"});
+  EXPECT_EQ(table.render(), "name   value\n           W\ngpu0   690.5\ngpu10      7\n");
+  EXPECT_EQ(format_count(70.55e9), "70.55 B");
+  EXPECT_EQ(format_bytes(1536), "1.50 KiB");
+  EXPECT_EQ(format_flops(1.2e15), "1.20 PFLOP");
+}
+
+}  // namespace
+}  // namespace calo::core

@@ -1,0 +1,51 @@
+// Interval summaries over a run store: energy from counter deltas, throttle seconds, median clock,
+// temperatures. Formulas: docs/METRICS.md "Run store". Used by `calo record` end-of-run tables, analysis and
+// reports.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "store/run_store.h"
+
+namespace calo::store {
+
+/// Figures of one device over one time interval [t_begin_ns, t_end_ns). NaN where the run lacks the metric.
+struct IntervalSummary {
+  std::string label;                  ///< phase / step name, or "run"
+  int32_t device_idx = 0;             ///< DeviceInfo::idx
+  int64_t t_begin_ns = 0;             ///< interval begin, ns since run start
+  int64_t t_end_ns = 0;               ///< interval end, ns since run start
+  double duration_s = 0.0;            ///< (t_end_ns - t_begin_ns) / 1e9
+  double energy_j = 0.0;              ///< energy_j counter delta over the interval (interpolated at the ends)
+  double mean_power_w = 0.0;          ///< energy_j / duration_s
+  double power_integral_j = 0.0;      ///< trapezoid integral of power_instant_w (cross-check of energy_j)
+  double peak_power_instant_w = 0.0;  ///< max power_instant_w sample inside the interval
+  double throttle_power_cap_s = 0.0;  ///< throttle_power_cap_s counter delta
+  double throttle_sw_thermal_s = 0.0;   ///< throttle_sw_thermal_s counter delta
+  double throttle_hw_thermal_s = 0.0;   ///< throttle_hw_thermal_s counter delta
+  double throttle_power_brake_s = 0.0;  ///< throttle_power_brake_s counter delta
+  double median_sm_mhz = 0.0;           ///< median of clock_sm_mhz samples inside the interval
+  double temp_gpu_start_c = 0.0;        ///< first temp_gpu_c sample at or after t_begin_ns
+  double temp_gpu_end_c = 0.0;          ///< last temp_gpu_c sample before t_end_ns
+  double temp_gpu_max_c = 0.0;          ///< max temp_gpu_c inside the interval
+  int64_t sample_count = 0;             ///< samples of all metrics of this device inside the interval
+};
+
+/// Value of a counter metric at time t_ns, linearly interpolated between the samples around it (clamped to
+/// the first/last sample outside the recorded range). `samples` must be in time order. NaN when empty.
+double counter_value_at(const std::vector<Sample>& samples, int64_t t_ns);
+
+/// Summarizes device `device_idx` over [t_begin_ns, t_end_ns).
+IntervalSummary summarize_interval(const RunReader& reader, int32_t device_idx, int64_t t_begin_ns,
+                                   int64_t t_end_ns, std::string label);
+
+/// One IntervalSummary per (phase span, device), phases in time order, devices by idx. Phase spans with
+/// device_idx == kNone apply to every device.
+std::vector<IntervalSummary> summarize_phases(const RunReader& reader);
+
+/// Writes `summaries` as summary rows (scope "phase:<label>/dev<idx>") through `writer`.
+void write_summaries(RunWriter& writer, const std::vector<IntervalSummary>& summaries);
+
+}  // namespace calo::store

@@ -1,0 +1,220 @@
+// Execution graph of one training iteration: per-rank ordered ops on streams with dependencies.
+//
+// Ranks that run the same op sequence (usually all ranks of one pipeline stage: tp/dp peers differ only in
+// which group members they talk to) share one RankProgram; `Graph::program_of_rank` maps a rank to its
+// program and `Graph::group_of_rank` to its concrete communication groups. Semantics follow Megatron-LM (see
+// docs/METRICS.md, "Execution graph", for the op sequence and the closed-form volumes).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/model_spec.h"
+#include "parallel/layout.h"
+
+namespace calo::graph {
+
+/// What an op does.
+enum class OpKind : std::uint8_t {
+  kGemm,         ///< matrix multiply C[m,n] = A[m,k] B[k,n]; FLOPs = 2 m n k
+  kAttention,    ///< fused attention core (QK^T, softmax, AV), forward or backward
+  kElementwise,  ///< norm / activation / rope / residual / loss: memory-bound, carries bytes and FLOPs
+  kCollective,   ///< all-reduce, all-gather, reduce-scatter or all-to-all over a group
+  kSend,         ///< point-to-point send to a pipeline peer
+  kRecv,         ///< point-to-point receive from a pipeline peer
+  kOptimizer,    ///< AdamW step over the rank's parameter shard
+};
+/// Number of OpKind values.
+inline constexpr int kNumOpKinds = 7;
+
+/// Execution stream of an op; ops of one stream run in order, streams of a rank run concurrently.
+enum class Stream : std::uint8_t { kCompute, kTpComm, kDpComm, kPpComm, kEpComm };
+/// Number of Stream values.
+inline constexpr int kNumStreams = 5;
+
+/// Part of the iteration an op belongs to.
+enum class Phase : std::uint8_t { kForward, kBackward, kRecompute, kOptimizer };
+
+/// Element type of a GEMM's operands.
+enum class DType : std::uint8_t { kBf16, kFp32 };
+
+/// Which weight a GEMM multiplies with.
+enum class GemmWeight : std::uint8_t {
+  kQkv,        ///< fused query/key/value projection (column parallel)
+  kProj,       ///< attention output projection (row parallel)
+  kFc1,        ///< dense FFN first matrix (GELU: up; SwiGLU: fused gate+up), column parallel
+  kFc2,        ///< dense FFN second matrix (down), row parallel
+  kLogits,     ///< output projection to the vocabulary (column parallel over the vocabulary)
+  kRouter,     ///< MoE router (hidden -> experts), replicated
+  kExpertFc1,  ///< one expert's first matrix (gate+up for SwiGLU)
+  kExpertFc2,  ///< one expert's second matrix
+};
+
+/// Forward product, or one of the two backward products.
+enum class GemmPass : std::uint8_t {
+  kForward,  ///< Y = X W
+  kDgrad,    ///< dX = dY W^T
+  kWgrad,    ///< dW = X^T dY
+};
+
+/// Shape of a GEMM op: C[m,n] = A[m,k] B[k,n].
+struct GemmShape {
+  std::int64_t m = 0;                    ///< rows of the output
+  std::int64_t n = 0;                    ///< columns of the output
+  std::int64_t k = 0;                    ///< reduction length
+  DType dtype = DType::kBf16;            ///< operand type (accumulation is fp32)
+  GemmWeight weight = GemmWeight::kQkv;  ///< which weight
+  GemmPass pass = GemmPass::kForward;    ///< forward, dgrad or wgrad
+  std::int32_t expert = -1;              ///< global expert index for expert GEMMs, else -1
+};
+
+/// Shape of an attention-core op (per rank: heads are already divided by tp).
+struct AttentionShape {
+  std::int32_t batch = 0;     ///< sequences (micro-batch size)
+  std::int32_t heads = 0;     ///< query heads on this rank
+  std::int32_t kv_heads = 0;  ///< key/value heads on this rank
+  std::int32_t seq = 0;       ///< sequence length
+  std::int32_t head_dim = 0;  ///< per-head width
+  bool causal = true;         ///< causal mask (half of the s^2 products)
+  bool backward = false;      ///< backward pass (2x the forward FLOPs)
+};
+
+/// What a memory-bound op computes.
+enum class ElementwiseKind : std::uint8_t {
+  kNorm,          ///< LayerNorm / RMSNorm (and its backward)
+  kActivation,    ///< GELU or SwiGLU (and its backward)
+  kRope,          ///< rotary position embedding on q and k
+  kResidualAdd,   ///< residual add (bias-dropout-add when the model has bias/dropout)
+  kEmbedding,     ///< embedding lookup (+ learned positions) or its gradient scatter-add
+  kCrossEntropy,  ///< vocabulary-parallel softmax cross entropy (and its gradient)
+  kRouting,       ///< MoE top-k selection, permutation and weighted combine
+};
+
+/// Collective operation. `Op::bytes` is the full buffer: all-reduce buffer, all-gather output, reduce-scatter
+/// input, all-to-all send buffer of one rank (nccl-tests "size").
+enum class CollectiveKind : std::uint8_t { kAllReduce, kAllGather, kReduceScatter, kAllToAll };
+
+/// Communication group kinds of the graph (parallel::GroupKind plus the tied-embedding group).
+enum class GroupKind : std::uint8_t {
+  kTp,         ///< tensor-parallel group
+  kDp,         ///< data-parallel group (dense gradients, ZeRO/FSDP shards)
+  kPp,         ///< pipeline group (send/recv peers)
+  kEp,         ///< expert-parallel group (all-to-all dispatch/combine)
+  kExpertDp,   ///< expert data-parallel group (expert gradients)
+  kEmbedding,  ///< first and last pipeline stage of one replica (tied embedding gradient); pp > 1 only
+};
+/// Number of GroupKind values.
+inline constexpr int kNumGroupKinds = 6;
+
+/// One op. Fields that do not apply to its kind keep their defaults.
+struct Op {
+  OpKind kind = OpKind::kGemm;
+  Stream stream = Stream::kCompute;
+  Phase phase = Phase::kForward;
+  std::int16_t chunk = 0;        ///< model chunk on this stage (interleaved schedule), else 0
+  std::int32_t layer = -1;       ///< global transformer layer, -1 for embedding/output/optimizer/grad reduce
+  std::int32_t microbatch = -1;  ///< micro-batch index, -1 for per-iteration ops (grad reduce, optimizer)
+  double flops = 0;              ///< floating-point operations of this op on this rank
+  double bytes = 0;  ///< compute ops: bytes read+written; comm ops: message bytes (see CollectiveKind)
+
+  GemmShape gemm;                                          ///< kGemm
+  AttentionShape attention;                                ///< kAttention
+  ElementwiseKind elementwise = ElementwiseKind::kNorm;    ///< kElementwise
+  CollectiveKind collective = CollectiveKind::kAllReduce;  ///< kCollective
+  GroupKind group = GroupKind::kTp;  ///< kCollective (group kind; the instance comes from Graph::group_id)
+  std::int32_t peer_stage = -1;      ///< kSend/kRecv: pipeline stage of the peer (same tp and dp index)
+  std::int32_t tag = -1;  ///< kSend/kRecv: matches a send to its receive (microbatch, chunk, direction)
+  double parameters = 0;  ///< kOptimizer: parameters updated; grad/param collectives: parameters covered
+
+  std::uint32_t dep_begin = 0;  ///< first index into RankProgram::deps
+  std::uint32_t dep_count = 0;  ///< number of dependencies
+};
+
+/// The op sequence shared by ranks of one role (pipeline stage, and expert-parallel index under imbalance).
+struct RankProgram {
+  std::int32_t stage = 0;          ///< pipeline stage of its ranks
+  std::int32_t ep_index = -1;      ///< expert-parallel index of its ranks when programs differ by it, else -1
+  std::vector<Op> ops;             ///< ops in issue order (each stream executes its ops in this order)
+  std::vector<std::int32_t> deps;  ///< dependency lists of all ops, concatenated (indices of earlier ops)
+
+  /// Indices of earlier ops (any stream of this rank) that op `op_index` waits for.
+  std::span<const std::int32_t> deps_of(std::size_t op_index) const {
+    return {deps.data() + ops[op_index].dep_begin, ops[op_index].dep_count};
+  }
+};
+
+/// One concrete communication group.
+struct CommGroup {
+  GroupKind kind = GroupKind::kTp;  ///< group kind
+  std::vector<std::int32_t> ranks;  ///< sorted global ranks
+};
+
+/// Options of graph building beyond the layout.
+struct GraphOptions {
+  /// MoE: tokens of the most loaded expert divided by the mean (1 = uniform expected top-k load). Expert 0
+  /// gets imbalance x mean, the others share the rest equally; programs then differ by expert-parallel index.
+  double expert_load_imbalance = 1.0;
+};
+
+/// The execution graph of one training iteration on every rank.
+struct Graph {
+  model::ModelSpec model;                     ///< the model
+  parallel::Layout layout;                    ///< the resolved layout
+  GraphOptions options;                       ///< build options
+  std::vector<RankProgram> programs;          ///< distinct op programs
+  std::vector<std::int32_t> program_of_rank;  ///< rank -> index into `programs`
+  std::vector<CommGroup> groups;              ///< all concrete groups
+  /// rank -> group id per GroupKind (index into `groups`), -1 where the rank has no such group.
+  std::vector<std::array<std::int32_t, kNumGroupKinds>> group_of_rank;
+
+  /// Number of ranks.
+  int world_size() const { return static_cast<int>(program_of_rank.size()); }
+  /// The program rank `rank` runs.
+  const RankProgram& program(int rank) const { return programs[program_of_rank[rank]]; }
+  /// Id of the `kind` group of `rank` (-1 if none).
+  int group_id(int rank, GroupKind kind) const { return group_of_rank[rank][static_cast<int>(kind)]; }
+  /// Global rank of the peer of a kSend/kRecv op issued by `rank`.
+  int peer_rank(int rank, const Op& op) const;
+};
+
+/// Builds the graph of one iteration for `model` under a resolved layout (parallel::resolve_layout).
+/// Throws InputError for option values out of range.
+Graph build_graph(const model::ModelSpec& model, const parallel::Layout& layout,
+                  const GraphOptions& options = {});
+
+/// One op of a materialized rank with its concrete group or peer.
+struct RankOp {
+  Op op;                           ///< the op (dep indices refer to `deps`)
+  std::vector<std::int32_t> deps;  ///< indices of earlier ops of the same rank
+  std::int32_t group_id = -1;      ///< kCollective: index into Graph::groups
+  std::int32_t peer_rank = -1;     ///< kSend/kRecv: global rank of the peer
+};
+
+/// The full op list of one rank, with groups and peers resolved (for printing, executors and tests).
+std::vector<RankOp> materialize(const Graph& graph, int rank);
+
+/// Names: "gemm", "attention", "elementwise", "collective", "send", "recv", "optimizer".
+const char* to_string(OpKind kind);
+/// Names: "compute", "tp-comm", "dp-comm", "pp-comm", "ep-comm".
+const char* to_string(Stream stream);
+/// Names: "fwd", "bwd", "recompute", "optimizer".
+const char* to_string(Phase phase);
+/// Names: "bf16", "fp32".
+const char* to_string(DType dtype);
+/// Names: "qkv", "proj", "fc1", "fc2", "logits", "router", "expert_fc1", "expert_fc2".
+const char* to_string(GemmWeight weight);
+/// Names: "fwd", "dgrad", "wgrad".
+const char* to_string(GemmPass pass);
+/// Names: "norm", "activation", "rope", "residual_add", "embedding", "cross_entropy", "routing".
+const char* to_string(ElementwiseKind kind);
+/// Names: "all_reduce", "all_gather", "reduce_scatter", "all_to_all".
+const char* to_string(CollectiveKind kind);
+/// Names: "tp", "dp", "pp", "ep", "edp", "embedding".
+const char* to_string(GroupKind kind);
+/// Short human description of an op, e.g. "gemm qkv fwd m=4096 n=1536 k=4096".
+std::string describe(const Op& op);
+
+}  // namespace calo::graph

@@ -18,11 +18,11 @@ enum class GroupKind {
 
 /// Coordinates of one rank in the layout.
 struct RankCoord {
-  int tp = 0;  ///< index within the tensor-parallel group
-  int dp = 0;  ///< data-parallel replica index (0 .. dp-1)
-  int ep = 0;  ///< expert-parallel index: dp % ep
-  int edp = 0; ///< expert data-parallel index: dp / ep
-  int pp = 0;  ///< pipeline stage
+  int tp = 0;   ///< index within the tensor-parallel group
+  int dp = 0;   ///< data-parallel replica index (0 .. dp-1)
+  int ep = 0;   ///< expert-parallel index: dp % ep
+  int edp = 0;  ///< expert data-parallel index: dp / ep
+  int pp = 0;   ///< pipeline stage
 };
 
 /// Maps global ranks to coordinates and groups. rank = tp + tp_size*(dp + dp_size*pp); within dp, ep is the
@@ -41,6 +41,10 @@ class RankMap {
   int index_in_group(GroupKind kind, int rank) const;
   /// Number of ranks.
   int world_size() const { return tp_ * dp_ * pp_; }
+  /// Size of every `kind` group (tp, dp, pp, ep or dp / ep).
+  int group_size(GroupKind kind) const;
+  /// All `kind` groups, each sorted, ordered by their smallest rank; together they partition the world.
+  std::vector<std::vector<int>> all_groups(GroupKind kind) const;
 
  private:
   int tp_, dp_, pp_, ep_;

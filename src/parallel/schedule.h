@@ -1,6 +1,7 @@
 // Pipeline schedules and per-stage layer partitions.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "parallel/layout.h"
@@ -12,17 +13,22 @@ enum class PassKind { kForward, kBackward };
 
 /// One entry of a stage's pipeline schedule, in execution order.
 struct PipelineSlot {
-  PassKind pass;    ///< forward or backward
-  int microbatch;   ///< 0 .. num_microbatches-1
-  int chunk;        ///< model chunk on this stage (0 unless interleaved)
+  PassKind pass;   ///< forward or backward
+  int microbatch;  ///< 0 .. num_microbatches-1
+  int chunk;       ///< model chunk on this stage (0 unless interleaved)
 };
+
+/// Virtual stage of model chunk `chunk` on pipeline stage `stage`: chunk * pp + stage (Megatron's
+/// assignment).
+int virtual_stage(const Layout& layout, int stage, int chunk);
 
 /// The ordered forward/backward passes that pipeline stage `stage` runs in one iteration under the layout's
 /// schedule (GPipe, 1F1B with warm-up pp-stage-1, or Megatron's interleaved 1F1B).
 std::vector<PipelineSlot> stage_schedule(const Layout& layout, int stage);
 
-/// Layer ranges per virtual stage: result[v] = {first_layer, layer_count} for virtual stage v, where virtual stage
-/// v = chunk * pp + stage (Megatron's interleaved assignment). Uses layers_per_stage if given, else uniform.
+/// Layer ranges per virtual stage: result[v] = {first_layer, layer_count} for virtual stage v, where virtual
+/// stage v = chunk * pp + stage (Megatron's interleaved assignment). Uses layers_per_stage if given, else
+/// uniform.
 struct LayerRange {
   int first_layer;  ///< global index of the first layer
   int count;        ///< number of layers
@@ -30,7 +36,27 @@ struct LayerRange {
 /// See LayerRange; size pp * virtual_stages.
 std::vector<LayerRange> layer_partition(const Layout& layout, int num_layers);
 
-/// Closed-form bubble fraction of a uniform pipeline: (p-1)/(m+p-1) for GPipe/1F1B, (p-1)/(v*m+p-1) interleaved.
+/// Closed-form bubble fraction of a uniform pipeline: (p-1)/(m+p-1) for GPipe/1F1B, (p-1)/(v*m+p-1)
+/// interleaved.
 double bubble_fraction(const Layout& layout);
+
+/// Peak number of forward passes (micro-batch × chunk) on `stage` whose backward has not run yet: the
+/// activation sets alive at once (1F1B stage 0: min(pp, m); GPipe: m; interleaved: counted in chunks).
+int peak_inflight_passes(const Layout& layout, int stage);
+
+/// Outcome of running every stage's schedule together, each pass waiting for its pipeline dependencies:
+/// forward of virtual stage v needs forward of v-1 for the same micro-batch; backward of v needs backward of
+/// v+1 (the last virtual stage: its own forward). Communication takes no time.
+struct PipelineRun {
+  bool completed = false;      ///< false: some stage waits forever (the schedules deadlock)
+  double makespan = 0;         ///< time at which the last pass ends (unit: that of the given pass times)
+  double bubble_fraction = 0;  ///< idle share of all stages: 1 - busy time / (pp * makespan)
+  int passes_run = 0;          ///< passes executed over all stages
+  std::string stuck;           ///< when not completed: the first stage that waits and the pass it waits on
+};
+
+/// Executes all stages' schedules with a forward pass of one chunk taking `forward_time` and a backward pass
+/// `backward_time` (any time unit); detects deadlock and measures the bubble.
+PipelineRun run_pipeline(const Layout& layout, double forward_time, double backward_time);
 
 }  // namespace calo::parallel

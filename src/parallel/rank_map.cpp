@@ -1,0 +1,125 @@
+#include "parallel/rank_map.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "core/error.h"
+
+namespace calo::parallel {
+
+RankMap::RankMap(const Layout& layout) : tp_(layout.tp), dp_(layout.dp), pp_(layout.pp), ep_(layout.ep) {
+  require_input(tp_ >= 1 && dp_ >= 1 && pp_ >= 1 && ep_ >= 1,
+                fmt::format("rank map: sizes must be >= 1 (tp={}, dp={}, pp={}, ep={})", tp_, dp_, pp_, ep_));
+  require_input(dp_ % ep_ == 0, fmt::format("rank map: ep={} does not divide dp={}", ep_, dp_));
+}
+
+RankCoord RankMap::coord(int rank) const {
+  if (rank < 0 || rank >= world_size()) {
+    throw std::out_of_range(fmt::format("rank {} outside world of {}", rank, world_size()));
+  }
+  RankCoord result;
+  result.tp = rank % tp_;
+  result.dp = (rank / tp_) % dp_;
+  result.pp = rank / (tp_ * dp_);
+  result.ep = result.dp % ep_;
+  result.edp = result.dp / ep_;
+  return result;
+}
+
+int RankMap::rank_of(int tp_index, int dp_index, int pp_index) const {
+  if (tp_index < 0 || tp_index >= tp_ || dp_index < 0 || dp_index >= dp_ || pp_index < 0 || pp_index >= pp_) {
+    throw std::out_of_range(fmt::format("coordinates tp={} dp={} pp={} outside tp{} dp{} pp{}", tp_index,
+                                        dp_index, pp_index, tp_, dp_, pp_));
+  }
+  return tp_index + tp_ * (dp_index + dp_ * pp_index);
+}
+
+int RankMap::group_size(GroupKind kind) const {
+  switch (kind) {
+    case GroupKind::kTp:
+      return tp_;
+    case GroupKind::kDp:
+      return dp_;
+    case GroupKind::kPp:
+      return pp_;
+    case GroupKind::kEp:
+      return ep_;
+    case GroupKind::kExpertDp:
+      return dp_ / ep_;
+  }
+  throw std::logic_error("unknown group kind");
+}
+
+std::vector<int> RankMap::group(GroupKind kind, int rank) const {
+  const RankCoord at = coord(rank);
+  std::vector<int> members;
+  members.reserve(group_size(kind));
+  switch (kind) {
+    case GroupKind::kTp:
+      for (int index = 0; index < tp_; ++index) members.push_back(rank_of(index, at.dp, at.pp));
+      break;
+    case GroupKind::kDp:
+      for (int index = 0; index < dp_; ++index) members.push_back(rank_of(at.tp, index, at.pp));
+      break;
+    case GroupKind::kPp:
+      for (int index = 0; index < pp_; ++index) members.push_back(rank_of(at.tp, at.dp, index));
+      break;
+    case GroupKind::kEp:
+      // Same expert-data-parallel index: dp indices edp*ep .. edp*ep + ep-1 (consecutive).
+      for (int index = 0; index < ep_; ++index)
+        members.push_back(rank_of(at.tp, at.edp * ep_ + index, at.pp));
+      break;
+    case GroupKind::kExpertDp:
+      // Same expert-parallel index: dp indices ep_index + ep*k (strided by ep).
+      for (int index = 0; index < dp_ / ep_; ++index)
+        members.push_back(rank_of(at.tp, at.ep + ep_ * index, at.pp));
+      break;
+  }
+  return members;  // ascending by construction: the varying index is the only one that changes
+}
+
+int RankMap::index_in_group(GroupKind kind, int rank) const {
+  const RankCoord at = coord(rank);
+  switch (kind) {
+    case GroupKind::kTp:
+      return at.tp;
+    case GroupKind::kDp:
+      return at.dp;
+    case GroupKind::kPp:
+      return at.pp;
+    case GroupKind::kEp:
+      return at.ep;
+    case GroupKind::kExpertDp:
+      return at.edp;
+  }
+  throw std::logic_error("unknown group kind");
+}
+
+std::vector<std::vector<int>> RankMap::all_groups(GroupKind kind) const {
+  std::vector<std::vector<int>> groups;
+  groups.reserve(world_size() / group_size(kind));
+  for (int rank = 0; rank < world_size(); ++rank) {
+    if (index_in_group(kind, rank) == 0) groups.push_back(group(kind, rank));
+  }
+  return groups;  // ordered by smallest member, since each group's first member is its smallest
+}
+
+const char* to_string(GroupKind kind) {
+  switch (kind) {
+    case GroupKind::kTp:
+      return "tp";
+    case GroupKind::kDp:
+      return "dp";
+    case GroupKind::kPp:
+      return "pp";
+    case GroupKind::kEp:
+      return "ep";
+    case GroupKind::kExpertDp:
+      return "edp";
+  }
+  return "?";
+}
+
+}  // namespace calo::parallel

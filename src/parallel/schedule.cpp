@@ -1,0 +1,209 @@
+#include "parallel/schedule.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "core/error.h"
+
+namespace calo::parallel {
+namespace {
+
+/// Micro-batches of a resolved layout; throws std::logic_error for an unresolved one (a programming error).
+int microbatches_of(const Layout& layout) {
+  if (layout.global_batch <= 0 || layout.micro_batch <= 0 || layout.dp <= 0) {
+    throw std::logic_error("pipeline schedule needs a resolved layout (call resolve_layout first)");
+  }
+  return layout.num_microbatches();
+}
+
+void check_stage(const Layout& layout, int stage) {
+  if (stage < 0 || stage >= layout.pp) {
+    throw std::out_of_range(fmt::format("pipeline stage {} outside 0..{}", stage, layout.pp - 1));
+  }
+}
+
+/// GPipe: every forward, then every backward, both in micro-batch order (as torch.distributed.pipelining).
+std::vector<PipelineSlot> gpipe(int microbatches) {
+  std::vector<PipelineSlot> slots;
+  slots.reserve(2 * microbatches);
+  for (int mb = 0; mb < microbatches; ++mb) slots.push_back({PassKind::kForward, mb, 0});
+  for (int mb = 0; mb < microbatches; ++mb) slots.push_back({PassKind::kBackward, mb, 0});
+  return slots;
+}
+
+/// 1F1B (PipeDream-flush, Megatron's forward_backward_pipelining_without_interleaving): pp - stage - 1
+/// warm-up forwards, then alternate one forward and one backward, then the remaining backwards.
+std::vector<PipelineSlot> one_f_one_b(int pp, int stage, int microbatches) {
+  const int warmup = std::min(pp - stage - 1, microbatches);
+  const int steady = microbatches - warmup;
+  std::vector<PipelineSlot> slots;
+  slots.reserve(2 * microbatches);
+  for (int mb = 0; mb < warmup; ++mb) slots.push_back({PassKind::kForward, mb, 0});
+  for (int step = 0; step < steady; ++step) {
+    slots.push_back({PassKind::kForward, warmup + step, 0});
+    slots.push_back({PassKind::kBackward, step, 0});
+  }
+  for (int mb = steady; mb < microbatches; ++mb) slots.push_back({PassKind::kBackward, mb, 0});
+  return slots;
+}
+
+/// Interleaved 1F1B (Megatron's forward_backward_pipelining_with_interleaving, micro-batch groups of pp per
+/// chunk): virtual pass k runs chunk (k mod (pp*v)) / pp (reversed for backward) on micro-batch (k /
+/// (pp*v))*pp + k mod pp.
+std::vector<PipelineSlot> interleaved(int pp, int stage, int chunks, int microbatches) {
+  if (microbatches % pp != 0) {
+    throw InputError(
+        fmt::format("interleaved schedule needs the number of micro-batches ({}) to be a multiple of "
+                    "pp={}",
+                    microbatches, pp));
+  }
+  const int total = microbatches * chunks;
+  const int group = pp * chunks;
+  auto slot_of = [&](int virtual_index, PassKind pass) {
+    int chunk = (virtual_index % group) / pp;
+    if (pass == PassKind::kBackward) chunk = chunks - 1 - chunk;
+    int microbatch = (virtual_index / group) * pp + virtual_index % pp;
+    return PipelineSlot{pass, microbatch, chunk};
+  };
+  int warmup = total;  // m == pp: all forwards first, then all backwards (as Megatron)
+  if (microbatches != pp) warmup = std::min((pp - stage - 1) * 2 + (chunks - 1) * pp, total);
+  const int steady = total - warmup;
+  std::vector<PipelineSlot> slots;
+  slots.reserve(2 * total);
+  for (int index = 0; index < warmup; ++index) slots.push_back(slot_of(index, PassKind::kForward));
+  for (int step = 0; step < steady; ++step) {
+    slots.push_back(slot_of(warmup + step, PassKind::kForward));
+    slots.push_back(slot_of(step, PassKind::kBackward));
+  }
+  for (int index = steady; index < total; ++index) slots.push_back(slot_of(index, PassKind::kBackward));
+  return slots;
+}
+
+}  // namespace
+
+int virtual_stage(const Layout& layout, int stage, int chunk) {
+  return chunk * layout.pp + stage;
+}
+
+std::vector<PipelineSlot> stage_schedule(const Layout& layout, int stage) {
+  check_stage(layout, stage);
+  const int microbatches = microbatches_of(layout);
+  switch (layout.schedule) {
+    case Schedule::kGpipe:
+      return gpipe(microbatches);
+    case Schedule::k1F1B:
+      return one_f_one_b(layout.pp, stage, microbatches);
+    case Schedule::kInterleaved:
+      return interleaved(layout.pp, stage, std::max(1, layout.virtual_stages), microbatches);
+  }
+  throw std::logic_error("unknown schedule");
+}
+
+std::vector<LayerRange> layer_partition(const Layout& layout, int num_layers) {
+  const int count = layout.pp * std::max(1, layout.virtual_stages);
+  std::vector<int> sizes = layout.layers_per_stage;
+  if (sizes.empty()) {
+    require_input(
+        num_layers % count == 0,
+        fmt::format("pp={} × vpp={} = {} stages do not divide {} layers evenly; give --layers-per-stage",
+                    layout.pp, layout.virtual_stages, count, num_layers));
+    sizes.assign(count, num_layers / count);
+  }
+  require_input(static_cast<int>(sizes.size()) == count,
+                fmt::format("layers per stage lists {} entries but pp × vpp = {}", sizes.size(), count));
+  std::vector<LayerRange> ranges;
+  ranges.reserve(count);
+  int first = 0;
+  for (int size : sizes) {
+    ranges.push_back({first, size});
+    first += size;
+  }
+  require_input(first == num_layers,
+                fmt::format("layers per stage sum to {} but the model has {} layers", first, num_layers));
+  return ranges;
+}
+
+double bubble_fraction(const Layout& layout) {
+  const double stages = layout.pp;
+  const double microbatches = microbatches_of(layout);
+  const double chunks = layout.schedule == Schedule::kInterleaved ? std::max(1, layout.virtual_stages) : 1;
+  return (stages - 1) / (chunks * microbatches + stages - 1);
+}
+
+int peak_inflight_passes(const Layout& layout, int stage) {
+  int alive = 0;
+  int peak = 0;
+  for (const PipelineSlot& slot : stage_schedule(layout, stage)) {
+    alive += slot.pass == PassKind::kForward ? 1 : -1;
+    peak = std::max(peak, alive);
+  }
+  return peak;
+}
+
+PipelineRun run_pipeline(const Layout& layout, double forward_time, double backward_time) {
+  const int stages = layout.pp;
+  const int chunks = layout.schedule == Schedule::kInterleaved ? std::max(1, layout.virtual_stages) : 1;
+  const int virtual_stages = stages * chunks;
+  const int microbatches = microbatches_of(layout);
+  std::vector<std::vector<PipelineSlot>> schedules;
+  schedules.reserve(stages);
+  for (int stage = 0; stage < stages; ++stage) schedules.push_back(stage_schedule(layout, stage));
+
+  // Finish time of each pass per virtual stage and micro-batch; negative = not run yet.
+  std::vector<std::vector<double>> forward_end(virtual_stages, std::vector<double>(microbatches, -1.0));
+  std::vector<std::vector<double>> backward_end(virtual_stages, std::vector<double>(microbatches, -1.0));
+  std::vector<size_t> next_slot(stages, 0);
+  std::vector<double> stage_clock(stages, 0.0);
+  PipelineRun run;
+  double busy = 0;
+
+  // A pass may start once the pass it depends on has a finish time; returns that time or -1 (not yet).
+  auto ready_at = [&](int stage, const PipelineSlot& slot) -> double {
+    const int virt = virtual_stage(layout, stage, slot.chunk);
+    if (slot.pass == PassKind::kForward) return virt == 0 ? 0.0 : forward_end[virt - 1][slot.microbatch];
+    const double own_forward = forward_end[virt][slot.microbatch];
+    if (own_forward < 0) return -1.0;
+    if (virt == virtual_stages - 1) return own_forward;
+    return backward_end[virt + 1][slot.microbatch];
+  };
+
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int stage = 0; stage < stages; ++stage) {
+      auto& slots = schedules[stage];
+      while (next_slot[stage] < slots.size()) {
+        const PipelineSlot& slot = slots[next_slot[stage]];
+        const double ready = ready_at(stage, slot);
+        if (ready < 0) break;
+        const double duration = slot.pass == PassKind::kForward ? forward_time : backward_time;
+        const double end = std::max(stage_clock[stage], ready) + duration;
+        const int virt = virtual_stage(layout, stage, slot.chunk);
+        (slot.pass == PassKind::kForward ? forward_end : backward_end)[virt][slot.microbatch] = end;
+        stage_clock[stage] = end;
+        busy += duration;
+        ++run.passes_run;
+        ++next_slot[stage];
+        progress = true;
+      }
+    }
+  }
+  run.completed = true;
+  for (int stage = 0; stage < stages; ++stage) {
+    if (next_slot[stage] < schedules[stage].size()) {
+      run.completed = false;
+      const PipelineSlot& slot = schedules[stage][next_slot[stage]];
+      run.stuck =
+          fmt::format("stage {} waits at {} of micro-batch {} chunk {}", stage,
+                      slot.pass == PassKind::kForward ? "forward" : "backward", slot.microbatch, slot.chunk);
+      break;
+    }
+  }
+  run.makespan = *std::max_element(stage_clock.begin(), stage_clock.end());
+  run.bubble_fraction = run.makespan > 0 ? 1.0 - busy / (stages * run.makespan) : 0.0;
+  return run;
+}
+
+}  // namespace calo::parallel

@@ -1,0 +1,223 @@
+#include "parallel/validate.h"
+
+#include <fmt/format.h>
+
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace calo::parallel {
+namespace {
+
+/// Positive divisors of `value` in increasing order.
+std::vector<int> divisors(int value) {
+  std::vector<int> result;
+  for (int candidate = 1; candidate <= value; ++candidate) {
+    if (value % candidate == 0) result.push_back(candidate);
+  }
+  return result;
+}
+
+/// "try A or B" with the nearest valid values below and above `wanted` (one of them if only one exists).
+std::string nearby(const std::vector<int>& valid_values, int wanted, const std::string& prefix = "") {
+  int below = 0;
+  int above = 0;
+  for (int value : valid_values) {
+    if (value < wanted) below = value;
+    if (value > wanted && above == 0) above = value;
+  }
+  if (below > 0 && above > 0) return fmt::format("try {}{} or {}{}", prefix, below, prefix, above);
+  if (below > 0) return fmt::format("try {}{}", prefix, below);
+  if (above > 0) return fmt::format("try {}{}", prefix, above);
+  return "no value fits";
+}
+
+/// Nearest multiples of `step` around `value` (positive ones only), e.g. "try 96 or 104".
+std::string nearby_multiples(int value, int step, const std::string& prefix = "") {
+  int below = value / step * step;
+  int above = below + step;
+  if (below > 0) return fmt::format("try {}{} or {}{}", prefix, below, prefix, above);
+  return fmt::format("try {}{}", prefix, above);
+}
+
+void check_sizes(const Layout& layout) {
+  struct SizeRule {
+    const char* name;
+    const char* meaning;
+    int value;
+  };
+  for (const SizeRule& rule :
+       {SizeRule{"tp", "tensor-parallel size", layout.tp},
+        SizeRule{"pp", "pipeline-parallel size", layout.pp}, SizeRule{"dp", "data-parallel size", layout.dp},
+        SizeRule{"ep", "expert-parallel size", layout.ep},
+        SizeRule{"micro-batch", "micro-batch size", layout.micro_batch},
+        SizeRule{"vpp", "number of model chunks per stage", layout.virtual_stages}}) {
+    require_input(rule.value >= 1, fmt::format("{}={} is not a valid {}: sizes must be >= 1; try {}=1",
+                                               rule.name, rule.value, rule.meaning, rule.name));
+  }
+  require_input(layout.global_batch >= 0,
+                fmt::format("global batch {} is negative; give a positive number of sequences, or 0 for "
+                            "micro-batch × dp = {}",
+                            layout.global_batch, layout.micro_batch * layout.dp));
+  require_input(layout.seq_length >= 0,
+                fmt::format("sequence length {} is negative; give a positive number of "
+                            "tokens, or 0 for the model's default",
+                            layout.seq_length));
+  require_input(layout.zero_stage == 0 || layout.zero_stage == 1 || layout.zero_stage == 3,
+                fmt::format("zero stage {} is not supported: use 0 (none), 1 (sharded optimizer state) or 3 "
+                            "(fully sharded, FSDP); {}",
+                            layout.zero_stage, nearby({0, 1, 3}, layout.zero_stage)));
+}
+
+void check_tensor_parallel(const model::ModelSpec& model, const Layout& layout) {
+  // A tp size is valid when it divides every dimension Megatron-LM splits over tp: attention heads, query
+  // groups (kv heads; Megatron requires num_query_groups % tp == 0, no kv replication) and the FFN width.
+  int common = std::gcd(std::gcd(model.num_attention_heads, model.num_kv_heads), model.ffn_hidden_size);
+  std::vector<int> valid_tp = divisors(common);
+  require_input(model.num_attention_heads % layout.tp == 0,
+                fmt::format("tp={} does not divide {} attention heads; {}", layout.tp,
+                            model.num_attention_heads, nearby(valid_tp, layout.tp)));
+  require_input(model.num_kv_heads % layout.tp == 0,
+                fmt::format("tp={} does not divide {} key/value heads (query groups are split over tp, as in "
+                            "Megatron-LM); {}",
+                            layout.tp, model.num_kv_heads, nearby(valid_tp, layout.tp)));
+  require_input(
+      model.ffn_hidden_size % layout.tp == 0,
+      fmt::format("tp={} does not divide ffn hidden size {}{}; {}", layout.tp, model.ffn_hidden_size,
+                  model.is_moe() ? " (per expert)" : "", nearby(valid_tp, layout.tp)));
+}
+
+void check_sequence(const Layout& layout) {
+  require_input(
+      layout.seq_length > 0,
+      "sequence length must be positive: the model gives none; set it with --seq (e.g. --seq 2048)");
+  if (layout.sequence_parallel) {
+    require_input(
+        layout.seq_length % layout.tp == 0,
+        fmt::format("sequence parallel splits each sequence of {} tokens over tp={}, which does not "
+                    "divide it; {} (sequence length) or --no-sequence-parallel",
+                    layout.seq_length, layout.tp, nearby_multiples(layout.seq_length, layout.tp)));
+  }
+}
+
+void check_pipeline(const model::ModelSpec& model, Layout& layout) {
+  const int layers = model.num_layers;
+  const int chunks = layout.virtual_stages;
+  const int virtual_stage_count = layout.pp * chunks;
+  if (layout.schedule == Schedule::kInterleaved) {
+    require_input(layout.pp > 1,
+                  "interleaved schedule needs pipeline parallelism; try pp=2 or more, or "
+                  "--schedule 1f1b");
+    require_input(chunks > 1,
+                  fmt::format("interleaved schedule needs vpp >= 2 model chunks per stage (vpp={}); "
+                              "try vpp=2, or --schedule 1f1b",
+                              chunks));
+  } else {
+    require_input(chunks == 1,
+                  fmt::format("vpp={} model chunks per stage need --schedule interleaved; or use "
+                              "vpp=1 with --schedule {}",
+                              chunks, to_string(layout.schedule)));
+  }
+  if (!layout.layers_per_stage.empty()) {
+    require_input(static_cast<int>(layout.layers_per_stage.size()) == virtual_stage_count,
+                  fmt::format("layers per stage lists {} entries but pp={} × vpp={} needs {}",
+                              layout.layers_per_stage.size(), layout.pp, chunks, virtual_stage_count));
+    int total = 0;
+    for (size_t position = 0; position < layout.layers_per_stage.size(); ++position) {
+      int count = layout.layers_per_stage[position];
+      require_input(count >= 1, fmt::format("layers per stage entry {} is {}: every (virtual) stage needs at "
+                                            "least one layer",
+                                            position, count));
+      total += count;
+    }
+    require_input(total == layers, fmt::format("layers per stage sum to {} but {} has {} layers; change the "
+                                               "entries by {}",
+                                               total, model.name, layers, layers - total));
+    return;
+  }
+  // Nearby valid choice: another pp (vpp = 1) or another vpp for this pp, such that pp × vpp divides the
+  // layers.
+  std::string suggestion;
+  if (chunks > 1) {
+    std::vector<int> valid_chunks;
+    for (int candidate = 2; candidate * layout.pp <= layers; ++candidate) {
+      if (layers % (candidate * layout.pp) == 0) valid_chunks.push_back(candidate);
+    }
+    if (!valid_chunks.empty()) suggestion = nearby(valid_chunks, chunks, "vpp=");
+  }
+  if (suggestion.empty()) suggestion = nearby(divisors(layers), layout.pp, "pp=");
+  require_input(virtual_stage_count <= layers,
+                fmt::format("pp={} × vpp={} = {} stages exceed the {} layers of {}; {}", layout.pp, chunks,
+                            virtual_stage_count, layers, model.name, suggestion));
+  require_input(
+      layers % virtual_stage_count == 0,
+      fmt::format("pp={} × vpp={} = {} stages do not divide the {} layers of {} evenly; {}, or give an "
+                  "explicit --layers-per-stage",
+                  layout.pp, chunks, virtual_stage_count, layers, model.name, suggestion));
+  layout.layers_per_stage.assign(virtual_stage_count, layers / virtual_stage_count);
+}
+
+void check_experts(const model::ModelSpec& model, const Layout& layout) {
+  if (!model.is_moe()) {
+    require_input(layout.ep == 1,
+                  fmt::format("ep={} needs a mixture-of-experts model, but {} is dense; use ep=1", layout.ep,
+                              model.name));
+    return;
+  }
+  std::vector<int> valid_ep = divisors(std::gcd(layout.dp, model.num_experts));
+  require_input(
+      layout.dp % layout.ep == 0,
+      fmt::format("ep={} does not divide dp={} (expert parallelism is carved out of data parallelism, "
+                  "as in Megatron-LM); {}",
+                  layout.ep, layout.dp, nearby(valid_ep, layout.ep, "ep=")));
+  require_input(model.num_experts % layout.ep == 0,
+                fmt::format("ep={} does not divide the {} experts of {}; {}", layout.ep, model.num_experts,
+                            model.name, nearby(valid_ep, layout.ep, "ep=")));
+}
+
+void check_batch(Layout& layout) {
+  const int sequences_per_step = layout.micro_batch * layout.dp;
+  if (layout.global_batch == 0) layout.global_batch = sequences_per_step;
+  require_input(layout.global_batch % sequences_per_step == 0,
+                fmt::format("global batch {} is not a multiple of micro-batch × dp = {} × {} = {}; {}",
+                            layout.global_batch, layout.micro_batch, layout.dp, sequences_per_step,
+                            nearby_multiples(layout.global_batch, sequences_per_step)));
+  if (layout.schedule == Schedule::kInterleaved) {
+    const int microbatches = layout.num_microbatches();
+    require_input(
+        microbatches % layout.pp == 0,
+        fmt::format("interleaved schedule needs the number of micro-batches ({} = global batch {} / "
+                    "(micro-batch × dp = {})) to be a multiple of pp={}; {} (global batch)",
+                    microbatches, layout.global_batch, sequences_per_step, layout.pp,
+                    nearby_multiples(layout.global_batch, sequences_per_step * layout.pp)));
+  }
+}
+
+void check_overlap(const Layout& layout) {
+  require_input(
+      !layout.overlap_param_gather || layout.zero_stage >= 1,
+      "overlapping the parameter all-gather needs sharded state: use --zero 1 or --zero 3 (fsdp), or "
+      "drop --overlap-param");
+}
+
+}  // namespace
+
+Layout resolve_layout(const model::ModelSpec& model, Layout layout, bool sequence_parallel_explicit) {
+  check_sizes(layout);
+  check_tensor_parallel(model, layout);
+  // Sequence parallel only splits activations over tp; with tp = 1 there is nothing to split, so it is turned
+  // off (Megatron-LM does the same). Without an explicit choice it follows tp > 1.
+  if (!sequence_parallel_explicit) layout.sequence_parallel = layout.tp > 1;
+  if (layout.tp == 1) layout.sequence_parallel = false;
+  if (layout.seq_length == 0) layout.seq_length = model.seq_length;
+  check_sequence(layout);
+  check_pipeline(model, layout);
+  check_experts(model, layout);
+  check_batch(layout);
+  check_overlap(layout);
+  return layout;
+}
+
+}  // namespace calo::parallel

@@ -10,15 +10,19 @@ enum class Recompute { kNone, kSelective, kFull };
 
 /// Parameter counts (numbers of scalars).
 struct ParameterCounts {
-  double total = 0;             ///< all parameters (every expert counted)
-  double active_per_token = 0;  ///< parameters a token passes through (top-k experts only)
-  double embedding = 0;         ///< input embedding (+ learned positions)
-  double output = 0;            ///< untied output projection (0 when tied)
+  double total = 0;                ///< all parameters (every expert counted)
+  double active_per_token = 0;     ///< parameters a token passes through (top-k experts only)
+  double embedding = 0;            ///< input embedding (+ learned positions)
+  double output = 0;               ///< untied output projection (0 when tied)
   double per_layer_attention = 0;  ///< QKV + output projection (+ biases) of one layer
   double per_layer_mlp = 0;        ///< dense FFN of one layer (for MoE: all experts of one layer)
   double per_layer_router = 0;     ///< MoE router of one layer
   double per_layer_norm = 0;       ///< norms of one layer
   double final_norm = 0;           ///< final norm
+  double positions = 0;            ///< of `embedding`: learned position table (0 for RoPE)
+  double per_expert = 0;           ///< one expert's FFN (MoE; 0 for dense)
+  /// All parameters of one transformer layer (attention + FFN/experts + router + norms).
+  double per_layer() const { return per_layer_attention + per_layer_mlp + per_layer_router + per_layer_norm; }
 };
 
 /// Counts parameters of `spec`.
@@ -27,15 +31,20 @@ ParameterCounts count_parameters(const ModelSpec& spec);
 /// Matrix-multiply FLOPs per token (2 FLOPs per multiply-add), including the attention score and value
 /// products (causal: half of s^2) and the output logits.
 struct FlopsPerToken {
-  double forward = 0;             ///< forward pass
-  double backward = 0;            ///< backward pass (2x forward)
-  double attention_forward = 0;   ///< of `forward`: QK^T and AV products only
+  double forward = 0;            ///< forward pass
+  double backward = 0;           ///< backward pass (2x forward)
+  double attention_forward = 0;  ///< of `forward`: QK^T and AV products only
+  double logits_forward = 0;     ///< of `forward`: output projection to the vocabulary (2 V h)
+  double per_layer_forward = 0;  ///< of `forward`: one transformer layer (linears, router, attention core)
   /// forward + backward (model FLOPs, used for MFU).
   double total() const { return forward + backward; }
 };
 
 /// FLOPs per token at sequence length `seq_length` (active experts only for MoE).
 FlopsPerToken flops_per_token(const ModelSpec& spec, int seq_length);
+
+/// Forward QK^T + AV FLOPs per token of all layers: 4 L a d s (full mask) or 2 L a d s (causal, half of s^2).
+double attention_flops_per_token(const ModelSpec& spec, int seq_length, bool causal);
 
 /// Extra forward FLOPs per token re-executed by recomputation (0 for none; attention core for selective;
 /// the whole layer forward except logits for full).
@@ -46,5 +55,20 @@ double recompute_flops_per_token(const ModelSpec& spec, int seq_length, Recomput
 /// recompute settings. Full recompute keeps only the layer input.
 double activation_bytes_per_layer(const ModelSpec& spec, int seq_length, int micro_batch, int tp,
                                   bool sequence_parallel, Recompute recompute);
+
+/// As above; `flash_attention` = false keeps the softmax output (and dropout mask/output when dropout > 0) of
+/// size a s^2 per sequence, as in Korthikanti et al.'s 34 s b h + 5 a s^2 b.
+double activation_bytes_per_layer(const ModelSpec& spec, int seq_length, int micro_batch, int tp,
+                                  bool sequence_parallel, Recompute recompute, bool flash_attention);
+
+/// Extra activation bytes the first pipeline stage keeps per micro-batch: the embedding dropout mask (if
+/// any).
+double embedding_activation_bytes(const ModelSpec& spec, int seq_length, int micro_batch, int tp,
+                                  bool sequence_parallel);
+
+/// Extra activation bytes the last pipeline stage keeps per micro-batch: final-norm input, output-projection
+/// input and the fp32 softmax of the vocabulary-parallel cross entropy (4 s b V / tp).
+double output_activation_bytes(const ModelSpec& spec, int seq_length, int micro_batch, int tp,
+                               bool sequence_parallel);
 
 }  // namespace calo::model

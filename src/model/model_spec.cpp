@@ -21,16 +21,32 @@ Enum parse_choice(const std::string& text, const std::string& key, const std::st
 
 ModelSpec parse_model_spec(const nlohmann::json& object, const std::string& origin) {
   core::ConfigReader reader(object, origin);
-  reader.reject_unknown_keys({"name", "description", "source", "num_layers", "hidden_size", "ffn_hidden_size",
-                              "num_attention_heads", "num_kv_heads", "head_dim", "vocab_size", "seq_length",
-                              "activation", "norm", "position_embedding", "tied_embeddings", "linear_bias",
-                              "num_experts", "moe_top_k", "dtype"});
+  reader.reject_unknown_keys({"name",
+                              "description",
+                              "source",
+                              "num_layers",
+                              "hidden_size",
+                              "ffn_hidden_size",
+                              "num_attention_heads",
+                              "num_kv_heads",
+                              "head_dim",
+                              "vocab_size",
+                              "seq_length",
+                              "activation",
+                              "norm",
+                              "position_embedding",
+                              "tied_embeddings",
+                              "linear_bias",
+                              "num_experts",
+                              "moe_top_k",
+                              "dropout",
+                              "dtype"});
   ModelSpec spec;
   spec.name = reader.get_string("name");
   auto positive = [&](const char* key) {
     long long value = reader.get_int(key);
-    require_input(value > 0 && value < (1LL << 31), origin + ": '" + key + "' must be a positive integer, got " +
-                                                        std::to_string(value));
+    require_input(value > 0 && value < (1LL << 31),
+                  origin + ": '" + key + "' must be a positive integer, got " + std::to_string(value));
     return static_cast<int>(value);
   };
   spec.num_layers = positive("num_layers");
@@ -38,6 +54,12 @@ ModelSpec parse_model_spec(const nlohmann::json& object, const std::string& orig
   spec.ffn_hidden_size = positive("ffn_hidden_size");
   spec.num_attention_heads = positive("num_attention_heads");
   spec.num_kv_heads = reader.has("num_kv_heads") ? positive("num_kv_heads") : spec.num_attention_heads;
+  if (!reader.has("head_dim")) {
+    require_input(spec.hidden_size % spec.num_attention_heads == 0,
+                  origin + ": 'hidden_size' (" + std::to_string(spec.hidden_size) +
+                      ") must be a multiple of 'num_attention_heads' (" +
+                      std::to_string(spec.num_attention_heads) + "), or give 'head_dim' explicitly");
+  }
   spec.head_dim = reader.has("head_dim") ? positive("head_dim") : spec.hidden_size / spec.num_attention_heads;
   spec.vocab_size = positive("vocab_size");
   spec.seq_length = positive("seq_length");
@@ -45,23 +67,30 @@ ModelSpec parse_model_spec(const nlohmann::json& object, const std::string& orig
                                              {{"gelu", Activation::kGelu}, {"swiglu", Activation::kSwiGlu}});
   spec.norm = parse_choice<NormKind>(reader.get_string("norm", "rmsnorm"), "norm", origin,
                                      {{"layernorm", NormKind::kLayerNorm}, {"rmsnorm", NormKind::kRmsNorm}});
-  spec.position_embedding =
-      parse_choice<PositionEmbedding>(reader.get_string("position_embedding", "rope"), "position_embedding", origin,
-                                      {{"learned", PositionEmbedding::kLearned}, {"rope", PositionEmbedding::kRope}});
+  spec.position_embedding = parse_choice<PositionEmbedding>(
+      reader.get_string("position_embedding", "rope"), "position_embedding", origin,
+      {{"learned", PositionEmbedding::kLearned}, {"rope", PositionEmbedding::kRope}});
   spec.tied_embeddings = reader.get_bool("tied_embeddings", false);
   spec.linear_bias = reader.get_bool("linear_bias", false);
   spec.num_experts = static_cast<int>(reader.get_int("num_experts", 0));
   spec.moe_top_k = static_cast<int>(reader.get_int("moe_top_k", spec.num_experts > 0 ? 2 : 0));
+  spec.dropout = reader.get_double("dropout", 0.0);
   spec.bytes_dtype = reader.get_string("dtype", "bf16");
 
   require_input(spec.num_attention_heads % spec.num_kv_heads == 0,
                 origin + ": num_attention_heads (" + std::to_string(spec.num_attention_heads) +
                     ") must be a multiple of num_kv_heads (" + std::to_string(spec.num_kv_heads) + ")");
-  require_input(spec.num_experts >= 0, origin + ": num_experts must be >= 0");
+  require_input(spec.num_experts >= 0,
+                origin + ": 'num_experts' must be >= 0 (0 = dense), got " + std::to_string(spec.num_experts));
+  require_input(spec.num_experts != 0 || spec.moe_top_k == 0,
+                origin + ": 'moe_top_k' is set but 'num_experts' is 0; set num_experts or remove moe_top_k");
+  require_input(spec.dropout >= 0.0 && spec.dropout < 1.0,
+                origin + ": 'dropout' must be a probability in [0, 1), got " + std::to_string(spec.dropout));
   require_input(spec.num_experts == 0 || (spec.moe_top_k >= 1 && spec.moe_top_k <= spec.num_experts),
-                origin + ": moe_top_k must be between 1 and num_experts (" + std::to_string(spec.num_experts) +
-                    "), got " + std::to_string(spec.moe_top_k));
-  require_input(spec.bytes_dtype == "bf16", origin + ": only dtype bf16 is supported, got '" + spec.bytes_dtype + "'");
+                origin + ": 'moe_top_k' must be between 1 and num_experts (" +
+                    std::to_string(spec.num_experts) + "), got " + std::to_string(spec.moe_top_k));
+  require_input(spec.bytes_dtype == "bf16",
+                origin + ": only dtype bf16 is supported, got '" + spec.bytes_dtype + "'");
   return spec;
 }
 
@@ -87,6 +116,7 @@ nlohmann::json to_json(const ModelSpec& spec) {
           {"linear_bias", spec.linear_bias},
           {"num_experts", spec.num_experts},
           {"moe_top_k", spec.moe_top_k},
+          {"dropout", spec.dropout},
           {"dtype", spec.bytes_dtype}};
 }
 

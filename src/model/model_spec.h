@@ -15,15 +15,15 @@ enum class PositionEmbedding { kLearned, kRope };
 
 /// One transformer model. Sizes are counts (not bytes); all layers are identical.
 struct ModelSpec {
-  std::string name;                  ///< preset or file name, e.g. "llama3-70b"
-  int num_layers = 0;                ///< transformer blocks
-  int hidden_size = 0;               ///< model width h
-  int ffn_hidden_size = 0;           ///< dense FFN inner width (per expert for MoE)
-  int num_attention_heads = 0;       ///< query heads a
-  int num_kv_heads = 0;              ///< key/value heads (== heads for MHA, fewer for GQA)
-  int head_dim = 0;                  ///< per-head width; defaults to hidden_size / num_attention_heads
-  int vocab_size = 0;                ///< embedding rows
-  int seq_length = 0;                ///< default training sequence length s
+  std::string name;             ///< preset or file name, e.g. "llama3-70b"
+  int num_layers = 0;           ///< transformer blocks
+  int hidden_size = 0;          ///< model width h
+  int ffn_hidden_size = 0;      ///< dense FFN inner width (per expert for MoE)
+  int num_attention_heads = 0;  ///< query heads a
+  int num_kv_heads = 0;         ///< key/value heads (== heads for MHA, fewer for GQA)
+  int head_dim = 0;             ///< per-head width; defaults to hidden_size / num_attention_heads
+  int vocab_size = 0;           ///< embedding rows
+  int seq_length = 0;           ///< default training sequence length s
   Activation activation = Activation::kSwiGlu;
   NormKind norm = NormKind::kRmsNorm;
   PositionEmbedding position_embedding = PositionEmbedding::kRope;
@@ -31,6 +31,7 @@ struct ModelSpec {
   bool linear_bias = false;          ///< linear layers carry bias vectors (GPT-3: yes; Llama: no)
   int num_experts = 0;               ///< routed experts per MoE layer; 0 = dense model
   int moe_top_k = 0;                 ///< experts each token is routed to
+  double dropout = 0.0;              ///< hidden/attention dropout probability (GPT-3: 0.1; Llama, Mixtral: 0)
   std::string bytes_dtype = "bf16";  ///< training compute dtype (bf16)
 
   /// True for a mixture-of-experts model.

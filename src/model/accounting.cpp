@@ -1,0 +1,173 @@
+// Parameter, FLOP and activation accounting; every formula here is written out in docs/METRICS.md
+// ("Model accounting").
+#include "model/accounting.h"
+
+#include <string>
+
+#include "core/error.h"
+
+namespace calo::model {
+namespace {
+
+constexpr double kBf16Bytes = 2.0;  // activations are stored in bf16
+constexpr double kFp32Bytes = 4.0;  // softmax statistics, router probabilities, cross-entropy softmax
+constexpr double kMaskBytes = 1.0;  // dropout masks: one byte per element
+
+// Weights of one FFN (one expert for MoE), biases excluded: 2 h f (GELU) or 3 h f (SwiGLU).
+double ffn_weights(const ModelSpec& spec) {
+  const double matrices = spec.activation == Activation::kSwiGlu ? 3.0 : 2.0;
+  return matrices * spec.hidden_size * static_cast<double>(spec.ffn_hidden_size);
+}
+
+// Biases of one FFN: f + h (GELU) or 2 f + h (SwiGLU).
+double ffn_biases(const ModelSpec& spec) {
+  if (!spec.linear_bias) return 0.0;
+  const double inner =
+      spec.activation == Activation::kSwiGlu ? 2.0 * spec.ffn_hidden_size : spec.ffn_hidden_size;
+  return inner + spec.hidden_size;
+}
+
+// Weights of the attention projections: Q (h x a d), K and V (h x g d), output (a d x h).
+double attention_weights(const ModelSpec& spec) {
+  const double hidden = spec.hidden_size;
+  return hidden * spec.q_size() * 2.0 + hidden * spec.kv_size() * 2.0;
+}
+
+// Parameters of one norm: scale (+ bias for LayerNorm).
+double norm_parameters(const ModelSpec& spec) {
+  return spec.norm == NormKind::kLayerNorm ? 2.0 * spec.hidden_size : spec.hidden_size;
+}
+
+void require_positive(int value, const char* what) {
+  require_input(value > 0, std::string(what) + " must be positive, got " + std::to_string(value));
+}
+
+}  // namespace
+
+ParameterCounts count_parameters(const ModelSpec& spec) {
+  ParameterCounts counts;
+  const double hidden = spec.hidden_size;
+  counts.per_layer_attention = attention_weights(spec);
+  if (spec.linear_bias) counts.per_layer_attention += spec.q_size() + 2.0 * spec.kv_size() + hidden;
+  const double one_ffn = ffn_weights(spec) + ffn_biases(spec);
+  if (spec.is_moe()) {
+    counts.per_expert = one_ffn;
+    counts.per_layer_mlp = spec.num_experts * one_ffn;
+    counts.per_layer_router = hidden * spec.num_experts;
+  } else {
+    counts.per_layer_mlp = one_ffn;
+  }
+  counts.per_layer_norm = 2.0 * norm_parameters(spec);
+  counts.final_norm = norm_parameters(spec);
+  counts.positions = spec.position_embedding == PositionEmbedding::kLearned ? spec.seq_length * hidden : 0.0;
+  counts.embedding = static_cast<double>(spec.vocab_size) * hidden + counts.positions;
+  counts.output = spec.tied_embeddings ? 0.0 : static_cast<double>(spec.vocab_size) * hidden;
+  counts.total = counts.embedding + counts.output + spec.num_layers * counts.per_layer() + counts.final_norm;
+  const double idle_experts = spec.is_moe() ? spec.num_experts - spec.moe_top_k : 0;
+  counts.active_per_token = counts.total - spec.num_layers * idle_experts * counts.per_expert;
+  return counts;
+}
+
+double attention_flops_per_token(const ModelSpec& spec, int seq_length, bool causal) {
+  require_positive(seq_length, "sequence length");
+  // Per layer and token: QK^T is a*d*s multiply-adds, AV the same; causal masking halves both.
+  const double full = 4.0 * spec.num_attention_heads * spec.head_dim * static_cast<double>(seq_length);
+  return spec.num_layers * (causal ? full / 2.0 : full);
+}
+
+FlopsPerToken flops_per_token(const ModelSpec& spec, int seq_length) {
+  FlopsPerToken flops;
+  const double experts_per_token = spec.is_moe() ? spec.moe_top_k : 1;
+  const double router = spec.is_moe() ? static_cast<double>(spec.hidden_size) * spec.num_experts : 0.0;
+  const double linear_weights = attention_weights(spec) + experts_per_token * ffn_weights(spec) + router;
+  flops.attention_forward = attention_flops_per_token(spec, seq_length, /*causal=*/true);
+  flops.per_layer_forward = 2.0 * linear_weights + flops.attention_forward / spec.num_layers;
+  flops.logits_forward = 2.0 * static_cast<double>(spec.vocab_size) * spec.hidden_size;
+  flops.forward = spec.num_layers * flops.per_layer_forward + flops.logits_forward;
+  flops.backward = 2.0 * flops.forward;
+  return flops;
+}
+
+double recompute_flops_per_token(const ModelSpec& spec, int seq_length, Recompute recompute) {
+  switch (recompute) {
+    case Recompute::kNone:
+      return 0.0;
+    case Recompute::kSelective:
+      return attention_flops_per_token(spec, seq_length, /*causal=*/true);
+    case Recompute::kFull: {
+      const FlopsPerToken flops = flops_per_token(spec, seq_length);
+      return flops.forward - flops.logits_forward;
+    }
+  }
+  return 0.0;
+}
+
+double activation_bytes_per_layer(const ModelSpec& spec, int seq_length, int micro_batch, int tp,
+                                  bool sequence_parallel, Recompute recompute) {
+  return activation_bytes_per_layer(spec, seq_length, micro_batch, tp, sequence_parallel, recompute,
+                                    /*flash_attention=*/true);
+}
+
+double activation_bytes_per_layer(const ModelSpec& spec, int seq_length, int micro_batch, int tp,
+                                  bool sequence_parallel, Recompute recompute, bool flash_attention) {
+  require_positive(seq_length, "sequence length");
+  require_positive(micro_batch, "micro-batch size");
+  require_positive(tp, "tensor-parallel size");
+  const double tokens = static_cast<double>(seq_length) * micro_batch;
+  const double hidden = spec.hidden_size;
+  const double tp_size = tp;
+  // Tensors of the full hidden width that tensor parallelism replicates; sequence parallel splits them over
+  // tp.
+  const double replicated_divisor = sequence_parallel ? tp_size : 1.0;
+  if (recompute == Recompute::kFull) return tokens * kBf16Bytes * hidden / replicated_divisor;
+
+  const bool dropout = spec.dropout > 0.0;
+  // Per token, bytes. Replicated: inputs of both norms, of the QKV projection and of the FFN/router,
+  // plus the two dropout masks after the attention output projection and after the FFN.
+  double replicated = 4.0 * kBf16Bytes * hidden + (dropout ? 2.0 * kMaskBytes * hidden : 0.0);
+  // Split over tp: Q, K, V, the attention output (= input of the output projection).
+  double split = kBf16Bytes * (2.0 * spec.q_size() + 2.0 * spec.kv_size());
+  const double heads = spec.num_attention_heads;
+  const bool keep_core_attention = recompute != Recompute::kSelective;
+  if (keep_core_attention) {
+    if (flash_attention) {
+      split += kFp32Bytes * heads;  // softmax log-sum-exp per head and query
+    } else {
+      // Softmax output (2 a s), and with dropout its mask (a s) and the dropped-out probabilities (2 a s).
+      split += heads * seq_length * (kBf16Bytes + (dropout ? kMaskBytes + kBf16Bytes : 0.0));
+    }
+  }
+  const double ffn = spec.ffn_hidden_size;
+  // FFN inner tensors: GELU keeps its input and output (2 x f); SwiGLU keeps gate+up (2 f) and its output
+  // (f).
+  const double ffn_inner = kBf16Bytes * (spec.activation == Activation::kSwiGlu ? 3.0 * ffn : 2.0 * ffn);
+  double unsplit = 0.0;
+  if (spec.is_moe()) {
+    const double routed = spec.moe_top_k;
+    replicated += kFp32Bytes * spec.num_experts;  // router probabilities
+    split += routed * ffn_inner;
+    // Each routed token copy: permuted expert input and expert output (kept for the combine weights'
+    // gradient). Tokens are gathered over the tp group before the experts, so these are not divided by tp.
+    unsplit += routed * 2.0 * kBf16Bytes * hidden;
+  } else {
+    split += ffn_inner;
+  }
+  return tokens * (replicated / replicated_divisor + split / tp_size + unsplit);
+}
+
+double embedding_activation_bytes(const ModelSpec& spec, int seq_length, int micro_batch, int tp,
+                                  bool sequence_parallel) {
+  if (spec.dropout <= 0.0) return 0.0;
+  const double tokens = static_cast<double>(seq_length) * micro_batch;
+  return tokens * kMaskBytes * spec.hidden_size / (sequence_parallel ? tp : 1);
+}
+
+double output_activation_bytes(const ModelSpec& spec, int seq_length, int micro_batch, int tp,
+                               bool sequence_parallel) {
+  const double tokens = static_cast<double>(seq_length) * micro_batch;
+  const double hidden_tensors = 2.0 * kBf16Bytes * spec.hidden_size / (sequence_parallel ? tp : 1);
+  const double cross_entropy = kFp32Bytes * static_cast<double>(spec.vocab_size) / tp;
+  return tokens * (hidden_tensors + cross_entropy);
+}
+
+}  // namespace calo::model

@@ -1,0 +1,670 @@
+#include "store/run_store.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <condition_variable>
+#include <ctime>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <variant>
+
+#include "core/error.h"
+#include "core/time.h"
+#include "store/sqlite_db.h"
+
+namespace calo::store {
+
+namespace {
+
+using detail::Database;
+using detail::Statement;
+
+// Schema version stored in PRAGMA user_version; bump on incompatible changes (docs/RUN_STORE.md).
+constexpr int kSchemaVersion = 1;
+
+constexpr std::string_view kSchemaSql = R"sql(
+CREATE TABLE run(
+  id INTEGER PRIMARY KEY, kind TEXT NOT NULL, name TEXT NOT NULL, command TEXT NOT NULL,
+  config_json TEXT NOT NULL, host TEXT NOT NULL, started_ns INTEGER NOT NULL, ended_ns INTEGER NOT NULL,
+  wall_offset_ns INTEGER NOT NULL, version TEXT NOT NULL);
+CREATE TABLE device(
+  idx INTEGER PRIMARY KEY, node INTEGER NOT NULL, slot INTEGER NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL,
+  uuid TEXT NOT NULL, pci_bus TEXT NOT NULL, power_limit_w REAL NOT NULL, max_sm_mhz REAL NOT NULL,
+  driver TEXT NOT NULL);
+CREATE TABLE metric(
+  id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, unit TEXT NOT NULL, kind TEXT NOT NULL);
+CREATE TABLE sample(
+  device_idx INTEGER NOT NULL, metric_id INTEGER NOT NULL, t_ns INTEGER NOT NULL, value REAL NOT NULL,
+  sensor_t_ns INTEGER);
+CREATE TABLE span(
+  rank INTEGER, device_idx INTEGER, kind TEXT NOT NULL, name TEXT NOT NULL, category TEXT NOT NULL,
+  t_begin_ns INTEGER NOT NULL, t_end_ns INTEGER NOT NULL, step INTEGER, microbatch INTEGER, stage INTEGER);
+CREATE TABLE summary(
+  scope TEXT NOT NULL, key TEXT NOT NULL, value REAL NOT NULL, unit TEXT NOT NULL);
+CREATE TABLE event(
+  t_ns INTEGER NOT NULL, level TEXT NOT NULL, device_idx INTEGER, source TEXT NOT NULL, message TEXT NOT NULL);
+)sql";
+
+constexpr std::string_view kIndexSql =
+    "CREATE INDEX IF NOT EXISTS sample_by_series ON sample(device_idx, metric_id, t_ns);"
+    "CREATE INDEX IF NOT EXISTS span_by_time ON span(t_begin_ns);";
+
+template <typename Enum, std::size_t N>
+Enum parse_enum(std::string_view name, const std::array<std::string_view, N>& names, std::string_view what) {
+  for (std::size_t index = 0; index < N; ++index) {
+    if (names[index] == name) return static_cast<Enum>(index);
+  }
+  std::string choices;
+  for (auto choice : names) choices += (choices.empty() ? "" : ", ") + std::string(choice);
+  throw InputError(fmt::format("unknown {} '{}': valid choices are {}", what, name, choices));
+}
+
+constexpr std::array<std::string_view, 4> kRunKindNames{"record", "bench", "sim", "ingest"};
+constexpr std::array<std::string_view, 3> kMetricKindNames{"gauge", "counter", "bitmask"};
+constexpr std::array<std::string_view, 4> kSpanKindNames{"step", "phase", "op", "kernel"};
+constexpr std::array<std::string_view, 2> kDeviceKindNames{"gpu", "cpu"};
+constexpr std::array<std::string_view, 3> kEventLevelNames{"info", "warning", "error"};
+
+void bind_optional(Statement& statement, int index, int64_t value) {
+  if (value == kNone) {
+    statement.bind_null(index);
+  } else {
+    statement.bind(index, value);
+  }
+}
+
+int64_t column_optional(const Statement& statement, int index) {
+  return statement.column_is_null(index) ? kNone : statement.column_int(index);
+}
+
+// ended_ns update queued behind the data.
+struct RunEnd {
+  int64_t ended_ns = 0;
+};
+
+using MiscItem = std::variant<DeviceInfo, MetricInfo, Span, SummaryRow, Event, RunEnd>;
+
+}  // namespace
+
+std::string_view to_string(RunKind kind) {
+  return kRunKindNames.at(static_cast<std::size_t>(kind));
+}
+std::string_view to_string(MetricKind kind) {
+  return kMetricKindNames.at(static_cast<std::size_t>(kind));
+}
+std::string_view to_string(SpanKind kind) {
+  return kSpanKindNames.at(static_cast<std::size_t>(kind));
+}
+std::string_view to_string(DeviceKind kind) {
+  return kDeviceKindNames.at(static_cast<std::size_t>(kind));
+}
+std::string_view to_string(EventLevel level) {
+  return kEventLevelNames.at(static_cast<std::size_t>(level));
+}
+RunKind parse_run_kind(std::string_view name) {
+  return parse_enum<RunKind>(name, kRunKindNames, "run kind");
+}
+MetricKind parse_metric_kind(std::string_view name) {
+  return parse_enum<MetricKind>(name, kMetricKindNames, "metric kind");
+}
+SpanKind parse_span_kind(std::string_view name) {
+  return parse_enum<SpanKind>(name, kSpanKindNames, "span kind");
+}
+DeviceKind parse_device_kind(std::string_view name) {
+  return parse_enum<DeviceKind>(name, kDeviceKindNames, "device kind");
+}
+EventLevel parse_event_level(std::string_view name) {
+  return parse_enum<EventLevel>(name, kEventLevelNames, "event level");
+}
+
+std::filesystem::path make_run_dir(const std::filesystem::path& parent, std::string_view name) {
+  std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  std::array<char, 16> date{};
+  std::strftime(date.data(), date.size(), "%Y-%m-%d", &local);
+  std::string clean_name;
+  for (char character : name) {
+    bool keep = std::isalnum(static_cast<unsigned char>(character)) || character == '-' || character == '_' ||
+                character == '.';
+    clean_name += keep ? character : '-';
+  }
+  if (clean_name.empty()) clean_name = "run";
+  std::string base = fmt::format("{}-{}", date.data(), clean_name);
+  std::error_code error;
+  std::filesystem::create_directories(parent, error);
+  if (error) {
+    throw InputError(
+        fmt::format("cannot create run parent directory {}: {}; pass --out with a writable directory",
+                    parent.string(), error.message()));
+  }
+  for (int attempt = 1; attempt < 10000; ++attempt) {
+    std::filesystem::path candidate = parent / (attempt == 1 ? base : fmt::format("{}-{}", base, attempt));
+    if (std::filesystem::create_directory(candidate, error)) return candidate;
+    if (error) {
+      throw InputError(fmt::format("cannot create run directory {}: {}; pass --out with a writable directory",
+                                   candidate.string(), error.message()));
+    }
+  }
+  throw InputError(
+      fmt::format("too many runs named {} under {}; choose another --out", base, parent.string()));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Writer
+
+struct RunWriter::Impl {
+  std::filesystem::path run_dir;
+  RunInfo info;
+  WriterOptions options;
+  std::unique_ptr<Database> db;
+  std::unique_ptr<Statement> insert_sample;
+
+  mutable std::mutex mutex;
+  std::condition_variable wake_writer;
+  std::condition_variable batch_done;
+  std::vector<Sample> pending_samples;
+  std::vector<MiscItem> pending_misc;
+  std::map<std::string, int32_t, std::less<>> metric_ids;
+  uint64_t ticket_requested = 0;  // bumped by flush(); writer commits at once when ahead of ticket_done
+  uint64_t ticket_done = 0;
+  bool stopping = false;
+  bool finished = false;
+  std::string writer_error;
+  WriterStats stats;
+  uint64_t dropped_reported = 0;
+  std::thread writer_thread;
+
+  void writer_loop();
+  void commit_batch(std::vector<Sample>& samples, std::vector<MiscItem>& misc, uint64_t dropped_total);
+};
+
+RunWriter::RunWriter(const std::filesystem::path& run_dir, RunInfo info, WriterOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->run_dir = run_dir;
+  impl_->options = options;
+  if (info.version.empty()) info.version = CALO_VERSION;
+  impl_->info = info;
+  std::error_code error;
+  std::filesystem::create_directories(run_dir, error);
+  if (error) {
+    throw InputError(fmt::format("cannot create run directory {}: {}; pass --out with a writable directory",
+                                 run_dir.string(), error.message()));
+  }
+  if (access(run_dir.c_str(), W_OK) != 0) {
+    throw InputError(fmt::format("run directory {} is not writable; pass --out with a writable directory",
+                                 run_dir.string()));
+  }
+  std::filesystem::path db_path = run_dir / kRunDbName;
+  if (std::filesystem::exists(db_path)) {
+    throw InputError(fmt::format("{} already holds a run ({} exists); choose a new --out directory",
+                                 run_dir.string(), db_path.string()));
+  }
+  impl_->db = std::make_unique<Database>(db_path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  Database& db = *impl_->db;
+  db.exec(
+      "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-65536;"
+      "PRAGMA wal_autocheckpoint=16384;");
+  db.exec("BEGIN");
+  db.exec(kSchemaSql);
+  db.exec(fmt::format("PRAGMA user_version={}", kSchemaVersion));
+  Statement insert_run(db,
+                       "INSERT INTO run(id, kind, name, command, config_json, host, started_ns, ended_ns, "
+                       "wall_offset_ns, version) VALUES(1,?,?,?,?,?,?,?,?,?)");
+  insert_run.bind(1, to_string(info.kind));
+  insert_run.bind(2, info.name);
+  insert_run.bind(3, info.command);
+  insert_run.bind(4, info.config_json);
+  insert_run.bind(5, info.host);
+  insert_run.bind(6, info.started_ns);
+  insert_run.bind(7, info.ended_ns);
+  insert_run.bind(8, info.wall_offset_ns);
+  insert_run.bind(9, info.version);
+  insert_run.run();
+  db.exec("COMMIT");
+  impl_->insert_sample = std::make_unique<Statement>(
+      db, "INSERT INTO sample(device_idx, metric_id, t_ns, value, sensor_t_ns) VALUES(?,?,?,?,?)");
+  impl_->writer_thread = std::thread([impl = impl_.get()] { impl->writer_loop(); });
+}
+
+RunWriter::~RunWriter() {
+  try {
+    finish(impl_->info.ended_ns != 0 ? impl_->info.ended_ns : core::monotonic_ns());
+  } catch (...) {  // NOLINT(bugprone-empty-catch): destructors must not throw; finish() reports errors.
+  }
+}
+
+void RunWriter::Impl::writer_loop() {
+  std::vector<Sample> samples;
+  std::vector<MiscItem> misc;
+  std::unique_lock lock(mutex);
+  auto next_commit = std::chrono::steady_clock::now() + std::chrono::nanoseconds(options.commit_interval_ns);
+  while (true) {
+    wake_writer.wait_until(lock, next_commit, [&] { return stopping || ticket_requested > ticket_done; });
+    bool stop_after = stopping;
+    uint64_t ticket = ticket_requested;
+    samples.swap(pending_samples);
+    misc.swap(pending_misc);
+    uint64_t dropped_total = stats.samples_dropped;
+    next_commit = std::chrono::steady_clock::now() + std::chrono::nanoseconds(options.commit_interval_ns);
+    if (writer_error.empty() && (!samples.empty() || !misc.empty() || dropped_total != dropped_reported)) {
+      lock.unlock();
+      std::string error;
+      try {
+        commit_batch(samples, misc, dropped_total);
+      } catch (const std::exception& failure) {
+        error = failure.what();
+      }
+      lock.lock();
+      if (error.empty()) {
+        stats.samples_committed += samples.size();
+        stats.commits += 1;
+        dropped_reported = dropped_total;
+      } else {
+        writer_error = error;
+      }
+    }
+    samples.clear();
+    misc.clear();
+    ticket_done = ticket;
+    batch_done.notify_all();
+    if (stop_after) break;
+  }
+}
+
+void RunWriter::Impl::commit_batch(std::vector<Sample>& samples, std::vector<MiscItem>& misc,
+                                   uint64_t dropped_total) {
+  Database& database = *db;
+  database.exec("BEGIN");
+  try {
+    if (!misc.empty() || dropped_total != dropped_reported) {
+      Statement insert_device(database,
+                              "INSERT OR REPLACE INTO device(idx, node, slot, kind, name, uuid, pci_bus, "
+                              "power_limit_w, max_sm_mhz, driver) VALUES(?,?,?,?,?,?,?,?,?,?)");
+      Statement insert_metric(database, "INSERT OR IGNORE INTO metric(id, name, unit, kind) VALUES(?,?,?,?)");
+      Statement insert_span(
+          database,
+          "INSERT INTO span(rank, device_idx, kind, name, category, t_begin_ns, t_end_ns, step, "
+          "microbatch, stage) VALUES(?,?,?,?,?,?,?,?,?,?)");
+      Statement insert_summary(database, "INSERT INTO summary(scope, key, value, unit) VALUES(?,?,?,?)");
+      Statement insert_event(database,
+                             "INSERT INTO event(t_ns, level, device_idx, source, message) VALUES(?,?,?,?,?)");
+      Statement update_end(database, "UPDATE run SET ended_ns = ? WHERE id = 1");
+      auto write_event = [&](const Event& event) {
+        insert_event.bind(1, event.t_ns);
+        insert_event.bind(2, to_string(event.level));
+        bind_optional(insert_event, 3, event.device_idx);
+        insert_event.bind(4, event.source);
+        insert_event.bind(5, event.message);
+        insert_event.run();
+      };
+      for (const MiscItem& item : misc) {
+        if (const auto* device = std::get_if<DeviceInfo>(&item)) {
+          insert_device.bind(1, int64_t{device->idx});
+          insert_device.bind(2, int64_t{device->node});
+          insert_device.bind(3, int64_t{device->slot});
+          insert_device.bind(4, to_string(device->kind));
+          insert_device.bind(5, device->name);
+          insert_device.bind(6, device->uuid);
+          insert_device.bind(7, device->pci_bus);
+          insert_device.bind(8, device->power_limit_w);
+          insert_device.bind(9, device->max_sm_mhz);
+          insert_device.bind(10, device->driver);
+          insert_device.run();
+        } else if (const auto* metric = std::get_if<MetricInfo>(&item)) {
+          insert_metric.bind(1, int64_t{metric->id});
+          insert_metric.bind(2, metric->name);
+          insert_metric.bind(3, metric->unit);
+          insert_metric.bind(4, to_string(metric->kind));
+          insert_metric.run();
+        } else if (const auto* span = std::get_if<Span>(&item)) {
+          bind_optional(insert_span, 1, span->rank);
+          bind_optional(insert_span, 2, span->device_idx);
+          insert_span.bind(3, to_string(span->kind));
+          insert_span.bind(4, span->name);
+          insert_span.bind(5, span->category);
+          insert_span.bind(6, span->t_begin_ns);
+          insert_span.bind(7, span->t_end_ns);
+          bind_optional(insert_span, 8, span->step);
+          bind_optional(insert_span, 9, span->microbatch);
+          bind_optional(insert_span, 10, span->stage);
+          insert_span.run();
+        } else if (const auto* row = std::get_if<SummaryRow>(&item)) {
+          insert_summary.bind(1, row->scope);
+          insert_summary.bind(2, row->key);
+          insert_summary.bind(3, row->value);
+          insert_summary.bind(4, row->unit);
+          insert_summary.run();
+        } else if (const auto* event = std::get_if<Event>(&item)) {
+          write_event(*event);
+        } else if (const auto* end = std::get_if<RunEnd>(&item)) {
+          update_end.bind(1, end->ended_ns);
+          update_end.run();
+        }
+      }
+      if (dropped_total != dropped_reported) {
+        int64_t now_ns = core::monotonic_ns() - info.started_ns;
+        write_event(Event{now_ns, EventLevel::kWarning, kNone, "store",
+                          fmt::format("dropped {} samples so far: the writer queue was full ({} samples); "
+                                      "raise WriterOptions::max_queued_samples or lower sampling rates",
+                                      dropped_total, options.max_queued_samples)});
+      }
+    }
+    if (!samples.empty()) {
+      // The hot loop talks to the C API directly: one persistent prepared statement, rebound per row.
+      sqlite3_stmt* raw = insert_sample->raw();
+      for (const Sample& sample : samples) {
+        sqlite3_bind_int(raw, 1, sample.device_idx);
+        sqlite3_bind_int(raw, 2, sample.metric_id);
+        sqlite3_bind_int64(raw, 3, sample.t_ns);
+        sqlite3_bind_double(raw, 4, sample.value);
+        if (sample.sensor_t_ns == kNoSensorTime) {
+          sqlite3_bind_null(raw, 5);
+        } else {
+          sqlite3_bind_int64(raw, 5, sample.sensor_t_ns);
+        }
+        int code = sqlite3_step(raw);
+        sqlite3_reset(raw);
+        if (code != SQLITE_DONE) database.check(code, "inserting a sample");
+      }
+    }
+    database.exec("COMMIT");
+  } catch (...) {
+    sqlite3_exec(database.handle(), "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
+}
+
+void RunWriter::add_device(const DeviceInfo& device) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->pending_misc.emplace_back(device);
+}
+
+int32_t RunWriter::metric_id(std::string_view name, std::string_view unit, MetricKind kind) {
+  std::lock_guard lock(impl_->mutex);
+  auto found = impl_->metric_ids.find(name);
+  if (found != impl_->metric_ids.end()) return found->second;
+  auto id = static_cast<int32_t>(impl_->metric_ids.size() + 1);
+  impl_->metric_ids.emplace(std::string(name), id);
+  impl_->pending_misc.emplace_back(MetricInfo{id, std::string(name), std::string(unit), kind});
+  return id;
+}
+
+void RunWriter::append(const Sample& sample) {
+  append(std::span<const Sample>(&sample, 1));
+}
+
+void RunWriter::append(std::span<const Sample> samples) {
+  std::lock_guard lock(impl_->mutex);
+  WriterStats& stats = impl_->stats;
+  std::size_t queued = impl_->pending_samples.size();
+  if (queued + samples.size() > impl_->options.max_queued_samples || impl_->finished) {
+    stats.samples_dropped += samples.size();
+    return;
+  }
+  impl_->pending_samples.insert(impl_->pending_samples.end(), samples.begin(), samples.end());
+  stats.samples_appended += samples.size();
+  stats.max_queued_samples = std::max<uint64_t>(stats.max_queued_samples, queued + samples.size());
+}
+
+void RunWriter::append_span(const Span& span) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->pending_misc.emplace_back(span);
+}
+
+void RunWriter::add_summary(const SummaryRow& row) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->pending_misc.emplace_back(row);
+}
+
+void RunWriter::log_event(const Event& event) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->pending_misc.emplace_back(event);
+}
+
+void RunWriter::flush() {
+  std::unique_lock lock(impl_->mutex);
+  if (!impl_->writer_thread.joinable()) return;
+  uint64_t ticket = ++impl_->ticket_requested;
+  impl_->wake_writer.notify_one();
+  impl_->batch_done.wait(lock, [&] { return impl_->ticket_done >= ticket; });
+  if (!impl_->writer_error.empty()) throw RuntimeFailure(impl_->writer_error);
+}
+
+void RunWriter::finish(int64_t ended_ns) {
+  {
+    std::unique_lock lock(impl_->mutex);
+    if (impl_->finished) return;
+    impl_->finished = true;
+    impl_->info.ended_ns = ended_ns;
+    impl_->pending_misc.emplace_back(RunEnd{ended_ns});
+    impl_->stopping = true;
+    impl_->wake_writer.notify_one();
+  }
+  impl_->writer_thread.join();
+  if (!impl_->writer_error.empty()) throw RuntimeFailure(impl_->writer_error);
+  if (impl_->options.create_indexes_on_finish) impl_->db->exec(kIndexSql);
+  impl_->db->exec("PRAGMA wal_checkpoint(TRUNCATE)");
+}
+
+WriterStats RunWriter::stats() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->stats;
+}
+
+const std::filesystem::path& RunWriter::run_dir() const {
+  return impl_->run_dir;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Reader
+
+struct RunReader::Impl {
+  std::filesystem::path run_dir;
+  std::unique_ptr<Database> db;
+};
+
+RunReader::RunReader(const std::filesystem::path& run_dir_or_db) : impl_(std::make_unique<Impl>()) {
+  std::filesystem::path db_path = run_dir_or_db;
+  if (std::filesystem::is_directory(run_dir_or_db)) {
+    db_path = run_dir_or_db / kRunDbName;
+    impl_->run_dir = run_dir_or_db;
+  } else {
+    impl_->run_dir = run_dir_or_db.parent_path();
+  }
+  if (!std::filesystem::exists(db_path)) {
+    throw InputError(fmt::format("{} is not a run: {} does not exist; pass a directory written by calo",
+                                 run_dir_or_db.string(), db_path.string()));
+  }
+  // Read-write when possible so SQLite can recover the WAL of a crashed writer; read-only otherwise.
+  try {
+    impl_->db = std::make_unique<Database>(db_path, SQLITE_OPEN_READWRITE);
+  } catch (const InputError&) {
+    impl_->db = std::make_unique<Database>(db_path, SQLITE_OPEN_READONLY);
+  }
+  bool is_run = false;
+  try {
+    is_run = impl_->db->has_object("run") && impl_->db->has_object("sample") &&
+             impl_->db->query_int("SELECT count(*) FROM run") == 1;
+  } catch (const RuntimeFailure&) {
+    is_run = false;
+  }
+  if (!is_run) {
+    throw InputError(fmt::format("{} is not a calo run database (no run/sample tables); pass a run directory",
+                                 db_path.string()));
+  }
+}
+
+RunReader::~RunReader() = default;
+RunReader::RunReader(RunReader&&) noexcept = default;
+RunReader& RunReader::operator=(RunReader&&) noexcept = default;
+
+RunInfo RunReader::run() const {
+  Statement query(
+      *impl_->db,
+      "SELECT kind, name, command, config_json, host, started_ns, ended_ns, wall_offset_ns, version "
+      "FROM run WHERE id = 1");
+  RunInfo info;
+  if (!query.step()) return info;
+  info.kind = parse_run_kind(query.column_text(0));
+  info.name = query.column_text(1);
+  info.command = query.column_text(2);
+  info.config_json = query.column_text(3);
+  info.host = query.column_text(4);
+  info.started_ns = query.column_int(5);
+  info.ended_ns = query.column_int(6);
+  info.wall_offset_ns = query.column_int(7);
+  info.version = query.column_text(8);
+  return info;
+}
+
+std::vector<DeviceInfo> RunReader::devices() const {
+  Statement query(
+      *impl_->db,
+      "SELECT idx, node, slot, kind, name, uuid, pci_bus, power_limit_w, max_sm_mhz, driver FROM device "
+      "ORDER BY idx");
+  std::vector<DeviceInfo> devices;
+  while (query.step()) {
+    DeviceInfo device;
+    device.idx = static_cast<int32_t>(query.column_int(0));
+    device.node = static_cast<int32_t>(query.column_int(1));
+    device.slot = static_cast<int32_t>(query.column_int(2));
+    device.kind = parse_device_kind(query.column_text(3));
+    device.name = query.column_text(4);
+    device.uuid = query.column_text(5);
+    device.pci_bus = query.column_text(6);
+    device.power_limit_w = query.column_double(7);
+    device.max_sm_mhz = query.column_double(8);
+    device.driver = query.column_text(9);
+    devices.push_back(std::move(device));
+  }
+  return devices;
+}
+
+std::vector<MetricInfo> RunReader::metrics() const {
+  Statement query(*impl_->db, "SELECT id, name, unit, kind FROM metric ORDER BY id");
+  std::vector<MetricInfo> metrics;
+  while (query.step()) {
+    metrics.push_back(MetricInfo{static_cast<int32_t>(query.column_int(0)), query.column_text(1),
+                                 query.column_text(2), parse_metric_kind(query.column_text(3))});
+  }
+  return metrics;
+}
+
+std::optional<MetricInfo> RunReader::find_metric(std::string_view name) const {
+  Statement query(*impl_->db, "SELECT id, name, unit, kind FROM metric WHERE name = ?");
+  query.bind(1, name);
+  if (!query.step()) return std::nullopt;
+  return MetricInfo{static_cast<int32_t>(query.column_int(0)), query.column_text(1), query.column_text(2),
+                    parse_metric_kind(query.column_text(3))};
+}
+
+void RunReader::for_each_sample(int32_t device_idx, int32_t metric_id,
+                                const std::function<void(const Sample&)>& visit, int64_t t_begin_ns,
+                                int64_t t_end_ns) const {
+  Statement query(*impl_->db,
+                  "SELECT t_ns, value, sensor_t_ns FROM sample WHERE device_idx = ? AND metric_id = ? "
+                  "AND t_ns >= ? AND t_ns < ? ORDER BY t_ns, rowid");
+  query.bind(1, int64_t{device_idx});
+  query.bind(2, int64_t{metric_id});
+  query.bind(3, t_begin_ns);
+  query.bind(4, t_end_ns);
+  Sample sample;
+  sample.device_idx = device_idx;
+  sample.metric_id = metric_id;
+  while (query.step()) {
+    sample.t_ns = query.column_int(0);
+    sample.value = query.column_double(1);
+    sample.sensor_t_ns = query.column_is_null(2) ? kNoSensorTime : query.column_int(2);
+    visit(sample);
+  }
+}
+
+std::vector<Sample> RunReader::samples(int32_t device_idx, int32_t metric_id, int64_t t_begin_ns,
+                                       int64_t t_end_ns) const {
+  std::vector<Sample> result;
+  for_each_sample(
+      device_idx, metric_id, [&](const Sample& sample) { result.push_back(sample); }, t_begin_ns, t_end_ns);
+  return result;
+}
+
+void RunReader::for_each_sample_in_time_order(const std::function<void(const Sample&)>& visit) const {
+  Statement query(*impl_->db,
+                  "SELECT device_idx, metric_id, t_ns, value, sensor_t_ns FROM sample "
+                  "ORDER BY t_ns, device_idx, metric_id, rowid");
+  Sample sample;
+  while (query.step()) {
+    sample.device_idx = static_cast<int32_t>(query.column_int(0));
+    sample.metric_id = static_cast<int32_t>(query.column_int(1));
+    sample.t_ns = query.column_int(2);
+    sample.value = query.column_double(3);
+    sample.sensor_t_ns = query.column_is_null(4) ? kNoSensorTime : query.column_int(4);
+    visit(sample);
+  }
+}
+
+int64_t RunReader::sample_count() const {
+  return impl_->db->query_int("SELECT count(*) FROM sample");
+}
+
+std::vector<Span> RunReader::spans(std::optional<SpanKind> kind) const {
+  std::string sql =
+      "SELECT rank, device_idx, kind, name, category, t_begin_ns, t_end_ns, step, microbatch, stage FROM "
+      "span";
+  if (kind) sql += " WHERE kind = ?";
+  sql += " ORDER BY t_begin_ns, rank, device_idx, rowid";
+  Statement query(*impl_->db, sql);
+  if (kind) query.bind(1, to_string(*kind));
+  std::vector<Span> spans;
+  while (query.step()) {
+    Span span;
+    span.rank = static_cast<int32_t>(column_optional(query, 0));
+    span.device_idx = static_cast<int32_t>(column_optional(query, 1));
+    span.kind = parse_span_kind(query.column_text(2));
+    span.name = query.column_text(3);
+    span.category = query.column_text(4);
+    span.t_begin_ns = query.column_int(5);
+    span.t_end_ns = query.column_int(6);
+    span.step = column_optional(query, 7);
+    span.microbatch = static_cast<int32_t>(column_optional(query, 8));
+    span.stage = static_cast<int32_t>(column_optional(query, 9));
+    spans.push_back(std::move(span));
+  }
+  return spans;
+}
+
+std::vector<SummaryRow> RunReader::summaries(std::optional<std::string_view> scope) const {
+  std::string sql = "SELECT scope, key, value, unit FROM summary";
+  if (scope) sql += " WHERE scope = ?";
+  sql += " ORDER BY rowid";
+  Statement query(*impl_->db, sql);
+  if (scope) query.bind(1, *scope);
+  std::vector<SummaryRow> rows;
+  while (query.step()) {
+    rows.push_back(
+        SummaryRow{query.column_text(0), query.column_text(1), query.column_double(2), query.column_text(3)});
+  }
+  return rows;
+}
+
+std::vector<Event> RunReader::events() const {
+  Statement query(*impl_->db,
+                  "SELECT t_ns, level, device_idx, source, message FROM event ORDER BY t_ns, rowid");
+  std::vector<Event> events;
+  while (query.step()) {
+    events.push_back(Event{query.column_int(0), parse_event_level(query.column_text(1)),
+                           static_cast<int32_t>(column_optional(query, 2)), query.column_text(3),
+                           query.column_text(4)});
+  }
+  return events;
+}
+
+const std::filesystem::path& RunReader::run_dir() const {
+  return impl_->run_dir;
+}
+
+}  // namespace calo::store

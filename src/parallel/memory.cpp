@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "model/accounting.h"
+#include "parallel/schedule.h"
 
 namespace calo::parallel {
 namespace {
@@ -17,20 +18,11 @@ constexpr double kWeightBytesPerParam = 2.0;      // bf16 weights
 constexpr double kGradientBytesPerParam = 2.0;    // bf16 gradients
 constexpr double kOptimizerBytesPerParam = 12.0;  // fp32 master weights + Adam m + Adam v
 
-// Layer counts per virtual stage (index chunk * pp + stage). Uses the explicit partition that resolve_layout
-// fills in; an unresolved layout (empty partition) gets the uniform split, remainder on the first stages.
-// (Computed here rather than through schedule.h's layer_partition so memory does not depend on the schedule
-// code; both follow the same virtual-stage numbering.)
+// Layer counts per virtual stage (index chunk * pp + stage), from the layout's partition (explicit or
+// uniform).
 std::vector<int> virtual_stage_layers(const Layout& layout, int num_layers) {
-  const int virtual_count = layout.pp * layout.virtual_stages;
-  if (!layout.layers_per_stage.empty()) {
-    require_input(static_cast<int>(layout.layers_per_stage.size()) == virtual_count,
-                  "layers per stage has " + std::to_string(layout.layers_per_stage.size()) +
-                      " entries but pp * virtual stages = " + std::to_string(virtual_count));
-    return layout.layers_per_stage;
-  }
-  std::vector<int> counts(virtual_count, num_layers / virtual_count);
-  for (int index = 0; index < num_layers % virtual_count; ++index) ++counts[index];
+  std::vector<int> counts;
+  for (const LayerRange& range : layer_partition(layout, num_layers)) counts.push_back(range.count);
   return counts;
 }
 
@@ -58,6 +50,7 @@ StageParameters stage_parameters(const model::ModelSpec& model, const Layout& la
     const int layer_count = layers[virtual_stage];
     params.dense += layer_count * dense_per_layer;
     params.expert += layer_count * expert_per_layer;
+    if (layer_count > 0) params.largest_layer = dense_per_layer + expert_per_layer;
     if (virtual_stage == 0) {
       // Word embedding is vocabulary-parallel over tp; learned positions are replicated.
       params.dense += (counts.embedding - counts.positions) / tp + counts.positions;
@@ -71,9 +64,6 @@ StageParameters stage_parameters(const model::ModelSpec& model, const Layout& la
         params.dense += vocab_matrix;  // Megatron keeps a copy of the tied embedding on the last stage
       }
     }
-  }
-  if (std::any_of(layers.begin(), layers.end(), [](int count) { return count > 0; })) {
-    params.largest_layer = dense_per_layer + expert_per_layer;
   }
   return params;
 }
@@ -106,53 +96,26 @@ struct ActivationPeak {
   int microbatches = 0;  // distinct micro-batches with activations alive at the peak
 };
 
-// Replays the order of forward and backward passes of `stage` (GPipe: all forwards first; 1F1B: pp - stage -
-// 1 warm-up forwards; interleaved: Megatron-LM's warm-up of 2 (pp - stage - 1) + (v - 1) pp chunk passes) and
-// returns the peak of activation bytes alive between a chunk's forward and its backward.
+// Replays the stage's pipeline schedule (parallel/schedule.h: GPipe, 1F1B, Megatron's interleaved 1F1B) and
+// returns the peak of activation bytes alive between a chunk's forward pass and its backward pass.
 ActivationPeak peak_activations(const Layout& layout, int stage, const std::vector<double>& chunk_bytes) {
-  const int pp = layout.pp;
-  const int chunks = layout.virtual_stages;
-  const long long microbatches = std::max(1, layout.global_batch > 0 ? layout.num_microbatches() : 1);
-  const long long passes = microbatches * chunks;
-  long long warmup = 0;
-  if (layout.schedule == Schedule::kGpipe) {
-    warmup = passes;
-  } else if (chunks == 1) {
-    warmup = std::min<long long>(pp - stage - 1, passes);
-  } else if (microbatches == pp) {
-    warmup = passes;  // Megatron: all passes are warm-up when m == pp
-  } else {
-    warmup = std::min<long long>(2LL * (pp - stage - 1) + static_cast<long long>(chunks - 1) * pp, passes);
-  }
-  // Megatron's interleaved numbering: pass k runs chunk (k mod (pp v)) / pp forward, v - 1 - that backward,
-  // on micro-batch (k / (pp v)) pp + k mod pp. With one chunk this is micro-batch k, chunk 0.
-  const long long group = static_cast<long long>(pp) * chunks;
-  auto forward_chunk = [&](long long pass) { return static_cast<int>((pass % group) / pp); };
-  auto backward_chunk = [&](long long pass) { return chunks - 1 - forward_chunk(pass); };
-  auto microbatch_of = [&](long long pass) { return chunks == 1 ? pass : (pass / group) * pp + pass % pp; };
   double alive_bytes = 0;
-  std::map<long long, int> alive_chunks;  // micro-batch -> chunks whose activations are alive
+  std::map<int, int> alive_chunks;  // micro-batch -> chunks whose activations are alive
   ActivationPeak peak;
-  auto run_forward = [&](long long pass) {
-    alive_bytes += chunk_bytes[forward_chunk(pass)];
-    ++alive_chunks[microbatch_of(pass)];
-    if (alive_bytes > peak.bytes) {
-      peak.bytes = alive_bytes;
-      peak.microbatches = static_cast<int>(alive_chunks.size());
+  for (const PipelineSlot& slot : stage_schedule(layout, stage)) {
+    if (slot.pass == PassKind::kForward) {
+      alive_bytes += chunk_bytes.at(slot.chunk);
+      ++alive_chunks[slot.microbatch];
+      if (alive_bytes > peak.bytes) {
+        peak.bytes = alive_bytes;
+        peak.microbatches = static_cast<int>(alive_chunks.size());
+      }
+    } else {
+      alive_bytes -= chunk_bytes.at(slot.chunk);
+      auto found = alive_chunks.find(slot.microbatch);
+      if (found != alive_chunks.end() && --found->second == 0) alive_chunks.erase(found);
     }
-  };
-  auto run_backward = [&](long long pass) {
-    alive_bytes -= chunk_bytes[backward_chunk(pass)];
-    auto found = alive_chunks.find(microbatch_of(pass));
-    if (found != alive_chunks.end() && --found->second == 0) alive_chunks.erase(found);
-  };
-  for (long long pass = 0; pass < warmup; ++pass) run_forward(pass);
-  for (long long pass = 0; pass < passes - warmup; ++pass) {
-    run_forward(pass + warmup);
-    run_backward(pass);
   }
-  for (long long pass = std::max(0LL, passes - warmup); pass < passes; ++pass) run_backward(pass);
-  if (peak.microbatches == 0) peak.microbatches = static_cast<int>(std::min<long long>(microbatches, 1));
   return peak;
 }
 
@@ -164,6 +127,8 @@ MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& la
   require_input(layout.tp >= 1 && layout.pp >= 1 && layout.dp >= 1 && layout.ep >= 1 &&
                     layout.virtual_stages >= 1 && layout.dp % layout.ep == 0,
                 "memory needs a resolved layout (sizes >= 1, ep divides dp); got " + describe(layout));
+  require_input(layout.global_batch > 0,
+                "memory needs a resolved layout (global batch set); got " + describe(layout));
   const std::vector<int> layers = virtual_stage_layers(layout, model.num_layers);
   const StageParameters params = stage_parameters(model, layout, stage, layers);
   const double dense_shards = layout.dp;

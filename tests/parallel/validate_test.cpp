@@ -1,0 +1,343 @@
+// One test per layout rule of resolve_layout: the exact message (rule + nearby valid choice) is checked.
+#include "parallel/validate.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/error.h"
+
+namespace calo::parallel {
+namespace {
+
+/// A Llama3-70B-shaped dense model: 80 layers, 64 heads, 8 kv heads, ffn 28672, seq 4096.
+model::ModelSpec dense_model() {
+  model::ModelSpec spec;
+  spec.name = "dense-80l";
+  spec.num_layers = 80;
+  spec.hidden_size = 8192;
+  spec.ffn_hidden_size = 28672;
+  spec.num_attention_heads = 64;
+  spec.num_kv_heads = 8;
+  spec.head_dim = 128;
+  spec.vocab_size = 128256;
+  spec.seq_length = 4096;
+  return spec;
+}
+
+/// A Mixtral-8x7B-shaped MoE model: 32 layers, 8 experts top-2.
+model::ModelSpec moe_model() {
+  model::ModelSpec spec;
+  spec.name = "moe-8e";
+  spec.num_layers = 32;
+  spec.hidden_size = 4096;
+  spec.ffn_hidden_size = 14336;
+  spec.num_attention_heads = 32;
+  spec.num_kv_heads = 8;
+  spec.head_dim = 128;
+  spec.vocab_size = 32000;
+  spec.seq_length = 4096;
+  spec.num_experts = 8;
+  spec.moe_top_k = 2;
+  return spec;
+}
+
+/// The InputError message resolve_layout throws, or "(accepted)" when it accepts the layout.
+std::string error_of(const model::ModelSpec& model, const Layout& layout,
+                     bool sequence_parallel_explicit = false) {
+  try {
+    resolve_layout(model, layout, sequence_parallel_explicit);
+  } catch (const InputError& error) {
+    return error.what();
+  }
+  return "(accepted)";
+}
+
+TEST(Validate, EverySizeMustBeAtLeastOne) {
+  Layout layout;
+  layout.tp = 0;
+  EXPECT_EQ(error_of(dense_model(), layout),
+            "tp=0 is not a valid tensor-parallel size: sizes must be >= 1; try tp=1");
+  layout = Layout{};
+  layout.pp = -2;
+  EXPECT_EQ(error_of(dense_model(), layout),
+            "pp=-2 is not a valid pipeline-parallel size: sizes must be >= 1; try pp=1");
+  layout = Layout{};
+  layout.dp = 0;
+  EXPECT_EQ(error_of(dense_model(), layout),
+            "dp=0 is not a valid data-parallel size: sizes must be >= 1; try dp=1");
+  layout = Layout{};
+  layout.ep = 0;
+  EXPECT_EQ(error_of(dense_model(), layout),
+            "ep=0 is not a valid expert-parallel size: sizes must be >= 1; try ep=1");
+  layout = Layout{};
+  layout.micro_batch = 0;
+  EXPECT_EQ(error_of(dense_model(), layout),
+            "micro-batch=0 is not a valid micro-batch size: sizes must be >= 1; try micro-batch=1");
+  layout = Layout{};
+  layout.virtual_stages = 0;
+  EXPECT_EQ(error_of(dense_model(), layout),
+            "vpp=0 is not a valid number of model chunks per stage: sizes must be >= 1; try vpp=1");
+}
+
+TEST(Validate, GlobalBatchAndSequenceLengthMustNotBeNegative) {
+  Layout layout;
+  layout.dp = 4;
+  layout.global_batch = -8;
+  EXPECT_EQ(
+      error_of(dense_model(), layout),
+      "global batch -8 is negative; give a positive number of sequences, or 0 for micro-batch × dp = 4");
+  layout = Layout{};
+  layout.seq_length = -1;
+  EXPECT_EQ(error_of(dense_model(), layout),
+            "sequence length -1 is negative; give a positive number of tokens, or 0 for the model's default");
+}
+
+TEST(Validate, SequenceLengthMustBePositiveAfterDefaults) {
+  model::ModelSpec model = dense_model();
+  model.seq_length = 0;  // a model file without a default length
+  EXPECT_EQ(error_of(model, Layout{}),
+            "sequence length must be positive: the model gives none; set it with --seq (e.g. --seq 2048)");
+  Layout layout;
+  layout.seq_length = 2048;
+  EXPECT_EQ(resolve_layout(model, layout).seq_length, 2048);
+}
+
+TEST(Validate, ZeroStageMustBeZeroOneOrThree) {
+  Layout layout;
+  layout.zero_stage = 2;
+  EXPECT_EQ(
+      error_of(dense_model(), layout),
+      "zero stage 2 is not supported: use 0 (none), 1 (sharded optimizer state) or 3 (fully sharded, FSDP); "
+      "try 1 or 3");
+  layout.zero_stage = 3;
+  EXPECT_EQ(error_of(dense_model(), layout), "(accepted)");
+}
+
+TEST(Validate, TensorParallelMustDivideAttentionHeads) {
+  Layout layout;
+  layout.tp = 5;
+  EXPECT_EQ(error_of(dense_model(), layout), "tp=5 does not divide 64 attention heads; try 4 or 8");
+}
+
+TEST(Validate, TensorParallelMustDivideKeyValueHeads) {
+  Layout layout;
+  layout.tp = 16;  // divides 64 heads but not 8 kv heads: Megatron-LM requires num_query_groups % tp == 0
+  EXPECT_EQ(
+      error_of(dense_model(), layout),
+      "tp=16 does not divide 8 key/value heads (query groups are split over tp, as in Megatron-LM); try 8");
+  layout.tp = 8;
+  EXPECT_EQ(error_of(dense_model(), layout), "(accepted)");
+}
+
+TEST(Validate, TensorParallelMustDivideFfnHiddenSize) {
+  model::ModelSpec model = dense_model();
+  model.ffn_hidden_size = 700;  // 700 = 4 * 175
+  Layout layout;
+  layout.tp = 8;
+  EXPECT_EQ(error_of(model, layout), "tp=8 does not divide ffn hidden size 700; try 4");
+  model::ModelSpec moe = moe_model();
+  moe.ffn_hidden_size = 14340;
+  EXPECT_EQ(error_of(moe, layout), "tp=8 does not divide ffn hidden size 14340 (per expert); try 4");
+}
+
+TEST(Validate, SequenceParallelNeedsSequenceLengthDivisibleByTp) {
+  Layout layout;
+  layout.tp = 8;
+  layout.seq_length = 100;
+  EXPECT_EQ(
+      error_of(dense_model(), layout),
+      "sequence parallel splits each sequence of 100 tokens over tp=8, which does not divide it; try 96 or "
+      "104 (sequence length) or --no-sequence-parallel");
+  layout.sequence_parallel = false;
+  EXPECT_EQ(error_of(dense_model(), layout, /*sequence_parallel_explicit=*/true), "(accepted)");
+}
+
+TEST(Validate, SequenceParallelFollowsTpAndIsOffWithoutTp) {
+  Layout layout;
+  layout.tp = 4;
+  EXPECT_TRUE(resolve_layout(dense_model(), layout).sequence_parallel);  // default: on when tp > 1
+  layout.sequence_parallel = false;
+  EXPECT_FALSE(resolve_layout(dense_model(), layout, true).sequence_parallel);  // explicit off is kept
+  layout.tp = 1;
+  layout.sequence_parallel = true;
+  // Nothing to split with tp = 1: turned off (a no-op, as Megatron-LM does), not an error.
+  EXPECT_FALSE(resolve_layout(dense_model(), layout, true).sequence_parallel);
+}
+
+TEST(Validate, PipelineStagesMustNotExceedLayers) {
+  model::ModelSpec model = dense_model();
+  model.num_layers = 4;
+  Layout layout;
+  layout.pp = 8;
+  EXPECT_EQ(error_of(model, layout), "pp=8 × vpp=1 = 8 stages exceed the 4 layers of dense-80l; try pp=4");
+}
+
+TEST(Validate, UniformPartitionMustDivideLayers) {
+  Layout layout;
+  layout.pp = 3;
+  EXPECT_EQ(
+      error_of(dense_model(), layout),
+      "pp=3 × vpp=1 = 3 stages do not divide the 80 layers of dense-80l evenly; try pp=2 or pp=4, or give an "
+      "explicit --layers-per-stage");
+  layout.schedule = Schedule::kInterleaved;
+  layout.pp = 4;
+  layout.virtual_stages = 3;
+  layout.global_batch = 8;
+  EXPECT_EQ(
+      error_of(dense_model(), layout),
+      "pp=4 × vpp=3 = 12 stages do not divide the 80 layers of dense-80l evenly; try vpp=2 or vpp=4, or give "
+      "an explicit --layers-per-stage");
+}
+
+TEST(Validate, ExplicitPartitionNeedsOneEntryPerVirtualStage) {
+  Layout layout;
+  layout.pp = 2;
+  layout.layers_per_stage = {40, 20, 20};
+  EXPECT_EQ(error_of(dense_model(), layout), "layers per stage lists 3 entries but pp=2 × vpp=1 needs 2");
+}
+
+TEST(Validate, ExplicitPartitionHasNoEmptyStage) {
+  Layout layout;
+  layout.pp = 4;
+  layout.layers_per_stage = {40, 0, 20, 20};
+  EXPECT_EQ(error_of(dense_model(), layout),
+            "layers per stage entry 1 is 0: every (virtual) stage needs at least one layer");
+}
+
+TEST(Validate, ExplicitPartitionMustSumToLayers) {
+  Layout layout;
+  layout.pp = 4;
+  layout.layers_per_stage = {19, 21, 21, 21};
+  EXPECT_EQ(error_of(dense_model(), layout),
+            "layers per stage sum to 82 but dense-80l has 80 layers; change the entries by -2");
+  layout.layers_per_stage = {17, 21, 21, 21};  // uneven but complete: accepted as given
+  EXPECT_EQ(resolve_layout(dense_model(), layout).layers_per_stage, (std::vector<int>{17, 21, 21, 21}));
+}
+
+TEST(Validate, InterleavedNeedsVirtualStagesAndPipeline) {
+  Layout layout;
+  layout.pp = 4;
+  layout.schedule = Schedule::kInterleaved;
+  EXPECT_EQ(
+      error_of(dense_model(), layout),
+      "interleaved schedule needs vpp >= 2 model chunks per stage (vpp=1); try vpp=2, or --schedule 1f1b");
+  layout.pp = 1;
+  layout.virtual_stages = 2;
+  EXPECT_EQ(error_of(dense_model(), layout),
+            "interleaved schedule needs pipeline parallelism; try pp=2 or more, or --schedule 1f1b");
+}
+
+TEST(Validate, VirtualStagesNeedInterleavedSchedule) {
+  Layout layout;
+  layout.pp = 4;
+  layout.virtual_stages = 2;
+  EXPECT_EQ(error_of(dense_model(), layout),
+            "vpp=2 model chunks per stage need --schedule interleaved; or use vpp=1 with --schedule 1f1b");
+}
+
+TEST(Validate, InterleavedMicrobatchesMustBeMultipleOfPp) {
+  Layout layout;
+  layout.pp = 4;
+  layout.virtual_stages = 2;
+  layout.schedule = Schedule::kInterleaved;
+  layout.dp = 8;
+  layout.global_batch = 48;  // 6 micro-batches
+  EXPECT_EQ(
+      error_of(dense_model(), layout),
+      "interleaved schedule needs the number of micro-batches (6 = global batch 48 / (micro-batch × dp = 8)) "
+      "to be a multiple of pp=4; try 32 or 64 (global batch)");
+  layout.global_batch = 64;
+  EXPECT_EQ(error_of(dense_model(), layout), "(accepted)");
+}
+
+TEST(Validate, ExpertParallelOnlyForMoe) {
+  Layout layout;
+  layout.dp = 4;
+  layout.ep = 2;
+  EXPECT_EQ(error_of(dense_model(), layout),
+            "ep=2 needs a mixture-of-experts model, but dense-80l is dense; use ep=1");
+}
+
+TEST(Validate, ExpertParallelMustDivideDataParallel) {
+  Layout layout;
+  layout.dp = 8;
+  layout.ep = 3;
+  EXPECT_EQ(
+      error_of(moe_model(), layout),
+      "ep=3 does not divide dp=8 (expert parallelism is carved out of data parallelism, as in Megatron-LM); "
+      "try ep=2 or ep=4");
+}
+
+TEST(Validate, ExpertParallelMustDivideExperts) {
+  Layout layout;
+  layout.dp = 16;
+  layout.ep = 16;
+  EXPECT_EQ(error_of(moe_model(), layout), "ep=16 does not divide the 8 experts of moe-8e; try ep=8");
+  layout.ep = 8;
+  EXPECT_EQ(error_of(moe_model(), layout), "(accepted)");
+}
+
+TEST(Validate, GlobalBatchMustBeMultipleOfMicroBatchTimesDp) {
+  Layout layout;
+  layout.dp = 8;
+  layout.global_batch = 100;
+  EXPECT_EQ(error_of(dense_model(), layout),
+            "global batch 100 is not a multiple of micro-batch × dp = 1 × 8 = 8; try 96 or 104");
+  layout.global_batch = 5;  // below one step: only the upper multiple is a valid choice
+  EXPECT_EQ(error_of(dense_model(), layout),
+            "global batch 5 is not a multiple of micro-batch × dp = 1 × 8 = 8; try 8");
+}
+
+TEST(Validate, OverlapParamGatherNeedsShardedState) {
+  Layout layout;
+  layout.dp = 4;
+  layout.overlap_param_gather = true;
+  EXPECT_EQ(
+      error_of(dense_model(), layout),
+      "overlapping the parameter all-gather needs sharded state: use --zero 1 or --zero 3 (fsdp), or drop "
+      "--overlap-param");
+  layout.zero_stage = 1;
+  EXPECT_EQ(error_of(dense_model(), layout), "(accepted)");
+}
+
+TEST(Validate, FillsDefaults) {
+  Layout layout;
+  layout.tp = 8;
+  layout.pp = 4;
+  layout.dp = 2;
+  layout.micro_batch = 2;
+  Layout resolved = resolve_layout(dense_model(), layout);
+  EXPECT_EQ(resolved.global_batch, 4);  // micro_batch * dp
+  EXPECT_EQ(resolved.num_microbatches(), 1);
+  EXPECT_EQ(resolved.seq_length, 4096);
+  EXPECT_TRUE(resolved.sequence_parallel);
+  EXPECT_EQ(resolved.layers_per_stage, (std::vector<int>{20, 20, 20, 20}));
+  EXPECT_EQ(resolved.world_size(), 64);
+}
+
+TEST(Validate, AcceptsLargeRealisticLayouts) {
+  model::ModelSpec gpt3 = dense_model();
+  gpt3.num_layers = 96;
+  gpt3.num_attention_heads = 96;
+  gpt3.num_kv_heads = 96;
+  gpt3.ffn_hidden_size = 4 * 12288;
+  gpt3.seq_length = 2048;
+  Layout layout;
+  layout.tp = 8;
+  layout.pp = 16;
+  layout.dp = 64;
+  layout.global_batch = 1536;
+  layout.zero_stage = 1;
+  layout.overlap_grad_reduce = layout.overlap_param_gather = layout.overlap_tp_comm = true;
+  Layout resolved = resolve_layout(gpt3, layout);
+  EXPECT_EQ(resolved.world_size(), 8192);
+  EXPECT_EQ(resolved.num_microbatches(), 24);
+  layout.schedule = Schedule::kInterleaved;
+  layout.virtual_stages = 2;
+  layout.global_batch = 2048;  // 32 micro-batches: a multiple of pp = 16
+  EXPECT_EQ(resolve_layout(gpt3, layout).layers_per_stage.size(), 32u);
+}
+
+}  // namespace
+}  // namespace calo::parallel

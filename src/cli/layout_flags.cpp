@@ -1,6 +1,6 @@
 #include "cli/layout_flags.h"
 
-#include <sstream>
+#include <string>
 
 #include "core/error.h"
 #include "parallel/validate.h"
@@ -33,7 +33,7 @@ void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional) 
                  "Explicit layer partition, comma-separated (pp*vpp entries), e.g. 10,12,12,10");
   app.add_flag("--sequence-parallel,!--no-sequence-parallel", flags.sequence_parallel,
                "Sequence parallel (default: on when tp > 1)");
-  app.add_flag("--overlap", flags.overlap_all, "Overlap TP comm, gradient reduce and parameter gather");
+  app.add_flag("--overlap", flags.overlap_all, "Overlap TP comm, grad reduce, param gather (if --zero 1/3)");
   app.add_flag("--overlap-tp", layout.overlap_tp_comm, "Overlap tensor-parallel communication with GEMMs");
   app.add_flag("--overlap-grad", layout.overlap_grad_reduce, "Overlap gradient reduction with backward");
   app.add_flag("--overlap-param", layout.overlap_param_gather, "Overlap parameter all-gather with forward");
@@ -45,20 +45,28 @@ std::pair<model::ModelSpec, parallel::Layout> resolve(const LayoutFlags& flags) 
   layout.recompute = parallel::parse_recompute(flags.recompute);
   layout.schedule = parallel::parse_schedule(flags.schedule);
   if (flags.overlap_all) {
-    layout.overlap_tp_comm = layout.overlap_grad_reduce = layout.overlap_param_gather = true;
+    // Parameters are gathered only when sharded (ZeRO-1 / FSDP); without that --overlap covers the rest.
+    layout.overlap_tp_comm = layout.overlap_grad_reduce = true;
+    if (layout.zero_stage >= 1) layout.overlap_param_gather = true;
   }
   if (!flags.layers_per_stage.empty()) {
-    std::stringstream stream(flags.layers_per_stage);
-    std::string item;
-    while (std::getline(stream, item, ',')) {
+    // Split on every comma, keeping empty items: "10,,12" and "10,12," are errors, not shorter lists.
+    const std::string& text = flags.layers_per_stage;
+    size_t start = 0;
+    while (true) {
+      size_t comma = text.find(',', start);
+      std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
       try {
         size_t used = 0;
         int count = std::stoi(item, &used);
         require_input(used == item.size(), "");
         layout.layers_per_stage.push_back(count);
       } catch (const std::exception&) {
-        throw InputError("--layers-per-stage: '" + item + "' is not an integer; give counts like 10,12,12,10");
+        throw InputError("--layers-per-stage: '" + item + "' in '" + text +
+                         "' is not a layer count; give comma-separated integers like 10,12,12,10");
       }
+      if (comma == std::string::npos) break;
+      start = comma + 1;
     }
   }
   if (flags.sequence_parallel) layout.sequence_parallel = *flags.sequence_parallel;

@@ -1,6 +1,10 @@
 // Source helpers shared by every telemetry source: kind names, counter unwrapping, opening local sources.
 #include "telemetry/source.h"
 
+#include "telemetry/amdsmi_source.h"
+#include "telemetry/nvml_source.h"
+#include "telemetry/procfs_source.h"
+
 namespace calo::telemetry {
 
 std::string_view metric_kind_name(MetricKind kind) {
@@ -30,6 +34,14 @@ uint64_t CounterUnwrapper::unwrap(uint64_t raw) {
   has_last_ = true;
   last_raw_ = raw;
   return offset_ + raw;
+}
+
+std::vector<std::unique_ptr<Source>> open_local_sources() {
+  std::vector<std::unique_ptr<Source>> sources;
+  sources.push_back(std::make_unique<NvmlSource>());
+  sources.push_back(std::make_unique<AmdSmiSource>());
+  sources.push_back(std::make_unique<ProcfsSource>());
+  return sources;
 }
 
 }  // namespace calo::telemetry

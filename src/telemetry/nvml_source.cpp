@@ -1,0 +1,479 @@
+// NVML source: see nvml_source.h. nvml.h (PyPI nvidia-nvml-dev) supplies types and field ids, resolved by
+// name at build time; at run time every field is read once per GPU and kept only if the driver answers it
+// with the value type we expect (field ids differ between driver versions).
+#include "telemetry/nvml_source.h"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <climits>
+#include <cmath>
+
+#include "core/time.h"
+
+#if defined(CALO_HAVE_NVML_H)
+#include <nvml.h>
+#endif
+
+namespace calo::telemetry {
+
+namespace {
+constexpr int64_t kMs = 1'000'000;
+constexpr int64_t kUs = 1'000;
+}  // namespace
+
+#if !defined(CALO_HAVE_NVML_H)
+
+struct NvmlSource::Impl {
+  std::vector<DeviceInfo> devices;
+};
+
+NvmlSource::NvmlSource(const std::string&) : impl_(std::make_unique<Impl>()) {}
+NvmlSource::~NvmlSource() = default;
+bool NvmlSource::available() const {
+  return false;
+}
+std::string NvmlSource::unavailable_reason() const {
+  return "calo was built without nvml.h (run scripts/install_deps.sh and rebuild)";
+}
+const std::vector<DeviceInfo>& NvmlSource::devices() const {
+  return impl_->devices;
+}
+Reading NvmlSource::read(size_t, size_t) {
+  return {ReadStatus::kUnsupported, 0, kNoSensorTime, "no NVML"};
+}
+void NvmlSource::read_batch(size_t, std::span<const size_t>, std::span<Reading> out) {
+  for (auto& reading : out) reading = {ReadStatus::kUnsupported, 0, kNoSensorTime, "no NVML"};
+}
+
+#else
+
+namespace {
+
+enum class Query { kField, kEnergy, kTempGpu, kClockSm, kClockMem, kReasons, kUtilGpu, kUtilMem, kMemUsed };
+
+// One metric NVML can provide. `scale` converts the raw value into the metric's unit.
+struct Spec {
+  const char* name;
+  const char* unit;
+  MetricKind kind;
+  const char* group;
+  int64_t period_ns;
+  int64_t cost_ns;
+  Query query;
+  unsigned field_id;
+  unsigned scope;
+  double scale;
+};
+
+// Cost figures: fixture h200x4-nvml-phases README (4×H200, driver 580). Periods: power refreshes ~10 Hz
+// there, so cheap gauges are read at 20 ms (5× the refresh rate); counters lose nothing between reads and are
+// read at 100 ms (the energy counter's refresh), each expensive query in its own group.
+const Spec kSpecs[] = {
+    {"power_instant_w", "W", MetricKind::kGauge, "nvml.fast", 20 * kMs, 2 * kUs, Query::kField,
+     NVML_FI_DEV_POWER_INSTANT, 0, 1e-3},
+    {"power_avg_w", "W", MetricKind::kGauge, "nvml.fast", 20 * kMs, 2 * kUs, Query::kField,
+     NVML_FI_DEV_POWER_AVERAGE, 0, 1e-3},
+    {"temp_gpu_c", "C", MetricKind::kGauge, "nvml.fast", 20 * kMs, 2 * kUs, Query::kTempGpu, 0, 0, 1},
+    {"temp_mem_c", "C", MetricKind::kGauge, "nvml.fast", 20 * kMs, 2 * kUs, Query::kField,
+     NVML_FI_DEV_MEMORY_TEMP, 0, 1},
+    {"clock_sm_mhz", "MHz", MetricKind::kGauge, "nvml.fast", 20 * kMs, 2 * kUs, Query::kClockSm, 0, 0, 1},
+    {"clock_mem_mhz", "MHz", MetricKind::kGauge, "nvml.fast", 20 * kMs, 2 * kUs, Query::kClockMem, 0, 0, 1},
+    {"clock_event_reasons", "mask", MetricKind::kBitmask, "nvml.fast", 20 * kMs, 2 * kUs, Query::kReasons, 0,
+     0, 1},
+    {"util_gpu_pct", "pct", MetricKind::kGauge, "nvml.fast", 20 * kMs, 2 * kUs, Query::kUtilGpu, 0, 0, 1},
+    {"util_mem_pct", "pct", MetricKind::kGauge, "nvml.fast", 20 * kMs, 2 * kUs, Query::kUtilMem, 0, 0, 1},
+    {"throttle_power_cap_s", "s", MetricKind::kCounter, "nvml.fast", 100 * kMs, 2 * kUs, Query::kField,
+     NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP, 0, 1e-9},
+    {"throttle_sync_boost_s", "s", MetricKind::kCounter, "nvml.fast", 100 * kMs, 2 * kUs, Query::kField,
+     NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST, 0, 1e-9},
+    {"throttle_sw_thermal_s", "s", MetricKind::kCounter, "nvml.fast", 100 * kMs, 2 * kUs, Query::kField,
+     NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN, 0, 1e-9},
+    {"throttle_hw_thermal_s", "s", MetricKind::kCounter, "nvml.fast", 100 * kMs, 2 * kUs, Query::kField,
+     NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN, 0, 1e-9},
+    {"throttle_power_brake_s", "s", MetricKind::kCounter, "nvml.fast", 100 * kMs, 2 * kUs, Query::kField,
+     NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN, 0, 1e-9},
+    {"mem_used_bytes", "bytes", MetricKind::kGauge, "nvml.memory", 100 * kMs, 30 * kUs, Query::kMemUsed, 0, 0,
+     1},
+    {"energy_j", "J", MetricKind::kCounter, "nvml.energy", 100 * kMs, 4 * kMs, Query::kEnergy, 0, 0, 1e-3},
+    {"nvlink_tx_bytes", "bytes", MetricKind::kCounter, "nvml.nvlink", 100 * kMs, 1200 * kUs, Query::kField,
+     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, UINT_MAX, 1024},
+    {"nvlink_rx_bytes", "bytes", MetricKind::kCounter, "nvml.nvlink", 100 * kMs, 1200 * kUs, Query::kField,
+     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, UINT_MAX, 1024},
+    {"pcie_tx_bytes", "bytes", MetricKind::kCounter, "nvml.pcie", 100 * kMs, 120 * kUs, Query::kField,
+     NVML_FI_DEV_PCIE_COUNT_TX_BYTES, 0, 1},
+    {"pcie_rx_bytes", "bytes", MetricKind::kCounter, "nvml.pcie", 100 * kMs, 120 * kUs, Query::kField,
+     NVML_FI_DEV_PCIE_COUNT_RX_BYTES, 0, 1},
+};
+
+// Symbols used, resolved with dlsym. nvmlDeviceGetTemperature is gone from nvml.h 13 but still exported by
+// drivers; it is the fallback when nvmlDeviceGetTemperatureV is missing.
+using LegacyGetTemperature = nvmlReturn_t (*)(nvmlDevice_t, int, unsigned int*);
+
+struct Api {
+  decltype(&nvmlInit_v2) init = nullptr;
+  decltype(&nvmlShutdown) shutdown = nullptr;
+  decltype(&nvmlErrorString) error_string = nullptr;
+  decltype(&nvmlSystemGetDriverVersion) driver_version = nullptr;
+  decltype(&nvmlDeviceGetCount_v2) device_count = nullptr;
+  decltype(&nvmlDeviceGetHandleByIndex_v2) handle_by_index = nullptr;
+  decltype(&nvmlDeviceGetName) device_name = nullptr;
+  decltype(&nvmlDeviceGetUUID) device_uuid = nullptr;
+  decltype(&nvmlDeviceGetPciInfo_v3) pci_info = nullptr;
+  decltype(&nvmlDeviceGetEnforcedPowerLimit) power_limit = nullptr;
+  decltype(&nvmlDeviceGetMaxClockInfo) max_clock = nullptr;
+  decltype(&nvmlDeviceGetClockInfo) clock = nullptr;
+  decltype(&nvmlDeviceGetFieldValues) field_values = nullptr;
+  decltype(&nvmlDeviceGetTotalEnergyConsumption) energy = nullptr;
+  decltype(&nvmlDeviceGetTemperatureV) temperature_v = nullptr;
+  LegacyGetTemperature temperature_legacy = nullptr;
+  decltype(&nvmlDeviceGetCurrentClocksEventReasons) reasons = nullptr;
+  decltype(&nvmlDeviceGetUtilizationRates) utilization = nullptr;
+  decltype(&nvmlDeviceGetMemoryInfo) memory = nullptr;
+};
+
+template <typename Function>
+bool load_symbol(void* library, const char* symbol, Function& target) {
+  target = reinterpret_cast<Function>(dlsym(library, symbol));
+  return target != nullptr;
+}
+
+bool is_integer_type(nvmlValueType_t type) {
+  return type != NVML_VALUE_TYPE_DOUBLE;
+}
+
+int width_bits(nvmlValueType_t type) {
+  switch (type) {
+    case NVML_VALUE_TYPE_UNSIGNED_INT:
+    case NVML_VALUE_TYPE_SIGNED_INT:
+      return 32;
+    case NVML_VALUE_TYPE_UNSIGNED_SHORT:
+      return 16;
+    default:
+      return 64;
+  }
+}
+
+uint64_t raw_integer(const nvmlFieldValue_t& field) {
+  switch (field.valueType) {
+    case NVML_VALUE_TYPE_UNSIGNED_INT:
+      return field.value.uiVal;
+    case NVML_VALUE_TYPE_UNSIGNED_LONG:
+      return field.value.ulVal;
+    case NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
+      return field.value.ullVal;
+    case NVML_VALUE_TYPE_SIGNED_LONG_LONG:
+      return static_cast<uint64_t>(field.value.sllVal);
+    case NVML_VALUE_TYPE_SIGNED_INT:
+      return static_cast<uint64_t>(static_cast<int64_t>(field.value.siVal));
+    case NVML_VALUE_TYPE_UNSIGNED_SHORT:
+      return field.value.usVal;
+    default:
+      return static_cast<uint64_t>(field.value.dVal);
+  }
+}
+
+double raw_double(const nvmlFieldValue_t& field) {
+  if (field.valueType == NVML_VALUE_TYPE_DOUBLE) return field.value.dVal;
+  if (field.valueType == NVML_VALUE_TYPE_SIGNED_LONG_LONG) return static_cast<double>(field.value.sllVal);
+  if (field.valueType == NVML_VALUE_TYPE_SIGNED_INT) return field.value.siVal;
+  return static_cast<double>(raw_integer(field));
+}
+
+}  // namespace
+
+struct NvmlSource::Impl {
+  struct Gpu {
+    nvmlDevice_t handle = nullptr;
+    std::vector<const Spec*> specs;            // parallel to DeviceInfo::metrics
+    std::vector<CounterUnwrapper> unwrappers;  // parallel to DeviceInfo::metrics
+  };
+  void* library = nullptr;
+  bool initialized = false;
+  std::string reason;
+  Api api;
+  std::vector<DeviceInfo> devices;
+  std::vector<Gpu> gpus;
+  int64_t wall_minus_monotonic_ns = 0;  // converts NVML's wall-clock µs timestamps to CLOCK_MONOTONIC
+
+  std::string error_text(nvmlReturn_t result) const {
+    return api.error_string ? std::string(api.error_string(result))
+                            : fmt::format("NVML error {}", static_cast<int>(result));
+  }
+
+  Reading failure(nvmlReturn_t result) const {
+    Reading reading;
+    reading.status = result == NVML_ERROR_GPU_IS_LOST ? ReadStatus::kDeviceLost
+                     : (result == NVML_ERROR_NOT_SUPPORTED || result == NVML_ERROR_FUNCTION_NOT_FOUND)
+                         ? ReadStatus::kUnsupported
+                         : ReadStatus::kError;
+    reading.error = error_text(result);
+    return reading;
+  }
+
+  Reading from_field(Gpu& gpu, size_t metric_index, const nvmlFieldValue_t& field) {
+    if (field.nvmlReturn != NVML_SUCCESS) return failure(field.nvmlReturn);
+    const Spec& spec = *gpu.specs[metric_index];
+    Reading reading;
+    reading.status = ReadStatus::kOk;
+    if (spec.kind == MetricKind::kCounter) {
+      // 64-bit unwrapped total of the raw counter, then scaled (KiB -> bytes, ns -> s).
+      reading.value =
+          static_cast<double>(gpu.unwrappers[metric_index].unwrap(raw_integer(field))) * spec.scale;
+    } else {
+      reading.value = raw_double(field) * spec.scale;
+    }
+    reading.sensor_t_ns =
+        field.timestamp > 0 ? field.timestamp * 1000 - wall_minus_monotonic_ns : kNoSensorTime;
+    return reading;
+  }
+
+  Reading read_one(Gpu& gpu, size_t metric_index, nvmlUtilization_t* utilization_cache,
+                   bool* utilization_done) {
+    const Spec& spec = *gpu.specs[metric_index];
+    Reading reading;
+    reading.status = ReadStatus::kOk;
+    nvmlReturn_t result = NVML_SUCCESS;
+    switch (spec.query) {
+      case Query::kField: {
+        nvmlFieldValue_t field{};
+        field.fieldId = spec.field_id;
+        field.scopeId = spec.scope;
+        result = api.field_values(gpu.handle, 1, &field);
+        if (result != NVML_SUCCESS) return failure(result);
+        return from_field(gpu, metric_index, field);
+      }
+      case Query::kEnergy: {
+        unsigned long long energy_mj = 0;
+        result = api.energy(gpu.handle, &energy_mj);
+        if (result == NVML_SUCCESS) {
+          reading.value = static_cast<double>(gpu.unwrappers[metric_index].unwrap(energy_mj)) * spec.scale;
+        }
+        break;
+      }
+      case Query::kTempGpu: {
+        if (api.temperature_v) {
+          nvmlTemperature_t temperature{};
+          temperature.version = nvmlTemperature_v1;
+          temperature.sensorType = NVML_TEMPERATURE_GPU;
+          result = api.temperature_v(gpu.handle, &temperature);
+          reading.value = temperature.temperature;
+        } else {
+          unsigned int celsius = 0;
+          result = api.temperature_legacy(gpu.handle, 0 /* NVML_TEMPERATURE_GPU */, &celsius);
+          reading.value = celsius;
+        }
+        break;
+      }
+      case Query::kClockSm:
+      case Query::kClockMem: {
+        unsigned int mhz = 0;
+        result = api.clock(gpu.handle, spec.query == Query::kClockSm ? NVML_CLOCK_SM : NVML_CLOCK_MEM, &mhz);
+        reading.value = mhz;
+        break;
+      }
+      case Query::kReasons: {
+        unsigned long long mask = 0;
+        result = api.reasons(gpu.handle, &mask);
+        reading.value = static_cast<double>(mask);
+        break;
+      }
+      case Query::kUtilGpu:
+      case Query::kUtilMem: {
+        if (!*utilization_done) {
+          result = api.utilization(gpu.handle, utilization_cache);
+          if (result != NVML_SUCCESS) return failure(result);
+          *utilization_done = true;
+        }
+        reading.value = spec.query == Query::kUtilGpu ? utilization_cache->gpu : utilization_cache->memory;
+        break;
+      }
+      case Query::kMemUsed: {
+        nvmlMemory_t memory{};
+        result = api.memory(gpu.handle, &memory);
+        reading.value = static_cast<double>(memory.used);
+        break;
+      }
+    }
+    if (result != NVML_SUCCESS) return failure(result);
+    return reading;
+  }
+};
+
+NvmlSource::NvmlSource(const std::string& library_path) : impl_(std::make_unique<Impl>()) {
+  Impl& impl = *impl_;
+  const std::string path = library_path.empty() ? "libnvidia-ml.so.1" : library_path;
+  impl.library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (impl.library == nullptr) {
+    const char* error = dlerror();
+    impl.reason = fmt::format("{} could not be loaded ({}): no NVIDIA driver on this host", path,
+                              error ? error : "unknown error");
+    return;
+  }
+  Api& api = impl.api;
+  bool ok = load_symbol(impl.library, "nvmlInit_v2", api.init) &&
+            load_symbol(impl.library, "nvmlShutdown", api.shutdown) &&
+            load_symbol(impl.library, "nvmlErrorString", api.error_string) &&
+            load_symbol(impl.library, "nvmlSystemGetDriverVersion", api.driver_version) &&
+            load_symbol(impl.library, "nvmlDeviceGetCount_v2", api.device_count) &&
+            load_symbol(impl.library, "nvmlDeviceGetHandleByIndex_v2", api.handle_by_index) &&
+            load_symbol(impl.library, "nvmlDeviceGetName", api.device_name) &&
+            load_symbol(impl.library, "nvmlDeviceGetUUID", api.device_uuid) &&
+            load_symbol(impl.library, "nvmlDeviceGetPciInfo_v3", api.pci_info) &&
+            load_symbol(impl.library, "nvmlDeviceGetEnforcedPowerLimit", api.power_limit) &&
+            load_symbol(impl.library, "nvmlDeviceGetMaxClockInfo", api.max_clock) &&
+            load_symbol(impl.library, "nvmlDeviceGetClockInfo", api.clock) &&
+            load_symbol(impl.library, "nvmlDeviceGetFieldValues", api.field_values) &&
+            load_symbol(impl.library, "nvmlDeviceGetTotalEnergyConsumption", api.energy) &&
+            load_symbol(impl.library, "nvmlDeviceGetCurrentClocksEventReasons", api.reasons) &&
+            load_symbol(impl.library, "nvmlDeviceGetUtilizationRates", api.utilization) &&
+            load_symbol(impl.library, "nvmlDeviceGetMemoryInfo", api.memory);
+  if (!load_symbol(impl.library, "nvmlDeviceGetTemperatureV", api.temperature_v)) {
+    ok = ok && load_symbol(impl.library, "nvmlDeviceGetTemperature", api.temperature_legacy);
+  }
+  if (!ok) {
+    impl.reason =
+        fmt::format("{} lacks NVML functions calo needs (driver older than R535?): {}", path, dlerror());
+    return;
+  }
+  nvmlReturn_t result = api.init();
+  if (result != NVML_SUCCESS) {
+    impl.reason = fmt::format("nvmlInit failed: {}", impl.error_text(result));
+    return;
+  }
+  impl.initialized = true;
+  impl.wall_minus_monotonic_ns = core::wall_ns() - core::monotonic_ns();
+  char driver[96] = {};
+  api.driver_version(driver, sizeof(driver));
+  unsigned int count = 0;
+  result = api.device_count(&count);
+  if (result != NVML_SUCCESS) {
+    impl.reason = fmt::format("nvmlDeviceGetCount failed: {}", impl.error_text(result));
+    return;
+  }
+  for (unsigned int index = 0; index < count; ++index) {
+    Impl::Gpu gpu;
+    result = api.handle_by_index(index, &gpu.handle);
+    if (result != NVML_SUCCESS) continue;  // e.g. no permission on this GPU; the others are still read
+    DeviceInfo device;
+    device.index = static_cast<int>(index);
+    device.kind = "gpu";
+    device.driver = driver;
+    char text[256] = {};
+    if (api.device_name(gpu.handle, text, sizeof(text)) == NVML_SUCCESS) device.name = text;
+    if (api.device_uuid(gpu.handle, text, sizeof(text)) == NVML_SUCCESS) device.uuid = text;
+    nvmlPciInfo_t pci{};
+    if (api.pci_info(gpu.handle, &pci) == NVML_SUCCESS) device.pci_bus = pci.busId;
+    unsigned int value = 0;
+    if (api.power_limit(gpu.handle, &value) == NVML_SUCCESS) device.power_limit_w = value / 1000.0;
+    if (api.max_clock(gpu.handle, NVML_CLOCK_SM, &value) == NVML_SUCCESS) device.max_sm_mhz = value;
+    if (api.max_clock(gpu.handle, NVML_CLOCK_MEM, &value) == NVML_SUCCESS) device.max_mem_mhz = value;
+    // Probe every metric once: keep those the driver answers with the value type we expect.
+    for (const Spec& spec : kSpecs) {
+      nvmlReturn_t probe_result = NVML_SUCCESS;
+      std::string why;
+      if (spec.query == Query::kField) {
+        nvmlFieldValue_t field{};
+        field.fieldId = spec.field_id;
+        field.scopeId = spec.scope;
+        probe_result = api.field_values(gpu.handle, 1, &field);
+        if (probe_result == NVML_SUCCESS) probe_result = field.nvmlReturn;
+        if (probe_result == NVML_SUCCESS && spec.kind == MetricKind::kCounter &&
+            !is_integer_type(field.valueType)) {
+          why = fmt::format(
+              "field id {} answers a floating-point value on driver {}, not a counter: this "
+              "driver numbers fields differently from the nvml.h calo was built with",
+              spec.field_id, driver);
+        }
+      } else {
+        gpu.specs.push_back(&spec);
+        gpu.unwrappers.emplace_back(64);
+        nvmlUtilization_t utilization{};
+        bool utilization_done = false;
+        Reading reading = impl.read_one(gpu, gpu.specs.size() - 1, &utilization, &utilization_done);
+        gpu.specs.pop_back();
+        gpu.unwrappers.pop_back();
+        if (reading.status != ReadStatus::kOk) why = reading.error;
+      }
+      if (probe_result != NVML_SUCCESS) why = impl.error_text(probe_result);
+      if (!why.empty()) {
+        device.unsupported.push_back(fmt::format("{}: {}", spec.name, why));
+        continue;
+      }
+      int bits = 64;
+      if (spec.query == Query::kField) {
+        nvmlFieldValue_t field{};
+        field.fieldId = spec.field_id;
+        field.scopeId = spec.scope;
+        if (api.field_values(gpu.handle, 1, &field) == NVML_SUCCESS) bits = width_bits(field.valueType);
+      }
+      gpu.specs.push_back(&spec);
+      gpu.unwrappers.emplace_back(bits);
+      device.metrics.push_back({spec.name, spec.unit, spec.kind, spec.group, spec.period_ns, spec.cost_ns});
+    }
+    impl.devices.push_back(std::move(device));
+    impl.gpus.push_back(std::move(gpu));
+  }
+  if (impl.devices.empty())
+    impl.reason = count == 0 ? "NVML found no GPU" : "NVML could open none of the GPUs";
+}
+
+NvmlSource::~NvmlSource() {
+  if (impl_->initialized) impl_->api.shutdown();
+  if (impl_->library) dlclose(impl_->library);
+}
+
+bool NvmlSource::available() const {
+  return impl_->initialized && !impl_->devices.empty();
+}
+
+std::string NvmlSource::unavailable_reason() const {
+  return available() ? "" : impl_->reason;
+}
+
+const std::vector<DeviceInfo>& NvmlSource::devices() const {
+  return impl_->devices;
+}
+
+Reading NvmlSource::read(size_t device_position, size_t metric_index) {
+  nvmlUtilization_t utilization{};
+  bool utilization_done = false;
+  return impl_->read_one(impl_->gpus[device_position], metric_index, &utilization, &utilization_done);
+}
+
+void NvmlSource::read_batch(size_t device_position, std::span<const size_t> metric_indices,
+                            std::span<Reading> out) {
+  Impl::Gpu& gpu = impl_->gpus[device_position];
+  // All field metrics of the batch in one nvmlDeviceGetFieldValues call; the others one call each
+  // (utilization once for both of its metrics).
+  nvmlFieldValue_t fields[std::size(kSpecs)];
+  size_t field_positions[std::size(kSpecs)];
+  int field_count = 0;
+  nvmlUtilization_t utilization{};
+  bool utilization_done = false;
+  for (size_t position = 0; position < metric_indices.size(); ++position) {
+    const size_t metric_index = metric_indices[position];
+    const Spec& spec = *gpu.specs[metric_index];
+    if (spec.query == Query::kField && field_count < static_cast<int>(std::size(kSpecs))) {
+      fields[field_count] = nvmlFieldValue_t{};
+      fields[field_count].fieldId = spec.field_id;
+      fields[field_count].scopeId = spec.scope;
+      field_positions[field_count] = position;
+      ++field_count;
+    } else {
+      out[position] = impl_->read_one(gpu, metric_index, &utilization, &utilization_done);
+    }
+  }
+  if (field_count == 0) return;
+  const nvmlReturn_t result = impl_->api.field_values(gpu.handle, field_count, fields);
+  for (int field_index = 0; field_index < field_count; ++field_index) {
+    const size_t position = field_positions[field_index];
+    out[position] = result != NVML_SUCCESS
+                        ? impl_->failure(result)
+                        : impl_->from_field(gpu, metric_indices[position], fields[field_index]);
+  }
+}
+
+#endif  // CALO_HAVE_NVML_H
+
+}  // namespace calo::telemetry

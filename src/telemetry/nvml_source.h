@@ -1,0 +1,34 @@
+// NVIDIA GPUs through NVML, loaded at run time with dlopen("libnvidia-ml.so.1") (no link dependency).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "telemetry/source.h"
+
+namespace calo::telemetry {
+
+/// NVML source: power (instant, average), energy counter, temperatures, clocks, clock-event reasons and their
+/// cumulative counters, utilization, memory used, NVLink (all links) and PCIe byte counters of every GPU.
+/// Query groups (never share a sampler thread): nvml.fast, nvml.memory, nvml.energy, nvml.nvlink, nvml.pcie.
+class NvmlSource : public Source {
+ public:
+  /// Loads the library (path "" = libnvidia-ml.so.1) and initializes NVML; failures make it unavailable.
+  explicit NvmlSource(const std::string& library_path = "");
+  /// Shuts NVML down and unloads the library.
+  ~NvmlSource() override;
+  std::string name() const override { return "nvml"; }
+  bool available() const override;
+  std::string unavailable_reason() const override;
+  const std::vector<DeviceInfo>& devices() const override;
+  Reading read(size_t device_position, size_t metric_index) override;
+  void read_batch(size_t device_position, std::span<const size_t> metric_indices,
+                  std::span<Reading> out) override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace calo::telemetry

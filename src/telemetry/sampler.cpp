@@ -1,0 +1,294 @@
+// Sampler: see sampler.h. Each loop sleeps to the earliest absolute deadline of its tasks, reads every due
+// metric (one batch per device), and advances each task's deadline by whole periods (no drift).
+#include "telemetry/sampler.h"
+
+#include <fmt/format.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <mutex>
+
+#include "core/time.h"
+
+namespace calo::telemetry {
+
+namespace {
+
+constexpr int64_t kNapNs = 20'000'000;  // longest single sleep, so stop() is seen within 20 ms
+
+int64_t thread_cpu_ns() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<int64_t>(now.tv_sec) * 1'000'000'000LL + now.tv_nsec;
+}
+
+void sleep_until_ns(int64_t deadline_ns) {
+  timespec target{};
+  target.tv_sec = deadline_ns / 1'000'000'000LL;
+  target.tv_nsec = deadline_ns % 1'000'000'000LL;
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &target, nullptr) == EINTR) {
+  }
+}
+
+}  // namespace
+
+int64_t PeriodPlan::period_for(const MetricInfo& metric) const {
+  if (auto found = by_metric_ns.find(metric.name); found != by_metric_ns.end()) return found->second;
+  if (auto found = by_group_ns.find(metric.query_group); found != by_group_ns.end()) return found->second;
+  const bool slow = metric.expected_cost_ns >= kSlowQueryNs;
+  if (slow && slow_override_ns > 0) return slow_override_ns;
+  if (!slow && fast_override_ns > 0) return fast_override_ns;
+  return metric.default_period_ns > 0 ? metric.default_period_ns : 100'000'000;
+}
+
+void JitterHistogram::add(int64_t jitter_ns) {
+  jitter_ns = std::max<int64_t>(jitter_ns, 0);
+  const int64_t bucket = std::min<int64_t>(jitter_ns / 1000, kBuckets);
+  ++buckets_[static_cast<size_t>(bucket)];
+  max_ns_ = std::max(max_ns_, jitter_ns);
+  ++count_;
+}
+
+int64_t JitterHistogram::quantile_ns(double q) const {
+  if (count_ == 0) return 0;
+  const auto wanted = static_cast<uint64_t>(std::max(1.0, q * static_cast<double>(count_) + 0.5));
+  uint64_t seen = 0;
+  for (size_t bucket = 0; bucket < buckets_.size(); ++bucket) {
+    seen += buckets_[bucket];
+    if (seen >= wanted)
+      return bucket == static_cast<size_t>(kBuckets) ? max_ns_ : static_cast<int64_t>(bucket) * 1000;
+  }
+  return max_ns_;
+}
+
+struct Sampler::Task {
+  uint32_t device_position = 0;
+  uint32_t metric_index = 0;
+  int64_t period_ns = 0;
+  int64_t next_deadline_ns = 0;
+  bool active = true;
+  bool error_reported = false;
+};
+
+struct Sampler::Loop {
+  uint32_t source_position = 0;
+  std::string group;
+  std::vector<Task> tasks;
+  LoopStats stats;
+  JitterHistogram jitter;
+  mutable std::mutex stats_mutex;  // guards stats/jitter for stats() while running
+};
+
+Sampler::Sampler(std::vector<Source*> sources, PeriodPlan plan, SamplerSink sink)
+    : sources_(std::move(sources)), sink_(std::move(sink)) {
+  size_t device_total = 0;
+  for (const Source* source : sources_) {
+    device_offset_.push_back(device_total);
+    device_total += source->available() ? source->devices().size() : 0;
+  }
+  device_lost_ = std::make_unique<std::atomic<bool>[]>(device_total + 1);
+  for (uint32_t source_position = 0; source_position < sources_.size(); ++source_position) {
+    Source* source = sources_[source_position];
+    if (!source->available()) continue;
+    std::map<std::string, Loop*> by_group;
+    const auto& devices = source->devices();
+    for (uint32_t device_position = 0; device_position < devices.size(); ++device_position) {
+      const auto& metrics = devices[device_position].metrics;
+      for (uint32_t metric_index = 0; metric_index < metrics.size(); ++metric_index) {
+        const MetricInfo& metric = metrics[metric_index];
+        const int64_t period_ns = plan.period_for(metric);
+        if (period_ns <= 0) continue;  // a period of 0 turns the metric off
+        Loop*& loop = by_group[metric.query_group];
+        if (loop == nullptr) {
+          loops_.push_back(std::make_unique<Loop>());
+          loop = loops_.back().get();
+          loop->source_position = source_position;
+          loop->group = metric.query_group;
+          loop->stats.source = source->name();
+          loop->stats.group = metric.query_group;
+        }
+        loop->tasks.push_back({device_position, metric_index, period_ns, 0, true, false});
+      }
+    }
+  }
+}
+
+Sampler::~Sampler() {
+  stop();
+}
+
+void Sampler::start(int64_t start_ns) {
+  if (!threads_.empty()) return;
+  if (start_ns == 0) start_ns = core::monotonic_ns();
+  stopping_ = false;
+  for (auto& loop : loops_) {
+    for (auto& task : loop->tasks) task.next_deadline_ns = start_ns;
+    threads_.emplace_back([this, raw = loop.get()] { run_loop(*raw); });
+  }
+}
+
+void Sampler::stop() {
+  stopping_ = true;
+  for (auto& thread : threads_) {
+    if (thread.joinable()) thread.join();
+  }
+  threads_.clear();
+}
+
+void Sampler::report(const SamplerEvent& event) {
+  if (sink_.on_event) sink_.on_event(event);
+}
+
+void Sampler::run_loop(Loop& loop) {
+  Source& source = *sources_[loop.source_position];
+  const size_t lost_offset = device_offset_[loop.source_position];
+  std::vector<SampleRecord> batch;
+  std::vector<size_t> due_indices;  // task indices due now, grouped per device
+  std::vector<size_t> metric_indices;
+  std::vector<Reading> readings;
+  const int64_t cpu_start_ns = thread_cpu_ns();
+  while (!stopping_.load(std::memory_order_relaxed)) {
+    int64_t deadline_ns = INT64_MAX;
+    for (const auto& task : loop.tasks) {
+      if (task.active) deadline_ns = std::min(deadline_ns, task.next_deadline_ns);
+    }
+    if (deadline_ns == INT64_MAX) break;  // nothing left to read (all unsupported or lost)
+    const int64_t before_sleep_ns = core::monotonic_ns();
+    if (deadline_ns - before_sleep_ns > kNapNs) {
+      sleep_until_ns(before_sleep_ns + kNapNs);
+      continue;
+    }
+    sleep_until_ns(deadline_ns);
+    const int64_t woke_ns = core::monotonic_ns();
+    const int64_t jitter_ns = woke_ns - deadline_ns;
+    {
+      std::lock_guard lock(loop.stats_mutex);
+      ++loop.stats.wakeups;
+      loop.jitter.add(jitter_ns);
+    }
+    // Collect the due tasks in device order so that each device is read with one batch call.
+    due_indices.clear();
+    for (size_t task_index = 0; task_index < loop.tasks.size(); ++task_index) {
+      const Task& task = loop.tasks[task_index];
+      if (task.active && task.next_deadline_ns <= woke_ns) due_indices.push_back(task_index);
+    }
+    std::stable_sort(due_indices.begin(), due_indices.end(), [&](size_t left, size_t right) {
+      return loop.tasks[left].device_position < loop.tasks[right].device_position;
+    });
+    batch.clear();
+    uint64_t late = 0;
+    uint64_t missed = 0;
+    uint64_t errors = 0;
+    int64_t read_ns = 0;
+    for (size_t begin = 0; begin < due_indices.size();) {
+      const uint32_t device_position = loop.tasks[due_indices[begin]].device_position;
+      size_t end = begin;
+      while (end < due_indices.size() && loop.tasks[due_indices[end]].device_position == device_position)
+        ++end;
+      if (device_lost_[lost_offset + device_position].load()) {
+        for (size_t position = begin; position < end; ++position)
+          loop.tasks[due_indices[position]].active = false;
+        begin = end;
+        continue;
+      }
+      metric_indices.clear();
+      for (size_t position = begin; position < end; ++position) {
+        metric_indices.push_back(loop.tasks[due_indices[position]].metric_index);
+      }
+      readings.assign(metric_indices.size(), Reading{});
+      const int64_t read_begin_ns = core::monotonic_ns();
+      source.read_batch(device_position, metric_indices, readings);
+      const int64_t read_end_ns = core::monotonic_ns();
+      read_ns += read_end_ns - read_begin_ns;
+      const int64_t t_ns = read_begin_ns + (read_end_ns - read_begin_ns) / 2;
+      for (size_t position = begin; position < end; ++position) {
+        Task& task = loop.tasks[due_indices[position]];
+        const Reading& reading = readings[position - begin];
+        const auto& metric = source.devices()[device_position].metrics[task.metric_index];
+        if (read_begin_ns - task.next_deadline_ns > task.period_ns / 2) ++late;
+        // Advance by whole periods from the scheduled deadline (not from now): no drift; overrun periods are
+        // skipped and counted, never replayed in a burst.
+        task.next_deadline_ns += task.period_ns;
+        if (task.next_deadline_ns <= read_end_ns) {
+          const int64_t behind = (read_end_ns - task.next_deadline_ns) / task.period_ns + 1;
+          missed += static_cast<uint64_t>(behind);
+          task.next_deadline_ns += behind * task.period_ns;
+        }
+        switch (reading.status) {
+          case ReadStatus::kOk:
+            batch.push_back({loop.source_position, device_position, task.metric_index, t_ns, reading.value,
+                             reading.sensor_t_ns});
+            break;
+          case ReadStatus::kUnsupported:
+            task.active = false;
+            report({t_ns, false, loop.source_position, device_position,
+                    fmt::format("{} device {}: {} is not supported, no longer read ({})", source.name(),
+                                source.devices()[device_position].index, metric.name, reading.error)});
+            break;
+          case ReadStatus::kDeviceLost:
+            task.active = false;
+            if (!device_lost_[lost_offset + device_position].exchange(true)) {
+              report({t_ns, true, loop.source_position, device_position,
+                      fmt::format("{} device {} is lost ({}); the other devices keep recording",
+                                  source.name(), source.devices()[device_position].index, reading.error)});
+            }
+            break;
+          case ReadStatus::kError:
+            ++errors;
+            if (!task.error_reported && !reading.error.empty()) {
+              task.error_reported = true;
+              report({t_ns, false, loop.source_position, device_position,
+                      fmt::format("{} device {}: reading {} failed ({}); will keep trying", source.name(),
+                                  source.devices()[device_position].index, metric.name, reading.error)});
+            }
+            break;
+        }
+      }
+      begin = end;
+    }
+    if (!batch.empty() && sink_.on_samples) sink_.on_samples(batch);
+    std::lock_guard lock(loop.stats_mutex);
+    loop.stats.samples += batch.size();
+    loop.stats.late += late;
+    loop.stats.missed += missed;
+    loop.stats.read_errors += errors;
+    loop.stats.read_ns_total += read_ns;
+  }
+  std::lock_guard lock(loop.stats_mutex);
+  loop.stats.cpu_ns = thread_cpu_ns() - cpu_start_ns;
+}
+
+std::vector<LoopStats> Sampler::stats() const {
+  std::vector<LoopStats> result;
+  for (const auto& loop : loops_) {
+    std::lock_guard lock(loop->stats_mutex);
+    LoopStats stats = loop->stats;
+    stats.jitter_p50_ns = loop->jitter.quantile_ns(0.5);
+    stats.jitter_p99_ns = loop->jitter.quantile_ns(0.99);
+    stats.jitter_max_ns = loop->jitter.max_ns();
+    result.push_back(std::move(stats));
+  }
+  return result;
+}
+
+std::vector<Sampler::Scheduled> Sampler::schedule() const {
+  std::vector<Scheduled> result;
+  for (const auto& loop : loops_) {
+    const Source& source = *sources_[loop->source_position];
+    for (const auto& task : loop->tasks) {
+      const std::string& metric = source.devices()[task.device_position].metrics[task.metric_index].name;
+      auto existing = std::find_if(result.begin(), result.end(), [&](const Scheduled& entry) {
+        return entry.source == source.name() && entry.metric == metric && entry.period_ns == task.period_ns;
+      });
+      if (existing != result.end()) {
+        ++existing->devices;
+      } else {
+        result.push_back({source.name(), loop->group, metric, task.period_ns, 1});
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace calo::telemetry

@@ -1,0 +1,133 @@
+// Sampler: one thread per (source, query group); each metric has its own period on absolute deadlines
+// (clock_nanosleep TIMER_ABSTIME, no drift); records scheduling jitter, late and missed deadlines.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "telemetry/source.h"
+
+namespace calo::telemetry {
+
+/// One value produced by the sampler.
+struct SampleRecord {
+  uint32_t source_position = 0;         ///< index into the sampler's sources
+  uint32_t device_position = 0;         ///< index into that source's devices()
+  uint32_t metric_index = 0;            ///< index into that device's metrics
+  int64_t t_ns = 0;                     ///< host CLOCK_MONOTONIC at the middle of the read
+  double value = 0;                     ///< in the metric's unit
+  int64_t sensor_t_ns = kNoSensorTime;  ///< sensor timestamp on CLOCK_MONOTONIC, or kNoSensorTime
+};
+
+/// Something the sampler tells once: a metric unsupported, a device lost, a persistent read error.
+struct SamplerEvent {
+  int64_t t_ns = 0;              ///< host CLOCK_MONOTONIC
+  bool is_error = false;         ///< true for a lost device, false for an unsupported metric / first error
+  uint32_t source_position = 0;  ///< which source
+  uint32_t device_position = 0;  ///< which device of it
+  std::string message;           ///< human-readable ("GPU 2 fell off the bus: ...")
+};
+
+/// Receives the sampler's output; called from sampler threads (must be thread-safe, should not block).
+struct SamplerSink {
+  std::function<void(std::span<const SampleRecord>)> on_samples;  ///< a batch of values from one wake-up
+  std::function<void(const SamplerEvent&)> on_event;              ///< an event (may be empty)
+};
+
+/// Queries costing at least this much are "slow" (energy, NVLink, PCIe counters); cheaper ones are "fast".
+inline constexpr int64_t kSlowQueryNs = 100'000;
+
+/// Sampling periods: per metric name, else per query group, else the metric's default.
+struct PeriodPlan {
+  std::map<std::string, int64_t> by_metric_ns;  ///< "power_instant_w" -> period
+  std::map<std::string, int64_t> by_group_ns;   ///< "nvml.fast" -> period
+  int64_t fast_override_ns = 0;  ///< if > 0: period of every cheap metric (expected cost < kSlowQueryNs)
+  int64_t slow_override_ns = 0;  ///< if > 0: period of every expensive metric (expected cost >= kSlowQueryNs)
+  /// The period for `metric` (explicit metric > group > fast/slow override > default).
+  int64_t period_for(const MetricInfo& metric) const;
+};
+
+/// Scheduling statistics of one sampler thread.
+struct LoopStats {
+  std::string source;         ///< source name
+  std::string group;          ///< query group
+  uint64_t wakeups = 0;       ///< times the thread woke for a deadline
+  uint64_t samples = 0;       ///< values delivered
+  uint64_t read_errors = 0;   ///< transient read errors
+  uint64_t late = 0;          ///< reads that started more than half a period after their deadline
+  uint64_t missed = 0;        ///< deadlines skipped because an earlier read overran them
+  int64_t jitter_p50_ns = 0;  ///< median of (wake-up - deadline)
+  int64_t jitter_p99_ns = 0;  ///< 99th percentile of (wake-up - deadline)
+  int64_t jitter_max_ns = 0;  ///< largest (wake-up - deadline)
+  int64_t read_ns_total = 0;  ///< wall time spent inside source reads
+  int64_t cpu_ns = 0;         ///< CPU time of this thread (CLOCK_THREAD_CPUTIME_ID) when it stopped
+};
+
+/// Jitter histogram: 1 µs buckets up to 20 ms, then one overflow bucket (max kept exactly).
+class JitterHistogram {
+ public:
+  /// Adds one jitter value in ns (negative values count as 0).
+  void add(int64_t jitter_ns);
+  /// The q-quantile (0..1) in ns, bucket resolution 1 µs; 0 when empty.
+  int64_t quantile_ns(double q) const;
+  /// The largest value added.
+  int64_t max_ns() const { return max_ns_; }
+  /// Number of values added.
+  uint64_t count() const { return count_; }
+
+ private:
+  static constexpr int kBuckets = 20'000;
+  std::vector<uint32_t> buckets_ = std::vector<uint32_t>(kBuckets + 1, 0);
+  int64_t max_ns_ = 0;
+  uint64_t count_ = 0;
+};
+
+/// Runs the sampling threads. Sources must outlive the sampler.
+class Sampler {
+ public:
+  /// Plans one loop per (source, query group) over every device and metric of the available sources.
+  Sampler(std::vector<Source*> sources, PeriodPlan plan, SamplerSink sink);
+  /// Stops the threads if running.
+  ~Sampler();
+  Sampler(const Sampler&) = delete;
+  Sampler& operator=(const Sampler&) = delete;
+  /// Starts all threads; the first deadline of every metric is `start_ns` (CLOCK_MONOTONIC, 0 = now).
+  void start(int64_t start_ns = 0);
+  /// Signals the threads to stop and joins them (at most one 20 ms nap later).
+  void stop();
+  /// Statistics per loop (complete after stop()).
+  std::vector<LoopStats> stats() const;
+  /// (source, group, metric name, period) of every scheduled metric, for the run's config record.
+  struct Scheduled {
+    std::string source;  ///< source name
+    std::string group;   ///< query group
+    std::string metric;  ///< metric name
+    int64_t period_ns;   ///< sampling period
+    size_t devices;      ///< devices reading it
+  };
+  /// What will be (or is being) sampled.
+  std::vector<Scheduled> schedule() const;
+
+ private:
+  struct Task;
+  struct Loop;
+  void run_loop(Loop& loop);
+  void report(const SamplerEvent& event);
+
+  std::vector<Source*> sources_;
+  SamplerSink sink_;
+  std::vector<std::unique_ptr<Loop>> loops_;
+  std::vector<std::thread> threads_;
+  std::atomic<bool> stopping_{false};
+  std::unique_ptr<std::atomic<bool>[]> device_lost_;  // flat over (source, device)
+  std::vector<size_t> device_offset_;                 // first device_lost_ slot of each source
+};
+
+}  // namespace calo::telemetry

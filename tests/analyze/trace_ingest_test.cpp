@@ -1,0 +1,209 @@
+#include "analyze/trace_ingest.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "analyze/breakdown.h"
+#include "core/error.h"
+
+namespace calo::analyze {
+namespace {
+
+const std::filesystem::path kFixtures = std::filesystem::path(CALO_SOURCE_DIR) / "tests" / "fixtures";
+
+std::vector<LaneBreakdown> breakdown_of(const TraceData& data) {
+  std::vector<KernelInterval> intervals;
+  for (const auto& kernel : data.kernels) {
+    intervals.push_back({kernel.lane, kernel.category, kernel.t_begin_ns, kernel.t_end_ns,
+                         kernel.message_bytes, kernel.group_size});
+  }
+  return kernel_breakdown(intervals, static_cast<int32_t>(data.lanes.size()));
+}
+
+double us(const LaneBreakdown& lane, KernelCategory category) {
+  return lane.busy_s[static_cast<std::size_t>(category)] * 1e6;
+}
+double exposed_us(const LaneBreakdown& lane, KernelCategory category) {
+  return lane.exposed_s[static_cast<std::size_t>(category)] * 1e6;
+}
+double overlapped_us(const LaneBreakdown& lane, KernelCategory category) {
+  return lane.overlapped_s[static_cast<std::size_t>(category)] * 1e6;
+}
+
+TEST(KernelCategory, NamesAndMetadata) {
+  EXPECT_EQ(classify_compute_kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"),
+            KernelCategory::kGemm);
+  EXPECT_EQ(classify_compute_kernel("nvjet_hsh_256x128_64x4_2x1_v_bz_coopB_TNT"), KernelCategory::kGemm);
+  EXPECT_EQ(
+      classify_compute_kernel("void fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::"
+                              "AttentionKernel<cutlass::bfloat16_t, cutlass::arch::Sm80, true, 64, 64>)"),
+      KernelCategory::kAttention);
+  EXPECT_EQ(
+      classify_compute_kernel("void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernel<float>"),
+      KernelCategory::kNorm);
+  // "NormTwoOps" (gradient clipping) is a reduction, not a norm layer.
+  EXPECT_EQ(classify_compute_kernel("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, "
+                                    "at::native::NormTwoOps<float, float, float>, unsigned int, float, 4> >"),
+            KernelCategory::kElementwise);
+  EXPECT_EQ(classify_compute_kernel("triton_poi_fused_add_mul_0"), KernelCategory::kElementwise);
+  EXPECT_EQ(classify_compute_kernel("void cub::DeviceRadixSortOnesweepKernel<int>"), KernelCategory::kOther);
+  KernelClassifier classifier;
+  std::string send_recv = "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)";
+  EXPECT_EQ(classifier.classify(send_recv, false, ""), KernelCategory::kSendRecv);
+  EXPECT_EQ(classifier.classify(send_recv, false, "alltoall_base"), KernelCategory::kAllToAll);
+  EXPECT_EQ(classifier.classify(send_recv, false, "all_to_all"), KernelCategory::kAllToAll);
+  EXPECT_EQ(classifier.classify("ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclWorkElem)", false, "coalesced"),
+            KernelCategory::kAllGather);
+  EXPECT_EQ(
+      classifier.classify("ncclDevKernel_Generic_4(ncclDevComm*)", false, "reduce_scatter_tensor_coalesced"),
+      KernelCategory::kReduceScatter);
+  EXPECT_EQ(classifier.classify("ncclDevKernel_Generic_4(ncclDevComm*)", false, ""),
+            KernelCategory::kOtherComm);
+  // Metadata never turns a compute kernel into communication.
+  EXPECT_EQ(classifier.classify("void at::native::CatArrayBatchedCopy<float>", false, "allgather"),
+            KernelCategory::kElementwise);
+  EXPECT_EQ(classifier.classify("Memcpy DtoD (Device -> Device)", true, ""), KernelCategory::kElementwise);
+  for (auto category : kAllKernelCategories) EXPECT_EQ(parse_kernel_category(to_string(category)), category);
+}
+
+TEST(Breakdown, IntervalUnionAndOverlap) {
+  auto merged = interval_union({{10, 20}, {15, 30}, {40, 50}, {30, 35}, {60, 60}});
+  ASSERT_EQ(merged.size(), 2u);
+  EXPECT_EQ(merged[0], std::make_pair(int64_t{10}, int64_t{35}));
+  EXPECT_EQ(overlap_with_union(merged, 0, 100), 35);
+  EXPECT_EQ(overlap_with_union(merged, 33, 45), 7);
+  EXPECT_EQ(overlap_with_union(merged, 35, 40), 0);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(KernelCategory::kAllReduce, 8), 1.75);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(KernelCategory::kAllGather, 4), 0.75);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(KernelCategory::kSendRecv, 4), 1.0);
+}
+
+// Numbers below are worked out by hand from tests/fixtures/kineto_rank{0,1}.json (see the comments there in
+// docs/REPORTS.md "Trace fixture"): every interval is listed in the fixture with its ts/dur in µs.
+TEST(TraceIngest, HandCheckedTwoRankFixture) {
+  auto data = ingest_traces({kFixtures / "kineto_rank0.json", kFixtures / "kineto_rank1.json"});
+  ASSERT_EQ(data.lanes.size(), 2u);
+  EXPECT_EQ(data.lanes[0].rank, 0);
+  EXPECT_EQ(data.lanes[1].rank, 1);
+  EXPECT_EQ(data.lanes[1].device, 1);
+  EXPECT_EQ(data.lanes[0].device_name, "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(data.world_size, 2);
+  EXPECT_EQ(data.kernels.size(), 19u);  // 15 on rank 0 (14 kernels + 1 memcpy), 4 on rank 1 (3 + memset)
+  // Origin: rank 1's ProfilerStep#1 at ts 990 µs is the earliest event.
+  EXPECT_EQ(data.origin_unix_ns, 1763800000000000000 + 990'000);
+  EXPECT_EQ(data.kernels.front().t_begin_ns, 20'000);  // rank 0 gemm at ts 1010 µs
+  ASSERT_EQ(data.steps.size(), 2u);
+  EXPECT_EQ(data.steps[0].step, 1);
+  EXPECT_EQ(data.steps[0].t_end_ns - data.steps[0].t_begin_ns, 900'000);
+
+  auto lanes = breakdown_of(data);
+  const auto& rank0 = lanes[0];
+  EXPECT_NEAR(us(rank0, KernelCategory::kGemm), 220.0, 1e-9);  // 100 + 80 (nvjet) + 40 (cutlass)
+  EXPECT_NEAR(us(rank0, KernelCategory::kAttention), 50.0, 1e-9);
+  EXPECT_NEAR(us(rank0, KernelCategory::kNorm), 10.0, 1e-9);
+  EXPECT_NEAR(us(rank0, KernelCategory::kElementwise), 85.5, 1e-9);  // 5.5 add + 5 memcpy + 70 adam + 5 norm2
+  EXPECT_NEAR(us(rank0, KernelCategory::kOther), 12.0, 1e-9);        // cub radix sort
+  EXPECT_NEAR(us(rank0, KernelCategory::kAllReduce), 80.0, 1e-9);
+  EXPECT_NEAR(us(rank0, KernelCategory::kAllToAll), 40.0, 1e-9);  // SendRecv kernel, alltoall_base metadata
+  EXPECT_NEAR(us(rank0, KernelCategory::kSendRecv), 30.0, 1e-9);  // metadata via External id 500 ("send")
+  EXPECT_NEAR(us(rank0, KernelCategory::kAllGather), 50.0, 1e-9);
+  EXPECT_NEAR(us(rank0, KernelCategory::kReduceScatter), 60.0, 1e-9);
+  // AllReduce [1100,1180] covered by gemm 10 + flash 50 + layer norm 10 + add 5.5.
+  EXPECT_NEAR(overlapped_us(rank0, KernelCategory::kAllReduce), 75.5, 1e-9);
+  EXPECT_NEAR(exposed_us(rank0, KernelCategory::kAllReduce), 4.5, 1e-9);
+  EXPECT_NEAR(overlapped_us(rank0, KernelCategory::kAllToAll), 20.0, 1e-9);
+  EXPECT_NEAR(exposed_us(rank0, KernelCategory::kSendRecv), 25.0, 1e-9);   // memcpy covers 5 of 30
+  EXPECT_NEAR(exposed_us(rank0, KernelCategory::kAllGather), 50.0, 1e-9);  // adam starts as it ends
+  EXPECT_NEAR(overlapped_us(rank0, KernelCategory::kReduceScatter), 20.0, 1e-9);
+  EXPECT_NEAR(rank0.compute_union_s * 1e6, 377.5, 1e-9);
+  EXPECT_NEAR(rank0.comm_union_s * 1e6, 260.0, 1e-9);
+  EXPECT_NEAR(rank0.comm_exposed_union_s * 1e6, 139.5, 1e-9);
+  EXPECT_NEAR(rank0.gpu_busy_union_s * 1e6, 517.0, 1e-9);
+  EXPECT_NEAR(rank0.window_s * 1e6, 660.0, 1e-9);
+  // Bandwidths: AllReduce 1048576 bf16 = 2 MiB in 80 µs; AllGather 2097152 bf16 out in 50 µs, n = 2.
+  EXPECT_NEAR(rank0.algbw_gbps[static_cast<std::size_t>(KernelCategory::kAllReduce)], 26.2144, 1e-9);
+  EXPECT_NEAR(rank0.busbw_gbps[static_cast<std::size_t>(KernelCategory::kAllReduce)], 26.2144, 1e-9);
+  EXPECT_NEAR(rank0.algbw_gbps[static_cast<std::size_t>(KernelCategory::kAllGather)], 83.88608, 1e-9);
+  EXPECT_NEAR(rank0.busbw_gbps[static_cast<std::size_t>(KernelCategory::kAllGather)], 41.94304, 1e-9);
+  EXPECT_NEAR(rank0.busbw_gbps[static_cast<std::size_t>(KernelCategory::kAllToAll)], 13.1072, 1e-9);
+  EXPECT_NEAR(rank0.algbw_gbps[static_cast<std::size_t>(KernelCategory::kSendRecv)], 1048576 / 30e-6 / 1e9,
+              1e-9);
+
+  const auto& rank1 = lanes[1];
+  EXPECT_NEAR(us(rank1, KernelCategory::kGemm), 200.0, 1e-9);
+  EXPECT_NEAR(us(rank1, KernelCategory::kElementwise), 11.5, 1e-9);  // fill 10 + memset 1.5
+  EXPECT_NEAR(overlapped_us(rank1, KernelCategory::kAllReduce), 50.0, 1e-9);
+  EXPECT_NEAR(exposed_us(rank1, KernelCategory::kAllReduce), 50.0, 1e-9);
+  EXPECT_NEAR(rank1.gpu_busy_union_s * 1e6, 261.5, 1e-9);
+  EXPECT_NEAR(rank1.window_s * 1e6, 281.75, 1e-9);
+}
+
+TEST(TraceIngest, ErrorsNameTheFileAndTheFix) {
+  std::string text = R"({"traceEvents": [ {"ph": "X", "cat": "kernel", "name": "k", "ts": 1.0, "dur": )";
+  TraceData data;
+  try {
+    parse_kineto_json(text.data(), text.size(), "broken.json", 0, data);
+    FAIL() << "expected InputError";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("broken.json"), std::string::npos);
+  }
+  EXPECT_THROW(ingest_traces({kFixtures / "does-not-exist.json"}), InputError);
+  EXPECT_THROW(ingest_traces({kFixtures / "trace.json.gz"}), InputError);
+}
+
+TEST(TraceIngest, EscapesArrayFormAndTrailingComma) {
+  std::string text =
+      R"([{"ph": "X", "cat": "kernel", "name": "gemm_\"q\"\u00e9", "pid": 0, "tid": 3, "ts": 5, "dur": 2.5},)"
+      R"( {"ph": "X", "cat": "Kernel", "name": "elementwise_kernel", "pid": 0, "tid": 3, "ts": 8, "dur": 1e0},])";
+  TraceData data;
+  parse_kineto_json(text.data(), text.size(), "array.json", 3, data);
+  ASSERT_EQ(data.kernels.size(), 2u);
+  EXPECT_EQ(data.names[static_cast<std::size_t>(data.kernels[0].name_id)], "gemm_\"q\"\xc3\xa9");
+  EXPECT_EQ(data.kernels[0].category, KernelCategory::kGemm);
+  EXPECT_EQ(data.kernels[0].t_end_ns - data.kernels[0].t_begin_ns, 2500);
+  EXPECT_EQ(data.kernels[1].t_begin_ns, 3000);
+  EXPECT_EQ(data.kernels[1].t_end_ns - data.kernels[1].t_begin_ns, 1000);
+  EXPECT_EQ(data.lanes[0].rank, 3);
+}
+
+// The real multi-GPU trace made by bench/gpu/make_trace.py on the GPU host (committed by the lead).
+TEST(TraceIngest, RealMultiGpuTraceHasEveryCollectiveKind) {
+  auto directory = kFixtures / "kineto_real";
+  if (!std::filesystem::exists(directory)) {
+    GTEST_SKIP()
+        << "tests/fixtures/kineto_real/ not committed yet: run bench/gpu/make_trace.py on a GPU host";
+  }
+  std::vector<std::filesystem::path> paths;
+  for (const auto& entry : std::filesystem::directory_iterator(directory)) {
+    if (entry.path().extension() == ".json") paths.push_back(entry.path());
+  }
+  std::sort(paths.begin(), paths.end());
+  ASSERT_GE(paths.size(), 2u);
+  auto data = ingest_traces(paths);
+  ASSERT_EQ(data.lanes.size(), paths.size());
+  auto lanes = breakdown_of(data);
+  for (const auto& lane : lanes) {
+    SCOPED_TRACE("lane " + std::to_string(lane.lane));
+    for (auto category : {KernelCategory::kGemm, KernelCategory::kElementwise, KernelCategory::kAllReduce,
+                          KernelCategory::kAllGather, KernelCategory::kReduceScatter,
+                          KernelCategory::kAllToAll, KernelCategory::kSendRecv}) {
+      EXPECT_GT(lane.count[static_cast<std::size_t>(category)], 0) << to_string(category);
+    }
+    double comm_s = 0;
+    for (auto category : kAllKernelCategories) {
+      auto slot = static_cast<std::size_t>(category);
+      if (!is_comm(category)) continue;
+      comm_s += lane.busy_s[slot];
+      EXPECT_NEAR(lane.exposed_s[slot] + lane.overlapped_s[slot], lane.busy_s[slot], 1e-9);
+    }
+    EXPECT_LE(lane.comm_union_s, comm_s + 1e-9);
+    EXPECT_LE(lane.gpu_busy_union_s, lane.window_s + 1e-9);
+    EXPECT_GT(lane.busbw_gbps[static_cast<std::size_t>(KernelCategory::kAllReduce)], 0.0);
+  }
+  EXPECT_EQ(data.steps.size() % paths.size(), 0u);
+}
+
+}  // namespace
+}  // namespace calo::analyze

@@ -1,0 +1,172 @@
+// Invalid layouts given to `calo model` and `calo graph` end with exit code 2 and a message that names the
+// rule and a valid choice. Each case runs the real binary as a child process.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+/// Exit status and output of one run of `calo`.
+struct Outcome {
+  int exit_code = -1;  ///< exit status; -1 when killed by a signal
+  std::string stdout_text;
+  std::string stderr_text;
+};
+
+/// Runs CALO_EXECUTABLE with `args` and collects its exit code, stdout and stderr.
+Outcome run_calo(const std::vector<std::string>& args) {
+  std::array<int, 2> out_pipe{};
+  std::array<int, 2> err_pipe{};
+  if (pipe(out_pipe.data()) != 0 || pipe(err_pipe.data()) != 0) throw std::runtime_error("pipe failed");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], STDERR_FILENO);
+  posix_spawn_file_actions_addclose(&actions, out_pipe[0]);
+  posix_spawn_file_actions_addclose(&actions, err_pipe[0]);
+  std::vector<std::string> argv_text = {CALO_EXECUTABLE};
+  argv_text.insert(argv_text.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& text : argv_text) argv.push_back(text.data());
+  argv.push_back(nullptr);
+  pid_t child = 0;
+  int spawned = posix_spawn(&child, CALO_EXECUTABLE, &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  if (spawned != 0) {
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    throw std::runtime_error(std::string("cannot start ") + CALO_EXECUTABLE);
+  }
+  Outcome outcome;
+  std::array<pollfd, 2> fds = {pollfd{out_pipe[0], POLLIN, 0}, pollfd{err_pipe[0], POLLIN, 0}};
+  std::array<std::string*, 2> sinks = {&outcome.stdout_text, &outcome.stderr_text};
+  int open_streams = 2;
+  std::array<char, 4096> buffer{};
+  while (open_streams > 0) {
+    if (poll(fds.data(), fds.size(), 30000) <= 0) break;  // 30 s without output: give up, the test fails
+    for (size_t stream = 0; stream < fds.size(); ++stream) {
+      if (fds[stream].fd < 0 || fds[stream].revents == 0) continue;
+      ssize_t count = read(fds[stream].fd, buffer.data(), buffer.size());
+      if (count > 0) {
+        sinks[stream]->append(buffer.data(), static_cast<size_t>(count));
+      } else {
+        close(fds[stream].fd);
+        fds[stream].fd = -1;
+        --open_streams;
+      }
+    }
+  }
+  for (const pollfd& fd : fds) {
+    if (fd.fd >= 0) close(fd.fd);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return outcome;
+}
+
+/// One invalid invocation and the text its error must contain.
+struct BadLayout {
+  std::vector<std::string> args;
+  std::string message;
+};
+
+void PrintTo(const BadLayout& bad, std::ostream* out) {
+  for (const auto& arg : bad.args) *out << arg << ' ';
+}
+
+class LayoutErrors : public testing::TestWithParam<BadLayout> {};
+
+TEST_P(LayoutErrors, ExitTwoWithRuleAndFix) {
+  const BadLayout& bad = GetParam();
+  Outcome outcome = run_calo(bad.args);
+  EXPECT_EQ(outcome.exit_code, 2) << "stderr: " << outcome.stderr_text;
+  EXPECT_EQ(outcome.stderr_text.rfind("calo: error: ", 0), 0u) << outcome.stderr_text;
+  EXPECT_NE(outcome.stderr_text.find(bad.message), std::string::npos)
+      << "expected: " << bad.message << "\nstderr: " << outcome.stderr_text;
+  EXPECT_EQ(outcome.stdout_text, "");
+}
+
+const BadLayout kBadLayouts[] = {
+    {{"model", "llama3-70b", "--tp", "5"}, "tp=5 does not divide 64 attention heads; try 4 or 8"},
+    {{"model", "tiny-dense", "--tp", "3"}, "tp=3 does not divide 8 attention heads; try 2 or 4"},
+    {{"model", "llama3-70b", "--tp", "16"}, "tp=16 does not divide 8 key/value heads"},
+    {{"model", "llama3-70b", "--dp", "8", "--gbs", "100"},
+     "global batch 100 is not a multiple of micro-batch × dp = 1 × 8 = 8; try 96 or 104"},
+    {{"model", "tiny-dense", "--tp", "0"},
+     "tp=0 is not a valid tensor-parallel size: sizes must be >= 1; try tp=1"},
+    {{"model", "tiny-dense", "--zero", "2"}, "zero stage 2 is not supported"},
+    {{"model", "tiny-dense", "--pp", "8"},
+     "pp=8 × vpp=1 = 8 stages exceed the 4 layers of tiny-dense; try pp=4"},
+    {{"model", "tiny-dense", "--pp", "3"},
+     "pp=3 × vpp=1 = 3 stages do not divide the 4 layers of tiny-dense"},
+    {{"model", "tiny-dense", "--pp", "2", "--vpp", "2"},
+     "vpp=2 model chunks per stage need --schedule interleaved"},
+    {{"model", "tiny-dense", "--pp", "2", "--schedule", "interleaved"},
+     "interleaved schedule needs vpp >= 2 model chunks per stage"},
+    {{"model", "tiny-dense", "--pp", "2", "--vpp", "2", "--schedule", "interleaved", "--gbs", "3"},
+     "interleaved schedule needs the number of micro-batches (3"},
+    {{"model", "tiny-dense", "--recompute", "partial"},
+     "--recompute: 'partial' is not a mode; use none, selective or full"},
+    {{"model", "tiny-dense", "--schedule", "zb-v"},
+     "--schedule: 'zb-v' is not a schedule; use gpipe, 1f1b or interleaved"},
+    {{"model", "tiny-dense", "--pp", "2", "--layers-per-stage", "2,x"},
+     "--layers-per-stage: 'x' in '2,x' is not a layer count"},
+    {{"model", "tiny-dense", "--pp", "2", "--layers-per-stage", "2,2,"},
+     "--layers-per-stage: '' in '2,2,' is not a layer count"},
+    {{"model", "tiny-dense", "--pp", "2", "--layers-per-stage", "4"},
+     "layers per stage lists 1 entries but pp=2 × vpp=1 needs 2"},
+    {{"model", "tiny-dense", "--pp", "2", "--layers-per-stage", "1,2"},
+     "layers per stage sum to 3 but tiny-dense has 4 layers"},
+    {{"model", "tiny-dense", "--pp", "2", "--layers-per-stage", "4,0"}, "layers per stage entry 1 is 0"},
+    {{"model", "tiny-dense", "--dp", "2", "--ep", "2"},
+     "ep=2 needs a mixture-of-experts model, but tiny-dense is dense; use ep=1"},
+    {{"model", "mixtral-8x7b", "--dp", "8", "--ep", "3"}, "ep=3 does not divide dp=8"},
+    {{"model", "mixtral-8x7b", "--dp", "16", "--ep", "16"},
+     "ep=16 does not divide the 8 experts of mixtral-8x7b"},
+    {{"model", "tiny-dense", "--overlap-param"}, "overlapping the parameter all-gather needs sharded state"},
+    {{"model", "tiny-dense", "--tp", "2", "--seq", "127"},
+     "sequence parallel splits each sequence of 127 tokens"},
+    {{"graph", "--model", "tiny-dense", "--tp", "3"}, "tp=3 does not divide 8 attention heads; try 2 or 4"},
+    {{"graph", "--model", "tiny-dense", "--dp", "4", "--gbs", "6"},
+     "global batch 6 is not a multiple of micro-batch × dp = 1 × 4 = 4; try 4 or 8"},
+    {{"graph", "--model", "tiny-dense", "--recompute", "some"}, "--recompute: 'some' is not a mode"},
+    {{"graph", "--model", "tiny-dense", "--pp", "2", "--layers-per-stage", "3;1"},
+     "--layers-per-stage: '3;1' in '3;1' is not a layer count"},
+};
+
+INSTANTIATE_TEST_SUITE_P(Cli, LayoutErrors, testing::ValuesIn(kBadLayouts));
+
+TEST(CliLayout, FlagParseErrorsExitTwo) {
+  Outcome outcome = run_calo({"model", "tiny-dense", "--tp", "four"});
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.stderr_text;
+  EXPECT_NE(outcome.stderr_text.find("--tp"), std::string::npos) << outcome.stderr_text;
+}
+
+TEST(CliLayout, ValidLayoutsExitZero) {
+  // Controls for the cases above: the same commands with a valid choice succeed.
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"model", "tiny-dense", "--tp", "2"},
+        std::vector<std::string>{"model", "tiny-dense", "--pp", "2", "--layers-per-stage", "1,3"},
+        std::vector<std::string>{"model", "tiny-dense", "--overlap"},
+        std::vector<std::string>{"model", "tiny-dense", "--pp", "2", "--vpp", "2", "--schedule",
+                                 "interleaved", "--gbs", "4"},
+        std::vector<std::string>{"graph", "--model", "tiny-dense", "--dp", "4", "--gbs", "8"}}) {
+    Outcome outcome = run_calo(args);
+    EXPECT_EQ(outcome.exit_code, 0) << args[0] << " " << args[1] << ": " << outcome.stderr_text;
+  }
+}
+
+}  // namespace

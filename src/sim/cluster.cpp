@@ -1,0 +1,314 @@
+#include "sim/cluster.h"
+
+#include <fmt/format.h>
+
+#include "core/config.h"
+#include "core/error.h"
+
+namespace calo::sim {
+
+namespace {
+
+using core::ConfigReader;
+
+constexpr double kGiga = 1e9;
+constexpr double kTera = 1e12;
+constexpr double kMicro = 1e-6;
+
+/// Reads a positive number at `key` (or `fallback` when absent and fallback > 0).
+double positive(const ConfigReader& reader, const std::string& origin, const std::string& key,
+                double fallback = -1) {
+  double value = fallback > 0 ? reader.get_double(key, fallback) : reader.get_double(key);
+  require_input(value > 0, fmt::format("{}: '{}' must be > 0, got {}", origin, key, value));
+  return value;
+}
+
+/// Reads a number in [low, high] at `key`, `fallback` when absent.
+double bounded(const ConfigReader& reader, const std::string& origin, const std::string& key, double fallback,
+               double low, double high) {
+  double value = reader.get_double(key, fallback);
+  require_input(
+      value >= low && value <= high,
+      fmt::format("{}: '{}' = {} is out of range; use a value in [{}, {}]", origin, key, value, low, high));
+  return value;
+}
+
+const nlohmann::json& section(const nlohmann::json& object, const std::string& origin, const std::string& key,
+                              bool required) {
+  static const nlohmann::json kEmpty = nlohmann::json::object();
+  auto found = object.find(key);
+  if (found == object.end() || found->is_null()) {
+    require_input(!required,
+                  fmt::format("{}: missing section '{}' (see data/clusters/h200-hgx.yaml)", origin, key));
+    return kEmpty;
+  }
+  require_input(found->is_object(), fmt::format("{}: '{}' must be a mapping", origin, key));
+  return *found;
+}
+
+std::vector<double> number_list(const nlohmann::json& object, const std::string& origin,
+                                const std::string& key, int expected_size) {
+  std::vector<double> values;
+  auto found = object.find(key);
+  if (found == object.end() || found->is_null()) return values;
+  require_input(found->is_array(), fmt::format("{}: '{}' must be a list of numbers", origin, key));
+  for (const auto& item : *found) {
+    require_input(item.is_number(),
+                  fmt::format("{}: '{}' must hold numbers, got {}", origin, key, item.dump()));
+    values.push_back(item.get<double>());
+  }
+  if (values.empty()) return values;
+  require_input(static_cast<int>(values.size()) == expected_size,
+                fmt::format("{}: '{}' has {} entries; give one per GPU slot (node.gpus = {})", origin, key,
+                            values.size(), expected_size));
+  return values;
+}
+
+ComputeEfficiency parse_efficiency(const nlohmann::json& object, const std::string& origin) {
+  ConfigReader reader(object, origin);
+  reader.reject_unknown_keys({"gemm_max", "gemm_half_dim", "attention_max", "attention_half_seq",
+                              "memory_max", "memory_half_bytes", "kernel_overhead_us"});
+  ComputeEfficiency efficiency;
+  efficiency.gemm_max = bounded(reader, origin, "gemm_max", efficiency.gemm_max, 0.01, 1.0);
+  efficiency.gemm_half_dim = bounded(reader, origin, "gemm_half_dim", efficiency.gemm_half_dim, 0, 1e6);
+  efficiency.attention_max = bounded(reader, origin, "attention_max", efficiency.attention_max, 0.01, 1.0);
+  efficiency.attention_half_seq =
+      bounded(reader, origin, "attention_half_seq", efficiency.attention_half_seq, 0, 1e7);
+  efficiency.memory_max = bounded(reader, origin, "memory_max", efficiency.memory_max, 0.01, 1.0);
+  efficiency.memory_half_bytes =
+      bounded(reader, origin, "memory_half_bytes", efficiency.memory_half_bytes, 0, 1e12);
+  efficiency.kernel_overhead_s =
+      bounded(reader, origin, "kernel_overhead_us", efficiency.kernel_overhead_s / kMicro, 0, 1e4) * kMicro;
+  return efficiency;
+}
+
+ThermalSpec parse_thermal(const nlohmann::json& object, const std::string& origin) {
+  ConfigReader reader(object, origin);
+  reader.reject_unknown_keys({"r_die_k_per_w", "r_sink_k_per_w", "tau_die_s", "tau_sink_s", "slowdown_c",
+                              "slowdown_mhz_per_c", "hw_slowdown_c"});
+  ThermalSpec thermal;
+  thermal.r_die_k_per_w = bounded(reader, origin, "r_die_k_per_w", thermal.r_die_k_per_w, 0, 10);
+  thermal.r_sink_k_per_w = bounded(reader, origin, "r_sink_k_per_w", thermal.r_sink_k_per_w, 0, 10);
+  thermal.tau_die_s = positive(reader, origin, "tau_die_s", thermal.tau_die_s);
+  thermal.tau_sink_s = positive(reader, origin, "tau_sink_s", thermal.tau_sink_s);
+  thermal.slowdown_c = bounded(reader, origin, "slowdown_c", thermal.slowdown_c, 0, 200);
+  thermal.slowdown_mhz_per_c =
+      bounded(reader, origin, "slowdown_mhz_per_c", thermal.slowdown_mhz_per_c, 0, 1e4);
+  thermal.hw_slowdown_c = bounded(reader, origin, "hw_slowdown_c", thermal.hw_slowdown_c, 0, 200);
+  require_input(thermal.hw_slowdown_c >= thermal.slowdown_c,
+                fmt::format("{}: hw_slowdown_c ({}) must be >= slowdown_c ({})", origin,
+                            thermal.hw_slowdown_c, thermal.slowdown_c));
+  return thermal;
+}
+
+GpuSpec parse_gpu(const nlohmann::json& object, const std::string& origin) {
+  ConfigReader reader(object, origin);
+  reader.reject_unknown_keys({"name", "peak_bf16_tflops", "peak_fp32_tflops", "hbm_bandwidth_gb_s",
+                              "memory_gib", "power_limit_w", "idle_power_w", "max_sm_mhz", "min_sm_mhz",
+                              "clock_step_mhz", "clock_power_exponent", "active_power_w", "efficiency",
+                              "thermal"});
+  GpuSpec gpu;
+  gpu.name = reader.get_string("name");
+  gpu.peak_bf16_flops = positive(reader, origin, "peak_bf16_tflops") * kTera;
+  gpu.peak_fp32_flops =
+      positive(reader, origin, "peak_fp32_tflops", gpu.peak_bf16_flops / kTera / 16) * kTera;
+  gpu.hbm_bandwidth_bytes_per_s = positive(reader, origin, "hbm_bandwidth_gb_s") * kGiga;
+  gpu.memory_bytes = positive(reader, origin, "memory_gib") * 1024.0 * 1024.0 * 1024.0;
+  gpu.power_limit_w = positive(reader, origin, "power_limit_w");
+  gpu.idle_power_w = positive(reader, origin, "idle_power_w");
+  require_input(gpu.idle_power_w < gpu.power_limit_w,
+                fmt::format("{}: idle_power_w ({}) must be below power_limit_w ({})", origin,
+                            gpu.idle_power_w, gpu.power_limit_w));
+  gpu.max_sm_mhz = positive(reader, origin, "max_sm_mhz");
+  gpu.min_sm_mhz = positive(reader, origin, "min_sm_mhz", gpu.max_sm_mhz / 4);
+  require_input(
+      gpu.min_sm_mhz <= gpu.max_sm_mhz,
+      fmt::format("{}: min_sm_mhz ({}) must be <= max_sm_mhz ({})", origin, gpu.min_sm_mhz, gpu.max_sm_mhz));
+  gpu.clock_step_mhz = positive(reader, origin, "clock_step_mhz", 15);
+  gpu.clock_power_exponent = bounded(reader, origin, "clock_power_exponent", 1.25, 0.5, 4.0);
+  const auto& power = section(object, origin, "active_power_w", true);
+  ConfigReader power_reader(power, origin + ": active_power_w");
+  std::vector<std::string> class_names;
+  for (int index = 0; index < kNumPowerClasses; ++index)
+    class_names.emplace_back(to_string(PowerClass(index)));
+  power_reader.reject_unknown_keys(class_names);
+  for (int index = 0; index < kNumPowerClasses; ++index) {
+    gpu.active_power_w[index] =
+        bounded(power_reader, origin + ": active_power_w", class_names[index], 0, 0, 1e4);
+  }
+  require_input(
+      gpu.active_power_w[0] > 0,
+      fmt::format("{}: active_power_w.gemm must be > 0 (the power a full-speed GEMM adds to idle)", origin));
+  gpu.efficiency = parse_efficiency(section(object, origin, "efficiency", false), origin + ": efficiency");
+  gpu.thermal = parse_thermal(section(object, origin, "thermal", false), origin + ": thermal");
+  return gpu;
+}
+
+NodeSpec parse_node(const nlohmann::json& object, const std::string& origin) {
+  ConfigReader reader(object, origin);
+  reader.reject_unknown_keys({"gpus", "nvlink_bandwidth_gb_s", "nvlink_latency_us", "pcie_bandwidth_gb_s",
+                              "inlet_c", "slot_inlet_offset_c", "slot_r_scale"});
+  NodeSpec node;
+  node.gpus = static_cast<int>(reader.get_int("gpus"));
+  require_input(node.gpus >= 1 && node.gpus <= 64,
+                fmt::format("{}: 'gpus' = {} is out of range; use 1..64 GPUs per node", origin, node.gpus));
+  node.nvlink_bandwidth_bytes_per_s = positive(reader, origin, "nvlink_bandwidth_gb_s") * kGiga;
+  node.nvlink_latency_s = bounded(reader, origin, "nvlink_latency_us", 3, 0, 1e4) * kMicro;
+  node.pcie_bandwidth_bytes_per_s = positive(reader, origin, "pcie_bandwidth_gb_s", 64) * kGiga;
+  node.inlet_c = bounded(reader, origin, "inlet_c", 25, -20, 80);
+  node.slot_inlet_offset_c = number_list(object, origin, "slot_inlet_offset_c", node.gpus);
+  node.slot_r_scale = number_list(object, origin, "slot_r_scale", node.gpus);
+  for (double scale : node.slot_r_scale) {
+    require_input(scale > 0, fmt::format("{}: slot_r_scale entries must be > 0, got {}", origin, scale));
+  }
+  return node;
+}
+
+NetworkSpec parse_network(const nlohmann::json& object, const std::string& origin) {
+  ConfigReader reader(object, origin);
+  reader.reject_unknown_keys({"nics_per_node", "nic_bandwidth_gbit_s", "latency_us", "topology",
+                              "nodes_per_leaf", "oversubscription"});
+  NetworkSpec network;
+  network.nics_per_node = static_cast<int>(reader.get_int("nics_per_node"));
+  require_input(network.nics_per_node >= 1,
+                fmt::format("{}: 'nics_per_node' must be >= 1, got {}", origin, network.nics_per_node));
+  network.nic_bandwidth_bytes_per_s = positive(reader, origin, "nic_bandwidth_gbit_s") * kGiga / 8.0;
+  network.latency_s = bounded(reader, origin, "latency_us", 5, 0, 1e5) * kMicro;
+  network.topology = reader.get_string("topology", network.topology);
+  require_input(
+      network.topology == "rail-optimized-fat-tree",
+      fmt::format("{}: topology '{}' is not modeled; use rail-optimized-fat-tree", origin, network.topology));
+  network.nodes_per_leaf = static_cast<int>(reader.get_int("nodes_per_leaf", network.nodes_per_leaf));
+  require_input(network.nodes_per_leaf >= 1,
+                fmt::format("{}: 'nodes_per_leaf' must be >= 1, got {}", origin, network.nodes_per_leaf));
+  network.oversubscription = bounded(reader, origin, "oversubscription", 1.0, 1.0, 64.0);
+  return network;
+}
+
+CollectiveSpec parse_collective(const nlohmann::json& object, const std::string& origin) {
+  ConfigReader reader(object, origin);
+  reader.reject_unknown_keys({"algorithm", "bw_efficiency_max", "bw_half_bytes"});
+  CollectiveSpec collective;
+  collective.algorithm = reader.get_string("algorithm", collective.algorithm);
+  require_input(
+      collective.algorithm == "ring" || collective.algorithm == "tree" || collective.algorithm == "auto",
+      fmt::format("{}: algorithm '{}' is unknown; use ring, tree or auto", origin, collective.algorithm));
+  collective.bw_efficiency_max =
+      bounded(reader, origin, "bw_efficiency_max", collective.bw_efficiency_max, 0.01, 1);
+  collective.bw_half_bytes = bounded(reader, origin, "bw_half_bytes", collective.bw_half_bytes, 0, 1e12);
+  return collective;
+}
+
+}  // namespace
+
+const char* to_string(PowerClass power_class) {
+  switch (power_class) {
+    case PowerClass::kGemm:
+      return "gemm";
+    case PowerClass::kAttention:
+      return "attention";
+    case PowerClass::kElementwise:
+      return "elementwise";
+    case PowerClass::kOptimizer:
+      return "optimizer";
+    case PowerClass::kCommunication:
+      return "communication";
+  }
+  return "?";
+}
+
+double ClusterSpec::slot_inlet_c(int slot) const {
+  double offset = node.slot_inlet_offset_c.empty() ? 0.0 : node.slot_inlet_offset_c[slot % node.gpus];
+  return node.inlet_c + offset;
+}
+
+double ClusterSpec::slot_r_scale(int slot) const {
+  return node.slot_r_scale.empty() ? 1.0 : node.slot_r_scale[slot % node.gpus];
+}
+
+double ClusterSpec::nic_bandwidth_per_gpu() const {
+  return network.nics_per_node * network.nic_bandwidth_bytes_per_s / node.gpus;
+}
+
+ClusterSpec parse_cluster(const nlohmann::json& object, const std::string& origin) {
+  ConfigReader reader(object, origin);
+  reader.reject_unknown_keys({"name", "description", "gpu", "node", "network", "collective"});
+  ClusterSpec cluster;
+  cluster.name = reader.get_string("name", origin);
+  cluster.description = reader.get_string("description", "");
+  cluster.gpu = parse_gpu(section(object, origin, "gpu", true), origin + ": gpu");
+  cluster.node = parse_node(section(object, origin, "node", true), origin + ": node");
+  cluster.network = parse_network(section(object, origin, "network", true), origin + ": network");
+  cluster.collective =
+      parse_collective(section(object, origin, "collective", false), origin + ": collective");
+  return cluster;
+}
+
+ClusterSpec load_cluster(const std::string& name_or_path) {
+  nlohmann::json object = core::load_preset_or_file("clusters", name_or_path);
+  return parse_cluster(object, "cluster '" + name_or_path + "'");
+}
+
+nlohmann::json to_json(const ClusterSpec& cluster) {
+  const GpuSpec& gpu = cluster.gpu;
+  nlohmann::json power = nlohmann::json::object();
+  for (int index = 0; index < kNumPowerClasses; ++index) {
+    power[to_string(PowerClass(index))] = gpu.active_power_w[index];
+  }
+  const auto& eff = gpu.efficiency;
+  const auto& thermal = gpu.thermal;
+  return {
+      {"name", cluster.name},
+      {"description", cluster.description},
+      {"gpu",
+       {{"name", gpu.name},
+        {"peak_bf16_tflops", gpu.peak_bf16_flops / kTera},
+        {"peak_fp32_tflops", gpu.peak_fp32_flops / kTera},
+        {"hbm_bandwidth_gb_s", gpu.hbm_bandwidth_bytes_per_s / kGiga},
+        {"memory_gib", gpu.memory_bytes / (1024.0 * 1024.0 * 1024.0)},
+        {"power_limit_w", gpu.power_limit_w},
+        {"idle_power_w", gpu.idle_power_w},
+        {"max_sm_mhz", gpu.max_sm_mhz},
+        {"min_sm_mhz", gpu.min_sm_mhz},
+        {"clock_step_mhz", gpu.clock_step_mhz},
+        {"clock_power_exponent", gpu.clock_power_exponent},
+        {"active_power_w", power},
+        {"efficiency",
+         {{"gemm_max", eff.gemm_max},
+          {"gemm_half_dim", eff.gemm_half_dim},
+          {"attention_max", eff.attention_max},
+          {"attention_half_seq", eff.attention_half_seq},
+          {"memory_max", eff.memory_max},
+          {"memory_half_bytes", eff.memory_half_bytes},
+          {"kernel_overhead_us", eff.kernel_overhead_s / kMicro}}},
+        {"thermal",
+         {{"r_die_k_per_w", thermal.r_die_k_per_w},
+          {"r_sink_k_per_w", thermal.r_sink_k_per_w},
+          {"tau_die_s", thermal.tau_die_s},
+          {"tau_sink_s", thermal.tau_sink_s},
+          {"slowdown_c", thermal.slowdown_c},
+          {"slowdown_mhz_per_c", thermal.slowdown_mhz_per_c},
+          {"hw_slowdown_c", thermal.hw_slowdown_c}}}}},
+      {"node",
+       {{"gpus", cluster.node.gpus},
+        {"nvlink_bandwidth_gb_s", cluster.node.nvlink_bandwidth_bytes_per_s / kGiga},
+        {"nvlink_latency_us", cluster.node.nvlink_latency_s / kMicro},
+        {"pcie_bandwidth_gb_s", cluster.node.pcie_bandwidth_bytes_per_s / kGiga},
+        {"inlet_c", cluster.node.inlet_c},
+        {"slot_inlet_offset_c", cluster.node.slot_inlet_offset_c},
+        {"slot_r_scale", cluster.node.slot_r_scale}}},
+      {"network",
+       {{"nics_per_node", cluster.network.nics_per_node},
+        {"nic_bandwidth_gbit_s", cluster.network.nic_bandwidth_bytes_per_s * 8.0 / kGiga},
+        {"latency_us", cluster.network.latency_s / kMicro},
+        {"topology", cluster.network.topology},
+        {"nodes_per_leaf", cluster.network.nodes_per_leaf},
+        {"oversubscription", cluster.network.oversubscription}}},
+      {"collective",
+       {{"algorithm", cluster.collective.algorithm},
+        {"bw_efficiency_max", cluster.collective.bw_efficiency_max},
+        {"bw_half_bytes", cluster.collective.bw_half_bytes}}},
+  };
+}
+
+}  // namespace calo::sim

@@ -1,0 +1,113 @@
+// Cluster description for the simulator: GPU, node and network, loaded from YAML (data/clusters/*.yaml).
+// Every model parameter the simulator uses lives here so calibration can fit it (docs/SIMULATOR.md).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace calo::sim {
+
+/// Op classes that draw different active power (docs/SIMULATOR.md, "Power").
+enum class PowerClass { kGemm, kAttention, kElementwise, kOptimizer, kCommunication };
+/// Number of PowerClass values.
+inline constexpr int kNumPowerClasses = 5;
+/// Names: "gemm", "attention", "elementwise", "optimizer", "communication".
+const char* to_string(PowerClass power_class);
+
+/// Shape-dependent efficiency curves of the compute cost model (fractions of peak).
+struct ComputeEfficiency {
+  double gemm_max = 0.8;             ///< best achievable fraction of peak FLOP/s for large GEMMs
+  double gemm_half_dim = 96;         ///< a GEMM dimension of this size halves that dimension's factor
+  double attention_max = 0.6;        ///< best fraction of peak for the fused attention core
+  double attention_half_seq = 256;   ///< sequence length at which attention reaches half its best
+  double memory_max = 0.85;          ///< best fraction of HBM bandwidth for memory-bound ops
+  double memory_half_bytes = 4.0e6;  ///< op size (bytes moved) at which memory ops reach half their best
+  double kernel_overhead_s = 4e-6;   ///< fixed launch + tail cost per compute op
+};
+
+/// Thermal RC model parameters of one GPU (two nodes: die and heat sink).
+struct ThermalSpec {
+  double r_die_k_per_w = 0.025;    ///< die-to-sink thermal resistance
+  double r_sink_k_per_w = 0.011;   ///< sink-to-inlet-air thermal resistance
+  double tau_die_s = 0.2;          ///< die time constant
+  double tau_sink_s = 4.0;         ///< heat-sink time constant
+  double slowdown_c = 87.0;        ///< software thermal slowdown starts above this die temperature
+  double slowdown_mhz_per_c = 60;  ///< clock reduction per degree above slowdown_c
+  double hw_slowdown_c = 95.0;     ///< hardware slowdown: clock drops to min_sm_mhz at or above this
+};
+
+/// One GPU model.
+struct GpuSpec {
+  std::string name;                                           ///< product name, e.g. "NVIDIA H200 SXM"
+  double peak_bf16_flops = 0;                                 ///< dense bf16 FLOP/s at max_sm_mhz
+  double peak_fp32_flops = 0;                                 ///< fp32 (non-tensor) FLOP/s at max_sm_mhz
+  double hbm_bandwidth_bytes_per_s = 0;                       ///< HBM bandwidth
+  double memory_bytes = 0;                                    ///< HBM capacity
+  double power_limit_w = 0;                                   ///< enforced power cap
+  double idle_power_w = 0;                                    ///< power with nothing running (clocks up)
+  double max_sm_mhz = 0;                                      ///< highest SM clock
+  double min_sm_mhz = 0;                                      ///< lowest SM clock the controllers use
+  double clock_step_mhz = 15;                                 ///< clock bin size of the DVFS controller
+  double clock_power_exponent = 1.25;                         ///< active power scales with (f / max)^exponent
+  double active_power_w[kNumPowerClasses] = {0, 0, 0, 0, 0};  ///< active power at max clock, full use
+  ComputeEfficiency efficiency;                               ///< compute cost curves
+  ThermalSpec thermal;                                        ///< heat model
+};
+
+/// One node (host): GPUs, their NVLink/NVSwitch fabric, and air cooling by slot.
+struct NodeSpec {
+  int gpus = 8;                             ///< GPUs per node
+  double nvlink_bandwidth_bytes_per_s = 0;  ///< per-GPU unidirectional NVLink/NVSwitch bandwidth
+  double nvlink_latency_s = 3e-6;           ///< per-hop latency inside the node
+  double pcie_bandwidth_bytes_per_s = 0;    ///< per-GPU PCIe bandwidth (host transfers; informational)
+  double inlet_c = 25.0;                    ///< air inlet temperature of the chassis
+  std::vector<double> slot_inlet_offset_c;  ///< per slot (airflow order): inlet rise seen by that GPU
+  std::vector<double> slot_r_scale;         ///< per slot: multiplier on the GPU's thermal resistance
+};
+
+/// Scale-out network.
+struct NetworkSpec {
+  int nics_per_node = 8;                             ///< NICs per node (rails)
+  double nic_bandwidth_bytes_per_s = 0;              ///< per-NIC unidirectional bandwidth
+  double latency_s = 5e-6;                           ///< per-hop latency (NIC + switch)
+  std::string topology = "rail-optimized-fat-tree";  ///< only this topology is modeled
+  int nodes_per_leaf = 32;                           ///< nodes whose same-rail NICs share one leaf switch
+  double oversubscription = 1.0;  ///< leaf-to-spine oversubscription (>= 1): divides cross-leaf bandwidth
+};
+
+/// Collective algorithm selection and bandwidth efficiency curve.
+struct CollectiveSpec {
+  std::string algorithm = "auto";  ///< ring | tree | auto (the faster of both per call)
+  double bw_efficiency_max = 0.9;  ///< best fraction of link bandwidth a collective achieves
+  double bw_half_bytes = 1.0e6;    ///< message size at which efficiency is half its best
+};
+
+/// A cluster: GPU, node, network, collectives.
+struct ClusterSpec {
+  std::string name;           ///< preset or file name
+  std::string description;    ///< one line
+  GpuSpec gpu;                ///< every GPU is this model
+  NodeSpec node;              ///< every node is this
+  NetworkSpec network;        ///< the scale-out fabric
+  CollectiveSpec collective;  ///< collective algorithms
+
+  /// Inlet air temperature of the GPU in `slot` (0 .. gpus-1).
+  double slot_inlet_c(int slot) const;
+  /// Thermal resistance multiplier of the GPU in `slot`.
+  double slot_r_scale(int slot) const;
+  /// Per-GPU share of the node's NIC bandwidth (nics * bw / gpus).
+  double nic_bandwidth_per_gpu() const;
+};
+
+/// Parses and validates a cluster from its YAML/JSON object; `origin` names the source. Throws InputError
+/// naming the key and a valid range.
+ClusterSpec parse_cluster(const nlohmann::json& object, const std::string& origin);
+
+/// Loads a preset (data/clusters/NAME.yaml, embedded) or a YAML file by path. Throws InputError.
+ClusterSpec load_cluster(const std::string& name_or_path);
+
+/// The cluster as JSON (for the run store's config and --json).
+nlohmann::json to_json(const ClusterSpec& cluster);
+
+}  // namespace calo::sim

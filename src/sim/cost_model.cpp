@@ -1,0 +1,205 @@
+#include "sim/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace calo::sim {
+
+namespace {
+
+double dimension_factor(double dimension, double half) {
+  return dimension / (dimension + half);
+}
+
+/// Seconds to move `bytes` over `link_bytes_per_s` at the collective efficiency for a message of
+/// `message_bytes`.
+double transfer_s(const CollectiveSpec& collective, double bytes, double message_bytes,
+                  double link_bytes_per_s) {
+  if (bytes <= 0) return 0;
+  return bytes / (link_bytes_per_s * bandwidth_efficiency(collective, message_bytes));
+}
+
+/// Flat (one link class) collective time; ring or tree per the cluster's algorithm choice for all-reduce.
+double flat_collective_s(const ClusterSpec& cluster, graph::CollectiveKind kind, int members, double bytes,
+                         double link_bytes_per_s, double latency_s) {
+  if (members <= 1) return 0;
+  const CollectiveSpec& collective = cluster.collective;
+  const double fraction = static_cast<double>(members - 1) / members;
+  switch (kind) {
+    case graph::CollectiveKind::kAllReduce: {
+      double ring = ring_all_reduce_s(collective, members, bytes, link_bytes_per_s, latency_s);
+      double tree = tree_all_reduce_s(collective, members, bytes, link_bytes_per_s, latency_s);
+      if (collective.algorithm == "ring") return ring;
+      if (collective.algorithm == "tree") return tree;
+      return std::min(ring, tree);
+    }
+    case graph::CollectiveKind::kAllGather:
+    case graph::CollectiveKind::kReduceScatter:
+    case graph::CollectiveKind::kAllToAll:
+      return fraction * transfer_s(collective, bytes, bytes, link_bytes_per_s) + (members - 1) * latency_s;
+  }
+  return 0;
+}
+
+int node_of(const ClusterSpec& cluster, int rank) {
+  return rank / cluster.node.gpus;
+}
+
+}  // namespace
+
+double gemm_efficiency(const ComputeEfficiency& efficiency, double m, double n, double k) {
+  double half = efficiency.gemm_half_dim;
+  return efficiency.gemm_max * dimension_factor(m, half) * dimension_factor(n, half) *
+         dimension_factor(k, half);
+}
+
+double memory_efficiency(const ComputeEfficiency& efficiency, double bytes) {
+  return efficiency.memory_max * dimension_factor(bytes, efficiency.memory_half_bytes);
+}
+
+ComputeCost compute_cost(const GpuSpec& gpu, const graph::Op& op) {
+  ComputeCost cost;
+  const ComputeEfficiency& efficiency = gpu.efficiency;
+  double bytes = op.bytes;
+  double peak_flops = gpu.peak_bf16_flops;
+  double flop_efficiency = 1.0;
+  switch (op.kind) {
+    case graph::OpKind::kGemm: {
+      const auto& shape = op.gemm;
+      const double m = static_cast<double>(shape.m);
+      const double n = static_cast<double>(shape.n);
+      const double k = static_cast<double>(shape.k);
+      if (bytes <= 0) bytes = 2.0 * (m * k + k * n + m * n);
+      if (shape.dtype == graph::DType::kFp32) peak_flops = gpu.peak_fp32_flops;
+      flop_efficiency = gemm_efficiency(efficiency, m, n, k);
+      cost.power_class = PowerClass::kGemm;
+      break;
+    }
+    case graph::OpKind::kAttention: {
+      const double seq = op.attention.seq;
+      flop_efficiency = efficiency.attention_max * dimension_factor(seq, efficiency.attention_half_seq);
+      cost.power_class = PowerClass::kAttention;
+      break;
+    }
+    case graph::OpKind::kElementwise:
+      peak_flops = gpu.peak_fp32_flops;
+      cost.power_class = PowerClass::kElementwise;
+      break;
+    case graph::OpKind::kOptimizer:
+      peak_flops = gpu.peak_fp32_flops;
+      cost.power_class = PowerClass::kOptimizer;
+      break;
+    case graph::OpKind::kCollective:
+    case graph::OpKind::kSend:
+    case graph::OpKind::kRecv:
+      cost.power_class = PowerClass::kCommunication;
+      return cost;
+  }
+  cost.ideal_compute_s = op.flops / peak_flops;
+  cost.compute_s = cost.ideal_compute_s / flop_efficiency;
+  cost.ideal_memory_s = bytes / gpu.hbm_bandwidth_bytes_per_s;
+  cost.memory_s = bytes > 0 ? cost.ideal_memory_s / memory_efficiency(efficiency, bytes) : 0.0;
+  cost.overhead_s = efficiency.kernel_overhead_s;
+  return cost;
+}
+
+GroupPlacement place_group(const ClusterSpec& cluster, std::span<const std::int32_t> ranks) {
+  GroupPlacement placement;
+  placement.size = static_cast<int>(ranks.size());
+  if (ranks.empty()) return placement;
+  int nodes = 0;
+  int current_count = 0;
+  int previous_node = -1;
+  int first_leaf = -1;
+  for (std::int32_t rank : ranks) {  // ranks are sorted, so members of one node are adjacent
+    int node = node_of(cluster, rank);
+    if (node != previous_node) {
+      ++nodes;
+      current_count = 0;
+      previous_node = node;
+    }
+    ++current_count;
+    placement.per_node = std::max(placement.per_node, current_count);
+    int leaf = node / cluster.network.nodes_per_leaf;
+    if (first_leaf < 0) first_leaf = leaf;
+    if (leaf != first_leaf) placement.cross_leaf = true;
+  }
+  placement.nodes = nodes;
+  return placement;
+}
+
+double bandwidth_efficiency(const CollectiveSpec& collective, double bytes) {
+  return collective.bw_efficiency_max * bytes / (bytes + collective.bw_half_bytes);
+}
+
+double ring_all_reduce_s(const CollectiveSpec& collective, int members, double bytes, double link_bytes_per_s,
+                         double latency_s) {
+  if (members <= 1) return 0;
+  const double fraction = 2.0 * (members - 1) / members;
+  return fraction * transfer_s(collective, bytes, bytes, link_bytes_per_s) + 2.0 * (members - 1) * latency_s;
+}
+
+double tree_all_reduce_s(const CollectiveSpec& collective, int members, double bytes, double link_bytes_per_s,
+                         double latency_s) {
+  if (members <= 1) return 0;
+  const double depth = std::ceil(std::log2(static_cast<double>(members)));
+  return 2.0 * transfer_s(collective, bytes, bytes, link_bytes_per_s) + 2.0 * depth * latency_s;
+}
+
+double collective_time_s(const ClusterSpec& cluster, graph::CollectiveKind kind, double bytes,
+                         const GroupPlacement& placement) {
+  if (placement.size <= 1 || bytes <= 0) return 0;
+  const double nvlink_bw = cluster.node.nvlink_bandwidth_bytes_per_s;
+  const double nvlink_latency = cluster.node.nvlink_latency_s;
+  const double oversubscription = placement.cross_leaf ? cluster.network.oversubscription : 1.0;
+  const double net_latency = cluster.network.latency_s * (placement.cross_leaf ? 2.0 : 1.0);
+  if (placement.nodes <= 1) {
+    return flat_collective_s(cluster, kind, placement.size, bytes, nvlink_bw, nvlink_latency);
+  }
+  // Each GPU drives its own rail; per_node GPUs of one node share the node's NICs.
+  const int per_node = placement.per_node;
+  const double nic_bw_per_gpu = cluster.nic_bandwidth_per_gpu() / oversubscription;
+  if (per_node <= 1) {
+    return flat_collective_s(cluster, kind, placement.nodes, bytes, nic_bw_per_gpu, net_latency);
+  }
+  if (kind == graph::CollectiveKind::kAllToAll) {
+    // Of each rank's send buffer, (n - per_node)/n leaves the node, (per_node - 1)/n stays on NVLink.
+    const double members = placement.size;
+    const double off_node = (members - per_node) / members * bytes;
+    const double on_node = (per_node - 1) / members * bytes;
+    const double network_s = transfer_s(cluster.collective, off_node, bytes / members, nic_bw_per_gpu);
+    const double nvlink_s = transfer_s(cluster.collective, on_node, bytes / members, nvlink_bw);
+    return std::max(network_s, nvlink_s) + (placement.nodes - 1) * net_latency +
+           (per_node - 1) * nvlink_latency;
+  }
+  // Hierarchical: intra-node reduce-scatter/all-gather over NVLink, the 1/per_node shard across nodes.
+  using graph::CollectiveKind;
+  const double shard = bytes / per_node;
+  const double inter = flat_collective_s(cluster, kind, placement.nodes, shard, nic_bw_per_gpu, net_latency);
+  if (kind == CollectiveKind::kAllReduce) {
+    const double intra_rs = flat_collective_s(cluster, CollectiveKind::kReduceScatter, per_node, bytes,
+                                              nvlink_bw, nvlink_latency);
+    const double intra_ag =
+        flat_collective_s(cluster, CollectiveKind::kAllGather, per_node, bytes, nvlink_bw, nvlink_latency);
+    return intra_rs + inter + intra_ag;
+  }
+  const double intra = flat_collective_s(cluster, kind, per_node, bytes, nvlink_bw, nvlink_latency);
+  return intra + inter;
+}
+
+double p2p_time_s(const ClusterSpec& cluster, double bytes, int rank_a, int rank_b) {
+  if (bytes <= 0) return 0;
+  const int node_a = node_of(cluster, rank_a);
+  const int node_b = node_of(cluster, rank_b);
+  if (node_a == node_b) {
+    return cluster.node.nvlink_latency_s +
+           transfer_s(cluster.collective, bytes, bytes, cluster.node.nvlink_bandwidth_bytes_per_s);
+  }
+  const bool cross_leaf = node_a / cluster.network.nodes_per_leaf != node_b / cluster.network.nodes_per_leaf;
+  const double bandwidth =
+      cluster.network.nic_bandwidth_bytes_per_s / (cross_leaf ? cluster.network.oversubscription : 1);
+  return cluster.network.latency_s * (cross_leaf ? 2.0 : 1.0) +
+         transfer_s(cluster.collective, bytes, bytes, bandwidth);
+}
+
+}  // namespace calo::sim

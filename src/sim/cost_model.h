@@ -1,0 +1,67 @@
+// Cost models: compute ops (roofline with shape-dependent efficiency) and communication (ring/tree
+// collectives and point-to-point over NVLink inside a node and a rail-optimized fat tree across nodes).
+// docs/SIMULATOR.md.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "graph/graph.h"
+#include "sim/cluster.h"
+
+namespace calo::sim {
+
+/// Cost of one compute op at the GPU's max clock and speed 1, split so clock and speed can stretch it.
+struct ComputeCost {
+  double compute_s = 0;   ///< FLOP-bound time at max clock with the op's efficiency (stretches with 1/clock)
+  double memory_s = 0;    ///< byte-bound time with the op's bandwidth efficiency (clock-independent)
+  double overhead_s = 0;  ///< launch + tail cost
+  double ideal_compute_s = 0;  ///< FLOP-bound time at 100 % of peak (for power: utilization = ideal / actual)
+  double ideal_memory_s = 0;   ///< byte-bound time at 100 % of HBM bandwidth
+  PowerClass power_class = PowerClass::kGemm;  ///< which active-power class the op draws
+  /// Duration with the compute part stretched by `compute_stretch` and the rest by `memory_stretch`.
+  double duration_s(double compute_stretch, double memory_stretch) const {
+    double compute = compute_s * compute_stretch;
+    double memory = memory_s * memory_stretch;
+    return overhead_s * memory_stretch + (compute > memory ? compute : memory);
+  }
+};
+
+/// GEMM efficiency: gemm_max * prod over m, n, k of d / (d + gemm_half_dim).
+double gemm_efficiency(const ComputeEfficiency& efficiency, double m, double n, double k);
+/// Memory-bound efficiency: memory_max * bytes / (bytes + memory_half_bytes).
+double memory_efficiency(const ComputeEfficiency& efficiency, double bytes);
+
+/// Cost of a compute op (GEMM, attention, elementwise, optimizer) on `gpu`. Communication ops get zeros.
+ComputeCost compute_cost(const GpuSpec& gpu, const graph::Op& op);
+
+/// Where a communication group sits on the cluster (ranks fill nodes in order: rank / gpus_per_node).
+struct GroupPlacement {
+  int size = 1;             ///< members
+  int nodes = 1;            ///< distinct nodes spanned
+  int per_node = 1;         ///< members per node (largest count on one node)
+  bool cross_leaf = false;  ///< spans more than one leaf switch (pays oversubscription and extra hops)
+};
+
+/// Placement of the sorted global `ranks` of one group.
+GroupPlacement place_group(const ClusterSpec& cluster, std::span<const std::int32_t> ranks);
+
+/// Bandwidth efficiency of a transfer of `bytes`: bw_efficiency_max * bytes / (bytes + bw_half_bytes).
+double bandwidth_efficiency(const CollectiveSpec& collective, double bytes);
+
+/// Ring all-reduce over one flat link class: 2(n-1)/n * S/(B*eff(S)) + 2(n-1)*latency.
+double ring_all_reduce_s(const CollectiveSpec& collective, int members, double bytes, double link_bytes_per_s,
+                         double latency_s);
+/// Double binary tree all-reduce over one flat link class: 2*S/(B*eff(S)) + 2*ceil(log2 n)*latency.
+double tree_all_reduce_s(const CollectiveSpec& collective, int members, double bytes, double link_bytes_per_s,
+                         double latency_s);
+
+/// Time of a collective of `kind` over a group with `placement`; `bytes` as graph::Op::bytes defines it
+/// (all-reduce buffer, all-gather output, reduce-scatter input, per-rank all-to-all send buffer).
+double collective_time_s(const ClusterSpec& cluster, graph::CollectiveKind kind, double bytes,
+                         const GroupPlacement& placement);
+
+/// Time of a point-to-point transfer of `bytes` between global ranks `rank_a` and `rank_b`.
+double p2p_time_s(const ClusterSpec& cluster, double bytes, int rank_a, int rank_b);
+
+}  // namespace calo::sim

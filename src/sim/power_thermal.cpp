@@ -1,0 +1,101 @@
+#include "sim/power_thermal.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace calo::sim {
+
+double active_power_w(const GpuSpec& gpu, PowerClass power_class, double clock_ratio, double utilization) {
+  return gpu.active_power_w[static_cast<int>(power_class)] * std::pow(clock_ratio, gpu.clock_power_exponent) *
+         utilization;
+}
+
+ProgramPower::ProgramPower(const GpuSpec& gpu, const graph::RankProgram& program) : gpu_(gpu) {
+  costs_.reserve(program.ops.size());
+  for (const graph::Op& op : program.ops) costs_.push_back(compute_cost(gpu, op));
+}
+
+const ProgramAtClock& ProgramPower::at_clock(double clock_mhz) {
+  const long long key = std::llround(clock_mhz * 16.0);
+  auto found = memo_.find(key);
+  if (found != memo_.end()) return found->second;
+  const double ratio = clock_mhz / gpu_.max_sm_mhz;
+  const double stretch = 1.0 / ratio;
+  ProgramAtClock summary;
+  double peak_active_w = 0;
+  for (const ComputeCost& cost : costs_) {
+    if (cost.power_class == PowerClass::kCommunication) continue;
+    const double duration_s = cost.duration_s(stretch, 1.0);
+    if (duration_s <= 0) continue;
+    // Utilization of the bound resource: ideal time at this clock over the actual time.
+    const double ideal_s = std::max(cost.ideal_compute_s * stretch, cost.ideal_memory_s);
+    const double utilization = std::min(1.0, ideal_s / duration_s);
+    const double power_w = active_power_w(gpu_, cost.power_class, ratio, utilization);
+    summary.busy_s += duration_s;
+    summary.active_energy_j += power_w * duration_s;
+    peak_active_w = std::max(peak_active_w, power_w);
+  }
+  summary.peak_power_w = gpu_.idle_power_w + peak_active_w;
+  summary.mean_busy_power_w =
+      gpu_.idle_power_w + (summary.busy_s > 0 ? summary.active_energy_j / summary.busy_s : 0.0);
+  return memo_.emplace(key, summary).first->second;
+}
+
+double ProgramPower::power_cap_clock_mhz() {
+  if (cap_clock_mhz_ > 0) return cap_clock_mhz_;
+  // Mean busy power rises with the clock: bisect over clock bins for the highest one that fits.
+  const double step = gpu_.clock_step_mhz;
+  if (at_clock(gpu_.max_sm_mhz).mean_busy_power_w <= gpu_.power_limit_w) {
+    cap_clock_mhz_ = gpu_.max_sm_mhz;
+    return cap_clock_mhz_;
+  }
+  long long low_bin = 0;  // bins above min_sm_mhz
+  long long high_bin = static_cast<long long>(std::floor((gpu_.max_sm_mhz - gpu_.min_sm_mhz) / step));
+  if (at_clock(gpu_.min_sm_mhz).mean_busy_power_w > gpu_.power_limit_w) {
+    cap_clock_mhz_ = gpu_.min_sm_mhz;
+    return cap_clock_mhz_;
+  }
+  while (high_bin - low_bin > 1) {  // invariant: low fits, high does not
+    long long middle = (low_bin + high_bin) / 2;
+    if (at_clock(gpu_.min_sm_mhz + middle * step).mean_busy_power_w <= gpu_.power_limit_w) {
+      low_bin = middle;
+    } else {
+      high_bin = middle;
+    }
+  }
+  cap_clock_mhz_ = gpu_.min_sm_mhz + low_bin * step;
+  return cap_clock_mhz_;
+}
+
+double clock_bin_mhz(const GpuSpec& gpu, double clock_mhz) {
+  if (clock_mhz >= gpu.max_sm_mhz) return gpu.max_sm_mhz;
+  if (clock_mhz <= gpu.min_sm_mhz) return gpu.min_sm_mhz;
+  const double bins = std::floor((clock_mhz - gpu.min_sm_mhz) / gpu.clock_step_mhz + 1e-9);
+  return gpu.min_sm_mhz + bins * gpu.clock_step_mhz;
+}
+
+double thermal_clock_limit_mhz(const GpuSpec& gpu, double die_c) {
+  const ThermalSpec& thermal = gpu.thermal;
+  if (die_c >= thermal.hw_slowdown_c) return gpu.min_sm_mhz;
+  if (die_c <= thermal.slowdown_c) return gpu.max_sm_mhz;
+  return std::max(gpu.min_sm_mhz, gpu.max_sm_mhz - (die_c - thermal.slowdown_c) * thermal.slowdown_mhz_per_c);
+}
+
+ThermalState thermal_steady_state(const ThermalSpec& thermal, double inlet_c, double r_scale,
+                                  double power_w) {
+  ThermalState state;
+  state.sink_c = inlet_c + power_w * thermal.r_sink_k_per_w * r_scale;
+  state.die_c = state.sink_c + power_w * thermal.r_die_k_per_w * r_scale;
+  return state;
+}
+
+void thermal_advance(const ThermalSpec& thermal, double inlet_c, double r_scale, double power_w, double dt_s,
+                     ThermalState& state) {
+  const ThermalState target = thermal_steady_state(thermal, inlet_c, r_scale, power_w);
+  state.sink_c += (target.sink_c - state.sink_c) * (1.0 - std::exp(-dt_s / thermal.tau_sink_s));
+  // The die relaxes toward (current sink + P R_die); with tau_die << tau_sink this tracks the sink closely.
+  const double die_target = state.sink_c + power_w * thermal.r_die_k_per_w * r_scale;
+  state.die_c += (die_target - state.die_c) * (1.0 - std::exp(-dt_s / thermal.tau_die_s));
+}
+
+}  // namespace calo::sim

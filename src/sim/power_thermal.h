@@ -1,0 +1,66 @@
+// Power model (idle + per-class active power scaled with clock, power-cap DVFS) and the per-GPU two-node
+// thermal RC model with thermal slowdown. Equations in docs/SIMULATOR.md.
+#pragma once
+
+#include <unordered_map>
+#include <vector>
+
+#include "graph/graph.h"
+#include "sim/cluster.h"
+#include "sim/cost_model.h"
+
+namespace calo::sim {
+
+/// Active power of an op of `power_class` at clock ratio `clock_ratio` (f / f_max) and utilization
+/// `utilization` of its bound resource: active_power_w[class] * clock_ratio^exponent * utilization.
+double active_power_w(const GpuSpec& gpu, PowerClass power_class, double clock_ratio, double utilization);
+
+/// Compute-side summary of one program at one SM clock (for one GPU at speed 1).
+struct ProgramAtClock {
+  double busy_s = 0;             ///< sum of compute-op durations
+  double active_energy_j = 0;    ///< energy above idle drawn by compute ops
+  double peak_power_w = 0;       ///< highest single-op power (idle + active) in the program
+  double mean_busy_power_w = 0;  ///< idle + active_energy / busy (what the power-cap controller holds)
+};
+
+/// Per-op compute costs of one graph::RankProgram and its power at any clock (memoized per clock bin).
+class ProgramPower {
+ public:
+  /// Costs every compute op of `program` on `gpu`.
+  ProgramPower(const GpuSpec& gpu, const graph::RankProgram& program);
+  /// Cost of op `op_index` (zeros for communication ops).
+  const ComputeCost& cost(std::size_t op_index) const { return costs_[op_index]; }
+  /// Summary at SM clock `clock_mhz` (memoized).
+  const ProgramAtClock& at_clock(double clock_mhz);
+  /// Highest clock bin (<= max_sm_mhz) whose mean busy power fits under the power limit; min_sm_mhz if none.
+  double power_cap_clock_mhz();
+
+ private:
+  const GpuSpec& gpu_;
+  std::vector<ComputeCost> costs_;
+  std::unordered_map<long long, ProgramAtClock> memo_;
+  double cap_clock_mhz_ = -1;
+};
+
+/// Rounds a clock down to the GPU's DVFS bin and clamps it to [min_sm_mhz, max_sm_mhz].
+double clock_bin_mhz(const GpuSpec& gpu, double clock_mhz);
+
+/// Highest clock the thermal controller allows at die temperature `die_c`: max_sm_mhz below slowdown_c, minus
+/// slowdown_mhz_per_c per degree above it, min_sm_mhz at or above hw_slowdown_c.
+double thermal_clock_limit_mhz(const GpuSpec& gpu, double die_c);
+
+/// Temperatures of one GPU's two thermal nodes.
+struct ThermalState {
+  double sink_c = 0;  ///< heat sink
+  double die_c = 0;   ///< GPU die (what NVML reports as GPU temperature)
+};
+
+/// Steady state at constant `power_w`: sink = inlet + P R_sink r_scale, die = sink + P R_die r_scale.
+ThermalState thermal_steady_state(const ThermalSpec& thermal, double inlet_c, double r_scale, double power_w);
+
+/// Advances `state` by `dt_s` at constant `power_w` (exact exponential relaxation of each node toward its
+/// target).
+void thermal_advance(const ThermalSpec& thermal, double inlet_c, double r_scale, double power_w, double dt_s,
+                     ThermalState& state);
+
+}  // namespace calo::sim

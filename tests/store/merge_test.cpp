@@ -1,0 +1,108 @@
+// Merging two node runs: devices renumbered by node, clocks aligned by wall-clock offset, metrics unified.
+#include "store/merge.h"
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "store/run_store.h"
+#include "temp_dir.h"
+
+namespace calo::store {
+namespace {
+
+using testing::TempDir;
+
+constexpr int64_t kSecond = 1'000'000'000;
+constexpr int64_t kWall0 = 1'795'353'851'000'000'000;
+
+// A node run with `gpus` GPUs whose clock starts `wall_delay_ns` after kWall0; sample value = node*100 + gpu.
+void write_node_run(const std::filesystem::path& dir, int node, int gpus, int64_t wall_delay_ns,
+                    const std::vector<std::string>& metric_names) {
+  RunInfo info;
+  info.kind = RunKind::kRecord;
+  info.host = "node" + std::to_string(node);
+  info.started_ns = 5'000 * kSecond + node;  // unrelated monotonic clocks per host
+  info.wall_offset_ns = kWall0 + wall_delay_ns;
+  RunWriter writer(dir, info);
+  std::vector<int32_t> ids;
+  for (const auto& name : metric_names) ids.push_back(writer.metric_id(name, "W", MetricKind::kGauge));
+  for (int gpu = 0; gpu < gpus; ++gpu) {
+    writer.add_device(DeviceInfo{gpu, 0, gpu, DeviceKind::kGpu, "H200", "", "", 700, 1980, ""});
+    for (int tick = 0; tick < 10; ++tick) {
+      for (int32_t id : ids) {
+        writer.append(Sample{gpu, id, tick * kSecond / 10, node * 100.0 + gpu, tick * kSecond / 10 - 5});
+      }
+    }
+  }
+  writer.append_span(Span{node, 0, SpanKind::kStep, "step", "", kSecond / 10, kSecond / 5, 1, kNone, kNone});
+  writer.add_summary(SummaryRow{"gpu0", "energy_j", 1.0 + node, "J"});
+  writer.log_event(Event{kSecond / 2, EventLevel::kError, gpus - 1, "nvml", "GPU fell off the bus"});
+  writer.finish(info.started_ns + kSecond);
+}
+
+TEST(Merge, RenumbersDevicesAndAlignsClocks) {
+  TempDir temp;
+  write_node_run(temp.path() / "n0", 0, 2, 250'000'000, {"power_instant_w"});  // started 0.25 s later
+  write_node_run(temp.path() / "n1", 1, 3, 0, {"temp_gpu_c", "power_instant_w"});
+  MergeResult result = merge_runs({temp.path() / "n0", temp.path() / "n1"}, temp.path() / "merged");
+  EXPECT_EQ(result.nodes, 2);
+  EXPECT_EQ(result.devices, 5);
+  EXPECT_EQ(result.samples, 2 * 10 + 3 * 10 * 2);
+  ASSERT_EQ(result.shift_ns.size(), 2u);
+  EXPECT_EQ(result.shift_ns[0], 250'000'000);
+  EXPECT_EQ(result.shift_ns[1], 0);
+
+  RunReader reader(temp.path() / "merged");
+  RunInfo info = reader.run();
+  EXPECT_EQ(info.wall_offset_ns, kWall0);  // the earliest node is the time base
+  EXPECT_EQ(info.host, "node0,node1");
+  EXPECT_EQ(info.ended_ns - info.started_ns, kSecond + 250'000'000);
+  std::vector<DeviceInfo> devices = reader.devices();
+  ASSERT_EQ(devices.size(), 5u);
+  EXPECT_EQ(devices[1].node, 0);
+  EXPECT_EQ(devices[1].slot, 1);
+  EXPECT_EQ(devices[2].node, 1);
+  EXPECT_EQ(devices[2].slot, 0);
+  EXPECT_EQ(devices[4].slot, 2);
+  EXPECT_EQ(reader.metrics().size(), 2u);  // unified by name
+
+  MetricInfo power = *reader.find_metric("power_instant_w");
+  // Node 0's first sample was taken at wall kWall0 + 0.25 s: it sits at t = 0.25 s in the merged run.
+  std::vector<Sample> node0_gpu1 = reader.samples(1, power.id);
+  ASSERT_EQ(node0_gpu1.size(), 10u);
+  EXPECT_EQ(node0_gpu1[0].t_ns, 250'000'000);
+  EXPECT_EQ(node0_gpu1[0].sensor_t_ns, 250'000'000 - 5);
+  EXPECT_DOUBLE_EQ(node0_gpu1[0].value, 1.0);
+  std::vector<Sample> node1_gpu2 = reader.samples(4, power.id);
+  ASSERT_EQ(node1_gpu2.size(), 10u);
+  EXPECT_EQ(node1_gpu2[0].t_ns, 0);
+  EXPECT_DOUBLE_EQ(node1_gpu2[0].value, 102.0);
+  EXPECT_EQ(reader.samples(0, reader.find_metric("temp_gpu_c")->id).size(), 0u);
+
+  std::vector<Span> spans = reader.spans();
+  ASSERT_EQ(spans.size(), 2u);
+  EXPECT_EQ(spans[0].rank, 1);  // node 1 (no shift) first
+  EXPECT_EQ(spans[0].device_idx, 2);
+  EXPECT_EQ(spans[1].t_begin_ns, kSecond / 10 + 250'000'000);
+  EXPECT_EQ(reader.summaries("node1/gpu0").at(0).value, 2.0);
+  std::vector<Event> events = reader.events();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].device_idx, 4);  // node 1's last GPU
+  EXPECT_NE(events[0].message.find("node 1 (node1)"), std::string::npos);
+}
+
+TEST(Merge, RejectsUnalignableRunsAndExistingOutput) {
+  TempDir temp;
+  write_node_run(temp.path() / "n0", 0, 1, 0, {"power_instant_w"});
+  {
+    RunInfo no_wall;
+    RunWriter writer(temp.path() / "nowall", no_wall);
+  }
+  EXPECT_THROW(merge_runs({temp.path() / "n0", temp.path() / "nowall"}, temp.path() / "m1"), InputError);
+  EXPECT_THROW(merge_runs({temp.path() / "n0"}, temp.path() / "n0"), InputError);
+  EXPECT_THROW(merge_runs({}, temp.path() / "m2"), InputError);
+  EXPECT_THROW(merge_runs({temp.path() / "missing"}, temp.path() / "m3"), InputError);
+}
+
+}  // namespace
+}  // namespace calo::store

@@ -1,0 +1,84 @@
+// Interval summaries on a hand-built run: counter deltas interpolated at interval ends, medians,
+// temperatures.
+#include "store/summary.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "temp_dir.h"
+
+namespace calo::store {
+namespace {
+
+using testing::TempDir;
+
+TEST(Summary, CounterValueIsInterpolatedBetweenSamples) {
+  std::vector<Sample> samples{{0, 1, 0, 100.0, kNoSensorTime},
+                              {0, 1, 1000, 200.0, kNoSensorTime},
+                              {0, 1, 3000, 260.0, kNoSensorTime}};
+  EXPECT_DOUBLE_EQ(counter_value_at(samples, 500), 150.0);
+  EXPECT_DOUBLE_EQ(counter_value_at(samples, 2000), 230.0);
+  EXPECT_DOUBLE_EQ(counter_value_at(samples, -5), 100.0);    // clamped before the first
+  EXPECT_DOUBLE_EQ(counter_value_at(samples, 9000), 260.0);  // clamped after the last
+  EXPECT_TRUE(std::isnan(counter_value_at({}, 0)));
+}
+
+TEST(Summary, PhaseFiguresFromASyntheticRun) {
+  TempDir temp;
+  constexpr int64_t kSecond = 1'000'000'000;
+  {
+    RunWriter writer(temp.path() / "run", RunInfo{});
+    writer.add_device(DeviceInfo{});
+    writer.add_device(DeviceInfo{1, 0, 1, DeviceKind::kGpu, "b", "", "", 700, 1980, ""});
+    int32_t energy = writer.metric_id("energy_j", "J", MetricKind::kCounter);
+    int32_t power = writer.metric_id("power_instant_w", "W", MetricKind::kGauge);
+    int32_t clock = writer.metric_id("clock_sm_mhz", "MHz", MetricKind::kGauge);
+    int32_t temperature = writer.metric_id("temp_gpu_c", "C", MetricKind::kGauge);
+    int32_t cap = writer.metric_id("throttle_power_cap_s", "s", MetricKind::kCounter);
+    // 20 s at 10 Hz. Device 0: 100 W for 10 s, then 500 W; device 1 draws twice as much.
+    for (int tick = 0; tick <= 200; ++tick) {
+      int64_t t_ns = tick * kSecond / 10;
+      double t_s = tick / 10.0;
+      for (int32_t device : {0, 1}) {
+        double scale = device == 0 ? 1.0 : 2.0;
+        double energy_j = scale * (t_s <= 10 ? 100 * t_s : 1000 + 500 * (t_s - 10));
+        double power_w = scale * (t_s < 10 ? 100 : 500);
+        writer.append(Sample{device, energy, t_ns, energy_j, kNoSensorTime});
+        writer.append(Sample{device, power, t_ns, power_w, kNoSensorTime});
+        writer.append(Sample{device, clock, t_ns, t_s < 10 ? 1980.0 : 1400.0 + tick % 3, kNoSensorTime});
+        writer.append(Sample{device, temperature, t_ns, 30 + t_s, kNoSensorTime});
+        writer.append(Sample{device, cap, t_ns, t_s < 10 ? 0.0 : 0.9 * (t_s - 10), kNoSensorTime});
+      }
+    }
+    writer.append_span(Span{kNone, kNone, SpanKind::kPhase, "idle", "", 0, 10 * kSecond});
+    writer.append_span(Span{kNone, kNone, SpanKind::kPhase, "load", "", 10 * kSecond, 20 * kSecond});
+    writer.append_span(Span{kNone, 1, SpanKind::kPhase, "only1", "", 12'050'000'000, 14'050'000'000});
+    writer.finish(20 * kSecond);
+  }
+  RunReader reader(temp.path() / "run");
+  std::vector<IntervalSummary> phases = summarize_phases(reader);
+  ASSERT_EQ(phases.size(), 5u);  // idle×2, load×2, only1 on device 1
+  EXPECT_EQ(phases[0].label, "idle");
+  EXPECT_EQ(phases[0].device_idx, 0);
+  EXPECT_NEAR(phases[0].mean_power_w, 100.0, 1e-9);
+  EXPECT_NEAR(phases[1].mean_power_w, 200.0, 1e-9);
+  EXPECT_NEAR(phases[2].mean_power_w, 500.0, 1e-9);
+  EXPECT_NEAR(phases[2].energy_j, 5000.0, 1e-6);
+  EXPECT_NEAR(phases[2].throttle_power_cap_s, 9.0, 1e-9);
+  EXPECT_DOUBLE_EQ(phases[0].median_sm_mhz, 1980.0);
+  EXPECT_DOUBLE_EQ(phases[2].median_sm_mhz, 1401.0);
+  EXPECT_DOUBLE_EQ(phases[2].temp_gpu_start_c, 40.0);
+  EXPECT_DOUBLE_EQ(phases[2].temp_gpu_end_c, 49.9);
+  EXPECT_DOUBLE_EQ(phases[2].peak_power_instant_w, 500.0);
+  EXPECT_NEAR(phases[2].power_integral_j, 500.0 * 9.9, 1e-6);  // samples inside [10 s, 20 s)
+  // A phase that starts between samples: the counter is interpolated, 2 s at 1000 W.
+  EXPECT_EQ(phases[4].label, "only1");
+  EXPECT_EQ(phases[4].device_idx, 1);
+  EXPECT_NEAR(phases[4].energy_j, 2000.0, 1e-6);
+  EXPECT_NEAR(phases[4].duration_s, 2.0, 1e-12);
+  EXPECT_EQ(phases[4].sample_count, 20 * 5);
+}
+
+}  // namespace
+}  // namespace calo::store

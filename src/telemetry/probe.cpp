@@ -1,0 +1,147 @@
+// `calo probe` engine: see probe.h.
+#include "telemetry/probe.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <thread>
+
+#include "core/time.h"
+
+namespace calo::telemetry {
+
+namespace {
+
+int64_t thread_cpu_ns() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<int64_t>(now.tv_sec) * 1'000'000'000LL + now.tv_nsec;
+}
+
+double quantile(std::vector<double> values, double q) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  return values[static_cast<size_t>(q * static_cast<double>(values.size() - 1))];
+}
+
+double round_down_125(double value_ms) {
+  if (value_ms <= 0) return 0;
+  const double decade = std::pow(10.0, std::floor(std::log10(value_ms)));
+  for (double step : {5.0, 2.0, 1.0}) {
+    if (step * decade <= value_ms * (1 + 1e-9)) return step * decade;
+  }
+  return decade;
+}
+
+void probe_device(Source& source, size_t device_position, double seconds_per_group,
+                  std::vector<ProbeRow>& rows) {
+  const DeviceInfo& device = source.devices()[device_position];
+  std::map<std::string, std::vector<size_t>> groups;
+  for (size_t metric_index = 0; metric_index < device.metrics.size(); ++metric_index) {
+    groups[device.metrics[metric_index].query_group].push_back(metric_index);
+  }
+  for (const auto& [group, metric_indices] : groups) {
+    std::vector<ProbeRow> group_rows;
+    // Cost: each metric alone, up to 200 reads or 0.3 s.
+    for (size_t metric_index : metric_indices) {
+      const MetricInfo& metric = device.metrics[metric_index];
+      ProbeRow row;
+      row.source = source.name();
+      row.device_index = device.index;
+      row.device_kind = device.kind;
+      row.metric = metric.name;
+      row.group = group;
+      row.kind = metric.kind;
+      row.default_period_ms = static_cast<double>(metric.default_period_ns) / 1e6;
+      std::vector<double> costs_us;
+      const int64_t cost_begin_ns = core::monotonic_ns();
+      const int64_t cpu_begin_ns = thread_cpu_ns();
+      while (costs_us.size() < 200 && core::monotonic_ns() - cost_begin_ns < 300'000'000) {
+        const int64_t before_ns = core::monotonic_ns();
+        const Reading reading = source.read(device_position, metric_index);
+        costs_us.push_back(static_cast<double>(core::monotonic_ns() - before_ns) / 1e3);
+        if (reading.status != ReadStatus::kOk) ++row.errors;
+      }
+      row.cpu_per_read_us =
+          static_cast<double>(thread_cpu_ns() - cpu_begin_ns) / 1e3 / static_cast<double>(costs_us.size());
+      row.cost_median_us = quantile(costs_us, 0.5);
+      row.cost_p99_us = quantile(costs_us, 0.99);
+      group_rows.push_back(row);
+    }
+    // Refresh: the whole group back to back (as the sampler reads it), noting when each value changes.
+    std::vector<Reading> readings(metric_indices.size());
+    std::vector<double> last(metric_indices.size(), std::nan(""));
+    std::vector<std::vector<int64_t>> change_times(metric_indices.size());
+    const int64_t loop_begin_ns = core::monotonic_ns();
+    const auto loop_ns = static_cast<int64_t>(seconds_per_group * 1e9);
+    int64_t reads = 0;
+    while (core::monotonic_ns() - loop_begin_ns < loop_ns) {
+      source.read_batch(device_position, metric_indices, readings);
+      const int64_t now_ns = core::monotonic_ns();
+      ++reads;
+      for (size_t position = 0; position < metric_indices.size(); ++position) {
+        if (readings[position].status != ReadStatus::kOk) {
+          ++group_rows[position].errors;
+          continue;
+        }
+        const double value = readings[position].value;
+        if (!std::isnan(last[position]) && value != last[position]) change_times[position].push_back(now_ns);
+        last[position] = value;
+      }
+    }
+    const double loop_s = static_cast<double>(core::monotonic_ns() - loop_begin_ns) / 1e9;
+    for (size_t position = 0; position < metric_indices.size(); ++position) {
+      ProbeRow& row = group_rows[position];
+      const auto& times = change_times[position];
+      row.reads = reads;
+      row.changes = static_cast<int64_t>(times.size());
+      row.changes_per_s = static_cast<double>(times.size()) / loop_s;
+      std::vector<double> intervals_ms;
+      for (size_t index = 1; index < times.size(); ++index) {
+        intervals_ms.push_back(static_cast<double>(times[index] - times[index - 1]) / 1e6);
+      }
+      row.refresh_ms = quantile(intervals_ms, 0.5);
+      row.recommended_period_ms =
+          recommend_period_ms(row.kind, row.refresh_ms, row.cost_median_us, row.default_period_ms);
+      rows.push_back(row);
+    }
+  }
+}
+
+}  // namespace
+
+double recommend_period_ms(MetricKind kind, double refresh_ms, double cost_us, double default_ms) {
+  if (refresh_ms <= 0) return default_ms;
+  const double wanted_ms = kind == MetricKind::kCounter ? refresh_ms : refresh_ms / 2;
+  const double floor_ms = std::max(1.0, 20 * cost_us / 1e3);
+  return round_down_125(std::max(wanted_ms, floor_ms));
+}
+
+std::vector<ProbeRow> probe_sources(const std::vector<Source*>& sources, double seconds_per_group) {
+  struct Job {
+    Source* source;
+    size_t device_position;
+    std::vector<ProbeRow> rows;
+  };
+  std::vector<Job> jobs;
+  for (Source* source : sources) {
+    if (!source->available()) continue;
+    for (size_t device_position = 0; device_position < source->devices().size(); ++device_position) {
+      jobs.push_back({source, device_position, {}});
+    }
+  }
+  std::vector<std::thread> threads;
+  for (auto& job : jobs) {
+    threads.emplace_back([&job, seconds_per_group] {
+      probe_device(*job.source, job.device_position, seconds_per_group, job.rows);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  std::vector<ProbeRow> rows;
+  for (auto& job : jobs) rows.insert(rows.end(), job.rows.begin(), job.rows.end());
+  return rows;
+}
+
+}  // namespace calo::telemetry

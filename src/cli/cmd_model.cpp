@@ -1,0 +1,204 @@
+// `calo model NAME|FILE [layout flags] [--json] [--list]`: architecture, parameters, FLOPs and memory per
+// GPU.
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "cli/command.h"
+#include "cli/layout_flags.h"
+#include "core/config.h"
+#include "core/table.h"
+#include "model/accounting.h"
+#include "parallel/memory.h"
+
+namespace calo::cli {
+namespace {
+
+struct ModelFlags {
+  LayoutFlags layout;
+  bool json = false;
+  bool list = false;
+};
+
+std::string architecture_line(const model::ModelSpec& spec) {
+  std::string kind = spec.is_moe() ? fmt::format("MoE, {} experts, top-{}", spec.num_experts, spec.moe_top_k)
+                                   : std::string("dense");
+  return fmt::format("{} layers, hidden {}, FFN {}{}, {} heads ({} KV, head dim {}), vocab {}, seq {}; {}",
+                     spec.num_layers, spec.hidden_size, spec.ffn_hidden_size,
+                     spec.is_moe() ? " per expert" : "", spec.num_attention_heads, spec.num_kv_heads,
+                     spec.head_dim, spec.vocab_size, spec.seq_length, kind);
+}
+
+std::string components_line(const model::ModelSpec& spec) {
+  return fmt::format("{}, {}, {} positions, {} output, {}{}",
+                     spec.activation == model::Activation::kSwiGlu ? "SwiGLU" : "GELU",
+                     spec.norm == model::NormKind::kRmsNorm ? "RMSNorm" : "LayerNorm",
+                     spec.position_embedding == model::PositionEmbedding::kRope ? "rotary" : "learned",
+                     spec.tied_embeddings ? "tied" : "untied", spec.linear_bias ? "biases" : "no biases",
+                     spec.dropout > 0 ? fmt::format(", dropout {}", spec.dropout) : std::string());
+}
+
+nlohmann::json parameters_json(const model::ParameterCounts& counts) {
+  return {{"total", counts.total},
+          {"active_per_token", counts.active_per_token},
+          {"embedding", counts.embedding},
+          {"positions", counts.positions},
+          {"output", counts.output},
+          {"per_layer", counts.per_layer()},
+          {"per_layer_attention", counts.per_layer_attention},
+          {"per_layer_mlp", counts.per_layer_mlp},
+          {"per_expert", counts.per_expert},
+          {"per_layer_router", counts.per_layer_router},
+          {"per_layer_norm", counts.per_layer_norm},
+          {"final_norm", counts.final_norm}};
+}
+
+nlohmann::json memory_json(const parallel::MemoryBreakdown& memory) {
+  return {{"stage", memory.stage},
+          {"weights_bytes", memory.weights_bytes},
+          {"gradients_bytes", memory.gradients_bytes},
+          {"optimizer_bytes", memory.optimizer_bytes},
+          {"activations_bytes", memory.activations_bytes},
+          {"total_bytes", memory.total_bytes()},
+          {"inflight_microbatches", memory.inflight_microbatches}};
+}
+
+int list_presets(bool json) {
+  nlohmann::json presets = nlohmann::json::array();
+  core::TextTable table({"preset", "layers", "hidden", "experts", "parameters", "active"});
+  for (const std::string& name : core::preset_names("models")) {
+    const model::ModelSpec spec = model::load_model(name);
+    const model::ParameterCounts counts = model::count_parameters(spec);
+    presets.push_back({{"name", name},
+                       {"num_layers", spec.num_layers},
+                       {"hidden_size", spec.hidden_size},
+                       {"num_experts", spec.num_experts},
+                       {"parameters", counts.total},
+                       {"active_parameters", counts.active_per_token}});
+    table.add_row({name, std::to_string(spec.num_layers), std::to_string(spec.hidden_size),
+                   spec.is_moe() ? fmt::format("{} top-{}", spec.num_experts, spec.moe_top_k) : "-",
+                   core::format_count(counts.total), core::format_count(counts.active_per_token)});
+  }
+  if (json) {
+    print_json(presets);
+  } else {
+    fmt::print("{}", table.render());
+  }
+  return 0;
+}
+
+int show_model(const ModelFlags& flags) {
+  const auto [spec, layout] = resolve(flags.layout);
+  const int seq = layout.seq_length;
+  const double tokens_per_iteration = static_cast<double>(layout.global_batch) * seq;
+  const model::ParameterCounts counts = model::count_parameters(spec);
+  const model::FlopsPerToken flops = model::flops_per_token(spec, seq);
+  const double recompute_flops = model::recompute_flops_per_token(spec, seq, layout.recompute);
+  auto activations = [&](model::Recompute mode) {
+    return model::activation_bytes_per_layer(spec, seq, layout.micro_batch, layout.tp,
+                                             layout.sequence_parallel, mode);
+  };
+  std::vector<parallel::MemoryBreakdown> stages;
+  for (int stage = 0; stage < layout.pp; ++stage)
+    stages.push_back(parallel::memory_for_stage(spec, layout, stage));
+  const parallel::MemoryBreakdown most_loaded = parallel::memory_per_gpu(spec, layout);
+
+  if (flags.json) {
+    nlohmann::json stage_list = nlohmann::json::array();
+    for (const auto& memory : stages) stage_list.push_back(memory_json(memory));
+    print_json({{"model", model::to_json(spec)},
+                {"layout", parallel::to_json(layout)},
+                {"parameters", parameters_json(counts)},
+                {"flops_per_token",
+                 {{"forward", flops.forward},
+                  {"backward", flops.backward},
+                  {"attention_forward", flops.attention_forward},
+                  {"logits_forward", flops.logits_forward},
+                  {"recompute", recompute_flops},
+                  {"model_total", flops.total()},
+                  {"hardware_total", flops.total() + recompute_flops}}},
+                {"tokens_per_iteration", tokens_per_iteration},
+                {"flops_per_iteration",
+                 {{"model_total", flops.total() * tokens_per_iteration},
+                  {"hardware_total", (flops.total() + recompute_flops) * tokens_per_iteration}}},
+                {"activation_bytes_per_layer",
+                 {{"none", activations(model::Recompute::kNone)},
+                  {"selective", activations(model::Recompute::kSelective)},
+                  {"full", activations(model::Recompute::kFull)},
+                  {"selected", activations(layout.recompute)}}},
+                {"memory_per_gpu", memory_json(most_loaded)},
+                {"memory_per_stage", stage_list}});
+    return 0;
+  }
+
+  fmt::print("# model {}: {}\n", spec.name, architecture_line(spec));
+  fmt::print("# {}\n", components_line(spec));
+  fmt::print(
+      "# layout {}: {} GPUs, {} micro-batches of {} x {} tokens, sequence parallel {}, ZeRO {}, "
+      "recompute {}\n\n",
+      parallel::describe(layout), layout.world_size(), layout.num_microbatches(), layout.micro_batch, seq,
+      layout.sequence_parallel ? "on" : "off", layout.zero_stage, parallel::to_string(layout.recompute));
+
+  core::TextTable params({"parameters", "count"});
+  params.add_row({"total", core::format_count(counts.total)});
+  if (spec.is_moe()) params.add_row({"active per token", core::format_count(counts.active_per_token)});
+  params.add_row({"embedding", core::format_count(counts.embedding)});
+  params.add_row({"output", spec.tied_embeddings ? "tied" : core::format_count(counts.output)});
+  params.add_row({"per layer", core::format_count(counts.per_layer())});
+  params.add_row({"  attention", core::format_count(counts.per_layer_attention)});
+  params.add_row({spec.is_moe() ? "  experts" : "  FFN", core::format_count(counts.per_layer_mlp)});
+  if (spec.is_moe()) params.add_row({"  router", core::format_count(counts.per_layer_router)});
+  params.add_row({"  norms", core::format_count(counts.per_layer_norm)});
+  fmt::print("{}\n", params.render());
+
+  core::TextTable compute({"FLOPs", "per token", "per iteration"});
+  auto flops_row = [&](const std::string& name, double per_token) {
+    compute.add_row(
+        {name, core::format_flops(per_token), core::format_flops(per_token * tokens_per_iteration)});
+  };
+  flops_row("forward", flops.forward);
+  flops_row("  attention core", flops.attention_forward);
+  flops_row("  logits", flops.logits_forward);
+  flops_row("backward", flops.backward);
+  flops_row("recompute (" + parallel::to_string(layout.recompute) + ")", recompute_flops);
+  flops_row("model (fwd+bwd)", flops.total());
+  flops_row("hardware (+recompute)", flops.total() + recompute_flops);
+  fmt::print("{}\n", compute.render());
+
+  core::TextTable activation_table({"activations per layer", "bytes"});
+  for (model::Recompute mode :
+       {model::Recompute::kNone, model::Recompute::kSelective, model::Recompute::kFull}) {
+    activation_table.add_row(
+        {"recompute " + parallel::to_string(mode) + (mode == layout.recompute ? " *" : ""),
+         core::format_bytes(activations(mode))});
+  }
+  fmt::print("{}(per micro-batch of {} on one tp rank; flash attention, bf16)\n\n", activation_table.render(),
+             layout.micro_batch);
+
+  core::TextTable memory_table(
+      {"stage", "weights", "gradients", "optimizer", "activations", "total", "in-flight"});
+  for (const auto& memory : stages) {
+    memory_table.add_row(
+        {std::to_string(memory.stage), core::format_bytes(memory.weights_bytes),
+         core::format_bytes(memory.gradients_bytes), core::format_bytes(memory.optimizer_bytes),
+         core::format_bytes(memory.activations_bytes), core::format_bytes(memory.total_bytes()),
+         std::to_string(memory.inflight_microbatches)});
+  }
+  fmt::print("memory per GPU by pipeline stage\n{}", memory_table.render());
+  fmt::print("most loaded: stage {}, {} per GPU\n", most_loaded.stage,
+             core::format_bytes(most_loaded.total_bytes()));
+  return 0;
+}
+
+const CommandRegistration kModel(
+    "model", "architecture, parameters, FLOPs per token and memory per GPU of a model under a layout", 10,
+    [](CLI::App& app) -> std::function<int()> {
+      auto flags = std::make_shared<ModelFlags>();
+      add_layout_flags(app, flags->layout, /*model_positional=*/true);
+      app.add_flag("--json", flags->json, "Print everything as JSON");
+      app.add_flag("--list", flags->list, "List the model presets with their parameter counts");
+      return [flags] { return flags->list ? list_presets(flags->json) : show_model(*flags); };
+    });
+
+}  // namespace
+}  // namespace calo::cli

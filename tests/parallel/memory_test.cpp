@@ -1,0 +1,213 @@
+// Memory per GPU against hand-computed numbers for the tiny models (written by the model helper, who owns
+// src/parallel/memory.cpp).
+#include "parallel/memory.h"
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "model/accounting.h"
+#include "model/model_spec.h"
+#include "parallel/schedule.h"
+#include "parallel/validate.h"
+
+namespace calo::parallel {
+namespace {
+
+// tiny-dense: N = 3,426,560 parameters; one layer 725,504 (attention 196,608, SwiGLU 528,384, norms 512);
+// embedding = output = 262,144; final norm 256. One layer keeps 991,232 activation bytes per micro-batch
+// (s = 128, tp = 1); the last stage adds 128 x (2 x 2 x 256 + 4 x 1024) = 655,360 bytes per micro-batch.
+constexpr double kTinyParams = 3426560;
+constexpr double kTinyLayerParams = 725504;
+constexpr double kTinyLayerActivations = 991232;
+constexpr double kTinyOutputActivations = 655360;
+
+Layout resolved(const model::ModelSpec& model, Layout layout) {
+  return resolve_layout(model, layout);
+}
+
+TEST(Memory, SingleGpuHoldsEverything) {
+  const model::ModelSpec model = model::load_model("tiny-dense");
+  const MemoryBreakdown memory = memory_per_gpu(model, resolved(model, Layout{}));
+  EXPECT_DOUBLE_EQ(memory.weights_bytes, 2 * kTinyParams);
+  EXPECT_DOUBLE_EQ(memory.gradients_bytes, 2 * kTinyParams);
+  EXPECT_DOUBLE_EQ(memory.optimizer_bytes, 12 * kTinyParams);
+  EXPECT_DOUBLE_EQ(memory.activations_bytes, 4 * kTinyLayerActivations + kTinyOutputActivations);
+  EXPECT_EQ(memory.inflight_microbatches, 1);
+  EXPECT_EQ(memory.stage, 0);
+  EXPECT_DOUBLE_EQ(memory.total_bytes(),
+                   16 * kTinyParams + 4 * kTinyLayerActivations + kTinyOutputActivations);
+}
+
+TEST(Memory, ZeroOneShardsOnlyTheOptimizerAndZeroThreeShardsEverything) {
+  const model::ModelSpec model = model::load_model("tiny-dense");
+  Layout layout;
+  layout.dp = 4;
+  layout.zero_stage = 1;
+  MemoryBreakdown memory = memory_per_gpu(model, resolved(model, layout));
+  EXPECT_DOUBLE_EQ(memory.weights_bytes, 2 * kTinyParams);
+  EXPECT_DOUBLE_EQ(memory.gradients_bytes, 2 * kTinyParams);
+  EXPECT_DOUBLE_EQ(memory.optimizer_bytes, 12 * kTinyParams / 4);
+
+  layout.zero_stage = 3;
+  memory = memory_per_gpu(model, resolved(model, layout));
+  // Sharded weights plus one gathered layer.
+  EXPECT_DOUBLE_EQ(memory.weights_bytes, 2 * kTinyParams / 4 + 2 * kTinyLayerParams);
+  EXPECT_DOUBLE_EQ(memory.gradients_bytes, 2 * kTinyParams / 4);
+  EXPECT_DOUBLE_EQ(memory.optimizer_bytes, 12 * kTinyParams / 4);
+
+  layout.overlap_param_gather = true;  // prefetch: two gathered layers
+  memory = memory_per_gpu(model, resolved(model, layout));
+  EXPECT_DOUBLE_EQ(memory.weights_bytes, 2 * kTinyParams / 4 + 4 * kTinyLayerParams);
+}
+
+TEST(Memory, TensorParallelSplitsMatricesButNotNorms) {
+  const model::ModelSpec model = model::load_model("tiny-dense");
+  Layout layout;
+  layout.tp = 2;
+  const MemoryBreakdown memory = memory_per_gpu(model, resolved(model, layout));
+  const double per_rank = 4 * ((196608.0 + 528384.0) / 2 + 512) + 262144.0 / 2 * 2 + 256;
+  EXPECT_DOUBLE_EQ(memory.weights_bytes, 2 * per_rank);
+  // Sequence parallel is on by default with tp > 1: everything per layer is halved; the output stage keeps
+  // 128 x (1,024 / 2 + 4 x 1,024 / 2) bytes.
+  EXPECT_DOUBLE_EQ(memory.activations_bytes, 4 * kTinyLayerActivations / 2 + 128 * (512.0 + 2048.0));
+}
+
+TEST(Memory, OneFOneBStageHoldsPipelineDepthMinusStageMicrobatches) {
+  const model::ModelSpec model = model::load_model("tiny-dense");
+  Layout layout;
+  layout.pp = 4;
+  layout.global_batch = 8;  // 8 micro-batches
+  layout = resolved(model, layout);
+  for (int stage = 0; stage < 4; ++stage) {
+    SCOPED_TRACE(stage);
+    const MemoryBreakdown memory = memory_for_stage(model, layout, stage);
+    EXPECT_EQ(memory.inflight_microbatches, 4 - stage);
+    EXPECT_EQ(memory.inflight_microbatches, peak_inflight_passes(layout, stage));
+    const double output = stage == 3 ? kTinyOutputActivations : 0.0;
+    EXPECT_DOUBLE_EQ(memory.activations_bytes, (4 - stage) * (kTinyLayerActivations + output));
+  }
+  // Stage 0 holds the embedding, stage 3 the output projection and final norm.
+  EXPECT_DOUBLE_EQ(memory_for_stage(model, layout, 0).weights_bytes, 2 * (kTinyLayerParams + 262144));
+  EXPECT_DOUBLE_EQ(memory_for_stage(model, layout, 3).weights_bytes, 2 * (kTinyLayerParams + 262144 + 256));
+  const MemoryBreakdown most_loaded = memory_per_gpu(model, layout);
+  EXPECT_EQ(most_loaded.stage, 0);
+  EXPECT_DOUBLE_EQ(most_loaded.total_bytes(), 16 * (kTinyLayerParams + 262144) + 4 * kTinyLayerActivations);
+}
+
+TEST(Memory, FewerMicrobatchesThanStagesLimitInflight) {
+  const model::ModelSpec model = model::load_model("tiny-dense");
+  Layout layout;
+  layout.pp = 4;
+  layout.global_batch = 2;
+  EXPECT_EQ(memory_for_stage(model, resolved(model, layout), 0).inflight_microbatches, 2);
+}
+
+TEST(Memory, GpipeHoldsEveryMicrobatch) {
+  const model::ModelSpec model = model::load_model("tiny-dense");
+  Layout layout;
+  layout.pp = 4;
+  layout.global_batch = 8;
+  layout.schedule = Schedule::kGpipe;
+  layout = resolved(model, layout);
+  for (int stage = 0; stage < 4; ++stage) {
+    EXPECT_EQ(memory_for_stage(model, layout, stage).inflight_microbatches, 8);
+  }
+  EXPECT_DOUBLE_EQ(memory_for_stage(model, layout, 1).activations_bytes, 8 * kTinyLayerActivations);
+}
+
+TEST(Memory, InterleavedFirstStageMatchesKorthikanti) {
+  // pp = 2, v = 2, m = 4, one layer per chunk. Megatron's warm-up on stage 0 is 2 (pp - 1) + (v - 1) pp = 4
+  // chunk passes, plus one in steady state: 5 chunk-layers = L/pp x pp (1 + (pp - 1) / (pp v)) = 2 x 2
+  // x 1.25.
+  const model::ModelSpec model = model::load_model("tiny-dense");
+  Layout layout;
+  layout.pp = 2;
+  layout.virtual_stages = 2;
+  layout.schedule = Schedule::kInterleaved;
+  layout.global_batch = 4;
+  layout = resolved(model, layout);
+  const MemoryBreakdown first = memory_for_stage(model, layout, 0);
+  EXPECT_DOUBLE_EQ(first.activations_bytes, 5 * kTinyLayerActivations);
+  EXPECT_EQ(peak_inflight_passes(layout, 0), 5);
+  // Stage 0 holds virtual stages 0 (embedding) and 2; stage 1 holds 1 and 3 (output, final norm).
+  EXPECT_DOUBLE_EQ(first.weights_bytes, 2 * (2 * kTinyLayerParams + 262144));
+  EXPECT_DOUBLE_EQ(memory_for_stage(model, layout, 1).weights_bytes,
+                   2 * (2 * kTinyLayerParams + 262144 + 256));
+}
+
+TEST(Memory, ExplicitPartitionMovesLayers) {
+  const model::ModelSpec model = model::load_model("tiny-dense");
+  Layout layout;
+  layout.pp = 2;
+  layout.global_batch = 2;
+  layout.layers_per_stage = {1, 3};
+  layout = resolved(model, layout);
+  EXPECT_DOUBLE_EQ(memory_for_stage(model, layout, 0).activations_bytes, 2 * kTinyLayerActivations);
+  EXPECT_DOUBLE_EQ(memory_for_stage(model, layout, 1).activations_bytes,
+                   3 * kTinyLayerActivations + kTinyOutputActivations);
+  EXPECT_EQ(memory_per_gpu(model, layout).stage, 1);
+}
+
+TEST(Memory, FullRecomputeKeepsOnlyLayerInputs) {
+  const model::ModelSpec model = model::load_model("tiny-dense");
+  Layout layout;
+  layout.recompute = Recompute::kFull;
+  const MemoryBreakdown memory = memory_per_gpu(model, resolved(model, layout));
+  EXPECT_DOUBLE_EQ(memory.activations_bytes, 4 * 128 * 512.0 + kTinyOutputActivations);
+}
+
+TEST(Memory, ExpertsAreShardedOverExpertParallelAndOptimizerOverExpertDataParallel) {
+  // tiny-moe: dense part per rank 4 x (196,608 + 1,024 router + 512) + 2 x 262,144 + 256 = 1,317,120;
+  // experts 4 layers x 393,216 x 4 experts / ep.
+  const model::ModelSpec model = model::load_model("tiny-moe");
+  Layout layout;
+  layout.dp = 4;
+  layout.ep = 4;
+  layout.zero_stage = 1;
+  const MemoryBreakdown memory = memory_per_gpu(model, resolved(model, layout));
+  const double dense = 1317120, experts = 4 * 393216.0;
+  EXPECT_DOUBLE_EQ(memory.weights_bytes, 2 * (dense + experts));
+  EXPECT_DOUBLE_EQ(memory.optimizer_bytes, 12 * (dense / 4 + experts / 1));  // dp / ep = 1 replica of experts
+  layout.ep = 2;
+  const MemoryBreakdown half = memory_per_gpu(model, resolved(model, layout));
+  EXPECT_DOUBLE_EQ(half.weights_bytes, 2 * (dense + 2 * experts));
+  EXPECT_DOUBLE_EQ(half.optimizer_bytes, 12 * (dense / 4 + 2 * experts / 2));
+}
+
+TEST(Memory, TiedEmbeddingIsCopiedToTheLastStageOnlyWithPipelining) {
+  const model::ModelSpec model = model::load_model("gpt3-175b");
+  const double total = model::count_parameters(model).total;
+  Layout single;
+  EXPECT_DOUBLE_EQ(memory_per_gpu(model, resolved(model, single)).weights_bytes, 2 * total);
+  Layout pipelined;
+  pipelined.pp = 2;
+  pipelined = resolved(model, pipelined);
+  const double both_stages = memory_for_stage(model, pipelined, 0).weights_bytes +
+                             memory_for_stage(model, pipelined, 1).weights_bytes;
+  EXPECT_DOUBLE_EQ(both_stages, 2 * (total + 51200.0 * 12288));
+}
+
+TEST(Memory, Llama70bOnSixteenGpusFitsTheExpectedRange) {
+  // TP8-PP2-DP1 (a layout of the study), ZeRO-1 off: 16 bytes per parameter over 16 GPUs = 70.55 GB per GPU
+  // before activations, minus the replicated norms' share.
+  const model::ModelSpec model = model::load_model("llama3-70b");
+  Layout layout;
+  layout.tp = 8;
+  layout.pp = 2;
+  layout.global_batch = 128;
+  layout = resolved(model, layout);
+  const MemoryBreakdown memory = memory_per_gpu(model, layout);
+  const double total = model::count_parameters(model).total;
+  EXPECT_NEAR((memory.weights_bytes + memory.gradients_bytes + memory.optimizer_bytes) / (16 * total / 16),
+              1.0, 0.02);
+  EXPECT_EQ(memory.inflight_microbatches, 2);
+}
+
+TEST(Memory, RejectsStageOutsideThePipeline) {
+  const model::ModelSpec model = model::load_model("tiny-dense");
+  const Layout layout = resolved(model, Layout{});
+  EXPECT_THROW(memory_for_stage(model, layout, 1), InputError);
+}
+
+}  // namespace
+}  // namespace calo::parallel

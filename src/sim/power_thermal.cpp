@@ -42,29 +42,34 @@ const ProgramAtClock& ProgramPower::at_clock(double clock_mhz) {
 }
 
 double ProgramPower::power_cap_clock_mhz() {
-  if (cap_clock_mhz_ > 0) return cap_clock_mhz_;
+  if (cap_clock_mhz_ < 0) cap_clock_mhz_ = power_cap_clock_mhz(0.0, 1.0);
+  return cap_clock_mhz_;
+}
+
+double ProgramPower::power_cap_clock_mhz(double extra_energy_j, double speed) {
   // Mean busy power rises with the clock: bisect over clock bins for the highest one that fits.
+  auto fits = [&](double clock_mhz) {
+    const ProgramAtClock& summary = at_clock(clock_mhz);
+    if (summary.busy_s <= 0) return true;
+    const double power_w =
+        gpu_.idle_power_w + speed * (summary.active_energy_j + extra_energy_j) / summary.busy_s;
+    return power_w <= gpu_.power_limit_w;
+  };
+  if (fits(gpu_.max_sm_mhz)) return gpu_.max_sm_mhz;
   const double step = gpu_.clock_step_mhz;
-  if (at_clock(gpu_.max_sm_mhz).mean_busy_power_w <= gpu_.power_limit_w) {
-    cap_clock_mhz_ = gpu_.max_sm_mhz;
-    return cap_clock_mhz_;
-  }
-  long long low_bin = 0;  // bins above min_sm_mhz
+  if (!fits(gpu_.min_sm_mhz)) return gpu_.min_sm_mhz;
+  long long low_bin = 0;  // invariant: low fits, high does not
   long long high_bin = static_cast<long long>(std::floor((gpu_.max_sm_mhz - gpu_.min_sm_mhz) / step));
-  if (at_clock(gpu_.min_sm_mhz).mean_busy_power_w > gpu_.power_limit_w) {
-    cap_clock_mhz_ = gpu_.min_sm_mhz;
-    return cap_clock_mhz_;
-  }
-  while (high_bin - low_bin > 1) {  // invariant: low fits, high does not
-    long long middle = (low_bin + high_bin) / 2;
-    if (at_clock(gpu_.min_sm_mhz + middle * step).mean_busy_power_w <= gpu_.power_limit_w) {
+  if (fits(gpu_.min_sm_mhz + high_bin * step)) return gpu_.min_sm_mhz + high_bin * step;
+  while (high_bin - low_bin > 1) {
+    const long long middle = (low_bin + high_bin) / 2;
+    if (fits(gpu_.min_sm_mhz + middle * step)) {
       low_bin = middle;
     } else {
       high_bin = middle;
     }
   }
-  cap_clock_mhz_ = gpu_.min_sm_mhz + low_bin * step;
-  return cap_clock_mhz_;
+  return gpu_.min_sm_mhz + low_bin * step;
 }
 
 double clock_bin_mhz(const GpuSpec& gpu, double clock_mhz) {

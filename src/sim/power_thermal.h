@@ -34,6 +34,9 @@ class ProgramPower {
   const ProgramAtClock& at_clock(double clock_mhz);
   /// Highest clock bin (<= max_sm_mhz) whose mean busy power fits under the power limit; min_sm_mhz if none.
   double power_cap_clock_mhz();
+  /// Same, counting `extra_energy_j` (communication) in the busy window and a GPU running at `speed`
+  /// (busy window = busy_s / speed): highest bin with idle + speed * (active + extra) / busy <= limit.
+  double power_cap_clock_mhz(double extra_energy_j, double speed);
 
  private:
   const GpuSpec& gpu_;

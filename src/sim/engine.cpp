@@ -1,0 +1,341 @@
+#include "sim/engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <tuple>
+
+#include "core/error.h"
+
+namespace calo::sim {
+
+/// Per program: op indices of each stream in issue order.
+struct Engine::ProgramStreams {
+  std::vector<std::int32_t> ops[graph::kNumStreams];
+};
+
+namespace {
+
+constexpr double kNotDone = -1.0;
+
+bool is_comm(graph::OpKind kind) {
+  return kind == graph::OpKind::kCollective || kind == graph::OpKind::kSend || kind == graph::OpKind::kRecv;
+}
+
+int comm_class(const graph::Op& op) {
+  if (op.kind == graph::OpKind::kCollective) return static_cast<int>(op.group);
+  return static_cast<int>(graph::GroupKind::kPp);
+}
+
+/// A collective instance (one call of one group) or a point-to-point message.
+struct Instance {
+  int expected = 0;              ///< arrivals needed (collective members; 1 for a message: its send)
+  int arrived = 0;               ///< arrivals so far
+  double last_arrival_s = 0;     ///< latest arrival
+  double cost_s = 0;             ///< transfer time (max over members)
+  double completion_s = kNotDone;  ///< set when complete (collective) or when the send is issued (message)
+  std::vector<std::int32_t> waiters;  ///< entities blocked on it
+};
+
+/// Mutable state of one entity during a run.
+struct EntityState {
+  std::int32_t cursor[graph::kNumStreams] = {};
+  double stream_free_s[graph::kNumStreams] = {};
+  std::int32_t pending[graph::kNumStreams] = {-1, -1, -1, -1, -1};
+  std::int64_t collective_count[graph::kNumGroupKinds] = {};
+  std::int32_t sync_set[graph::kNumGroupKinds] = {-1, -1, -1, -1, -1, -1};
+  std::int32_t sync_size[graph::kNumGroupKinds] = {};
+  std::vector<double> finish_s;
+  std::vector<double> begin_s;
+  const std::vector<double>* comm_cost = nullptr;
+  bool queued = false;
+  std::uint64_t done_ops = 0;
+};
+
+/// Key of the `sequence`-th collective of group kind `group_kind` over sync set `sync_set` (sets < 2^25).
+std::uint64_t collective_key(std::int32_t sync_set, int group_kind, std::int64_t sequence) {
+  return (static_cast<std::uint64_t>(sync_set) << 39) | (static_cast<std::uint64_t>(group_kind) << 36) |
+         static_cast<std::uint64_t>(sequence);
+}
+
+/// Key of a message: sender entity, receiver entity, tag.
+using MessageKey = std::tuple<std::int32_t, std::int32_t, std::int32_t>;
+
+}  // namespace
+
+Engine::Engine(const graph::Graph& graph, const ClusterSpec& cluster, const std::vector<ProgramPower>& powers)
+    : graph_(graph), cluster_(cluster), powers_(powers) {
+  streams_.resize(graph.programs.size());
+  for (std::size_t index = 0; index < graph.programs.size(); ++index) {
+    auto streams = std::make_shared<ProgramStreams>();
+    const auto& ops = graph.programs[index].ops;
+    for (std::size_t op_index = 0; op_index < ops.size(); ++op_index) {
+      streams->ops[static_cast<int>(ops[op_index].stream)].push_back(static_cast<std::int32_t>(op_index));
+    }
+    streams_[index] = std::move(streams);
+  }
+}
+
+const std::vector<double>& Engine::comm_costs(int program, int representative) {
+  // The cost of every communication op depends only on the program and where the representative's groups and
+  // peers sit; key the cache by that placement so ranks placed alike share one vector.
+  std::string key = std::to_string(program);
+  GroupPlacement placements[graph::kNumGroupKinds];
+  for (int kind = 0; kind < graph::kNumGroupKinds; ++kind) {
+    const int group_id = graph_.group_id(representative, graph::GroupKind(kind));
+    if (group_id < 0) {
+      key += "|-";
+      continue;
+    }
+    placements[kind] = place_group(cluster_, graph_.groups[group_id].ranks);
+    const auto& placement = placements[kind];
+    key += fmt::format("|{},{},{},{}", placement.size, placement.nodes, placement.per_node, placement.cross_leaf);
+  }
+  const auto& ops = graph_.programs[program].ops;
+  std::map<int, int> peer_of_stage;  // peer stage -> peer rank (for node placement of messages)
+  for (const auto& op : ops) {
+    if ((op.kind == graph::OpKind::kSend || op.kind == graph::OpKind::kRecv) && !peer_of_stage.contains(op.peer_stage)) {
+      const int peer = graph_.peer_rank(representative, op);
+      peer_of_stage[op.peer_stage] = peer;
+      const int node_gpus = cluster_.node.gpus;
+      const int leaf_nodes = cluster_.network.nodes_per_leaf;
+      key += fmt::format("|p{}:{},{}", op.peer_stage, representative / node_gpus == peer / node_gpus,
+                         representative / node_gpus / leaf_nodes == peer / node_gpus / leaf_nodes);
+    }
+  }
+  auto found = comm_cost_cache_.find(key);
+  if (found != comm_cost_cache_.end()) return *found->second;
+  auto costs = std::make_shared<std::vector<double>>(ops.size(), 0.0);
+  for (std::size_t index = 0; index < ops.size(); ++index) {
+    const auto& op = ops[index];
+    if (op.kind == graph::OpKind::kCollective) {
+      (*costs)[index] = collective_time_s(cluster_, op.collective, op.bytes, placements[static_cast<int>(op.group)]);
+    } else if (op.kind == graph::OpKind::kSend || op.kind == graph::OpKind::kRecv) {
+      (*costs)[index] = p2p_time_s(cluster_, op.bytes, representative, peer_of_stage[op.peer_stage]);
+    }
+  }
+  return *comm_cost_cache_.emplace(key, std::move(costs)).first->second;
+}
+
+EngineResult Engine::run(const std::vector<EngineEntity>& entities, const std::vector<std::int32_t>& entity_of_rank,
+                         bool record_timeline) {
+  const int entity_count = static_cast<int>(entities.size());
+  std::vector<EntityState> states(entity_count);
+  // Sync sets: for each entity and group kind, the set of entities covering its representative's group.
+  std::map<std::vector<std::int32_t>, std::int32_t> sync_set_ids;
+  std::vector<std::int32_t> members;
+  for (int entity = 0; entity < entity_count; ++entity) {
+    const EngineEntity& spec = entities[entity];
+    EntityState& state = states[entity];
+    const auto& program = graph_.programs[spec.program];
+    state.finish_s.assign(program.ops.size(), kNotDone);
+    if (record_timeline) state.begin_s.assign(program.ops.size(), 0.0);
+    state.comm_cost = &comm_costs(spec.program, spec.representative);
+    for (int kind = 0; kind < graph::kNumGroupKinds; ++kind) {
+      const int group_id = graph_.group_id(spec.representative, graph::GroupKind(kind));
+      if (group_id < 0) continue;
+      members.clear();
+      for (std::int32_t rank : graph_.groups[group_id].ranks) members.push_back(entity_of_rank[rank]);
+      std::sort(members.begin(), members.end());
+      members.erase(std::unique(members.begin(), members.end()), members.end());
+      state.sync_size[kind] = static_cast<std::int32_t>(members.size());
+      auto [position, inserted] =
+          sync_set_ids.emplace(members, static_cast<std::int32_t>(sync_set_ids.size()));
+      state.sync_set[kind] = position->second;
+    }
+  }
+
+  EngineResult result;
+  result.entities.resize(entity_count);
+  std::vector<Instance> instances;
+  std::unordered_map<std::uint64_t, std::int32_t> open_instances;
+  std::map<MessageKey, std::int32_t> open_messages;
+  std::deque<std::int32_t> queue;
+  for (int entity = 0; entity < entity_count; ++entity) {
+    queue.push_back(entity);
+    states[entity].queued = true;
+  }
+  auto wake = [&](Instance& instance) {
+    for (std::int32_t waiter : instance.waiters) {
+      if (!states[waiter].queued) {
+        states[waiter].queued = true;
+        queue.push_back(waiter);
+      }
+    }
+    instance.waiters.clear();
+  };
+  auto instance_for = [&](auto& open, const auto& key, int expected) -> std::int32_t {
+    auto [position, inserted] = open.emplace(key, static_cast<std::int32_t>(instances.size()));
+    if (inserted) {
+      instances.emplace_back();
+      instances.back().expected = expected;
+    }
+    return position->second;
+  };
+
+  while (!queue.empty()) {
+    const std::int32_t entity = queue.front();
+    queue.pop_front();
+    EntityState& state = states[entity];
+    state.queued = false;
+    const EngineEntity& spec = entities[entity];
+    const auto& program = graph_.programs[spec.program];
+    const auto& streams = *streams_[spec.program];
+    const ProgramPower& power = powers_[spec.program];
+    EntityResult& out = result.entities[entity];
+    bool progress = true;
+    while (progress) {
+      progress = false;
+      for (int stream = 0; stream < graph::kNumStreams; ++stream) {
+        const auto& stream_ops = streams.ops[stream];
+        while (state.cursor[stream] < static_cast<std::int32_t>(stream_ops.size())) {
+          const std::int32_t op_index = stream_ops[state.cursor[stream]];
+          const graph::Op& op = program.ops[op_index];
+          double finish = kNotDone;
+          double begin = 0;
+          if (state.pending[stream] >= 0) {
+            Instance& instance = instances[state.pending[stream]];
+            if (op.kind == graph::OpKind::kRecv) {
+              if (instance.completion_s == kNotDone) break;
+              const double ready = state.stream_free_s[stream];  // stored arrival time of the receive
+              begin = std::max(ready, instance.last_arrival_s);
+              finish = begin + instance.cost_s;
+            } else {
+              if (instance.completion_s == kNotDone) break;
+              finish = instance.completion_s;
+              begin = finish - instance.cost_s;
+            }
+            state.pending[stream] = -1;
+          } else {
+            double ready = state.stream_free_s[stream];
+            std::int32_t binding = -1;
+            bool blocked = false;
+            for (std::int32_t dep : program.deps_of(op_index)) {
+              const double dep_finish = state.finish_s[dep];
+              if (dep_finish == kNotDone) {
+                blocked = true;
+                break;
+              }
+              if (dep_finish > ready) {
+                ready = dep_finish;
+                binding = dep;
+              }
+            }
+            if (blocked) break;
+            if (!is_comm(op.kind)) {
+              const double duration = power.cost(op_index).duration_s(spec.compute_stretch, spec.memory_stretch);
+              begin = ready;
+              finish = ready + duration;
+              out.compute_busy_s += duration;
+              if (binding >= 0 && stream == static_cast<int>(graph::Stream::kCompute)) {
+                const graph::Op& binding_op = program.ops[binding];
+                if (is_comm(binding_op.kind)) {
+                  const double gap = ready - state.stream_free_s[stream];
+                  out.exposed_comm_s[comm_class(binding_op)] += std::min(gap, (*state.comm_cost)[binding]);
+                }
+              }
+            } else {
+              const double cost = (*state.comm_cost)[op_index];
+              const int klass = comm_class(op);
+              out.comm_busy_s += cost;
+              out.comm_transfer_s[klass] += cost;
+              if (op.kind == graph::OpKind::kCollective) {
+                const int kind = static_cast<int>(op.group);
+                const std::int64_t sequence = state.collective_count[kind]++;
+                if (state.sync_size[kind] <= 1) {
+                  begin = ready;
+                  finish = ready + cost;
+                } else {
+                  const std::int32_t id = instance_for(open_instances, collective_key(state.sync_set[kind], kind, sequence),
+                                                       state.sync_size[kind]);
+                  Instance& instance = instances[id];
+                  instance.arrived += 1;
+                  instance.last_arrival_s = std::max(instance.last_arrival_s, ready);
+                  instance.cost_s = std::max(instance.cost_s, cost);
+                  if (instance.arrived == instance.expected) {
+                    instance.completion_s = instance.last_arrival_s + instance.cost_s;
+                    open_instances.erase(collective_key(state.sync_set[kind], kind, sequence));
+                    wake(instance);
+                    finish = instance.completion_s;
+                    begin = finish - instance.cost_s;
+                  } else {
+                    instance.waiters.push_back(entity);
+                    state.pending[stream] = id;
+                    state.stream_free_s[stream] = ready;
+                    break;
+                  }
+                }
+              } else {
+                // Messages are eager: the sender finishes after its transfer; the receiver waits for the send.
+                const int peer_rank = graph_.peer_rank(spec.representative, op);
+                const std::int32_t peer = entity_of_rank[peer_rank];
+                if (op.kind == graph::OpKind::kSend) {
+                  const MessageKey key{entity, peer, op.tag};
+                  Instance& instance = instances[instance_for(open_messages, key, 1)];
+                  instance.last_arrival_s = ready;
+                  instance.cost_s = cost;
+                  instance.completion_s = ready + cost;
+                  wake(instance);
+                  begin = ready;
+                  finish = ready + cost;
+                } else {
+                  const MessageKey key{peer, entity, op.tag};
+                  const std::int32_t id = instance_for(open_messages, key, 1);
+                  Instance& instance = instances[id];
+                  if (instance.completion_s == kNotDone) {
+                    instance.waiters.push_back(entity);
+                    state.pending[stream] = id;
+                    state.stream_free_s[stream] = ready;
+                    break;
+                  }
+                  begin = std::max(ready, instance.last_arrival_s);
+                  finish = begin + instance.cost_s;
+                  open_messages.erase(key);
+                }
+              }
+            }
+          }
+          state.finish_s[op_index] = finish;
+          if (record_timeline) state.begin_s[op_index] = begin;
+          state.stream_free_s[stream] = finish;
+          state.cursor[stream] += 1;
+          state.done_ops += 1;
+          out.end_s = std::max(out.end_s, finish);
+          progress = true;
+        }
+      }
+    }
+  }
+
+  for (int entity = 0; entity < entity_count; ++entity) {
+    const EntityState& state = states[entity];
+    const auto& program = graph_.programs[entities[entity].program];
+    if (state.done_ops != program.ops.size()) {
+      for (int stream = 0; stream < graph::kNumStreams; ++stream) {
+        const auto& stream_ops = streams_[entities[entity].program]->ops[stream];
+        if (state.cursor[stream] < static_cast<std::int32_t>(stream_ops.size())) {
+          const auto& op = program.ops[stream_ops[state.cursor[stream]]];
+          throw RuntimeFailure(fmt::format(
+              "simulation deadlocked: rank {} (stage {}) waits forever on op {} '{}' of stream {}; the graph's "
+              "collectives or send/recv pairs do not match (run the graph checkers: calo graph --check)",
+              entities[entity].representative, program.stage, stream_ops[state.cursor[stream]], graph::describe(op),
+              graph::to_string(graph::Stream(stream))));
+        }
+      }
+    }
+    result.op_events += state.done_ops;
+    result.iteration_s = std::max(result.iteration_s, result.entities[entity].end_s);
+    if (record_timeline) {
+      auto& timeline = result.entities[entity].timeline;
+      timeline.reserve(program.ops.size());
+      for (std::size_t op_index = 0; op_index < program.ops.size(); ++op_index) {
+        timeline.push_back({static_cast<std::int32_t>(op_index), state.begin_s[op_index], state.finish_s[op_index]});
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace calo::sim

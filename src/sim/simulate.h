@@ -1,0 +1,110 @@
+// Multi-step simulation of one training job on a modeled cluster: per step, DVFS (power cap and thermal
+// slowdown) sets every GPU's clock, the engine runs the graph, and each GPU's thermal state advances.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+#include "sim/cluster.h"
+#include "sim/engine.h"
+
+namespace calo::sim {
+
+/// Options of a simulation.
+struct SimOptions {
+  int steps = 1;                       ///< training iterations to simulate
+  bool power_cap = true;               ///< the power-cap controller lowers clocks to hold power_limit_w
+  bool thermal = true;                 ///< temperatures evolve and thermal slowdown applies
+  std::vector<double> speed_factors;   ///< per GPU (global rank) speed, 1 = nominal; empty = all 1
+  std::vector<double> inlet_offset_c;  ///< per GPU extra inlet temperature (hot spots); empty = none
+  double initial_die_c = -1;           ///< start temperature of every die; < 0 = idle steady state
+  bool record_timeline = false;        ///< keep every op's begin/end (last step) for small runs
+  /// Called after each step with (step index, steps); for progress display.
+  std::function<void(int, int)> progress;
+};
+
+/// Per-GPU outcome over all steps.
+struct GpuResult {
+  int rank = 0;                     ///< global rank
+  int node = 0;                     ///< node index
+  int slot = 0;                     ///< slot within the node (airflow order)
+  int stage = 0;                    ///< pipeline stage
+  double energy_j = 0;              ///< total energy over all steps
+  double mean_power_w = 0;          ///< energy / simulated time
+  double peak_power_w = 0;          ///< highest single-op power (idle + active)
+  double max_die_c = 0;             ///< hottest die temperature at a step end
+  double final_die_c = 0;           ///< die temperature after the last step
+  double min_clock_mhz = 0;         ///< lowest SM clock used
+  double throttle_power_cap_s = 0;  ///< busy time spent at a clock lowered by the power cap
+  double throttle_thermal_s = 0;    ///< busy time spent at a clock lowered by thermal slowdown
+  double busy_s = 0;                ///< own compute time (before waiting for slower group members)
+};
+
+/// Per-step aggregate over GPUs.
+struct StepResult {
+  double iteration_s = 0;       ///< step time
+  double energy_j = 0;          ///< all GPUs
+  double mean_power_w = 0;      ///< mean over GPUs of their step power
+  double max_power_w = 0;       ///< highest GPU step-mean power
+  double min_die_c = 0;         ///< coolest die at step end
+  double mean_die_c = 0;        ///< mean die at step end
+  double max_die_c = 0;         ///< hottest die at step end
+  double min_clock_mhz = 0;     ///< slowest GPU clock in the step
+  double mean_clock_mhz = 0;    ///< mean GPU clock
+  int throttled_gpus = 0;       ///< GPUs below max clock
+  int replica_classes = 0;      ///< distinct replica classes simulated
+  int entities = 0;             ///< engine entities (tensor-parallel groups simulated)
+  bool reused = false;          ///< the engine result was reused from an identical earlier step
+};
+
+/// Everything a simulation produced.
+struct SimResult {
+  std::string cluster;                 ///< cluster name
+  std::string layout;                  ///< layout description
+  std::string model;                   ///< model name
+  int world = 0;                       ///< GPUs
+  int steps = 0;                       ///< steps simulated
+  double tokens_per_step = 0;          ///< global batch * sequence length
+  double model_flops_per_step = 0;     ///< GEMM + attention FLOPs of all ranks, recomputation excluded
+  double hardware_flops_per_step = 0;  ///< all compute-op FLOPs of all ranks, recomputation included
+  double peak_flops_per_gpu = 0;       ///< GPU peak bf16 FLOP/s
+  double power_limit_w = 0;            ///< GPU power limit
+  double iteration_s = 0;              ///< mean step time
+  double last_iteration_s = 0;         ///< step time of the last step
+  double compute_busy_s = 0;           ///< mean over GPUs, last step
+  double exposed_comm_s[kNumCommClasses] = {};  ///< mean over GPUs, last step
+  double comm_transfer_s[kNumCommClasses] = {}; ///< mean over GPUs, last step
+  double wait_s = 0;                   ///< last step: iteration - busy - exposed comm (bubbles, stragglers)
+  std::vector<StepResult> step_results;  ///< one per step
+  std::vector<GpuResult> gpus;         ///< one per GPU
+  std::vector<float> die_c;            ///< [step * world + rank] die temperature at step end
+  std::vector<float> clock_mhz;        ///< [step * world + rank] SM clock during the step
+  std::vector<float> power_w;          ///< [step * world + rank] mean power during the step
+  std::uint64_t op_events = 0;         ///< ops executed by the engine over all steps
+  double wall_s = 0;                   ///< host time the simulation took
+  /// Per-rank op timeline of the last step (only with record_timeline): rank -> spans.
+  std::vector<std::vector<OpSpan>> timeline;
+};
+
+/// Simulates `options.steps` iterations of `graph` on `cluster`. Throws InputError if the options do not fit
+/// the graph (sizes of per-GPU vectors), RuntimeFailure if the graph deadlocks.
+SimResult simulate(const graph::Graph& graph, const ClusterSpec& cluster, const SimOptions& options);
+
+/// Throughput per second of step time: tokens / iteration_s.
+double tokens_per_s(const SimResult& result);
+/// Model FLOP/s per GPU: model_flops_per_step / iteration_s / world.
+double model_flops_per_gpu(const SimResult& result);
+/// Model FLOP utilization: model_flops_per_gpu / peak_flops_per_gpu.
+double mfu(const SimResult& result);
+
+/// Names of the exposed-communication classes ("tp", "dp", "pp", "ep", "edp", "embedding").
+const char* comm_class_name(int comm_class);
+
+/// Summary (and, when `per_gpu`, per-GPU figures and trajectories) as JSON.
+nlohmann::json to_json(const SimResult& result, bool per_gpu);
+
+}  // namespace calo::sim

@@ -138,6 +138,11 @@ struct BackendFactory {
   std::function<std::string()> unavailable_reason;
   /// Creates a backend for one rank (throws RuntimeFailure on device errors).
   std::function<std::unique_ptr<Backend>(const BackendConfig&)> create;
+  /// (optional) Describes local device `local_index` without creating a backend; the parent process uses it
+  /// to plan memory before spawning ranks. Empty: the parent skips the plan and each rank plans after create.
+  std::function<DeviceDescription(int local_index, int local_world_size)> describe;
+  /// (optional) Number of devices visible on this host (0 = no limit, e.g. CPU); --nproc above it is refused.
+  std::function<int()> device_count;
 };
 
 /// The backends compiled into this binary.

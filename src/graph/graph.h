@@ -127,6 +127,9 @@ struct Op {
   GroupKind group = GroupKind::kTp;  ///< kCollective (group kind; the instance comes from Graph::group_id)
   std::int32_t peer_stage = -1;      ///< kSend/kRecv: pipeline stage of the peer (same tp and dp index)
   std::int32_t tag = -1;  ///< kSend/kRecv: matches a send to its receive (microbatch, chunk, direction)
+  /// kSend/kRecv: ops of one rank with equal batch form one batched isend/irecv (NCCL group): they are issued
+  /// together and complete in any order; batches run in stream order.
+  std::int32_t p2p_batch = -1;
   double parameters = 0;  ///< kOptimizer: parameters updated; grad/param collectives: parameters covered
 
   std::uint32_t dep_begin = 0;  ///< first index into RankProgram::deps

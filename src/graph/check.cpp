@@ -1,0 +1,525 @@
+#include "graph/check.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "model/accounting.h"
+#include "parallel/schedule.h"
+
+namespace calo::graph {
+
+namespace {
+
+constexpr double kRelativeTolerance = 1e-9;
+/// Problems reported per checker before the rest are summarized.
+constexpr std::size_t kMaxProblems = 20;
+
+bool close(double actual, double expected) {
+  return std::abs(actual - expected) <=
+         kRelativeTolerance * std::max({1.0, std::abs(actual), std::abs(expected)});
+}
+
+void add_problem(std::vector<Problem>& problems, const char* check, std::string message) {
+  if (problems.size() < kMaxProblems) {
+    problems.push_back({check, std::move(message)});
+  } else if (problems.size() == kMaxProblems) {
+    problems.push_back({check, "further problems not listed"});
+  }
+}
+
+/// Number of ranks running each program.
+std::vector<double> ranks_per_program(const Graph& graph) {
+  std::vector<double> counts(graph.programs.size(), 0.0);
+  for (int program : graph.program_of_rank) counts[program] += 1.0;
+  return counts;
+}
+
+bool is_p2p(const Op& op) {
+  return op.kind == OpKind::kSend || op.kind == OpKind::kRecv;
+}
+
+}  // namespace
+
+// ---- collectives
+// ------------------------------------------------------------------------------------------------
+
+std::vector<Problem> check_collectives(const Graph& graph) {
+  std::vector<Problem> problems;
+  // Signature of a program for one group kind: its collectives of that kind in issue order.
+  std::map<std::pair<int, int>, std::vector<const Op*>> signatures;
+  auto signature = [&](int program_index, GroupKind kind) -> const std::vector<const Op*>& {
+    auto key = std::make_pair(program_index, static_cast<int>(kind));
+    auto found = signatures.find(key);
+    if (found != signatures.end()) return found->second;
+    std::vector<const Op*> ops;
+    for (const Op& op : graph.programs[program_index].ops)
+      if (op.kind == OpKind::kCollective && op.group == kind) ops.push_back(&op);
+    return signatures.emplace(key, std::move(ops)).first->second;
+  };
+  // Every collective a program issues must have a group on each of its ranks.
+  for (int rank = 0; rank < graph.world_size(); ++rank) {
+    for (int kind = 0; kind < kNumGroupKinds; ++kind) {
+      const auto group_kind = static_cast<GroupKind>(kind);
+      if (graph.group_id(rank, group_kind) < 0 && !signature(graph.program_of_rank[rank], group_kind).empty())
+        add_problem(
+            problems, "collectives",
+            fmt::format("rank {} issues {} collectives but belongs to no {} group", rank,
+                        signature(graph.program_of_rank[rank], group_kind).size(), to_string(group_kind)));
+    }
+  }
+  std::map<std::tuple<int, int, int>, bool> compared;  // (program a, program b, kind) -> equal
+  for (std::size_t group_id = 0; group_id < graph.groups.size(); ++group_id) {
+    const CommGroup& group = graph.groups[group_id];
+    if (group.ranks.empty()) continue;
+    const int first_rank = group.ranks.front();
+    const int first_program = graph.program_of_rank[first_rank];
+    for (int member : group.ranks) {
+      if (graph.group_id(member, group.kind) != static_cast<int>(group_id)) {
+        add_problem(problems, "collectives",
+                    fmt::format("rank {} is listed in {} group {} but maps to group {}", member,
+                                to_string(group.kind), group_id, graph.group_id(member, group.kind)));
+        continue;
+      }
+      const int program = graph.program_of_rank[member];
+      if (program == first_program) continue;
+      auto key = std::make_tuple(first_program, program, static_cast<int>(group.kind));
+      if (compared.count(key)) continue;
+      const auto& expected = signature(first_program, group.kind);
+      const auto& actual = signature(program, group.kind);
+      bool equal = true;
+      const std::size_t common = std::min(expected.size(), actual.size());
+      for (std::size_t position = 0; position < common; ++position) {
+        const Op& a = *expected[position];
+        const Op& b = *actual[position];
+        if (a.collective != b.collective || !close(a.bytes, b.bytes)) {
+          add_problem(
+              problems, "collectives",
+              fmt::format("{} group {}: collective #{} is {} {:.0f} B on rank {} but {} {:.0f} B on rank {}",
+                          to_string(group.kind), group_id, position, to_string(a.collective), a.bytes,
+                          first_rank, to_string(b.collective), b.bytes, member));
+          equal = false;
+          break;
+        }
+      }
+      if (equal && expected.size() != actual.size()) {
+        add_problem(
+            problems, "collectives",
+            fmt::format("{} group {}: rank {} issues {} collectives, rank {} issues {}",
+                        to_string(group.kind), group_id, first_rank, expected.size(), member, actual.size()));
+        equal = false;
+      }
+      compared[key] = equal;
+    }
+  }
+  return problems;
+}
+
+// ---- point to point
+// ---------------------------------------------------------------------------------------------
+
+std::vector<Problem> check_point_to_point(const Graph& graph) {
+  std::vector<Problem> problems;
+  // (source, destination, tag, bytes): sends and receives must form equal multisets.
+  using Message = std::tuple<int, int, int, double>;
+  std::vector<Message> sends, receives;
+  for (int rank = 0; rank < graph.world_size(); ++rank) {
+    for (const Op& op : graph.program(rank).ops) {
+      if (!is_p2p(op)) continue;
+      const int peer = graph.peer_rank(rank, op);
+      if (peer < 0 || peer >= graph.world_size()) {
+        add_problem(problems, "p2p", fmt::format("rank {}: {} has no valid peer", rank, describe(op)));
+        continue;
+      }
+      if (op.kind == OpKind::kSend) {
+        sends.emplace_back(rank, peer, op.tag, op.bytes);
+      } else {
+        receives.emplace_back(peer, rank, op.tag, op.bytes);
+      }
+    }
+  }
+  std::sort(sends.begin(), sends.end());
+  std::sort(receives.begin(), receives.end());
+  std::vector<Message> unmatched_sends, unmatched_receives;
+  std::set_difference(sends.begin(), sends.end(), receives.begin(), receives.end(),
+                      std::back_inserter(unmatched_sends));
+  std::set_difference(receives.begin(), receives.end(), sends.begin(), sends.end(),
+                      std::back_inserter(unmatched_receives));
+  for (const auto& [source, destination, tag, bytes] : unmatched_sends)
+    add_problem(problems, "p2p",
+                fmt::format("send {} -> {} tag {} ({:.0f} B) has no matching receive", source, destination,
+                            tag, bytes));
+  for (const auto& [source, destination, tag, bytes] : unmatched_receives)
+    add_problem(problems, "p2p",
+                fmt::format("receive {} <- {} tag {} ({:.0f} B) has no matching send", destination, source,
+                            tag, bytes));
+  return problems;
+}
+
+// ---- deadlock
+// -----------------------------------------------------------------------------------------------
+
+namespace {
+
+struct SimRank {
+  int rank = 0;
+  const RankProgram* program = nullptr;
+  std::vector<std::uint8_t> done;
+  std::array<std::vector<std::int32_t>, kNumStreams> queue;
+  std::array<std::size_t, kNumStreams> head{};
+  std::array<bool, kNumStreams> arrived{};               // head collective counted in its group
+  std::array<std::int64_t, kNumGroupKinds> completed{};  // collectives completed per group kind
+  std::size_t remaining = 0;
+};
+
+struct SimGroup {
+  int needed = 0;              // simulated members
+  int arrived = 0;             // members waiting at the current collective
+  std::int64_t completed = 0;  // collectives completed
+};
+
+}  // namespace
+
+std::vector<Problem> check_deadlock(const Graph& graph, DeadlockScope scope) {
+  std::vector<Problem> problems;
+  const parallel::Layout& layout = graph.layout;
+  const int world = graph.world_size();
+  if (scope == DeadlockScope::kAuto)
+    scope = world <= 512 ? DeadlockScope::kAllRanks : DeadlockScope::kRepresentative;
+  std::vector<int> ranks;
+  if (scope == DeadlockScope::kAllRanks) {
+    for (int rank = 0; rank < world; ++rank) ranks.push_back(rank);
+  } else {
+    // One rank per distinct program role of every stage: tp index 0, dp indices covering every role.
+    bool by_ep = false;
+    for (const auto& program : graph.programs) by_ep = by_ep || program.ep_index >= 0;
+    const int dp_indices = by_ep ? layout.ep : 1;
+    for (int stage = 0; stage < layout.pp; ++stage)
+      for (int dp_index = 0; dp_index < dp_indices; ++dp_index)
+        ranks.push_back(layout.tp * (dp_index + layout.dp * stage));
+  }
+  std::vector<int> slot_of_rank(world, -1);
+  std::vector<SimRank> sims(ranks.size());
+  for (std::size_t slot = 0; slot < ranks.size(); ++slot) {
+    SimRank& sim = sims[slot];
+    sim.rank = ranks[slot];
+    slot_of_rank[sim.rank] = static_cast<int>(slot);
+    sim.program = &graph.program(sim.rank);
+    sim.done.assign(sim.program->ops.size(), 0);
+    sim.remaining = sim.program->ops.size();
+    for (std::size_t index = 0; index < sim.program->ops.size(); ++index)
+      sim.queue[static_cast<int>(sim.program->ops[index].stream)].push_back(static_cast<std::int32_t>(index));
+  }
+  std::vector<SimGroup> groups(graph.groups.size());
+  for (std::size_t group_id = 0; group_id < graph.groups.size(); ++group_id)
+    for (int member : graph.groups[group_id].ranks)
+      if (slot_of_rank[member] >= 0) ++groups[group_id].needed;
+
+  auto deps_done = [](const SimRank& sim, std::size_t index) {
+    for (std::int32_t dep : sim.program->deps_of(index))
+      if (!sim.done[dep]) return false;
+    return true;
+  };
+  auto mark = [](SimRank& sim, std::size_t index) {
+    sim.done[index] = 1;
+    --sim.remaining;
+  };
+  auto finish = [&](SimRank& sim, int stream) {
+    mark(sim, sim.queue[stream][sim.head[stream]]);
+    ++sim.head[stream];
+  };
+  // Moves a stream's head past finished ops (batched point-to-point ops finish out of order).
+  auto advance = [](SimRank& sim, int stream) {
+    while (sim.head[stream] < sim.queue[stream].size() && sim.done[sim.queue[stream][sim.head[stream]]])
+      ++sim.head[stream];
+  };
+  // A batch is launched once every op in it has its dependencies.
+  auto batch_ready = [&](const SimRank& sim, int stream, std::size_t end) {
+    for (std::size_t position = sim.head[stream]; position < end; ++position)
+      if (!deps_done(sim, sim.queue[stream][position])) return false;
+    return true;
+  };
+  // End of the batch that starts at the stream's head: one op, or the run of ops sharing its p2p_batch.
+  auto head_batch_end = [](const SimRank& sim, int stream) {
+    const auto& queue = sim.queue[stream];
+    std::size_t end = sim.head[stream];
+    if (end >= queue.size()) return end;
+    const Op& first = sim.program->ops[queue[end]];
+    ++end;
+    if (!is_p2p(first) || first.p2p_batch < 0) return end;
+    while (end < queue.size()) {
+      const Op& op = sim.program->ops[queue[end]];
+      if (!is_p2p(op) || op.p2p_batch != first.p2p_batch) break;
+      ++end;
+    }
+    return end;
+  };
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (SimRank& sim : sims) {
+      for (int stream = 0; stream < kNumStreams; ++stream) {
+        while (sim.head[stream] < sim.queue[stream].size()) {
+          const std::size_t index = sim.queue[stream][sim.head[stream]];
+          const Op& op = sim.program->ops[index];
+          if (!deps_done(sim, index)) break;
+          if (op.kind == OpKind::kCollective) {
+            const int group_id = graph.group_id(sim.rank, op.group);
+            if (group_id < 0) break;  // reported by check_collectives
+            SimGroup& group = groups[group_id];
+            const int kind = static_cast<int>(op.group);
+            if (!sim.arrived[stream]) {
+              sim.arrived[stream] = true;
+              if (++group.arrived == group.needed) {
+                group.arrived = 0;
+                ++group.completed;
+              }
+            }
+            if (group.completed <= sim.completed[kind]) break;
+            ++sim.completed[kind];
+            sim.arrived[stream] = false;
+            finish(sim, stream);
+            progress = true;
+          } else if (is_p2p(op)) {
+            // The head batch: consecutive ops of one batched isend/irecv; each matches its peer's op in the
+            // peer's head batch, in any order.
+            const std::size_t batch_end = head_batch_end(sim, stream);
+            if (!batch_ready(sim, stream, batch_end)) break;
+            for (std::size_t position = sim.head[stream]; position < batch_end; ++position) {
+              const std::size_t mine = sim.queue[stream][position];
+              if (sim.done[mine]) continue;
+              const Op& this_op = sim.program->ops[mine];
+              const int peer = graph.peer_rank(sim.rank, this_op);
+              const int peer_slot = peer >= 0 && peer < world ? slot_of_rank[peer] : -1;
+              if (peer_slot < 0) continue;
+              SimRank& other = sims[peer_slot];
+              const int other_stream = static_cast<int>(this_op.stream);
+              const std::size_t other_end = head_batch_end(other, other_stream);
+              if (!batch_ready(other, other_stream, other_end)) continue;
+              for (std::size_t other_position = other.head[other_stream]; other_position < other_end;
+                   ++other_position) {
+                const std::size_t theirs = other.queue[other_stream][other_position];
+                const Op& match = other.program->ops[theirs];
+                const bool complementary = (this_op.kind == OpKind::kSend && match.kind == OpKind::kRecv) ||
+                                           (this_op.kind == OpKind::kRecv && match.kind == OpKind::kSend);
+                if (other.done[theirs] || !complementary || match.tag != this_op.tag ||
+                    graph.peer_rank(peer, match) != sim.rank)
+                  continue;
+                mark(other, theirs);
+                mark(sim, mine);
+                progress = true;
+                advance(other, other_stream);
+                break;
+              }
+            }
+            advance(sim, stream);
+            if (sim.head[stream] < batch_end) break;
+          } else {
+            finish(sim, stream);
+            progress = true;
+          }
+        }
+      }
+    }
+  }
+  for (const SimRank& sim : sims) {
+    if (sim.remaining == 0) continue;
+    for (int stream = 0; stream < kNumStreams; ++stream) {
+      if (sim.head[stream] >= sim.queue[stream].size()) continue;
+      const std::size_t index = sim.queue[stream][sim.head[stream]];
+      const Op& op = sim.program->ops[index];
+      add_problem(
+          problems, "deadlock",
+          fmt::format("rank {} {} stream stuck at op {} ({}; microbatch {}, layer {}), {} ops left", sim.rank,
+                      to_string(op.stream), index, describe(op), op.microbatch, op.layer, sim.remaining));
+    }
+  }
+  return problems;
+}
+
+// ---- FLOPs
+// ------------------------------------------------------------------------------------------------------
+
+FlopTotals flop_totals(const Graph& graph) {
+  FlopTotals totals;
+  const auto counts = ranks_per_program(graph);
+  for (std::size_t program = 0; program < graph.programs.size(); ++program) {
+    for (const Op& op : graph.programs[program].ops) {
+      if (op.kind == OpKind::kGemm) totals.gemm += op.flops * counts[program];
+      if (op.kind == OpKind::kAttention) totals.attention += op.flops * counts[program];
+    }
+  }
+  const auto& layout = graph.layout;
+  const double tokens = static_cast<double>(layout.global_batch) * layout.seq_length;
+  const auto per_token = model::flops_per_token(graph.model, layout.seq_length);
+  const double recompute = model::recompute_flops_per_token(graph.model, layout.seq_length, layout.recompute);
+  double recompute_attention = 0;
+  if (layout.recompute == model::Recompute::kSelective) recompute_attention = recompute;
+  if (layout.recompute == model::Recompute::kFull) recompute_attention = per_token.attention_forward;
+  const double gemm_forward = per_token.forward - per_token.attention_forward;
+  totals.expected_gemm = tokens * (3.0 * gemm_forward + (recompute - recompute_attention));
+  totals.expected_attention = tokens * (3.0 * per_token.attention_forward + recompute_attention);
+  return totals;
+}
+
+std::vector<Problem> check_flops(const Graph& graph) {
+  std::vector<Problem> problems;
+  const FlopTotals totals = flop_totals(graph);
+  if (!close(totals.gemm, totals.expected_gemm))
+    add_problem(problems, "flops",
+                fmt::format("GEMM FLOPs over all ranks {:.6e} != model {:.6e} (ratio {:.9f})", totals.gemm,
+                            totals.expected_gemm, totals.gemm / totals.expected_gemm));
+  if (!close(totals.attention, totals.expected_attention))
+    add_problem(
+        problems, "flops",
+        fmt::format("attention FLOPs over all ranks {:.6e} != model {:.6e} (ratio {:.9f})", totals.attention,
+                    totals.expected_attention, totals.attention / totals.expected_attention));
+  return problems;
+}
+
+// ---- communication volumes
+// ----------------------------------------------------------------------------------
+
+CommVolumes comm_volumes(const Graph& graph) {
+  CommVolumes volumes;
+  const auto counts = ranks_per_program(graph);
+  for (std::size_t program = 0; program < graph.programs.size(); ++program) {
+    for (const Op& op : graph.programs[program].ops) {
+      const double bytes = op.bytes * counts[program];
+      if (op.kind == OpKind::kSend) volumes.pp_bytes += bytes;
+      if (op.kind != OpKind::kCollective) continue;
+      switch (op.group) {
+        case GroupKind::kTp:
+          volumes.tp_bytes += bytes;
+          break;
+        case GroupKind::kDp:
+        case GroupKind::kExpertDp:
+        case GroupKind::kEmbedding:
+          volumes.dp_bytes += bytes;
+          break;
+        case GroupKind::kPp:
+          volumes.pp_bytes += bytes;
+          break;
+        case GroupKind::kEp:
+          volumes.ep_bytes += bytes;
+          break;
+      }
+    }
+  }
+  return volumes;
+}
+
+CommVolumes expected_comm_volumes(const model::ModelSpec& model, const parallel::Layout& layout) {
+  // Symbols as in docs/METRICS.md: T = b s tokens per micro-batch, T_l = T/t under sequence parallel,
+  // m micro-batches, C = t d ranks per stage, R = 1 with full recompute else 0. All volumes in bytes.
+  CommVolumes volumes;
+  const double t = layout.tp, d = layout.dp, e = layout.ep, m = layout.num_microbatches();
+  const double h = model.hidden_size;
+  const double tokens = static_cast<double>(layout.micro_batch) * layout.seq_length;
+  const bool sp = layout.sequence_parallel && layout.tp > 1;
+  const double tokens_local = sp ? tokens / t : tokens;
+  const double ranks_per_stage = t * d;
+  const double full = layout.recompute == model::Recompute::kFull ? 1.0 : 0.0;
+  const double act = 2.0 * tokens * h;  // bf16 activation of one micro-batch, T x h
+  const double k = model.is_moe() ? model.moe_top_k : 0;
+  const auto partition = parallel::layer_partition(layout, model.num_layers);
+  const int virtual_stages = static_cast<int>(partition.size());
+  const auto counts = model::count_parameters(model);
+  const double word = counts.embedding - counts.positions;
+
+  // Tensor parallel, per rank per micro-batch.
+  if (layout.tp > 1) {
+    double dense_layer = sp ? (4.0 + 6.0 + 4.0 * full) * act : (2.0 + 2.0 + 2.0 * full) * act;
+    if (model.is_moe()) {
+      // Attention half of the dense layer plus TP gather/scatter of the routed tokens: 2 (fwd) + 2 (bwd).
+      dense_layer = (2.0 + 3.0 + 2.0 * full) * act + (2.0 + 2.0 + 2.0 * full) * 2.0 * tokens * k * h;
+    }
+    const double embedding = sp ? 2.0 * act : act;
+    const double output = (sp ? 3.0 * act : act) + 12.0 * tokens;
+    double per_rank = 0;
+    for (int virtual_stage = 0; virtual_stage < virtual_stages; ++virtual_stage) {
+      per_rank += partition[virtual_stage].count * dense_layer;
+      if (virtual_stage == 0) per_rank += embedding;
+      if (virtual_stage == virtual_stages - 1) per_rank += output;
+    }
+    volumes.tp_bytes = ranks_per_stage * m * per_rank;
+  }
+
+  // Data parallel: per-rank dense and expert parameters of each stage.
+  const int pp = layout.pp;
+  for (int stage = 0; stage < pp; ++stage) {
+    double dense = 0, expert = 0;
+    for (int virtual_stage = stage; virtual_stage < virtual_stages; virtual_stage += pp) {
+      const double layers = partition[virtual_stage].count;
+      if (model.is_moe()) {
+        dense += layers * (counts.per_layer_attention / t + counts.per_layer_norm + counts.per_layer_router);
+        expert += layers * counts.per_expert * (model.num_experts / e) / t;
+      } else {
+        dense += layers * ((counts.per_layer_attention + counts.per_layer_mlp) / t + counts.per_layer_norm);
+      }
+      if (virtual_stage == 0) dense += word / t + counts.positions;
+      if (virtual_stage == virtual_stages - 1) {
+        const double output = model.tied_embeddings ? (pp > 1 ? word : 0.0) : counts.output;
+        dense += output / t + counts.final_norm;
+      }
+    }
+    // Collectives per parameter byte: all-reduce 1, ZeRO-1 reduce-scatter + all-gather 2, FSDP 3 per
+    // micro-batch.
+    const double passes = layout.zero_stage == 3 ? 3.0 * m : layout.zero_stage == 1 ? 2.0 : 1.0;
+    double per_rank = 0;
+    if (layout.dp > 1) per_rank += passes * 2.0 * dense;
+    if (layout.dp / layout.ep > 1) per_rank += passes * 2.0 * expert;
+    volumes.dp_bytes += ranks_per_stage * per_rank;
+  }
+  if (model.tied_embeddings && pp > 1) volumes.dp_bytes += 2.0 * ranks_per_stage * 2.0 * word / t;
+
+  // Pipeline: every virtual-stage boundary carries one activation forward and one gradient backward.
+  if (pp > 1) volumes.pp_bytes = ranks_per_stage * m * 2.0 * (virtual_stages - 1) * 2.0 * tokens_local * h;
+
+  // Expert parallel: dispatch + combine all-to-all in forward, both again in backward (and in recompute).
+  if (model.is_moe() && layout.ep > 1)
+    volumes.ep_bytes =
+        ranks_per_stage * m * model.num_layers * (4.0 + 2.0 * full) * 2.0 * tokens_local * k * h;
+  return volumes;
+}
+
+std::vector<Problem> check_comm_volumes(const Graph& graph) {
+  std::vector<Problem> problems;
+  const CommVolumes actual = comm_volumes(graph);
+  const CommVolumes expected = expected_comm_volumes(graph.model, graph.layout);
+  const std::tuple<const char*, double, double> rows[] = {
+      {"tp", actual.tp_bytes, expected.tp_bytes},
+      {"dp", actual.dp_bytes, expected.dp_bytes},
+      {"pp", actual.pp_bytes, expected.pp_bytes},
+      {"ep", actual.ep_bytes, expected.ep_bytes},
+  };
+  for (const auto& [name, got, want] : rows) {
+    if (!close(got, want))
+      add_problem(problems, "comm-volume",
+                  fmt::format("{} bytes over all ranks {:.6e} != closed form {:.6e}", name, got, want));
+  }
+  return problems;
+}
+
+std::vector<Problem> check_graph(const Graph& graph, DeadlockScope scope) {
+  std::vector<Problem> problems;
+  for (auto&& found : {check_collectives(graph), check_point_to_point(graph), check_deadlock(graph, scope),
+                       check_flops(graph), check_comm_volumes(graph)})
+    problems.insert(problems.end(), found.begin(), found.end());
+  return problems;
+}
+
+Graph expand_programs(const Graph& graph) {
+  Graph expanded = graph;
+  expanded.programs.clear();
+  for (int rank = 0; rank < graph.world_size(); ++rank) {
+    expanded.programs.push_back(graph.program(rank));
+    expanded.program_of_rank[rank] = rank;
+  }
+  return expanded;
+}
+
+}  // namespace calo::graph

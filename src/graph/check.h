@@ -1,0 +1,74 @@
+// Checkers of an execution graph: collective consistency, point-to-point matching, deadlock freedom, FLOP
+// totals against the model's accounting, and communication volumes against closed forms (docs/METRICS.md).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace calo::graph {
+
+/// One problem a checker found.
+struct Problem {
+  std::string check;    ///< checker name: "collectives", "p2p", "deadlock", "flops", "comm-volume"
+  std::string message;  ///< what is wrong, naming ranks/groups/ops
+};
+
+/// Every collective is issued by all members of its group, in the same order, with the same kind and size.
+std::vector<Problem> check_collectives(const Graph& graph);
+
+/// Every send has exactly one matching receive (peer, tag, bytes) and vice versa.
+std::vector<Problem> check_point_to_point(const Graph& graph);
+
+/// Which ranks the deadlock check executes.
+enum class DeadlockScope {
+  kAuto,            ///< all ranks up to 512, else representatives
+  kAllRanks,        ///< every rank
+  kRepresentative,  ///< one pipeline of each program role (tp index 0); peers of a shared program are
+                    ///< symmetric
+};
+
+/// Executes the graph with blocking (rendezvous) send/recv and collectives, every stream in order and every
+/// op after its dependencies; reports the stuck ops if execution cannot finish.
+std::vector<Problem> check_deadlock(const Graph& graph, DeadlockScope scope = DeadlockScope::kAuto);
+
+/// FLOPs of one iteration summed over all ranks, and what the model's accounting says they must be.
+struct FlopTotals {
+  double gemm = 0;                ///< sum of GEMM FLOPs in the graph
+  double attention = 0;           ///< sum of attention-core FLOPs in the graph
+  double expected_gemm = 0;       ///< tokens x (3 (forward - attention forward) + recompute GEMM FLOPs)
+  double expected_attention = 0;  ///< tokens x (3 attention forward + recompute attention FLOPs)
+};
+
+/// Sums FLOPs of the graph and computes the expected totals from model/accounting.h.
+FlopTotals flop_totals(const Graph& graph);
+
+/// GEMM and attention FLOPs equal the accounting's (relative tolerance 1e-9).
+std::vector<Problem> check_flops(const Graph& graph);
+
+/// Communication bytes of one iteration summed over all ranks, per class (collective bytes as in
+/// CollectiveKind; point-to-point counts sent bytes).
+struct CommVolumes {
+  double tp_bytes = 0;  ///< tensor-parallel collectives
+  double dp_bytes = 0;  ///< data-parallel, expert-data-parallel and tied-embedding collectives
+  double pp_bytes = 0;  ///< pipeline sends
+  double ep_bytes = 0;  ///< expert-parallel all-to-all
+};
+
+/// Sums the graph's communication bytes per class.
+CommVolumes comm_volumes(const Graph& graph);
+
+/// Closed-form volumes (docs/METRICS.md, "Execution graph"), computed from model and layout alone.
+CommVolumes expected_comm_volumes(const model::ModelSpec& model, const parallel::Layout& layout);
+
+/// Graph volumes equal the closed forms (relative tolerance 1e-9).
+std::vector<Problem> check_comm_volumes(const Graph& graph);
+
+/// All checkers above.
+std::vector<Problem> check_graph(const Graph& graph, DeadlockScope scope = DeadlockScope::kAuto);
+
+/// A copy of `graph` with one program per rank (so tests can change a single rank's ops).
+Graph expand_programs(const Graph& graph);
+
+}  // namespace calo::graph

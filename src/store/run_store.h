@@ -144,6 +144,8 @@ struct WriterStats {
   uint64_t samples_dropped = 0;     ///< samples refused because the queue was full (target: 0)
   uint64_t commits = 0;             ///< transactions committed
   uint64_t max_queued_samples = 0;  ///< largest queue depth seen
+  int64_t writer_cpu_ns = 0;        ///< CPU time of the writer thread so far (CLOCK_THREAD_CPUTIME_ID)
+  int64_t writer_busy_ns = 0;       ///< wall time the writer thread spent inside commits
 };
 
 /// Creates `parent/<YYYY-MM-DD>-<name>/` (with -2, -3, ... if taken) and returns it; InputError if not

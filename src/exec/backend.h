@@ -27,13 +27,13 @@ class Bootstrap;
 
 /// What one backend instance runs on (one rank's device).
 struct DeviceDescription {
-  std::string backend;            ///< backend name: "cpu" | "cuda"
-  std::string name;               ///< product name, e.g. "NVIDIA H200" or the CPU model
-  std::string uuid;               ///< vendor UUID, empty if unknown
-  std::string pci_bus;            ///< PCI bus id, empty if unknown
-  int local_index = 0;            ///< device index on this host (CUDA ordinal; local rank for CPU)
-  double memory_bytes = 0;        ///< memory this rank may use (GPU: device total; CPU: host total / local ranks)
-  double peak_flops = 0;          ///< peak FLOP/s of the GEMM dtype below on this device (for MFU)
+  std::string backend;      ///< backend name: "cpu" | "cuda"
+  std::string name;         ///< product name, e.g. "NVIDIA H200" or the CPU model
+  std::string uuid;         ///< vendor UUID, empty if unknown
+  std::string pci_bus;      ///< PCI bus id, empty if unknown
+  int local_index = 0;      ///< device index on this host (CUDA ordinal; local rank for CPU)
+  double memory_bytes = 0;  ///< memory this rank may use (GPU: device total; CPU: host total / local ranks)
+  double peak_flops = 0;    ///< peak FLOP/s of the GEMM dtype below on this device (for MFU)
   std::string peak_flops_source;  ///< how peak_flops was obtained, e.g. "nominal H200 SXM bf16 dense"
   std::string gemm_dtype;         ///< dtype GEMMs actually run in: "bf16" (CUDA) | "fp32" (CPU)
 };
@@ -53,10 +53,10 @@ using OpCounts = std::array<std::int64_t, graph::kNumOpKinds>;
 
 /// Result of --check verification accumulated since the backend was created.
 struct CheckReport {
-  std::int64_t ops_checked = 0;              ///< ops whose result was verified
-  std::int64_t values_checked = 0;           ///< output values compared with their expected value
-  std::int64_t wrong = 0;                    ///< values outside tolerance (#wrong, nccl-tests style)
-  std::vector<std::string> first_failures;   ///< up to 10 descriptions of wrong results (op, index, got, want)
+  std::int64_t ops_checked = 0;             ///< ops whose result was verified
+  std::int64_t values_checked = 0;          ///< output values compared with their expected value
+  std::int64_t wrong = 0;                   ///< values outside tolerance (#wrong, nccl-tests style)
+  std::vector<std::string> first_failures;  ///< up to 10 descriptions of wrong results (op, index, got, want)
 };
 
 /// An execution stream of one kind (graph::Stream); ops on it run in launch order. Owned by the executor.
@@ -132,8 +132,8 @@ class Backend {
 
 /// How to create one kind of backend.
 struct BackendFactory {
-  std::string name;         ///< "cpu", "cuda"
-  int auto_priority = 0;    ///< `--backend auto` picks the available backend with the highest priority
+  std::string name;       ///< "cpu", "cuda"
+  int auto_priority = 0;  ///< `--backend auto` picks the available backend with the highest priority
   /// Empty string when the backend can run here (e.g. a CUDA device is visible), else why not.
   std::function<std::string()> unavailable_reason;
   /// Creates a backend for one rank (throws RuntimeFailure on device errors).

@@ -28,9 +28,9 @@ struct OpTiming {
 
 /// What one step took on this rank.
 struct StepTiming {
-  std::int64_t begin_ns = 0;    ///< host CLOCK_MONOTONIC ns after the start barrier
-  std::int64_t end_ns = 0;      ///< host CLOCK_MONOTONIC ns when every stream had finished
-  std::vector<OpTiming> ops;    ///< per op (only with ExecutorOptions::trace_ops), issue order
+  std::int64_t begin_ns = 0;  ///< host CLOCK_MONOTONIC ns after the start barrier
+  std::int64_t end_ns = 0;    ///< host CLOCK_MONOTONIC ns when every stream had finished
+  std::vector<OpTiming> ops;  ///< per op (only with ExecutorOptions::trace_ops), issue order
   /// Step duration in ns.
   std::int64_t duration_ns() const { return end_ns - begin_ns; }
 };
@@ -63,10 +63,10 @@ class Executor {
   ExecutorOptions options_;
   std::vector<graph::RankOp> ops_;
   std::vector<std::unique_ptr<PreparedOp>> prepared_;
-  std::vector<std::unique_ptr<Stream>> streams_;         // indexed by graph::Stream (null if unused)
-  std::vector<std::unique_ptr<Event>> done_events_;      // per op: recorded after it when others wait on it
-  std::vector<std::unique_ptr<Event>> begin_events_;     // per op, trace_ops only
-  std::vector<std::unique_ptr<Event>> end_events_;       // per op, trace_ops only
+  std::vector<std::unique_ptr<Stream>> streams_;      // indexed by graph::Stream (null if unused)
+  std::vector<std::unique_ptr<Event>> done_events_;   // per op: recorded after it when others wait on it
+  std::vector<std::unique_ptr<Event>> begin_events_;  // per op, trace_ops only
+  std::vector<std::unique_ptr<Event>> end_events_;    // per op, trace_ops only
   std::vector<std::unique_ptr<Event>> stream_start_events_;  // per stream: step start reference
   std::int64_t cross_stream_waits_ = 0;
 };

@@ -8,8 +8,8 @@
 namespace calo::exec {
 
 /// Environment variables set on ranks spawned by `--nproc` (read by detect_launch()).
-inline constexpr const char* kEnvRank = "CALO_RANK";                  ///< global rank
-inline constexpr const char* kEnvWorldSize = "CALO_WORLD_SIZE";       ///< ranks in the job
+inline constexpr const char* kEnvRank = "CALO_RANK";                   ///< global rank
+inline constexpr const char* kEnvWorldSize = "CALO_WORLD_SIZE";        ///< ranks in the job
 inline constexpr const char* kEnvBootstrap = "CALO_BOOTSTRAP_SOCKET";  ///< Unix socket path rank 0 serves
 
 /// Where this process sits in the job.
@@ -31,8 +31,8 @@ bool is_child_rank();
 
 /// Result of running a job's ranks from this (parent) process.
 struct SpawnResult {
-  int exit_code = 0;                  ///< the worst exit code of the ranks (2 beats 1 beats 0)
-  std::vector<int> rank_exit_codes;   ///< per rank (128+N if killed by signal N)
+  int exit_code = 0;                 ///< the worst exit code of the ranks (2 beats 1 beats 0)
+  std::vector<int> rank_exit_codes;  ///< per rank (128+N if killed by signal N)
 };
 
 /// Runs `nproc` copies of this executable (/proc/self/exe) with `args` (argv[1..]), each with CALO_RANK,

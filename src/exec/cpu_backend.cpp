@@ -1,0 +1,1054 @@
+// CPU backend: OpenBLAS sgemm, attention as GEMMs + softmax, elementwise ops moving the op's bytes, AdamW,
+// and MPI collectives / send-recv. One host thread per graph stream; MPI calls are serialized through
+// mpi_mutex() and progress by polling non-blocking requests, so streams overlap without MPI_THREAD_MULTIPLE.
+#include "exec/cpu_backend.h"
+
+#include <cblas.h>
+#include <fmt/format.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "core/error.h"
+#include "core/time.h"
+#include "exec/mpi_env.h"
+
+#ifdef CALO_EXEC_HAVE_MPI
+#include <mpi.h>
+#endif
+
+namespace calo::exec {
+namespace {
+
+using graph::CollectiveKind;
+using graph::OpKind;
+
+/// xorshift64* generator: fast, deterministic per (seed, rank, op).
+struct Random {
+  std::uint64_t state;
+  explicit Random(std::uint64_t seed) : state(seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull) {
+    if (state == 0) state = 1;
+  }
+  std::uint64_t next() {
+    state ^= state >> 12;
+    state ^= state << 25;
+    state ^= state >> 27;
+    return state * 2685821657736338717ull;
+  }
+  /// Uniform in [0.5, 1.5) with a random sign: never zero.
+  float nonzero() {
+    const float magnitude = 0.5f + static_cast<float>(next() >> 40) / static_cast<float>(1ull << 24);
+    return (next() & 1) != 0 ? magnitude : -magnitude;
+  }
+};
+
+void fill_random(std::vector<float>& data, std::uint64_t seed, float scale = 1.0f) {
+  Random random(seed);
+  for (float& value : data) value = random.nonzero() * scale;
+}
+
+/// Verifiable collective input: element `index` of rank `rank`'s buffer (exact in fp32 when summed).
+float check_value(int rank, std::int64_t index) {
+  return static_cast<float>(rank + 1) + 0.5f * static_cast<float>(index % 13);
+}
+
+/// A host thread executing tasks in order (one per graph stream).
+class CpuStream final : public Stream {
+ public:
+  CpuStream(graph::Stream kind, std::function<void(const std::string&)> on_error)
+      : kind_(kind), on_error_(std::move(on_error)) {
+    thread_ = std::thread([this] { run(); });
+  }
+  ~CpuStream() override {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  graph::Stream kind() const override { return kind_; }
+  void enqueue(std::function<void()> task) {
+    {
+      std::lock_guard lock(mutex_);
+      tasks_.push_back(std::move(task));
+      ++pending_;
+    }
+    wake_.notify_all();
+  }
+  void drain() {
+    std::unique_lock lock(mutex_);
+    idle_.wait(lock, [this] { return pending_ == 0; });
+  }
+
+ private:
+  void run() {
+    while (true) {
+      std::function<void()> task;
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      try {
+        task();
+      } catch (const std::exception& error) {
+        on_error_(error.what());
+      }
+      {
+        std::lock_guard lock(mutex_);
+        --pending_;
+      }
+      idle_.notify_all();
+    }
+  }
+
+  graph::Stream kind_;
+  std::function<void(const std::string&)> on_error_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable idle_;
+  std::deque<std::function<void()>> tasks_;
+  std::int64_t pending_ = 0;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+/// Completes when its stream reaches it; keeps the host time it completed at.
+class CpuEvent final : public Event {
+ public:
+  std::uint64_t arm() {
+    std::lock_guard lock(mutex_);
+    return ++recorded_;
+  }
+  void complete(std::uint64_t generation) {
+    {
+      std::lock_guard lock(mutex_);
+      completed_ = std::max(completed_, generation);
+      t_ns_ = core::monotonic_ns();
+    }
+    done_.notify_all();
+  }
+  void wait_for(std::uint64_t generation) {
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [&] { return completed_ >= generation; });
+  }
+  std::int64_t t_ns() {
+    std::lock_guard lock(mutex_);
+    return t_ns_;
+  }
+  std::uint64_t recorded() {
+    std::lock_guard lock(mutex_);
+    return recorded_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_;
+  std::uint64_t recorded_ = 0;
+  std::uint64_t completed_ = 0;
+  std::int64_t t_ns_ = 0;
+};
+
+/// A prepared op: the graph op plus its host buffers.
+struct CpuOp final : PreparedOp {
+  graph::RankOp rank_op;
+  int index = 0;
+  std::vector<std::shared_ptr<std::vector<float>>> buffers;  // role-specific, see prepare()
+  std::int64_t group_size = 1;
+  std::int64_t group_index = 0;
+  std::vector<std::int32_t> group_ranks;
+  std::vector<int> send_counts;  // all-to-all (elements per peer)
+  std::vector<int> recv_counts;
+  std::vector<int> send_offsets;
+  std::vector<int> recv_offsets;
+  std::vector<std::int64_t> peer_send_offset_to_me;  // all-to-all check: where my block sits in each sender
+  std::int64_t elements = 0;                         // main element count (see prepare)
+#ifdef CALO_EXEC_HAVE_MPI
+  MPI_Comm comm = MPI_COMM_NULL;
+#endif
+};
+
+std::string read_cpu_name() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(colon + 2);
+    }
+  }
+  return "CPU";
+}
+
+double read_host_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page_size > 0 ? static_cast<double>(pages) * static_cast<double>(page_size) : 0.0;
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const BackendConfig& config) : config_(config) {
+    openblas_set_num_threads(1);
+    device_.backend = "cpu";
+    device_.name = read_cpu_name();
+    device_.local_index = config.local_rank;
+    device_.memory_bytes = read_host_memory_bytes() / std::max(1, config.local_world_size);
+    device_.peak_flops = measure_sgemm_peak_flops(384, 0.05);
+    device_.peak_flops_source = "measured: one-thread OpenBLAS sgemm 384^3 at startup";
+    device_.gemm_dtype = "fp32";
+    const char* fault = std::getenv("CALO_CPU_INJECT_FAULT");
+    inject_fault_ = fault != nullptr ? fault : "";
+    for (auto& counter : executed_) counter.store(0);
+    if (config.world_size > 1 && !mpi_active()) {
+      throw RuntimeFailure(fmt::format(
+          "the cpu backend needs MPI for {} ranks; run under mpirun or use calo bench --nproc N{}",
+          config.world_size, mpi_built() ? "" : " with a calo built with MPI (libopenmpi-dev)"));
+    }
+  }
+  ~CpuBackend() override {
+    streams_alive_.clear();
+#ifdef CALO_EXEC_HAVE_MPI
+    if (mpi_active()) {
+      std::lock_guard lock(mpi_mutex());
+      for (auto& [group_id, comm] : comms_) MPI_Comm_free(&comm);
+      if (p2p_comm_ != MPI_COMM_NULL) MPI_Comm_free(&p2p_comm_);
+    }
+#endif
+  }
+
+  const DeviceDescription& device() const override {
+    return device_;
+  }
+
+  void connect(const graph::Graph& graph, int rank, Bootstrap& /*bootstrap*/) override {
+    graph_ = &graph;
+    rank_ = rank;
+#ifdef CALO_EXEC_HAVE_MPI
+    if (mpi_active()) {
+      std::lock_guard lock(mpi_mutex());
+      for (int kind = 0; kind < graph::kNumGroupKinds; ++kind) {
+        const int group_id = graph.group_id(rank, static_cast<graph::GroupKind>(kind));
+        MPI_Comm comm = MPI_COMM_NULL;
+        MPI_Comm_split(MPI_COMM_WORLD, group_id >= 0 ? group_id : MPI_UNDEFINED, rank, &comm);
+        if (group_id < 0) continue;
+        int size = 0;
+        MPI_Comm_size(comm, &size);
+        if (size != static_cast<int>(graph.groups[static_cast<size_t>(group_id)].ranks.size())) {
+          throw RuntimeFailure(fmt::format("rank {}: MPI communicator of group {} has {} ranks, the graph {}",
+                                           rank, group_id, size,
+                                           graph.groups[static_cast<size_t>(group_id)].ranks.size()));
+        }
+        comms_[group_id] = comm;
+      }
+      MPI_Comm_dup(MPI_COMM_WORLD, &p2p_comm_);
+      int* tag_upper_bound = nullptr;
+      int found = 0;
+      MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_upper_bound, &found);
+      if (found != 0 && tag_upper_bound != nullptr) tag_upper_bound_ = *tag_upper_bound;
+    }
+#endif
+    // Tokens per expert from the expert GEMMs of every program (m of an expert fc1 forward GEMM).
+    for (const graph::RankProgram& program : graph.programs) {
+      for (const graph::Op& op : program.ops) {
+        if (op.kind == OpKind::kGemm && op.gemm.weight == graph::GemmWeight::kExpertFc1 &&
+            op.gemm.pass == graph::GemmPass::kForward && op.gemm.expert >= 0) {
+          expert_tokens_.emplace(op.gemm.expert, op.gemm.m);
+        }
+      }
+    }
+  }
+
+  std::unique_ptr<Stream> create_stream(graph::Stream kind) override {
+    auto stream = std::make_unique<CpuStream>(kind, [this](const std::string& message) { fail(message); });
+    streams_alive_.push_back(stream.get());
+    return stream;
+  }
+
+  std::unique_ptr<Event> create_event(bool /*timing*/) override {
+    return std::make_unique<CpuEvent>();
+  }
+
+  std::unique_ptr<PreparedOp> prepare(const graph::RankOp& rank_op, int op_index) override {
+    if (graph_ == nullptr) throw std::logic_error("CpuBackend::prepare before connect");
+    auto prepared = std::make_unique<CpuOp>();
+    prepared->rank_op = rank_op;
+    prepared->index = op_index;
+    const graph::Op& op = rank_op.op;
+    const std::uint64_t seed =
+        config_.seed ^ (static_cast<std::uint64_t>(rank_) << 40) ^ static_cast<std::uint64_t>(op_index);
+    switch (op.kind) {
+      case OpKind::kGemm: {
+        const auto& shape = op.gemm;
+        prepared->buffers = {shared("gemm.a", shape.m * shape.k, seed),
+                             shared("gemm.b", shape.k * shape.n, seed + 1),
+                             shared("gemm.c", shape.m * shape.n, seed + 2)};
+        break;
+      }
+      case OpKind::kAttention: {
+        const auto& shape = op.attention;
+        const std::int64_t q_elements = std::int64_t{shape.batch} * shape.heads * shape.seq * shape.head_dim;
+        const std::int64_t kv_elements =
+            std::int64_t{shape.batch} * shape.kv_heads * shape.seq * shape.head_dim;
+        const std::int64_t scores = std::int64_t{shape.seq} * shape.seq;
+        prepared->buffers = {shared("attn.q", q_elements, seed),      shared("attn.k", kv_elements, seed + 1),
+                             shared("attn.v", kv_elements, seed + 2), shared("attn.o", q_elements, seed + 3),
+                             shared("attn.s", scores, seed + 4),      shared("attn.p", scores, seed + 5)};
+        if (shape.backward) {
+          prepared->buffers.push_back(shared("attn.do", q_elements, seed + 6));
+          prepared->buffers.push_back(shared("attn.dq", q_elements, seed + 7));
+          prepared->buffers.push_back(shared("attn.dk", kv_elements, seed + 8));
+          prepared->buffers.push_back(shared("attn.dv", kv_elements, seed + 9));
+        }
+        break;
+      }
+      case OpKind::kElementwise: {
+        // Reads half of the op's bytes and writes the other half (fp32 elements).
+        prepared->elements = std::max<std::int64_t>(1, static_cast<std::int64_t>(op.bytes / 8.0));
+        prepared->buffers = {shared("elementwise.in", prepared->elements, seed),
+                             shared("elementwise.out", prepared->elements, seed + 1)};
+        break;
+      }
+      case OpKind::kCollective:
+        prepare_collective(*prepared, seed);
+        break;
+      case OpKind::kSend:
+      case OpKind::kRecv: {
+        prepared->elements = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(op.bytes / 4.0)));
+        prepared->buffers = {owned(prepared->elements, seed)};
+        break;
+      }
+      case OpKind::kOptimizer: {
+        prepared->elements = std::max<std::int64_t>(1, static_cast<std::int64_t>(op.parameters));
+        prepared->buffers = {owned(prepared->elements, seed), owned(prepared->elements, seed + 1, 1e-3f),
+                             owned(prepared->elements, seed + 2, 1e-3f),
+                             owned(prepared->elements, seed + 3, 1e-6f)};
+        for (float& value : *prepared->buffers[3]) value = std::abs(value);  // second moment is positive
+        break;
+      }
+    }
+    return prepared;
+  }
+
+  void launch(PreparedOp& op, Stream& stream) override {
+    auto& cpu_op = static_cast<CpuOp&>(op);
+    static_cast<CpuStream&>(stream).enqueue([this, &cpu_op] {
+      if (failed_.load()) return;
+      run(cpu_op);
+      ++executed_[static_cast<size_t>(cpu_op.rank_op.op.kind)];
+    });
+  }
+
+  void record(Event& event, Stream& stream) override {
+    auto& cpu_event = static_cast<CpuEvent&>(event);
+    const std::uint64_t generation = cpu_event.arm();
+    static_cast<CpuStream&>(stream).enqueue([&cpu_event, generation] { cpu_event.complete(generation); });
+  }
+
+  void wait(Stream& stream, Event& event) override {
+    auto& cpu_event = static_cast<CpuEvent&>(event);
+    const std::uint64_t generation = cpu_event.recorded();
+    static_cast<CpuStream&>(stream).enqueue([&cpu_event, generation] { cpu_event.wait_for(generation); });
+  }
+
+  void synchronize() override {
+    for (CpuStream* stream : streams_seen()) stream->drain();
+    std::lock_guard lock(error_mutex_);
+    if (!first_error_.empty()) throw RuntimeFailure(first_error_);
+  }
+
+  std::int64_t elapsed_ns(Event& from, Event& to) override {
+    return static_cast<CpuEvent&>(to).t_ns() - static_cast<CpuEvent&>(from).t_ns();
+  }
+
+  OpCounts executed_op_counts() const override {
+    OpCounts counts{};
+    for (size_t kind = 0; kind < counts.size(); ++kind) counts[kind] = executed_[kind].load();
+    return counts;
+  }
+
+  CheckReport check_report() const override {
+    std::lock_guard lock(check_mutex_);
+    return check_;
+  }
+
+  std::int64_t allocated_bytes() const override {
+    return allocated_bytes_.load();
+  }
+
+ private:
+  // Streams created here (owned by the executor, which outlives no backend call after its own death).
+  std::vector<CpuStream*> streams_seen() {
+    return streams_alive_;
+  }
+
+  void fail(const std::string& message) {
+    failed_.store(true);
+    std::lock_guard lock(error_mutex_);
+    if (first_error_.empty()) first_error_ = fmt::format("rank {}: {}", rank_, message);
+  }
+
+  std::shared_ptr<std::vector<float>> owned(std::int64_t elements, std::uint64_t seed, float scale = 1.0f) {
+    auto buffer =
+        std::make_shared<std::vector<float>>(static_cast<size_t>(std::max<std::int64_t>(1, elements)));
+    fill_random(*buffer, seed, scale);
+    allocated_bytes_ += static_cast<std::int64_t>(buffer->size() * sizeof(float));
+    return buffer;
+  }
+
+  /// A compute-stream scratch buffer shared by ops of the same role and size (they run one at a time).
+  std::shared_ptr<std::vector<float>> shared(const std::string& role, std::int64_t elements,
+                                             std::uint64_t seed) {
+    auto& slot = scratch_[{role, elements}];
+    if (!slot) slot = owned(elements, seed);
+    return slot;
+  }
+
+  void record_check(std::int64_t values, std::int64_t wrong, const std::string& failure) {
+    std::lock_guard lock(check_mutex_);
+    ++check_.ops_checked;
+    check_.values_checked += values;
+    check_.wrong += wrong;
+    if (wrong > 0 && check_.first_failures.size() < 10) check_.first_failures.push_back(failure);
+  }
+
+  bool inject(const char* kind) const {
+    return inject_fault_ == kind;
+  }
+
+  void prepare_collective(CpuOp& prepared, std::uint64_t seed) {
+    const graph::Op& op = prepared.rank_op.op;
+    const auto& group = graph_->groups.at(static_cast<size_t>(prepared.rank_op.group_id));
+    prepared.group_ranks = group.ranks;
+    prepared.group_size = static_cast<std::int64_t>(group.ranks.size());
+    prepared.group_index = std::find(group.ranks.begin(), group.ranks.end(), rank_) - group.ranks.begin();
+#ifdef CALO_EXEC_HAVE_MPI
+    if (auto found = comms_.find(prepared.rank_op.group_id); found != comms_.end())
+      prepared.comm = found->second;
+#endif
+    const std::int64_t members = prepared.group_size;
+    const std::int64_t total =
+        std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(op.bytes / 4.0)));
+    const std::int64_t per_rank = std::max<std::int64_t>(1, (total + members - 1) / members);
+    switch (op.collective) {
+      case CollectiveKind::kAllReduce:
+        prepared.elements = total;
+        prepared.buffers = {owned(total, seed), owned(total, seed + 1)};
+        break;
+      case CollectiveKind::kAllGather:
+        prepared.elements = per_rank;
+        prepared.buffers = {owned(per_rank, seed), owned(per_rank * members, seed + 1)};
+        break;
+      case CollectiveKind::kReduceScatter:
+        prepared.elements = per_rank;
+        prepared.buffers = {owned(per_rank * members, seed), owned(per_rank, seed + 1)};
+        break;
+      case CollectiveKind::kAllToAll:
+        prepare_all_to_all(prepared, seed);
+        break;
+    }
+  }
+
+  /// All-to-all counts. Expert-parallel dispatch/combine use the graph's tokens per expert: every source
+  /// sends its routed rows to the owners of the experts in proportion to their tokens (dispatch), and gets
+  /// them back (combine); otherwise equal blocks.
+  void prepare_all_to_all(CpuOp& prepared, std::uint64_t seed) {
+    const graph::Op& op = prepared.rank_op.op;
+    const std::int64_t members = prepared.group_size;
+    const std::int64_t me = prepared.group_index;
+    const std::int64_t row_elements = std::max<std::int64_t>(1, graph_->model.hidden_size / 2);  // bf16 row
+    const std::int64_t rows_total =
+        std::max<std::int64_t>(members, std::llround(op.bytes / (2.0 * graph_->model.hidden_size)));
+    std::vector<std::int64_t> rows(static_cast<size_t>(members), rows_total / members);
+    const int experts = graph_->model.num_experts;
+    const bool expert_parallel = op.group == graph::GroupKind::kEp && experts > 0 &&
+                                 static_cast<int>(expert_tokens_.size()) == experts && experts % members == 0;
+    if (expert_parallel) {
+      std::vector<double> tokens(static_cast<size_t>(members), 0.0);
+      double all_tokens = 0;
+      for (const auto& [expert, count] : expert_tokens_) {
+        tokens[static_cast<size_t>(expert / (experts / members))] += static_cast<double>(count);
+        all_tokens += static_cast<double>(count);
+      }
+      std::int64_t assigned = 0;
+      for (std::int64_t peer = 0; peer < members; ++peer) {
+        rows[static_cast<size_t>(peer)] = static_cast<std::int64_t>(
+            std::floor(static_cast<double>(rows_total) * tokens[static_cast<size_t>(peer)] / all_tokens));
+        assigned += rows[static_cast<size_t>(peer)];
+      }
+      for (std::int64_t peer = 0; assigned < rows_total; peer = (peer + 1) % members, ++assigned)
+        ++rows[static_cast<size_t>(peer)];
+    } else {
+      for (std::int64_t peer = 0; peer < rows_total % members; ++peer) ++rows[static_cast<size_t>(peer)];
+    }
+    // Dispatch (even occurrence in the program) sends rows[d] to each d; combine sends rows[me] back to each.
+    const bool combine = expert_parallel && (all_to_all_seen_++ % 2 == 1);
+    prepared.send_counts.resize(static_cast<size_t>(members));
+    prepared.recv_counts.resize(static_cast<size_t>(members));
+    prepared.send_offsets.resize(static_cast<size_t>(members));
+    prepared.recv_offsets.resize(static_cast<size_t>(members));
+    prepared.peer_send_offset_to_me.resize(static_cast<size_t>(members));
+    int send_total = 0;
+    int recv_total = 0;
+    for (std::int64_t peer = 0; peer < members; ++peer) {
+      const auto index = static_cast<size_t>(peer);
+      const std::int64_t send_rows = combine ? rows[static_cast<size_t>(me)] : rows[index];
+      const std::int64_t recv_rows = combine ? rows[index] : rows[static_cast<size_t>(me)];
+      prepared.send_counts[index] = static_cast<int>(send_rows * row_elements);
+      prepared.recv_counts[index] = static_cast<int>(recv_rows * row_elements);
+      prepared.send_offsets[index] = send_total;
+      prepared.recv_offsets[index] = recv_total;
+      send_total += prepared.send_counts[index];
+      recv_total += prepared.recv_counts[index];
+      // Where my block starts in peer's send buffer.
+      std::int64_t offset_rows = 0;
+      if (combine) {
+        offset_rows = me * rows[index];
+      } else {
+        for (std::int64_t before = 0; before < me; ++before) offset_rows += rows[static_cast<size_t>(before)];
+      }
+      prepared.peer_send_offset_to_me[index] = offset_rows * row_elements;
+    }
+    prepared.elements = send_total;
+    prepared.buffers = {owned(send_total, seed), owned(recv_total, seed + 1)};
+  }
+
+  void run(CpuOp& prepared) {
+    const graph::Op& op = prepared.rank_op.op;
+    switch (op.kind) {
+      case OpKind::kGemm:
+        run_gemm(prepared);
+        break;
+      case OpKind::kAttention:
+        run_attention(prepared);
+        break;
+      case OpKind::kElementwise:
+        run_elementwise(prepared);
+        break;
+      case OpKind::kCollective:
+        run_collective(prepared);
+        break;
+      case OpKind::kSend:
+      case OpKind::kRecv:
+        run_point_to_point(prepared);
+        break;
+      case OpKind::kOptimizer:
+        run_optimizer(prepared);
+        break;
+    }
+  }
+
+  void run_gemm(CpuOp& prepared) {
+    const auto& shape = prepared.rank_op.op.gemm;
+    const float* a = prepared.buffers[0]->data();
+    const float* b = prepared.buffers[1]->data();
+    float* c = prepared.buffers[2]->data();
+    const auto m = static_cast<blasint>(shape.m);
+    const auto n = static_cast<blasint>(shape.n);
+    const auto k = static_cast<blasint>(shape.k);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);
+    if (inject("gemm")) c[0] += 1.0f;
+    if (!config_.check) return;
+    Random random(static_cast<std::uint64_t>(prepared.index) + 17);
+    std::int64_t wrong = 0;
+    std::string failure;
+    constexpr int kSpots = 8;
+    for (int spot = 0; spot < kSpots; ++spot) {
+      const std::int64_t row =
+          spot == 0 ? 0 : static_cast<std::int64_t>(random.next() % static_cast<std::uint64_t>(shape.m));
+      const std::int64_t column =
+          spot == 0 ? 0 : static_cast<std::int64_t>(random.next() % static_cast<std::uint64_t>(shape.n));
+      double want = 0;
+      double magnitude = 0;
+      for (std::int64_t inner = 0; inner < shape.k; ++inner) {
+        const double product = static_cast<double>(a[row * shape.k + inner]) * b[inner * shape.n + column];
+        want += product;
+        magnitude += std::abs(product);
+      }
+      const double got = c[row * shape.n + column];
+      const double tolerance = (static_cast<double>(shape.k) * 1.2e-7 + 1e-6) * magnitude + 1e-6;
+      if (std::abs(got - want) > tolerance) {
+        ++wrong;
+        if (failure.empty())
+          failure = fmt::format("op {} ({}): C[{},{}] = {} but the reference says {}", prepared.index,
+                                graph::describe(prepared.rank_op.op), row, column, got, want);
+      }
+    }
+    record_check(kSpots, wrong, failure);
+  }
+
+  /// Attention of one (batch, head): S = Q K^T * scale, causal mask, P = softmax(S), O = P V; backward
+  /// recomputes P and forms dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO o O)), dQ = dS K, dK = dS^T Q.
+  void run_attention(CpuOp& prepared) {
+    const auto& shape = prepared.rank_op.op.attention;
+    const std::int64_t s = shape.seq;
+    const std::int64_t d = shape.head_dim;
+    const std::int64_t group = std::max(1, shape.heads / std::max(1, shape.kv_heads));
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    float* scores = prepared.buffers[4]->data();
+    float* probs = prepared.buffers[5]->data();
+    for (std::int64_t batch = 0; batch < shape.batch; ++batch) {
+      for (std::int64_t head = 0; head < shape.heads; ++head) {
+        const std::int64_t kv_head = head / group;
+        const float* q = prepared.buffers[0]->data() + ((batch * shape.heads + head) * s * d);
+        const float* k = prepared.buffers[1]->data() + ((batch * shape.kv_heads + kv_head) * s * d);
+        const float* v = prepared.buffers[2]->data() + ((batch * shape.kv_heads + kv_head) * s * d);
+        float* o = prepared.buffers[3]->data() + ((batch * shape.heads + head) * s * d);
+        attention_probabilities(q, k, scores, probs, s, d, scale, shape.causal);
+        if (!shape.backward) {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(s),
+                      static_cast<blasint>(d), static_cast<blasint>(s), 1.0f, probs, static_cast<blasint>(s),
+                      v, static_cast<blasint>(d), 0.0f, o, static_cast<blasint>(d));
+          continue;
+        }
+        const float* d_out = prepared.buffers[6]->data() + ((batch * shape.heads + head) * s * d);
+        float* d_q = prepared.buffers[7]->data() + ((batch * shape.heads + head) * s * d);
+        float* d_k = prepared.buffers[8]->data() + ((batch * shape.kv_heads + kv_head) * s * d);
+        float* d_v = prepared.buffers[9]->data() + ((batch * shape.kv_heads + kv_head) * s * d);
+        const auto S = static_cast<blasint>(s);
+        const auto D = static_cast<blasint>(d);
+        const float accumulate = head % group == 0 ? 0.0f : 1.0f;  // GQA: heads of a group sum into dK, dV
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, S, D, S, 1.0f, probs, S, d_out, D, accumulate,
+                    d_v, D);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, S, S, D, 1.0f, d_out, D, v, D, 0.0f, scores, S);
+        for (std::int64_t row = 0; row < s; ++row) {
+          double dot = 0;
+          for (std::int64_t col = 0; col < d; ++col)
+            dot += static_cast<double>(d_out[row * d + col]) * o[row * d + col];
+          for (std::int64_t col = 0; col < s; ++col)
+            scores[row * s + col] =
+                probs[row * s + col] * (scores[row * s + col] - static_cast<float>(dot)) * scale;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, D, S, 1.0f, scores, S, k, D, 0.0f, d_q, D);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, S, D, S, 1.0f, scores, S, q, D, accumulate, d_k,
+                    D);
+      }
+    }
+    if (inject("attention")) prepared.buffers[shape.backward ? 7 : 3]->at(0) += 1.0f;
+    if (config_.check) check_attention(prepared);
+  }
+
+  static void attention_probabilities(const float* q, const float* k, float* scores, float* probs,
+                                      std::int64_t s, std::int64_t d, float scale, bool causal) {
+    const auto S = static_cast<blasint>(s);
+    const auto D = static_cast<blasint>(d);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, S, S, D, scale, q, D, k, D, 0.0f, scores, S);
+    for (std::int64_t row = 0; row < s; ++row) {
+      const std::int64_t visible = causal ? row + 1 : s;
+      float max_score = -INFINITY;
+      for (std::int64_t col = 0; col < visible; ++col) max_score = std::max(max_score, scores[row * s + col]);
+      double sum = 0;
+      for (std::int64_t col = 0; col < visible; ++col) {
+        probs[row * s + col] = std::exp(scores[row * s + col] - max_score);
+        sum += probs[row * s + col];
+      }
+      const auto inverse = static_cast<float>(1.0 / sum);
+      for (std::int64_t col = 0; col < visible; ++col) probs[row * s + col] *= inverse;
+      for (std::int64_t col = visible; col < s; ++col) probs[row * s + col] = 0.0f;
+    }
+  }
+
+  /// Recomputes two output rows of the last (batch, head) in double and compares (O forward, dQ backward).
+  void check_attention(CpuOp& prepared) {
+    const auto& shape = prepared.rank_op.op.attention;
+    const std::int64_t s = shape.seq;
+    const std::int64_t d = shape.head_dim;
+    const std::int64_t group = std::max(1, shape.heads / std::max(1, shape.kv_heads));
+    const std::int64_t batch = shape.batch - 1;
+    const std::int64_t head = shape.heads - 1;
+    const std::int64_t kv_head = head / group;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    const float* q = prepared.buffers[0]->data() + ((batch * shape.heads + head) * s * d);
+    const float* k = prepared.buffers[1]->data() + ((batch * shape.kv_heads + kv_head) * s * d);
+    const float* v = prepared.buffers[2]->data() + ((batch * shape.kv_heads + kv_head) * s * d);
+    const float* o = prepared.buffers[3]->data() + ((batch * shape.heads + head) * s * d);
+    auto probabilities = [&](std::int64_t row) {
+      std::vector<double> p(static_cast<size_t>(s), 0.0);
+      const std::int64_t visible = shape.causal ? row + 1 : s;
+      double max_score = -INFINITY;
+      for (std::int64_t col = 0; col < visible; ++col) {
+        double dot = 0;
+        for (std::int64_t x = 0; x < d; ++x) dot += static_cast<double>(q[row * d + x]) * k[col * d + x];
+        p[static_cast<size_t>(col)] = dot * scale;
+        max_score = std::max(max_score, p[static_cast<size_t>(col)]);
+      }
+      double sum = 0;
+      for (std::int64_t col = 0; col < visible; ++col)
+        sum += (p[static_cast<size_t>(col)] = std::exp(p[static_cast<size_t>(col)] - max_score));
+      for (auto& value : p) value /= sum;
+      return p;
+    };
+    std::int64_t wrong = 0;
+    std::int64_t values = 0;
+    std::string failure;
+    for (std::int64_t row : {std::int64_t{0}, s - 1}) {
+      const auto p = probabilities(row);
+      std::vector<double> want(static_cast<size_t>(d), 0.0);
+      const float* got = nullptr;
+      if (!shape.backward) {
+        for (std::int64_t col = 0; col < s; ++col)
+          for (std::int64_t x = 0; x < d; ++x)
+            want[static_cast<size_t>(x)] += p[static_cast<size_t>(col)] * v[col * d + x];
+        got = o + row * d;
+      } else {
+        const float* d_out = prepared.buffers[6]->data() + ((batch * shape.heads + head) * s * d);
+        double row_dot = 0;
+        for (std::int64_t x = 0; x < d; ++x)
+          row_dot += static_cast<double>(d_out[row * d + x]) * o[row * d + x];
+        for (std::int64_t col = 0; col < s; ++col) {
+          double dp = 0;
+          for (std::int64_t x = 0; x < d; ++x) dp += static_cast<double>(d_out[row * d + x]) * v[col * d + x];
+          const double ds = p[static_cast<size_t>(col)] * (dp - row_dot) * scale;
+          for (std::int64_t x = 0; x < d; ++x) want[static_cast<size_t>(x)] += ds * k[col * d + x];
+        }
+        got = prepared.buffers[7]->data() + ((batch * shape.heads + head) * s * d) + row * d;
+      }
+      for (std::int64_t x = 0; x < d; ++x) {
+        ++values;
+        const double expected = want[static_cast<size_t>(x)];
+        if (std::abs(got[x] - expected) > 1e-3 * (1.0 + std::abs(expected)) + 1e-4 * static_cast<double>(s)) {
+          ++wrong;
+          if (failure.empty())
+            failure = fmt::format("op {} ({}): row {} col {} = {} but the reference says {}", prepared.index,
+                                  graph::describe(prepared.rank_op.op), row, x, got[x], expected);
+        }
+      }
+    }
+    record_check(values, wrong, failure);
+  }
+
+  void run_elementwise(CpuOp& prepared) {
+    const auto kind = prepared.rank_op.op.elementwise;
+    const float* in = prepared.buffers[0]->data();
+    float* out = prepared.buffers[1]->data();
+    const std::int64_t count = prepared.elements;
+    auto expected = [&](std::int64_t index, const float* source) -> double {
+      const double x = source[index];
+      switch (kind) {
+        case graph::ElementwiseKind::kActivation:
+          return x / (1.0 + std::exp(-x));
+        case graph::ElementwiseKind::kNorm: {
+          const std::int64_t row_begin = index - index % kNormRow;
+          const std::int64_t row_end = std::min(count, row_begin + kNormRow);
+          double squares = 0;
+          for (std::int64_t at = row_begin; at < row_end; ++at)
+            squares += static_cast<double>(source[at]) * source[at];
+          return x / std::sqrt(squares / static_cast<double>(row_end - row_begin) + 1e-6);
+        }
+        default:
+          return 0.5 * x + 1.0;
+      }
+    };
+    if (kind == graph::ElementwiseKind::kNorm) {
+      for (std::int64_t row_begin = 0; row_begin < count; row_begin += kNormRow) {
+        const std::int64_t row_end = std::min(count, row_begin + kNormRow);
+        float squares = 0;
+        for (std::int64_t at = row_begin; at < row_end; ++at) squares += in[at] * in[at];
+        const float inverse = 1.0f / std::sqrt(squares / static_cast<float>(row_end - row_begin) + 1e-6f);
+        for (std::int64_t at = row_begin; at < row_end; ++at) out[at] = in[at] * inverse;
+      }
+    } else if (kind == graph::ElementwiseKind::kActivation) {
+      for (std::int64_t at = 0; at < count; ++at) out[at] = in[at] / (1.0f + std::exp(-in[at]));
+    } else {
+      for (std::int64_t at = 0; at < count; ++at) out[at] = 0.5f * in[at] + 1.0f;
+    }
+    if (inject("elementwise")) out[0] += 1.0f;
+    if (!config_.check) return;
+    std::int64_t wrong = 0;
+    std::string failure;
+    for (std::int64_t index : {std::int64_t{0}, count / 2, count - 1}) {
+      const double want = expected(index, in);
+      if (std::abs(out[index] - want) > 1e-4 * (1.0 + std::abs(want))) {
+        ++wrong;
+        if (failure.empty())
+          failure = fmt::format("op {} ({}): out[{}] = {} but the reference says {}", prepared.index,
+                                graph::describe(prepared.rank_op.op), index, out[index], want);
+      }
+    }
+    record_check(3, wrong, failure);
+  }
+
+  void run_optimizer(CpuOp& prepared) {
+    constexpr float kLr = 1e-4f;
+    constexpr float kBeta1 = 0.9f;
+    constexpr float kBeta2 = 0.95f;
+    constexpr float kEps = 1e-8f;
+    constexpr float kWeightDecay = 0.1f;
+    float* param = prepared.buffers[0]->data();
+    const float* grad = prepared.buffers[1]->data();
+    float* m = prepared.buffers[2]->data();
+    float* v = prepared.buffers[3]->data();
+    const std::int64_t count = prepared.elements;
+    const std::int64_t spots[3] = {0, count / 2, count - 1};
+    double want[3] = {};
+    if (config_.check) {
+      for (int spot = 0; spot < 3; ++spot) {
+        const std::int64_t at = spots[spot];
+        const double next_m =
+            kBeta1 * static_cast<double>(m[at]) + (1 - kBeta1) * static_cast<double>(grad[at]);
+        const double next_v =
+            kBeta2 * static_cast<double>(v[at]) + (1 - kBeta2) * static_cast<double>(grad[at]) * grad[at];
+        want[spot] = param[at] - kLr * (next_m / (std::sqrt(next_v) + kEps) + kWeightDecay * param[at]);
+      }
+    }
+    for (std::int64_t at = 0; at < count; ++at) {
+      m[at] = kBeta1 * m[at] + (1 - kBeta1) * grad[at];
+      v[at] = kBeta2 * v[at] + (1 - kBeta2) * grad[at] * grad[at];
+      param[at] -= kLr * (m[at] / (std::sqrt(v[at]) + kEps) + kWeightDecay * param[at]);
+    }
+    if (inject("optimizer")) param[0] += 1.0f;
+    if (!config_.check) return;
+    std::int64_t wrong = 0;
+    std::string failure;
+    for (int spot = 0; spot < 3; ++spot) {
+      const double got = param[spots[spot]];
+      if (std::abs(got - want[spot]) > 1e-6 * (1.0 + std::abs(want[spot]))) {
+        ++wrong;
+        if (failure.empty())
+          failure = fmt::format("op {} (optimizer): param[{}] = {} but AdamW says {}", prepared.index,
+                                spots[spot], got, want[spot]);
+      }
+    }
+    record_check(3, wrong, failure);
+  }
+
+#ifdef CALO_EXEC_HAVE_MPI
+  /// Polls a non-blocking MPI request to completion, holding the MPI lock only while testing.
+  static void wait_request(MPI_Request& request) {
+    while (true) {
+      int done = 0;
+      {
+        std::lock_guard lock(mpi_mutex());
+        MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+      }
+      if (done != 0) return;
+      sched_yield();
+    }
+  }
+#endif
+
+  void run_collective(CpuOp& prepared) {
+    const graph::Op& op = prepared.rank_op.op;
+    float* send = prepared.buffers[0]->data();
+    float* recv = prepared.buffers[1]->data();
+    const std::int64_t members = prepared.group_size;
+    const auto me_global = static_cast<int>(prepared.group_ranks[static_cast<size_t>(prepared.group_index)]);
+    const auto send_size = static_cast<std::int64_t>(prepared.buffers[0]->size());
+    if (config_.check) {
+      for (std::int64_t at = 0; at < send_size; ++at) send[at] = check_value(me_global, at);
+    }
+    if (members == 1) {
+      std::copy(
+          send,
+          send + std::min<std::int64_t>(send_size, static_cast<std::int64_t>(prepared.buffers[1]->size())),
+          recv);
+    } else {
+#ifdef CALO_EXEC_HAVE_MPI
+      MPI_Request request = MPI_REQUEST_NULL;
+      {
+        std::lock_guard lock(mpi_mutex());
+        const auto count = static_cast<int>(prepared.elements);
+        switch (op.collective) {
+          case CollectiveKind::kAllReduce:
+            MPI_Iallreduce(send, recv, count, MPI_FLOAT, MPI_SUM, prepared.comm, &request);
+            break;
+          case CollectiveKind::kAllGather:
+            MPI_Iallgather(send, count, MPI_FLOAT, recv, count, MPI_FLOAT, prepared.comm, &request);
+            break;
+          case CollectiveKind::kReduceScatter:
+            MPI_Ireduce_scatter_block(send, recv, count, MPI_FLOAT, MPI_SUM, prepared.comm, &request);
+            break;
+          case CollectiveKind::kAllToAll:
+            MPI_Ialltoallv(send, prepared.send_counts.data(), prepared.send_offsets.data(), MPI_FLOAT, recv,
+                           prepared.recv_counts.data(), prepared.recv_offsets.data(), MPI_FLOAT,
+                           prepared.comm, &request);
+            break;
+        }
+      }
+      wait_request(request);
+#else
+      throw RuntimeFailure("collective over several ranks needs MPI (calo built without MPI)");
+#endif
+    }
+    if (inject("collective")) recv[0] += 1.0f;
+    if (config_.check) check_collective(prepared);
+  }
+
+  void check_collective(CpuOp& prepared) {
+    const graph::Op& op = prepared.rank_op.op;
+    const float* recv = prepared.buffers[1]->data();
+    const auto& members = prepared.group_ranks;
+    std::int64_t wrong = 0;
+    std::int64_t values = 0;
+    std::string failure;
+    auto compare = [&](std::int64_t at, double want) {
+      ++values;
+      if (recv[at] != static_cast<float>(want)) {
+        ++wrong;
+        if (failure.empty())
+          failure = fmt::format("op {} ({}): out[{}] = {} but expected {}", prepared.index,
+                                graph::describe(op), at, recv[at], want);
+      }
+    };
+    const std::int64_t count = prepared.elements;
+    switch (op.collective) {
+      case CollectiveKind::kAllReduce:
+        for (std::int64_t at = 0; at < count; ++at) {
+          double want = 0;
+          for (int member : members) want += check_value(member, at);
+          compare(at, want);
+        }
+        break;
+      case CollectiveKind::kAllGather:
+        for (size_t block = 0; block < members.size(); ++block)
+          for (std::int64_t at = 0; at < count; ++at)
+            compare(static_cast<std::int64_t>(block) * count + at, check_value(members[block], at));
+        break;
+      case CollectiveKind::kReduceScatter:
+        for (std::int64_t at = 0; at < count; ++at) {
+          double want = 0;
+          for (int member : members) want += check_value(member, prepared.group_index * count + at);
+          compare(at, want);
+        }
+        break;
+      case CollectiveKind::kAllToAll:
+        for (size_t peer = 0; peer < members.size(); ++peer) {
+          for (int at = 0; at < prepared.recv_counts[peer]; ++at) {
+            compare(prepared.recv_offsets[peer] + at,
+                    check_value(members[peer], prepared.peer_send_offset_to_me[peer] + at));
+          }
+        }
+        break;
+    }
+    record_check(values, wrong, failure);
+  }
+
+  void run_point_to_point(CpuOp& prepared) {
+    const graph::Op& op = prepared.rank_op.op;
+    float* buffer = prepared.buffers[0]->data();
+    const auto count = static_cast<int>(prepared.elements);
+    const int peer = prepared.rank_op.peer_rank;
+    const bool sending = op.kind == OpKind::kSend;
+    if (config_.check && sending) {
+      for (int at = 0; at < count; ++at) buffer[at] = check_value(rank_, op.tag + at);
+    }
+#ifdef CALO_EXEC_HAVE_MPI
+    if (op.tag > tag_upper_bound_) {
+      throw RuntimeFailure(fmt::format("send/recv tag {} exceeds MPI_TAG_UB {}", op.tag, tag_upper_bound_));
+    }
+    MPI_Request request = MPI_REQUEST_NULL;
+    {
+      std::lock_guard lock(mpi_mutex());
+      if (sending) {
+        MPI_Isend(buffer, count, MPI_FLOAT, peer, op.tag, p2p_comm_, &request);
+      } else {
+        MPI_Irecv(buffer, count, MPI_FLOAT, peer, op.tag, p2p_comm_, &request);
+      }
+    }
+    wait_request(request);
+#else
+    (void)peer;
+    throw RuntimeFailure("send/recv needs MPI (calo built without MPI)");
+#endif
+    if (sending || !config_.check) return;
+    if (inject("p2p")) buffer[0] += 1.0f;
+    std::int64_t wrong = 0;
+    std::string failure;
+    for (int at = 0; at < count; ++at) {
+      const float want = check_value(peer, op.tag + at);
+      if (buffer[at] != want) {
+        ++wrong;
+        if (failure.empty())
+          failure = fmt::format("op {} ({}): received[{}] = {} but rank {} sent {}", prepared.index,
+                                graph::describe(op), at, buffer[at], peer, want);
+      }
+    }
+    record_check(count, wrong, failure);
+  }
+
+  static constexpr std::int64_t kNormRow = 1024;
+
+  BackendConfig config_;
+  DeviceDescription device_;
+  const graph::Graph* graph_ = nullptr;
+  int rank_ = 0;
+  std::string inject_fault_;
+  std::map<std::pair<std::string, std::int64_t>, std::shared_ptr<std::vector<float>>> scratch_;
+  std::map<int, std::int64_t> expert_tokens_;
+  std::int64_t all_to_all_seen_ = 0;
+  std::array<std::atomic<std::int64_t>, graph::kNumOpKinds> executed_{};
+  std::atomic<std::int64_t> allocated_bytes_{0};
+  std::atomic<bool> failed_{false};
+  mutable std::mutex check_mutex_;
+  CheckReport check_;
+  std::mutex error_mutex_;
+  std::string first_error_;
+  std::vector<CpuStream*> streams_alive_;
+  int tag_upper_bound_ = 32767;
+#ifdef CALO_EXEC_HAVE_MPI
+  std::map<int, MPI_Comm> comms_;
+  MPI_Comm p2p_comm_ = MPI_COMM_NULL;
+#endif
+};
+
+}  // namespace
+
+double measure_sgemm_peak_flops(int size, double min_seconds) {
+  openblas_set_num_threads(1);
+  std::vector<float> a(static_cast<size_t>(size) * size);
+  std::vector<float> b(a.size());
+  std::vector<float> c(a.size());
+  fill_random(a, 1);
+  fill_random(b, 2);
+  auto run = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, size, size, size, 1.0f, a.data(), size, b.data(),
+                size, 0.0f, c.data(), size);
+  };
+  run();  // warm-up
+  double best_flops = 0;
+  const std::int64_t begin_ns = core::monotonic_ns();
+  do {
+    const std::int64_t start_ns = core::monotonic_ns();
+    run();
+    const double seconds = static_cast<double>(core::monotonic_ns() - start_ns) / 1e9;
+    best_flops =
+        std::max(best_flops, 2.0 * size * static_cast<double>(size) * size / std::max(seconds, 1e-9));
+  } while (static_cast<double>(core::monotonic_ns() - begin_ns) / 1e9 < min_seconds);
+  return best_flops;
+}
+
+void register_cpu_backend(BackendRegistry& registry) {
+  BackendFactory factory;
+  factory.name = "cpu";
+  factory.auto_priority = 0;
+  factory.unavailable_reason = [] { return std::string(); };
+  factory.create = [](const BackendConfig& config) -> std::unique_ptr<Backend> {
+    return std::make_unique<CpuBackend>(config);
+  };
+  factory.describe = [](int local_index, int local_world_size) {
+    DeviceDescription device;
+    device.backend = "cpu";
+    device.name = read_cpu_name();
+    device.local_index = local_index;
+    device.memory_bytes = read_host_memory_bytes() / std::max(1, local_world_size);
+    device.gemm_dtype = "fp32";
+    device.peak_flops_source = "measured by each rank at startup";
+    return device;
+  };
+  registry.add(std::move(factory));
+}
+
+}  // namespace calo::exec

@@ -1,0 +1,101 @@
+// Backend-independent executor: issue order, streams, cross-stream events, per-op timing.
+#include "exec/executor.h"
+
+#include "core/time.h"
+
+namespace calo::exec {
+
+OpCounts count_ops(const std::vector<graph::RankOp>& ops) {
+  OpCounts counts{};
+  for (const graph::RankOp& op : ops) ++counts[static_cast<size_t>(op.op.kind)];
+  return counts;
+}
+
+Executor::Executor(Backend& backend, const graph::Graph& graph, int rank, ExecutorOptions options)
+    : backend_(backend),
+      graph_(graph),
+      rank_(rank),
+      options_(options),
+      ops_(graph::materialize(graph, rank)) {
+  streams_.resize(graph::kNumStreams);
+  stream_start_events_.resize(graph::kNumStreams);
+  for (const graph::RankOp& op : ops_) {
+    auto& stream = streams_[static_cast<size_t>(op.op.stream)];
+    if (!stream) stream = backend_.create_stream(op.op.stream);
+  }
+  done_events_.resize(ops_.size());
+  for (size_t index = 0; index < ops_.size(); ++index) {
+    for (std::int32_t dep : ops_[index].deps) {
+      if (ops_[static_cast<size_t>(dep)].op.stream == ops_[index].op.stream) continue;
+      ++cross_stream_waits_;
+      auto& event = done_events_[static_cast<size_t>(dep)];
+      if (!event) event = backend_.create_event(false);
+    }
+  }
+  if (options_.trace_ops) {
+    begin_events_.resize(ops_.size());
+    end_events_.resize(ops_.size());
+    for (size_t index = 0; index < ops_.size(); ++index) {
+      begin_events_[index] = backend_.create_event(true);
+      end_events_[index] = backend_.create_event(true);
+    }
+    for (size_t stream = 0; stream < streams_.size(); ++stream) {
+      if (streams_[stream]) stream_start_events_[stream] = backend_.create_event(true);
+    }
+  }
+}
+
+Executor::~Executor() = default;
+
+void Executor::prepare() {
+  prepared_.clear();
+  prepared_.reserve(ops_.size());
+  for (size_t index = 0; index < ops_.size(); ++index) {
+    prepared_.push_back(backend_.prepare(ops_[index], static_cast<int>(index)));
+  }
+}
+
+OpCounts Executor::ops_per_step() const {
+  return count_ops(ops_);
+}
+
+StepTiming Executor::run_step(Bootstrap& bootstrap) {
+  if (prepared_.size() != ops_.size()) throw std::logic_error("Executor::run_step before prepare()");
+  backend_.synchronize();
+  bootstrap.barrier();
+  StepTiming timing;
+  timing.begin_ns = core::monotonic_ns();
+  if (options_.trace_ops) {
+    for (size_t stream = 0; stream < streams_.size(); ++stream) {
+      if (streams_[stream]) backend_.record(*stream_start_events_[stream], *streams_[stream]);
+    }
+  }
+  for (size_t index = 0; index < ops_.size(); ++index) {
+    const graph::RankOp& op = ops_[index];
+    Stream& stream = *streams_[static_cast<size_t>(op.op.stream)];
+    for (std::int32_t dep : op.deps) {
+      if (ops_[static_cast<size_t>(dep)].op.stream != op.op.stream)
+        backend_.wait(stream, *done_events_[static_cast<size_t>(dep)]);
+    }
+    if (options_.trace_ops) backend_.record(*begin_events_[index], stream);
+    backend_.launch(*prepared_[index], stream);
+    if (options_.trace_ops) backend_.record(*end_events_[index], stream);
+    if (done_events_[index]) backend_.record(*done_events_[index], stream);
+  }
+  backend_.synchronize();
+  timing.end_ns = core::monotonic_ns();
+  if (options_.trace_ops) {
+    timing.ops.reserve(ops_.size());
+    for (size_t index = 0; index < ops_.size(); ++index) {
+      Event& start = *stream_start_events_[static_cast<size_t>(ops_[index].op.stream)];
+      OpTiming op_timing;
+      op_timing.op_index = static_cast<std::int32_t>(index);
+      op_timing.begin_ns = timing.begin_ns + backend_.elapsed_ns(start, *begin_events_[index]);
+      op_timing.end_ns = timing.begin_ns + backend_.elapsed_ns(start, *end_events_[index]);
+      timing.ops.push_back(op_timing);
+    }
+  }
+  return timing;
+}
+
+}  // namespace calo::exec

@@ -1,0 +1,70 @@
+// Run comparison: ratios to the first run and simulated-vs-measured relative errors.
+#include "analyze/compare.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace calo::analyze {
+
+Comparison compare_runs(const std::vector<RunAnalysis>& runs) {
+  Comparison comparison;
+  bool any_sim = false;
+  for (std::size_t index = 0; index < runs.size(); ++index) {
+    const auto& run = runs[index].run;
+    comparison.run_labels.push_back(fmt::format("{} ({})", run.name, store::to_string(run.kind)));
+    if (run.kind == store::RunKind::kSim) any_sim = true;
+  }
+  if (any_sim) {
+    for (std::size_t index = 0; index < runs.size(); ++index) {
+      if (runs[index].run.kind != store::RunKind::kSim) {
+        comparison.measured_reference = static_cast<int32_t>(index);
+        break;
+      }
+    }
+  }
+  std::vector<std::vector<Figure>> figures;
+  for (const auto& run : runs) figures.push_back(run_figures(run));
+  if (figures.empty()) return comparison;
+  for (std::size_t row = 0; row < figures[0].size(); ++row) {
+    ComparisonRow out;
+    out.key = figures[0][row].key;
+    out.unit = figures[0][row].unit;
+    out.higher_is_better = figures[0][row].higher_is_better;
+    for (const auto& run_figures_of : figures) {
+      double value = NAN;
+      for (const auto& figure : run_figures_of) {
+        if (figure.key == out.key) value = figure.value;
+      }
+      out.values.push_back(value);
+    }
+    double base = out.values[0];
+    for (std::size_t index = 0; index < runs.size(); ++index) {
+      double value = out.values[index];
+      out.ratio.push_back(std::isnan(value) || std::isnan(base) || base == 0 ? NAN : value / base);
+      double error = NAN;
+      if (comparison.measured_reference >= 0 && runs[index].run.kind == store::RunKind::kSim) {
+        double measured = out.values[static_cast<std::size_t>(comparison.measured_reference)];
+        if (!std::isnan(value) && !std::isnan(measured) && measured != 0)
+          error = (value - measured) / measured;
+      }
+      out.sim_error.push_back(error);
+    }
+    comparison.rows.push_back(std::move(out));
+  }
+  return comparison;
+}
+
+double mean_abs_sim_error(const Comparison& comparison, std::size_t run_index) {
+  double sum = 0;
+  int count = 0;
+  for (const auto& row : comparison.rows) {
+    if (run_index < row.sim_error.size() && !std::isnan(row.sim_error[run_index])) {
+      sum += std::fabs(row.sim_error[run_index]);
+      ++count;
+    }
+  }
+  return count > 0 ? sum / count : NAN;
+}
+
+}  // namespace calo::analyze

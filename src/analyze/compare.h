@@ -1,0 +1,35 @@
+// Side-by-side comparison of runs: each figure's value per run, its ratio to the first run, and for a
+// simulated run against the measured run of the same layout, the relative error (docs/METRICS.md "Analysis").
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "analyze/metrics.h"
+
+namespace calo::analyze {
+
+/// One figure across runs.
+struct ComparisonRow {
+  std::string key;                ///< figure name, e.g. "tokens_per_s"
+  std::string unit;               ///< its unit
+  bool higher_is_better = true;   ///< direction of "better"
+  std::vector<double> values;     ///< value per run (NaN if the run lacks it)
+  std::vector<double> ratio;      ///< value / value of run 0 (NaN if either is missing or run 0 is 0)
+  std::vector<double> sim_error;  ///< sim runs: (sim - measured) / measured vs the reference run; else NaN
+};
+
+/// Result of compare_runs.
+struct Comparison {
+  std::vector<std::string> run_labels;  ///< "name (kind)" per run
+  int32_t measured_reference = -1;      ///< index of the measured run sim errors refer to, -1 if none
+  std::vector<ComparisonRow> rows;      ///< figures in run_figures order
+};
+
+/// Compares `runs` (at least one). The measured reference is the first non-sim run when any run is sim.
+Comparison compare_runs(const std::vector<RunAnalysis>& runs);
+
+/// Mean absolute relative error over the rows that have a sim error for run `run_index` (NaN if none).
+double mean_abs_sim_error(const Comparison& comparison, std::size_t run_index);
+
+}  // namespace calo::analyze

@@ -1,0 +1,122 @@
+#include "analyze/metrics.h"
+
+#include <gtest/gtest.h>
+
+#include "analyze/compare.h"
+#include "synthetic_run.h"
+
+namespace calo::analyze {
+namespace {
+
+TEST(Distribution, NearestRank) {
+  std::vector<double> values = {5, 1, 4, 2, 3};
+  auto stats = distribution_of(values);
+  EXPECT_EQ(stats.count, 5);
+  EXPECT_DOUBLE_EQ(stats.mean, 3.0);
+  EXPECT_DOUBLE_EQ(stats.p50, 3.0);
+  EXPECT_DOUBLE_EQ(stats.p99, 5.0);
+  EXPECT_DOUBLE_EQ(stats.min, 1.0);
+  std::vector<double> empty;
+  EXPECT_TRUE(std::isnan(distribution_of(empty).mean));
+}
+
+// Every expected value below follows by hand from the synthetic run's definition (synthetic_run.h) and the
+// formulas in docs/METRICS.md "Analysis".
+TEST(RunMetrics, HandComputedFigures) {
+  testing::TempDir dir("metrics");
+  testing::write_synthetic_run(dir.path / "run", store::RunKind::kRecord);
+  auto run = analyze_run(dir.path / "run", {.chart_buckets = 100, .threads = 2});
+  ASSERT_EQ(run.devices.size(), 2u);
+  EXPECT_EQ(run.sample_count, 10000);
+  EXPECT_EQ(run.steps, 4);
+  EXPECT_NEAR(run.step_time_s.mean, 2.01, 1e-12);  // latest end (GPU 1, +10 ms) - earliest begin
+  EXPECT_EQ(run.t_begin_ns, 1'000'000'000);
+  EXPECT_EQ(run.t_end_ns, 9'010'000'000);
+  EXPECT_NEAR(run.tokens_per_s, 1000 / 2.01, 1e-9);
+  EXPECT_NEAR(run.tflops_per_gpu, 2e15 / 2.01 / 2 / 1e12, 1e-9);
+  EXPECT_NEAR(run.mfu, 2e15 / 2.01 / 2 / 1e15, 1e-12);
+  EXPECT_NEAR(run.hfu, 2.4e15 / 2.01 / 2 / 1e15, 1e-12);
+  // Energy over [1 s, 9.01 s): 300 W and 400 W counters, 8.01 s.
+  const auto& gpu0 = run.device_metrics[0];
+  const auto& gpu1 = run.device_metrics[1];
+  EXPECT_NEAR(gpu0.energy_j, 300 * 8.01, 1e-6);
+  EXPECT_NEAR(gpu1.energy_j, 400 * 8.01, 1e-6);
+  EXPECT_NEAR(run.energy_j, 700 * 8.01, 1e-6);
+  EXPECT_NEAR(run.energy_per_step_j, 700 * 8.01 / 4, 1e-6);
+  EXPECT_NEAR(run.energy_per_token_j, 700 * 8.01 / 4 / 1000, 1e-9);
+  EXPECT_NEAR(run.tokens_per_j, 1 / (700 * 8.01 / 4 / 1000), 1e-9);
+  EXPECT_NEAR(run.samples_per_s_mj, (16 / 8.01) / (700 * 8.01 / 1e6), 1e-6);
+  // Power of GPU 0: 801 samples in the window (t = 1.00 .. 9.00 s), one of them 500 W held for 10 ms of 8 s.
+  EXPECT_NEAR(gpu0.power_mean_w, (300.0 * 8 + 200 * 0.01) / 8, 1e-9);
+  EXPECT_DOUBLE_EQ(gpu0.power_p50_w, 300);
+  EXPECT_DOUBLE_EQ(gpu0.power_p99_w, 300);
+  EXPECT_DOUBLE_EQ(gpu0.power_peak_w, 500);
+  EXPECT_DOUBLE_EQ(gpu0.power_swing_100ms_w, 200);
+  EXPECT_NEAR(gpu0.power_peak_to_mean, 500 / ((300.0 * 8 + 200 * 0.01) / 8), 1e-9);
+  EXPECT_NEAR(gpu0.power_integral_j, 300 * 8.0 + 200 * 0.01, 1e-6);  // trapezoid over 1.00 .. 9.00 s
+  EXPECT_DOUBLE_EQ(gpu1.power_swing_100ms_w, 0);
+  EXPECT_DOUBLE_EQ(gpu0.temp_mean_c, 60);
+  EXPECT_DOUBLE_EQ(gpu1.temp_peak_c, 70);
+  EXPECT_DOUBLE_EQ(gpu0.sm_clock_mean_mhz, 1980);
+  EXPECT_NEAR(gpu1.throttle_fraction[0], 0.5, 1e-9);
+  EXPECT_NEAR(gpu0.throttle_fraction[0], 0.0, 1e-12);
+  EXPECT_TRUE(std::isnan(gpu0.throttle_fraction[1]));  // the run has no thermal counter
+  // Thermal imbalance on node 0: 60 vs 70 °C.
+  ASSERT_EQ(run.nodes.size(), 1u);
+  EXPECT_DOUBLE_EQ(run.nodes[0].temp_spread_c, 10);
+  EXPECT_NEAR(run.nodes[0].imbalance_pct, 10.0 / 60.0 * 100.0, 1e-9);
+  EXPECT_EQ(run.slots.size(), 2u);
+  // GPU 1 ends every step 10 ms after GPU 0: a straggler.
+  EXPECT_DOUBLE_EQ(gpu1.straggler_fraction, 1.0);
+  EXPECT_NEAR(gpu1.straggler_lag_ms, 10.0, 1e-9);
+  ASSERT_EQ(run.stragglers.size(), 1u);
+  EXPECT_EQ(run.stragglers[0], 1);
+  // Chart buckets cover the whole run: 1000 samples in 100 buckets of 10.
+  const auto& buckets = run.series.at("power_instant_w")[0].buckets;
+  ASSERT_EQ(buckets.size(), 100u);
+  EXPECT_EQ(buckets[0].count, 10);
+  EXPECT_DOUBLE_EQ(buckets[50].max, 500);
+  EXPECT_DOUBLE_EQ(buckets[50].min, 300);
+  EXPECT_DOUBLE_EQ(buckets[50].mean, 320);
+}
+
+TEST(RunMetrics, KernelSpansGiveBreakdown) {
+  testing::TempDir dir("kernels");
+  testing::write_synthetic_run(dir.path / "run", store::RunKind::kBench, 1.0, true);
+  auto run = analyze_run(dir.path / "run");
+  ASSERT_EQ(run.kernels.size(), 2u);
+  const auto& lane = run.kernels[0];
+  EXPECT_NEAR(lane.busy_s[static_cast<std::size_t>(KernelCategory::kGemm)], 1e-3, 1e-12);
+  // all_reduce [5.8, 6.8] ms after 1 s overlaps "other" [4.8, 5.8) not at all... kernels start every 0.8 ms
+  // and last 1 ms: all_reduce (6th) overlaps the 5th (other, compute) by 0.2 ms; all_gather overlaps only
+  // all_reduce (comm), so it is fully exposed.
+  EXPECT_NEAR(lane.overlapped_s[static_cast<std::size_t>(KernelCategory::kAllReduce)], 0.2e-3, 1e-12);
+  EXPECT_NEAR(lane.exposed_s[static_cast<std::size_t>(KernelCategory::kAllReduce)], 0.8e-3, 1e-12);
+  EXPECT_NEAR(lane.exposed_s[static_cast<std::size_t>(KernelCategory::kAllGather)], 1e-3, 1e-12);
+}
+
+TEST(Compare, RatiosAndSimError) {
+  testing::TempDir dir("compare");
+  testing::write_synthetic_run(dir.path / "measured", store::RunKind::kRecord);
+  testing::write_synthetic_run(dir.path / "sim", store::RunKind::kSim, 1.1);
+  std::vector<RunAnalysis> runs = {analyze_run(dir.path / "measured"), analyze_run(dir.path / "sim")};
+  auto comparison = compare_runs(runs);
+  EXPECT_EQ(comparison.measured_reference, 0);
+  bool found = false;
+  for (const auto& row : comparison.rows) {
+    if (row.key == "energy_j") {
+      found = true;
+      EXPECT_NEAR(row.ratio[1], 1.1, 1e-9);
+      EXPECT_NEAR(row.sim_error[1], 0.1, 1e-9);
+      EXPECT_TRUE(std::isnan(row.sim_error[0]));
+    }
+    if (row.key == "step_time_mean_s") {
+      EXPECT_NEAR(row.sim_error[1], 0.0, 1e-12);
+    }
+  }
+  EXPECT_TRUE(found);
+  EXPECT_GT(mean_abs_sim_error(comparison, 1), 0.0);
+}
+
+}  // namespace
+}  // namespace calo::analyze

@@ -25,6 +25,8 @@ using detail::Statement;
 
 // Schema version stored in PRAGMA user_version; bump on incompatible changes (docs/RUN_STORE.md).
 constexpr int kSchemaVersion = 1;
+// Rows bound into one multi-row INSERT (5 parameters each; SQLite allows 32766 parameters).
+constexpr std::size_t kRowsPerInsert = 256;
 
 constexpr std::string_view kSchemaSql = R"sql(
 CREATE TABLE run(
@@ -162,7 +164,8 @@ struct RunWriter::Impl {
   RunInfo info;
   WriterOptions options;
   std::unique_ptr<Database> db;
-  std::unique_ptr<Statement> insert_sample;
+  std::unique_ptr<Statement> insert_sample;   // one row
+  std::unique_ptr<Statement> insert_samples;  // kRowsPerInsert rows
 
   mutable std::mutex mutex;
   std::condition_variable wake_writer;
@@ -228,6 +231,10 @@ RunWriter::RunWriter(const std::filesystem::path& run_dir, RunInfo info, WriterO
   insert_run.bind(9, info.version);
   insert_run.run();
   db.exec("COMMIT");
+  std::string multi_row_sql =
+      "INSERT INTO sample(device_idx, metric_id, t_ns, value, sensor_t_ns) VALUES(?,?,?,?,?)";
+  for (std::size_t row = 1; row < kRowsPerInsert; ++row) multi_row_sql += ",(?,?,?,?,?)";
+  impl_->insert_samples = std::make_unique<Statement>(db, multi_row_sql);
   impl_->insert_sample = std::make_unique<Statement>(
       db, "INSERT INTO sample(device_idx, metric_id, t_ns, value, sensor_t_ns) VALUES(?,?,?,?,?)");
   impl_->writer_thread = std::thread([impl = impl_.get()] { impl->writer_loop(); });
@@ -363,22 +370,31 @@ void RunWriter::Impl::commit_batch(std::vector<Sample>& samples, std::vector<Mis
       }
     }
     if (!samples.empty()) {
-      // The hot loop talks to the C API directly: one persistent prepared statement, rebound per row.
-      sqlite3_stmt* raw = insert_sample->raw();
-      for (const Sample& sample : samples) {
-        sqlite3_bind_int(raw, 1, sample.device_idx);
-        sqlite3_bind_int(raw, 2, sample.metric_id);
-        sqlite3_bind_int64(raw, 3, sample.t_ns);
-        sqlite3_bind_double(raw, 4, sample.value);
-        if (sample.sensor_t_ns == kNoSensorTime) {
-          sqlite3_bind_null(raw, 5);
-        } else {
-          sqlite3_bind_int64(raw, 5, sample.sensor_t_ns);
+      // The hot loop talks to the C API directly: persistent prepared statements inserting kRowsPerInsert
+      // rows per step (fewer VDBE runs per row), then one row at a time for the remainder.
+      std::size_t position = 0;
+      auto bind_rows = [&](sqlite3_stmt* raw, std::size_t rows) {
+        int parameter = 1;
+        for (std::size_t row = 0; row < rows; ++row) {
+          const Sample& sample = samples[position + row];
+          sqlite3_bind_int(raw, parameter, sample.device_idx);
+          sqlite3_bind_int(raw, parameter + 1, sample.metric_id);
+          sqlite3_bind_int64(raw, parameter + 2, sample.t_ns);
+          sqlite3_bind_double(raw, parameter + 3, sample.value);
+          if (sample.sensor_t_ns == kNoSensorTime) {
+            sqlite3_bind_null(raw, parameter + 4);
+          } else {
+            sqlite3_bind_int64(raw, parameter + 4, sample.sensor_t_ns);
+          }
+          parameter += 5;
         }
         int code = sqlite3_step(raw);
         sqlite3_reset(raw);
-        if (code != SQLITE_DONE) database.check(code, "inserting a sample");
-      }
+        if (code != SQLITE_DONE) database.check(code, "inserting samples");
+        position += rows;
+      };
+      while (samples.size() - position >= kRowsPerInsert) bind_rows(insert_samples->raw(), kRowsPerInsert);
+      while (position < samples.size()) bind_rows(insert_sample->raw(), 1);
     }
     database.exec("COMMIT");
   } catch (...) {

@@ -27,6 +27,8 @@ using detail::Statement;
 constexpr int kSchemaVersion = 1;
 // Rows bound into one multi-row INSERT (5 parameters each; SQLite allows 32766 parameters).
 constexpr std::size_t kRowsPerInsert = 256;
+// Largest transaction when the writer has a backlog (about a second of work at the measured insert rate).
+constexpr std::size_t kMaxRowsPerTransaction = kRowsPerInsert * 4096;
 
 constexpr std::string_view kSchemaSql = R"sql(
 CREATE TABLE run(
@@ -393,7 +395,15 @@ void RunWriter::Impl::commit_batch(std::vector<Sample>& samples, std::vector<Mis
         if (code != SQLITE_DONE) database.check(code, "inserting samples");
         position += rows;
       };
-      while (samples.size() - position >= kRowsPerInsert) bind_rows(insert_samples->raw(), kRowsPerInsert);
+      while (samples.size() - position >= kRowsPerInsert) {
+        bind_rows(insert_samples->raw(), kRowsPerInsert);
+        // A backlog (writer behind the producers) is committed in bounded slices, so the durable part keeps
+        // advancing about once a second instead of waiting for one huge transaction.
+        if (position % kMaxRowsPerTransaction == 0) {
+          database.exec("COMMIT");
+          database.exec("BEGIN");
+        }
+      }
       while (position < samples.size()) bind_rows(insert_sample->raw(), 1);
     }
     database.exec("COMMIT");

@@ -68,6 +68,7 @@ struct LoopStats {
   int64_t jitter_max_ns = 0;  ///< largest (wake-up - deadline)
   int64_t read_ns_total = 0;  ///< wall time spent inside source reads
   int64_t cpu_ns = 0;         ///< CPU time of this thread (CLOCK_THREAD_CPUTIME_ID) when it stopped
+  bool realtime = false;      ///< whether the thread got SCHED_FIFO priority (needs CAP_SYS_NICE)
 };
 
 /// Jitter histogram: 1 µs buckets up to 20 ms, then one overflow bucket (max kept exactly).

@@ -1,0 +1,131 @@
+// `calo record [--out DIR] [period flags] [--markers SPEC]... -- CMD ARGS...`: runs CMD, records every local
+// device into a run store, prints a per-GPU summary, returns CMD's exit code.
+#include <fmt/format.h>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "telemetry/recorder.h"
+
+namespace calo::cli {
+namespace {
+
+struct RecordFlags {
+  std::string out;
+  std::string name;
+  std::vector<std::string> periods;
+  std::string fast_period;
+  std::string slow_period;
+  std::vector<std::string> markers;
+  std::vector<std::string> sources;
+  std::vector<std::string> command;
+  bool quiet = false;
+  bool json = false;
+};
+
+int run_record(const RecordFlags& flags) {
+  telemetry::RecordOptions options;
+  options.command = flags.command;
+  options.out_dir = flags.out;
+  options.name = flags.name;
+  options.markers = flags.markers;
+  options.sources = flags.sources;
+  options.echo_output = !flags.quiet;
+  for (const auto& source : flags.sources) {
+    require_input(source == "nvml" || source == "amdsmi" || source == "procfs",
+                  fmt::format("--sources {}: unknown source; valid: nvml, amdsmi, procfs", source));
+  }
+  if (!flags.fast_period.empty()) {
+    options.periods.fast_override_ns = telemetry::parse_duration_ns(flags.fast_period, "--fast-period");
+  }
+  if (!flags.slow_period.empty()) {
+    options.periods.slow_override_ns = telemetry::parse_duration_ns(flags.slow_period, "--slow-period");
+  }
+  for (const auto& entry : flags.periods) {
+    const size_t equals = entry.find('=');
+    require_input(equals != std::string::npos && equals > 0,
+                  fmt::format("--period {}: write NAME=DURATION, e.g. --period power_instant_w=10ms or "
+                              "--period nvml.energy=1s (DURATION 0 turns the metric off)",
+                              entry));
+    const std::string name = entry.substr(0, equals);
+    const std::string duration = entry.substr(equals + 1);
+    const int64_t period_ns =
+        duration == "off" ? 0 : telemetry::parse_duration_ns(duration, "--period " + name);
+    if (name.find('.') != std::string::npos) {
+      options.periods.by_group_ns[name] = period_ns;
+    } else {
+      options.periods.by_metric_ns[name] = period_ns;
+    }
+  }
+  const telemetry::RecordResult result = telemetry::record(options);
+  fmt::print(stderr, "{}", result.summary_text);
+  if (flags.json) {
+    nlohmann::json out = {{"exit_code", result.exit_code},
+                          {"run_dir", result.run_dir.string()},
+                          {"duration_s", result.duration_s},
+                          {"samples_dropped", result.samples_dropped},
+                          {"notes", result.notes}};
+    for (const auto& device : result.devices) {
+      out["devices"].push_back({{"label", device.label},
+                                {"name", device.name},
+                                {"energy_j", device.energy_j},
+                                {"mean_power_w", device.mean_power_w},
+                                {"peak_power_w", device.peak_power_w},
+                                {"peak_temp_c", device.peak_temp_c},
+                                {"throttle_power_cap_s", device.throttle_power_cap_s},
+                                {"throttle_sw_thermal_s", device.throttle_sw_thermal_s},
+                                {"throttle_hw_thermal_s", device.throttle_hw_thermal_s},
+                                {"throttle_power_brake_s", device.throttle_power_brake_s},
+                                {"samples", device.samples}});
+    }
+    for (const auto& steps : result.steps) {
+      out["steps"].push_back({{"rank", steps.rank},
+                              {"steps", steps.steps},
+                              {"mean_ms", steps.mean_ms},
+                              {"median_ms", steps.median_ms},
+                              {"p90_ms", steps.p90_ms},
+                              {"min_ms", steps.min_ms},
+                              {"max_ms", steps.max_ms}});
+    }
+    for (const auto& loop : result.loops) {
+      out["sampler"].push_back({{"source", loop.source},
+                                {"group", loop.group},
+                                {"samples", loop.samples},
+                                {"late", loop.late},
+                                {"missed", loop.missed},
+                                {"read_errors", loop.read_errors},
+                                {"jitter_p50_ns", loop.jitter_p50_ns},
+                                {"jitter_p99_ns", loop.jitter_p99_ns},
+                                {"jitter_max_ns", loop.jitter_max_ns},
+                                {"cpu_ns", loop.cpu_ns},
+                                {"read_ns_total", loop.read_ns_total}});
+    }
+    print_json(out);
+  }
+  return result.exit_code;
+}
+
+const CommandRegistration kRecord(
+    "record",
+    "run a command and record power, heat, clocks and throttling of every local device, aligned to steps", 62,
+    [](CLI::App& app) -> std::function<int()> {
+      auto flags = std::make_shared<RecordFlags>();
+      app.add_option("--out", flags->out, "Run directory (default runs/<date>-<name>)");
+      app.add_option("--name", flags->name, "Run name (default: the command's basename)");
+      app.add_option(
+          "--period", flags->periods,
+          "NAME=DURATION for one metric (power_instant_w=10ms) or query group (nvml.energy=1s); repeatable");
+      app.add_option("--fast-period", flags->fast_period, "Period of every cheap (µs) metric, e.g. 10ms");
+      app.add_option("--slow-period", flags->slow_period,
+                     "Period of every expensive (energy, NVLink, PCIe) metric, e.g. 1s");
+      app.add_option("--markers", flags->markers,
+                     "Step patterns on output lines: megatron | torchtitan | regex:PATTERN");
+      app.add_option("--sources", flags->sources, "Only these sources: nvml, amdsmi, procfs")->delimiter(',');
+      app.add_flag("--quiet", flags->quiet,
+                   "Do not echo the command's output (it is still written to the run dir)");
+      app.add_flag("--json", flags->json, "Also print the summary as JSON on stdout");
+      app.add_option("command", flags->command, "The command to run, after --");
+      return [flags] { return run_record(*flags); };
+    });
+
+}  // namespace
+}  // namespace calo::cli

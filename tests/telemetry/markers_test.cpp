@@ -1,0 +1,156 @@
+// Markers: protocol parsing, spans per rank, output-line patterns of Megatron-LM/NeMo and TorchTitan, and the
+// datagram socket fed by the C ABI helper in this very process.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include "core/error.h"
+#include "core/time.h"
+#include "telemetry/markers.h"
+#include "telemetry/markers_c.h"
+
+namespace calo::telemetry {
+namespace {
+
+TEST(MarkerProtocol, ParsesStepsPhasesRanksAndTimes) {
+  auto begin = parse_marker_line("begin step 12 rank 3 t_ns 123456");
+  ASSERT_TRUE(begin);
+  EXPECT_EQ(begin->verb, MarkerCommand::Verb::kBegin);
+  EXPECT_TRUE(begin->is_step);
+  EXPECT_EQ(begin->step, 12);
+  EXPECT_EQ(begin->rank, 3);
+  EXPECT_EQ(begin->t_ns, 123456);
+  auto phase = parse_marker_line("phase backward");
+  ASSERT_TRUE(phase);
+  EXPECT_EQ(phase->verb, MarkerCommand::Verb::kPhase);
+  EXPECT_EQ(phase->name, "backward");
+  EXPECT_EQ(phase->rank, -1);
+  auto end_phase = parse_marker_line("end phase warmup rank 0");
+  ASSERT_TRUE(end_phase);
+  EXPECT_FALSE(end_phase->is_step);
+  EXPECT_EQ(end_phase->name, "warmup");
+  std::string error;
+  EXPECT_FALSE(parse_marker_line("begin step twelve", &error));
+  EXPECT_NE(error.find("step number"), std::string::npos);
+  EXPECT_FALSE(parse_marker_line("start step 1", &error));
+  EXPECT_FALSE(parse_marker_line("begin step 1 rank", &error));
+  EXPECT_FALSE(parse_marker_line("begin step 1 color 2", &error));
+  EXPECT_NE(error.find("unknown option"), std::string::npos);
+}
+
+TEST(SpanAssembler, KeepsRanksApart) {
+  std::vector<MarkerSpan> spans;
+  SpanAssembler assembler([&](const MarkerSpan& span) { spans.push_back(span); });
+  auto apply = [&](const std::string& line, int64_t t_ns) { assembler.apply(*parse_marker_line(line), t_ns, "socket"); };
+  apply("begin step 1 rank 0", 100);
+  apply("begin step 1 rank 1", 110);
+  apply("end step 1 rank 1", 300);
+  apply("end step 1 rank 0", 250);
+  apply("end step 2 rank 0", 260);  // never began: rejected
+  apply("phase forward rank 0", 400);
+  apply("phase backward rank 0", 500);
+  apply("phase end rank 0", 650);
+  ASSERT_EQ(spans.size(), 4u);
+  EXPECT_EQ(spans[0].rank, 1);
+  EXPECT_EQ(spans[0].t_begin_ns, 110);
+  EXPECT_EQ(spans[0].t_end_ns, 300);
+  EXPECT_EQ(spans[1].rank, 0);
+  EXPECT_EQ(spans[1].t_begin_ns, 100);
+  EXPECT_EQ(spans[1].t_end_ns, 250);
+  EXPECT_EQ(spans[2].name, "forward");
+  EXPECT_EQ(spans[2].t_end_ns, 500);
+  EXPECT_EQ(spans[3].name, "backward");
+  EXPECT_EQ(spans[3].t_begin_ns, 500);
+  EXPECT_EQ(spans[3].t_end_ns, 650);
+  EXPECT_EQ(assembler.rejected(), 1u);
+  apply("phase cooldown rank 2", 700);
+  EXPECT_EQ(assembler.close_all(900), 1);
+  EXPECT_EQ(spans.back().name, "cooldown");
+  EXPECT_EQ(spans.back().t_end_ns, 900);
+}
+
+TEST(LinePattern, MegatronAndNemoLines) {
+  LinePattern megatron("megatron");
+  const auto hit = megatron.match(
+      " [2025-01-01 10:00:00] iteration       20/     100 | consumed samples:         2560 | elapsed time per "
+      "iteration (ms): 1234.5 | learning rate: 1.0E-04 | global batch size:   128 | lm loss: 7.1E+00 |");
+  ASSERT_TRUE(hit);
+  EXPECT_EQ(hit->first, 20);
+  EXPECT_DOUBLE_EQ(hit->second, 1234.5);
+  const auto nemo = megatron.match(
+      "Training epoch 0, iteration 5/99 | lr: 1e-05 | global_batch_size: 8 | global_step: 5 | reduced_train_loss: "
+      "10.1 | train_step_timing in s: 1.25");
+  ASSERT_TRUE(nemo);
+  EXPECT_EQ(nemo->first, 5);
+  EXPECT_DOUBLE_EQ(nemo->second, 1250.0);
+  EXPECT_FALSE(megatron.match("building GPT model ..."));
+}
+
+TEST(LinePattern, TorchTitanWithColoursAndRegex) {
+  LinePattern titan("torchtitan");
+  const auto hit = titan.match(
+      "[rank0]:[titan] 2025-01-01 10:00:00,000 - root - INFO - \x1b[31mstep: 10  \x1b[32mloss:  7.9012  "
+      "\x1b[33mmemory: 10.1GiB(12.3%)  \x1b[34mtps: 5,000");
+  ASSERT_TRUE(hit);
+  EXPECT_EQ(hit->first, 10);
+  EXPECT_DOUBLE_EQ(hit->second, 0.0);
+  LinePattern custom("regex:it=(\\d+) took ([0-9.]+)ms");
+  const auto custom_hit = custom.match("it=7 took 33.5ms");
+  ASSERT_TRUE(custom_hit);
+  EXPECT_EQ(custom_hit->first, 7);
+  EXPECT_DOUBLE_EQ(custom_hit->second, 33.5);
+  EXPECT_THROW(LinePattern("regex:no group"), InputError);
+  EXPECT_THROW(LinePattern("regex:(unclosed"), InputError);
+  EXPECT_THROW(LinePattern("deepspeedish"), InputError);
+}
+
+TEST(SpanAssembler, LoggedStepsWithoutElapsedSpanTheLogInterval) {
+  std::vector<MarkerSpan> spans;
+  SpanAssembler assembler([&](const MarkerSpan& span) { spans.push_back(span); });
+  assembler.log_step(1, 1'000'000'000, 0, "torchtitan");   // no begin known: no span
+  assembler.log_step(11, 3'000'000'000, 0, "torchtitan");  // 10 steps in 2 s
+  ASSERT_EQ(spans.size(), 1u);
+  EXPECT_EQ(spans[0].steps_covered, 10);
+  EXPECT_EQ(spans[0].t_begin_ns, 1'000'000'000);
+  EXPECT_EQ(spans[0].step, 11);
+}
+
+TEST(MarkerSocket, CHelperMarkersArriveAsSpans) {
+  const std::string path = "/tmp/calo-marker-test-" + std::to_string(getpid()) + ".sock";
+  std::mutex mutex;
+  std::vector<MarkerSpan> spans;
+  SpanAssembler assembler([&](const MarkerSpan& span) {
+    std::lock_guard lock(mutex);
+    spans.push_back(span);
+  });
+  {
+    MarkerSocket socket(path, assembler);
+    ASSERT_EQ(setenv(kMarkerSocketEnv, path.c_str(), 1), 0);
+    const int64_t before_ns = core::monotonic_ns();
+    EXPECT_EQ(calo_marker_begin_step(4, 2), 0);
+    EXPECT_EQ(calo_marker_phase("forward", 2), 0);
+    EXPECT_EQ(calo_marker_phase("backward", 2), 0);
+    EXPECT_EQ(calo_marker_end_step(4, 2), 0);
+    EXPECT_EQ(calo_marker_send("this is not a marker"), 0);
+    socket.stop();  // drains what was sent
+    EXPECT_EQ(socket.received(), 5u);
+    std::lock_guard lock(mutex);
+    ASSERT_EQ(spans.size(), 2u);  // phase forward (closed by backward), step 4
+    EXPECT_EQ(spans[0].name, "forward");
+    EXPECT_TRUE(spans[1].is_step);
+    EXPECT_EQ(spans[1].step, 4);
+    EXPECT_EQ(spans[1].rank, 2);
+    EXPECT_GE(spans[1].t_begin_ns, before_ns);  // the sender's own t_ns is used
+    EXPECT_LE(spans[1].t_end_ns, core::monotonic_ns());
+    EXPECT_EQ(assembler.rejected(), 1u);
+  }
+  unsetenv(kMarkerSocketEnv);
+  EXPECT_NE(calo_marker_begin_step(1, 0), 0);  // no socket named: nothing sent, no error thrown
+  EXPECT_NE(access(path.c_str(), F_OK), 0);    // the socket file is removed
+}
+
+}  // namespace
+}  // namespace calo::telemetry

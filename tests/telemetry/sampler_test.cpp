@@ -1,0 +1,191 @@
+// Sampler timing on real clocks: absolute deadlines without drift, jitter statistics, a slow query group that
+// cannot delay a fast one, unsupported metrics and lost devices reported once.
+#include <gtest/gtest.h>
+#include <time.h>
+
+#include <map>
+#include <mutex>
+
+#include "core/time.h"
+#include "telemetry/procfs_source.h"
+#include "telemetry/sampler.h"
+
+namespace calo::telemetry {
+namespace {
+
+constexpr int64_t kMs = 1'000'000;
+
+// A real source whose reads take real time: "fast" returns at once, "slow" sleeps 30 ms per read (like the
+// NVML energy counter or PCIe throughput query); device 1 can be made to fall off the bus.
+class TimedSource : public Source {
+ public:
+  TimedSource() {
+    for (int index = 0; index < 2; ++index) {
+      DeviceInfo device;
+      device.index = index;
+      device.kind = "gpu";
+      device.metrics.push_back({"fast_w", "W", MetricKind::kGauge, "timed.fast", 10 * kMs, 1000});
+      device.metrics.push_back({"slow_j", "J", MetricKind::kCounter, "timed.slow", 100 * kMs, 30 * kMs});
+      device.metrics.push_back({"missing_c", "C", MetricKind::kGauge, "timed.fast", 10 * kMs, 1000});
+      devices_.push_back(device);
+    }
+  }
+  std::string name() const override { return "timed"; }
+  bool available() const override { return true; }
+  std::string unavailable_reason() const override { return ""; }
+  const std::vector<DeviceInfo>& devices() const override { return devices_; }
+  Reading read(size_t device_position, size_t metric_index) override {
+    if (device_position == 1 && lose_device_1_at_ns_ > 0 && core::monotonic_ns() > lose_device_1_at_ns_) {
+      return {ReadStatus::kDeviceLost, 0, kNoSensorTime, "GPU is lost"};
+    }
+    if (metric_index == 2) return {ReadStatus::kUnsupported, 0, kNoSensorTime, "not supported"};
+    if (metric_index == 1) {
+      timespec nap{0, 30 * kMs};
+      nanosleep(&nap, nullptr);
+    }
+    return {ReadStatus::kOk, static_cast<double>(metric_index), core::monotonic_ns(), ""};
+  }
+  int64_t lose_device_1_at_ns_ = 0;
+
+ private:
+  std::vector<DeviceInfo> devices_;
+};
+
+struct Collected {
+  std::mutex mutex;
+  std::map<std::tuple<uint32_t, uint32_t, uint32_t>, std::vector<int64_t>> times;  // (source, device, metric)
+  std::vector<SamplerEvent> events;
+  SamplerSink sink() {
+    return {[this](std::span<const SampleRecord> records) {
+              std::lock_guard lock(mutex);
+              for (const auto& record : records) {
+                times[{record.source_position, record.device_position, record.metric_index}].push_back(record.t_ns);
+              }
+            },
+            [this](const SamplerEvent& event) {
+              std::lock_guard lock(mutex);
+              events.push_back(event);
+            }};
+  }
+};
+
+TEST(Sampler, AbsoluteDeadlinesDoNotDrift) {
+  ProcfsSource source;
+  ASSERT_TRUE(source.available());
+  PeriodPlan plan;
+  plan.by_metric_ns["host_mem_used_bytes"] = 10 * kMs;
+  plan.by_metric_ns["cpu_util_pct"] = 0;  // off: this test times one metric
+  Collected collected;
+  Sampler sampler({&source}, plan, collected.sink());
+  const int64_t start_ns = core::monotonic_ns() + 5 * kMs;
+  sampler.start(start_ns);
+  timespec nap{2, 0};
+  nanosleep(&nap, nullptr);
+  sampler.stop();
+  size_t mem_index = 0;
+  for (size_t index = 0; index < source.devices()[0].metrics.size(); ++index) {
+    if (source.devices()[0].metrics[index].name == "host_mem_used_bytes") mem_index = index;
+  }
+  const auto& times = collected.times[{0u, 0u, static_cast<uint32_t>(mem_index)}];
+  // 2 s at 10 ms from start+5 ms: about 200 samples; sample k is read near start + k·10 ms (no accumulation of
+  // per-iteration delays, which a relative sleep would show as a growing offset).
+  ASSERT_GE(times.size(), 190u);
+  ASSERT_LE(times.size(), 201u);
+  int64_t worst_offset_ns = 0;
+  for (size_t sample = 0; sample < times.size(); ++sample) {
+    const int64_t offset_ns = times[sample] - (start_ns + static_cast<int64_t>(sample) * 10 * kMs);
+    EXPECT_GE(offset_ns, 0) << "sample " << sample << " read before its deadline";
+    worst_offset_ns = std::max(worst_offset_ns, offset_ns);
+  }
+  EXPECT_LT(worst_offset_ns, 5 * kMs) << "the last samples drifted from their absolute deadlines";
+  const auto stats = sampler.stats();
+  ASSERT_EQ(stats.size(), 1u);
+  EXPECT_EQ(stats[0].missed, 0u);
+  EXPECT_GT(stats[0].jitter_p99_ns, 0);
+  EXPECT_LT(stats[0].jitter_p99_ns, 5 * kMs);
+  EXPECT_LE(stats[0].jitter_p50_ns, stats[0].jitter_p99_ns);
+  EXPECT_GT(stats[0].cpu_ns, 0);
+}
+
+TEST(Sampler, SlowGroupNeverDelaysTheFastOne) {
+  TimedSource source;
+  Collected collected;
+  Sampler sampler({&source}, PeriodPlan{}, collected.sink());
+  sampler.start();
+  timespec nap{1, 0};
+  nanosleep(&nap, nullptr);
+  sampler.stop();
+  // Two devices × 30 ms slow reads every 100 ms would cap a shared loop at ~16 Hz; fast runs at 100 Hz anyway.
+  for (uint32_t device = 0; device < 2; ++device) {
+    const auto& fast = collected.times[{0u, device, 0u}];
+    const auto& slow = collected.times[{0u, device, 1u}];
+    EXPECT_GE(fast.size(), 95u) << "device " << device;
+    EXPECT_GE(slow.size(), 9u) << "device " << device;
+    EXPECT_LE(slow.size(), 11u) << "device " << device;
+    int64_t largest_gap_ns = 0;
+    for (size_t sample = 1; sample < fast.size(); ++sample) largest_gap_ns = std::max(largest_gap_ns, fast[sample] - fast[sample - 1]);
+    EXPECT_LT(largest_gap_ns, 15 * kMs) << "a fast read waited for a slow one";
+  }
+  bool fast_loop_seen = false;
+  for (const auto& stats : sampler.stats()) {
+    if (stats.group == "timed.fast") {
+      fast_loop_seen = true;
+      EXPECT_EQ(stats.missed, 0u);
+      EXPECT_LT(stats.jitter_p99_ns, 5 * kMs);
+    }
+  }
+  EXPECT_TRUE(fast_loop_seen);
+}
+
+TEST(Sampler, UnsupportedReportedOnceAndLostDeviceDoesNotStopOthers) {
+  TimedSource source;
+  source.lose_device_1_at_ns_ = core::monotonic_ns() + 300 * kMs;
+  Collected collected;
+  Sampler sampler({&source}, PeriodPlan{}, collected.sink());
+  sampler.start();
+  timespec nap{1, 0};
+  nanosleep(&nap, nullptr);
+  sampler.stop();
+  int unsupported = 0;
+  int lost = 0;
+  for (const auto& event : collected.events) {
+    if (event.message.find("missing_c is not supported") != std::string::npos) ++unsupported;
+    if (event.message.find("is lost") != std::string::npos) ++lost;
+  }
+  EXPECT_EQ(unsupported, 2);  // once per device, not once per period
+  EXPECT_EQ(lost, 1);         // device 1, once, although two loops read it
+  const auto& device0 = collected.times[{0u, 0u, 0u}];
+  const auto& device1 = collected.times[{0u, 1u, 0u}];
+  EXPECT_GE(device0.size(), 95u);
+  EXPECT_GE(device1.size(), 20u);
+  EXPECT_LE(device1.size(), 35u);  // stopped after ~300 ms
+  EXPECT_GT(device0.back(), device1.back() + 500 * kMs);  // device 0 kept recording
+}
+
+TEST(JitterHistogram, QuantilesAtMicrosecondResolution) {
+  JitterHistogram histogram;
+  for (int value = 1; value <= 100; ++value) histogram.add(value * 1000);
+  EXPECT_EQ(histogram.count(), 100u);
+  EXPECT_EQ(histogram.quantile_ns(0.5), 50'000);
+  EXPECT_EQ(histogram.quantile_ns(0.99), 99'000);
+  histogram.add(50 * kMs);  // beyond the bucketed range: reported exactly as the max
+  EXPECT_EQ(histogram.max_ns(), 50 * kMs);
+}
+
+TEST(PeriodPlan, MetricBeatsGroupBeatsFastSlowBeatsDefault) {
+  PeriodPlan plan;
+  const MetricInfo cheap{"power_instant_w", "W", MetricKind::kGauge, "nvml.fast", 20 * kMs, 2000};
+  const MetricInfo costly{"energy_j", "J", MetricKind::kCounter, "nvml.energy", 100 * kMs, 4 * kMs};
+  EXPECT_EQ(plan.period_for(cheap), 20 * kMs);
+  plan.fast_override_ns = 10 * kMs;
+  plan.slow_override_ns = 1000 * kMs;
+  EXPECT_EQ(plan.period_for(cheap), 10 * kMs);
+  EXPECT_EQ(plan.period_for(costly), 1000 * kMs);
+  plan.by_group_ns["nvml.energy"] = 200 * kMs;
+  EXPECT_EQ(plan.period_for(costly), 200 * kMs);
+  plan.by_metric_ns["energy_j"] = 50 * kMs;
+  EXPECT_EQ(plan.period_for(costly), 50 * kMs);
+}
+
+}  // namespace
+}  // namespace calo::telemetry

@@ -31,11 +31,11 @@ int comm_class(const graph::Op& op) {
 
 /// A collective instance (one call of one group) or a point-to-point message.
 struct Instance {
-  int expected = 0;              ///< arrivals needed (collective members; 1 for a message: its send)
-  int arrived = 0;               ///< arrivals so far
-  double last_arrival_s = 0;     ///< latest arrival
-  double cost_s = 0;             ///< transfer time (max over members)
-  double completion_s = kNotDone;  ///< set when complete (collective) or when the send is issued (message)
+  int expected = 0;                   ///< arrivals needed (collective members; 1 for a message: its send)
+  int arrived = 0;                    ///< arrivals so far
+  double last_arrival_s = 0;          ///< latest arrival
+  double cost_s = 0;                  ///< transfer time (max over members)
+  double completion_s = kNotDone;     ///< set when complete (collective) or when the send is issued (message)
   std::vector<std::int32_t> waiters;  ///< entities blocked on it
 };
 
@@ -44,11 +44,13 @@ struct EntityState {
   std::int32_t cursor[graph::kNumStreams] = {};
   double stream_free_s[graph::kNumStreams] = {};
   std::int32_t pending[graph::kNumStreams] = {-1, -1, -1, -1, -1};
+  double pending_ready_s[graph::kNumStreams] = {};  ///< arrival time of the pending op of each stream
   std::int64_t collective_count[graph::kNumGroupKinds] = {};
   std::int32_t sync_set[graph::kNumGroupKinds] = {-1, -1, -1, -1, -1, -1};
   std::int32_t sync_size[graph::kNumGroupKinds] = {};
   std::vector<double> finish_s;
   std::vector<double> begin_s;
+  std::vector<double> chain_start_s;  ///< start of the back-to-back run of transfers an op ends (comm ops)
   const std::vector<double>* comm_cost = nullptr;
   bool queued = false;
   std::uint64_t done_ops = 0;
@@ -91,12 +93,14 @@ const std::vector<double>& Engine::comm_costs(int program, int representative) {
     }
     placements[kind] = place_group(cluster_, graph_.groups[group_id].ranks);
     const auto& placement = placements[kind];
-    key += fmt::format("|{},{},{},{}", placement.size, placement.nodes, placement.per_node, placement.cross_leaf);
+    key += fmt::format("|{},{},{},{}", placement.size, placement.nodes, placement.per_node,
+                       placement.cross_leaf);
   }
   const auto& ops = graph_.programs[program].ops;
   std::map<int, int> peer_of_stage;  // peer stage -> peer rank (for node placement of messages)
   for (const auto& op : ops) {
-    if ((op.kind == graph::OpKind::kSend || op.kind == graph::OpKind::kRecv) && !peer_of_stage.contains(op.peer_stage)) {
+    if ((op.kind == graph::OpKind::kSend || op.kind == graph::OpKind::kRecv) &&
+        !peer_of_stage.contains(op.peer_stage)) {
       const int peer = graph_.peer_rank(representative, op);
       peer_of_stage[op.peer_stage] = peer;
       const int node_gpus = cluster_.node.gpus;
@@ -111,7 +115,8 @@ const std::vector<double>& Engine::comm_costs(int program, int representative) {
   for (std::size_t index = 0; index < ops.size(); ++index) {
     const auto& op = ops[index];
     if (op.kind == graph::OpKind::kCollective) {
-      (*costs)[index] = collective_time_s(cluster_, op.collective, op.bytes, placements[static_cast<int>(op.group)]);
+      (*costs)[index] =
+          collective_time_s(cluster_, op.collective, op.bytes, placements[static_cast<int>(op.group)]);
     } else if (op.kind == graph::OpKind::kSend || op.kind == graph::OpKind::kRecv) {
       (*costs)[index] = p2p_time_s(cluster_, op.bytes, representative, peer_of_stage[op.peer_stage]);
     }
@@ -119,8 +124,8 @@ const std::vector<double>& Engine::comm_costs(int program, int representative) {
   return *comm_cost_cache_.emplace(key, std::move(costs)).first->second;
 }
 
-EngineResult Engine::run(const std::vector<EngineEntity>& entities, const std::vector<std::int32_t>& entity_of_rank,
-                         bool record_timeline) {
+EngineResult Engine::run(const std::vector<EngineEntity>& entities,
+                         const std::vector<std::int32_t>& entity_of_rank, bool record_timeline) {
   const int entity_count = static_cast<int>(entities.size());
   std::vector<EntityState> states(entity_count);
   // Sync sets: for each entity and group kind, the set of entities covering its representative's group.
@@ -131,6 +136,7 @@ EngineResult Engine::run(const std::vector<EngineEntity>& entities, const std::v
     EntityState& state = states[entity];
     const auto& program = graph_.programs[spec.program];
     state.finish_s.assign(program.ops.size(), kNotDone);
+    state.chain_start_s.assign(program.ops.size(), 0.0);
     if (record_timeline) state.begin_s.assign(program.ops.size(), 0.0);
     state.comm_cost = &comm_costs(spec.program, spec.representative);
     for (int kind = 0; kind < graph::kNumGroupKinds; ++kind) {
@@ -199,7 +205,7 @@ EngineResult Engine::run(const std::vector<EngineEntity>& entities, const std::v
             Instance& instance = instances[state.pending[stream]];
             if (op.kind == graph::OpKind::kRecv) {
               if (instance.completion_s == kNotDone) break;
-              const double ready = state.stream_free_s[stream];  // stored arrival time of the receive
+              const double ready = state.pending_ready_s[stream];
               begin = std::max(ready, instance.last_arrival_s);
               finish = begin + instance.cost_s;
             } else {
@@ -225,15 +231,18 @@ EngineResult Engine::run(const std::vector<EngineEntity>& entities, const std::v
             }
             if (blocked) break;
             if (!is_comm(op.kind)) {
-              const double duration = power.cost(op_index).duration_s(spec.compute_stretch, spec.memory_stretch);
+              const double duration =
+                  power.cost(op_index).duration_s(spec.compute_stretch, spec.memory_stretch);
               begin = ready;
               finish = ready + duration;
               out.compute_busy_s += duration;
               if (binding >= 0 && stream == static_cast<int>(graph::Stream::kCompute)) {
                 const graph::Op& binding_op = program.ops[binding];
                 if (is_comm(binding_op.kind)) {
-                  const double gap = ready - state.stream_free_s[stream];
-                  out.exposed_comm_s[comm_class(binding_op)] += std::min(gap, (*state.comm_cost)[binding]);
+                  // Exposed: the part of the idle gap covered by the back-to-back transfers that ended with
+                  // the binding op (waiting for slower members or for the peer's compute is not).
+                  const double idle_from = std::max(state.stream_free_s[stream], state.chain_start_s[binding]);
+                  out.exposed_comm_s[comm_class(binding_op)] += std::max(0.0, ready - idle_from);
                 }
               }
             } else {
@@ -248,8 +257,9 @@ EngineResult Engine::run(const std::vector<EngineEntity>& entities, const std::v
                   begin = ready;
                   finish = ready + cost;
                 } else {
-                  const std::int32_t id = instance_for(open_instances, collective_key(state.sync_set[kind], kind, sequence),
-                                                       state.sync_size[kind]);
+                  const std::int32_t id =
+                      instance_for(open_instances, collective_key(state.sync_set[kind], kind, sequence),
+                                   state.sync_size[kind]);
                   Instance& instance = instances[id];
                   instance.arrived += 1;
                   instance.last_arrival_s = std::max(instance.last_arrival_s, ready);
@@ -263,12 +273,13 @@ EngineResult Engine::run(const std::vector<EngineEntity>& entities, const std::v
                   } else {
                     instance.waiters.push_back(entity);
                     state.pending[stream] = id;
-                    state.stream_free_s[stream] = ready;
+                    state.pending_ready_s[stream] = ready;
                     break;
                   }
                 }
               } else {
-                // Messages are eager: the sender finishes after its transfer; the receiver waits for the send.
+                // Messages are eager: the sender finishes after its transfer; the receiver waits for the
+                // send.
                 const int peer_rank = graph_.peer_rank(spec.representative, op);
                 const std::int32_t peer = entity_of_rank[peer_rank];
                 if (op.kind == graph::OpKind::kSend) {
@@ -287,7 +298,7 @@ EngineResult Engine::run(const std::vector<EngineEntity>& entities, const std::v
                   if (instance.completion_s == kNotDone) {
                     instance.waiters.push_back(entity);
                     state.pending[stream] = id;
-                    state.stream_free_s[stream] = ready;
+                    state.pending_ready_s[stream] = ready;
                     break;
                   }
                   begin = std::max(ready, instance.last_arrival_s);
@@ -299,6 +310,13 @@ EngineResult Engine::run(const std::vector<EngineEntity>& entities, const std::v
           }
           state.finish_s[op_index] = finish;
           if (record_timeline) state.begin_s[op_index] = begin;
+          if (is_comm(op.kind)) {
+            // A transfer that starts when the previous one on its stream ended continues that run.
+            const std::int32_t cursor = state.cursor[stream];
+            const bool continues = cursor > 0 && begin <= state.stream_free_s[stream] + 1e-12 &&
+                                   is_comm(program.ops[stream_ops[cursor - 1]].kind);
+            state.chain_start_s[op_index] = continues ? state.chain_start_s[stream_ops[cursor - 1]] : begin;
+          }
           state.stream_free_s[stream] = finish;
           state.cursor[stream] += 1;
           state.done_ops += 1;
@@ -318,10 +336,11 @@ EngineResult Engine::run(const std::vector<EngineEntity>& entities, const std::v
         if (state.cursor[stream] < static_cast<std::int32_t>(stream_ops.size())) {
           const auto& op = program.ops[stream_ops[state.cursor[stream]]];
           throw RuntimeFailure(fmt::format(
-              "simulation deadlocked: rank {} (stage {}) waits forever on op {} '{}' of stream {}; the graph's "
+              "simulation deadlocked: rank {} (stage {}) waits forever on op {} '{}' of stream {}; the "
+              "graph's "
               "collectives or send/recv pairs do not match (run the graph checkers: calo graph --check)",
-              entities[entity].representative, program.stage, stream_ops[state.cursor[stream]], graph::describe(op),
-              graph::to_string(graph::Stream(stream))));
+              entities[entity].representative, program.stage, stream_ops[state.cursor[stream]],
+              graph::describe(op), graph::to_string(graph::Stream(stream))));
         }
       }
     }
@@ -331,7 +350,8 @@ EngineResult Engine::run(const std::vector<EngineEntity>& entities, const std::v
       auto& timeline = result.entities[entity].timeline;
       timeline.reserve(program.ops.size());
       for (std::size_t op_index = 0; op_index < program.ops.size(); ++op_index) {
-        timeline.push_back({static_cast<std::int32_t>(op_index), state.begin_s[op_index], state.finish_s[op_index]});
+        timeline.push_back(
+            {static_cast<std::int32_t>(op_index), state.begin_s[op_index], state.finish_s[op_index]});
       }
     }
   }

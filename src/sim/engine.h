@@ -23,10 +23,11 @@ inline constexpr int kNumCommClasses = graph::kNumGroupKinds;
 
 /// One simulated entity: a tensor-parallel group of one replica class at one pipeline stage (and EP index).
 struct EngineEntity {
-  int program = 0;            ///< index into Graph::programs
-  int representative = 0;     ///< a global rank it stands for (groups and peers are taken from it)
-  double compute_stretch = 1; ///< multiplier on FLOP-bound time (f_max / f / speed of the slowest member)
-  double memory_stretch = 1;  ///< multiplier on byte-bound time and overheads (1 / speed of the slowest member)
+  int program = 0;             ///< index into Graph::programs
+  int representative = 0;      ///< a global rank it stands for (groups and peers are taken from it)
+  double compute_stretch = 1;  ///< multiplier on FLOP-bound time (f_max / f / speed of the slowest member)
+  double memory_stretch =
+      1;  ///< multiplier on byte-bound time and overheads (1 / speed of the slowest member)
 };
 
 /// Begin and end of one op on one entity (for timelines).
@@ -38,12 +39,12 @@ struct OpSpan {
 
 /// What one entity did during the iteration.
 struct EntityResult {
-  double end_s = 0;                                 ///< completion of its last op
-  double compute_busy_s = 0;                        ///< sum of compute-op durations
-  double comm_busy_s = 0;                           ///< sum of communication transfer times (all streams)
-  double exposed_comm_s[kNumCommClasses] = {};      ///< compute-stream idle time spent on transfers, per class
-  double comm_transfer_s[kNumCommClasses] = {};     ///< transfer time per class (overlapped or not)
-  std::vector<OpSpan> timeline;                     ///< every op, when a timeline was requested
+  double end_s = 0;                              ///< completion of its last op
+  double compute_busy_s = 0;                     ///< sum of compute-op durations
+  double comm_busy_s = 0;                        ///< sum of communication transfer times (all streams)
+  double exposed_comm_s[kNumCommClasses] = {};   ///< compute-stream idle time spent on transfers, per class
+  double comm_transfer_s[kNumCommClasses] = {};  ///< transfer time per class (overlapped or not)
+  std::vector<OpSpan> timeline;                  ///< every op, when a timeline was requested
 };
 
 /// One iteration's outcome.
@@ -58,8 +59,8 @@ class Engine {
  public:
   /// `powers[p]` holds the compute costs of graph.programs[p]; both must outlive the engine.
   Engine(const graph::Graph& graph, const ClusterSpec& cluster, const std::vector<ProgramPower>& powers);
-  /// Simulates one iteration. `entity_of_rank[r]` is the entity index standing for rank r (every rank must map).
-  /// Throws RuntimeFailure if the graph deadlocks (a collective or receive never completes).
+  /// Simulates one iteration. `entity_of_rank[r]` is the entity index standing for rank r (every rank must
+  /// map). Throws RuntimeFailure if the graph deadlocks (a collective or receive never completes).
   EngineResult run(const std::vector<EngineEntity>& entities, const std::vector<std::int32_t>& entity_of_rank,
                    bool record_timeline);
 

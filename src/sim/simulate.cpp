@@ -44,7 +44,9 @@ bool is_comm(graph::OpKind kind) {
 
 }  // namespace
 
-const char* comm_class_name(int comm_class) { return graph::to_string(graph::GroupKind(comm_class)); }
+const char* comm_class_name(int comm_class) {
+  return graph::to_string(graph::GroupKind(comm_class));
+}
 
 double tokens_per_s(const SimResult& result) {
   return result.iteration_s > 0 ? result.tokens_per_step / result.iteration_s : 0.0;
@@ -66,10 +68,11 @@ SimResult simulate(const graph::Graph& graph, const ClusterSpec& cluster, const 
   require_input(world >= 1, "the graph has no ranks; give a layout with at least one GPU");
   require_input(options.steps >= 1, fmt::format("--steps {} must be >= 1", options.steps));
   require_input(options.speed_factors.empty() || static_cast<int>(options.speed_factors.size()) == world,
-                fmt::format("{} speed factors given for {} GPUs; give one per GPU or none", options.speed_factors.size(),
-                            world));
+                fmt::format("{} speed factors given for {} GPUs; give one per GPU or none",
+                            options.speed_factors.size(), world));
   for (double speed : options.speed_factors) {
-    require_input(speed > 0 && speed <= 10, fmt::format("speed factor {} is out of range; use (0, 10]", speed));
+    require_input(speed > 0 && speed <= 10,
+                  fmt::format("speed factor {} is out of range; use (0, 10]", speed));
   }
   require_input(options.inlet_offset_c.empty() || static_cast<int>(options.inlet_offset_c.size()) == world,
                 fmt::format("{} inlet offsets given for {} GPUs; give one per GPU or none",
@@ -109,7 +112,8 @@ SimResult simulate(const graph::Graph& graph, const ClusterSpec& cluster, const 
     coords[rank] = coordinates(layout, rank);
     if (!options.speed_factors.empty()) speed[rank] = options.speed_factors[rank];
     const int slot = rank % cluster.node.gpus;
-    inlet_c[rank] = cluster.slot_inlet_c(slot) + (options.inlet_offset_c.empty() ? 0.0 : options.inlet_offset_c[rank]);
+    inlet_c[rank] =
+        cluster.slot_inlet_c(slot) + (options.inlet_offset_c.empty() ? 0.0 : options.inlet_offset_c[rank]);
     r_scale[rank] = cluster.slot_r_scale(slot);
     const int program = graph.program_of_rank[rank];
     cap_mhz[rank] = options.power_cap ? powers[program].power_cap_clock_mhz() : gpu.max_sm_mhz;
@@ -139,7 +143,8 @@ SimResult simulate(const graph::Graph& graph, const ClusterSpec& cluster, const 
 
   for (int step = 0; step < options.steps; ++step) {
     for (int rank = 0; rank < world; ++rank) {
-      thermal_limit[rank] = options.thermal ? thermal_clock_limit_mhz(gpu, thermal[rank].die_c) : gpu.max_sm_mhz;
+      thermal_limit[rank] =
+          options.thermal ? thermal_clock_limit_mhz(gpu, thermal[rank].die_c) : gpu.max_sm_mhz;
       clock[rank] = clock_bin_mhz(gpu, std::min(cap_mhz[rank], thermal_limit[rank]));
     }
     const EngineResult* engine_result = nullptr;
@@ -212,11 +217,14 @@ SimResult simulate(const graph::Graph& graph, const ClusterSpec& cluster, const 
       bool changed = false;
       for (int rank = 0; rank < world; ++rank) {
         const int program = graph.program_of_rank[rank];
-        const double comm_energy_j = active_comm_w * engine_result->entities[entity_of_rank[rank]].comm_busy_s;
-        const auto key = std::make_tuple(program, std::llround(comm_energy_j * 1e3), std::llround(speed[rank] * 1e6));
+        const double comm_energy_j =
+            active_comm_w * engine_result->entities[entity_of_rank[rank]].comm_busy_s;
+        const auto key =
+            std::make_tuple(program, std::llround(comm_energy_j * 1e3), std::llround(speed[rank] * 1e6));
         auto found = cap_cache.find(key);
         if (found == cap_cache.end()) {
-          found = cap_cache.emplace(key, powers[program].power_cap_clock_mhz(comm_energy_j, speed[rank])).first;
+          found =
+              cap_cache.emplace(key, powers[program].power_cap_clock_mhz(comm_energy_j, speed[rank])).first;
         }
         cap_mhz[rank] = found->second;
         const double next_clock = clock_bin_mhz(gpu, std::min(cap_mhz[rank], thermal_limit[rank]));
@@ -350,7 +358,8 @@ nlohmann::json to_json(const SimResult& result, bool per_gpu) {
       {"tokens_per_s", tokens_per_s(result)},
       {"model_tflops_per_gpu", model_flops_per_gpu(result) / 1e12},
       {"hardware_tflops_per_gpu",
-       result.iteration_s > 0 ? result.hardware_flops_per_step / result.iteration_s / result.world / 1e12 : 0.0},
+       result.iteration_s > 0 ? result.hardware_flops_per_step / result.iteration_s / result.world / 1e12
+                              : 0.0},
       {"mfu", mfu(result)},
       {"energy_per_step_j", energy_j / result.steps},
       {"mean_power_w", mean_power},

@@ -46,19 +46,19 @@ struct GpuResult {
 
 /// Per-step aggregate over GPUs.
 struct StepResult {
-  double iteration_s = 0;       ///< step time
-  double energy_j = 0;          ///< all GPUs
-  double mean_power_w = 0;      ///< mean over GPUs of their step power
-  double max_power_w = 0;       ///< highest GPU step-mean power
-  double min_die_c = 0;         ///< coolest die at step end
-  double mean_die_c = 0;        ///< mean die at step end
-  double max_die_c = 0;         ///< hottest die at step end
-  double min_clock_mhz = 0;     ///< slowest GPU clock in the step
-  double mean_clock_mhz = 0;    ///< mean GPU clock
-  int throttled_gpus = 0;       ///< GPUs below max clock
-  int replica_classes = 0;      ///< distinct replica classes simulated
-  int entities = 0;             ///< engine entities (tensor-parallel groups simulated)
-  bool reused = false;          ///< the engine result was reused from an identical earlier step
+  double iteration_s = 0;     ///< step time
+  double energy_j = 0;        ///< all GPUs
+  double mean_power_w = 0;    ///< mean over GPUs of their step power
+  double max_power_w = 0;     ///< highest GPU step-mean power
+  double min_die_c = 0;       ///< coolest die at step end
+  double mean_die_c = 0;      ///< mean die at step end
+  double max_die_c = 0;       ///< hottest die at step end
+  double min_clock_mhz = 0;   ///< slowest GPU clock in the step
+  double mean_clock_mhz = 0;  ///< mean GPU clock
+  int throttled_gpus = 0;     ///< GPUs below max clock
+  int replica_classes = 0;    ///< distinct replica classes simulated
+  int entities = 0;           ///< engine entities (tensor-parallel groups simulated)
+  bool reused = false;        ///< the engine result was reused from an identical earlier step
 };
 
 /// Everything a simulation produced.
@@ -76,16 +76,16 @@ struct SimResult {
   double iteration_s = 0;              ///< mean step time
   double last_iteration_s = 0;         ///< step time of the last step
   double compute_busy_s = 0;           ///< mean over GPUs, last step
-  double exposed_comm_s[kNumCommClasses] = {};  ///< mean over GPUs, last step
-  double comm_transfer_s[kNumCommClasses] = {}; ///< mean over GPUs, last step
-  double wait_s = 0;                   ///< last step: iteration - busy - exposed comm (bubbles, stragglers)
+  double exposed_comm_s[kNumCommClasses] = {};   ///< mean over GPUs, last step
+  double comm_transfer_s[kNumCommClasses] = {};  ///< mean over GPUs, last step
+  double wait_s = 0;                     ///< last step: iteration - busy - exposed comm (bubbles, stragglers)
   std::vector<StepResult> step_results;  ///< one per step
-  std::vector<GpuResult> gpus;         ///< one per GPU
-  std::vector<float> die_c;            ///< [step * world + rank] die temperature at step end
-  std::vector<float> clock_mhz;        ///< [step * world + rank] SM clock during the step
-  std::vector<float> power_w;          ///< [step * world + rank] mean power during the step
-  std::uint64_t op_events = 0;         ///< ops executed by the engine over all steps
-  double wall_s = 0;                   ///< host time the simulation took
+  std::vector<GpuResult> gpus;           ///< one per GPU
+  std::vector<float> die_c;              ///< [step * world + rank] die temperature at step end
+  std::vector<float> clock_mhz;          ///< [step * world + rank] SM clock during the step
+  std::vector<float> power_w;            ///< [step * world + rank] mean power during the step
+  std::uint64_t op_events = 0;           ///< ops executed by the engine over all steps
+  double wall_s = 0;                     ///< host time the simulation took
   /// Per-rank op timeline of the last step (only with record_timeline): rank -> spans.
   std::vector<std::vector<OpSpan>> timeline;
 };

@@ -1,0 +1,261 @@
+// `calo sim [--model M] [layout flags] --cluster NAME|FILE --gpus N [--steps K] [--json] [--timeline FILE]`:
+// simulates the execution graph of one training job on a modeled cluster (time, power, heat, throttling).
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "cli/command.h"
+#include "cli/layout_flags.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/table.h"
+#include "graph/graph.h"
+#include "sim/cluster.h"
+#include "sim/simulate.h"
+#ifdef CALO_SIM_HAS_STORE
+#include "sim/store_run.h"
+#include "store/run_store.h"
+#endif
+
+namespace calo::cli {
+namespace {
+
+struct SimFlags {
+  LayoutFlags layout;
+  std::string cluster;
+  int gpus = 0;
+  int steps = 1;
+  bool json = false;
+  bool per_gpu = false;
+  bool list = false;
+  std::string timeline;
+  std::string out;
+  bool no_store = false;
+  bool no_power_cap = false;
+  bool no_thermal = false;
+  std::vector<std::string> slow_gpus;
+  std::vector<std::string> hot_gpus;
+  double initial_die_c = -1;
+  bool dp_given = false;
+  std::string command_line;
+};
+
+/// Parses "RANK=VALUE" entries of --slow-gpu / --hot-gpu into a per-GPU vector.
+std::vector<double> per_gpu_values(const std::vector<std::string>& entries, int world, double fallback,
+                                   const std::string& flag) {
+  std::vector<double> values;
+  if (entries.empty()) return values;
+  values.assign(world, fallback);
+  for (const std::string& entry : entries) {
+    const auto equals = entry.find('=');
+    int rank = -1;
+    double value = 0;
+    try {
+      require_input(equals != std::string::npos, "");
+      rank = std::stoi(entry.substr(0, equals));
+      value = std::stod(entry.substr(equals + 1));
+    } catch (const std::exception&) {
+      throw InputError(fmt::format("{} '{}': expected RANK=VALUE, e.g. {} 3=0.9", flag, entry, flag));
+    }
+    require_input(rank >= 0 && rank < world,
+                  fmt::format("{} '{}': rank {} is outside 0..{}", flag, entry, rank, world - 1));
+    values[rank] = value;
+  }
+  return values;
+}
+
+void write_timeline(const std::string& path, const graph::Graph& graph, const sim::SimResult& result) {
+  // Chrome/Perfetto trace-event JSON: one process per rank, one thread per stream, times in microseconds.
+  nlohmann::json events = nlohmann::json::array();
+  for (int rank = 0; rank < static_cast<int>(result.timeline.size()); ++rank) {
+    const auto& program = graph.program(rank);
+    for (int stream = 0; stream < graph::kNumStreams; ++stream) {
+      events.push_back({{"ph", "M"},
+                        {"name", "thread_name"},
+                        {"pid", rank},
+                        {"tid", stream},
+                        {"args", {{"name", graph::to_string(graph::Stream(stream))}}}});
+    }
+    for (const sim::OpSpan& span : result.timeline[rank]) {
+      const graph::Op& op = program.ops[span.op];
+      events.push_back(
+          {{"ph", "X"},
+           {"name", graph::describe(op)},
+           {"cat", graph::to_string(op.kind)},
+           {"pid", rank},
+           {"tid", static_cast<int>(op.stream)},
+           {"ts", span.begin_s * 1e6},
+           {"dur", (span.end_s - span.begin_s) * 1e6},
+           {"args",
+            {{"microbatch", op.microbatch}, {"layer", op.layer}, {"phase", graph::to_string(op.phase)}}}});
+    }
+  }
+  std::ofstream file(path);
+  if (!file) throw InputError(fmt::format("--timeline: cannot write '{}'; give a writable path", path));
+  file << nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() << "\n";
+}
+
+void print_summary(const sim::SimResult& result, const nlohmann::json& json) {
+  fmt::print("# calo sim: {} on {} x {} ({})\n", result.model, result.world, result.cluster, result.layout);
+  fmt::print("# {} step(s), {} engine op events, {:.3f} s simulation wall time\n", result.steps,
+             result.op_events, result.wall_s);
+  core::TextTable table({"figure", "value", "unit"});
+  auto row = [&table](const std::string& figure, double value, const std::string& unit, int digits = 3) {
+    table.add_row({figure, fmt::format("{:.{}f}", value, digits), unit});
+  };
+  row("iteration time", result.iteration_s, "s", 4);
+  row("tokens/s", sim::tokens_per_s(result), "tokens/s", 0);
+  row("model TFLOP/s per GPU", sim::model_flops_per_gpu(result) / 1e12, "TFLOP/s", 1);
+  row("MFU", 100.0 * sim::mfu(result), "%", 1);
+  row("energy per step", json["energy_per_step_j"].get<double>() / 1e3, "kJ", 2);
+  row("mean power per GPU", json["mean_power_w"].get<double>(), "W", 1);
+  row("peak power (any GPU)", json["peak_power_w"].get<double>(), "W", 1);
+  row("power limit", result.power_limit_w, "W", 0);
+  row("hottest die", json["max_die_c"].get<double>(), "C", 1);
+  row("power-cap throttle per GPU", json["throttle_power_cap_s"].get<double>(), "s", 3);
+  row("thermal throttle per GPU", json["throttle_thermal_s"].get<double>(), "s", 3);
+  row("compute busy per GPU", result.compute_busy_s, "s", 4);
+  for (int klass = 0; klass < sim::kNumCommClasses; ++klass) {
+    if (result.comm_transfer_s[klass] <= 0) continue;
+    table.add_row({fmt::format("exposed {} comm (of {:.4f} s)", sim::comm_class_name(klass),
+                               result.comm_transfer_s[klass]),
+                   fmt::format("{:.4f}", result.exposed_comm_s[klass]), "s"});
+  }
+  row("bubble + straggler wait", result.wait_s, "s", 4);
+  fmt::print("{}", table.render());
+  if (result.steps > 1) {
+    core::TextTable steps(
+        {"step", "iteration", "mean power", "max power", "max die", "min clock", "throttled"});
+    steps.set_units({"", "s", "W", "W", "C", "MHz", "GPUs"});
+    const int stride = std::max(1, result.steps / 10);
+    for (int step = 0; step < result.steps; ++step) {
+      if (step % stride != 0 && step + 1 != result.steps) continue;
+      const auto& item = result.step_results[step];
+      steps.add_row({std::to_string(step), fmt::format("{:.4f}", item.iteration_s),
+                     fmt::format("{:.1f}", item.mean_power_w), fmt::format("{:.1f}", item.max_power_w),
+                     fmt::format("{:.1f}", item.max_die_c), fmt::format("{:.0f}", item.min_clock_mhz),
+                     std::to_string(item.throttled_gpus)});
+    }
+    fmt::print("{}", steps.render());
+  }
+}
+
+int run_sim(SimFlags& flags) {
+  if (flags.list) {
+    for (const auto& name : core::preset_names("clusters")) {
+      const sim::ClusterSpec cluster = sim::load_cluster(name);
+      fmt::print("{:18} {}\n", name, cluster.description);
+    }
+    return 0;
+  }
+  require_input(!flags.cluster.empty(),
+                "--cluster is required; presets: " +
+                    fmt::format("{}", fmt::join(core::preset_names("clusters"), ", ")));
+  const sim::ClusterSpec cluster = sim::load_cluster(flags.cluster);
+  auto& layout = flags.layout.layout;
+  if (flags.gpus > 0) {
+    const int model_parallel = layout.tp * layout.pp;
+    require_input(
+        model_parallel > 0 && flags.gpus % model_parallel == 0,
+        fmt::format("--gpus {} is not a multiple of tp*pp = {}; use a multiple such as {}", flags.gpus,
+                    model_parallel, model_parallel * std::max(1, flags.gpus / std::max(1, model_parallel))));
+    if (!flags.dp_given) {
+      layout.dp = flags.gpus / model_parallel;
+    } else {
+      require_input(layout.world_size() == flags.gpus,
+                    fmt::format("--gpus {} does not equal tp*pp*dp = {}; drop --dp to derive it ({})",
+                                flags.gpus, layout.world_size(), flags.gpus / model_parallel));
+    }
+  }
+  auto [model, resolved] = resolve(flags.layout);
+  const graph::Graph graph = graph::build_graph(model, resolved);
+  const int world = graph.world_size();
+  require_input(flags.timeline.empty() || world <= 64,
+                fmt::format("--timeline is for small cases (<= 64 GPUs); this layout has {} GPUs", world));
+
+  sim::SimOptions options;
+  options.steps = flags.steps;
+  options.power_cap = !flags.no_power_cap;
+  options.thermal = !flags.no_thermal;
+  options.speed_factors = per_gpu_values(flags.slow_gpus, world, 1.0, "--slow-gpu");
+  options.inlet_offset_c = per_gpu_values(flags.hot_gpus, world, 0.0, "--hot-gpu");
+  options.initial_die_c = flags.initial_die_c;
+  options.record_timeline = !flags.timeline.empty() || (world <= 64 && !flags.no_store);
+  const bool show_progress = options.steps > 1 && isatty(STDERR_FILENO) != 0;
+  if (show_progress) {
+    options.progress = [](int step, int steps) {
+      fmt::print(stderr, "\rsimulating step {}/{}", step + 1, steps);
+      if (step + 1 == steps) fmt::print(stderr, "\n");
+    };
+  }
+  const sim::SimResult result = sim::simulate(graph, cluster, options);
+  if (!flags.timeline.empty()) write_timeline(flags.timeline, graph, result);
+  nlohmann::json json = sim::to_json(result, flags.per_gpu);
+
+  std::string stored;
+#ifdef CALO_SIM_HAS_STORE
+  if (!flags.no_store) {
+    const std::string name = fmt::format("sim-{}-{}gpu", model.name, world);
+    const std::filesystem::path run_dir =
+        flags.out.empty() ? store::make_run_dir("runs", name) : std::filesystem::path(flags.out);
+    nlohmann::json config = {{"model", model::to_json(model)},   {"layout", parallel::to_json(resolved)},
+                             {"cluster", sim::to_json(cluster)}, {"steps", flags.steps},
+                             {"power_cap", options.power_cap},   {"thermal", options.thermal}};
+    sim::store_sim_run(run_dir, name, flags.command_line, config, graph, cluster, result);
+    stored = run_dir.string();
+    json["run_dir"] = stored;
+  }
+#else
+  if (!flags.no_store && !flags.out.empty()) {
+    std::ofstream file(flags.out);
+    require_input(static_cast<bool>(file), fmt::format("--out: cannot write '{}'", flags.out));
+    file << to_json(result, true).dump(2) << "\n";
+    stored = flags.out;
+  }
+#endif
+  if (flags.json) {
+    print_json(json);
+  } else {
+    print_summary(result, json);
+    if (!stored.empty()) fmt::print("# stored as run (kind sim): {}\n", stored);
+    if (!flags.timeline.empty()) fmt::print("# timeline (Perfetto/Chrome trace): {}\n", flags.timeline);
+  }
+  return 0;
+}
+
+const CommandRegistration kSim(
+    "sim", "simulate a training job's graph on a modeled cluster: step time, power, heat, throttling", 40,
+    [](CLI::App& app) -> std::function<int()> {
+      auto flags = std::make_shared<SimFlags>();
+      add_layout_flags(app, flags->layout, false);
+      app.add_option("--cluster,-c", flags->cluster, "Cluster preset (see --list) or YAML file");
+      app.add_option("--gpus,-n", flags->gpus, "GPUs; dp = gpus / (tp*pp) unless --dp is given");
+      app.add_option("--steps", flags->steps, "Iterations to simulate (temperatures evolve across them)")
+          ->capture_default_str();
+      app.add_flag("--json", flags->json, "Print the result as JSON");
+      app.add_flag("--per-gpu", flags->per_gpu, "Include per-GPU figures and trajectories in --json");
+      app.add_flag("--list", flags->list, "List the cluster presets");
+      app.add_option("--timeline", flags->timeline,
+                     "Write the last step's per-op timeline (trace-event JSON)");
+      app.add_option("--out", flags->out, "Run directory (default runs/<date>-sim-<model>-<N>gpu)");
+      app.add_flag("--no-store", flags->no_store, "Do not store the simulation as a run");
+      app.add_flag("--no-power-cap", flags->no_power_cap, "Disable the power-cap controller");
+      app.add_flag("--no-thermal", flags->no_thermal, "Disable the thermal model (constant temperatures)");
+      app.add_option("--slow-gpu", flags->slow_gpus,
+                     "RANK=SPEED: a GPU running at SPEED x nominal; repeatable");
+      app.add_option("--hot-gpu", flags->hot_gpus,
+                     "RANK=DEGREES: extra inlet temperature of a GPU; repeatable");
+      app.add_option("--initial-temp", flags->initial_die_c, "Start die temperature in C (default: idle)");
+      return [flags, &app] {
+        flags->dp_given = app.count("--dp") > 0;
+        flags->command_line = "calo sim";
+        for (const auto& arg : app.remaining()) flags->command_line += " " + arg;
+        return run_sim(*flags);
+      };
+    });
+
+}  // namespace
+}  // namespace calo::cli

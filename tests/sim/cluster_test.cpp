@@ -1,0 +1,73 @@
+// Cluster descriptions: every preset loads, the H200 host matches its fixture, bad files get clear errors.
+#include "sim/cluster.h"
+
+#include <gtest/gtest.h>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "sim_test_util.h"
+
+namespace calo::sim {
+namespace {
+
+TEST(Cluster, EveryPresetLoadsAndRoundTrips) {
+  const auto names = core::preset_names("clusters");
+  for (const char* expected : {"a100-dgx", "h100-hgx", "h200-hgx", "h200x4-nvswitch", "mi250"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
+  }
+  for (const auto& name : names) {
+    const ClusterSpec cluster = load_cluster(name);
+    EXPECT_EQ(cluster.name, name);
+    EXPECT_GT(cluster.gpu.peak_bf16_flops, 1e14) << name;
+    EXPECT_GT(cluster.nic_bandwidth_per_gpu(), 0) << name;
+    // to_json gives back an equivalent description.
+    const ClusterSpec again = parse_cluster(to_json(cluster), "round trip");
+    EXPECT_EQ(to_json(again), to_json(cluster)) << name;
+  }
+}
+
+TEST(Cluster, H200HostMatchesTheFixture) {
+  const ClusterSpec cluster = load_cluster("h200x4-nvswitch");
+  EXPECT_EQ(cluster.node.gpus, 4);
+  EXPECT_DOUBLE_EQ(cluster.gpu.idle_power_w, 117);
+  EXPECT_DOUBLE_EQ(cluster.gpu.power_limit_w, 700);
+  EXPECT_DOUBLE_EQ(cluster.gpu.max_sm_mhz, 1980);
+  // The fitted thermal resistances by slot reproduce the ~6 C spread under 690 W (GPU 1 hottest).
+  const double r_total = cluster.gpu.thermal.r_die_k_per_w + cluster.gpu.thermal.r_sink_k_per_w;
+  const double hottest = cluster.slot_inlet_c(1) + 690 * r_total * cluster.slot_r_scale(1);
+  const double coolest = cluster.slot_inlet_c(0) + 690 * r_total * cluster.slot_r_scale(0);
+  EXPECT_NEAR(hottest - coolest, 6.0, 1.0);
+  EXPECT_NEAR(coolest, 56, 2.0);  // GPU 0 reached 56 C at the end of the 45 s GEMM phase
+  EXPECT_NEAR(cluster.slot_inlet_c(0) + 117 * r_total, 35, 1.5);  // idle ~34-35 C
+}
+
+TEST(Cluster, RejectsTyposAndBadValuesWithTheKeyNamed) {
+  const auto dir = testing::temp_dir("cluster");
+  std::string text = testing::ideal_cluster_yaml(8);
+  const std::string typo = text + "colective: {algorithm: ring}\n";
+  try {
+    load_cluster(testing::write_file(dir / "typo.yaml", typo));
+    FAIL() << "expected InputError";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("colective"), std::string::npos) << error.what();
+  }
+  std::string bad_slots = text;
+  bad_slots.replace(bad_slots.find("  nvlink_latency_us: 0\n"), 22,
+                    "  nvlink_latency_us: 0\n  slot_r_scale: [1, 2]\n");
+  try {
+    load_cluster(testing::write_file(dir / "slots.yaml", bad_slots));
+    FAIL() << "expected InputError";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("slot_r_scale"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("one per GPU slot"), std::string::npos) << error.what();
+  }
+  std::string idle_above_cap = text;
+  idle_above_cap.replace(idle_above_cap.find("idle_power_w: 100"), 17, "idle_power_w: 900");
+  EXPECT_THROW(load_cluster(testing::write_file(dir / "idle.yaml", idle_above_cap)), InputError);
+  std::string bad_algorithm = text + "collective: {algorithm: butterfly}\n";
+  EXPECT_THROW(load_cluster(testing::write_file(dir / "algo.yaml", bad_algorithm)), InputError);
+  EXPECT_THROW(load_cluster("no-such-cluster"), InputError);
+}
+
+}  // namespace
+}  // namespace calo::sim

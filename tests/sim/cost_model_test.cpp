@@ -1,0 +1,134 @@
+// Cost models against closed forms: ring all-reduce, hierarchical placement, GEMM roofline, messages.
+#include "sim/cost_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "sim_test_util.h"
+
+namespace calo::sim {
+namespace {
+
+std::vector<std::int32_t> ranks_range(int first, int count, int stride) {
+  std::vector<std::int32_t> ranks(count);
+  for (int index = 0; index < count; ++index) ranks[index] = first + index * stride;
+  return ranks;
+}
+
+TEST(CostModel, RingAllReduceInsideANodeIsTheClosedForm) {
+  ClusterSpec cluster = load_cluster("h200-hgx");
+  cluster.collective.algorithm = "ring";
+  const double bytes = 256.0 * 1024 * 1024;
+  const auto ranks = ranks_range(0, 8, 1);
+  const GroupPlacement placement = place_group(cluster, ranks);
+  EXPECT_EQ(placement.nodes, 1);
+  EXPECT_EQ(placement.per_node, 8);
+  const double bandwidth = cluster.node.nvlink_bandwidth_bytes_per_s;
+  const double efficiency =
+      cluster.collective.bw_efficiency_max * bytes / (bytes + cluster.collective.bw_half_bytes);
+  const double expected =
+      2.0 * 7 / 8 * bytes / (bandwidth * efficiency) + 2.0 * 7 * cluster.node.nvlink_latency_s;
+  EXPECT_NEAR(collective_time_s(cluster, graph::CollectiveKind::kAllReduce, bytes, placement), expected,
+              expected * 1e-12);
+  // All-gather and reduce-scatter move half of it: (n-1)/n S/B + (n-1) latency.
+  const double half = 7.0 / 8 * bytes / (bandwidth * efficiency) + 7 * cluster.node.nvlink_latency_s;
+  EXPECT_NEAR(collective_time_s(cluster, graph::CollectiveKind::kAllGather, bytes, placement), half,
+              half * 1e-12);
+}
+
+TEST(CostModel, OneGpuPerNodeUsesItsRailAndOversubscriptionAcrossLeaves) {
+  ClusterSpec cluster = load_cluster("h200-hgx");
+  cluster.collective.algorithm = "ring";
+  cluster.network.nodes_per_leaf = 4;
+  const double bytes = 64.0 * 1024 * 1024;
+  const auto within_leaf = ranks_range(0, 4, 8);  // ranks 0, 8, 16, 24: one per node, nodes 0..3
+  const GroupPlacement placement = place_group(cluster, within_leaf);
+  EXPECT_EQ(placement.nodes, 4);
+  EXPECT_EQ(placement.per_node, 1);
+  EXPECT_FALSE(placement.cross_leaf);
+  const double rail = cluster.nic_bandwidth_per_gpu();  // 8 x 400 Gb/s over 8 GPUs = 50 GB/s
+  EXPECT_DOUBLE_EQ(rail, 50e9);
+  const double expected = ring_all_reduce_s(cluster.collective, 4, bytes, rail, cluster.network.latency_s);
+  EXPECT_DOUBLE_EQ(collective_time_s(cluster, graph::CollectiveKind::kAllReduce, bytes, placement), expected);
+  cluster.network.oversubscription = 2.0;
+  const auto across = ranks_range(0, 8, 8);  // nodes 0..7: two leaves
+  const GroupPlacement wide = place_group(cluster, across);
+  EXPECT_TRUE(wide.cross_leaf);
+  const double slower =
+      ring_all_reduce_s(cluster.collective, 8, bytes, rail / 2.0, 2.0 * cluster.network.latency_s);
+  EXPECT_DOUBLE_EQ(collective_time_s(cluster, graph::CollectiveKind::kAllReduce, bytes, wide), slower);
+}
+
+TEST(CostModel, HierarchicalAllReduceBeatsAFlatRingOverTheNetwork) {
+  ClusterSpec cluster = load_cluster("h200-hgx");
+  cluster.collective.algorithm = "ring";
+  const double bytes = 1024.0 * 1024 * 1024;
+  const auto two_nodes = ranks_range(0, 16, 1);
+  const GroupPlacement placement = place_group(cluster, two_nodes);
+  EXPECT_EQ(placement.nodes, 2);
+  EXPECT_EQ(placement.per_node, 8);
+  const double hierarchical = collective_time_s(cluster, graph::CollectiveKind::kAllReduce, bytes, placement);
+  const double flat_network = ring_all_reduce_s(cluster.collective, 16, bytes,
+                                                cluster.nic_bandwidth_per_gpu(), cluster.network.latency_s);
+  EXPECT_LT(hierarchical, flat_network);
+  const double nvlink_only =
+      ring_all_reduce_s(cluster.collective, 16, bytes, cluster.node.nvlink_bandwidth_bytes_per_s,
+                        cluster.node.nvlink_latency_s);
+  EXPECT_GT(hierarchical, nvlink_only);
+}
+
+TEST(CostModel, TreeWinsForSmallMessagesWhenAuto) {
+  ClusterSpec cluster = load_cluster("h200-hgx");
+  const auto ranks = ranks_range(0, 64, 8);
+  const GroupPlacement placement = place_group(cluster, ranks);
+  cluster.collective.algorithm = "ring";
+  const double ring_small = collective_time_s(cluster, graph::CollectiveKind::kAllReduce, 4096, placement);
+  const double ring_large = collective_time_s(cluster, graph::CollectiveKind::kAllReduce, 8e9, placement);
+  cluster.collective.algorithm = "tree";
+  const double tree_small = collective_time_s(cluster, graph::CollectiveKind::kAllReduce, 4096, placement);
+  const double tree_large = collective_time_s(cluster, graph::CollectiveKind::kAllReduce, 8e9, placement);
+  EXPECT_LT(tree_small, ring_small);
+  EXPECT_GT(tree_large, ring_large);
+  cluster.collective.algorithm = "auto";
+  EXPECT_DOUBLE_EQ(collective_time_s(cluster, graph::CollectiveKind::kAllReduce, 4096, placement),
+                   tree_small);
+  EXPECT_DOUBLE_EQ(collective_time_s(cluster, graph::CollectiveKind::kAllReduce, 8e9, placement), ring_large);
+}
+
+TEST(CostModel, GemmRooflineWithShapeDependentEfficiency) {
+  const ClusterSpec cluster = load_cluster("h200-hgx");
+  graph::Op gemm;
+  gemm.kind = graph::OpKind::kGemm;
+  gemm.gemm.m = gemm.gemm.n = gemm.gemm.k = 8192;
+  gemm.flops = 2.0 * 8192.0 * 8192.0 * 8192.0;
+  const ComputeCost big = compute_cost(cluster.gpu, gemm);
+  const double efficiency = gemm_efficiency(cluster.gpu.efficiency, 8192, 8192, 8192);
+  EXPECT_NEAR(big.compute_s, gemm.flops / (cluster.gpu.peak_bf16_flops * efficiency), 1e-15);
+  EXPECT_GT(big.compute_s, big.memory_s);  // compute-bound
+  EXPECT_NEAR(big.duration_s(1, 1), big.compute_s + cluster.gpu.efficiency.kernel_overhead_s, 1e-15);
+  // At 3/4 clock the FLOP-bound part stretches by 4/3, a memory-bound op does not.
+  EXPECT_NEAR(big.duration_s(4.0 / 3, 1) - big.overhead_s, big.compute_s * 4.0 / 3, 1e-15);
+  graph::Op skinny = gemm;
+  skinny.gemm.m = 16;
+  skinny.flops = 2.0 * 16 * 8192.0 * 8192.0;
+  const ComputeCost small = compute_cost(cluster.gpu, skinny);
+  EXPECT_LT(skinny.flops / small.compute_s, gemm.flops / big.compute_s);  // lower achieved FLOP/s
+  EXPECT_GT(small.memory_s, small.compute_s);                             // a skinny GEMM is memory-bound
+  EXPECT_NEAR(small.duration_s(1.2, 1), small.duration_s(1, 1), 1e-15);     // so the clock does not matter
+}
+
+TEST(CostModel, MessagesUseNvlinkInsideANodeAndTheRailAcross) {
+  const ClusterSpec cluster = load_cluster("h200-hgx");
+  const double bytes = 32.0 * 1024 * 1024;
+  const double efficiency = bandwidth_efficiency(cluster.collective, bytes);
+  EXPECT_DOUBLE_EQ(
+      p2p_time_s(cluster, bytes, 0, 7),
+      cluster.node.nvlink_latency_s + bytes / (cluster.node.nvlink_bandwidth_bytes_per_s * efficiency));
+  EXPECT_DOUBLE_EQ(p2p_time_s(cluster, bytes, 0, 8),
+                   cluster.network.latency_s + bytes / (cluster.nic_bandwidth_per_gpu() * efficiency));
+}
+
+}  // namespace
+}  // namespace calo::sim

@@ -1,0 +1,209 @@
+// The engine and the multi-step driver on real graphs: closed forms (pipeline bubble, data-parallel step),
+// power cap and heat invariants, and the study's qualitative findings (hot GPU stragglers, micro-batch
+// bursts).
+#include "sim/simulate.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "sim/cost_model.h"
+#include "sim_test_util.h"
+
+namespace calo::sim {
+namespace {
+
+/// A compute-bound dense model whose stages are uniform (tiny vocabulary: embedding and logits are
+/// negligible).
+constexpr const char* kUniformModel =
+    "name: uniform-test\n"
+    "num_layers: 8\n"
+    "hidden_size: 1024\n"
+    "ffn_hidden_size: 4096\n"
+    "num_attention_heads: 16\n"
+    "num_kv_heads: 16\n"
+    "vocab_size: 128\n"
+    "seq_length: 2048\n"
+    "activation: gelu\n"
+    "norm: layernorm\n"
+    "position_embedding: rope\n";
+
+class SimulateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::temp_dir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    model_path_ = testing::write_file(dir_ / "uniform.yaml", kUniformModel);
+    ideal_ = load_cluster(testing::write_file(dir_ / "ideal.yaml", testing::ideal_cluster_yaml(8)));
+  }
+  parallel::Layout layout(int tp, int pp, int dp, int micro_batch, int global_batch) const {
+    parallel::Layout result;
+    result.tp = tp;
+    result.pp = pp;
+    result.dp = dp;
+    result.micro_batch = micro_batch;
+    result.global_batch = global_batch;
+    return result;
+  }
+  std::filesystem::path dir_;
+  std::string model_path_;
+  ClusterSpec ideal_;
+};
+
+TEST_F(SimulateTest, PipelineBubbleMatchesTheClosedForm) {
+  for (int microbatches : {4, 8, 16}) {
+    const int pp = 4;
+    const graph::Graph graph = testing::make_graph(model_path_, layout(1, pp, 1, 2, 2 * microbatches));
+    SimOptions options;
+    options.power_cap = false;
+    options.thermal = false;
+    const SimResult result = simulate(graph, ideal_, options);
+    const double bubble = 1.0 - result.compute_busy_s / result.iteration_s;
+    const double expected = (pp - 1.0) / (microbatches + pp - 1.0);
+    EXPECT_NEAR(bubble, expected, 0.02) << "m=" << microbatches;
+    EXPECT_EQ(result.step_results[0].replica_classes, 1);
+  }
+}
+
+TEST_F(SimulateTest, DataParallelStepIsComputePlusExposedAllReduce) {
+  const ClusterSpec cluster = load_cluster("h200-hgx");
+  const graph::Graph graph = testing::make_graph(model_path_, layout(1, 1, 8, 1, 8));
+  SimOptions options;
+  options.power_cap = false;
+  options.thermal = false;
+  const SimResult result = simulate(graph, cluster, options);
+  // Closed form: every gradient all-reduce of the DP group, back to back after the backward pass.
+  double all_reduce_s = 0;
+  const auto& program = graph.program(0);
+  const auto& group = graph.groups[graph.group_id(0, graph::GroupKind::kDp)];
+  const GroupPlacement placement = place_group(cluster, group.ranks);
+  for (const auto& op : program.ops) {
+    if (op.kind == graph::OpKind::kCollective && op.group == graph::GroupKind::kDp) {
+      all_reduce_s += collective_time_s(cluster, op.collective, op.bytes, placement);
+    }
+  }
+  ASSERT_GT(all_reduce_s, 0);
+  const double dp = static_cast<int>(graph::GroupKind::kDp);
+  EXPECT_NEAR(result.iteration_s, result.compute_busy_s + all_reduce_s, 1e-9 + 1e-6 * result.iteration_s);
+  EXPECT_NEAR(result.exposed_comm_s[static_cast<int>(dp)], all_reduce_s, 1e-6 * result.iteration_s);
+  // Overlapping the gradient reduction with backward hides part of it.
+  parallel::Layout overlapped = layout(1, 1, 8, 1, 8);
+  overlapped.overlap_grad_reduce = true;
+  const SimResult hidden = simulate(testing::make_graph(model_path_, overlapped), cluster, options);
+  EXPECT_LT(hidden.iteration_s, result.iteration_s);
+}
+
+TEST_F(SimulateTest, PowerNeverExceedsTheCapInSteadyState) {
+  const ClusterSpec cluster = load_cluster("h200x4-nvswitch");
+  const graph::Graph graph = testing::make_graph(model_path_, layout(2, 1, 2, 4, 16));
+  SimOptions options;
+  options.steps = 5;
+  const SimResult result = simulate(graph, cluster, options);
+  int throttled = 0;
+  for (int step = 0; step < options.steps; ++step) {
+    for (int rank = 0; rank < result.world; ++rank) {
+      const std::size_t index = static_cast<std::size_t>(step) * result.world + rank;
+      EXPECT_LE(result.power_w[index], cluster.gpu.power_limit_w + 1e-9)
+          << "step " << step << " rank " << rank;
+      throttled += result.clock_mhz[index] < cluster.gpu.max_sm_mhz;
+    }
+  }
+  EXPECT_GT(throttled, 0) << "the cap must bind for this test to mean anything";
+  // Without the cap the same job draws more than the limit while busy.
+  options.power_cap = false;
+  const SimResult uncapped = simulate(graph, cluster, options);
+  EXPECT_LT(uncapped.iteration_s, result.iteration_s);
+  EXPECT_GT(uncapped.gpus[0].peak_power_w, cluster.gpu.power_limit_w);
+}
+
+TEST_F(SimulateTest, SteadyStateTemperatureIsInletPlusPowerTimesResistance) {
+  std::string text = testing::ideal_cluster_yaml(4);
+  text.replace(
+      text.find("  efficiency:"), 0,
+      "  thermal: {r_die_k_per_w: 0.03, r_sink_k_per_w: 0.02, tau_die_s: 1.0e-6, tau_sink_s: 1.0e-6}\n");
+  text.replace(text.find("  nvlink_latency_us: 0\n"), 0,
+               "  inlet_c: 30\n  slot_inlet_offset_c: [0, 1, 2, 3]\n");
+  const ClusterSpec cluster = load_cluster(testing::write_file(dir_ / "fast-thermal.yaml", text));
+  const graph::Graph graph = testing::make_graph(model_path_, layout(1, 2, 2, 2, 8));
+  SimOptions options;
+  options.steps = 3;
+  const SimResult result = simulate(graph, cluster, options);
+  for (int rank = 0; rank < result.world; ++rank) {
+    const std::size_t index = static_cast<std::size_t>(options.steps - 1) * result.world + rank;
+    const double expected = 30 + (rank % 4) + result.power_w[index] * 0.05;
+    EXPECT_NEAR(result.die_c[index], expected, 1e-4) << "rank " << rank;
+  }
+}
+
+TEST_F(SimulateTest, HotGpuStragglesItsPipelineAndItsDataParallelGroup) {
+  const ClusterSpec cluster = load_cluster("h200x4-nvswitch");
+  const graph::Graph graph = testing::make_graph(model_path_, layout(1, 2, 2, 4, 32));
+  SimOptions options;
+  options.steps = 200;  // ~6 s: several die time constants, enough for the hot die to reach its slowdown
+  const SimResult cool = simulate(graph, cluster, options);
+  options.inlet_offset_c = {0, 0, 0, 50};  // rank 3 (stage 1, replica 1) breathes 50 C hotter air
+  const SimResult hot = simulate(graph, cluster, options);
+  const int last = options.steps - 1;
+  auto clock_of = [&](const SimResult& result, int rank) {
+    return result.clock_mhz[last * result.world + rank];
+  };
+  EXPECT_LT(clock_of(hot, 3), clock_of(cool, 3) - 100) << "the hot GPU must throttle thermally";
+  EXPECT_GT(hot.gpus[3].throttle_thermal_s, 0);
+  for (int rank : {0, 1, 2}) EXPECT_EQ(clock_of(hot, rank), clock_of(cool, rank)) << rank;
+  EXPECT_GT(hot.iteration_s, cool.iteration_s * 1.05);  // everyone's step is longer
+  // Rank 2 (its pipeline peer) and rank 1 (its data-parallel peer) wait: they draw less power on average.
+  for (int rank : {1, 2}) EXPECT_LT(hot.gpus[rank].mean_power_w, cool.gpus[rank].mean_power_w) << rank;
+  EXPECT_EQ(hot.step_results[last].replica_classes, 2);
+}
+
+TEST_F(SimulateTest, SlowGpuAnywhereInTheGroupCostsTheSame) {
+  const ClusterSpec cluster = load_cluster("h200-hgx");
+  const graph::Graph graph = testing::make_graph(model_path_, layout(2, 2, 4, 1, 16));
+  SimOptions options;
+  const SimResult nominal = simulate(graph, cluster, options);
+  EXPECT_EQ(nominal.step_results[0].replica_classes, 1);
+  std::vector<double> speed(16, 1.0);
+  speed[0] = 0.8;
+  options.speed_factors = speed;
+  const SimResult first = simulate(graph, cluster, options);
+  speed[0] = 1.0;
+  speed[6] = 0.8;  // same stage (0), another replica (3)
+  options.speed_factors = speed;
+  const SimResult last = simulate(graph, cluster, options);
+  EXPECT_EQ(first.step_results[0].replica_classes, 2);
+  EXPECT_GT(first.iteration_s, nominal.iteration_s * 1.1);
+  EXPECT_NEAR(first.iteration_s, last.iteration_s, 1e-3 * nominal.iteration_s);
+  options.speed_factors.assign(16, 0.9);  // everyone slow: one class again
+  EXPECT_EQ(simulate(graph, cluster, options).step_results[0].replica_classes, 1);
+}
+
+TEST_F(SimulateTest, LargerMicroBatchesRaisePeakPower) {
+  const ClusterSpec cluster = load_cluster("h200x4-nvswitch");
+  double previous_peak = 0;
+  for (int micro_batch : {1, 4}) {
+    // Short sequences make small micro-batches run skinny, inefficient GEMMs.
+    parallel::Layout small = layout(1, 1, 4, micro_batch, 16);
+    small.seq_length = 256;
+    const SimResult result = simulate(testing::make_graph(model_path_, small), cluster, {});
+    double peak = 0;
+    for (const auto& gpu : result.gpus) peak = std::max(peak, gpu.peak_power_w);
+    EXPECT_GT(peak, previous_peak + 10) << "mbs " << micro_batch;
+    previous_peak = peak;
+  }
+}
+
+TEST_F(SimulateTest, RejectsOptionsThatDoNotFitTheGraph) {
+  const graph::Graph graph = testing::make_graph(model_path_, layout(1, 1, 2, 1, 2));
+  SimOptions options;
+  options.speed_factors = {1.0, 1.0, 1.0};
+  EXPECT_THROW(simulate(graph, ideal_, options), InputError);
+  options.speed_factors = {1.0, -1.0};
+  EXPECT_THROW(simulate(graph, ideal_, options), InputError);
+  options.speed_factors.clear();
+  options.steps = 0;
+  EXPECT_THROW(simulate(graph, ideal_, options), InputError);
+}
+
+}  // namespace
+}  // namespace calo::sim

@@ -1,0 +1,105 @@
+// `calo compare RUN_A RUN_B [...]`: figures side by side, ratios to the first run, and for a simulated run
+// against a measured one the relative error per figure.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <memory>
+
+#include "analyze/compare.h"
+#include "cli/command.h"
+#include "core/table.h"
+
+namespace calo::cli {
+namespace {
+
+struct CompareFlags {
+  std::vector<std::string> runs;
+  bool json = false;
+};
+
+std::string cell(double value) {
+  if (std::isnan(value)) return "-";
+  double magnitude = std::fabs(value);
+  if (magnitude >= 1e5) return fmt::format("{:.4g}", value);
+  if (magnitude >= 100) return fmt::format("{:.1f}", value);
+  return fmt::format("{:.4g}", value);
+}
+
+int run_compare(const CompareFlags& flags) {
+  std::vector<analyze::RunAnalysis> runs;
+  for (const auto& run : flags.runs) runs.push_back(analyze::analyze_run(run));
+  auto comparison = analyze::compare_runs(runs);
+  if (flags.json) {
+    nlohmann::json rows = nlohmann::json::array();
+    auto nullable = [](const std::vector<double>& values) {
+      nlohmann::json out = nlohmann::json::array();
+      for (double value : values)
+        out.push_back(std::isnan(value) ? nlohmann::json(nullptr) : nlohmann::json(value));
+      return out;
+    };
+    for (const auto& row : comparison.rows) {
+      rows.push_back({{"key", row.key},
+                      {"unit", row.unit},
+                      {"values", nullable(row.values)},
+                      {"ratio", nullable(row.ratio)},
+                      {"sim_error", nullable(row.sim_error)}});
+    }
+    print_json({{"runs", comparison.run_labels},
+                {"measured_reference", comparison.measured_reference},
+                {"rows", rows}});
+    return 0;
+  }
+  std::vector<std::string> headers = {"figure", "unit"};
+  for (std::size_t index = 0; index < runs.size(); ++index)
+    headers.push_back(fmt::format("run{}", index + 1));
+  for (std::size_t index = 1; index < runs.size(); ++index)
+    headers.push_back(fmt::format("run{}/run1", index + 1));
+  bool errors = comparison.measured_reference >= 0;
+  std::vector<std::size_t> sim_runs;
+  for (std::size_t index = 0; index < runs.size(); ++index) {
+    if (errors && runs[index].run.kind == store::RunKind::kSim) {
+      sim_runs.push_back(index);
+      headers.push_back(fmt::format("run{} err", index + 1));
+    }
+  }
+  core::TextTable table(headers);
+  for (const auto& row : comparison.rows) {
+    bool any = false;
+    for (double value : row.values) any = any || !std::isnan(value);
+    if (!any) continue;
+    std::vector<std::string> cells = {row.key, row.unit};
+    for (double value : row.values) cells.push_back(cell(value));
+    for (std::size_t index = 1; index < runs.size(); ++index) {
+      cells.push_back(std::isnan(row.ratio[index]) ? "-" : fmt::format("{:.3f}", row.ratio[index]));
+    }
+    for (std::size_t index : sim_runs) {
+      cells.push_back(std::isnan(row.sim_error[index]) ? "-"
+                                                       : fmt::format("{:+.1f}%", row.sim_error[index] * 100));
+    }
+    table.add_row(cells);
+  }
+  for (std::size_t index = 0; index < runs.size(); ++index) {
+    fmt::print("# run{}: {} — {}\n", index + 1, comparison.run_labels[index], runs[index].run_dir.string());
+  }
+  fmt::print("{}", table.render());
+  for (std::size_t index : sim_runs) {
+    fmt::print("run{} (sim) vs run{} (measured): mean |error| {:.1f}%\n", index + 1,
+               comparison.measured_reference + 1, analyze::mean_abs_sim_error(comparison, index) * 100);
+  }
+  return 0;
+}
+
+const CommandRegistration kCompare(
+    "compare", "compare runs side by side (ratios; error of a simulated run against a measured one)", 85,
+    [](CLI::App& app) -> std::function<int()> {
+      auto flags = std::make_shared<CompareFlags>();
+      app.add_option("RUN", flags->runs, "two or more run directories; the first is the reference")
+          ->required()
+          ->expected(2, -1)
+          ->check(CLI::ExistingDirectory);
+      app.add_flag("--json", flags->json, "print the comparison as JSON");
+      return [flags] { return run_compare(*flags); };
+    });
+
+}  // namespace
+}  // namespace calo::cli

@@ -1,0 +1,186 @@
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+
+#include "report/export.h"
+#include "report/html_report.h"
+#include "report/svg_chart.h"
+#include "synthetic_run.h"
+
+namespace calo::report {
+namespace {
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// Runs `command`, returns its stdout and sets `status` to the exit code.
+std::string run_command(const std::string& command, int& status) {
+  std::string output;
+  std::FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    status = -1;
+    return output;
+  }
+  char buffer[65536];
+  std::size_t got = 0;
+  while ((got = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, got);
+  int raw = ::pclose(pipe);
+  status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return output;
+}
+
+std::string chromium_binary() {
+  for (const char* candidate : {"/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"}) {
+    if (std::filesystem::exists(candidate)) return candidate;
+  }
+  return "";
+}
+
+std::string attribute(const std::string& dom, const std::string& name) {
+  std::smatch match;
+  std::regex pattern("<body[^>]*\\s" + name + "=\"([^\"]*)\"");
+  return std::regex_search(dom, match, pattern) ? match[1].str() : "";
+}
+
+TEST(Svg, NiceTicksAndEscaping) {
+  auto ticks = nice_ticks(0, 97, 5);
+  ASSERT_FALSE(ticks.empty());
+  EXPECT_DOUBLE_EQ(ticks.front(), 0);
+  EXPECT_DOUBLE_EQ(ticks[1], 20);
+  EXPECT_EQ(escape_html("<a & \"b\">"), "&lt;a &amp; &quot;b&quot;&gt;");
+  std::vector<analyze::Bucket> buckets = {{1, 3, 2, 4}, {0, 0, 0, 0}, {2, 5, 3, 2}};
+  std::string svg = time_series_chart("t", "power", "W", 10, {{"GPU 0", buckets}}, {1.0, 5.0});
+  EXPECT_NE(svg.find("data-points=\"6\""), std::string::npos);
+  EXPECT_NE(svg.find("power (W)"), std::string::npos);
+  EXPECT_NE(svg.find("GPU 0"), std::string::npos);
+}
+
+// Renders a measured run (with kernels) and a simulated run, checks the HTML, then loads it in headless
+// Chromium: the page's own check script must report every chart non-empty and no JS error; a screenshot is
+// kept in the build tree (report_test.png) for a person to look at.
+TEST(HtmlReport, RendersInHeadlessChromiumWithEveryChartFilled) {
+  calo::testing::TempDir dir("report");
+  calo::testing::write_synthetic_run(dir.path / "measured", store::RunKind::kRecord, 1.0, true);
+  calo::testing::write_synthetic_run(dir.path / "sim", store::RunKind::kSim, 1.1);
+  std::vector<analyze::RunAnalysis> runs = {analyze::analyze_run(dir.path / "measured"),
+                                            analyze::analyze_run(dir.path / "sim")};
+  std::string html = render_html_report(runs, {"Synthetic report"});
+  int charts = count_charts(html);
+  // Comparison bars, 4 overlays (power, temperature, clock, step time), per run: 3 time series + heatmap;
+  // measured run: 2 kernel charts.
+  EXPECT_EQ(charts, 1 + 4 + 2 * 4 + 2);
+  EXPECT_EQ(html.find("http://"), html.find("http://www.w3.org/2000/svg"));  // no network references
+  EXPECT_EQ(html.find("https://"), std::string::npos);
+  std::regex empty_chart("data-points=\"0\"");
+  EXPECT_FALSE(std::regex_search(html, empty_chart));
+  for (const char* expected : {"tokens_per_s", "mfu", "samples_per_s_mj", "sim error vs measured", "node 0",
+                               "Stragglers", "all_reduce exposed", "step time"}) {
+    EXPECT_NE(html.find(expected), std::string::npos) << expected;
+  }
+  auto page = std::filesystem::path(CALO_BINARY_DIR) / "report_test.html";
+  std::ofstream(page) << html;
+
+  std::string chromium = chromium_binary();
+  if (chromium.empty()) {
+    GTEST_SKIP() << "no Chromium: install the Debian package `chromium` (scripts/install_deps.sh) for the "
+                    "browser check";
+  }
+  std::string flags = " --headless=new --no-sandbox --disable-gpu --hide-scrollbars --user-data-dir=" +
+                      (dir.path / "chromium-profile").string();
+  int status = 0;
+  std::string dom = run_command(
+      chromium + flags + " --virtual-time-budget=5000 --dump-dom file://" + page.string() + " 2>/dev/null",
+      status);
+  ASSERT_EQ(status, 0) << "chromium --dump-dom failed";
+  EXPECT_EQ(attribute(dom, "data-ready"), "1") << "the page's check script did not run";
+  EXPECT_EQ(attribute(dom, "data-charts"), std::to_string(charts));
+  EXPECT_EQ(attribute(dom, "data-empty-charts"), "0");
+  EXPECT_EQ(attribute(dom, "data-js-errors"), "0");
+  auto screenshot = std::filesystem::path(CALO_BINARY_DIR) / "report_test.png";
+  std::filesystem::remove(screenshot);
+  run_command(chromium + flags + " --window-size=1280,6000 --screenshot=" + screenshot.string() + " file://" +
+                  page.string() + " 2>/dev/null",
+              status);
+  ASSERT_EQ(status, 0);
+  ASSERT_TRUE(std::filesystem::exists(screenshot));
+  EXPECT_GT(std::filesystem::file_size(screenshot), 50'000u);  // a blank page compresses to a few KiB
+}
+
+TEST(Export, PerfettoAndCsvHoldEverySampleAndSpan) {
+  calo::testing::TempDir dir("export");
+  calo::testing::write_synthetic_run(dir.path / "run", store::RunKind::kRecord, 1.0, true);
+  auto stats = export_perfetto(dir.path / "run", dir.path / "trace.json");
+  EXPECT_EQ(stats.samples, 10000);
+  EXPECT_EQ(stats.spans, 8 + 14);
+  auto trace = nlohmann::json::parse(read_file(dir.path / "trace.json"));
+  int counters = 0;
+  int slices = 0;
+  std::set<std::string> tracks;
+  for (const auto& event : trace["traceEvents"]) {
+    if (event["ph"] == "C") {
+      ++counters;
+      tracks.insert(std::to_string(event["pid"].get<int>()) + event["name"].get<std::string>());
+    }
+    if (event["ph"] == "X") ++slices;
+  }
+  EXPECT_EQ(counters, 10000);
+  EXPECT_EQ(tracks.size(), 10u);  // 5 metrics x 2 GPUs
+  EXPECT_EQ(slices, 22);
+  auto csv_stats = export_csv(dir.path / "run", dir.path / "csv");
+  EXPECT_EQ(csv_stats.samples, 10000);
+  std::string samples = read_file(dir.path / "csv" / "samples.csv");
+  EXPECT_EQ(std::count(samples.begin(), samples.end(), '\n'), 10001);
+  EXPECT_NE(samples.find("0,0,power_instant_w,W,300,"), std::string::npos);
+  EXPECT_TRUE(std::filesystem::exists(dir.path / "csv" / "summaries.csv"));
+  std::string spans = read_file(dir.path / "csv" / "spans.csv");
+  EXPECT_NE(spans.find("kernel,0,0,ncclDevKernel_AllReduce,all_reduce,"), std::string::npos);
+}
+
+// The commands end to end on the hand-made trace fixtures: ingest -> report -> export -> compare.
+TEST(Commands, IngestReportExportCompare) {
+  auto calo = std::filesystem::path(CALO_BINARY_DIR) / "calo";
+  if (!std::filesystem::exists(calo)) GTEST_SKIP() << "calo binary not built in " << CALO_BINARY_DIR;
+  calo::testing::TempDir dir("commands");
+  auto fixtures = std::filesystem::path(CALO_SOURCE_DIR) / "tests" / "fixtures";
+  int status = 0;
+  std::string out = run_command(calo.string() + " ingest " + (fixtures / "kineto_rank0.json").string() + " " +
+                                    (fixtures / "kineto_rank1.json").string() + " --out " +
+                                    (dir.path / "ingest").string() + " --json",
+                                status);
+  ASSERT_EQ(status, 0) << out;
+  auto result = nlohmann::json::parse(out);
+  EXPECT_EQ(result["kernels"], 19);
+  EXPECT_NEAR(result["lanes"][0]["categories"]["all_reduce"]["exposed_s"].get<double>(), 4.5e-6, 1e-12);
+  out = run_command(calo.string() + " report " + (dir.path / "ingest").string() + " --out " +
+                        (dir.path / "r.html").string() + " --json",
+                    status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_EQ(nlohmann::json::parse(out)["charts"], 2);  // kernel categories + exposed/overlapped comm
+  out = run_command(calo.string() + " export " + (dir.path / "ingest").string() +
+                        " --format perfetto --out " + (dir.path / "t.json").string() + " --json",
+                    status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_EQ(nlohmann::json::parse(out)["spans"], 19 + 2);
+  calo::testing::write_synthetic_run(dir.path / "measured", store::RunKind::kRecord);
+  calo::testing::write_synthetic_run(dir.path / "sim", store::RunKind::kSim, 1.1);
+  out = run_command(
+      calo.string() + " compare " + (dir.path / "measured").string() + " " + (dir.path / "sim").string(),
+      status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("+10.0%"), std::string::npos) << out;  // energy of the sim run is 1.1x
+  run_command(calo.string() + " ingest " + (dir.path / "missing.json").string() + " 2>&1", status);
+  EXPECT_EQ(status, 2);
+  run_command(calo.string() + " export " + (dir.path / "measured").string() + " --format xml 2>&1", status);
+  EXPECT_EQ(status, 2);
+}
+
+}  // namespace
+}  // namespace calo::report

@@ -222,9 +222,10 @@ class ProgramBuilder {
   }
 
   /// A communication op the next compute op must wait for.
-  int blocking(Op op) {
+  /// `after`: an earlier comm op on another stream whose result this one sends (-1 for none).
+  int blocking(Op op, int after = -1) {
     op.phase = phase_;
-    const int index = add(op, {last_compute_});
+    const int index = add(op, {last_compute_, after});
     waits_.push_back(index);
     return index;
   }
@@ -437,12 +438,15 @@ class ProgramBuilder {
     const double routed_bytes =
         static_cast<double>(dims_.tokens_local) * model_.moe_top_k * dims_.hidden * kBf16Bytes;
     const double gathered_bytes = local_expert_tokens() * static_cast<double>(dims_.hidden) * kBf16Bytes;
+    // The TP gather forwards what the dispatch received; the combine sends what the TP scatter reduced.
+    int dispatch = -1;
     if (layout_.ep > 1)
-      blocking(
+      dispatch = blocking(
           collective_op(CollectiveKind::kAllToAll, GroupKind::kEp, routed_bytes, Stream::kEpComm, phase_));
     if (dims_.tp > 1)
       blocking(
-          collective_op(CollectiveKind::kAllGather, GroupKind::kTp, gathered_bytes, Stream::kTpComm, phase_));
+          collective_op(CollectiveKind::kAllGather, GroupKind::kTp, gathered_bytes, Stream::kTpComm, phase_),
+          dispatch);
     auto [first, count] = local_experts();
     const std::int64_t ffn_per_rank = dims_.ffn / dims_.tp;
     const std::int64_t fc1_per_rank = dims_.fc1_out / dims_.tp;
@@ -460,12 +464,14 @@ class ProgramBuilder {
         gemm(GemmWeight::kExpertFc1, GemmPass::kWgrad, dims_.hidden, fc1_per_rank, tokens, expert);
       }
     }
+    int scatter = -1;
     if (dims_.tp > 1)
-      blocking(collective_op(CollectiveKind::kReduceScatter, GroupKind::kTp, gathered_bytes, Stream::kTpComm,
-                             phase_));
+      scatter = blocking(collective_op(CollectiveKind::kReduceScatter, GroupKind::kTp, gathered_bytes,
+                                       Stream::kTpComm, phase_));
     if (layout_.ep > 1)
       blocking(
-          collective_op(CollectiveKind::kAllToAll, GroupKind::kEp, routed_bytes, Stream::kEpComm, phase_));
+          collective_op(CollectiveKind::kAllToAll, GroupKind::kEp, routed_bytes, Stream::kEpComm, phase_),
+          scatter);
   }
 
   void layer_forward() {
@@ -973,6 +979,9 @@ std::vector<RankOp> materialize(const Graph& graph, int rank) {
   require_input(rank >= 0 && rank < graph.world_size(),
                 fmt::format("--rank {} is outside 0..{}", rank, graph.world_size() - 1));
   const RankProgram& program = graph.program(rank);
+  const auto& layout = graph.layout;
+  const int ep_index = ((rank / layout.tp) % layout.dp) % layout.ep;
+  const int expert_offset = graph.model.is_moe() ? ep_index * (graph.model.num_experts / layout.ep) : 0;
   std::vector<RankOp> ops;
   ops.reserve(program.ops.size());
   for (std::size_t index = 0; index < program.ops.size(); ++index) {
@@ -982,6 +991,9 @@ std::vector<RankOp> materialize(const Graph& graph, int rank) {
     rank_op.deps.assign(deps.begin(), deps.end());
     rank_op.op.dep_begin = 0;
     if (rank_op.op.kind == OpKind::kCollective) rank_op.group_id = graph.group_id(rank, rank_op.op.group);
+    // A program shared by all EP indices lists the experts of EP index 0; shift to this rank's experts.
+    if (rank_op.op.kind == OpKind::kGemm && rank_op.op.gemm.expert >= 0 && program.ep_index < 0)
+      rank_op.op.gemm.expert += expert_offset;
     if (rank_op.op.kind == OpKind::kSend || rank_op.op.kind == OpKind::kRecv)
       rank_op.peer_rank = graph.peer_rank(rank, rank_op.op);
     ops.push_back(std::move(rank_op));

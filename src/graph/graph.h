@@ -68,7 +68,9 @@ struct GemmShape {
   DType dtype = DType::kBf16;            ///< operand type (accumulation is fp32)
   GemmWeight weight = GemmWeight::kQkv;  ///< which weight
   GemmPass pass = GemmPass::kForward;    ///< forward, dgrad or wgrad
-  std::int32_t expert = -1;              ///< global expert index for expert GEMMs, else -1
+  /// Global expert index for expert GEMMs, else -1. In a program shared by all EP indices
+  /// (RankProgram::ep_index = -1) it is the index for EP index 0; materialize() gives each rank its own.
+  std::int32_t expert = -1;
 };
 
 /// Shape of an attention-core op (per rank: heads are already divided by tp).

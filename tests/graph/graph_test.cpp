@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 
 #include "core/error.h"
 #include "graph/check.h"
@@ -444,6 +445,41 @@ TEST(GraphStructure, MoeDispatchesWithAllToAll) {
   EXPECT_EQ(all_to_all, 4 * 4);  // 4 layers x (dispatch, combine) x (fwd, bwd)
   EXPECT_EQ(router, 4 * 3);      // fwd, dgrad, wgrad
   EXPECT_EQ(experts, 4 * 3);     // one local expert
+}
+
+TEST(GraphStructure, MoeTensorGatherWaitsForDispatchAndCombineForScatter) {
+  Case test_case{"tiny-moe", make_layout(2, 1, 4, 1, 4)};
+  test_case.layout.ep = 4;
+  const Graph graph = build(test_case);
+  const RankProgram& program = graph.programs[0];
+  int checked = 0;
+  for (std::size_t index = 1; index < program.ops.size(); ++index) {
+    const Op& op = program.ops[index];
+    const Op& before = program.ops[index - 1];
+    if (op.kind != OpKind::kCollective || before.kind != OpKind::kCollective) continue;
+    if (op.group != GroupKind::kEp && before.group != GroupKind::kEp) continue;
+    // all_to_all (ep) -> all_gather (tp), and reduce_scatter (tp) -> all_to_all (ep), on different streams.
+    ASSERT_NE(op.stream, before.stream);
+    auto deps = program.deps_of(index);
+    EXPECT_NE(std::find(deps.begin(), deps.end(), static_cast<std::int32_t>(index - 1)), deps.end())
+        << describe(before) << " -> " << describe(op);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4 * 4);  // 4 layers x (dispatch->gather, scatter->combine) x (fwd, bwd)
+}
+
+TEST(GraphStructure, MaterializeGivesEachEpRankItsOwnExperts) {
+  Case test_case{"tiny-moe", make_layout(1, 1, 4, 1, 4)};
+  test_case.layout.ep = 4;
+  const Graph graph = build(test_case);
+  ASSERT_EQ(graph.programs.size(), 1u);  // uniform load: one shared program
+  for (int rank = 0; rank < 4; ++rank) {
+    std::set<int> experts;
+    for (const auto& rank_op : materialize(graph, rank))
+      if (rank_op.op.kind == OpKind::kGemm && rank_op.op.gemm.expert >= 0)
+        experts.insert(rank_op.op.gemm.expert);
+    EXPECT_EQ(experts, std::set<int>{rank}) << "rank " << rank;
+  }
 }
 
 TEST(GraphStructure, MaterializeResolvesPeersAndGroups) {

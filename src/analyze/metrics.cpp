@@ -2,6 +2,7 @@
 #include "analyze/metrics.h"
 
 #include <fmt/format.h>
+#include <sqlite3.h>
 
 #include <algorithm>
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "store/summary.h"
@@ -21,21 +23,17 @@ namespace {
 constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
 constexpr int64_t kSwingWindowNs = 100'000'000;
 
-bool is_power_metric(const std::string& name) {
-  return name == "power_instant_w" || name == "power_avg_w";
-}
-
 // Accumulates one series; fed samples in time order.
 class SeriesAccumulator {
  public:
   SeriesAccumulator(const store::MetricInfo& metric, int64_t window_begin_ns, int64_t window_end_ns,
-                    int64_t chart_begin_ns, int64_t chart_end_ns, int32_t buckets)
+                    int64_t chart_begin_ns, int64_t chart_end_ns, int32_t buckets, bool keep_values)
       : metric_(metric),
         window_begin_ns_(window_begin_ns),
         window_end_ns_(window_end_ns),
         chart_begin_ns_(chart_begin_ns),
         chart_span_ns_(std::max<int64_t>(1, chart_end_ns - chart_begin_ns)),
-        keep_values_(is_power_metric(metric.name)),
+        keep_values_(keep_values),
         keep_samples_(metric.kind == store::MetricKind::kCounter) {
     digest_.metric = metric.name;
     digest_.unit = metric.unit;
@@ -89,7 +87,7 @@ class SeriesAccumulator {
     previous_value_ = value;
     previous_t_ns_ = t_ns;
     if (keep_values_) {
-      values_.push_back(value);
+      values_.push_back(static_cast<float>(value));
       track_swing(t_ns, value);
     }
   }
@@ -102,7 +100,10 @@ class SeriesAccumulator {
       digest_.time_mean =
           weighted_time_ > 0 ? weighted_sum_ / weighted_time_ : sum_ / static_cast<double>(window_count_);
       if (keep_values_) {
-        digest_.values = distribution_of(values_);
+        std::vector<double> values(values_.begin(), values_.end());
+        values_.clear();
+        values_.shrink_to_fit();
+        digest_.values = distribution_of(values);
       } else {
         digest_.values.count = window_count_;
         digest_.values.mean = sum_ / static_cast<double>(window_count_);
@@ -122,6 +123,9 @@ class SeriesAccumulator {
   }
 
   double trapezoid_j() const { return trapezoid_; }
+  int64_t last_t_ns() const {
+    return digest_.count > 0 ? digest_.last_t_ns : std::numeric_limits<int64_t>::min();
+  }
   const std::vector<store::Sample>& samples() const { return samples_; }
 
  private:
@@ -154,7 +158,7 @@ class SeriesAccumulator {
   bool has_previous_ = false;
   double previous_value_ = 0;
   int64_t previous_t_ns_ = 0;
-  std::vector<double> values_;
+  std::vector<float> values_;  // float halves memory for hours of 100 Hz power; quantiles need no more
   std::vector<store::Sample> samples_;
   std::deque<std::pair<int64_t, double>> max_deque_;
   std::deque<std::pair<int64_t, double>> min_deque_;
@@ -208,6 +212,57 @@ Workload read_workload(const store::RunInfo& run, const std::vector<store::Summa
 
 int32_t lane_of(const store::Span& span) {
   return span.device_idx >= 0 ? span.device_idx : span.rank;
+}
+
+// Feeds every sample to its series in SQLite storage order. Returns false (and the caller re-reads per
+// series) when a series is not in time order in storage, or a row names an unknown device or metric.
+bool scan_in_storage_order(const std::filesystem::path& run_dir,
+                           const std::vector<store::DeviceInfo>& devices,
+                           const std::vector<store::MetricInfo>& metrics,
+                           std::vector<std::vector<SeriesAccumulator>>& series) {
+  std::filesystem::path db_path =
+      std::filesystem::is_directory(run_dir) ? run_dir / store::kRunDbName : run_dir;
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr) !=
+      SQLITE_OK) {
+    sqlite3_close(db);
+    return false;
+  }
+  std::unique_ptr<sqlite3, decltype(&sqlite3_close)> db_guard(db, &sqlite3_close);
+  sqlite3_stmt* raw = nullptr;
+  if (sqlite3_prepare_v2(db, "SELECT device_idx, metric_id, t_ns, value FROM sample", -1, &raw, nullptr) !=
+      SQLITE_OK) {
+    return false;
+  }
+  std::unique_ptr<sqlite3_stmt, decltype(&sqlite3_finalize)> statement(raw, &sqlite3_finalize);
+  std::unordered_map<int64_t, std::size_t> slot_of;
+  for (std::size_t slot = 0; slot < devices.size(); ++slot) slot_of[devices[slot].idx] = slot;
+  std::unordered_map<int64_t, std::size_t> metric_of;
+  for (std::size_t index = 0; index < metrics.size(); ++index) metric_of[metrics[index].id] = index;
+  store::Sample sample;
+  int64_t cached_device = std::numeric_limits<int64_t>::min();
+  int64_t cached_metric = std::numeric_limits<int64_t>::min();
+  SeriesAccumulator* accumulator = nullptr;
+  int step = SQLITE_ROW;
+  while ((step = sqlite3_step(raw)) == SQLITE_ROW) {
+    int64_t device_idx = sqlite3_column_int64(raw, 0);
+    int64_t metric_id = sqlite3_column_int64(raw, 1);
+    if (device_idx != cached_device || metric_id != cached_metric) {
+      auto found_slot = slot_of.find(device_idx);
+      auto found_metric = metric_of.find(metric_id);
+      if (found_slot == slot_of.end() || found_metric == metric_of.end()) return false;
+      accumulator = &series[found_slot->second][found_metric->second];
+      cached_device = device_idx;
+      cached_metric = metric_id;
+    }
+    sample.device_idx = static_cast<int32_t>(device_idx);
+    sample.metric_id = static_cast<int32_t>(metric_id);
+    sample.t_ns = sqlite3_column_int64(raw, 2);
+    sample.value = sqlite3_column_double(raw, 3);
+    if (sample.t_ns < accumulator->last_t_ns()) return false;
+    accumulator->add(sample);
+  }
+  return step == SQLITE_DONE;
 }
 
 }  // namespace
@@ -306,83 +361,114 @@ RunAnalysis analyze_run(const std::filesystem::path& run_dir, const AnalyzeOptio
     analysis.t_end_ns = analysis.chart_end_ns;
   }
 
-  // Series: parallel over devices, one reader per thread.
+  // Series. Fast path: one sequential scan of the sample table in storage order (SQLite's rowid order, about
+  // 5x cheaper per row than the per-series index walk); valid when every series was appended in time order,
+  // which the scan verifies. Otherwise: per-series queries, parallel over devices, one reader per thread.
   std::size_t device_count = analysis.devices.size();
   std::vector<std::vector<SeriesDigest>> digests(device_count);
   std::vector<DeviceMetrics> device_metrics(device_count);
   std::vector<int64_t> samples_read(device_count, 0);
-  int32_t threads =
-      options.threads > 0 ? options.threads : static_cast<int32_t>(std::thread::hardware_concurrency());
-  threads = std::clamp<int32_t>(threads, 1, static_cast<int32_t>(std::max<std::size_t>(device_count, 1)));
-  std::mutex error_mutex;
-  std::exception_ptr first_error;
-  std::atomic<std::size_t> next_device{0};
   double window_s = static_cast<double>(analysis.t_end_ns - analysis.t_begin_ns) * 1e-9;
-  auto work = [&] {
-    try {
-      store::RunReader thread_reader(run_dir);
-      for (std::size_t slot = next_device++; slot < device_count; slot = next_device++) {
-        const auto& device = analysis.devices[slot];
-        DeviceMetrics out;
-        out.device = device;
-        std::map<std::string, double> counter_delta;
-        for (const auto& metric : metrics) {
-          SeriesAccumulator accumulator(metric, analysis.t_begin_ns, analysis.t_end_ns,
-                                        analysis.chart_begin_ns, analysis.chart_end_ns,
-                                        options.chart_buckets);
-          thread_reader.for_each_sample(device.idx, metric.id,
-                                        [&](const store::Sample& sample) { accumulator.add(sample); });
-          double trapezoid = accumulator.trapezoid_j();
-          if (metric.kind == store::MetricKind::kCounter && !accumulator.samples().empty()) {
-            counter_delta[metric.name] = store::counter_value_at(accumulator.samples(), analysis.t_end_ns) -
-                                         store::counter_value_at(accumulator.samples(), analysis.t_begin_ns);
-          }
-          SeriesDigest digest = accumulator.finish();
-          samples_read[slot] += digest.count;
-          if (digest.count == 0) continue;
-          if (metric.name == "power_instant_w" ||
-              (metric.name == "power_avg_w" && std::isnan(out.power_mean_w))) {
-            out.power_mean_w = digest.time_mean;
-            out.power_p50_w = digest.values.p50;
-            out.power_p99_w = digest.values.p99;
-            out.power_peak_w = digest.values.max;
-            out.power_peak_to_mean = digest.values.max / digest.time_mean;
-            out.power_swing_100ms_w = digest.max_swing_100ms;
-            out.power_integral_j = trapezoid;
-          } else if (metric.name == "temp_gpu_c") {
-            out.temp_mean_c = digest.time_mean;
-            out.temp_peak_c = digest.values.max;
-          } else if (metric.name == "clock_sm_mhz") {
-            out.sm_clock_mean_mhz = digest.time_mean;
-          } else if (metric.name == "util_gpu_pct") {
-            out.util_mean_pct = digest.time_mean;
-          } else if (metric.name == "clock_event_reasons" && std::isnan(out.throttle_fraction[0])) {
-            // NVML clock-event bits: 0x4 SW power cap, 0x20 SW thermal, 0x40 HW thermal, 0x80 HW power brake.
-            out.throttle_fraction = {digest.bit_fraction[2], digest.bit_fraction[5], digest.bit_fraction[6],
-                                     digest.bit_fraction[7]};
-          }
-          digests[slot].push_back(std::move(digest));
-        }
-        if (counter_delta.contains("energy_j")) out.energy_j = counter_delta["energy_j"];
-        const char* counters[] = {"throttle_power_cap_s", "throttle_sw_thermal_s", "throttle_hw_thermal_s",
-                                  "throttle_power_brake_s"};
-        for (std::size_t reason = 0; reason < 4; ++reason) {
-          if (counter_delta.contains(counters[reason]) && window_s > 0) {
-            out.throttle_fraction[reason] = counter_delta[counters[reason]] / window_s;
-          }
-        }
-        device_metrics[slot] = std::move(out);
-      }
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mutex);
-      if (!first_error) first_error = std::current_exception();
+  bool has_instant_power = false;
+  for (const auto& metric : metrics)
+    has_instant_power = has_instant_power || metric.name == "power_instant_w";
+  auto make_accumulators = [&] {
+    std::vector<SeriesAccumulator> accumulators;
+    accumulators.reserve(metrics.size());
+    for (const auto& metric : metrics) {
+      bool keep_values =
+          metric.name == "power_instant_w" || (metric.name == "power_avg_w" && !has_instant_power);
+      accumulators.emplace_back(metric, analysis.t_begin_ns, analysis.t_end_ns, analysis.chart_begin_ns,
+                                analysis.chart_end_ns, options.chart_buckets, keep_values);
     }
+    return accumulators;
   };
-  std::vector<std::thread> pool;
-  for (int32_t worker = 1; worker < threads; ++worker) pool.emplace_back(work);
-  work();
-  for (auto& thread : pool) thread.join();
-  if (first_error) std::rethrow_exception(first_error);
+  auto summarize = [&](std::size_t slot, std::vector<SeriesAccumulator>& accumulators) {
+    DeviceMetrics out;
+    out.device = analysis.devices[slot];
+    std::map<std::string, double> counter_delta;
+    for (std::size_t index = 0; index < metrics.size(); ++index) {
+      const auto& metric = metrics[index];
+      auto& accumulator = accumulators[index];
+      double trapezoid = accumulator.trapezoid_j();
+      if (metric.kind == store::MetricKind::kCounter && !accumulator.samples().empty()) {
+        counter_delta[metric.name] = store::counter_value_at(accumulator.samples(), analysis.t_end_ns) -
+                                     store::counter_value_at(accumulator.samples(), analysis.t_begin_ns);
+      }
+      SeriesDigest digest = accumulator.finish();
+      samples_read[slot] += digest.count;
+      if (digest.count == 0) continue;
+      if (metric.name == "power_instant_w" || (metric.name == "power_avg_w" && !has_instant_power)) {
+        out.power_mean_w = digest.time_mean;
+        out.power_p50_w = digest.values.p50;
+        out.power_p99_w = digest.values.p99;
+        out.power_peak_w = digest.values.max;
+        out.power_peak_to_mean = digest.values.max / digest.time_mean;
+        out.power_swing_100ms_w = digest.max_swing_100ms;
+        out.power_integral_j = trapezoid;
+      } else if (metric.name == "temp_gpu_c") {
+        out.temp_mean_c = digest.time_mean;
+        out.temp_peak_c = digest.values.max;
+      } else if (metric.name == "clock_sm_mhz") {
+        out.sm_clock_mean_mhz = digest.time_mean;
+      } else if (metric.name == "util_gpu_pct") {
+        out.util_mean_pct = digest.time_mean;
+      } else if (metric.name == "clock_event_reasons" && std::isnan(out.throttle_fraction[0])) {
+        // NVML clock-event bits: 0x4 SW power cap, 0x20 SW thermal, 0x40 HW thermal, 0x80 HW power brake.
+        out.throttle_fraction = {digest.bit_fraction[2], digest.bit_fraction[5], digest.bit_fraction[6],
+                                 digest.bit_fraction[7]};
+      }
+      digests[slot].push_back(std::move(digest));
+    }
+    if (counter_delta.contains("energy_j")) out.energy_j = counter_delta["energy_j"];
+    const char* counters[] = {"throttle_power_cap_s", "throttle_sw_thermal_s", "throttle_hw_thermal_s",
+                              "throttle_power_brake_s"};
+    for (std::size_t reason = 0; reason < 4; ++reason) {
+      if (counter_delta.contains(counters[reason]) && window_s > 0) {
+        out.throttle_fraction[reason] = counter_delta[counters[reason]] / window_s;
+      }
+    }
+    device_metrics[slot] = std::move(out);
+  };
+
+  std::vector<std::vector<SeriesAccumulator>> all_series(device_count);
+  for (auto& accumulators : all_series) accumulators = make_accumulators();
+  bool scanned =
+      options.storage_order_scan && scan_in_storage_order(run_dir, analysis.devices, metrics, all_series);
+  analysis.storage_order_scan = scanned;
+  if (scanned) {
+    for (std::size_t slot = 0; slot < device_count; ++slot) summarize(slot, all_series[slot]);
+  } else {
+    all_series.clear();
+    int32_t threads =
+        options.threads > 0 ? options.threads : static_cast<int32_t>(std::thread::hardware_concurrency());
+    threads = std::clamp<int32_t>(threads, 1, static_cast<int32_t>(std::max<std::size_t>(device_count, 1)));
+    std::mutex error_mutex;
+    std::exception_ptr first_error;
+    std::atomic<std::size_t> next_device{0};
+    auto work = [&] {
+      try {
+        store::RunReader thread_reader(run_dir);
+        for (std::size_t slot = next_device++; slot < device_count; slot = next_device++) {
+          auto accumulators = make_accumulators();
+          for (std::size_t index = 0; index < metrics.size(); ++index) {
+            thread_reader.for_each_sample(
+                analysis.devices[slot].idx, metrics[index].id,
+                [&](const store::Sample& sample) { accumulators[index].add(sample); });
+          }
+          summarize(slot, accumulators);
+        }
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!first_error) first_error = std::current_exception();
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int32_t worker = 1; worker < threads; ++worker) pool.emplace_back(work);
+    work();
+    for (auto& thread : pool) thread.join();
+    if (first_error) std::rethrow_exception(first_error);
+  }
   for (std::size_t slot = 0; slot < device_count; ++slot) {
     analysis.sample_count += samples_read[slot];
     for (auto& digest : digests[slot]) {

@@ -127,12 +127,14 @@ struct RunAnalysis {
   std::vector<LaneBreakdown> kernels;  ///< kernel breakdown per device (from kernel spans), may be empty
   std::map<std::string, std::vector<SeriesDigest>> series;  ///< metric name -> digest per device (by idx)
   int64_t sample_count = 0;                                 ///< samples read
+  bool storage_order_scan = false;  ///< true if the fast sequential scan of the sample table was used
 };
 
 /// Options of analyze_run.
 struct AnalyzeOptions {
   int32_t chart_buckets = 720;  ///< pixel columns of the time-series charts
-  int32_t threads = 0;          ///< reader threads (0: one per core, at most one per device)
+  int32_t threads = 0;  ///< reader threads of the per-series path (0: one per core, <= one per device)
+  bool storage_order_scan = true;  ///< try the single sequential scan first (falls back when unordered)
 };
 
 /// Analyzes the run at `run_dir` (reads every sample once; spans; summaries).

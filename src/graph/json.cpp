@@ -45,6 +45,7 @@ nlohmann::json to_json(const Op& op, std::span<const std::int32_t> deps) {
     case OpKind::kRecv:
       json["peer_stage"] = op.peer_stage;
       json["tag"] = op.tag;
+      json["p2p_batch"] = op.p2p_batch;
       break;
     case OpKind::kOptimizer:
       json["parameters"] = op.parameters;

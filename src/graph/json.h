@@ -7,7 +7,9 @@
 
 namespace calo::graph {
 
-/// One op as JSON: kind, stream, phase, chunk, layer, microbatch, flops, bytes, deps and its kind's fields.
+/// One op as JSON: kind, stream, phase, chunk, layer, microbatch, flops, bytes, deps and its kind's fields
+/// (gemm m/n/k/dtype/weight/pass/expert; attention shape; elementwise op; collective/group;
+/// peer_stage/tag/p2p_batch).
 nlohmann::json to_json(const Op& op, std::span<const std::int32_t> deps);
 
 /// The whole graph: model, layout, options, programs (ops with deps), program_of_rank, groups.

@@ -516,9 +516,26 @@ TEST(GraphJson, ExportCarriesProgramsAndGroups) {
   const auto& first = json["programs"][0]["ops"][0];
   EXPECT_EQ(first["kind"], "elementwise");
   EXPECT_EQ(first["stream"], "compute");
+  bool saw_send = false;
+  for (const auto& op : json["programs"][0]["ops"]) {
+    if (op["kind"] != "send") continue;
+    EXPECT_EQ(op["peer_stage"], 1);
+    EXPECT_GE(op["p2p_batch"].get<int>(), 0);
+    saw_send = true;
+  }
+  EXPECT_TRUE(saw_send);
   const nlohmann::json rank = to_json(graph, 3);
   EXPECT_EQ(rank["rank"], 3);
   EXPECT_EQ(rank["ops"].size(), graph.program(3).ops.size());
+  // Rank 3 = tp 1 of stage 1: its receives come from rank 1 and its collectives name their members.
+  for (const auto& op : rank["ops"]) {
+    if (op["kind"] == "recv") {
+      EXPECT_EQ(op["peer_rank"], 1);
+    }
+    if (op["kind"] == "collective" && op["group"] == "tp") {
+      EXPECT_EQ(op["group_ranks"], nlohmann::json({2, 3}));
+    }
+  }
 }
 
 }  // namespace

@@ -31,8 +31,11 @@ void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional) 
       ->capture_default_str();
   app.add_option("--layers-per-stage", flags.layers_per_stage,
                  "Explicit layer partition, comma-separated (pp*vpp entries), e.g. 10,12,12,10");
-  app.add_flag("--sequence-parallel,!--no-sequence-parallel", flags.sequence_parallel,
-               "Sequence parallel (default: on when tp > 1)");
+  // Callbacks run only for a given flag: without either, the optional stays empty (on when tp > 1).
+  app.add_flag_callback("--sequence-parallel", [&flags] { flags.sequence_parallel = true; },
+                        "Sequence parallel (default: on when tp > 1)");
+  app.add_flag_callback(
+      "--no-sequence-parallel", [&flags] { flags.sequence_parallel = false; }, "Turn sequence parallel off");
   app.add_flag("--overlap", flags.overlap_all, "Overlap TP comm, grad reduce, param gather (if --zero 1/3)");
   app.add_flag("--overlap-tp", layout.overlap_tp_comm, "Overlap tensor-parallel communication with GEMMs");
   app.add_flag("--overlap-grad", layout.overlap_grad_reduce, "Overlap gradient reduction with backward");

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Telemetry on the GPU host (issue 3): calo devices, calo probe, sampler overhead and jitter, capture ratio,
+# and bf16 GEMM throughput with `calo record` on vs off (alternating runs, medians). Results go under $OUT.
+#   bench/gpu/run_all.sh [BIN_DIR]    BIN_DIR holds calo, telemetry_overhead_bench, gemm_load (bench/gpu/stage.sh)
+# Tunables (environment): PROBE_SECONDS=5 OVERHEAD_SECONDS=30 CAPTURE_SECONDS=20 PAIRS=5 RUN_SECONDS=20
+# Never changes clocks or power limits. About 7 minutes on 4×H200 with the defaults.
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+bin="$(cd "${1:-$repo/.carry/telemetry-bin}" && pwd)"
+out="${OUT:-$repo/gpu-results}"
+mkdir -p "$out"
+probe_seconds="${PROBE_SECONDS:-5}"
+overhead_seconds="${OVERHEAD_SECONDS:-30}"
+capture_seconds="${CAPTURE_SECONDS:-20}"
+pairs="${PAIRS:-5}"
+run_seconds="${RUN_SECONDS:-20}"
+log() { echo "[run_all $(date +%T)] $*" | tee -a "$out/run_all.log"; }
+
+gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+log "host $(hostname), $gpus GPU(s), bin $bin"
+nvidia-smi --query-gpu=index,name,driver_version,power.limit,clocks.max.sm,temperature.gpu --format=csv \
+  > "$out/nvidia-smi.csv" 2>&1
+
+# GEMM load: the cuBLAS binary, or the PyTorch script if the binary cannot run on this host.
+# libcublas.so.13 may live only inside PyTorch's pip packages: put those directories on the loader path.
+cublas_dirs=$(python3 - <<'PY' 2>/dev/null
+import glob, os, site
+roots = site.getsitepackages() + [site.getusersitepackages()]
+found = {os.path.dirname(p) for r in roots for p in glob.glob(os.path.join(r, "nvidia", "**", "libcublas*.so*"), recursive=True)}
+print(":".join(sorted(found)))
+PY
+)
+[ -n "$cublas_dirs" ] && export LD_LIBRARY_PATH="$cublas_dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+gemm_cmd=("$bin/gemm_load")
+if ! "$bin/gemm_load" --seconds 0.1 --size 1024 > "$out/gemm_selftest.txt" 2>&1; then
+  log "gemm_load binary failed ($(tail -1 "$out/gemm_selftest.txt")); using bench/gpu/gemm_load.py"
+  gemm_cmd=(python3 "$repo/bench/gpu/gemm_load.py")
+fi
+gemm_all() {  # gemm_all SECONDS: one GEMM process per GPU, in parallel
+  local seconds=$1 pids=()
+  for ((gpu = 0; gpu < gpus; gpu++)); do
+    "${gemm_cmd[@]}" --device "$gpu" --seconds "$seconds" &
+    pids+=($!)
+  done
+  local status=0
+  for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+  return $status
+}
+export -f gemm_all 2>/dev/null || true
+
+log "calo devices"
+"$bin/calo" devices > "$out/devices.txt" 2>&1
+"$bin/calo" devices --json > "$out/devices.json" 2>&1
+log "calo probe --seconds $probe_seconds (idle GPUs)"
+"$bin/calo" probe --seconds "$probe_seconds" > "$out/probe_idle.txt" 2>&1
+tail -1 "$out/probe_idle.txt" | tee -a "$out/run_all.log"
+
+log "overhead, idle GPUs: fast 10 ms, slow 1 s, ${overhead_seconds} s"
+"$bin/telemetry_overhead_bench" --mode overhead --seconds "$overhead_seconds" --fast-period 10ms --slow-period 1s \
+  > "$out/overhead_idle.txt" 2>&1
+tail -1 "$out/overhead_idle.txt" | tee -a "$out/run_all.log"
+
+log "overhead under GEMM load on every GPU"
+gemm_all $((overhead_seconds + 10)) > "$out/overhead_load_gemm.txt" 2>&1 &
+load_pid=$!
+sleep 5
+"$bin/telemetry_overhead_bench" --mode overhead --seconds "$overhead_seconds" --fast-period 10ms --slow-period 1s \
+  > "$out/overhead_load.txt" 2>&1
+wait $load_pid
+tail -1 "$out/overhead_load.txt" | tee -a "$out/run_all.log"
+
+log "capture ratio under bursty GEMM load, default periods, ${capture_seconds} s"
+(
+  end=$((SECONDS + capture_seconds + 5))
+  while ((SECONDS < end)); do gemm_all 1 > /dev/null 2>&1; sleep 0.5; done
+) &
+burst_pid=$!
+sleep 2
+"$bin/telemetry_overhead_bench" --mode capture --seconds "$capture_seconds" --sources nvml > "$out/capture.txt" 2>&1
+wait $burst_pid
+tail -1 "$out/capture.txt" | tee -a "$out/run_all.log"
+
+log "calo probe under GEMM load"
+gemm_all $((probe_seconds * 6 + 15)) > /dev/null 2>&1 &
+load_pid=$!
+sleep 5
+"$bin/calo" probe --seconds "$probe_seconds" > "$out/probe_load.txt" 2>&1
+wait $load_pid
+tail -1 "$out/probe_load.txt" | tee -a "$out/run_all.log"
+
+log "GEMM throughput, recording off vs on (calo record, default periods), $pairs pairs x ${run_seconds} s"
+: > "$out/gemm_onoff.tsv"
+for ((pair = 0; pair < pairs; pair++)); do
+  for mode in off on; do
+    # Alternate which mode goes first so warm-up and heat favour neither.
+    if (( pair % 2 == 1 )); then mode=$([ "$mode" = off ] && echo on || echo off); fi
+    file="$out/gemm_${mode}_${pair}.txt"
+    if [ "$mode" = on ]; then
+      "$bin/calo" record --out "$out/runs/gemm-on-$pair" --name gemm-on -- \
+        bash -c "$(declare -p gemm_cmd gpus); $(declare -f gemm_all); gemm_all $run_seconds" > "$file" 2>&1
+    else
+      gemm_all "$run_seconds" > "$file" 2>&1
+    fi
+    total=$(grep -o '= [0-9.]* TFLOP/s' "$file" | awk '{sum += $2} END {printf "%.3f", sum}')
+    printf '%s\t%d\t%s\n' "$mode" "$pair" "$total" >> "$out/gemm_onoff.tsv"
+    log "  pair $pair $mode: $total TFLOP/s (sum over GPUs)"
+  done
+done
+python3 - "$out/gemm_onoff.tsv" <<'PY' | tee "$out/gemm_onoff_summary.txt" | tee -a "$out/run_all.log"
+import statistics, sys
+rows = [line.split("\t") for line in open(sys.argv[1]) if line.strip()]
+values = {"off": [], "on": []}
+for mode, _, total in rows:
+    values[mode].append(float(total))
+off, on = statistics.median(values["off"]), statistics.median(values["on"])
+print(f"# runs off: {values['off']}")
+print(f"# runs on:  {values['on']}")
+print(f"gemm throughput: off median {off:.2f} TFLOP/s, on median {on:.2f} TFLOP/s, "
+      f"loss {100 * (off - on) / off:.3f} % (target <= 0.3 %)")
+PY
+log "done; results in $out"

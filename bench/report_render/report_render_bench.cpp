@@ -3,11 +3,12 @@
 // counters at 1 Hz, 2 s steps, through store::RunWriter; then times analyze_run + render + write, which is
 // exactly what `calo report` does. Checks the sample count and that every chart has data.
 // Usage: bench_report_render [--gpus 8] [--seconds 3600] [--hz 100] [--dir /tmp/calo_bench_report_run]
-//        [--threads 0] [--regenerate]
+//        [--threads 0] [--regenerate] [--compare-series (also time the per-series query path)]
 #include <fmt/format.h>
 
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <fstream>
 #include <thread>
 
@@ -28,7 +29,7 @@ int64_t generate(const std::filesystem::path& dir, int gpus, int seconds, int hz
   info.command = "bench_report_render (synthetic)";
   info.host = "bench";
   info.config_json =
-      R"({"tokens_per_step": 1048576, "samples_per_step": 128, "model_flops_per_step": 6.3e16})";
+      R"({"tokens_per_step": 65536, "samples_per_step": 16, "model_flops_per_step": 3.1e15})";
   calo::store::RunWriter writer(dir, info);
   for (int gpu = 0; gpu < gpus; ++gpu) {
     calo::store::DeviceInfo device;
@@ -101,6 +102,7 @@ int main(int argc, char** argv) {
   int hz = 100;
   int threads = 0;
   bool regenerate = false;
+  bool compare_series = false;
   std::filesystem::path dir = "/tmp/calo_bench_report_run";
   for (int arg = 1; arg < argc; ++arg) {
     std::string flag = argv[arg];
@@ -111,6 +113,7 @@ int main(int argc, char** argv) {
     if (flag == "--threads") threads = std::stoi(next());
     if (flag == "--dir") dir = next();
     if (flag == "--regenerate") regenerate = true;
+    if (flag == "--compare-series") compare_series = true;
   }
   std::string tag = fmt::format("{}gpu-{}s-{}hz", gpus, seconds, hz);
   std::filesystem::path run_dir = dir / tag;
@@ -127,14 +130,18 @@ int main(int argc, char** argv) {
   fmt::print("# run: {} ({} GPUs, {} s, 10 metrics at {} Hz + energy 10 Hz + throttle 1 Hz); cores: {}\n",
              run_dir.string(), gpus, seconds, hz, std::thread::hardware_concurrency());
   int errors = 0;
-  fmt::print("{:>8} {:>12} {:>10} {:>10} {:>10} {:>8}\n", "threads", "samples", "analyze_s", "render_s",
-             "total_s", "charts");
+  fmt::print("{:>8} {:>12} {:>10} {:>10} {:>10} {:>10} {:>8} {:>6}\n", "threads", "samples", "analyze_s",
+             "render_s", "total_s", "cpu_s", "charts", "scan");
   double headline = 0;
   int64_t samples = 0;
-  for (int thread_count : {1, threads}) {
+  std::vector<std::pair<int, bool>> configurations = {{threads, true}};
+  if (compare_series) configurations.push_back({threads, false});
+  for (auto [thread_count, scan] : configurations) {
     auto start = std::chrono::steady_clock::now();
+    double cpu_start = static_cast<double>(std::clock()) / CLOCKS_PER_SEC;
     calo::analyze::AnalyzeOptions options;
     options.threads = thread_count;
+    options.storage_order_scan = scan;
     auto analysis = calo::analyze::analyze_run(run_dir, options);
     double analyze_s = seconds_since(start);
     auto render_start = std::chrono::steady_clock::now();
@@ -142,15 +149,16 @@ int main(int argc, char** argv) {
     std::ofstream(run_dir / "report.html") << html;
     double render_s = seconds_since(render_start);
     double total_s = seconds_since(start);
+    double cpu_s = static_cast<double>(std::clock()) / CLOCKS_PER_SEC - cpu_start;
     int charts = calo::report::count_charts(html);
     samples = analysis.sample_count;
     if (html.find("data-points=\"0\"") != std::string::npos || charts < 5) ++errors;
     int64_t expected = static_cast<int64_t>(gpus) * seconds * (hz * 10 + 10 + 1);
     if (samples != expected) ++errors;
-    fmt::print("{:>8} {:>12} {:>10.2f} {:>10.3f} {:>10.2f} {:>8}\n",
+    fmt::print("{:>8} {:>12} {:>10.2f} {:>10.3f} {:>10.2f} {:>10.2f} {:>8} {:>6}\n",
                thread_count == 0 ? "auto" : std::to_string(thread_count), samples, analyze_s, render_s,
-               total_s, charts);
-    headline = total_s;
+               total_s, cpu_s, charts, analysis.storage_order_scan ? "yes" : "no");
+    if (headline == 0) headline = total_s;
   }
   fmt::print("# errors: {}\n", errors);
   fmt::print("report_total_s={:.2f} for {} samples (target <= 10 s)\n", headline, samples);

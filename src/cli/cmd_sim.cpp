@@ -40,8 +40,27 @@ struct SimFlags {
   std::vector<std::string> hot_gpus;
   double initial_die_c = -1;
   bool dp_given = false;
-  std::string command_line;
 };
+
+/// The command line that reproduces this simulation (from the resolved values; CLI11 does not keep argv).
+[[maybe_unused]] std::string command_line(const SimFlags& flags, const parallel::Layout& layout, int world) {
+  std::string text = fmt::format(
+      "calo sim --model {} --cluster {} --gpus {} --tp {} --pp {} --dp {} --ep {} --mbs {} "
+      "--gbs {} --seq {} --schedule {} --recompute {} --steps {}",
+      flags.layout.model, flags.cluster, world, layout.tp, layout.pp, layout.dp, layout.ep,
+      layout.micro_batch, layout.global_batch, layout.seq_length, parallel::to_string(layout.schedule),
+      parallel::to_string(layout.recompute), flags.steps);
+  if (layout.virtual_stages > 1) text += fmt::format(" --vpp {}", layout.virtual_stages);
+  if (layout.zero_stage > 0) text += fmt::format(" --zero {}", layout.zero_stage);
+  if (layout.overlap_tp_comm) text += " --overlap-tp";
+  if (layout.overlap_grad_reduce) text += " --overlap-grad";
+  if (layout.overlap_param_gather) text += " --overlap-param";
+  for (const auto& entry : flags.slow_gpus) text += " --slow-gpu " + entry;
+  for (const auto& entry : flags.hot_gpus) text += " --hot-gpu " + entry;
+  if (flags.no_power_cap) text += " --no-power-cap";
+  if (flags.no_thermal) text += " --no-thermal";
+  return text;
+}
 
 /// Parses "RANK=VALUE" entries of --slow-gpu / --hot-gpu into a per-GPU vector.
 std::vector<double> per_gpu_values(const std::vector<std::string>& entries, int world, double fallback,
@@ -115,16 +134,16 @@ void print_summary(const sim::SimResult& result, const nlohmann::json& json) {
   row("peak power (any GPU)", json["peak_power_w"].get<double>(), "W", 1);
   row("power limit", result.power_limit_w, "W", 0);
   row("hottest die", json["max_die_c"].get<double>(), "C", 1);
-  row("power-cap throttle per GPU", json["throttle_power_cap_s"].get<double>(), "s", 3);
-  row("thermal throttle per GPU", json["throttle_thermal_s"].get<double>(), "s", 3);
-  row("compute busy per GPU", result.compute_busy_s, "s", 4);
+  row("power-cap throttle per GPU (all steps)", json["throttle_power_cap_s"].get<double>(), "s", 3);
+  row("thermal throttle per GPU (all steps)", json["throttle_thermal_s"].get<double>(), "s", 3);
+  row("compute busy per GPU (last step)", result.compute_busy_s, "s", 4);
   for (int klass = 0; klass < sim::kNumCommClasses; ++klass) {
     if (result.comm_transfer_s[klass] <= 0) continue;
     table.add_row({fmt::format("exposed {} comm (of {:.4f} s)", sim::comm_class_name(klass),
                                result.comm_transfer_s[klass]),
                    fmt::format("{:.4f}", result.exposed_comm_s[klass]), "s"});
   }
-  row("bubble + straggler wait", result.wait_s, "s", 4);
+  row("bubble + straggler wait (last step)", result.wait_s, "s", 4);
   fmt::print("{}", table.render());
   if (result.steps > 1) {
     core::TextTable steps(
@@ -204,7 +223,7 @@ int run_sim(SimFlags& flags) {
     nlohmann::json config = {{"model", model::to_json(model)},   {"layout", parallel::to_json(resolved)},
                              {"cluster", sim::to_json(cluster)}, {"steps", flags.steps},
                              {"power_cap", options.power_cap},   {"thermal", options.thermal}};
-    sim::store_sim_run(run_dir, name, flags.command_line, config, graph, cluster, result);
+    sim::store_sim_run(run_dir, name, command_line(flags, resolved, world), config, graph, cluster, result);
     stored = run_dir.string();
     json["run_dir"] = stored;
   }
@@ -251,8 +270,6 @@ const CommandRegistration kSim(
       app.add_option("--initial-temp", flags->initial_die_c, "Start die temperature in C (default: idle)");
       return [flags, &app] {
         flags->dp_given = app.count("--dp") > 0;
-        flags->command_line = "calo sim";
-        for (const auto& arg : app.remaining()) flags->command_line += " " + arg;
         return run_sim(*flags);
       };
     });

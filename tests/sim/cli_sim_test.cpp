@@ -1,0 +1,81 @@
+// `calo sim` as a real process: JSON output, stored run, timeline file, and exit code 2 with a clear message.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "sim_test_util.h"
+
+namespace calo::sim {
+namespace {
+
+struct Outcome {
+  int exit_code = -1;
+  std::string output;  // stdout + stderr
+};
+
+Outcome run_calo(const std::string& arguments) {
+  const std::string command = std::string(CALO_BINARY) + " " + arguments + " 2>&1";
+  Outcome outcome;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return outcome;
+  char buffer[4096];
+  size_t got = 0;
+  while ((got = fread(buffer, 1, sizeof(buffer), pipe)) > 0) outcome.output.append(buffer, got);
+  const int status = pclose(pipe);
+  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return outcome;
+}
+
+TEST(CalosimCli, PrintsJsonWithEveryFigure) {
+  const Outcome outcome = run_calo(
+      "sim --model tiny-dense --cluster h200x4-nvswitch --gpus 4 --tp 2 --gbs 4 --steps 3 --json --no-store");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  const auto json = nlohmann::json::parse(outcome.output);
+  EXPECT_EQ(json["gpus"], 4);
+  EXPECT_EQ(json["per_step"].size(), 3u);
+  for (const char* key : {"iteration_s", "tokens_per_s", "model_tflops_per_gpu", "mfu", "energy_per_step_j",
+                          "mean_power_w", "peak_power_w", "max_die_c", "throttle_power_cap_s",
+                          "throttle_thermal_s", "exposed_comm_s", "wait_s"}) {
+    EXPECT_TRUE(json.contains(key)) << key;
+  }
+  EXPECT_GT(json["iteration_s"].get<double>(), 0);
+  EXPECT_GT(json["exposed_comm_s"]["tp"].get<double>(), 0);  // dp = 2 derived, tp = 2 all-reduces
+}
+
+TEST(CalosimCli, StoresARunAndWritesATimeline) {
+  const auto dir = testing::temp_dir("cli");
+  const std::string timeline = (dir / "timeline.json").string();
+  const Outcome outcome =
+      run_calo("sim --model tiny-dense --cluster h200x4-nvswitch --gpus 4 --pp 2 --gbs 8 --out " +
+               (dir / "run").string() + " --timeline " + timeline);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_NE(outcome.output.find("iteration time"), std::string::npos) << outcome.output;
+#ifdef CALO_SIM_HAS_STORE
+  EXPECT_TRUE(std::filesystem::exists(dir / "run" / "run.db")) << outcome.output;
+#endif
+  std::ifstream file(timeline);
+  const auto trace = nlohmann::json::parse(file);
+  int spans = 0;
+  for (const auto& event : trace["traceEvents"]) spans += event["ph"] == "X";
+  EXPECT_GT(spans, 100);
+}
+
+TEST(CalosimCli, BadInputExitsWithTwoAndNamesTheFix) {
+  Outcome outcome = run_calo("sim --cluster no-such-cluster --gpus 4 --no-store");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_NE(outcome.output.find("h200-hgx"), std::string::npos) << outcome.output;  // lists the presets
+  outcome = run_calo("sim --cluster h200-hgx --gpus 6 --tp 4 --no-store");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_NE(outcome.output.find("multiple of tp*pp"), std::string::npos) << outcome.output;
+  outcome = run_calo("sim --cluster h200-hgx --gpus 4 --slow-gpu 9=0.5 --no-store");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_NE(outcome.output.find("--slow-gpu"), std::string::npos) << outcome.output;
+}
+
+}  // namespace
+}  // namespace calo::sim

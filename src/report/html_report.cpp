@@ -183,9 +183,9 @@ std::string time_series_section(const analyze::RunAnalysis& run) {
 std::string heatmap_section(const analyze::RunAnalysis& run) {
   std::vector<HeatmapRow> rows;
   std::vector<std::vector<double>> values;
-  const std::vector<std::string> columns = {
-      "power mean W", "power peak W", "power p99 W",     "swing 100ms W",  "temp mean °C",    "temp peak °C",
-      "SM clock MHz", "energy J",     "pcap throttle %", "thermal thr. %", "straggler lag ms"};
+  const std::vector<std::string> columns = {"P mean W",  "P peak W",  "P p99 W", "swing W",
+                                            "T mean °C", "T peak °C", "SM MHz",  "energy J",
+                                            "pcap %",    "thermal %", "lag ms"};
   std::vector<std::size_t> order(run.device_metrics.size());
   for (std::size_t index = 0; index < order.size(); ++index) order[index] = index;
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
@@ -220,9 +220,11 @@ std::string heatmap_section(const analyze::RunAnalysis& run) {
     values.push_back(row);
   }
   if (!any) return "";
-  std::string out =
-      heatmap_chart("GPUs × metrics, grouped by node (colour scaled per column: light = low, dark = high)",
-                    rows, columns, values);
+  std::string out = heatmap_chart(
+      "GPUs × metrics, grouped by node (P power, swing: largest change within 100 ms, T temperature, pcap / "
+      "thermal: throttled share of time, lag: mean step-end lag behind the median; colour per column: light "
+      "= low, dark = high)",
+      rows, columns, values);
   if (!run.stragglers.empty()) {
     out += "<p><b>Stragglers</b> (ended their step last in more than 2/n of the steps): ";
     for (int32_t idx : run.stragglers) {

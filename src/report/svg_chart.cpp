@@ -276,7 +276,7 @@ std::string heatmap_chart(const std::string& title, const std::vector<HeatmapRow
             x + 1, y + 1, kColW - 2, kRowH - 2);
         continue;
       }
-      double share = hi > lo ? (value - lo) / (hi - lo) : 0.5;
+      double share = hi > lo ? (value - lo) / (hi - lo) : 0.0;
       // Cool (light yellow) to hot (dark red).
       int red = static_cast<int>(255 - 75 * share);
       int green = static_cast<int>(245 - 200 * share);

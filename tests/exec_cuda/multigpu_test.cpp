@@ -1,0 +1,67 @@
+// `calo bench --backend cuda` with several local ranks: NCCL collectives, pipeline p2p batches (1F1B and
+// interleaved, which deadlock unless a batch is posted as one NCCL group) and expert all-to-all, all with
+// --check (zero wrong, exit 0). Skips with a reason when fewer GPUs than ranks are visible.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+namespace {
+
+int visible_gpus() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+struct Result {
+  int exit_code = -1;
+  std::string output;
+};
+
+Result run_calo(const std::string& arguments) {
+  const std::string command = std::string(CALO_EXECUTABLE) +
+                              " bench --backend cuda --check --no-progress --steps 2 "
+                              "--warmup 1 --out " +
+                              ::testing::TempDir() + "/calo-cuda-bench-$$ " + arguments + " 2>&1";
+  Result result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buffer[4096];
+  while (fgets(buffer, sizeof(buffer), pipe) != nullptr) result.output += buffer;
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+void expect_clean(int ranks, const std::string& arguments) {
+  if (visible_gpus() < ranks) GTEST_SKIP() << "needs " << ranks << " GPUs, " << visible_gpus() << " visible";
+  const Result result = run_calo(arguments);
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+}
+
+TEST(CudaMultiGpu, TensorParallelAllReduce) {
+  expect_clean(2, "--model tiny-dense --tp 2 --nproc 2");
+}
+
+TEST(CudaMultiGpu, PipelineOneFOneB) {
+  expect_clean(2, "--model tiny-dense --pp 2 --gbs 8 --nproc 2");
+}
+
+TEST(CudaMultiGpu, PipelineInterleavedFourStages) {
+  expect_clean(4, "--model tiny-dense --pp 4 --vpp 2 --schedule interleaved --gbs 16 --layers 8 --nproc 4");
+}
+
+TEST(CudaMultiGpu, TpPpDpMixed) {
+  expect_clean(4, "--model tiny-dense --tp 2 --dp 2 --gbs 4 --nproc 4");
+}
+
+TEST(CudaMultiGpu, ExpertParallelAllToAll) {
+  expect_clean(4, "--model tiny-moe --dp 4 --ep 4 --gbs 4 --nproc 4");
+}
+
+}  // namespace

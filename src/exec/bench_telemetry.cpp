@@ -1,0 +1,126 @@
+// Telemetry session of a bench run: sources -> Sampler -> run store (mirrors telemetry/recorder.cpp).
+#include "exec/bench_telemetry.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace calo::exec {
+namespace {
+
+store::MetricKind to_store_kind(telemetry::MetricKind kind) {
+  switch (kind) {
+    case telemetry::MetricKind::kGauge:
+      return store::MetricKind::kGauge;
+    case telemetry::MetricKind::kCounter:
+      return store::MetricKind::kCounter;
+    case telemetry::MetricKind::kBitmask:
+      return store::MetricKind::kBitmask;
+  }
+  return store::MetricKind::kGauge;
+}
+
+}  // namespace
+
+BenchTelemetry::BenchTelemetry(store::RunWriter& writer, std::int64_t started_ns)
+    : writer_(writer), started_ns_(started_ns) {
+  all_sources_ = telemetry::open_local_sources();
+  std::vector<std::string> gpu_reasons;
+  bool any_gpu = false;
+  for (auto& source : all_sources_) {
+    if (!source->available()) {
+      if (source->name() != "procfs")
+        gpu_reasons.push_back(source->name() + ": " + source->unavailable_reason());
+      else
+        notes_.push_back("host metrics not available: " + source->unavailable_reason());
+      continue;
+    }
+    if (source->name() != "procfs") any_gpu = true;
+    sources_.push_back(source.get());
+  }
+  std::stable_sort(sources_.begin(), sources_.end(),
+                   [](const telemetry::Source* left, const telemetry::Source* right) {
+                     return left->name() != "procfs" && right->name() == "procfs";
+                   });
+  if (!any_gpu) {
+    std::string joined;
+    for (const auto& reason : gpu_reasons) joined += (joined.empty() ? "" : "; ") + reason;
+    notes_.push_back("GPU telemetry: not available (" + joined + "); recording host metrics only");
+  }
+  std::int32_t next_idx = 0;
+  targets_.resize(sources_.size());
+  for (size_t source_position = 0; source_position < sources_.size(); ++source_position) {
+    const auto& devices = sources_[source_position]->devices();
+    targets_[source_position].resize(devices.size());
+    for (size_t device_position = 0; device_position < devices.size(); ++device_position) {
+      const telemetry::DeviceInfo& device = devices[device_position];
+      store::DeviceInfo row;
+      row.idx = next_idx++;
+      row.slot = device.index;
+      row.kind = device.kind == "gpu" ? store::DeviceKind::kGpu : store::DeviceKind::kCpu;
+      row.name = device.name;
+      row.uuid = device.uuid;
+      row.pci_bus = device.pci_bus;
+      row.power_limit_w = device.power_limit_w;
+      row.max_sm_mhz = device.max_sm_mhz;
+      row.driver = device.driver;
+      writer_.add_device(row);
+      devices_.push_back({row.idx, device.kind, device.index, device.name});
+      for (const auto& unsupported : device.unsupported) {
+        writer_.log_event({0, store::EventLevel::kInfo, row.idx, sources_[source_position]->name(),
+                           "not available: " + unsupported});
+      }
+      for (const auto& metric : device.metrics) {
+        targets_[source_position][device_position].push_back(
+            {row.idx, writer_.metric_id(metric.name, metric.unit, to_store_kind(metric.kind))});
+      }
+    }
+  }
+  telemetry::SamplerSink sink;
+  sink.on_samples = [this](std::span<const telemetry::SampleRecord> records) {
+    store::Sample converted[64];
+    size_t count = 0;
+    for (const auto& record : records) {
+      const Target& target = targets_[record.source_position][record.device_position][record.metric_index];
+      converted[count++] = {target.device_idx, target.metric_id, record.t_ns - started_ns_, record.value,
+                            record.sensor_t_ns == telemetry::kNoSensorTime
+                                ? store::kNoSensorTime
+                                : record.sensor_t_ns - started_ns_};
+      if (count == std::size(converted)) {
+        writer_.append(std::span<const store::Sample>(converted, count));
+        count = 0;
+      }
+    }
+    if (count > 0) writer_.append(std::span<const store::Sample>(converted, count));
+  };
+  sink.on_event = [this](const telemetry::SamplerEvent& event) {
+    const auto& device_targets = targets_[event.source_position][event.device_position];
+    writer_.log_event({event.t_ns - started_ns_,
+                       event.is_error ? store::EventLevel::kError : store::EventLevel::kWarning,
+                       device_targets.empty() ? store::kNone : device_targets[0].device_idx,
+                       sources_[event.source_position]->name(), event.message});
+  };
+  sampler_ = std::make_unique<telemetry::Sampler>(sources_, telemetry::PeriodPlan{}, sink);
+}
+
+BenchTelemetry::~BenchTelemetry() {
+  stop();
+}
+
+void BenchTelemetry::start() {
+  if (running_) return;
+  sampler_->start(started_ns_);
+  running_ = true;
+}
+
+void BenchTelemetry::stop() {
+  if (!running_) return;
+  sampler_->stop();
+  running_ = false;
+}
+
+std::vector<telemetry::LoopStats> BenchTelemetry::loop_stats() const {
+  return sampler_->stats();
+}
+
+}  // namespace calo::exec

@@ -1,0 +1,170 @@
+// `calo bench` with real MPI ranks (mpirun, up to 4) on tiny models: TP x PP x DP and EP layouts run, --check
+// passes with #wrong 0, every rank executed exactly its graph's ops, spans land in the run store; bad layouts
+// and layouts that do not fit exit 2 with a message; wrong results exit 1.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "store/run_store.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Outcome {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+Outcome run_calo(const std::vector<std::string>& args, const std::string& env = "") {
+  std::string command = env + (env.empty() ? "" : " ") + CALO_EXECUTABLE;
+  for (const auto& arg : args) command += " '" + arg + "'";
+  command += " 2>&1";
+  Outcome outcome;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return outcome;
+  std::array<char, 4096> buffer{};
+  while (fgets(buffer.data(), buffer.size(), pipe) != nullptr) outcome.output += buffer.data();
+  const int status = pclose(pipe);
+  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return outcome;
+}
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("calo-bench-test-" + name + "-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  return dir;
+}
+
+/// Runs calo bench --json --check with `layout` and returns the parsed report (test fails on a bad exit).
+nlohmann::json bench_json(const std::string& name, std::vector<std::string> layout,
+                          const std::string& env = "") {
+  const fs::path out = fresh_dir(name);
+  std::vector<std::string> args = {"bench", "--backend", "cpu",    "--steps",     "2",     "--warmup",
+                                   "1",     "--check",   "--json", "--trace-ops", "--out", out.string()};
+  args.insert(args.end(), layout.begin(), layout.end());
+  const Outcome outcome = run_calo(args, env);
+  EXPECT_EQ(outcome.exit_code, 0) << outcome.output;
+  const auto brace = outcome.output.find('{');
+  if (brace == std::string::npos) {
+    ADD_FAILURE() << "no JSON in output: " << outcome.output;
+    return {};
+  }
+  // The JSON report is the last top-level object of the output (MPI may print notices before it).
+  const auto last = outcome.output.rfind("\n{");
+  return nlohmann::json::parse(outcome.output.substr(last == std::string::npos ? brace : last + 1));
+}
+
+void expect_clean(const nlohmann::json& report, int ranks) {
+  ASSERT_FALSE(report.is_null());
+  EXPECT_EQ(report["ranks"].get<int>(), ranks);
+  EXPECT_TRUE(report["op_counts_match"].get<bool>()) << report["op_count_problems"].dump();
+  EXPECT_EQ(report["check"]["wrong"].get<std::int64_t>(), 0) << report["check"]["failures"].dump();
+  EXPECT_GT(report["check"]["ops_checked"].get<std::int64_t>(), 0);
+  EXPECT_GT(report["step_time_s"]["mean"].get<double>(), 0.0);
+  EXPECT_GT(report["tokens_per_s"].get<double>(), 0.0);
+  EXPECT_EQ(report["step_time_s"]["all"].size(), 2u);
+  EXPECT_EQ(report["warmup_step_time_s"]["all"].size(), 1u);
+}
+
+#if CALO_HAVE_MPI_TESTS
+TEST(BenchCpu, TensorTimesPipelineParallelDense) {
+  const auto report = bench_json("tp2pp2", {"--model", "tiny-dense", "--tp", "2", "--pp", "2", "--gbs", "4"});
+  expect_clean(report, 4);
+  // The run store holds one job step span per step (warm-up included) and op spans of every rank.
+  store::RunReader reader(report["run_dir"].get<std::string>());
+  EXPECT_EQ(reader.run().kind, store::RunKind::kBench);
+  int job_steps = 0;
+  std::set<int> op_ranks;
+  for (const auto& span : reader.spans()) {
+    if (span.kind == store::SpanKind::kStep && span.rank == store::kNone) ++job_steps;
+    if (span.kind == store::SpanKind::kOp) op_ranks.insert(span.rank);
+  }
+  EXPECT_EQ(job_steps, 3);
+  EXPECT_EQ(op_ranks.size(), 4u);
+}
+
+TEST(BenchCpu, TensorAndDataParallelWithOverlapAndZero1) {
+  expect_clean(
+      bench_json("tp2dp2", {"--model", "tiny-dense", "--tp", "2", "--dp", "2", "--zero", "1", "--overlap"}),
+      4);
+}
+
+TEST(BenchCpu, PipelineAndDataParallelWithRecompute) {
+  expect_clean(bench_json("pp2dp2", {"--model", "tiny-dense", "--pp", "2", "--dp", "2", "--gbs", "8",
+                                     "--recompute", "full"}),
+               4);
+}
+
+TEST(BenchCpu, ExpertParallelMoe) {
+  expect_clean(bench_json("ep4", {"--model", "tiny-moe", "--dp", "4", "--ep", "4"}), 4);
+}
+
+TEST(BenchCpu, ExpertAndTensorParallelMoe) {
+  expect_clean(bench_json("ep2tp2", {"--model", "tiny-moe", "--tp", "2", "--dp", "2", "--ep", "2"}), 4);
+}
+
+TEST(BenchCpu, WrongCollectiveResultsFailTheRun) {
+  const fs::path out = fresh_dir("fault");
+  const Outcome outcome = run_calo({"bench", "--backend", "cpu", "--model", "tiny-dense", "--tp", "2",
+                                    "--steps", "1", "--warmup", "0", "--check", "--out", out.string()},
+                                   "CALO_CPU_INJECT_FAULT=collective");
+  EXPECT_EQ(outcome.exit_code, 1) << outcome.output;
+  EXPECT_NE(outcome.output.find("#wrong:"), std::string::npos) << outcome.output;
+  EXPECT_EQ(outcome.output.find("#wrong: 0"), std::string::npos) << outcome.output;
+}
+#endif
+
+TEST(BenchCpu, SingleRankSummaryTable) {
+  const fs::path out = fresh_dir("single");
+  const Outcome outcome = run_calo({"bench", "--backend", "cpu", "--model", "tiny-moe", "--steps", "2",
+                                    "--warmup", "1", "--check", "--out", out.string()});
+  EXPECT_EQ(outcome.exit_code, 0) << outcome.output;
+  for (const char* needle : {"step time mean", "tokens/s", "MFU", "energy per step", "peak temperature",
+                             "#wrong: 0", "every rank executed exactly its graph's ops"}) {
+    EXPECT_NE(outcome.output.find(needle), std::string::npos) << needle << "\n" << outcome.output;
+  }
+}
+
+TEST(BenchCpu, SliceIsExplicitInTheOutput) {
+  const fs::path out = fresh_dir("slice");
+  const Outcome outcome = run_calo({"bench", "--backend", "cpu", "--model", "tiny-dense-slice", "--layers",
+                                    "2", "--steps", "1", "--warmup", "0", "--out", out.string()});
+  EXPECT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_NE(outcome.output.find("SLICE: 2 of 4 layers"), std::string::npos) << outcome.output;
+}
+
+TEST(BenchCpu, LayoutThatDoesNotFitExitsTwoWithBreakdown) {
+  const Outcome outcome = run_calo({"bench", "--backend", "cpu", "--model", "llama3-405b", "--steps", "1"});
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_NE(outcome.output.find("optimizer"), std::string::npos) << outcome.output;
+  EXPECT_NE(outcome.output.find("layouts that fit"), std::string::npos) << outcome.output;
+}
+
+TEST(BenchCpu, InvalidLayoutExitsTwo) {
+  const Outcome outcome = run_calo({"bench", "--backend", "cpu", "--model", "tiny-dense", "--tp", "3"});
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+}
+
+TEST(BenchCpu, NprocThatDoesNotMatchTheLayoutExitsTwo) {
+  const Outcome outcome =
+      run_calo({"bench", "--backend", "cpu", "--model", "tiny-dense", "--tp", "2", "--nproc", "3"});
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_NE(outcome.output.find("--nproc 2"), std::string::npos) << outcome.output;
+}
+
+TEST(BenchCpu, UnknownBackendExitsTwo) {
+  const Outcome outcome = run_calo({"bench", "--backend", "tpu", "--model", "tiny-dense"});
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_NE(outcome.output.find("cpu"), std::string::npos) << outcome.output;
+}
+
+}  // namespace

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 namespace {
@@ -23,8 +24,14 @@ struct Result {
   std::string output;
 };
 
+/// The calo binary: $CALO_EXECUTABLE (a carried build on the GPU host) or the one built with this test.
+std::string calo_executable() {
+  const char* from_env = std::getenv("CALO_EXECUTABLE");
+  return from_env != nullptr && *from_env != 0 ? from_env : CALO_EXECUTABLE;
+}
+
 Result run_calo(const std::string& arguments) {
-  const std::string command = std::string(CALO_EXECUTABLE) +
+  const std::string command = calo_executable() +
                               " bench --backend cuda --check --no-progress --steps 2 "
                               "--warmup 1 --out " +
                               ::testing::TempDir() + "/calo-cuda-bench-$$ " + arguments + " 2>&1";

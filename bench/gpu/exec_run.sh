@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# CUDA execution backend on the GPU host (exec-cuda). Two steps:
+#   1. here (build machine):  bench/gpu/exec_run.sh stage [BUILD_DIR]     (default build-exec-cuda)
+#      builds calo, exec_gpu_bench, exec_cuda_tests, exec_cuda_multigpu_tests and copies them into
+#      .carry/exec-cuda-bin (git-ignored; carry it with the run).
+#   2. GPU host (repo root):  bench/gpu/exec_run.sh [BIN_DIR]             (default .carry/exec-cuda-bin)
+#      runs, most important first, each under its own timeout and within ~7.5 minutes in total; a failing
+#      piece is logged and the rest continue:
+#        calo bench 1 GPU Llama3-8B 4 layers seq 8192 | PyTorch eager reference (torch_reference.py) |
+#        exec_gpu_bench 1 GPU (GEMM ops vs cuBLASLt alone, fwd+bwd) | calo bench 4 GPUs: Llama3-8B TP2-PP2,
+#        Llama3-70B slice TP4, Mixtral-8x7B slice EP4 | exec_gpu_bench 4 GPUs TP4 (collectives vs NCCL loop)
+#        | gpu tests | multigpu tests
+#      and writes $OUT/exec_cuda_summary.txt (the figures) and $OUT/exec_cuda_logs.tar.gz (every log/JSON).
+set -uo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+
+if [ "${1:-}" = "stage" ]; then
+  set -e
+  build="${2:-$repo/build-exec-cuda}"
+  export CCACHE_NOHASHDIR=1
+  cmake -S "$repo" -B "$build" -G Ninja -DCALO_BUILD_BENCH=ON -DCALO_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
+  targets="calo exec_gpu_bench"
+  for extra in exec_cuda_tests exec_cuda_multigpu_tests; do
+    if ninja -C "$build" -t targets all 2>/dev/null | grep -q "^$extra:"; then targets="$targets $extra"; fi
+  done
+  ninja -C "$build" -j"${JOBS:-2}" $targets
+  mkdir -p "$repo/.carry/exec-cuda-bin"
+  for binary in calo exec_gpu_bench; do cp "$build/$binary" "$repo/.carry/exec-cuda-bin/"; done
+  for test in exec_cuda_tests exec_cuda_multigpu_tests; do
+    found="$(find "$build" -name "$test" -type f -perm -u+x | head -1)"
+    [ -n "$found" ] && cp "$found" "$repo/.carry/exec-cuda-bin/"
+  done
+  strip --strip-debug "$repo/.carry/exec-cuda-bin/"* 2>/dev/null || true
+  ls -la "$repo/.carry/exec-cuda-bin"
+  du -sh "$repo/.carry/exec-cuda-bin"
+  exit 0
+fi
+
+bin="$(cd "${1:-$repo/.carry/exec-cuda-bin}" && pwd)"
+out="${OUT:-$repo/exec-cuda-out}"
+mkdir -p "$out"
+logs="$(mktemp -d /tmp/exec-cuda-logs.XXXXXX)"
+summary="$out/exec_cuda_summary.txt"
+: >"$summary"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export CALO_DATA_DIR="$repo/data" CALO_CUDA_SYNC_TIMEOUT_S=90
+for dir in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda-13.0/lib64 /usr/local/cuda-13.0/lib; do
+  [ -d "$dir" ] && export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+done
+start_s=$SECONDS
+budget_s=${EXEC_RUN_BUDGET_S:-450}
+
+say() { echo "$*" | tee -a "$summary"; }
+# run NAME TIMEOUT_S COMMAND...: logs to $logs/NAME.log; never stops the script.
+run() {
+  local name="$1" limit="$2"
+  shift 2
+  local left=$((budget_s - (SECONDS - start_s)))
+  if [ "$left" -lt 20 ]; then say "SKIP $name: time budget used up"; return 0; fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  local t0=$SECONDS
+  timeout --kill-after=10 "$limit" "$@" >"$logs/$name.log" 2>&1
+  local rc=$?
+  say "== $name: exit $rc after $((SECONDS - t0)) s (limit $limit s)"
+  return 0
+}
+# figures NAME PATTERN: copies matching lines of a log into the summary.
+figures() { grep -E "$2" "$logs/$1.log" 2>/dev/null | sed "s/^/   $1| /" | tee -a "$summary" >/dev/null; }
+# bench_figures NAME: step time, MFU, TFLOP/s, power, temperature, energy and check from `calo bench --json`.
+bench_figures() {
+  python3 - "$logs/$1.log" "$1" <<'PY' 2>/dev/null | tee -a "$summary"
+import json, sys
+text = open(sys.argv[1]).read()
+start = text.find("{")
+if start < 0:
+    print(f"   {sys.argv[2]}| no JSON report"); sys.exit(0)
+report = json.JSONDecoder().raw_decode(text[start:])[0]
+def flat(prefix, value, out):
+    if isinstance(value, dict):
+        for key, inner in value.items(): flat(f"{prefix}.{key}" if prefix else key, inner, out)
+    elif not isinstance(value, list):
+        out[prefix] = value
+values = {}
+flat("", report, values)
+keys = [k for k in values if any(word in k for word in ("step_time_s.mean", "step_time_s.p50", "step_time_s.p99",
+        "mfu", "tflops", "power", "temp", "energy", "throttle", "tokens_per_s", "slice", "check.wrong",
+        "op_counts_match", "device.name"))]
+print(f"   {sys.argv[2]}| " + ", ".join(f"{k}={values[k]}" for k in keys))
+PY
+}
+
+say "# exec_run.sh $(date -u +%FT%TZ) on $(hostname)"
+nvidia-smi -L >"$logs/nvidia-smi.log" 2>&1; nvidia-smi >>"$logs/nvidia-smi.log" 2>&1
+say "# $(nvidia-smi -L 2>/dev/null | head -1) x $(nvidia-smi -L 2>/dev/null | wc -l)"
+ldd "$bin/calo" >"$logs/ldd.log" 2>&1
+grep -q "not found" "$logs/ldd.log" && say "WARNING missing shared libraries: $(grep 'not found' "$logs/ldd.log" | tr -s ' \t' ' ')"
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+bench_common=(bench --backend cuda --no-progress --json)
+
+# 1. One GPU: calo vs PyTorch eager, Llama3-8B 4 layers, seq 8192, mbs 1.
+run calo_1gpu_llama8b_4l 120 "$bin/calo" "${bench_common[@]}" --model llama3-8b --layers 4 --seq 8192 --mbs 1 \
+  --gbs 1 --steps 5 --warmup 2 --out /tmp/exec-cuda-runs/1gpu
+bench_figures calo_1gpu_llama8b_4l
+run torch_reference 150 python3 "$repo/bench/exec_gpu/torch_reference.py" --layers 4 --seq 8192 --steps 8 \
+  --warmup 3 --json "$logs/torch_reference.json"
+figures torch_reference '^(#|torch_|headline)'
+run exec_gpu_bench_1gpu 150 "$bin/exec_gpu_bench" --model llama3-8b --layers 4 --seq 8192 --gbs 1 --steps 3
+figures exec_gpu_bench_1gpu '^(step_ms|gemm_throughput|headline)'
+
+# 2. Four GPUs.
+if [ "$gpus" -ge 4 ]; then
+  run calo_4gpu_llama8b_tp2pp2 120 "$bin/calo" "${bench_common[@]}" --model llama3-8b --tp 2 --pp 2 --gbs 8 \
+    --seq 8192 --steps 3 --warmup 1 --nproc 4 --out /tmp/exec-cuda-runs/8b
+  bench_figures calo_4gpu_llama8b_tp2pp2
+  run calo_4gpu_llama70b_slice_tp4 120 "$bin/calo" "${bench_common[@]}" --model llama3-70b --tp 4 --layers 4 \
+    --gbs 1 --seq 8192 --steps 3 --warmup 1 --nproc 4 --out /tmp/exec-cuda-runs/70b
+  bench_figures calo_4gpu_llama70b_slice_tp4
+  run calo_4gpu_mixtral_slice_ep4 120 "$bin/calo" "${bench_common[@]}" --model mixtral-8x7b --dp 4 --ep 4 \
+    --layers 4 --gbs 4 --seq 4096 --steps 3 --warmup 1 --nproc 4 --out /tmp/exec-cuda-runs/mixtral
+  bench_figures calo_4gpu_mixtral_slice_ep4
+  run exec_gpu_bench_4gpu_tp4 120 "$bin/exec_gpu_bench" --model llama3-70b --tp 4 --layers 2 --gbs 1 --seq 8192 \
+    --steps 3 --nproc 4
+  figures exec_gpu_bench_4gpu_tp4 '^(step_ms|gemm_throughput|collective_busbw|headline)'
+else
+  say "SKIP 4-GPU runs: $gpus GPU(s) visible"
+fi
+
+# 3. Tests.
+[ -x "$bin/exec_cuda_tests" ] && run gpu_tests 120 "$bin/exec_cuda_tests"
+figures gpu_tests '^\[  (PASSED|FAILED|SKIPPED) '
+[ -x "$bin/exec_cuda_multigpu_tests" ] && run multigpu_tests 200 env CALO_EXECUTABLE="$bin/calo" \
+  "$bin/exec_cuda_multigpu_tests"
+figures multigpu_tests '^\[  (PASSED|FAILED|SKIPPED) '
+
+# Ratio calo fwd+bwd vs PyTorch, from the two logs.
+calo_fb=$(grep -oE 'fwd_bwd_ms [0-9.]+' "$logs/exec_gpu_bench_1gpu.log" 2>/dev/null | awk '{print $2}')
+torch_fb=$(grep -oE 'torch_fwd_bwd_ms [0-9.]+' "$logs/torch_reference.log" 2>/dev/null | awk '{print $2}')
+if [ -n "$calo_fb" ] && [ -n "$torch_fb" ]; then
+  say "calo fwd+bwd ${calo_fb} ms vs PyTorch eager ${torch_fb} ms: $(awk -v a="$calo_fb" -v b="$torch_fb" \
+    'BEGIN{printf "%+.1f %%", 100*(a-b)/b}') (target within +-15 %)"
+fi
+say "# total $((SECONDS - start_s)) s"
+tar -czf "$out/exec_cuda_logs.tar.gz" -C "$logs" . 2>/dev/null
+ls -la "$out"

@@ -1,0 +1,130 @@
+// `calo model`: the printed tables (golden), the JSON numbers against hand-computed values, --list, and
+// errors. Runs the real binary as a child process.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+
+namespace {
+
+/// Exit status and combined stdout+stderr of `calo ARGS`.
+struct Outcome {
+  int exit_code = -1;
+  std::string output;
+};
+
+Outcome run_calo(const std::string& args) {
+  const std::string command = std::string(CALO_EXECUTABLE) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) throw std::runtime_error("cannot start " + command);
+  Outcome outcome;
+  std::array<char, 4096> buffer{};
+  size_t read = 0;
+  while ((read = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    outcome.output.append(buffer.data(), read);
+  const int status = pclose(pipe);
+  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return outcome;
+}
+
+// Golden output; every number is hand-checked in tests/model and tests/parallel/memory_test.cpp
+// (e.g. 484 KiB = 991,232 / 2 bytes per layer; stage 0 keeps 2 micro-batches x 2 layers = 1.89 MiB).
+const char* kTinyGolden =
+    R"GOLDEN(# model tiny-dense: 4 layers, hidden 256, FFN 688, 8 heads (4 KV, head dim 32), vocab 1024, seq 128; dense
+# SwiGLU, RMSNorm, rotary positions, untied output, no biases
+# layout TP2-PP2-DP1 mbs1 gbs4 1f1b: 4 GPUs, 4 micro-batches of 1 x 128 tokens, sequence parallel on, ZeRO 0, recompute none
+
+parameters      count
+total          3.43 M
+embedding    262.14 k
+output       262.14 k
+per layer    725.50 k
+  attention  196.61 k
+  FFN        528.38 k
+  norms       512.00
+
+FLOPs                     per token  per iteration
+forward                  6.59 MFLOP     3.37 GFLOP
+  attention core       262.14 kFLOP   134.22 MFLOP
+  logits               524.29 kFLOP   268.44 MFLOP
+backward                13.17 MFLOP     6.74 GFLOP
+recompute (none)          0.00 FLOP      0.00 FLOP
+model (fwd+bwd)         19.76 MFLOP    10.12 GFLOP
+hardware (+recompute)   19.76 MFLOP    10.12 GFLOP
+
+activations per layer       bytes
+recompute none *       484.00 KiB
+recompute selective    482.00 KiB
+recompute full          32.00 KiB
+(per micro-batch of 1 on one tp rank; flash attention, bf16)
+
+memory per GPU by pipeline stage
+stage   weights  gradients  optimizer  activations      total  in-flight
+    0  1.63 MiB   1.63 MiB   9.81 MiB     1.89 MiB  14.97 MiB          2
+    1  1.64 MiB   1.64 MiB   9.81 MiB     1.26 MiB  14.34 MiB          1
+most loaded: stage 0, 14.97 MiB per GPU
+)GOLDEN";
+
+TEST(ModelCommand, TinyDenseTablesMatchGolden) {
+  const Outcome outcome = run_calo("model tiny-dense --tp 2 --pp 2 --gbs 4 --sequence-parallel");
+  EXPECT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_EQ(outcome.output, kTinyGolden);
+}
+
+TEST(ModelCommand, JsonCarriesExactCounts) {
+  const Outcome outcome = run_calo("model tiny-moe --dp 4 --ep 4 --zero 1 --json");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  const nlohmann::json json = nlohmann::json::parse(outcome.output);
+  EXPECT_DOUBLE_EQ(json["parameters"]["total"].get<double>(), 7608576.0);
+  EXPECT_DOUBLE_EQ(json["parameters"]["active_per_token"].get<double>(), 4462848.0);
+  // 2 x (attention 196,608 + 2 experts x 393,216 + router 1,024) + causal attention 65,536, 4 layers +
+  // logits.
+  EXPECT_DOUBLE_EQ(json["flops_per_token"]["forward"].get<double>(),
+                   4 * (2.0 * (196608 + 2 * 393216 + 1024) + 65536) + 2.0 * 1024 * 256);
+  EXPECT_DOUBLE_EQ(json["tokens_per_iteration"].get<double>(), 4 * 128.0);
+  // Dense part 1,317,120 per rank, experts 4 x 393,216 (one expert of each layer per rank with ep = 4).
+  EXPECT_DOUBLE_EQ(json["memory_per_gpu"]["weights_bytes"].get<double>(), 2 * (1317120.0 + 4 * 393216.0));
+  EXPECT_EQ(json["memory_per_stage"].size(), 1u);
+  EXPECT_EQ(json["layout"]["ep"].get<int>(), 4);
+}
+
+TEST(ModelCommand, ListShowsEveryPresetWithItsSize) {
+  const Outcome outcome = run_calo("model --list");
+  EXPECT_EQ(outcome.exit_code, 0) << outcome.output;
+  for (const char* line : {"llama3-70b          80    8192  -           70.55 B   70.55 B",
+                           "mixtral-8x7b        32    4096  8 top-2     46.70 B   12.88 B", "gpt3-175b",
+                           "llama3-8b", "llama3-405b", "mixtral-8x22b", "tiny-dense", "tiny-moe"}) {
+    EXPECT_NE(outcome.output.find(line), std::string::npos) << line << "\n" << outcome.output;
+  }
+  const Outcome json = run_calo("model --list --json");
+  EXPECT_EQ(nlohmann::json::parse(json.output).size(), 8u);
+}
+
+TEST(ModelCommand, BadModelFileNamesTheKeyAndExitsTwo) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("calo-bad-model-" + std::to_string(getpid()) + ".yaml"))
+          .string();
+  {
+    std::ofstream file(path);
+    file << "name: broken\nnum_layers: 2\nhidden_size: 64\nffn_hidden_size: 128\nnum_attention_heads: 4\n"
+            "vocab_size: 100\nseq_length: 16\nactivation: relu\n";
+  }
+  const Outcome outcome = run_calo("model " + path);
+  std::filesystem::remove(path);
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_NE(outcome.output.find(path + ": 'activation' must be one of gelu, swiglu"), std::string::npos)
+      << outcome.output;
+  const Outcome missing = run_calo("model no-such-model");
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("unknown model 'no-such-model'; presets: gpt3-175b"), std::string::npos)
+      << missing.output;
+}
+
+}  // namespace

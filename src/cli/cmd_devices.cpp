@@ -1,6 +1,8 @@
 // `calo devices [--json]`: every local device, what each telemetry source can read, power limit and clocks.
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/command.h"
 #include "core/table.h"
 #include "telemetry/source.h"

@@ -2,6 +2,8 @@
 // recommended sampling periods.
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/table.h"

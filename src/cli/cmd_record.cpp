@@ -2,6 +2,8 @@
 // device into a run store, prints a per-GPU summary, returns CMD's exit code.
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/command.h"
 #include "core/error.h"
 #include "telemetry/recorder.h"
@@ -111,15 +113,22 @@ const CommandRegistration kRecord(
       auto flags = std::make_shared<RecordFlags>();
       app.add_option("--out", flags->out, "Run directory (default runs/<date>-<name>)");
       app.add_option("--name", flags->name, "Run name (default: the command's basename)");
-      app.add_option(
-          "--period", flags->periods,
-          "NAME=DURATION for one metric (power_instant_w=10ms) or query group (nvml.energy=1s); repeatable");
+      app.add_option("--period", flags->periods,
+                     "NAME=DURATION for one metric (power_instant_w=10ms) or query group (nvml.energy=1s); "
+                     "repeatable")
+          ->expected(1)
+          ->allow_extra_args(false);
       app.add_option("--fast-period", flags->fast_period, "Period of every cheap (µs) metric, e.g. 10ms");
       app.add_option("--slow-period", flags->slow_period,
                      "Period of every expensive (energy, NVLink, PCIe) metric, e.g. 1s");
       app.add_option("--markers", flags->markers,
-                     "Step patterns on output lines: megatron | torchtitan | regex:PATTERN");
-      app.add_option("--sources", flags->sources, "Only these sources: nvml, amdsmi, procfs")->delimiter(',');
+                     "Step patterns on output lines: megatron | torchtitan | regex:PATTERN")
+          ->expected(1)
+          ->allow_extra_args(false);
+      app.add_option("--sources", flags->sources, "Only these sources: nvml, amdsmi, procfs")
+          ->delimiter(',')
+          ->expected(1)
+          ->allow_extra_args(false);
       app.add_flag("--quiet", flags->quiet,
                    "Do not echo the command's output (it is still written to the run dir)");
       app.add_flag("--json", flags->json, "Also print the summary as JSON on stdout");

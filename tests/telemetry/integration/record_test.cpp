@@ -1,0 +1,222 @@
+// `calo record` end to end: the real binary runs real children (sh, sleep, python3) on this GPU-less host.
+// Checks exit-code propagation, signal forwarding, step spans from the socket protocol and from Megatron-style
+// output lines, a killed child, SIGKILL of calo itself (run store still opens with all but the last second),
+// and exit 2 for bad usage.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "store/run_store.h"
+
+extern char** environ;
+
+namespace calo::telemetry {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kCalo = std::string(CALO_BINARY_DIR) + "/calo";
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("calo-record-test-" + std::to_string(getpid())) / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir.parent_path());
+  return dir;
+}
+
+pid_t spawn(const std::vector<std::string>& args, const fs::path& log) {
+  std::vector<char*> argv;
+  std::vector<std::string> copy = args;
+  for (auto& arg : copy) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  pid_t pid = 0;
+  EXPECT_EQ(posix_spawn(&pid, kCalo.c_str(), &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  return pid;
+}
+
+// Waits up to `timeout_s`; returns the exit code (128+signal if killed), or -1 on timeout (then kills it).
+int wait_for(pid_t pid, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return -1;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+int run_calo(const std::vector<std::string>& args, const fs::path& log, double timeout_s = 30) {
+  std::vector<std::string> full = {kCalo};
+  full.insert(full.end(), args.begin(), args.end());
+  return wait_for(spawn(full, log), timeout_s);
+}
+
+TEST(Record, SleepOnAHostWithoutGpusRecordsCpuMetrics) {
+  const fs::path dir = fresh_dir("sleep");
+  const fs::path log = dir.string() + ".log";
+  ASSERT_EQ(run_calo({"record", "--out", dir.string(), "--", "sleep", "1"}, log), 0) << read_text(log);
+  const std::string output = read_text(log);
+  EXPECT_NE(output.find("GPUs: not available"), std::string::npos) << output;
+  EXPECT_NE(output.find("exited with 0"), std::string::npos) << output;
+  store::RunReader reader(dir);
+  const store::RunInfo run = reader.run();
+  EXPECT_GT(run.ended_ns, run.started_ns);
+  EXPECT_EQ(run.command, "sleep 1");
+  const auto memory = reader.find_metric("host_mem_used_bytes");
+  ASSERT_TRUE(memory);
+  const auto samples = reader.samples(0, memory->id);
+  EXPECT_GE(samples.size(), 8u);  // 100 ms default over ~1 s
+  EXPECT_TRUE(fs::exists(dir / "stdout.log"));
+  EXPECT_FALSE(fs::exists(dir / "markers.sock"));
+}
+
+TEST(Record, ExitCodeAndOutputAreTheChilds) {
+  const fs::path dir = fresh_dir("exit7");
+  const fs::path log = dir.string() + ".log";
+  EXPECT_EQ(run_calo({"record", "--out", dir.string(), "--", "sh", "-c", "echo to-out; echo to-err >&2; exit 7"}, log), 7);
+  EXPECT_EQ(read_text(dir / "stdout.log"), "to-out\n");
+  EXPECT_EQ(read_text(dir / "stderr.log"), "to-err\n");
+  const std::string output = read_text(log);
+  EXPECT_NE(output.find("to-out"), std::string::npos);  // tee'd to the terminal too
+  store::RunReader reader(dir);
+  bool found = false;
+  for (const auto& row : reader.summaries("run")) {
+    if (row.key == "exit_code") {
+      found = true;
+      EXPECT_EQ(row.value, 7.0);
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(Record, StepMarkersFromSocketPerRankAndFromMegatronLines) {
+  const fs::path dir = fresh_dir("markers");
+  const fs::path log = dir.string() + ".log";
+  const std::string script =
+      "import os, socket, time\n"
+      "s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+      "path = os.environ['CALO_MARKER_SOCKET']\n"
+      "s.sendto(b'phase warmup rank 0', path)\n"
+      "for step in range(3):\n"
+      "    for rank in range(2):\n"
+      "        s.sendto(f'begin step {step} rank {rank}'.encode(), path)\n"
+      "    time.sleep(0.05 + 0.05 * step)\n"
+      "    for rank in range(2):\n"
+      "        s.sendto(f'end step {step} rank {rank}'.encode(), path)\n"
+      "    print(f' iteration {step + 1:8d}/       3 | consumed samples: 8 | elapsed time per iteration (ms): "
+      "{50 + 50 * step:.1f} | lm loss: 1.0E+01 |', flush=True)\n"
+      "s.sendto(b'phase end rank 0', path)\n";
+  ASSERT_EQ(run_calo({"record", "--out", dir.string(), "--markers", "megatron", "--", "python3", "-c", script}, log), 0)
+      << read_text(log);
+  store::RunReader reader(dir);
+  const auto steps = reader.spans(store::SpanKind::kStep);
+  int rank0 = 0;
+  int rank1 = 0;
+  int from_log = 0;
+  for (const auto& span : steps) {
+    if (span.category == "socket" && span.rank == 0) ++rank0;
+    if (span.category == "socket" && span.rank == 1) ++rank1;
+    if (span.category == "megatron") {
+      ++from_log;
+      EXPECT_EQ(span.rank, store::kNone);
+      EXPECT_NEAR(static_cast<double>(span.t_end_ns - span.t_begin_ns) / 1e6, 50.0 + 50.0 * static_cast<double>(span.step - 1), 0.01);
+    }
+    if (span.category == "socket") {
+      const double duration_ms = static_cast<double>(span.t_end_ns - span.t_begin_ns) / 1e6;
+      EXPECT_GE(duration_ms, 45.0 + 50.0 * static_cast<double>(span.step)) << "step " << span.step;
+      EXPECT_LT(duration_ms, 300.0);
+    }
+  }
+  EXPECT_EQ(rank0, 3);
+  EXPECT_EQ(rank1, 3);
+  EXPECT_EQ(from_log, 3);
+  const auto phases = reader.spans(store::SpanKind::kPhase);
+  ASSERT_EQ(phases.size(), 1u);
+  EXPECT_EQ(phases[0].name, "warmup");
+  const std::string output = read_text(log);
+  EXPECT_NE(output.find("steps"), std::string::npos);
+}
+
+TEST(Record, ForwardsSigtermAndReturnsTheChildsCode) {
+  const fs::path dir = fresh_dir("sigterm");
+  const fs::path log = dir.string() + ".log";
+  const pid_t calo = spawn({kCalo, "record", "--out", dir.string(), "--", "sh", "-c",
+                            "trap 'echo got-term; kill $!; exit 42' TERM; sleep 20 & wait"},
+                           log);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  kill(calo, SIGTERM);
+  EXPECT_EQ(wait_for(calo, 10), 42) << read_text(log);
+  EXPECT_NE(read_text(dir / "stdout.log").find("got-term"), std::string::npos);
+  store::RunReader reader(dir);
+  EXPECT_GT(reader.run().ended_ns, 0);  // closed normally
+}
+
+TEST(Record, KilledChildStillClosesTheRunWithASummary) {
+  const fs::path dir = fresh_dir("killed-child");
+  const fs::path log = dir.string() + ".log";
+  EXPECT_EQ(run_calo({"record", "--out", dir.string(), "--", "sh", "-c", "sleep 0.5; kill -9 $$"}, log), 137);
+  store::RunReader reader(dir);
+  EXPECT_GT(reader.run().ended_ns, 0);
+  EXPECT_FALSE(reader.summaries("run").empty());
+  EXPECT_NE(read_text(log).find("exited with 137"), std::string::npos);
+}
+
+TEST(Record, SigkillOfCaloLeavesAStoreWithAllButTheLastSecond) {
+  const fs::path dir = fresh_dir("sigkill");
+  const fs::path log = dir.string() + ".log";
+  const pid_t calo = spawn({kCalo, "record", "--out", dir.string(), "--fast-period", "10ms", "--", "sleep", "30"}, log);
+  std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+  kill(calo, SIGKILL);
+  EXPECT_EQ(wait_for(calo, 5), 128 + SIGKILL);
+  store::RunReader reader(dir);  // opens cleanly (WAL recovered)
+  EXPECT_EQ(reader.run().ended_ns, 0);
+  const auto memory = reader.find_metric("host_mem_used_bytes");
+  ASSERT_TRUE(memory);
+  const auto samples = reader.samples(0, memory->id);
+  ASSERT_FALSE(samples.empty());
+  // Killed ~3 s in; commits are at most 1 s apart, so samples reach past ~1.8 s (slack for process start-up).
+  EXPECT_GT(samples.back().t_ns, 1'800'000'000) << "last committed sample at " << samples.back().t_ns;
+  EXPECT_GE(samples.size(), 150u);  // 10 ms period
+}
+
+TEST(Record, BadUsageExitsTwoWithAMessage) {
+  const fs::path dir = fresh_dir("usage");
+  const fs::path log = dir.string() + ".log";
+  EXPECT_EQ(run_calo({"record", "--bogus-flag", "--", "true"}, log), 2);
+  EXPECT_EQ(run_calo({"record", "--out", dir.string()}, log), 2);
+  EXPECT_NE(read_text(log).find("needs a command"), std::string::npos) << read_text(log);
+  EXPECT_EQ(run_calo({"record", "--out", "/proc/calo-cannot-write-here", "--", "true"}, log), 2);
+  EXPECT_NE(read_text(log).find("/proc/calo-cannot-write-here"), std::string::npos) << read_text(log);
+  EXPECT_EQ(run_calo({"record", "--out", dir.string(), "--", "calo-no-such-program-xyz"}, log), 2);
+  EXPECT_NE(read_text(log).find("calo-no-such-program-xyz"), std::string::npos);
+  EXPECT_EQ(run_calo({"record", "--out", dir.string(), "--markers", "nonsense", "--", "true"}, log), 2);
+  EXPECT_NE(read_text(log).find("megatron, torchtitan, regex:PATTERN"), std::string::npos);
+  EXPECT_EQ(run_calo({"record", "--out", dir.string(), "--fast-period", "fast", "--", "true"}, log), 2);
+  EXPECT_NE(read_text(log).find("10ms"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace calo::telemetry

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "analyze/compare.h"
 #include "cli/command.h"

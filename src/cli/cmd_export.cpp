@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "cli/command.h"
 #include "core/error.h"

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "analyze/breakdown.h"
 #include "analyze/trace_ingest.h"

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "analyze/metrics.h"
 #include "cli/command.h"

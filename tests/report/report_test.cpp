@@ -163,7 +163,11 @@ TEST(Commands, IngestReportExportCompare) {
                         (dir.path / "r.html").string() + " --json",
                     status);
   ASSERT_EQ(status, 0) << out;
-  EXPECT_EQ(nlohmann::json::parse(out)["charts"], 2);  // kernel categories + exposed/overlapped comm
+  // Kernel categories + exposed/overlapped comm + the per-GPU heatmap (step-end lag of the two ranks); the
+  // command must draw exactly what the library draws for the same run.
+  int expected_charts = count_charts(render_html_report({analyze::analyze_run(dir.path / "ingest")}));
+  EXPECT_EQ(expected_charts, 3);
+  EXPECT_EQ(nlohmann::json::parse(out)["charts"], expected_charts);
   out = run_command(calo.string() + " export " + (dir.path / "ingest").string() +
                         " --format perfetto --out " + (dir.path / "t.json").string() + " --json",
                     status);

@@ -80,8 +80,8 @@ TEST(Breakdown, IntervalUnionAndOverlap) {
   EXPECT_DOUBLE_EQ(bus_bandwidth_factor(KernelCategory::kSendRecv, 4), 1.0);
 }
 
-// Numbers below are worked out by hand from tests/fixtures/kineto_rank{0,1}.json (see the comments there in
-// docs/REPORTS.md "Trace fixture"): every interval is listed in the fixture with its ts/dur in µs.
+// Numbers below are worked out by hand from tests/fixtures/kineto_rank{0,1}.json (fixture notes:
+// docs/REPORTS.md "Fixtures"): every interval is listed in the fixture with its ts/dur in µs.
 TEST(TraceIngest, HandCheckedTwoRankFixture) {
   auto data = ingest_traces({kFixtures / "kineto_rank0.json", kFixtures / "kineto_rank1.json"});
   ASSERT_EQ(data.lanes.size(), 2u);

@@ -596,23 +596,26 @@ class CudaBackend final : public Backend {
     }
     prepared.comm = found->second;
     const auto members = static_cast<std::int64_t>(group.ranks.size());
+    // Buffers are shared per stream only: collectives of different streams may run at the same time.
+    const std::string send_role = fmt::format("coll.send.{}", graph::to_string(op.stream));
+    const std::string recv_role = fmt::format("coll.recv.{}", graph::to_string(op.stream));
     const std::int64_t total =
         std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(op.bytes / 2.0)));
     const std::int64_t per_rank = std::max<std::int64_t>(1, (total + members - 1) / members);
     switch (op.collective) {
       case CollectiveKind::kAllReduce:
         prepared.elements = total;
-        prepared.buffers = {shared("coll.send", total, seed), shared("coll.recv", total, seed + 1)};
+        prepared.buffers = {shared(send_role, total, seed), shared(recv_role, total, seed + 1)};
         break;
       case CollectiveKind::kAllGather:
         prepared.elements = per_rank;
-        prepared.buffers = {shared("coll.send", per_rank, seed),
-                            shared("coll.recv", per_rank * members, seed + 1)};
+        prepared.buffers = {shared(send_role, per_rank, seed),
+                            shared(recv_role, per_rank * members, seed + 1)};
         break;
       case CollectiveKind::kReduceScatter:
         prepared.elements = per_rank;
-        prepared.buffers = {shared("coll.send", per_rank * members, seed),
-                            shared("coll.recv", per_rank, seed + 1)};
+        prepared.buffers = {shared(send_role, per_rank * members, seed),
+                            shared(recv_role, per_rank, seed + 1)};
         break;
       case CollectiveKind::kAllToAll:
         prepare_all_to_all(prepared, seed);
@@ -678,7 +681,9 @@ class CudaBackend final : public Backend {
       prepared.peer_send_offset_to_me[index] = offset_rows * row_values;
     }
     prepared.elements = send_total;
-    prepared.buffers = {shared("coll.send", send_total, seed), shared("coll.recv", recv_total, seed + 1)};
+    const std::string send_role = fmt::format("coll.send.{}", graph::to_string(op.stream));
+    const std::string recv_role = fmt::format("coll.recv.{}", graph::to_string(op.stream));
+    prepared.buffers = {shared(send_role, send_total, seed), shared(recv_role, recv_total, seed + 1)};
   }
 
   void prepare_point_to_point(CudaOp& prepared, std::uint64_t seed) {
@@ -697,7 +702,17 @@ class CudaBackend final : public Backend {
     }
     prepared.peer_in_comm = static_cast<int>(peer - ranks.begin());
     prepared.elements = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(op.bytes / 2.0)));
-    prepared.buffers = {shared(op.kind == OpKind::kSend ? "p2p.send" : "p2p.recv", prepared.elements, seed)};
+    // Ops of one batch run concurrently: each position in a batch gets its own buffer.
+    int position = 0;
+    for (auto before = static_cast<size_t>(prepared.index); before > 0; --before) {
+      const graph::Op& earlier = ops_[before - 1].op;
+      if (op.p2p_batch < 0 || earlier.p2p_batch != op.p2p_batch ||
+          (earlier.kind != OpKind::kSend && earlier.kind != OpKind::kRecv))
+        break;
+      ++position;
+    }
+    prepared.buffers = {shared(fmt::format("p2p.{}.{}", op.kind == OpKind::kSend ? "send" : "recv", position),
+                               prepared.elements, seed)};
     // Ops of one batch are consecutive in issue order; the last one posts the batch.
     const auto next = static_cast<size_t>(prepared.index) + 1;
     prepared.last_of_batch = true;

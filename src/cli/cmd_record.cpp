@@ -52,11 +52,9 @@ int run_record(const RecordFlags& flags) {
     const std::string duration = entry.substr(equals + 1);
     const int64_t period_ns =
         duration == "off" ? 0 : telemetry::parse_duration_ns(duration, "--period " + name);
-    if (name.find('.') != std::string::npos) {
-      options.periods.by_group_ns[name] = period_ns;
-    } else {
-      options.periods.by_metric_ns[name] = period_ns;
-    }
+    // Metric names and query-group names never collide: the name is tried as both.
+    options.periods.by_group_ns[name] = period_ns;
+    options.periods.by_metric_ns[name] = period_ns;
   }
   const telemetry::RecordResult result = telemetry::record(options);
   fmt::print(stderr, "{}", result.summary_text);

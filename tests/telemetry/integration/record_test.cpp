@@ -187,7 +187,7 @@ TEST(Record, KilledChildStillClosesTheRunWithASummary) {
 TEST(Record, SigkillOfCaloLeavesAStoreWithAllButTheLastSecond) {
   const fs::path dir = fresh_dir("sigkill");
   const fs::path log = dir.string() + ".log";
-  const pid_t calo = spawn({kCalo, "record", "--out", dir.string(), "--fast-period", "10ms", "--", "sleep", "30"}, log);
+  const pid_t calo = spawn({kCalo, "record", "--out", dir.string(), "--period", "procfs=10ms", "--", "sleep", "30"}, log);
   std::this_thread::sleep_for(std::chrono::milliseconds(3000));
   kill(calo, SIGKILL);
   EXPECT_EQ(wait_for(calo, 5), 128 + SIGKILL);

@@ -1,0 +1,311 @@
+// Telemetry overhead/capture benchmark (docs/BENCHMARKS.md "Telemetry").
+//   overhead: records every local device into a real run store for --seconds with fast metrics at
+//             --fast-period and slow ones at --slow-period; reports the process CPU share per GPU (getrusage)
+//             and the sampler's scheduling jitter. Target on 4×H200: ≤ 1 % of one core per GPU, p99 ≤ 1 ms.
+//   capture:  one "truth" thread per device reads the cheap gauges back to back (as `calo probe` does) while
+//   the
+//             sampler records at its default periods; a sensor change (a new value held over [t0, t1)) counts
+//             as captured when the sampler read that value in that window. Target: ≥ 99 %.
+#include <fmt/format.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "core/time.h"
+#include "store/run_store.h"
+#include "telemetry/recorder.h"
+#include "telemetry/sampler.h"
+#include "telemetry/source.h"
+
+namespace {
+
+using namespace calo;
+using namespace calo::telemetry;
+
+struct Options {
+  std::string mode = "overhead";
+  double seconds = 10;
+  int64_t fast_period_ns = 10'000'000;
+  int64_t slow_period_ns = 1'000'000'000;
+  std::vector<std::string> sources;  // empty = all available
+};
+
+double process_cpu_s() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+}
+
+std::vector<Source*> pick(std::vector<std::unique_ptr<Source>>& all, const Options& options, int* gpus) {
+  std::vector<Source*> picked;
+  *gpus = 0;
+  for (auto& source : all) {
+    const bool wanted = options.sources.empty() || std::find(options.sources.begin(), options.sources.end(),
+                                                             source->name()) != options.sources.end();
+    fmt::print("# source {}: {}\n", source->name(),
+               source->available() ? fmt::format("{} device(s)", source->devices().size())
+                                   : source->unavailable_reason());
+    if (!wanted || !source->available()) continue;
+    picked.push_back(source.get());
+    for (const auto& device : source->devices()) *gpus += device.kind == "gpu" ? 1 : 0;
+  }
+  return picked;
+}
+
+int run_overhead(const Options& options) {
+  auto all = open_local_sources();
+  int gpus = 0;
+  auto sources = pick(all, options, &gpus);
+  const std::filesystem::path run_dir =
+      std::filesystem::temp_directory_path() / fmt::format("calo-overhead-{}", getpid());
+  std::filesystem::remove_all(run_dir);
+  store::RunInfo info;
+  info.started_ns = core::monotonic_ns();
+  store::RunWriter writer(run_dir, info);
+  std::vector<std::vector<std::vector<int32_t>>> metric_ids(sources.size());
+  int32_t device_idx = 0;
+  std::vector<std::vector<int32_t>> device_ids(sources.size());
+  for (size_t source_position = 0; source_position < sources.size(); ++source_position) {
+    for (const auto& device : sources[source_position]->devices()) {
+      device_ids[source_position].push_back(device_idx);
+      writer.add_device({device_idx, 0, device.index,
+                         device.kind == "gpu" ? store::DeviceKind::kGpu : store::DeviceKind::kCpu,
+                         device.name, device.uuid, device.pci_bus, device.power_limit_w, device.max_sm_mhz,
+                         device.driver});
+      ++device_idx;
+      std::vector<int32_t> ids;
+      for (const auto& metric : device.metrics) {
+        ids.push_back(writer.metric_id(metric.name, metric.unit,
+                                       metric.kind == MetricKind::kCounter   ? store::MetricKind::kCounter
+                                       : metric.kind == MetricKind::kBitmask ? store::MetricKind::kBitmask
+                                                                             : store::MetricKind::kGauge));
+      }
+      metric_ids[source_position].push_back(ids);
+    }
+  }
+  PeriodPlan plan;
+  plan.fast_override_ns = options.fast_period_ns;
+  plan.slow_override_ns = options.slow_period_ns;
+  SamplerSink sink;
+  sink.on_samples = [&](std::span<const SampleRecord> records) {
+    for (const auto& record : records) {
+      writer.append({device_ids[record.source_position][record.device_position],
+                     metric_ids[record.source_position][record.device_position][record.metric_index],
+                     record.t_ns - info.started_ns, record.value, store::kNoSensorTime});
+    }
+  };
+  Sampler sampler(sources, plan, sink);
+  fmt::print("# mode overhead: {:g} s, fast metrics every {:g} ms, slow every {:g} ms, {} GPU(s), store {}\n",
+             options.seconds, static_cast<double>(options.fast_period_ns) / 1e6,
+             static_cast<double>(options.slow_period_ns) / 1e6, gpus, run_dir.string());
+  const double cpu_before_s = process_cpu_s();
+  const int64_t wall_before_ns = core::monotonic_ns();
+  sampler.start();
+  std::this_thread::sleep_for(std::chrono::duration<double>(options.seconds));
+  sampler.stop();
+  writer.finish(core::monotonic_ns());
+  const double wall_s = static_cast<double>(core::monotonic_ns() - wall_before_ns) / 1e9;
+  const double cpu_s = process_cpu_s() - cpu_before_s;
+  fmt::print("{:<10} {:<14} {:>9} {:>7} {:>7} {:>10} {:>10} {:>10} {:>10}\n", "source", "group", "samples",
+             "late", "missed", "jit p50", "jit p99", "jit max", "cpu");
+  fmt::print("{:<10} {:<14} {:>9} {:>7} {:>7} {:>10} {:>10} {:>10} {:>10}\n", "", "", "", "", "", "us", "us",
+             "us", "ms");
+  int64_t worst_p99_ns = 0;
+  uint64_t samples = 0;
+  uint64_t missed = 0;
+  for (const auto& loop : sampler.stats()) {
+    fmt::print("{:<10} {:<14} {:>9} {:>7} {:>7} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.2f}\n", loop.source,
+               loop.group, loop.samples, loop.late, loop.missed,
+               static_cast<double>(loop.jitter_p50_ns) / 1e3, static_cast<double>(loop.jitter_p99_ns) / 1e3,
+               static_cast<double>(loop.jitter_max_ns) / 1e3, static_cast<double>(loop.cpu_ns) / 1e6);
+    worst_p99_ns = std::max(worst_p99_ns, loop.jitter_p99_ns);
+    samples += loop.samples;
+    missed += loop.missed;
+  }
+  const auto stats = writer.stats();
+  const double core_pct = 100.0 * cpu_s / wall_s;
+  const double per_gpu_pct = core_pct / std::max(gpus, 1);
+  fmt::print(
+      "# process CPU {:.3f} s over {:.2f} s = {:.3f} % of one core; {} samples ({:.0f}/s), {} committed, {} "
+      "dropped, {} deadlines missed\n",
+      cpu_s, wall_s, core_pct, samples, static_cast<double>(samples) / wall_s, stats.samples_committed,
+      stats.samples_dropped, missed);
+  fmt::print(
+      "overhead: {:.3f} % of one core per {} (target <= 1 %), p99 jitter {:.3f} ms (target <= 1 ms), "
+      "dropped {}\n",
+      per_gpu_pct, gpus > 0 ? "GPU" : "host (no GPU)", static_cast<double>(worst_p99_ns) / 1e6,
+      stats.samples_dropped);
+  std::filesystem::remove_all(run_dir);
+  return 0;
+}
+
+int run_capture(const Options& options) {
+  auto all = open_local_sources();
+  int gpus = 0;
+  auto sources = pick(all, options, &gpus);
+  // Eligible: cheap gauges/bitmasks whose value is the sensor's own (cpu_util_pct is computed from deltas of
+  // the reader's previous read, so a second reader would change it).
+  struct Key {
+    size_t source;
+    size_t device;
+    size_t metric;
+    bool operator<(const Key& other) const {
+      return std::tie(source, device, metric) < std::tie(other.source, other.device, other.metric);
+    }
+  };
+  std::map<Key, std::vector<std::pair<int64_t, double>>> sampled;  // sampler: (t, value)
+  std::mutex sampled_mutex;
+  SamplerSink sink;
+  sink.on_samples = [&](std::span<const SampleRecord> records) {
+    std::lock_guard lock(sampled_mutex);
+    for (const auto& record : records) {
+      sampled[{record.source_position, record.device_position, record.metric_index}].emplace_back(
+          record.t_ns, record.value);
+    }
+  };
+  struct Change {
+    double value;
+    int64_t t_begin_ns;
+    int64_t t_end_ns;
+  };
+  std::map<Key, std::vector<Change>> truth;
+  std::mutex truth_mutex;
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> readers;
+  for (size_t source_position = 0; source_position < sources.size(); ++source_position) {
+    Source* source = sources[source_position];
+    for (size_t device_position = 0; device_position < source->devices().size(); ++device_position) {
+      std::vector<size_t> metrics;
+      const auto& device = source->devices()[device_position];
+      for (size_t metric_index = 0; metric_index < device.metrics.size(); ++metric_index) {
+        const auto& metric = device.metrics[metric_index];
+        if (metric.kind != MetricKind::kCounter && metric.expected_cost_ns < kSlowQueryNs &&
+            metric.name != "cpu_util_pct") {
+          metrics.push_back(metric_index);
+        }
+      }
+      if (metrics.empty()) continue;
+      readers.emplace_back([&, source, source_position, device_position, metrics] {
+        std::vector<Reading> readings(metrics.size());
+        std::vector<std::vector<Change>> changes(metrics.size());
+        while (!stop.load()) {
+          const int64_t before_ns = core::monotonic_ns();
+          source->read_batch(device_position, metrics, readings);
+          for (size_t position = 0; position < metrics.size(); ++position) {
+            if (readings[position].status != ReadStatus::kOk) continue;
+            auto& list = changes[position];
+            if (list.empty() || list.back().value != readings[position].value) {
+              if (!list.empty()) list.back().t_end_ns = before_ns;
+              list.push_back({readings[position].value, before_ns, 0});
+            }
+          }
+        }
+        std::lock_guard lock(truth_mutex);
+        for (size_t position = 0; position < metrics.size(); ++position) {
+          truth[{source_position, device_position, metrics[position]}] = std::move(changes[position]);
+        }
+      });
+    }
+  }
+  fmt::print("# mode capture: {:g} s, sampler at default periods, {} truth reader thread(s)\n",
+             options.seconds, readers.size());
+  Sampler sampler(sources, PeriodPlan{}, sink);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // truth readers warm up first
+  sampler.start();
+  std::this_thread::sleep_for(std::chrono::duration<double>(options.seconds));
+  sampler.stop();
+  const int64_t sampler_end_ns = core::monotonic_ns();
+  stop = true;
+  for (auto& reader : readers) reader.join();
+  fmt::print("{:<10} {:>4} {:<22} {:>9} {:>9} {:>9}\n", "source", "dev", "metric", "changes", "captured",
+             "ratio");
+  uint64_t total = 0;
+  uint64_t captured_total = 0;
+  for (const auto& [key, changes] : truth) {
+    const auto& samples = sampled[key];
+    uint64_t counted = 0;
+    uint64_t captured = 0;
+    const int64_t first_sample_ns = samples.empty() ? INT64_MAX : samples.front().first;
+    for (size_t index = 1; index + 1 < changes.size(); ++index) {  // first/last values have unknown extent
+      const Change& change = changes[index];
+      if (change.t_begin_ns < first_sample_ns || change.t_end_ns > sampler_end_ns) continue;
+      ++counted;
+      // Truth saw the value in [t_begin, t_end); the sampler's t is the middle of its read, so allow the
+      // reads' own duration (100 µs) on either side.
+      const auto lower = std::lower_bound(samples.begin(), samples.end(),
+                                          std::pair<int64_t, double>(change.t_begin_ns - 100'000, -INFINITY));
+      for (auto sample = lower; sample != samples.end() && sample->first <= change.t_end_ns + 100'000;
+           ++sample) {
+        if (sample->second == change.value) {
+          ++captured;
+          break;
+        }
+      }
+    }
+    const auto& metric = sources[key.source]->devices()[key.device].metrics[key.metric];
+    fmt::print("{:<10} {:>4} {:<22} {:>9} {:>9} {:>8.2f}%\n", sources[key.source]->name(),
+               sources[key.source]->devices()[key.device].index, metric.name, counted, captured,
+               counted ? 100.0 * static_cast<double>(captured) / static_cast<double>(counted) : 100.0);
+    total += counted;
+    captured_total += captured;
+  }
+  fmt::print("capture: {:.2f} % of {} sensor value changes captured at default periods (target >= 99 %)\n",
+             total ? 100.0 * static_cast<double>(captured_total) / static_cast<double>(total) : 0.0, total);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  for (int index = 1; index < argc; ++index) {
+    const std::string arg = argv[index];
+    auto value = [&]() -> std::string {
+      if (index + 1 >= argc) {
+        fmt::print(stderr, "{} needs a value\n", arg);
+        std::exit(2);
+      }
+      return argv[++index];
+    };
+    try {
+      if (arg == "--mode") {
+        options.mode = value();
+      } else if (arg == "--seconds") {
+        options.seconds = std::stod(value());
+      } else if (arg == "--fast-period") {
+        options.fast_period_ns = parse_duration_ns(value(), "--fast-period");
+      } else if (arg == "--slow-period") {
+        options.slow_period_ns = parse_duration_ns(value(), "--slow-period");
+      } else if (arg == "--sources") {
+        std::string list = value();
+        for (size_t begin = 0; begin <= list.size();) {
+          size_t end = list.find(',', begin);
+          if (end == std::string::npos) end = list.size();
+          options.sources.push_back(list.substr(begin, end - begin));
+          begin = end + 1;
+        }
+      } else {
+        fmt::print(
+            stderr,
+            "usage: telemetry_overhead_bench [--mode overhead|capture] [--seconds N] [--fast-period 10ms] "
+            "[--slow-period 1s] [--sources nvml,procfs]\n");
+        return 2;
+      }
+    } catch (const std::exception& error) {
+      fmt::print(stderr, "{}\n", error.what());
+      return 2;
+    }
+  }
+  if (options.mode == "overhead") return run_overhead(options);
+  if (options.mode == "capture") return run_capture(options);
+  fmt::print(stderr, "--mode {}: valid modes are overhead, capture\n", options.mode);
+  return 2;
+}

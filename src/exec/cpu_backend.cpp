@@ -637,7 +637,10 @@ class CpuBackend final : public Backend {
                     D);
       }
     }
-    if (inject("attention")) prepared.buffers[shape.backward ? 7 : 3]->at(0) += 1.0f;
+    if (inject("attention")) {  // corrupt row 0 of the last (batch, head): the one check_attention verifies
+      const std::int64_t checked_head = std::int64_t{shape.batch} * shape.heads - 1;
+      prepared.buffers[shape.backward ? 7 : 3]->at(static_cast<size_t>(checked_head * s * d)) += 1.0f;
+    }
     if (config_.check) check_attention(prepared);
   }
 

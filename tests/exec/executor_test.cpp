@@ -15,7 +15,7 @@
 namespace calo::exec {
 namespace {
 
-struct Run {
+struct SingleRun {
   OpCounts executed{};
   OpCounts per_step{};
   CheckReport check;
@@ -23,8 +23,8 @@ struct Run {
   std::int64_t cross_waits = 0;
 };
 
-Run run_single(const std::string& model_name, parallel::Layout layout, bool check, int steps,
-               bool trace = false) {
+SingleRun run_single(const std::string& model_name, parallel::Layout layout, bool check, int steps,
+                     bool trace = false) {
   const model::ModelSpec spec = model::load_model(model_name);
   layout = parallel::resolve_layout(spec, layout);
   const graph::Graph graph = graph::build_graph(spec, layout);
@@ -34,7 +34,7 @@ Run run_single(const std::string& model_name, parallel::Layout layout, bool chec
   LaunchInfo launch;
   auto bootstrap = make_bootstrap(launch);
   backend->connect(graph, 0, *bootstrap);
-  Run run;
+  SingleRun run;
   {
     ExecutorOptions options;
     options.trace_ops = trace;
@@ -50,7 +50,7 @@ Run run_single(const std::string& model_name, parallel::Layout layout, bool chec
 }
 
 TEST(Executor, RunsEveryOpOfTheGraphEachStep) {
-  const Run run = run_single("tiny-dense", parallel::Layout{}, false, 3);
+  const SingleRun run = run_single("tiny-dense", parallel::Layout{}, false, 3);
   for (int kind = 0; kind < graph::kNumOpKinds; ++kind) {
     EXPECT_EQ(run.executed[static_cast<size_t>(kind)], 3 * run.per_step[static_cast<size_t>(kind)])
         << op_count_name(kind);
@@ -62,7 +62,7 @@ TEST(Executor, RunsEveryOpOfTheGraphEachStep) {
 }
 
 TEST(Executor, CheckVerifiesGemmsAttentionElementwiseAndOptimizer) {
-  const Run run = run_single("tiny-dense", parallel::Layout{}, true, 1);
+  const SingleRun run = run_single("tiny-dense", parallel::Layout{}, true, 1);
   EXPECT_EQ(run.check.wrong, 0) << (run.check.first_failures.empty() ? "" : run.check.first_failures[0]);
   const auto per_step = run.per_step;
   const std::int64_t verifiable = per_step[static_cast<size_t>(graph::OpKind::kGemm)] +
@@ -76,8 +76,8 @@ TEST(Executor, CheckVerifiesGemmsAttentionElementwiseAndOptimizer) {
 TEST(Executor, RecomputationReexecutesForwardOps) {
   parallel::Layout full;
   full.recompute = parallel::Recompute::kFull;
-  const Run plain = run_single("tiny-dense", parallel::Layout{}, false, 1);
-  const Run recomputed = run_single("tiny-dense", full, false, 1);
+  const SingleRun plain = run_single("tiny-dense", parallel::Layout{}, false, 1);
+  const SingleRun recomputed = run_single("tiny-dense", full, false, 1);
   EXPECT_GT(recomputed.executed[static_cast<size_t>(graph::OpKind::kGemm)],
             plain.executed[static_cast<size_t>(graph::OpKind::kGemm)]);
   EXPECT_GT(recomputed.executed[static_cast<size_t>(graph::OpKind::kAttention)],
@@ -85,7 +85,7 @@ TEST(Executor, RecomputationReexecutesForwardOps) {
 }
 
 TEST(Executor, TraceOpsTimesEveryOpInsideItsStep) {
-  const Run run = run_single("tiny-moe", parallel::Layout{}, false, 2, /*trace=*/true);
+  const SingleRun run = run_single("tiny-moe", parallel::Layout{}, false, 2, /*trace=*/true);
   for (const auto& step : run.steps) {
     std::int64_t total_ops = 0;
     for (auto count : run.per_step) total_ops += count;
@@ -102,7 +102,7 @@ class InjectedFault : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(InjectedFault, CheckCountsWrongResults) {
   ::setenv("CALO_CPU_INJECT_FAULT", GetParam(), 1);
-  const Run run = run_single("tiny-dense", parallel::Layout{}, true, 1);
+  const SingleRun run = run_single("tiny-dense", parallel::Layout{}, true, 1);
   ::unsetenv("CALO_CPU_INJECT_FAULT");
   EXPECT_GT(run.check.wrong, 0) << GetParam();
   ASSERT_FALSE(run.check.first_failures.empty());

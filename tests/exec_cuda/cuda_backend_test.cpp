@@ -116,13 +116,13 @@ TEST(CudaGemm, ForwardDgradWgradMatchHostReference) {
     check_gemm_pass(pass, 96, 160, 64);
 }
 
-struct Run {
+struct StepRun {
   OpCounts executed{};
   OpCounts per_step{};
   CheckReport check;
 };
 
-Run run_single(const std::string& model_name, bool check, int steps) {
+StepRun run_single(const std::string& model_name, bool check, int steps) {
   const model::ModelSpec spec = model::load_model(model_name);
   const parallel::Layout layout = parallel::resolve_layout(spec, parallel::Layout{});
   const graph::Graph graph = graph::build_graph(spec, layout);
@@ -132,7 +132,7 @@ Run run_single(const std::string& model_name, bool check, int steps) {
   LaunchInfo launch;
   auto bootstrap = make_bootstrap(launch);
   backend->connect(graph, 0, *bootstrap);
-  Run run;
+  StepRun run;
   {
     Executor executor(*backend, graph, 0);
     executor.prepare();
@@ -146,7 +146,7 @@ Run run_single(const std::string& model_name, bool check, int steps) {
 
 TEST(CudaBackend, RunsEveryOpOfTinyDenseAndChecksClean) {
   CALO_REQUIRE_GPU();
-  const Run run = run_single("tiny-dense", true, 2);
+  const StepRun run = run_single("tiny-dense", true, 2);
   for (int kind = 0; kind < graph::kNumOpKinds; ++kind)
     EXPECT_EQ(run.executed[static_cast<size_t>(kind)], 2 * run.per_step[static_cast<size_t>(kind)])
         << op_count_name(kind);
@@ -157,7 +157,7 @@ TEST(CudaBackend, RunsEveryOpOfTinyDenseAndChecksClean) {
 
 TEST(CudaBackend, RunsTinyMoeWithRoutingAndChecksClean) {
   CALO_REQUIRE_GPU();
-  const Run run = run_single("tiny-moe", true, 1);
+  const StepRun run = run_single("tiny-moe", true, 1);
   EXPECT_EQ(run.check.wrong, 0) << (run.check.first_failures.empty() ? "" : run.check.first_failures[0]);
   EXPECT_GT(run.executed[static_cast<size_t>(graph::OpKind::kGemm)], 0);
 }
@@ -166,7 +166,7 @@ TEST(CudaBackend, CheckCatchesInjectedFaults) {
   CALO_REQUIRE_GPU();
   for (const char* fault : {"gemm", "attention", "elementwise", "optimizer"}) {
     setenv("CALO_CUDA_INJECT_FAULT", fault, 1);
-    const Run run = run_single("tiny-dense", true, 1);
+    const StepRun run = run_single("tiny-dense", true, 1);
     unsetenv("CALO_CUDA_INJECT_FAULT");
     EXPECT_GT(run.check.wrong, 0) << fault;
     EXPECT_FALSE(run.check.first_failures.empty()) << fault;

@@ -27,7 +27,7 @@ target_include_directories(calo_fmt SYSTEM INTERFACE $<TARGET_PROPERTY:fmt::fmt-
 add_library(calo_warnings INTERFACE)
 target_compile_options(calo_warnings INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast -Wcast-align
-  -Wunused -Woverloaded-virtual -Wnull-dereference -Wimplicit-fallthrough>
+  -Wunused -Woverloaded-virtual -Wimplicit-fallthrough>
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${CALO_WERROR}>>:-Werror>
   # GCC 12 reports false -Wrestrict / -Wstringop-overflow / -Warray-bounds on inlined std::string code at
   # -O2/-O3 (GCC bugs 105329, 106199, 105651; fixed in 13); other compilers keep the warnings.

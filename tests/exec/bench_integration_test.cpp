@@ -17,6 +17,7 @@
 namespace {
 
 namespace fs = std::filesystem;
+namespace store = calo::store;
 
 struct Outcome {
   int exit_code = -1;
@@ -146,7 +147,10 @@ TEST(BenchCpu, LayoutThatDoesNotFitExitsTwoWithBreakdown) {
   const Outcome outcome = run_calo({"bench", "--backend", "cpu", "--model", "llama3-405b", "--steps", "1"});
   EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
   EXPECT_NE(outcome.output.find("optimizer"), std::string::npos) << outcome.output;
-  EXPECT_NE(outcome.output.find("layouts that fit"), std::string::npos) << outcome.output;
+  // Either nearby layouts that fit are suggested, or it says that none does (depends on this host's memory).
+  const bool suggests = outcome.output.find("layouts that fit") != std::string::npos ||
+                        outcome.output.find("no nearby layout fits") != std::string::npos;
+  EXPECT_TRUE(suggests) << outcome.output;
 }
 
 TEST(BenchCpu, InvalidLayoutExitsTwo) {

@@ -1,6 +1,7 @@
 // CPU backend: OpenBLAS sgemm, attention as GEMMs + softmax, elementwise ops moving the op's bytes, AdamW,
 // and MPI collectives / send-recv. One host thread per graph stream; MPI calls are serialized through
 // mpi_mutex() and progress by polling non-blocking requests, so streams overlap without MPI_THREAD_MULTIPLE.
+#include "exec/all_to_all.h"
 #include "exec/cpu_backend.h"
 
 #include <cblas.h>
@@ -472,28 +473,10 @@ class CpuBackend final : public Backend {
     const std::int64_t row_elements = std::max<std::int64_t>(1, graph_->model.hidden_size / 2);  // bf16 row
     const std::int64_t rows_total =
         std::max<std::int64_t>(members, std::llround(op.bytes / (2.0 * graph_->model.hidden_size)));
-    std::vector<std::int64_t> rows(static_cast<size_t>(members), rows_total / members);
-    const int experts = graph_->model.num_experts;
-    const bool expert_parallel = op.group == graph::GroupKind::kEp && experts > 0 &&
-                                 static_cast<int>(expert_tokens_.size()) == experts && experts % members == 0;
-    if (expert_parallel) {
-      std::vector<double> tokens(static_cast<size_t>(members), 0.0);
-      double all_tokens = 0;
-      for (const auto& [expert, count] : expert_tokens_) {
-        tokens[static_cast<size_t>(expert / (experts / members))] += static_cast<double>(count);
-        all_tokens += static_cast<double>(count);
-      }
-      std::int64_t assigned = 0;
-      for (std::int64_t peer = 0; peer < members; ++peer) {
-        rows[static_cast<size_t>(peer)] = static_cast<std::int64_t>(
-            std::floor(static_cast<double>(rows_total) * tokens[static_cast<size_t>(peer)] / all_tokens));
-        assigned += rows[static_cast<size_t>(peer)];
-      }
-      for (std::int64_t peer = 0; assigned < rows_total; peer = (peer + 1) % members, ++assigned)
-        ++rows[static_cast<size_t>(peer)];
-    } else {
-      for (std::int64_t peer = 0; peer < rows_total % members; ++peer) ++rows[static_cast<size_t>(peer)];
-    }
+    const AllToAllSplit split = split_all_to_all(rows_total, members, op.group == graph::GroupKind::kEp,
+                                                 graph_->model.num_experts, expert_tokens_);
+    const bool expert_parallel = split.expert_parallel;
+    const std::vector<std::int64_t>& rows = split.rows;
     // Dispatch (even occurrence in the program) sends rows[d] to each d; combine sends rows[me] back to each.
     const bool combine = expert_parallel && (all_to_all_seen_++ % 2 == 1);
     prepared.send_counts.resize(static_cast<size_t>(members));

@@ -1,4 +1,5 @@
 // CUDA backend: device memory, kernels, cuBLASLt, NCCL communicators, streams/events and --check.
+#include "exec/all_to_all.h"
 #include "exec/cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>
@@ -632,28 +633,10 @@ class CudaBackend final : public Backend {
     const std::int64_t row_values = std::max(1, graph_->model.hidden_size);
     const std::int64_t rows_total =
         std::max<std::int64_t>(members, std::llround(op.bytes / (2.0 * row_values)));
-    std::vector<std::int64_t> rows(static_cast<size_t>(members), rows_total / members);
-    const int experts = graph_->model.num_experts;
-    const bool expert_parallel = op.group == graph::GroupKind::kEp && experts > 0 &&
-                                 static_cast<int>(expert_tokens_.size()) == experts && experts % members == 0;
-    if (expert_parallel) {
-      std::vector<double> tokens(static_cast<size_t>(members), 0.0);
-      double all_tokens = 0;
-      for (const auto& [expert, count] : expert_tokens_) {
-        tokens[static_cast<size_t>(expert / (experts / members))] += static_cast<double>(count);
-        all_tokens += static_cast<double>(count);
-      }
-      std::int64_t assigned = 0;
-      for (std::int64_t peer = 0; peer < members; ++peer) {
-        rows[static_cast<size_t>(peer)] = static_cast<std::int64_t>(
-            std::floor(static_cast<double>(rows_total) * tokens[static_cast<size_t>(peer)] / all_tokens));
-        assigned += rows[static_cast<size_t>(peer)];
-      }
-      for (std::int64_t peer = 0; assigned < rows_total; peer = (peer + 1) % members, ++assigned)
-        ++rows[static_cast<size_t>(peer)];
-    } else {
-      for (std::int64_t peer = 0; peer < rows_total % members; ++peer) ++rows[static_cast<size_t>(peer)];
-    }
+    const AllToAllSplit split = split_all_to_all(rows_total, members, op.group == graph::GroupKind::kEp,
+                                                 graph_->model.num_experts, expert_tokens_);
+    const bool expert_parallel = split.expert_parallel;
+    const std::vector<std::int64_t>& rows = split.rows;
     const bool combine = expert_parallel && (all_to_all_seen_[op.stream]++ % 2 == 1);
     prepared.send_counts.assign(static_cast<size_t>(members), 0);
     prepared.recv_counts.assign(static_cast<size_t>(members), 0);

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "telemetry/recorder.h"
+
 namespace calo::exec {
 namespace {
 
@@ -54,16 +56,7 @@ BenchTelemetry::BenchTelemetry(store::RunWriter& writer, std::int64_t started_ns
     targets_[source_position].resize(devices.size());
     for (size_t device_position = 0; device_position < devices.size(); ++device_position) {
       const telemetry::DeviceInfo& device = devices[device_position];
-      store::DeviceInfo row;
-      row.idx = next_idx++;
-      row.slot = device.index;
-      row.kind = device.kind == "gpu" ? store::DeviceKind::kGpu : store::DeviceKind::kCpu;
-      row.name = device.name;
-      row.uuid = device.uuid;
-      row.pci_bus = device.pci_bus;
-      row.power_limit_w = device.power_limit_w;
-      row.max_sm_mhz = device.max_sm_mhz;
-      row.driver = device.driver;
+      const store::DeviceInfo row = telemetry::to_store_device(device, next_idx++);
       writer_.add_device(row);
       devices_.push_back({row.idx, device.kind, device.index, device.name});
       for (const auto& unsupported : device.unsupported) {

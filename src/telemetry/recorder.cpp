@@ -319,16 +319,7 @@ RecordResult record(const RecordOptions& options) {
     targets[source_position].resize(devices.size());
     for (size_t device_position = 0; device_position < devices.size(); ++device_position) {
       const DeviceInfo& device = devices[device_position];
-      store::DeviceInfo row;
-      row.idx = next_device_idx++;
-      row.slot = device.index;
-      row.kind = device.kind == "gpu" ? store::DeviceKind::kGpu : store::DeviceKind::kCpu;
-      row.name = device.name;
-      row.uuid = device.uuid;
-      row.pci_bus = device.pci_bus;
-      row.power_limit_w = device.power_limit_w;
-      row.max_sm_mhz = device.max_sm_mhz;
-      row.driver = device.driver;
+      const store::DeviceInfo row = to_store_device(device, next_device_idx++);
       writer.add_device(row);
       device_labels.emplace_back(row.idx, device.kind == "gpu" ? fmt::format("gpu{}", gpu_count++) : "host");
       for (const auto& unsupported : device.unsupported) {
@@ -602,6 +593,20 @@ RecordResult record(const RecordOptions& options) {
     text += fmt::format("  forwarded signal {} to the command\n", g_forwarded_signal.load());
   result.summary_text = text;
   return result;
+}
+
+store::DeviceInfo to_store_device(const DeviceInfo& device, int device_idx) {
+  store::DeviceInfo row;
+  row.idx = device_idx;
+  row.slot = device.index;
+  row.kind = device.kind == "gpu" ? store::DeviceKind::kGpu : store::DeviceKind::kCpu;
+  row.name = device.name;
+  row.uuid = device.uuid;
+  row.pci_bus = device.pci_bus;
+  row.power_limit_w = device.power_limit_w;
+  row.max_sm_mhz = device.max_sm_mhz;
+  row.driver = device.driver;
+  return row;
 }
 
 }  // namespace calo::telemetry

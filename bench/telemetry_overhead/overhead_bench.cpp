@@ -33,6 +33,7 @@ struct Options {
   std::string mode = "overhead";
   double seconds = 10;
   int64_t fast_period_ns = 10'000'000;
+  bool fast_period_given = false;  // capture mode uses the default periods unless --fast-period is given
   int64_t slow_period_ns = 1'000'000'000;
   std::vector<std::string> sources;  // empty = all available
 };
@@ -60,6 +61,18 @@ std::vector<Source*> pick(std::vector<std::unique_ptr<Source>>& all, const Optio
   return picked;
 }
 
+// What the sampler will read, how often, and what each query cost on this host (first device).
+void print_schedule(const Sampler& sampler) {
+  fmt::print("# schedule: {:<8} {:<20} {:<24} {:>10} {:>10} {:>10} {:>4}\n", "source", "group", "metric",
+             "period ms", "wall us", "cpu us", "devs");
+  for (const auto& entry : sampler.schedule()) {
+    fmt::print("# schedule: {:<8} {:<20} {:<24} {:>10g} {:>10.1f} {:>10.1f} {:>4}{}\n", entry.source,
+               entry.group, entry.metric, static_cast<double>(entry.period_ns) / 1e6,
+               static_cast<double>(entry.cost.wall_ns) / 1e3, static_cast<double>(entry.cost.cpu_ns) / 1e3,
+               entry.devices, entry.reclassified ? "  (declared cheap, measured slow: own loop)" : "");
+  }
+}
+
 int run_overhead(const Options& options) {
   auto all = open_local_sources();
   int gpus = 0;
@@ -76,17 +89,11 @@ int run_overhead(const Options& options) {
   for (size_t source_position = 0; source_position < sources.size(); ++source_position) {
     for (const auto& device : sources[source_position]->devices()) {
       device_ids[source_position].push_back(device_idx);
-      writer.add_device({device_idx, 0, device.index,
-                         device.kind == "gpu" ? store::DeviceKind::kGpu : store::DeviceKind::kCpu,
-                         device.name, device.uuid, device.pci_bus, device.power_limit_w, device.max_sm_mhz,
-                         device.driver});
+      writer.add_device(to_store_device(device, device_idx));
       ++device_idx;
       std::vector<int32_t> ids;
       for (const auto& metric : device.metrics) {
-        ids.push_back(writer.metric_id(metric.name, metric.unit,
-                                       metric.kind == MetricKind::kCounter   ? store::MetricKind::kCounter
-                                       : metric.kind == MetricKind::kBitmask ? store::MetricKind::kBitmask
-                                                                             : store::MetricKind::kGauge));
+        ids.push_back(writer.metric_id(metric.name, metric.unit, to_store_kind(metric.kind)));
       }
       metric_ids[source_position].push_back(ids);
     }
@@ -106,6 +113,7 @@ int run_overhead(const Options& options) {
   fmt::print("# mode overhead: {:g} s, fast metrics every {:g} ms, slow every {:g} ms, {} GPU(s), store {}\n",
              options.seconds, static_cast<double>(options.fast_period_ns) / 1e6,
              static_cast<double>(options.slow_period_ns) / 1e6, gpus, run_dir.string());
+  print_schedule(sampler);
   const double cpu_before_s = process_cpu_s();
   const int64_t wall_before_ns = core::monotonic_ns();
   sampler.start();
@@ -114,18 +122,20 @@ int run_overhead(const Options& options) {
   writer.finish(core::monotonic_ns());
   const double wall_s = static_cast<double>(core::monotonic_ns() - wall_before_ns) / 1e9;
   const double cpu_s = process_cpu_s() - cpu_before_s;
-  fmt::print("{:<10} {:<14} {:>9} {:>7} {:>7} {:>10} {:>10} {:>10} {:>10}\n", "source", "group", "samples",
-             "late", "missed", "jit p50", "jit p99", "jit max", "cpu");
-  fmt::print("{:<10} {:<14} {:>9} {:>7} {:>7} {:>10} {:>10} {:>10} {:>10}\n", "", "", "", "", "", "us", "us",
-             "us", "ms");
+  fmt::print("{:<10} {:<18} {:>9} {:>7} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}\n", "source", "group",
+             "samples", "late", "missed", "jit p50", "jit p99", "jit max", "read", "cpu", "cpu");
+  fmt::print("{:<10} {:<18} {:>9} {:>7} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}\n", "", "", "", "", "",
+             "us", "us", "us", "ms", "ms", "% core");
   int64_t worst_p99_ns = 0;
   uint64_t samples = 0;
   uint64_t missed = 0;
   for (const auto& loop : sampler.stats()) {
-    fmt::print("{:<10} {:<14} {:>9} {:>7} {:>7} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.2f}\n", loop.source,
-               loop.group, loop.samples, loop.late, loop.missed,
+    fmt::print("{:<10} {:<18} {:>9} {:>7} {:>7} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.2f} {:>10.2f} {:>9.3f}\n",
+               loop.source, loop.group, loop.samples, loop.late, loop.missed,
                static_cast<double>(loop.jitter_p50_ns) / 1e3, static_cast<double>(loop.jitter_p99_ns) / 1e3,
-               static_cast<double>(loop.jitter_max_ns) / 1e3, static_cast<double>(loop.cpu_ns) / 1e6);
+               static_cast<double>(loop.jitter_max_ns) / 1e3, static_cast<double>(loop.read_ns_total) / 1e6,
+               static_cast<double>(loop.cpu_ns) / 1e6,
+               100.0 * static_cast<double>(loop.cpu_ns) / 1e9 / options.seconds);
     worst_p99_ns = std::max(worst_p99_ns, loop.jitter_p99_ns);
     samples += loop.samples;
     missed += loop.missed;
@@ -145,6 +155,13 @@ int run_overhead(const Options& options) {
       stats.samples_dropped);
   std::filesystem::remove_all(run_dir);
   return 0;
+}
+
+// The q-quantile of `values` (nearest rank), 0 when empty.
+double quantile(std::vector<double> values, double q) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  return values[static_cast<size_t>(q * static_cast<double>(values.size() - 1) + 0.5)];
 }
 
 int run_capture(const Options& options) {
@@ -215,9 +232,15 @@ int run_capture(const Options& options) {
       });
     }
   }
-  fmt::print("# mode capture: {:g} s, sampler at default periods, {} truth reader thread(s)\n",
-             options.seconds, readers.size());
-  Sampler sampler(sources, PeriodPlan{}, sink);
+  PeriodPlan plan;
+  if (options.fast_period_given) plan.fast_override_ns = options.fast_period_ns;
+  fmt::print("# mode capture: {:g} s, sampler at {} periods, {} truth reader thread(s)\n", options.seconds,
+             options.fast_period_given
+                 ? fmt::format("fast {:g} ms", static_cast<double>(options.fast_period_ns) / 1e6)
+                 : std::string("default"),
+             readers.size());
+  Sampler sampler(sources, plan, sink);
+  print_schedule(sampler);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // truth readers warm up first
   sampler.start();
   std::this_thread::sleep_for(std::chrono::duration<double>(options.seconds));
@@ -225,19 +248,24 @@ int run_capture(const Options& options) {
   const int64_t sampler_end_ns = core::monotonic_ns();
   stop = true;
   for (auto& reader : readers) reader.join();
-  fmt::print("{:<10} {:>4} {:<22} {:>9} {:>9} {:>9}\n", "source", "dev", "metric", "changes", "captured",
-             "ratio");
+  fmt::print("{:<10} {:>4} {:<22} {:>9} {:>9} {:>9} {:>12} {:>12} {:>12}\n", "source", "dev", "metric",
+             "changes", "captured", "ratio", "hold p10 ms", "hold p50 ms", "missed p50");
   uint64_t total = 0;
   uint64_t captured_total = 0;
   for (const auto& [key, changes] : truth) {
     const auto& samples = sampled[key];
     uint64_t counted = 0;
     uint64_t captured = 0;
+    std::vector<double> hold_ms;         // how long each counted value was held (truth)
+    std::vector<double> missed_hold_ms;  // the same, for the values the sampler never read
     const int64_t first_sample_ns = samples.empty() ? INT64_MAX : samples.front().first;
     for (size_t index = 1; index + 1 < changes.size(); ++index) {  // first/last values have unknown extent
       const Change& change = changes[index];
       if (change.t_begin_ns < first_sample_ns || change.t_end_ns > sampler_end_ns) continue;
       ++counted;
+      const double held_ms = static_cast<double>(change.t_end_ns - change.t_begin_ns) / 1e6;
+      hold_ms.push_back(held_ms);
+      bool seen = false;
       // Truth saw the value in [t_begin, t_end); the sampler's t is the middle of its read, so allow the
       // reads' own duration (100 µs) on either side.
       const auto lower = std::lower_bound(samples.begin(), samples.end(),
@@ -245,15 +273,22 @@ int run_capture(const Options& options) {
       for (auto sample = lower; sample != samples.end() && sample->first <= change.t_end_ns + 100'000;
            ++sample) {
         if (sample->second == change.value) {
-          ++captured;
+          seen = true;
           break;
         }
       }
+      if (seen) {
+        ++captured;
+      } else {
+        missed_hold_ms.push_back(held_ms);
+      }
     }
     const auto& metric = sources[key.source]->devices()[key.device].metrics[key.metric];
-    fmt::print("{:<10} {:>4} {:<22} {:>9} {:>9} {:>8.2f}%\n", sources[key.source]->name(),
-               sources[key.source]->devices()[key.device].index, metric.name, counted, captured,
-               counted ? 100.0 * static_cast<double>(captured) / static_cast<double>(counted) : 100.0);
+    fmt::print("{:<10} {:>4} {:<22} {:>9} {:>9} {:>8.2f}% {:>12.2f} {:>12.2f} {:>12.2f}\n",
+               sources[key.source]->name(), sources[key.source]->devices()[key.device].index, metric.name,
+               counted, captured,
+               counted ? 100.0 * static_cast<double>(captured) / static_cast<double>(counted) : 100.0,
+               quantile(hold_ms, 0.1), quantile(hold_ms, 0.5), quantile(missed_hold_ms, 0.5));
     total += counted;
     captured_total += captured;
   }
@@ -282,6 +317,7 @@ int main(int argc, char** argv) {
         options.seconds = std::stod(value());
       } else if (arg == "--fast-period") {
         options.fast_period_ns = parse_duration_ns(value(), "--fast-period");
+        options.fast_period_given = true;
       } else if (arg == "--slow-period") {
         options.slow_period_ns = parse_duration_ns(value(), "--slow-period");
       } else if (arg == "--sources") {

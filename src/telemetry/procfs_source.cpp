@@ -180,9 +180,16 @@ Reading ProcfsSource::read_cpu_util() {
   last_total_ticks_ = total_ticks;
   last_busy_ticks_ = busy_ticks;
   if (first) return error_reading(ReadStatus::kError, "first /proc/stat read is the baseline");
-  // /proc/stat ticks at USER_HZ (100 Hz): between two reads less than a tick apart the value is unchanged.
-  if (delta_total == 0) return error_reading(ReadStatus::kError, "");  // no tick yet: not worth a report
-  return ok_reading(100.0 * static_cast<double>(delta_busy) / static_cast<double>(delta_total));
+  // /proc/stat ticks at USER_HZ (100 Hz): between two reads less than a tick apart nothing was counted, so
+  // the utilization is still the last one computed (this was an error before: 90 % of `calo probe`'s
+  // back-to-back reads failed on the GPU host).
+  if (delta_total == 0) {
+    if (!has_last_util_) return error_reading(ReadStatus::kError, "");  // no tick since the baseline yet
+    return ok_reading(last_util_pct_);
+  }
+  last_util_pct_ = 100.0 * static_cast<double>(delta_busy) / static_cast<double>(delta_total);
+  has_last_util_ = true;
+  return ok_reading(last_util_pct_);
 }
 
 Reading ProcfsSource::read_host_mem() const {

@@ -47,6 +47,8 @@ class ProcfsSource : public Source {
   std::vector<std::filesystem::path> temp_files_;  // package temperature inputs (millidegrees C)
   uint64_t last_busy_ticks_ = 0;
   uint64_t last_total_ticks_ = 0;
+  double last_util_pct_ = 0;    // utilization over the last interval that had ticks
+  bool has_last_util_ = false;  // whether last_util_pct_ holds a value
 };
 
 }  // namespace calo::telemetry

@@ -180,18 +180,6 @@ class OutputTee {
   std::thread thread_;
 };
 
-store::MetricKind to_store_kind(MetricKind kind) {
-  switch (kind) {
-    case MetricKind::kGauge:
-      return store::MetricKind::kGauge;
-    case MetricKind::kCounter:
-      return store::MetricKind::kCounter;
-    case MetricKind::kBitmask:
-      return store::MetricKind::kBitmask;
-  }
-  return store::MetricKind::kGauge;
-}
-
 }  // namespace
 
 int64_t parse_duration_ns(const std::string& text, const std::string& what) {
@@ -294,11 +282,22 @@ RecordResult record(const RecordOptions& options) {
   info.started_ns = core::monotonic_ns();
   info.wall_offset_ns = core::wall_ns() - info.started_ns;
 
-  Sampler sampler(sources, options.periods, {});  // planned first so the schedule goes into the run record
+  // Query costs are measured once on this host; both samplers below classify and schedule by them.
+  PeriodPlan periods = options.periods;
+  if (!periods.measured_costs) periods.measured_costs = measure_query_costs(sources);
+  Sampler sampler(sources, periods, {});  // planned first so the schedule goes into the run record
   nlohmann::json config;
   config["markers"] = options.markers;
   for (const auto& scheduled : sampler.schedule()) {
-    config["periods_ns"][scheduled.source + "/" + scheduled.metric] = scheduled.period_ns;
+    const std::string key = scheduled.source + "/" + scheduled.metric;
+    config["periods_ns"][key] = scheduled.period_ns;
+    config["query_cost_ns"][key] = {{"wall", scheduled.cost.wall_ns}, {"cpu", scheduled.cost.cpu_ns}};
+    if (scheduled.reclassified) {
+      result.notes.push_back(fmt::format(
+          "{} costs {:.0f} µs per read on this host (declared cheap): read in its own loop every {:g} ms",
+          key, static_cast<double>(scheduled.cost.wall_ns) / 1e3,
+          static_cast<double>(scheduled.period_ns) / 1e6));
+    }
   }
   info.config_json = config.dump();
   store::RunWriter writer(run_dir, info);  // InputError if the directory is not writable
@@ -384,7 +383,7 @@ RecordResult record(const RecordOptions& options) {
     std::lock_guard lock(event_mutex);
     fmt::print(stderr, "calo: {}\n", event.message);
   };
-  Sampler running_sampler(sources, options.periods, sink);
+  Sampler running_sampler(sources, periods, sink);
   for (const auto& note : result.notes) fmt::print(stderr, "calo: {}\n", note);
   fmt::print(stderr, "calo: recording {} device(s) into {}\n", next_device_idx, run_dir.string());
   running_sampler.start(started_ns);
@@ -593,6 +592,30 @@ RecordResult record(const RecordOptions& options) {
     text += fmt::format("  forwarded signal {} to the command\n", g_forwarded_signal.load());
   result.summary_text = text;
   return result;
+}
+
+store::MetricKind to_store_kind(MetricKind kind) {
+  switch (kind) {
+    case MetricKind::kCounter:
+      return store::MetricKind::kCounter;
+    case MetricKind::kBitmask:
+      return store::MetricKind::kBitmask;
+    case MetricKind::kGauge:
+      break;
+  }
+  return store::MetricKind::kGauge;
+}
+
+MetricKind from_store_kind(store::MetricKind kind) {
+  switch (kind) {
+    case store::MetricKind::kCounter:
+      return MetricKind::kCounter;
+    case store::MetricKind::kBitmask:
+      return MetricKind::kBitmask;
+    case store::MetricKind::kGauge:
+      break;
+  }
+  return MetricKind::kGauge;
 }
 
 store::DeviceInfo to_store_device(const DeviceInfo& device, int device_idx) {

@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "core/time.h"
+#include "telemetry/recorder.h"
 
 namespace calo::telemetry {
 
@@ -149,30 +150,6 @@ void fill_device_metrics(Recording& recording) {
       recording.devices[device].metrics.push_back(info);
     }
   }
-}
-
-store::MetricKind to_store_kind(MetricKind kind) {
-  switch (kind) {
-    case MetricKind::kCounter:
-      return store::MetricKind::kCounter;
-    case MetricKind::kBitmask:
-      return store::MetricKind::kBitmask;
-    case MetricKind::kGauge:
-      break;
-  }
-  return store::MetricKind::kGauge;
-}
-
-MetricKind from_store_kind(store::MetricKind kind) {
-  switch (kind) {
-    case store::MetricKind::kCounter:
-      return MetricKind::kCounter;
-    case store::MetricKind::kBitmask:
-      return MetricKind::kBitmask;
-    case store::MetricKind::kGauge:
-      break;
-  }
-  return MetricKind::kGauge;
 }
 
 }  // namespace

@@ -35,13 +35,47 @@ void sleep_until_ns(int64_t deadline_ns) {
 
 }  // namespace
 
-int64_t PeriodPlan::period_for(const MetricInfo& metric) const {
+int64_t PeriodPlan::period_for(const MetricInfo& metric, int64_t cpu_ns) const {
   if (auto found = by_metric_ns.find(metric.name); found != by_metric_ns.end()) return found->second;
   if (auto found = by_group_ns.find(metric.query_group); found != by_group_ns.end()) return found->second;
   const bool slow = metric.expected_cost_ns >= kSlowQueryNs;
   if (slow && slow_override_ns > 0) return slow_override_ns;
   if (!slow && fast_override_ns > 0) return fast_override_ns;
-  return metric.default_period_ns > 0 ? metric.default_period_ns : 100'000'000;
+  const int64_t default_ns = metric.default_period_ns > 0 ? metric.default_period_ns : 100'000'000;
+  if (!slow || cpu_ns <= 0) return default_ns;
+  // Expensive queries spin in the driver (energy ~2-4 ms of CPU per read on H200): stretch the default so
+  // one such metric costs at most kSlowMetricCpuShare of a core, in whole 100 ms steps.
+  constexpr int64_t kStepNs = 100'000'000;
+  const auto budget_ns = static_cast<int64_t>(static_cast<double>(cpu_ns) / kSlowMetricCpuShare);
+  return std::max(default_ns, (budget_ns + kStepNs - 1) / kStepNs * kStepNs);
+}
+
+CostTable measure_query_costs(const std::vector<Source*>& sources, int reads) {
+  CostTable costs;
+  for (Source* source : sources) {
+    if (!source->available()) continue;
+    const auto& devices = source->devices();
+    for (size_t device_position = 0; device_position < devices.size(); ++device_position) {
+      const auto& metrics = devices[device_position].metrics;
+      for (size_t metric_index = 0; metric_index < metrics.size(); ++metric_index) {
+        const auto key = std::make_pair(source->name(), metrics[metric_index].name);
+        if (costs.contains(key)) continue;
+        QueryCost best{INT64_MAX, INT64_MAX};
+        for (int read = 0; read < std::max(reads, 1); ++read) {
+          const int64_t cpu_before_ns = thread_cpu_ns();
+          const int64_t wall_before_ns = core::monotonic_ns();
+          const Reading reading = source->read(device_position, metric_index);
+          const int64_t wall_ns = core::monotonic_ns() - wall_before_ns;
+          const int64_t cpu_ns = thread_cpu_ns() - cpu_before_ns;
+          if (reading.status == ReadStatus::kUnsupported || reading.status == ReadStatus::kDeviceLost) break;
+          best.wall_ns = std::min(best.wall_ns, wall_ns);
+          best.cpu_ns = std::min(best.cpu_ns, cpu_ns);
+        }
+        if (best.wall_ns != INT64_MAX) costs[key] = best;
+      }
+    }
+  }
+  return costs;
 }
 
 void JitterHistogram::add(int64_t jitter_ns) {
@@ -83,7 +117,9 @@ struct Sampler::Loop {
 };
 
 Sampler::Sampler(std::vector<Source*> sources, PeriodPlan plan, SamplerSink sink)
-    : sources_(std::move(sources)), sink_(std::move(sink)) {
+    : sources_(std::move(sources)),
+      sink_(std::move(sink)),
+      costs_(plan.measured_costs ? *plan.measured_costs : measure_query_costs(sources_)) {
   size_t device_total = 0;
   for (const Source* source : sources_) {
     device_offset_.push_back(device_total);
@@ -98,8 +134,17 @@ Sampler::Sampler(std::vector<Source*> sources, PeriodPlan plan, SamplerSink sink
     for (uint32_t device_position = 0; device_position < devices.size(); ++device_position) {
       const auto& metrics = devices[device_position].metrics;
       for (uint32_t metric_index = 0; metric_index < metrics.size(); ++metric_index) {
-        const MetricInfo& metric = metrics[metric_index];
-        const int64_t period_ns = plan.period_for(metric);
+        // Classify by the cost measured here, not the declared one: a query that is cheap on one driver can
+        // cost half a millisecond on another and would then delay every fast metric of its group.
+        MetricInfo metric = metrics[metric_index];
+        const auto measured = costs_.find({source->name(), metric.name});
+        const QueryCost cost = measured != costs_.end() ? measured->second : QueryCost{};
+        if (measured != costs_.end() && cost.wall_ns >= kSlowQueryNs &&
+            metric.expected_cost_ns < kSlowQueryNs) {
+          metric.query_group += ".slow";
+          metric.expected_cost_ns = cost.wall_ns;
+        }
+        const int64_t period_ns = plan.period_for(metric, cost.cpu_ns);
         if (period_ns <= 0) continue;  // a period of 0 turns the metric off
         Loop*& loop = by_group[metric.query_group];
         if (loop == nullptr) {
@@ -288,14 +333,18 @@ std::vector<Sampler::Scheduled> Sampler::schedule() const {
   for (const auto& loop : loops_) {
     const Source& source = *sources_[loop->source_position];
     for (const auto& task : loop->tasks) {
-      const std::string& metric = source.devices()[task.device_position].metrics[task.metric_index].name;
+      const MetricInfo& info = source.devices()[task.device_position].metrics[task.metric_index];
       auto existing = std::find_if(result.begin(), result.end(), [&](const Scheduled& entry) {
-        return entry.source == source.name() && entry.metric == metric && entry.period_ns == task.period_ns;
+        return entry.source == source.name() && entry.metric == info.name &&
+               entry.period_ns == task.period_ns;
       });
       if (existing != result.end()) {
         ++existing->devices;
       } else {
-        result.push_back({source.name(), loop->group, metric, task.period_ns, 1});
+        const auto measured = costs_.find({source.name(), info.name});
+        result.push_back({source.name(), loop->group, info.name, task.period_ns, 1,
+                          measured != costs_.end() ? measured->second : QueryCost{},
+                          loop->group != info.query_group});
       }
     }
   }

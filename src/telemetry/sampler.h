@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -44,14 +45,34 @@ struct SamplerSink {
 /// Queries costing at least this much are "slow" (energy, NVLink, PCIe counters); cheaper ones are "fast".
 inline constexpr int64_t kSlowQueryNs = 100'000;
 
+/// Share of one CPU core an expensive metric may use at its default period: the default period of a slow
+/// metric is at least (measured CPU per read) / kSlowMetricCpuShare (0.1 % of a core per metric).
+inline constexpr double kSlowMetricCpuShare = 0.001;
+
+/// Measured cost of one query on this host: the cheapest of a few reads.
+struct QueryCost {
+  int64_t wall_ns = 0;  ///< wall time of one read
+  int64_t cpu_ns = 0;   ///< CPU time of the reading thread during that read (user + system)
+};
+
+/// Measured query costs keyed by (source name, metric name).
+using CostTable = std::map<std::pair<std::string, std::string>, QueryCost>;
+
+/// Reads every metric of every available source `reads` times on the first device that has it and keeps the
+/// cheapest read: the cost the sampler classifies by (fast if wall < kSlowQueryNs, else slow).
+CostTable measure_query_costs(const std::vector<Source*>& sources, int reads = 3);
+
 /// Sampling periods: per metric name, else per query group, else the metric's default.
 struct PeriodPlan {
   std::map<std::string, int64_t> by_metric_ns;  ///< "power_instant_w" -> period
   std::map<std::string, int64_t> by_group_ns;   ///< "nvml.fast" -> period
-  int64_t fast_override_ns = 0;  ///< if > 0: period of every cheap metric (expected cost < kSlowQueryNs)
-  int64_t slow_override_ns = 0;  ///< if > 0: period of every expensive metric (expected cost >= kSlowQueryNs)
-  /// The period for `metric` (explicit metric > group > fast/slow override > default).
-  int64_t period_for(const MetricInfo& metric) const;
+  int64_t fast_override_ns = 0;  ///< if > 0: period of every cheap metric (cost < kSlowQueryNs)
+  int64_t slow_override_ns = 0;  ///< if > 0: period of every expensive metric (cost >= kSlowQueryNs)
+  /// Costs measured on this host; when unset the Sampler measures them itself (measure_query_costs).
+  std::optional<CostTable> measured_costs;
+  /// The period for `metric` whose reads cost `cpu_ns` of CPU (explicit metric > group > fast/slow
+  /// override > default; a slow metric's default is stretched so it uses <= kSlowMetricCpuShare of a core).
+  int64_t period_for(const MetricInfo& metric, int64_t cpu_ns = 0) const;
 };
 
 /// Scheduling statistics of one sampler thread.
@@ -93,7 +114,8 @@ class JitterHistogram {
 /// Runs the sampling threads. Sources must outlive the sampler.
 class Sampler {
  public:
-  /// Plans one loop per (source, query group) over every device and metric of the available sources.
+  /// Plans one loop per (source, query group) over every device and metric of the available sources; a
+  /// metric declared cheap whose measured cost is >= kSlowQueryNs moves to its own "<group>.slow" loop.
   Sampler(std::vector<Source*> sources, PeriodPlan plan, SamplerSink sink);
   /// Stops the threads if running.
   ~Sampler();
@@ -112,6 +134,8 @@ class Sampler {
     std::string metric;  ///< metric name
     int64_t period_ns;   ///< sampling period
     size_t devices;      ///< devices reading it
+    QueryCost cost;      ///< measured cost of one read (first device)
+    bool reclassified;   ///< declared cheap but measured slow on this host: moved out of its fast group
   };
   /// What will be (or is being) sampled.
   std::vector<Scheduled> schedule() const;
@@ -124,6 +148,7 @@ class Sampler {
 
   std::vector<Source*> sources_;
   SamplerSink sink_;
+  CostTable costs_;
   std::vector<std::unique_ptr<Loop>> loops_;
   std::vector<std::thread> threads_;
   std::atomic<bool> stopping_{false};

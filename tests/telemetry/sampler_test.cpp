@@ -1,5 +1,7 @@
 // Sampler timing on real clocks: absolute deadlines without drift, jitter statistics, a slow query group that
 // cannot delay a fast one, unsupported metrics and lost devices reported once.
+#include "telemetry/sampler.h"
+
 #include <gtest/gtest.h>
 #include <time.h>
 
@@ -8,7 +10,6 @@
 
 #include "core/time.h"
 #include "telemetry/procfs_source.h"
-#include "telemetry/sampler.h"
 
 namespace calo::telemetry {
 namespace {
@@ -59,7 +60,8 @@ struct Collected {
     return {[this](std::span<const SampleRecord> records) {
               std::lock_guard lock(mutex);
               for (const auto& record : records) {
-                times[{record.source_position, record.device_position, record.metric_index}].push_back(record.t_ns);
+                times[{record.source_position, record.device_position, record.metric_index}].push_back(
+                    record.t_ns);
               }
             },
             [this](const SamplerEvent& event) {
@@ -87,8 +89,8 @@ TEST(Sampler, AbsoluteDeadlinesDoNotDrift) {
     if (source.devices()[0].metrics[index].name == "host_mem_used_bytes") mem_index = index;
   }
   const auto& times = collected.times[{0u, 0u, static_cast<uint32_t>(mem_index)}];
-  // 2 s at 10 ms from start+5 ms: about 200 samples; sample k is read near start + k·10 ms (no accumulation of
-  // per-iteration delays, which a relative sleep would show as a growing offset).
+  // 2 s at 10 ms from start+5 ms: about 200 samples; sample k is read near start + k·10 ms (no accumulation
+  // of per-iteration delays, which a relative sleep would show as a growing offset).
   ASSERT_GE(times.size(), 190u);
   ASSERT_LE(times.size(), 201u);
   int64_t worst_offset_ns = 0;
@@ -115,7 +117,8 @@ TEST(Sampler, SlowGroupNeverDelaysTheFastOne) {
   timespec nap{1, 0};
   nanosleep(&nap, nullptr);
   sampler.stop();
-  // Two devices × 30 ms slow reads every 100 ms would cap a shared loop at ~16 Hz; fast runs at 100 Hz anyway.
+  // Two devices × 30 ms slow reads every 100 ms would cap a shared loop at ~16 Hz; fast runs at 100 Hz
+  // anyway.
   for (uint32_t device = 0; device < 2; ++device) {
     const auto& fast = collected.times[{0u, device, 0u}];
     const auto& slow = collected.times[{0u, device, 1u}];
@@ -123,7 +126,8 @@ TEST(Sampler, SlowGroupNeverDelaysTheFastOne) {
     EXPECT_GE(slow.size(), 9u) << "device " << device;
     EXPECT_LE(slow.size(), 11u) << "device " << device;
     int64_t largest_gap_ns = 0;
-    for (size_t sample = 1; sample < fast.size(); ++sample) largest_gap_ns = std::max(largest_gap_ns, fast[sample] - fast[sample - 1]);
+    for (size_t sample = 1; sample < fast.size(); ++sample)
+      largest_gap_ns = std::max(largest_gap_ns, fast[sample] - fast[sample - 1]);
     EXPECT_LT(largest_gap_ns, 15 * kMs) << "a fast read waited for a slow one";
   }
   bool fast_loop_seen = false;
@@ -135,6 +139,84 @@ TEST(Sampler, SlowGroupNeverDelaysTheFastOne) {
     }
   }
   EXPECT_TRUE(fast_loop_seen);
+}
+
+// A source whose "throttle_s" counter is declared cheap (as NVML's HW-thermal and power-brake counters are in
+// the fixture's cost table) but spins ~1 ms of CPU per read (as they did on the 2×H200 host).
+class SneakySource : public Source {
+ public:
+  SneakySource() {
+    DeviceInfo device;
+    device.kind = "gpu";
+    device.metrics.push_back({"power_w", "W", MetricKind::kGauge, "sneaky.fast", 10 * kMs, 1000});
+    device.metrics.push_back({"throttle_s", "s", MetricKind::kCounter, "sneaky.fast", 100 * kMs, 1000});
+    devices_.push_back(device);
+  }
+  std::string name() const override { return "sneaky"; }
+  bool available() const override { return true; }
+  std::string unavailable_reason() const override { return ""; }
+  const std::vector<DeviceInfo>& devices() const override { return devices_; }
+  Reading read(size_t, size_t metric_index) override {
+    if (metric_index == 1) {
+      const int64_t until_ns = core::monotonic_ns() + kMs;
+      while (core::monotonic_ns() < until_ns) {
+      }
+    }
+    return {ReadStatus::kOk, 1.0, kNoSensorTime, ""};
+  }
+
+ private:
+  std::vector<DeviceInfo> devices_;
+};
+
+TEST(Sampler, QueryMeasuredSlowLeavesTheFastGroupAndIsReadLessOften) {
+  SneakySource source;
+  const CostTable costs = measure_query_costs({&source});
+  ASSERT_EQ(costs.size(), 2u);
+  EXPECT_LT(costs.at({"sneaky", "power_w"}).wall_ns, kSlowQueryNs);
+  EXPECT_GE(costs.at({"sneaky", "throttle_s"}).wall_ns, kMs);
+  EXPECT_GT(costs.at({"sneaky", "throttle_s"}).cpu_ns, kMs / 4);  // spinning is CPU time
+  Collected collected;
+  Sampler sampler({&source}, PeriodPlan{}, collected.sink());
+  const auto schedule = sampler.schedule();
+  ASSERT_EQ(schedule.size(), 2u);
+  for (const auto& entry : schedule) {
+    if (entry.metric == "power_w") {
+      EXPECT_EQ(entry.group, "sneaky.fast");
+      EXPECT_FALSE(entry.reclassified);
+      EXPECT_EQ(entry.period_ns, 10 * kMs);
+    } else {
+      EXPECT_EQ(entry.group, "sneaky.fast.slow");
+      EXPECT_TRUE(entry.reclassified);
+      // ~1 ms of CPU per read at <= 0.1 % of a core: about 1 s instead of the declared 100 ms.
+      EXPECT_GE(entry.period_ns, 300 * kMs);
+      EXPECT_EQ(entry.period_ns % (100 * kMs), 0);
+    }
+  }
+  sampler.start();
+  timespec nap{0, 500 * kMs};
+  nanosleep(&nap, nullptr);
+  sampler.stop();
+  const auto& fast = collected.times[{0u, 0u, 0u}];
+  EXPECT_GE(fast.size(), 45u);
+  int64_t largest_gap_ns = 0;
+  for (size_t sample = 1; sample < fast.size(); ++sample)
+    largest_gap_ns = std::max(largest_gap_ns, fast[sample] - fast[sample - 1]);
+  EXPECT_LT(largest_gap_ns, 15 * kMs) << "the fast metric waited for the measured-slow one";
+}
+
+TEST(PeriodPlan, SlowMetricDefaultStretchedToItsCpuBudget) {
+  const PeriodPlan plan;
+  const MetricInfo energy{"energy_j", "J", MetricKind::kCounter, "nvml.energy", 100 * kMs, 4 * kMs};
+  const MetricInfo power{"power_instant_w", "W", MetricKind::kGauge, "nvml.fast", 10 * kMs, 2000};
+  EXPECT_EQ(plan.period_for(energy, 0), 100 * kMs);           // cost unknown: the default
+  EXPECT_EQ(plan.period_for(energy, 50'000), 100 * kMs);      // sleeps in the driver: cheap on CPU
+  EXPECT_EQ(plan.period_for(energy, 2'300'000), 2300 * kMs);  // 2.3 ms CPU per read -> 0.1 % at 2.3 s
+  EXPECT_EQ(plan.period_for(energy, 2'310'000), 2400 * kMs);  // whole 100 ms steps, rounded up
+  EXPECT_EQ(plan.period_for(power, 1'000'000), 10 * kMs);     // cheap class: never stretched
+  PeriodPlan explicit_plan;
+  explicit_plan.by_metric_ns["energy_j"] = 100 * kMs;
+  EXPECT_EQ(explicit_plan.period_for(energy, 2'300'000), 100 * kMs);  // what the user asked for wins
 }
 
 TEST(Sampler, UnsupportedReportedOnceAndLostDeviceDoesNotStopOthers) {
@@ -158,7 +240,7 @@ TEST(Sampler, UnsupportedReportedOnceAndLostDeviceDoesNotStopOthers) {
   const auto& device1 = collected.times[{0u, 1u, 0u}];
   EXPECT_GE(device0.size(), 95u);
   EXPECT_GE(device1.size(), 20u);
-  EXPECT_LE(device1.size(), 35u);  // stopped after ~300 ms
+  EXPECT_LE(device1.size(), 35u);                         // stopped after ~300 ms
   EXPECT_GT(device0.back(), device1.back() + 500 * kMs);  // device 0 kept recording
 }
 

@@ -63,8 +63,34 @@ TEST(ProcfsSource, ReadsThisHostsCpuAndMemory) {
   EXPECT_LE(util.value, 100.0);
 }
 
+TEST(ProcfsSource, CpuUtilizationBetweenTicksIsTheLastValueNotAnError) {
+  const fs::path root =
+      fs::temp_directory_path() / ("calo-procfs-" + std::to_string(getpid()) + "-" +
+                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  fs::remove_all(root);
+  write_file(root / "proc" / "stat", "cpu  100 0 100 800 0 0 0 0 0 0\n");
+  write_file(root / "proc" / "meminfo", "MemTotal: 1000 kB\nMemAvailable: 400 kB\n");
+  fs::create_directories(root / "sys");
+  ProcfsSource source(root / "proc", root / "sys");  // reads the baseline
+  size_t index = 0;
+  ASSERT_NE(find_metric(source.devices()[0], "cpu_util_pct", &index), nullptr);
+  EXPECT_EQ(source.read(0, index).status, ReadStatus::kError);  // no tick since the baseline: nothing to say
+  write_file(root / "proc" / "stat", "cpu  130 0 100 870 0 0 0 0 0 0\n");  // 30 busy of 100 ticks
+  const Reading first = source.read(0, index);
+  ASSERT_EQ(first.status, ReadStatus::kOk) << first.error;
+  EXPECT_DOUBLE_EQ(first.value, 30.0);
+  const Reading same_tick = source.read(0, index);  // read again within the same tick
+  ASSERT_EQ(same_tick.status, ReadStatus::kOk) << same_tick.error;
+  EXPECT_DOUBLE_EQ(same_tick.value, 30.0);
+  write_file(root / "proc" / "stat", "cpu  140 0 100 960 0 0 0 0 0 0\n");  // 10 busy of 100 ticks
+  EXPECT_DOUBLE_EQ(source.read(0, index).value, 10.0);
+  fs::remove_all(root);
+}
+
 TEST(ProcfsSource, SaysWhatIsNotAvailable) {
-  const fs::path root = fs::temp_directory_path() / ("calo-procfs-" + std::to_string(getpid()) + "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  const fs::path root =
+      fs::temp_directory_path() / ("calo-procfs-" + std::to_string(getpid()) + "-" +
+                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
   fs::remove_all(root);
   write_file(root / "proc" / "stat", "cpu  100 0 100 800 0 0 0 0 0 0\n");
   write_file(root / "proc" / "meminfo", "MemTotal: 1000 kB\nMemFree: 100 kB\nMemAvailable: 400 kB\n");
@@ -83,7 +109,9 @@ TEST(ProcfsSource, SaysWhatIsNotAvailable) {
 }
 
 TEST(ProcfsSource, PowercapEnergyUnwrapsAndHwmonGivesHottestPackage) {
-  const fs::path root = fs::temp_directory_path() / ("calo-procfs-" + std::to_string(getpid()) + "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  const fs::path root =
+      fs::temp_directory_path() / ("calo-procfs-" + std::to_string(getpid()) + "-" +
+                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
   fs::remove_all(root);
   write_file(root / "proc" / "stat", "cpu  100 0 100 800 0 0 0 0 0 0\n");
   write_file(root / "proc" / "meminfo", "MemTotal: 1000 kB\nMemAvailable: 400 kB\n");
@@ -93,7 +121,8 @@ TEST(ProcfsSource, PowercapEnergyUnwrapsAndHwmonGivesHottestPackage) {
   write_file(zone0 / "max_energy_range_uj", "999999999\n");
   write_file(zone1 / "energy_uj", "5000000\n");
   write_file(zone1 / "max_energy_range_uj", "999999999\n");
-  write_file(root / "sys" / "class" / "powercap" / "intel-rapl:0:0" / "energy_uj", "1\n");  // a sub-zone: ignored
+  write_file(root / "sys" / "class" / "powercap" / "intel-rapl:0:0" / "energy_uj",
+             "1\n");  // a sub-zone: ignored
   const fs::path chip = root / "sys" / "class" / "hwmon" / "hwmon3";
   write_file(chip / "name", "coretemp\n");
   write_file(chip / "temp1_label", "Package id 0\n");

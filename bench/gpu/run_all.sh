@@ -3,14 +3,24 @@
 # and bf16 GEMM throughput with `calo record` on vs off (alternating runs, medians). Results go under $OUT.
 #   bench/gpu/run_all.sh [BIN_DIR]    BIN_DIR holds calo, telemetry_overhead_bench, gemm_load (bench/gpu/stage.sh)
 # Tunables (environment): PROBE_SECONDS=5 OVERHEAD_SECONDS=30 CAPTURE_SECONDS=20 PAIRS=5 RUN_SECONDS=20
-# Never changes clocks or power limits. About 7 minutes on 4×H200 with the defaults.
+#   CAPTURE_FAST_PERIODS="5ms 20ms" (extra capture runs at these fast periods, besides the defaults)
+# Never changes clocks or power limits. About 8 minutes on 4×H200 with the defaults.
+# The device tool brings back only a few files: everything is written to a scratch directory and packed into
+# $OUT/telemetry_results.tar.gz at the end; $OUT/run_all.log holds the headline lines.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 bin="$(cd "${1:-$repo/.carry/telemetry-bin}" && pwd)"
-out="${OUT:-$repo/gpu-results}"
-mkdir -p "$out"
+final_out="${OUT:-$repo/gpu-results}"
+mkdir -p "$final_out"
+out="$(mktemp -d /tmp/calo-telemetry-results.XXXXXX)"
+pack() {  # leaves exactly run_all.log and telemetry_results.tar.gz in $OUT
+  cp "$out/run_all.log" "$final_out/run_all.log" 2>/dev/null
+  tar -C "$out" --exclude='./runs' -czf "$final_out/telemetry_results.tar.gz" . 2>/dev/null
+}
+trap pack EXIT
 probe_seconds="${PROBE_SECONDS:-5}"
+capture_fast_periods="${CAPTURE_FAST_PERIODS:-5ms 20ms}"
 overhead_seconds="${OVERHEAD_SECONDS:-30}"
 capture_seconds="${CAPTURE_SECONDS:-20}"
 pairs="${PAIRS:-5}"
@@ -80,6 +90,19 @@ sleep 2
 "$bin/telemetry_overhead_bench" --mode capture --seconds "$capture_seconds" --sources nvml > "$out/capture.txt" 2>&1
 wait $burst_pid
 tail -1 "$out/capture.txt" | tee -a "$out/run_all.log"
+for period in $capture_fast_periods; do
+  log "capture ratio under bursty GEMM load, fast metrics at $period, ${capture_seconds} s"
+  (
+    end=$((SECONDS + capture_seconds + 5))
+    while ((SECONDS < end)); do gemm_all 1 > /dev/null 2>&1; sleep 0.5; done
+  ) &
+  burst_pid=$!
+  sleep 2
+  "$bin/telemetry_overhead_bench" --mode capture --seconds "$capture_seconds" --sources nvml --fast-period "$period" \
+    > "$out/capture_fast_$period.txt" 2>&1
+  wait $burst_pid
+  tail -1 "$out/capture_fast_$period.txt" | tee -a "$out/run_all.log"
+done
 
 log "calo probe under GEMM load"
 gemm_all $((probe_seconds * 6 + 15)) > /dev/null 2>&1 &
@@ -119,4 +142,7 @@ print(f"# runs on:  {values['on']}")
 print(f"gemm throughput: off median {off:.2f} TFLOP/s, on median {on:.2f} TFLOP/s, "
       f"loss {100 * (off - on) / off:.3f} % (target <= 0.3 %)")
 PY
-log "done; results in $out"
+# One recorded run's summary (per-GPU energy, power, throttle) and its schedule with measured costs.
+[ -f "$out/runs/gemm-on-0/run.db" ] && python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("select config_json from run").fetchone()[0])' \
+  "$out/runs/gemm-on-0/run.db" > "$out/gemm_on_0_config.json" 2>&1
+log "done; results packed into $final_out/telemetry_results.tar.gz"

@@ -98,7 +98,12 @@ grep -q "not found" "$logs/ldd.log" && say "WARNING missing shared libraries: $(
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 bench_common=(bench --backend cuda --no-progress --json)
 
+# EXEC_PARTS picks what runs (default all): "1gpu" (calo vs PyTorch, GEMMs vs cuBLASLt), "4gpu", "tests".
+parts=" ${EXEC_PARTS:-1gpu 4gpu tests} "
+has_part() { [[ "$parts" == *" $1 "* ]]; }
+
 # 1. One GPU: calo vs PyTorch eager, Llama3-8B 4 layers, seq 8192, mbs 1.
+if has_part 1gpu; then
 run calo_1gpu_llama8b_4l 120 "$bin/calo" "${bench_common[@]}" --model llama3-8b --layers 4 --seq 8192 --mbs 1 \
   --gbs 1 --steps 5 --warmup 2 --out /tmp/exec-cuda-runs/1gpu
 bench_figures calo_1gpu_llama8b_4l
@@ -107,9 +112,12 @@ run torch_reference 150 python3 "$repo/bench/exec_gpu/torch_reference.py" --laye
 figures torch_reference '^(#|torch_|headline)'
 run exec_gpu_bench_1gpu 150 "$bin/exec_gpu_bench" --model llama3-8b --layers 4 --seq 8192 --gbs 1 --steps 3
 figures exec_gpu_bench_1gpu '^(step_ms|gemm_throughput|headline)'
+fi
 
 # 2. Four GPUs.
-if [ "$gpus" -ge 4 ]; then
+if ! has_part 4gpu; then
+  say "SKIP 4-GPU runs: not in EXEC_PARTS"
+elif [ "$gpus" -ge 4 ]; then
   run calo_4gpu_llama8b_tp2pp2 120 "$bin/calo" "${bench_common[@]}" --model llama3-8b --tp 2 --pp 2 --gbs 8 \
     --seq 8192 --steps 3 --warmup 1 --nproc 4 --out /tmp/exec-cuda-runs/8b
   bench_figures calo_4gpu_llama8b_tp2pp2
@@ -127,9 +135,9 @@ else
 fi
 
 # 3. Tests.
-[ -x "$bin/exec_cuda_tests" ] && run gpu_tests 120 "$bin/exec_cuda_tests"
+has_part tests && [ -x "$bin/exec_cuda_tests" ] && run gpu_tests 120 "$bin/exec_cuda_tests"
 figures gpu_tests '^\[  (PASSED|FAILED|SKIPPED) '
-[ -x "$bin/exec_cuda_multigpu_tests" ] && run multigpu_tests 200 env CALO_EXECUTABLE="$bin/calo" \
+has_part tests && [ -x "$bin/exec_cuda_multigpu_tests" ] && run multigpu_tests 200 env CALO_EXECUTABLE="$bin/calo" \
   "$bin/exec_cuda_multigpu_tests"
 figures multigpu_tests '^\[  (PASSED|FAILED|SKIPPED) '
 

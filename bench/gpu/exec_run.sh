@@ -119,13 +119,13 @@ if ! has_part 4gpu; then
   say "SKIP 4-GPU runs: not in EXEC_PARTS"
 elif [ "$gpus" -ge 4 ]; then
   run calo_4gpu_llama8b_tp2pp2 120 "$bin/calo" "${bench_common[@]}" --model llama3-8b --tp 2 --pp 2 --gbs 8 \
-    --seq 8192 --steps 3 --warmup 1 --nproc 4 --out /tmp/exec-cuda-runs/8b
+    --seq 8192 --steps 6 --warmup 1 --nproc 4 --out /tmp/exec-cuda-runs/8b
   bench_figures calo_4gpu_llama8b_tp2pp2
   run calo_4gpu_llama70b_slice_tp4 120 "$bin/calo" "${bench_common[@]}" --model llama3-70b --tp 4 --layers 4 \
-    --gbs 1 --seq 8192 --steps 3 --warmup 1 --nproc 4 --out /tmp/exec-cuda-runs/70b
+    --gbs 1 --seq 8192 --steps 40 --warmup 2 --nproc 4 --out /tmp/exec-cuda-runs/70b
   bench_figures calo_4gpu_llama70b_slice_tp4
   run calo_4gpu_mixtral_slice_ep4 120 "$bin/calo" "${bench_common[@]}" --model mixtral-8x7b --dp 4 --ep 4 \
-    --layers 4 --gbs 4 --seq 4096 --steps 3 --warmup 1 --nproc 4 --out /tmp/exec-cuda-runs/mixtral
+    --layers 4 --gbs 4 --seq 4096 --steps 40 --warmup 2 --nproc 4 --out /tmp/exec-cuda-runs/mixtral
   bench_figures calo_4gpu_mixtral_slice_ep4
   run exec_gpu_bench_4gpu_tp4 120 "$bin/exec_gpu_bench" --model llama3-70b --tp 4 --layers 2 --gbs 1 --seq 8192 \
     --steps 3 --nproc 4

@@ -8,22 +8,6 @@
 #include "telemetry/recorder.h"
 
 namespace calo::exec {
-namespace {
-
-store::MetricKind to_store_kind(telemetry::MetricKind kind) {
-  switch (kind) {
-    case telemetry::MetricKind::kGauge:
-      return store::MetricKind::kGauge;
-    case telemetry::MetricKind::kCounter:
-      return store::MetricKind::kCounter;
-    case telemetry::MetricKind::kBitmask:
-      return store::MetricKind::kBitmask;
-  }
-  return store::MetricKind::kGauge;
-}
-
-}  // namespace
-
 BenchTelemetry::BenchTelemetry(store::RunWriter& writer, std::int64_t started_ns)
     : writer_(writer), started_ns_(started_ns) {
   all_sources_ = telemetry::open_local_sources();
@@ -65,7 +49,7 @@ BenchTelemetry::BenchTelemetry(store::RunWriter& writer, std::int64_t started_ns
       }
       for (const auto& metric : device.metrics) {
         targets_[source_position][device_position].push_back(
-            {row.idx, writer_.metric_id(metric.name, metric.unit, to_store_kind(metric.kind))});
+            {row.idx, writer_.metric_id(metric.name, metric.unit, telemetry::to_store_kind(metric.kind))});
       }
     }
   }

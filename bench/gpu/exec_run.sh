@@ -130,6 +130,14 @@ elif [ "$gpus" -ge 4 ]; then
   run exec_gpu_bench_4gpu_tp4 120 "$bin/exec_gpu_bench" --model llama3-70b --tp 4 --layers 2 --gbs 1 --seq 8192 \
     --steps 3 --nproc 4
   figures exec_gpu_bench_4gpu_tp4 '^(step_ms|gemm_throughput|collective_busbw|headline)'
+  # The three 4-GPU runs in one report (real telemetry, step spans, per-GPU heatmap): brought back as is.
+  runs=()
+  for run_dir in /tmp/exec-cuda-runs/8b /tmp/exec-cuda-runs/70b /tmp/exec-cuda-runs/mixtral; do
+    [ -f "$run_dir/run.db" ] && runs+=("$run_dir")
+  done
+  if [ "${#runs[@]}" -gt 0 ]; then
+    run report_4gpu 60 "$bin/calo" report "${runs[@]}" --out "$out/report_4gpu.html"
+  fi
 else
   say "SKIP 4-GPU runs: $gpus GPU(s) visible"
 fi

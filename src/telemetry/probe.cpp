@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <span>
 #include <thread>
 
 #include "core/time.h"
@@ -35,16 +36,20 @@ double round_down_125(double value_ms) {
   return decade;
 }
 
-void probe_device(Source& source, size_t device_position, double seconds_per_group,
-                  std::vector<ProbeRow>& rows) {
-  const DeviceInfo& device = source.devices()[device_position];
+// Groups of a device's metrics by query group (the sampler reads a group together).
+std::map<std::string, std::vector<size_t>> groups_of(const DeviceInfo& device) {
   std::map<std::string, std::vector<size_t>> groups;
   for (size_t metric_index = 0; metric_index < device.metrics.size(); ++metric_index) {
     groups[device.metrics[metric_index].query_group].push_back(metric_index);
   }
-  for (const auto& [group, metric_indices] : groups) {
-    std::vector<ProbeRow> group_rows;
-    // Cost: each metric alone, up to 200 reads or 0.3 s.
+  return groups;
+}
+
+// Cost of each metric alone (up to 200 reads or 0.3 s): one row per metric in group order. Called for one
+// device at a time: NVML serializes queries across GPUs, so costs measured in parallel would be contention.
+void measure_costs(Source& source, size_t device_position, std::vector<ProbeRow>& rows) {
+  const DeviceInfo& device = source.devices()[device_position];
+  for (const auto& [group, metric_indices] : groups_of(device)) {
     for (size_t metric_index : metric_indices) {
       const MetricInfo& metric = device.metrics[metric_index];
       ProbeRow row;
@@ -68,8 +73,20 @@ void probe_device(Source& source, size_t device_position, double seconds_per_gro
           static_cast<double>(thread_cpu_ns() - cpu_begin_ns) / 1e3 / static_cast<double>(costs_us.size());
       row.cost_median_us = quantile(costs_us, 0.5);
       row.cost_p99_us = quantile(costs_us, 0.99);
-      group_rows.push_back(row);
+      rows.push_back(row);
     }
+  }
+}
+
+// Refresh of each metric: its group read back to back (as the sampler reads it) for seconds_per_group,
+// noting when each value changes; fills the rows measure_costs made (same order).
+void measure_refresh(Source& source, size_t device_position, double seconds_per_group,
+                     std::vector<ProbeRow>& rows) {
+  const DeviceInfo& device = source.devices()[device_position];
+  size_t first_row = 0;
+  for (const auto& [group, metric_indices] : groups_of(device)) {
+    const std::span<ProbeRow> group_rows(rows.data() + first_row, metric_indices.size());
+    first_row += metric_indices.size();
     // Refresh: the whole group back to back (as the sampler reads it), noting when each value changes.
     std::vector<Reading> readings(metric_indices.size());
     std::vector<double> last(metric_indices.size(), std::nan(""));
@@ -105,7 +122,6 @@ void probe_device(Source& source, size_t device_position, double seconds_per_gro
       row.refresh_ms = quantile(intervals_ms, 0.5);
       row.recommended_period_ms =
           recommend_period_ms(row.kind, row.refresh_ms, row.cost_median_us, row.default_period_ms);
-      rows.push_back(row);
     }
   }
 }
@@ -132,10 +148,11 @@ std::vector<ProbeRow> probe_sources(const std::vector<Source*>& sources, double 
       jobs.push_back({source, device_position, {}});
     }
   }
+  for (auto& job : jobs) measure_costs(*job.source, job.device_position, job.rows);  // one device at a time
   std::vector<std::thread> threads;
   for (auto& job : jobs) {
     threads.emplace_back([&job, seconds_per_group] {
-      probe_device(*job.source, job.device_position, seconds_per_group, job.rows);
+      measure_refresh(*job.source, job.device_position, seconds_per_group, job.rows);
     });
   }
   for (auto& thread : threads) thread.join();

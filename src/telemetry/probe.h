@@ -30,8 +30,9 @@ struct ProbeRow {
   int errors = 0;                        ///< failed reads
 };
 
-/// Probes every device of `sources` (devices in parallel, query groups one after another, each for
-/// `seconds_per_group` of back-to-back reads).
+/// Probes every device of `sources`: query costs one device at a time (NVML serializes queries across GPUs,
+/// so parallel reads would measure contention), then the refresh of each query group, devices in parallel,
+/// each group for `seconds_per_group` of back-to-back reads.
 std::vector<ProbeRow> probe_sources(const std::vector<Source*>& sources, double seconds_per_group);
 
 /// Recommended period from measured refresh and cost: gauges/bitmasks at half the refresh period (so every

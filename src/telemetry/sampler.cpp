@@ -110,10 +110,21 @@ struct Sampler::Task {
 struct Sampler::Loop {
   uint32_t source_position = 0;
   std::string group;
+  bool slow = false;  // any task costs >= kSlowQueryNs: reads go through the source's gate
   std::vector<Task> tasks;
+  std::vector<int64_t> task_cost_ns;             // measured wall cost of each task's metric (0 = unknown)
+  std::atomic<int64_t> next_read_ns{INT64_MAX};  // fast loops: when the next read starts
+  std::atomic<bool> reading{false};              // fast loops: a read is in progress
   LoopStats stats;
   JitterHistogram jitter;
   mutable std::mutex stats_mutex;  // guards stats/jitter for stats() while running
+};
+
+// Per source: the slow loops read one at a time (they would only spin against each other inside the driver)
+// and watch the fast loops' next read so as not to sit in its way.
+struct Sampler::Gate {
+  std::mutex slow_turn;
+  std::vector<Loop*> fast_loops;
 };
 
 Sampler::Sampler(std::vector<Source*> sources, PeriodPlan plan, SamplerSink sink)
@@ -156,8 +167,41 @@ Sampler::Sampler(std::vector<Source*> sources, PeriodPlan plan, SamplerSink sink
           loop->stats.group = metric.query_group;
         }
         loop->tasks.push_back({device_position, metric_index, period_ns, 0, true, false});
+        loop->task_cost_ns.push_back(cost.wall_ns);
+        if (metric.expected_cost_ns >= kSlowQueryNs) loop->slow = true;
       }
     }
+  }
+  gates_.resize(sources_.size());
+  for (auto& gate : gates_) gate = std::make_unique<Gate>();
+  for (auto& loop : loops_) {
+    if (!loop->slow) gates_[loop->source_position]->fast_loops.push_back(loop.get());
+  }
+}
+
+void Sampler::wait_for_gap(Loop& loop, int64_t expected_cost_ns) {
+  // A read that cannot fit between two fast reads (longer than the gap) starts right after a fast read ends.
+  constexpr int64_t kMarginNs = 200'000;
+  constexpr int64_t kPollNs = 50'000;
+  const Gate& gate = *gates_[loop.source_position];
+  if (gate.fast_loops.empty()) return;
+  const int64_t give_up_ns = core::monotonic_ns() + 50'000'000;  // never hold a slow read back > 50 ms
+  bool waited_for_read = false;
+  while (!stopping_.load(std::memory_order_relaxed)) {
+    const int64_t now_ns = core::monotonic_ns();
+    if (now_ns >= give_up_ns) return;
+    bool busy = false;
+    int64_t next_fast_ns = INT64_MAX;
+    for (const Loop* fast : gate.fast_loops) {
+      busy = busy || fast->reading.load(std::memory_order_acquire);
+      next_fast_ns = std::min(next_fast_ns, fast->next_read_ns.load(std::memory_order_acquire));
+    }
+    if (!busy && (now_ns + expected_cost_ns + kMarginNs <= next_fast_ns || waited_for_read)) return;
+    if (busy) waited_for_read = true;
+    const int64_t wake_ns =
+        busy || next_fast_ns - now_ns < kPollNs ? now_ns + kPollNs : std::min(next_fast_ns, give_up_ns);
+    sleep_until_ns(wake_ns);
+    if (!busy && next_fast_ns != INT64_MAX && wake_ns >= next_fast_ns) waited_for_read = true;
   }
 }
 
@@ -210,12 +254,14 @@ void Sampler::run_loop(Loop& loop) {
       if (task.active) deadline_ns = std::min(deadline_ns, task.next_deadline_ns);
     }
     if (deadline_ns == INT64_MAX) break;  // nothing left to read (all unsupported or lost)
+    if (!loop.slow) loop.next_read_ns.store(deadline_ns, std::memory_order_release);
     const int64_t before_sleep_ns = core::monotonic_ns();
     if (deadline_ns - before_sleep_ns > kNapNs) {
       sleep_until_ns(before_sleep_ns + kNapNs);
       continue;
     }
     sleep_until_ns(deadline_ns);
+    if (!loop.slow) loop.reading.store(true, std::memory_order_release);  // slow loops keep out of the way
     const int64_t woke_ns = core::monotonic_ns();
     const int64_t jitter_ns = woke_ns - deadline_ns;
     {
@@ -253,9 +299,18 @@ void Sampler::run_loop(Loop& loop) {
         metric_indices.push_back(loop.tasks[due_indices[position]].metric_index);
       }
       readings.assign(metric_indices.size(), Reading{});
+      std::unique_lock<std::mutex> slow_turn;
+      if (loop.slow) {
+        int64_t expected_cost_ns = 0;
+        for (size_t position = begin; position < end; ++position)
+          expected_cost_ns += loop.task_cost_ns[due_indices[position]];
+        slow_turn = std::unique_lock(gates_[loop.source_position]->slow_turn);
+        wait_for_gap(loop, expected_cost_ns);
+      }
       const int64_t read_begin_ns = core::monotonic_ns();
       source.read_batch(device_position, metric_indices, readings);
       const int64_t read_end_ns = core::monotonic_ns();
+      if (slow_turn.owns_lock()) slow_turn.unlock();
       read_ns += read_end_ns - read_begin_ns;
       const int64_t t_ns = read_begin_ns + (read_end_ns - read_begin_ns) / 2;
       for (size_t position = begin; position < end; ++position) {
@@ -303,6 +358,7 @@ void Sampler::run_loop(Loop& loop) {
       }
       begin = end;
     }
+    if (!loop.slow) loop.reading.store(false, std::memory_order_release);
     if (!batch.empty() && sink_.on_samples) sink_.on_samples(batch);
     std::lock_guard lock(loop.stats_mutex);
     loop.stats.samples += batch.size();
@@ -311,6 +367,8 @@ void Sampler::run_loop(Loop& loop) {
     loop.stats.read_errors += errors;
     loop.stats.read_ns_total += read_ns;
   }
+  loop.next_read_ns.store(INT64_MAX, std::memory_order_release);  // a stopped fast loop holds nobody back
+  loop.reading.store(false, std::memory_order_release);
   std::lock_guard lock(loop.stats_mutex);
   loop.stats.cpu_ns = thread_cpu_ns() - cpu_start_ns;
 }

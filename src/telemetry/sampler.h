@@ -116,6 +116,8 @@ class Sampler {
  public:
   /// Plans one loop per (source, query group) over every device and metric of the available sources; a
   /// metric declared cheap whose measured cost is >= kSlowQueryNs moves to its own "<group>.slow" loop.
+  /// The driver serializes queries (NVML: across all GPUs), so the slow loops of a source take turns and
+  /// start a read only when it ends before the next read of the fast loops (a gap), never in their way.
   Sampler(std::vector<Source*> sources, PeriodPlan plan, SamplerSink sink);
   /// Stops the threads if running.
   ~Sampler();
@@ -143,13 +145,16 @@ class Sampler {
  private:
   struct Task;
   struct Loop;
+  struct Gate;
   void run_loop(Loop& loop);
+  void wait_for_gap(Loop& loop, int64_t expected_cost_ns);
   void report(const SamplerEvent& event);
 
   std::vector<Source*> sources_;
   SamplerSink sink_;
   CostTable costs_;
   std::vector<std::unique_ptr<Loop>> loops_;
+  std::vector<std::unique_ptr<Gate>> gates_;  // one per source: slow reads take turns and yield to fast ones
   std::vector<std::thread> threads_;
   std::atomic<bool> stopping_{false};
   std::unique_ptr<std::atomic<bool>[]> device_lost_;  // flat over (source, device)

@@ -205,6 +205,75 @@ TEST(Sampler, QueryMeasuredSlowLeavesTheFastGroupAndIsReadLessOften) {
   EXPECT_LT(largest_gap_ns, 15 * kMs) << "the fast metric waited for the measured-slow one";
 }
 
+// Records when each read ran: one fast metric (20 µs) and two slow ones in separate groups (2 ms of spinning
+// each, as NVML's energy and NVLink queries do while holding the driver).
+class IntervalSource : public Source {
+ public:
+  IntervalSource() {
+    DeviceInfo device;
+    device.kind = "gpu";
+    device.metrics.push_back({"fast_w", "W", MetricKind::kGauge, "gate.fast", 10 * kMs, 20'000});
+    device.metrics.push_back({"slow_a_j", "J", MetricKind::kCounter, "gate.slow_a", 50 * kMs, 2 * kMs});
+    device.metrics.push_back({"slow_b_j", "J", MetricKind::kCounter, "gate.slow_b", 50 * kMs, 2 * kMs});
+    devices_.push_back(device);
+  }
+  std::string name() const override { return "interval"; }
+  bool available() const override { return true; }
+  std::string unavailable_reason() const override { return ""; }
+  const std::vector<DeviceInfo>& devices() const override { return devices_; }
+  Reading read(size_t, size_t metric_index) override {
+    const int64_t begin_ns = core::monotonic_ns();
+    const int64_t until_ns = begin_ns + (metric_index == 0 ? 20'000 : 2 * kMs);
+    while (core::monotonic_ns() < until_ns) {
+    }
+    std::lock_guard lock(mutex_);
+    intervals_[metric_index].emplace_back(begin_ns, core::monotonic_ns());
+    return {ReadStatus::kOk, 1.0, kNoSensorTime, ""};
+  }
+  std::mutex mutex_;
+  std::map<size_t, std::vector<std::pair<int64_t, int64_t>>> intervals_;
+
+ private:
+  std::vector<DeviceInfo> devices_;
+};
+
+TEST(Sampler, SlowReadsTakeTurnsAndStayOutOfTheFastReadsWay) {
+  IntervalSource source;
+  PeriodPlan plan;
+  plan.by_metric_ns["slow_a_j"] = 50 * kMs;  // fixed periods: this test is about placement, not CPU budgets
+  plan.by_metric_ns["slow_b_j"] = 50 * kMs;
+  Collected collected;
+  Sampler sampler({&source}, plan, collected.sink());
+  source.intervals_.clear();  // forget the cost measurement's reads
+  sampler.start();
+  timespec nap{1, 0};
+  nanosleep(&nap, nullptr);
+  sampler.stop();
+  const auto& fast = source.intervals_[0];
+  const auto& slow_a = source.intervals_[1];
+  const auto& slow_b = source.intervals_[2];
+  ASSERT_GE(fast.size(), 90u);
+  ASSERT_GE(slow_a.size(), 15u);
+  ASSERT_GE(slow_b.size(), 15u);
+  auto overlaps = [](const std::vector<std::pair<int64_t, int64_t>>& left,
+                     const std::vector<std::pair<int64_t, int64_t>>& right) {
+    int count = 0;
+    for (const auto& [left_begin, left_end] : left)
+      for (const auto& [right_begin, right_end] : right)
+        count += left_begin < right_end && right_begin < left_end;
+    return count;
+  };
+  // Without the gate, two independent 2 ms reads every 50 ms against a read every 10 ms overlap it ~40
+  // times/s.
+  EXPECT_LE(overlaps(slow_a, fast) + overlaps(slow_b, fast), 2)
+      << "slow reads started in the fast reads' way";
+  EXPECT_EQ(overlaps(slow_a, slow_b), 0) << "two slow reads ran at once";
+  int64_t largest_gap_ns = 0;
+  for (size_t read = 1; read < fast.size(); ++read)
+    largest_gap_ns = std::max(largest_gap_ns, fast[read].first - fast[read - 1].first);
+  EXPECT_LT(largest_gap_ns, 15 * kMs);
+}
+
 TEST(PeriodPlan, SlowMetricDefaultStretchedToItsCpuBudget) {
   const PeriodPlan plan;
   const MetricInfo energy{"energy_j", "J", MetricKind::kCounter, "nvml.energy", 100 * kMs, 4 * kMs};

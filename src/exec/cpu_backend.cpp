@@ -1,7 +1,6 @@
 // CPU backend: OpenBLAS sgemm, attention as GEMMs + softmax, elementwise ops moving the op's bytes, AdamW,
 // and MPI collectives / send-recv. One host thread per graph stream; MPI calls are serialized through
 // mpi_mutex() and progress by polling non-blocking requests, so streams overlap without MPI_THREAD_MULTIPLE.
-#include "exec/all_to_all.h"
 #include "exec/cpu_backend.h"
 
 #include <cblas.h>
@@ -22,6 +21,7 @@
 
 #include "core/error.h"
 #include "core/time.h"
+#include "exec/all_to_all.h"
 #include "exec/mpi_env.h"
 
 #ifdef CALO_EXEC_HAVE_MPI
@@ -30,6 +30,9 @@
 
 namespace calo::exec {
 namespace {
+
+// Query rows per attention block on the CPU (a causal block of rows [r0, r1) needs keys [0, r1) only).
+constexpr std::int64_t kAttentionBlockRows = 64;
 
 using graph::CollectiveKind;
 using graph::OpKind;
@@ -575,6 +578,8 @@ class CpuBackend final : public Backend {
 
   /// Attention of one (batch, head): S = Q K^T * scale, causal mask, P = softmax(S), O = P V; backward
   /// recomputes P and forms dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO o O)), dQ = dS K, dK = dS^T Q.
+  /// Query rows go in blocks of kAttentionBlockRows; with the causal mask block [r0, r1) multiplies only keys
+  /// [0, r1), so the masked half of S is never computed (half the FLOPs of a full s×s at long sequences).
   void run_attention(CpuOp& prepared) {
     const auto& shape = prepared.rank_op.op.attention;
     const std::int64_t s = shape.seq;
@@ -583,6 +588,8 @@ class CpuBackend final : public Backend {
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
     float* scores = prepared.buffers[4]->data();
     float* probs = prepared.buffers[5]->data();
+    const auto S = static_cast<blasint>(s);
+    const auto D = static_cast<blasint>(d);
     for (std::int64_t batch = 0; batch < shape.batch; ++batch) {
       for (std::int64_t head = 0; head < shape.heads; ++head) {
         const std::int64_t kv_head = head / group;
@@ -590,34 +597,52 @@ class CpuBackend final : public Backend {
         const float* k = prepared.buffers[1]->data() + ((batch * shape.kv_heads + kv_head) * s * d);
         const float* v = prepared.buffers[2]->data() + ((batch * shape.kv_heads + kv_head) * s * d);
         float* o = prepared.buffers[3]->data() + ((batch * shape.heads + head) * s * d);
-        attention_probabilities(q, k, scores, probs, s, d, scale, shape.causal);
-        if (!shape.backward) {
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(s),
-                      static_cast<blasint>(d), static_cast<blasint>(s), 1.0f, probs, static_cast<blasint>(s),
-                      v, static_cast<blasint>(d), 0.0f, o, static_cast<blasint>(d));
-          continue;
+        const float* d_out =
+            shape.backward ? prepared.buffers[6]->data() + ((batch * shape.heads + head) * s * d) : nullptr;
+        float* d_q =
+            shape.backward ? prepared.buffers[7]->data() + ((batch * shape.heads + head) * s * d) : nullptr;
+        float* d_k = shape.backward
+                         ? prepared.buffers[8]->data() + ((batch * shape.kv_heads + kv_head) * s * d)
+                         : nullptr;
+        float* d_v = shape.backward
+                         ? prepared.buffers[9]->data() + ((batch * shape.kv_heads + kv_head) * s * d)
+                         : nullptr;
+        if (shape.backward && head % group == 0) {  // GQA: the heads of a group sum into dK, dV
+          std::fill(d_k, d_k + s * d, 0.0f);
+          std::fill(d_v, d_v + s * d, 0.0f);
         }
-        const float* d_out = prepared.buffers[6]->data() + ((batch * shape.heads + head) * s * d);
-        float* d_q = prepared.buffers[7]->data() + ((batch * shape.heads + head) * s * d);
-        float* d_k = prepared.buffers[8]->data() + ((batch * shape.kv_heads + kv_head) * s * d);
-        float* d_v = prepared.buffers[9]->data() + ((batch * shape.kv_heads + kv_head) * s * d);
-        const auto S = static_cast<blasint>(s);
-        const auto D = static_cast<blasint>(d);
-        const float accumulate = head % group == 0 ? 0.0f : 1.0f;  // GQA: heads of a group sum into dK, dV
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, S, D, S, 1.0f, probs, S, d_out, D, accumulate,
-                    d_v, D);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, S, S, D, 1.0f, d_out, D, v, D, 0.0f, scores, S);
-        for (std::int64_t row = 0; row < s; ++row) {
-          double dot = 0;
-          for (std::int64_t col = 0; col < d; ++col)
-            dot += static_cast<double>(d_out[row * d + col]) * o[row * d + col];
-          for (std::int64_t col = 0; col < s; ++col)
-            scores[row * s + col] =
-                probs[row * s + col] * (scores[row * s + col] - static_cast<float>(dot)) * scale;
+        for (std::int64_t first_row = 0; first_row < s; first_row += kAttentionBlockRows) {
+          const std::int64_t end_row = std::min(s, first_row + kAttentionBlockRows);
+          const auto rows = static_cast<blasint>(end_row - first_row);
+          const std::int64_t keys = shape.causal ? end_row : s;  // keys any row of this block can see
+          const auto K = static_cast<blasint>(keys);
+          float* score_rows = scores + first_row * s;
+          float* prob_rows = probs + first_row * s;
+          attention_probabilities(q, k, score_rows, prob_rows, first_row, end_row, keys, s, d, scale,
+                                  shape.causal);
+          if (!shape.backward) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, K, 1.0f, prob_rows, S, v, D, 0.0f,
+                        o + first_row * d, D);
+            continue;
+          }
+          const float* d_out_rows = d_out + first_row * d;
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, D, rows, 1.0f, prob_rows, S, d_out_rows, D,
+                      1.0f, d_v, D);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, K, D, 1.0f, d_out_rows, D, v, D, 0.0f,
+                      score_rows, S);
+          for (std::int64_t row = first_row; row < end_row; ++row) {
+            double dot = 0;
+            for (std::int64_t col = 0; col < d; ++col)
+              dot += static_cast<double>(d_out[row * d + col]) * o[row * d + col];
+            for (std::int64_t col = 0; col < keys; ++col)
+              scores[row * s + col] =
+                  probs[row * s + col] * (scores[row * s + col] - static_cast<float>(dot)) * scale;
+          }
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, K, 1.0f, score_rows, S, k, D, 0.0f,
+                      d_q + first_row * d, D);
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, D, rows, 1.0f, score_rows, S,
+                      q + first_row * d, D, 1.0f, d_k, D);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, D, S, 1.0f, scores, S, k, D, 0.0f, d_q, D);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, S, D, S, 1.0f, scores, S, q, D, accumulate, d_k,
-                    D);
       }
     }
     if (inject("attention")) {  // corrupt row 0 of the last (batch, head): the one check_attention verifies
@@ -627,13 +652,17 @@ class CpuBackend final : public Backend {
     if (config_.check) check_attention(prepared);
   }
 
+  /// Rows [first_row, end_row) of P = softmax(Q K^T * scale) over keys [0, keys) (row r sees keys [0, r] when
+  /// causal); scores and probs point at row first_row of s-wide buffers; masked entries of P are 0.
   static void attention_probabilities(const float* q, const float* k, float* scores, float* probs,
+                                      std::int64_t first_row, std::int64_t end_row, std::int64_t keys,
                                       std::int64_t s, std::int64_t d, float scale, bool causal) {
     const auto S = static_cast<blasint>(s);
     const auto D = static_cast<blasint>(d);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, S, S, D, scale, q, D, k, D, 0.0f, scores, S);
-    for (std::int64_t row = 0; row < s; ++row) {
-      const std::int64_t visible = causal ? row + 1 : s;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(end_row - first_row),
+                static_cast<blasint>(keys), D, scale, q + first_row * d, D, k, D, 0.0f, scores, S);
+    for (std::int64_t row = 0; row < end_row - first_row; ++row) {
+      const std::int64_t visible = causal ? first_row + row + 1 : keys;
       float max_score = -INFINITY;
       for (std::int64_t col = 0; col < visible; ++col) max_score = std::max(max_score, scores[row * s + col]);
       double sum = 0;
@@ -643,7 +672,7 @@ class CpuBackend final : public Backend {
       }
       const auto inverse = static_cast<float>(1.0 / sum);
       for (std::int64_t col = 0; col < visible; ++col) probs[row * s + col] *= inverse;
-      for (std::int64_t col = visible; col < s; ++col) probs[row * s + col] = 0.0f;
+      for (std::int64_t col = visible; col < keys; ++col) probs[row * s + col] = 0.0f;
     }
   }
 
@@ -661,7 +690,7 @@ class CpuBackend final : public Backend {
     const float* k = prepared.buffers[1]->data() + ((batch * shape.kv_heads + kv_head) * s * d);
     const float* v = prepared.buffers[2]->data() + ((batch * shape.kv_heads + kv_head) * s * d);
     const float* o = prepared.buffers[3]->data() + ((batch * shape.heads + head) * s * d);
-    auto probabilities = [&](std::int64_t row) {
+    auto probabilities_of = [&](const float* q, std::int64_t row) {
       std::vector<double> p(static_cast<size_t>(s), 0.0);
       const std::int64_t visible = shape.causal ? row + 1 : s;
       double max_score = -INFINITY;
@@ -677,9 +706,22 @@ class CpuBackend final : public Backend {
       for (auto& value : p) value /= sum;
       return p;
     };
+    auto probabilities = [&](std::int64_t row) { return probabilities_of(q, row); };
     std::int64_t wrong = 0;
     std::int64_t values = 0;
     std::string failure;
+    auto compare_row = [&](const float* got, const std::vector<double>& want, const std::string& what) {
+      for (std::int64_t x = 0; x < d; ++x) {
+        ++values;
+        const double expected = want[static_cast<size_t>(x)];
+        if (std::abs(got[x] - expected) > 1e-3 * (1.0 + std::abs(expected)) + 1e-4 * static_cast<double>(s)) {
+          ++wrong;
+          if (failure.empty())
+            failure = fmt::format("op {} ({}): {} col {} = {} but the reference says {}", prepared.index,
+                                  graph::describe(prepared.rank_op.op), what, x, got[x], expected);
+        }
+      }
+    };
     for (std::int64_t row : {std::int64_t{0}, s - 1}) {
       const auto p = probabilities(row);
       std::vector<double> want(static_cast<size_t>(d), 0.0);
@@ -702,16 +744,39 @@ class CpuBackend final : public Backend {
         }
         got = prepared.buffers[7]->data() + ((batch * shape.heads + head) * s * d) + row * d;
       }
-      for (std::int64_t x = 0; x < d; ++x) {
-        ++values;
-        const double expected = want[static_cast<size_t>(x)];
-        if (std::abs(got[x] - expected) > 1e-3 * (1.0 + std::abs(expected)) + 1e-4 * static_cast<double>(s)) {
-          ++wrong;
-          if (failure.empty())
-            failure = fmt::format("op {} ({}): row {} col {} = {} but the reference says {}", prepared.index,
-                                  graph::describe(prepared.rank_op.op), row, x, got[x], expected);
+      compare_row(got, want, fmt::format("row {}", row));
+    }
+    if (shape.backward) {
+      // dK and dV of key row s-1 of the last kv head: summed over the heads of its group and over the query
+      // rows that see that key (only row s-1 under the causal mask).
+      const std::int64_t key = s - 1;
+      std::vector<double> want_dk(static_cast<size_t>(d), 0.0);
+      std::vector<double> want_dv(static_cast<size_t>(d), 0.0);
+      for (std::int64_t member = kv_head * group;
+           member < std::min<std::int64_t>((kv_head + 1) * group, shape.heads); ++member) {
+        const std::int64_t offset = (batch * shape.heads + member) * s * d;
+        const float* q_member = prepared.buffers[0]->data() + offset;
+        const float* o_member = prepared.buffers[3]->data() + offset;
+        const float* d_out = prepared.buffers[6]->data() + offset;
+        for (std::int64_t row = shape.causal ? key : 0; row < s; ++row) {
+          const auto p = probabilities_of(q_member, row);
+          double row_dot = 0;
+          double dp = 0;
+          for (std::int64_t x = 0; x < d; ++x) {
+            row_dot += static_cast<double>(d_out[row * d + x]) * o_member[row * d + x];
+            dp += static_cast<double>(d_out[row * d + x]) * v[key * d + x];
+          }
+          const double p_key = p[static_cast<size_t>(key)];
+          const double ds = p_key * (dp - row_dot) * scale;
+          for (std::int64_t x = 0; x < d; ++x) {
+            want_dv[static_cast<size_t>(x)] += p_key * d_out[row * d + x];
+            want_dk[static_cast<size_t>(x)] += ds * q_member[row * d + x];
+          }
         }
       }
+      const std::int64_t kv_offset = (batch * shape.kv_heads + kv_head) * s * d + key * d;
+      compare_row(prepared.buffers[8]->data() + kv_offset, want_dk, fmt::format("dK row {}", key));
+      compare_row(prepared.buffers[9]->data() + kv_offset, want_dv, fmt::format("dV row {}", key));
     }
     record_check(values, wrong, failure);
   }

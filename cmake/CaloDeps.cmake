@@ -58,4 +58,25 @@ if(NOT CALO_CUDA STREQUAL "OFF")
     message(FATAL_ERROR "CALO_CUDA=ON but nvcc was not found: put the CUDA toolkit on PATH or set -DCALO_CUDA=OFF")
   endif()
 endif()
+
+# cuDNN fused attention (CUDA backend only): cuDNN 9 from the CUDA toolkit, linked dynamically, driven through
+# NVIDIA's header-only cudnn_frontend (scripts/install_deps.sh unpacks it into .whl/cudnn_frontend/include; its
+# headers are SYSTEM includes). Without either, attention uses the cuBLASLt fallback (docs/EXECUTION_CUDA.md).
+set(CALO_HAVE_CUDNN OFF)
+if(CALO_HAVE_CUDA)
+  find_path(CALO_CUDNN_FRONTEND_INCLUDE_DIR cudnn_frontend.h HINTS ${PROJECT_SOURCE_DIR}/.whl/cudnn_frontend/include)
+  find_path(CALO_CUDNN_INCLUDE_DIR cudnn.h HINTS /usr/local/cuda/include /usr/include)
+  find_library(CALO_CUDNN_LIB NAMES cudnn HINTS /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu)
+  if(CALO_CUDNN_FRONTEND_INCLUDE_DIR AND CALO_CUDNN_INCLUDE_DIR AND CALO_CUDNN_LIB)
+    set(CALO_HAVE_CUDNN ON)
+    add_library(calo_cudnn INTERFACE)
+    target_include_directories(calo_cudnn SYSTEM INTERFACE ${CALO_CUDNN_FRONTEND_INCLUDE_DIR} ${CALO_CUDNN_INCLUDE_DIR})
+    target_link_libraries(calo_cudnn INTERFACE ${CALO_CUDNN_LIB})
+    message(STATUS "calo: cuDNN ${CALO_CUDNN_LIB}, cudnn_frontend ${CALO_CUDNN_FRONTEND_INCLUDE_DIR}")
+  else()
+    message(STATUS "calo: cuDNN or cudnn_frontend.h not found (run scripts/install_deps.sh); attention uses the "
+                   "cuBLASLt fallback")
+  endif()
+endif()
+
 message(STATUS "calo: CUDA backend ${CALO_HAVE_CUDA}, MPI backend ${CALO_HAVE_MPI}")

@@ -36,3 +36,27 @@ PY
     echo "calo: could not download nvidia-nvml-dev; the NVML source will report it was built without nvml.h"
   fi
 fi
+# cudnn_frontend.h (NVIDIA's header-only C++ graph API over cuDNN 9, used for fused SDPA attention in the CUDA
+# backend; bundles its own nlohmann/json under cudnn_frontend/thirdparty): PyPI nvidia-cudnn-frontend, the
+# wheel's include/ unpacked into .whl/cudnn_frontend/include (git-ignored). cuDNN itself comes with the CUDA
+# toolkit. Skipped when already there or pip is missing; without it attention uses the cuBLASLt fallback.
+cudnn_fe_dir="$repo_root/.whl/cudnn_frontend"
+if [ ! -f "$cudnn_fe_dir/include/cudnn_frontend.h" ] && command -v python3 >/dev/null; then
+  mkdir -p "$cudnn_fe_dir/wheel" "$cudnn_fe_dir/include"
+  if python3 -m pip download --quiet --no-deps 'nvidia-cudnn-frontend==1.32.*' -d "$cudnn_fe_dir/wheel" >/dev/null 2>&1; then
+    python3 - "$cudnn_fe_dir" <<'PY'
+import glob, os, sys, zipfile
+root = sys.argv[1]
+wheel = sorted(glob.glob(root + "/wheel/nvidia_cudnn_frontend-*.whl"))[-1]
+with zipfile.ZipFile(wheel) as archive:
+    for name in archive.namelist():
+        if name.startswith("include/") and name.endswith((".h", ".hpp")):
+            target = os.path.join(root, name)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            open(target, "wb").write(archive.read(name))
+PY
+    echo "calo: cudnn_frontend headers unpacked into $cudnn_fe_dir/include"
+  else
+    echo "calo: could not download nvidia-cudnn-frontend; CUDA attention will use the cuBLASLt fallback"
+  fi
+fi

@@ -36,6 +36,9 @@ struct DeviceDescription {
   double peak_flops = 0;    ///< peak FLOP/s of the GEMM dtype below on this device (for MFU)
   std::string peak_flops_source;  ///< how peak_flops was obtained, e.g. "nominal H200 SXM bf16 dense"
   std::string gemm_dtype;         ///< dtype GEMMs actually run in: "bf16" (CUDA) | "fp32" (CPU)
+  /// Attention implementation the ops actually use, set by prepare() (empty before, and for the CPU backend):
+  /// CUDA "cudnn-sdpa" | "cublaslt-fallback" (joined by '+' when shapes differ).
+  std::string attention_impl;
 };
 
 /// Settings fixed when a backend is created (same on every rank except the rank fields).

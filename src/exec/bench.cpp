@@ -92,10 +92,15 @@ nlohmann::json rank_json(int rank, const std::vector<StepTiming>& steps, const E
                    {"wrong", check.wrong},
                    {"first_failures", check.first_failures}};
   const DeviceDescription& device = backend.device();
-  data["device"] = {{"backend", device.backend},         {"name", device.name},
-                    {"local_index", device.local_index}, {"memory_bytes", device.memory_bytes},
-                    {"peak_flops", device.peak_flops},   {"peak_flops_source", device.peak_flops_source},
-                    {"gemm_dtype", device.gemm_dtype},   {"pci_bus", device.pci_bus}};
+  data["device"] = {{"backend", device.backend},
+                    {"name", device.name},
+                    {"local_index", device.local_index},
+                    {"memory_bytes", device.memory_bytes},
+                    {"peak_flops", device.peak_flops},
+                    {"peak_flops_source", device.peak_flops_source},
+                    {"gemm_dtype", device.gemm_dtype},
+                    {"pci_bus", device.pci_bus},
+                    {"attention_impl", device.attention_impl}};
   data["allocated_bytes"] = backend.allocated_bytes();
   return data;
 }
@@ -521,6 +526,8 @@ BenchOutcome run_bench_rank(const BenchOptions& options, LaunchInfo launch) {
                       tokens_per_step);
   text += fmt::format("# backend {}: {} ({} GEMMs, peak {:.3f} TFLOP/s per device: {})\n", device.backend,
                       device.name, device.gemm_dtype, peak_flops / 1e12, device.peak_flops_source);
+  const std::string attention_impl = ranks[0]["device"].value("attention_impl", std::string());
+  if (!attention_impl.empty()) text += fmt::format("# attention: {} (rank 0)\n", attention_impl);
   text += fmt::format("# steps: {} measured after {} warm-up; run store {}\n", options.steps, options.warmup,
                       run_dir.string());
   for (const auto& note : telemetry->notes()) text += fmt::format("# note: {}\n", note);

@@ -15,7 +15,7 @@
 namespace calo::exec::cuda {
 
 /// Device buffers of one attention op; q/o/d_out/d_q are [batch, heads, seq, head_dim], k/v/d_k/d_v are
-/// [batch, kv_heads, seq, head_dim], scores/dscores hold one score block.
+/// [batch, kv_heads, seq, head_dim], scores/dscores hold one score block (fallback only).
 struct AttentionBuffers {
   const bf16* q = nullptr;      ///< queries
   const bf16* k = nullptr;      ///< keys
@@ -27,6 +27,7 @@ struct AttentionBuffers {
   bf16* d_v = nullptr;          ///< backward: gradient of the values (accumulated over the group)
   bf16* scores = nullptr;       ///< scratch of attention_score_block_values() values
   bf16* dscores = nullptr;      ///< backward scratch of the same size
+  float* stats = nullptr;  ///< cuDNN only: softmax log-sum-exp [batch, heads, seq, 1] (fwd writes, bwd reads)
 };
 
 /// Query rows per block for sequence length `seq` (a divisor of seq).

@@ -1,5 +1,4 @@
 // CUDA backend: device memory, kernels, cuBLASLt, NCCL communicators, streams/events and --check.
-#include "exec/all_to_all.h"
 #include "exec/cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>
@@ -19,11 +18,13 @@
 #include <thread>
 
 #include "core/error.h"
+#include "exec/all_to_all.h"
 #include "exec/bootstrap.h"
 #include "exec/cuda/activation.cuh"
 #include "exec/cuda/adamw.cuh"
 #include "exec/cuda/attention.h"
 #include "exec/cuda/cuda_check.h"
+#include "exec/cuda/cudnn_attention.h"
 #include "exec/cuda/gemm.h"
 #include "exec/cuda/init.cuh"
 #include "exec/cuda/loss.cuh"
@@ -121,6 +122,7 @@ struct CudaOp final : PreparedOp {
   std::int64_t rows = 0;
   std::int64_t width = 0;
   std::int64_t elements = 0;
+  bool cudnn_attention = false;  // attention: cuDNN SDPA (else the cuBLASLt fallback)
   // Collectives and p2p.
   ncclComm_t comm = nullptr;
   std::vector<std::int32_t> group_ranks;
@@ -193,6 +195,7 @@ class CudaBackend final : public Backend {
     CALO_CUDA(cudaStreamCreateWithFlags(&init_stream_, cudaStreamNonBlocking));
     const char* fault = std::getenv("CALO_CUDA_INJECT_FAULT");
     inject_fault_ = fault != nullptr ? fault : "";
+    attention_mode_ = cuda::attention_mode_from_env();
     const char* timeout = std::getenv("CALO_CUDA_SYNC_TIMEOUT_S");
     if (timeout != nullptr) sync_timeout_s_ = std::max(1.0, std::atof(timeout));
     executed_.fill(0);
@@ -204,6 +207,7 @@ class CudaBackend final : public Backend {
     for (auto& [key, comm] : comms_) ncclCommDestroy(comm);
     if (world_comm_ != nullptr) ncclCommDestroy(world_comm_);
     gemm_runners_.clear();
+    cudnn_attention_.reset();
     for (void* pointer : allocations_) cudaFree(pointer);
     if (init_stream_ != nullptr) cudaStreamDestroy(init_stream_);
   }
@@ -286,31 +290,9 @@ class CudaBackend final : public Backend {
                              shared("gemm.c", shape.m * shape.n, seed + 2)};
         break;
       }
-      case OpKind::kAttention: {
-        const auto& shape = op.attention;
-        const std::int64_t q_values = std::int64_t{shape.batch} * shape.heads * shape.seq * shape.head_dim;
-        const std::int64_t kv_values =
-            std::int64_t{shape.batch} * shape.kv_heads * shape.seq * shape.head_dim;
-        const std::int64_t score_values = cuda::attention_score_block_values(shape);
-        prepared->buffers = {shared("attn.q", q_values, seed),
-                             shared("attn.k", kv_values, seed + 1),
-                             shared("attn.v", kv_values, seed + 2),
-                             shared("attn.o", q_values, seed + 3),
-                             shared("attn.scores", score_values, seed + 4),
-                             nullptr,
-                             nullptr,
-                             nullptr,
-                             nullptr,
-                             nullptr};
-        if (shape.backward) {
-          prepared->buffers[5] = shared("attn.dscores", score_values, seed + 5);
-          prepared->buffers[6] = shared("attn.do", q_values, seed + 6);
-          prepared->buffers[7] = shared("attn.dq", q_values, seed + 7);
-          prepared->buffers[8] = shared("attn.dk", kv_values, seed + 8);
-          prepared->buffers[9] = shared("attn.dv", kv_values, seed + 9);
-        }
+      case OpKind::kAttention:
+        prepare_attention(*prepared, seed);
         break;
-      }
       case OpKind::kElementwise:
         prepare_elementwise(*prepared, seed, hidden);
         break;
@@ -503,6 +485,78 @@ class CudaBackend final : public Backend {
   }
 
   // ---- prepare helpers ----
+  /// Attention buffers [q, k, v, o, scores, dscores, d_out, d_q, d_k, d_v, stats]: the cuDNN path needs the
+  /// fp32 stats (log-sum-exp) and a workspace per stream, the fallback the score blocks
+  /// (docs/EXECUTION_CUDA.md).
+  void prepare_attention(CudaOp& prepared, std::uint64_t seed) {
+    const auto& shape = prepared.rank_op.op.attention;
+    const std::int64_t q_values = std::int64_t{shape.batch} * shape.heads * shape.seq * shape.head_dim;
+    const std::int64_t kv_values = std::int64_t{shape.batch} * shape.kv_heads * shape.seq * shape.head_dim;
+    prepared.cudnn_attention = choose_cudnn_attention(shape);
+    prepared.buffers.assign(11, nullptr);
+    prepared.buffers[0] = shared("attn.q", q_values, seed);
+    prepared.buffers[1] = shared("attn.k", kv_values, seed + 1);
+    prepared.buffers[2] = shared("attn.v", kv_values, seed + 2);
+    prepared.buffers[3] = shared("attn.o", q_values, seed + 3);
+    if (shape.backward) {
+      prepared.buffers[6] = shared("attn.do", q_values, seed + 6);
+      prepared.buffers[7] = shared("attn.dq", q_values, seed + 7);
+      prepared.buffers[8] = shared("attn.dk", kv_values, seed + 8);
+      prepared.buffers[9] = shared("attn.dv", kv_values, seed + 9);
+    }
+    if (prepared.cudnn_attention) {
+      // Shared by (role, size) like o: the forward of a shape writes it, the backward of that shape reads it.
+      prepared.buffers[10] =
+          shared_f32("attn.stats", cuda::attention_stats_values(shape), seed + 10, 1.0f, false);
+      reserve_attention_workspace(prepared.rank_op.op.stream, cudnn_attention_->workspace_bytes(shape));
+    } else {
+      const std::int64_t score_values = cuda::attention_score_block_values(shape);
+      prepared.buffers[4] = shared("attn.scores", score_values, seed + 4);
+      if (shape.backward) prepared.buffers[5] = shared("attn.dscores", score_values, seed + 5);
+    }
+    ++(prepared.cudnn_attention ? attention_ops_cudnn_ : attention_ops_fallback_);
+    device_.attention_impl =
+        attention_ops_cudnn_ > 0 && attention_ops_fallback_ > 0
+            ? fmt::format("{}+{}", cuda::kAttentionImplCudnn, cuda::kAttentionImplFallback)
+        : attention_ops_cudnn_ > 0 ? cuda::kAttentionImplCudnn
+                                   : cuda::kAttentionImplFallback;
+  }
+
+  /// Whether `shape` runs on cuDNN SDPA under CALO_ATTENTION; logs (rank 0, once) why not when it falls back.
+  bool choose_cudnn_attention(const graph::AttentionShape& shape) {
+    std::string why;
+    if (attention_mode_ == cuda::AttentionMode::kFallback) {
+      why = "CALO_ATTENTION=fallback";
+    } else {
+      if (!cudnn_attention_) cudnn_attention_ = std::make_unique<cuda::CudnnAttention>();
+      why = cudnn_attention_->prepare(shape);
+      if (why.empty()) return true;
+      if (attention_mode_ == cuda::AttentionMode::kCudnn)
+        throw RuntimeFailure(fmt::format("rank {}: CALO_ATTENTION=cudnn but cuDNN SDPA cannot run {}: {}",
+                                         rank_, cuda::describe_attention_shape(shape), why));
+      why =
+          fmt::format("cuDNN SDPA unsupported for shape {}: {}", cuda::describe_attention_shape(shape), why);
+    }
+    if (!attention_fallback_logged_ && rank_ == 0)
+      fmt::print(stderr, "calo: attention: {}; using the cuBLASLt fallback\n", why);
+    attention_fallback_logged_ = true;
+    return false;
+  }
+
+  /// Grows the cuDNN attention workspace of graph stream `kind` to at least `bytes` (prepare only: nothing
+  /// runs).
+  void reserve_attention_workspace(graph::Stream kind, std::int64_t bytes) {
+    auto& [pointer, size] = attention_workspace_[static_cast<int>(kind)];
+    if (bytes <= size) return;
+    if (pointer != nullptr) {
+      CALO_CUDA(cudaFree(pointer));
+      allocations_.erase(std::find(allocations_.begin(), allocations_.end(), pointer));
+      allocated_bytes_ -= size;
+    }
+    pointer = allocate(static_cast<std::size_t>(bytes), "attn.workspace");
+    size = bytes;
+  }
+
   void prepare_elementwise(CudaOp& prepared, std::uint64_t seed, std::int64_t hidden) {
     const graph::Op& op = prepared.rank_op.op;
     const auto kind = op.elementwise;
@@ -729,9 +783,15 @@ class CudaBackend final : public Backend {
         buffers.d_q = static_cast<bf16*>(prepared.buffers[7]);
         buffers.d_k = static_cast<bf16*>(prepared.buffers[8]);
         buffers.d_v = static_cast<bf16*>(prepared.buffers[9]);
-        cuda::run_attention(gemm_runner(stream), op.attention, buffers, stream);
+        buffers.stats = static_cast<float*>(prepared.buffers[10]);
+        if (prepared.cudnn_attention) {
+          cudnn_attention_->run(op.attention, buffers,
+                                attention_workspace_[static_cast<int>(op.stream)].first, stream);
+        } else {
+          cuda::run_attention(gemm_runner(stream), op.attention, buffers, stream);
+        }
         if (!op.attention.backward) {
-          if (inject("attention")) corrupt(prepared.buffers[3], stream);
+          if (inject("attention")) corrupt(attention_checked_row(prepared), stream);
           if (config_.check) snapshot_attention(prepared, stream);
         }
         break;
@@ -929,12 +989,22 @@ class CudaBackend final : public Backend {
     snapshot_range(op, op.buffers[2], std::move(ranges), stream);
   }
 
+  /// Offset (values) of the last head of the last sequence in the attention output: --check verifies its
+  /// rows 0 and seq-1.
+  static std::int64_t attention_checked_head(const graph::AttentionShape& shape) {
+    return ((std::int64_t{shape.batch} - 1) * shape.heads + shape.heads - 1) * shape.seq * shape.head_dim;
+  }
+
+  /// Row 0 of the checked head of `op`'s output (where an injected attention fault goes).
+  static void* attention_checked_row(const CudaOp& op) {
+    return static_cast<bf16*>(op.buffers[3]) + attention_checked_head(op.rank_op.op.attention);
+  }
+
   void snapshot_attention(CudaOp& op, cudaStream_t stream) {
     const auto& shape = op.rank_op.op.attention;
-    const std::int64_t s = shape.seq;
+    const std::int64_t head_base = attention_checked_head(shape);
     const std::int64_t d = shape.head_dim;
-    const std::int64_t head_base = ((std::int64_t{shape.batch} - 1) * shape.heads + shape.heads - 1) * s * d;
-    snapshot_range(op, op.buffers[3], {{head_base, d}, {head_base + (s - 1) * d, d}}, stream);
+    snapshot_range(op, op.buffers[3], {{head_base, d}, {head_base + (shape.seq - 1) * d, d}}, stream);
   }
 
   void snapshot_elementwise(CudaOp& op, cudaStream_t stream) {
@@ -1267,6 +1337,12 @@ class CudaBackend final : public Backend {
   std::vector<void*> allocations_;
   std::int64_t allocated_bytes_ = 0;
   std::map<cudaStream_t, std::unique_ptr<cuda::GemmRunner>> gemm_runners_;
+  cuda::AttentionMode attention_mode_ = cuda::AttentionMode::kAuto;
+  std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;              // created by the first attention op
+  std::map<int, std::pair<void*, std::int64_t>> attention_workspace_;  // graph stream -> (pointer, bytes)
+  std::int64_t attention_ops_cudnn_ = 0;
+  std::int64_t attention_ops_fallback_ = 0;
+  bool attention_fallback_logged_ = false;
   std::map<int, std::vector<CudaOp*>> pending_p2p_;
   std::map<int, std::vector<CudaEvent*>> pending_records_;
   std::vector<CudaOp*> check_queue_;

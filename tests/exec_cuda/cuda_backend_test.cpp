@@ -1,5 +1,6 @@
 // CUDA backend on one GPU: cuBLASLt GEMMs (every pass's transposes) against a host fp32 reference, the
-// executor running a tiny model's full step with --check (zero wrong), op counts, and injected faults caught.
+// executor running a tiny model's full step with --check (zero wrong), op counts, injected faults caught, and
+// CALO_ATTENTION choosing the attention implementation (cuDNN SDPA or the cuBLASLt fallback).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -10,8 +11,10 @@
 #include <random>
 #include <vector>
 
+#include "core/error.h"
 #include "exec/backend.h"
 #include "exec/bootstrap.h"
+#include "exec/cuda/cudnn_attention.h"
 #include "exec/cuda/gemm.h"
 #include "exec/executor.h"
 #include "graph/graph.h"
@@ -120,6 +123,7 @@ struct StepRun {
   OpCounts executed{};
   OpCounts per_step{};
   CheckReport check;
+  std::string attention_impl;
 };
 
 StepRun run_single(const std::string& model_name, bool check, int steps) {
@@ -141,6 +145,7 @@ StepRun run_single(const std::string& model_name, bool check, int steps) {
   }
   run.executed = backend->executed_op_counts();
   run.check = backend->check_report();
+  run.attention_impl = backend->device().attention_impl;
   return run;
 }
 
@@ -171,6 +176,24 @@ TEST(CudaBackend, CheckCatchesInjectedFaults) {
     EXPECT_GT(run.check.wrong, 0) << fault;
     EXPECT_FALSE(run.check.first_failures.empty()) << fault;
   }
+}
+
+TEST(CudaBackend, AttentionImplementationFollowsCaloAttention) {
+  CALO_REQUIRE_GPU();
+  setenv("CALO_ATTENTION", "fallback", 1);
+  const StepRun forced = run_single("tiny-dense", true, 1);
+  unsetenv("CALO_ATTENTION");
+  EXPECT_EQ(forced.attention_impl, cuda::kAttentionImplFallback);
+  EXPECT_EQ(forced.check.wrong, 0) << (forced.check.first_failures.empty() ? ""
+                                                                           : forced.check.first_failures[0]);
+  const StepRun automatic = run_single("tiny-dense", true, 1);
+  EXPECT_EQ(automatic.attention_impl,
+            cuda::cudnn_attention_built() ? cuda::kAttentionImplCudnn : cuda::kAttentionImplFallback);
+  EXPECT_EQ(automatic.check.wrong, 0)
+      << (automatic.check.first_failures.empty() ? "" : automatic.check.first_failures[0]);
+  setenv("CALO_ATTENTION", "flash", 1);
+  EXPECT_THROW(run_single("tiny-dense", false, 1), InputError);
+  unsetenv("CALO_ATTENTION");
 }
 
 }  // namespace

@@ -31,8 +31,8 @@ int run_probe(const ProbeFlags& flags) {
   }
   if (!flags.json) {
     fmt::print(
-        "# probing {} source(s): each query group read back to back for {:g} s per device "
-        "(devices in parallel)\n",
+        "# probing {} source(s): query costs one device at a time, then each query group read back to back "
+        "for {:g} s per device (devices in parallel)\n",
         usable.size(), flags.seconds);
   }
   const auto rows = telemetry::probe_sources(usable, flags.seconds);

@@ -690,13 +690,14 @@ class CpuBackend final : public Backend {
     const float* k = prepared.buffers[1]->data() + ((batch * shape.kv_heads + kv_head) * s * d);
     const float* v = prepared.buffers[2]->data() + ((batch * shape.kv_heads + kv_head) * s * d);
     const float* o = prepared.buffers[3]->data() + ((batch * shape.heads + head) * s * d);
-    auto probabilities_of = [&](const float* q, std::int64_t row) {
+    auto probabilities_of = [&](const float* queries, std::int64_t row) {
       std::vector<double> p(static_cast<size_t>(s), 0.0);
       const std::int64_t visible = shape.causal ? row + 1 : s;
       double max_score = -INFINITY;
       for (std::int64_t col = 0; col < visible; ++col) {
         double dot = 0;
-        for (std::int64_t x = 0; x < d; ++x) dot += static_cast<double>(q[row * d + x]) * k[col * d + x];
+        for (std::int64_t x = 0; x < d; ++x)
+          dot += static_cast<double>(queries[row * d + x]) * k[col * d + x];
         p[static_cast<size_t>(col)] = dot * scale;
         max_score = std::max(max_score, p[static_cast<size_t>(col)]);
       }

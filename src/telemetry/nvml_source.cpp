@@ -6,7 +6,6 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <climits>
 #include <cmath>
 
@@ -206,29 +205,6 @@ struct NvmlSource::Impl {
                             : fmt::format("NVML error {}", static_cast<int>(result));
   }
 
-  // nvmlDeviceGetTotalEnergyConsumption costs 2.4-5 ms of spinning CPU per call on H200 (driver 580): if the
-  // same counter answers as a field value faster (cheapest of 3 reads each, at least 2x), read it that way.
-  void choose_energy_query(Gpu& gpu) {
-    const bool has_energy = std::any_of(gpu.specs.begin(), gpu.specs.end(),
-                                        [](const Spec* spec) { return spec->query == Query::kEnergy; });
-    if (!has_energy) return;
-    int64_t function_ns = INT64_MAX;
-    int64_t field_ns = INT64_MAX;
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      unsigned long long energy_mj = 0;
-      int64_t begin_ns = core::monotonic_ns();
-      if (api.energy(gpu.handle, &energy_mj) == NVML_SUCCESS)
-        function_ns = std::min(function_ns, core::monotonic_ns() - begin_ns);
-      nvmlFieldValue_t field{};
-      field.fieldId = NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION;
-      begin_ns = core::monotonic_ns();
-      if (api.field_values(gpu.handle, 1, &field) == NVML_SUCCESS && field.nvmlReturn == NVML_SUCCESS &&
-          is_integer_type(field.valueType))
-        field_ns = std::min(field_ns, core::monotonic_ns() - begin_ns);
-    }
-    gpu.energy_via_field = field_ns != INT64_MAX && (function_ns == INT64_MAX || 2 * field_ns < function_ns);
-  }
-
   Reading failure(nvmlReturn_t result) const {
     Reading reading;
     reading.status = result == NVML_ERROR_GPU_IS_LOST ? ReadStatus::kDeviceLost
@@ -273,15 +249,7 @@ struct NvmlSource::Impl {
       }
       case Query::kEnergy: {
         unsigned long long energy_mj = 0;
-        if (gpu.energy_via_field) {
-          nvmlFieldValue_t field{};
-          field.fieldId = NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION;
-          result = api.field_values(gpu.handle, 1, &field);
-          if (result == NVML_SUCCESS) result = field.nvmlReturn;
-          energy_mj = raw_integer(field);
-        } else {
-          result = api.energy(gpu.handle, &energy_mj);
-        }
+        result = api.energy(gpu.handle, &energy_mj);
         if (result == NVML_SUCCESS) {
           reading.value = static_cast<double>(gpu.unwrappers[metric_index].unwrap(energy_mj)) * spec.scale;
         }
@@ -447,7 +415,6 @@ NvmlSource::NvmlSource(const std::string& library_path) : impl_(std::make_unique
       gpu.unwrappers.emplace_back(bits);
       device.metrics.push_back({spec.name, spec.unit, spec.kind, spec.group, spec.period_ns, spec.cost_ns});
     }
-    impl.choose_energy_query(gpu);
     impl.devices.push_back(std::move(device));
     impl.gpus.push_back(std::move(gpu));
   }

@@ -20,7 +20,7 @@ pack() {  # leaves exactly run_all.log and telemetry_results.tar.gz in $OUT
 }
 trap pack EXIT
 probe_seconds="${PROBE_SECONDS:-5}"
-capture_fast_periods="${CAPTURE_FAST_PERIODS:-5ms 20ms}"
+capture_fast_periods="${CAPTURE_FAST_PERIODS-5ms 20ms}"  # set it empty for none
 overhead_seconds="${OVERHEAD_SECONDS:-30}"
 capture_seconds="${CAPTURE_SECONDS:-20}"
 pairs="${PAIRS:-5}"
@@ -80,28 +80,25 @@ sleep 5
 wait $load_pid
 tail -1 "$out/overhead_load.txt" | tee -a "$out/run_all.log"
 
-log "capture ratio under bursty GEMM load, default periods, ${capture_seconds} s"
-(
-  end=$((SECONDS + capture_seconds + 5))
-  while ((SECONDS < end)); do gemm_all 1 > /dev/null 2>&1; sleep 0.5; done
-) &
-burst_pid=$!
-sleep 2
-"$bin/telemetry_overhead_bench" --mode capture --seconds "$capture_seconds" --sources nvml > "$out/capture.txt" 2>&1
-wait $burst_pid
-tail -1 "$out/capture.txt" | tee -a "$out/run_all.log"
-for period in $capture_fast_periods; do
-  log "capture ratio under bursty GEMM load, fast metrics at $period, ${capture_seconds} s"
+# capture_run FILE [ARGS...]: capture ratio while every GPU runs 1 s GEMM bursts with 0.5 s pauses.
+capture_run() {
+  local file="$1"
+  shift
   (
     end=$((SECONDS + capture_seconds + 5))
     while ((SECONDS < end)); do gemm_all 1 > /dev/null 2>&1; sleep 0.5; done
   ) &
-  burst_pid=$!
+  local burst_pid=$!
   sleep 2
-  "$bin/telemetry_overhead_bench" --mode capture --seconds "$capture_seconds" --sources nvml --fast-period "$period" \
-    > "$out/capture_fast_$period.txt" 2>&1
+  "$bin/telemetry_overhead_bench" --mode capture --seconds "$capture_seconds" --sources nvml "$@" > "$out/$file" 2>&1
   wait $burst_pid
-  tail -1 "$out/capture_fast_$period.txt" | tee -a "$out/run_all.log"
+  tail -1 "$out/$file" | tee -a "$out/run_all.log"
+}
+log "capture ratio under bursty GEMM load, default periods, ${capture_seconds} s"
+capture_run capture.txt
+for period in $capture_fast_periods; do
+  log "capture ratio under bursty GEMM load, fast metrics at $period, ${capture_seconds} s"
+  capture_run "capture_fast_$period.txt" --fast-period "$period"
 done
 
 log "calo probe under GEMM load"

@@ -19,6 +19,16 @@ void write_file(const fs::path& path, const std::string& text) {
   std::ofstream(path) << text;
 }
 
+// A fresh fake /proc + /sys tree for this test (removed first), with a /proc/stat of 1000 ticks, 200 busy.
+fs::path fake_host_root() {
+  const fs::path root =
+      fs::temp_directory_path() / ("calo-procfs-" + std::to_string(getpid()) + "-" +
+                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  fs::remove_all(root);
+  write_file(root / "proc" / "stat", "cpu  100 0 100 800 0 0 0 0 0 0\n");
+  return root;
+}
+
 const MetricInfo* find_metric(const DeviceInfo& device, const std::string& name, size_t* index) {
   for (size_t position = 0; position < device.metrics.size(); ++position) {
     if (device.metrics[position].name == name) {
@@ -64,11 +74,7 @@ TEST(ProcfsSource, ReadsThisHostsCpuAndMemory) {
 }
 
 TEST(ProcfsSource, CpuUtilizationBetweenTicksIsTheLastValueNotAnError) {
-  const fs::path root =
-      fs::temp_directory_path() / ("calo-procfs-" + std::to_string(getpid()) + "-" +
-                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  fs::remove_all(root);
-  write_file(root / "proc" / "stat", "cpu  100 0 100 800 0 0 0 0 0 0\n");
+  const fs::path root = fake_host_root();
   write_file(root / "proc" / "meminfo", "MemTotal: 1000 kB\nMemAvailable: 400 kB\n");
   fs::create_directories(root / "sys");
   ProcfsSource source(root / "proc", root / "sys");  // reads the baseline
@@ -88,11 +94,7 @@ TEST(ProcfsSource, CpuUtilizationBetweenTicksIsTheLastValueNotAnError) {
 }
 
 TEST(ProcfsSource, SaysWhatIsNotAvailable) {
-  const fs::path root =
-      fs::temp_directory_path() / ("calo-procfs-" + std::to_string(getpid()) + "-" +
-                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  fs::remove_all(root);
-  write_file(root / "proc" / "stat", "cpu  100 0 100 800 0 0 0 0 0 0\n");
+  const fs::path root = fake_host_root();
   write_file(root / "proc" / "meminfo", "MemTotal: 1000 kB\nMemFree: 100 kB\nMemAvailable: 400 kB\n");
   fs::create_directories(root / "sys");
   ProcfsSource source(root / "proc", root / "sys");
@@ -109,11 +111,7 @@ TEST(ProcfsSource, SaysWhatIsNotAvailable) {
 }
 
 TEST(ProcfsSource, PowercapEnergyUnwrapsAndHwmonGivesHottestPackage) {
-  const fs::path root =
-      fs::temp_directory_path() / ("calo-procfs-" + std::to_string(getpid()) + "-" +
-                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  fs::remove_all(root);
-  write_file(root / "proc" / "stat", "cpu  100 0 100 800 0 0 0 0 0 0\n");
+  const fs::path root = fake_host_root();
   write_file(root / "proc" / "meminfo", "MemTotal: 1000 kB\nMemAvailable: 400 kB\n");
   const fs::path zone0 = root / "sys" / "class" / "powercap" / "intel-rapl:0";
   const fs::path zone1 = root / "sys" / "class" / "powercap" / "intel-rapl:1";

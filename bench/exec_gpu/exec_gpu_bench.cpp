@@ -1,28 +1,45 @@
 // The CUDA executor's ops against the same work run alone:
 //  - every distinct GEMM shape of the rank's program: mean op time inside the executor (--trace-ops events)
-//    vs the same cuBLASLt call (same GemmRunner, heuristic algorithm) in a back-to-back loop;
+//    vs the same cuBLASLt call (same GemmRunner, heuristic algorithm) timed the same way, one call at a time
+//    ("alone": queued behind a memory-bound memset, then the GPU idle for as long as the call ran), and in a
+//    back-to-back loop ("loop", the comparison used until 2026-11-22, which gave 111 %). The loop is unfair
+//    twice: a long loop of one large GEMM runs at full GEMM power, so the power cap lowers its clocks below a
+//    training step's (which mixes in memory-bound ops), and timing around a call on an idle queue adds the
+//    host's launch latency that executor ops, queued behind other ops, do not pay. The mean SM clock (NVML,
+//    1 ms samples) of the steps, the alone calls and the loop is printed;
+//  - every distinct attention shape: mean op time inside the executor vs cuDNN SDPA and the cuBLASLt fallback
+//    alone (timed like "alone" above), and the attention time per step of each;
 //  - every distinct collective (kind, group, bytes): mean op time and bus bandwidth inside the executor vs an
 //    NCCL loop of the same collective and size on a fresh communicator of the same group (nccl-tests busbw);
 //  - the step's forward+backward time (step minus the optimizer op) for the PyTorch eager comparison.
 // Usage: exec_gpu_bench --model llama3-8b --layers 4 [--tp N --pp N --dp N --ep N --gbs N --seq N]
 //        [--nproc N] [--steps N]
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <fmt/format.h>
 #include <nccl.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
+#include "core/time.h"
 #include "exec/backend.h"
 #include "exec/bootstrap.h"
+#include "exec/cuda/attention.h"
 #include "exec/cuda/cuda_check.h"
+#include "exec/cuda/cudnn_attention.h"
 #include "exec/cuda/gemm.h"
 #include "exec/cuda/init.cuh"
 #include "exec/executor.h"
@@ -108,6 +125,139 @@ double time_loop(cudaStream_t stream, int warmup, int iterations, Run&& run) {
   return static_cast<double>(milliseconds) * 1e6 / iterations;
 }
 
+/// Host windows [begin, end) in core::monotonic_ns() time.
+using Windows = std::vector<std::pair<std::int64_t, std::int64_t>>;
+
+/// SM clock (MHz) of one GPU, sampled every millisecond from NVML on a thread (NVML is loaded with dlopen;
+/// without it available() is false and means are NaN). NVML's power reading is a ~1 s average on Hopper, too
+/// slow for millisecond windows, so only the clock is sampled.
+class ClockSampler {
+ public:
+  /// Mean clock over some windows.
+  struct Mean {
+    double sm_mhz = NAN;      ///< mean SM clock, MHz
+    std::size_t samples = 0;  ///< samples inside the windows
+  };
+
+  /// Samples the GPU at PCI bus `pci_bus` (CUDA's format).
+  explicit ClockSampler(const std::string& pci_bus) {
+    library_ = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    if (library_ == nullptr) return;
+    using Init = int (*)();
+    using ByBus = int (*)(const char*, void**);
+    const auto init = reinterpret_cast<Init>(dlsym(library_, "nvmlInit_v2"));
+    const auto by_bus = reinterpret_cast<ByBus>(dlsym(library_, "nvmlDeviceGetHandleByPciBusId_v2"));
+    clock_ = reinterpret_cast<GetClock>(dlsym(library_, "nvmlDeviceGetClockInfo"));
+    if (init == nullptr || by_bus == nullptr || clock_ == nullptr || init() != 0 ||
+        by_bus(pci_bus.c_str(), &device_) != 0)
+      return;
+    running_ = true;
+    thread_ = std::thread([this] { sample(); });
+  }
+  ~ClockSampler() {
+    running_ = false;
+    if (thread_.joinable()) thread_.join();
+    if (library_ != nullptr) {
+      using Shutdown = int (*)();
+      if (const auto shutdown = reinterpret_cast<Shutdown>(dlsym(library_, "nvmlShutdown"));
+          shutdown != nullptr)
+        shutdown();
+      dlclose(library_);
+    }
+  }
+  ClockSampler(const ClockSampler&) = delete;
+  ClockSampler& operator=(const ClockSampler&) = delete;
+
+  /// True when NVML answered for this GPU.
+  bool available() const { return thread_.joinable(); }
+
+  /// Mean of the samples taken inside `windows`.
+  Mean mean(const Windows& windows) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Mean result;
+    double clock_sum = 0;
+    for (const auto& [at_ns, sm_mhz] : samples_) {
+      for (const auto& [begin, end] : windows) {
+        if (at_ns < begin || at_ns >= end) continue;
+        clock_sum += sm_mhz;
+        ++result.samples;
+        break;
+      }
+    }
+    if (result.samples > 0) result.sm_mhz = clock_sum / static_cast<double>(result.samples);
+    return result;
+  }
+
+ private:
+  using GetClock = int (*)(void*, int, unsigned*);
+  void sample() {
+    constexpr int kClockSm = 1;  // NVML_CLOCK_SM
+    while (running_) {
+      unsigned mhz = 0;
+      if (clock_(device_, kClockSm, &mhz) == 0) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        samples_.emplace_back(core::monotonic_ns(), static_cast<double>(mhz));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  void* library_ = nullptr;
+  void* device_ = nullptr;
+  GetClock clock_ = nullptr;
+  std::atomic<bool> running_{false};
+  std::thread thread_;
+  mutable std::mutex mutex_;
+  std::vector<std::pair<std::int64_t, double>> samples_;  // (monotonic ns, SM MHz)
+};
+
+/// Device memory the GPU clears before each "alone" call (memory-bound, low power): while it runs the host
+/// enqueues the call, so the call starts from a full queue as ops inside a step do and its time excludes
+/// the host's launch latency.
+constexpr std::size_t kSpacerBytes = 256ull << 20;
+
+/// Mean time (ns) of `run` timed like an executor op (an event pair around each call), one call at a time:
+/// each call is queued behind a memset of `spacer` (kSpacerBytes) and after it the GPU stays idle for as long
+/// as the call ran (at least 1 ms), so no call runs in the power-capped state of a back-to-back loop. Each
+/// call's host window is added to `windows`.
+template <typename Run>
+double time_spaced(cudaStream_t stream, void* spacer, int warmup, int iterations, Windows& windows,
+                   Run&& run) {
+  cudaEvent_t start = nullptr;
+  cudaEvent_t stop = nullptr;
+  CALO_CUDA(cudaEventCreate(&start));
+  CALO_CUDA(cudaEventCreate(&stop));
+  double total_ns = 0;
+  for (int at = 0; at < warmup + iterations; ++at) {
+    const std::int64_t begin_ns = core::monotonic_ns();
+    CALO_CUDA(cudaMemsetAsync(spacer, at & 0xff, kSpacerBytes, stream));
+    CALO_CUDA(cudaEventRecord(start, stream));
+    run();
+    CALO_CUDA(cudaEventRecord(stop, stream));
+    CALO_CUDA(cudaEventSynchronize(stop));
+    const std::int64_t end_ns = core::monotonic_ns();
+    float milliseconds = 0;
+    CALO_CUDA(cudaEventElapsedTime(&milliseconds, start, stop));
+    if (at >= warmup) {
+      total_ns += static_cast<double>(milliseconds) * 1e6;
+      windows.emplace_back(begin_ns, end_ns);
+    }
+    std::this_thread::sleep_for(
+        std::chrono::microseconds(std::max<std::int64_t>(1000, std::llround(milliseconds * 1e3))));
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return total_ns / iterations;
+}
+
+/// "NNNN MHz (N samples)" of a clock mean, or "n/a".
+std::string describe_clock(const ClockSampler::Mean& mean) {
+  if (mean.samples == 0) return "n/a";
+  return fmt::format("{:.0f} MHz ({} samples)", mean.sm_mhz, mean.samples);
+}
+
+/// Attention ops of one shape: (batch, heads, kv heads, seq, head_dim, causal, backward).
+using AttentionKey = std::tuple<int, int, int, int, int, bool, bool>;
+
 int run_rank(const Options& options, const exec::LaunchInfo& launch) {
   model::ModelSpec spec = model::load_model(options.model);
   const int full_layers = spec.num_layers;
@@ -126,15 +276,20 @@ int run_rank(const Options& options, const exec::LaunchInfo& launch) {
   executor_options.trace_ops = true;
   exec::Executor executor(*backend, graph, launch.rank, executor_options);
   executor.prepare();
+  ClockSampler clocks(backend->device().pci_bus);
   executor.run_step(*bootstrap);  // warm-up (algorithm selection, NCCL connections)
   const auto& ops = executor.ops();
   std::vector<double> step_ns;
   std::vector<double> optimizer_ns;
+  Windows step_windows;
   std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, int>, std::vector<double>> gemm_ns;
   std::map<std::tuple<int, int, double>, std::vector<double>> collective_ns;
+  std::map<AttentionKey, std::vector<double>> attention_ns;
+  std::map<AttentionKey, double> attention_flops;
   for (int step = 0; step < options.steps; ++step) {
     const exec::StepTiming timing = executor.run_step(*bootstrap);
     step_ns.push_back(static_cast<double>(timing.duration_ns()));
+    step_windows.emplace_back(timing.begin_ns, timing.end_ns);
     double optimizer = 0;
     for (const exec::OpTiming& op_timing : timing.ops) {
       const graph::Op& op = ops[static_cast<size_t>(op_timing.op_index)].op;
@@ -144,6 +299,13 @@ int run_rank(const Options& options, const exec::LaunchInfo& launch) {
       if (op.kind == graph::OpKind::kCollective)
         collective_ns[{static_cast<int>(op.collective), static_cast<int>(op.group), op.bytes}].push_back(
             duration);
+      if (op.kind == graph::OpKind::kAttention) {
+        const auto& shape = op.attention;
+        const AttentionKey key{shape.batch,    shape.heads,  shape.kv_heads, shape.seq,
+                               shape.head_dim, shape.causal, shape.backward};
+        attention_ns[key].push_back(duration);
+        attention_flops[key] = op.flops;
+      }
       if (op.kind == graph::OpKind::kOptimizer) optimizer += duration;
     }
     optimizer_ns.push_back(optimizer);
@@ -154,20 +316,26 @@ int run_rank(const Options& options, const exec::LaunchInfo& launch) {
         "# exec_gpu_bench: model {} ({} of {} layers), layout tp{} pp{} dp{} ep{}, gbs {}, mbs {}, seq {}\n",
         spec.name, spec.num_layers, full_layers, layout.tp, layout.pp, layout.dp, layout.ep,
         layout.global_batch, layout.micro_batch, layout.seq_length);
-    fmt::print("# device: {} ({}), ranks {}, measured steps {}\n", backend->device().name,
-               backend->device().peak_flops_source, launch.world_size, options.steps);
+    fmt::print("# device: {} ({}), ranks {}, measured steps {}, attention {}\n", backend->device().name,
+               backend->device().peak_flops_source, launch.world_size, options.steps,
+               backend->device().attention_impl.empty() ? "none" : backend->device().attention_impl);
     fmt::print("step_ms {:.3f} optimizer_ms {:.3f} fwd_bwd_ms {:.3f}\n", mean(step_ns) / 1e6,
                mean(optimizer_ns) / 1e6, (mean(step_ns) - mean(optimizer_ns)) / 1e6);
   }
 
-  // GEMMs: the same call alone (own GemmRunner and buffers, same heuristic algorithm).
+  // GEMMs: the same call alone (own GemmRunner and buffers, same heuristic algorithm), spaced and looped.
   cudaStream_t stream = nullptr;
   CALO_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  void* spacer = nullptr;
+  CALO_CUDA(cudaMalloc(&spacer, kSpacerBytes));
   double exec_total = 0;
   double alone_total = 0;
+  double loop_total = 0;
+  Windows alone_windows;
+  Windows loop_windows;
   if (print)
-    fmt::print("{:>6} {:>6} {:>6} {:>6} {:>5} {:>10} {:>10} {:>9} {:>9} {:>7}\n", "m", "n", "k", "pass",
-               "count", "exec_us", "alone_us", "exec_TF", "alone_TF", "ratio%");
+    fmt::print("{:>6} {:>6} {:>6} {:>6} {:>5} {:>10} {:>10} {:>10} {:>9} {:>9} {:>7} {:>7}\n", "m", "n", "k",
+               "pass", "/step", "exec_us", "alone_us", "loop_us", "exec_TF", "alone_TF", "ratio%", "loop%");
   {
     exec::cuda::GemmRunner runner;
     for (const auto& [key, durations] : gemm_ns) {
@@ -186,23 +354,128 @@ int run_rank(const Options& options, const exec::LaunchInfo& launch) {
       exec::cuda::fill_random_bf16(static_cast<exec::cuda::bf16*>(a), m * k, 11, 1.0f, stream);
       exec::cuda::fill_random_bf16(static_cast<exec::cuda::bf16*>(b), k * n, 12, 1.0f, stream);
       const exec::cuda::GemmCall call = exec::cuda::gemm_call_for(shape);
-      const double alone = time_loop(stream, 3, 20, [&] { runner.run(call, a, b, c, stream); });
+      const double alone =
+          time_spaced(stream, spacer, 2, 10, alone_windows, [&] { runner.run(call, a, b, c, stream); });
+      const std::int64_t loop_begin = core::monotonic_ns();
+      const double loop = time_loop(stream, 3, 20, [&] { runner.run(call, a, b, c, stream); });
+      loop_windows.emplace_back(loop_begin, core::monotonic_ns());
       cudaFree(a);
       cudaFree(b);
       cudaFree(c);
       const double inside = mean(durations);
+      const double per_step = static_cast<double>(durations.size()) / options.steps;
       const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-      exec_total += inside * static_cast<double>(durations.size());
-      alone_total += alone * static_cast<double>(durations.size());
+      exec_total += inside * per_step;
+      alone_total += alone * per_step;
+      loop_total += loop * per_step;
       if (print)
-        fmt::print("{:>6} {:>6} {:>6} {:>6} {:>5} {:>10.1f} {:>10.1f} {:>9.1f} {:>9.1f} {:>7.1f}\n", m, n, k,
-                   graph::to_string(shape.pass), durations.size(), inside / 1e3, alone / 1e3,
-                   flops / inside / 1e3, flops / alone / 1e3, 100.0 * alone / inside);
+        fmt::print(
+            "{:>6} {:>6} {:>6} {:>6} {:>5.0f} {:>10.1f} {:>10.1f} {:>10.1f} {:>9.1f} {:>9.1f} {:>7.1f} "
+            "{:>7.1f}\n",
+            m, n, k, graph::to_string(shape.pass), per_step, inside / 1e3, alone / 1e3, loop / 1e3,
+            flops / inside / 1e3, flops / alone / 1e3, 100.0 * alone / inside, 100.0 * loop / inside);
     }
   }
-  if (print && exec_total > 0)
-    fmt::print("gemm_throughput_vs_alone_pct {:.1f}  (time-weighted over all GEMM ops of one step)\n",
-               100.0 * alone_total / exec_total);
+  if (print && exec_total > 0) {
+    fmt::print(
+        "gemm_throughput_vs_alone_pct {:.1f}  (time-weighted over all GEMM ops of one step; alone = one "
+        "call at a time, GPU idle as long in between)\n",
+        100.0 * alone_total / exec_total);
+    fmt::print(
+        "gemm_throughput_vs_loop_pct {:.1f}  (same against a back-to-back loop of each call: power-capped "
+        "clocks)\n",
+        100.0 * loop_total / exec_total);
+    fmt::print("# sm clock (NVML mean): steps {}, alone {}, loop {}\n",
+               describe_clock(clocks.mean(step_windows)), describe_clock(clocks.mean(alone_windows)),
+               describe_clock(clocks.mean(loop_windows)));
+  }
+
+  // Attention: every shape of the step through cuDNN SDPA and the cuBLASLt fallback, timed like "alone".
+  double attention_exec_ms = 0;
+  double attention_cudnn_ms = 0;
+  double attention_fallback_ms = 0;
+  bool cudnn_complete = true;
+  if (!attention_ns.empty()) {
+    if (print)
+      fmt::print("{:>36} {:>5} {:>10} {:>10} {:>11} {:>9} {:>11} {:>9}\n", "attention", "/step", "exec_us",
+                 "cudnn_us", "fallback_us", "cudnn_TF", "fallback_TF", "speedup");
+    exec::cuda::GemmRunner runner;
+    exec::cuda::CudnnAttention cudnn;
+    Windows attention_windows;
+    for (const auto& [key, durations] : attention_ns) {
+      graph::AttentionShape shape;
+      std::tie(shape.batch, shape.heads, shape.kv_heads, shape.seq, shape.head_dim, shape.causal,
+               shape.backward) = key;
+      const std::int64_t q_values = std::int64_t{shape.batch} * shape.heads * shape.seq * shape.head_dim;
+      const std::int64_t kv_values = std::int64_t{shape.batch} * shape.kv_heads * shape.seq * shape.head_dim;
+      const std::int64_t score_values = exec::cuda::attention_score_block_values(shape);
+      std::vector<void*> allocations;
+      auto allocate = [&](std::int64_t bytes, std::uint64_t seed) {
+        void* pointer = nullptr;
+        CALO_CUDA(cudaMalloc(&pointer, static_cast<size_t>(std::max<std::int64_t>(bytes, 256))));
+        if (seed > 0)
+          exec::cuda::fill_random_bf16(static_cast<exec::cuda::bf16*>(pointer), bytes / 2, seed, 1.0f,
+                                       stream);
+        allocations.push_back(pointer);
+        return pointer;
+      };
+      exec::cuda::AttentionBuffers buffers;
+      buffers.q = static_cast<const exec::cuda::bf16*>(allocate(q_values * 2, 21));
+      buffers.k = static_cast<const exec::cuda::bf16*>(allocate(kv_values * 2, 22));
+      buffers.v = static_cast<const exec::cuda::bf16*>(allocate(kv_values * 2, 23));
+      buffers.o = static_cast<exec::cuda::bf16*>(allocate(q_values * 2, 24));
+      buffers.d_out = static_cast<const exec::cuda::bf16*>(allocate(q_values * 2, 25));
+      buffers.d_q = static_cast<exec::cuda::bf16*>(allocate(q_values * 2, 0));
+      buffers.d_k = static_cast<exec::cuda::bf16*>(allocate(kv_values * 2, 0));
+      buffers.d_v = static_cast<exec::cuda::bf16*>(allocate(kv_values * 2, 0));
+      buffers.scores = static_cast<exec::cuda::bf16*>(allocate(score_values * 2, 0));
+      buffers.dscores = static_cast<exec::cuda::bf16*>(allocate(score_values * 2, 0));
+      buffers.stats = static_cast<float*>(allocate(exec::cuda::attention_stats_values(shape) * 4, 0));
+      double cudnn_ns = NAN;
+      std::string why;
+      graph::AttentionShape forward = shape;
+      forward.backward = false;
+      why = cudnn.prepare(forward);  // the backward reads the forward's stats: run the forward once first
+      if (why.empty()) why = cudnn.prepare(shape);
+      if (why.empty()) {
+        void* workspace = allocate(std::max(cudnn.workspace_bytes(shape), cudnn.workspace_bytes(forward)), 0);
+        cudnn.run(forward, buffers, workspace, stream);
+        cudnn_ns = time_spaced(stream, spacer, 2, 10, attention_windows,
+                               [&] { cudnn.run(shape, buffers, workspace, stream); });
+      } else {
+        cudnn_complete = false;
+        if (print)
+          fmt::print("# attention {}: cuDNN SDPA unavailable: {}\n",
+                     exec::cuda::describe_attention_shape(shape), why);
+      }
+      const double fallback_ns = time_spaced(stream, spacer, 2, 10, attention_windows, [&] {
+        exec::cuda::run_attention(runner, shape, buffers, stream);
+      });
+      CALO_CUDA(cudaStreamSynchronize(stream));
+      for (void* pointer : allocations) cudaFree(pointer);
+      const double inside = mean(durations);
+      const double per_step = static_cast<double>(durations.size()) / options.steps;
+      const double flops = attention_flops[key];
+      attention_exec_ms += inside * per_step / 1e6;
+      attention_cudnn_ms += cudnn_ns * per_step / 1e6;
+      attention_fallback_ms += fallback_ns * per_step / 1e6;
+      if (print)
+        fmt::print("{:>36} {:>5.0f} {:>10.1f} {:>10.1f} {:>11.1f} {:>9.1f} {:>11.1f} {:>8.2f}x\n",
+                   exec::cuda::describe_attention_shape(shape), per_step, inside / 1e3, cudnn_ns / 1e3,
+                   fallback_ns / 1e3, flops / cudnn_ns / 1e3, flops / fallback_ns / 1e3,
+                   fallback_ns / cudnn_ns);
+    }
+    if (print) {
+      fmt::print(
+          "attention_ms_per_step exec {:.2f} ({}) cudnn {:.2f} fallback {:.2f}  (cuDNN {:.2f}x faster)\n",
+          attention_exec_ms, backend->device().attention_impl, cudnn_complete ? attention_cudnn_ms : NAN,
+          attention_fallback_ms, cudnn_complete ? attention_fallback_ms / attention_cudnn_ms : NAN);
+      fmt::print("# sm clock during the attention calls (NVML mean): {}\n",
+                 describe_clock(clocks.mean(attention_windows)));
+    }
+  }
+  if (print && !clocks.available())
+    fmt::print("# note: NVML (libnvidia-ml.so.1) not available: no clock figures\n");
 
   // Collectives: a fresh communicator per group kind (split of a fresh world), NCCL loop of the same size.
   if (!collective_ns.empty() || launch.world_size > 1) {
@@ -289,9 +562,13 @@ int run_rank(const Options& options, const exec::LaunchInfo& launch) {
   }
   cudaStreamDestroy(stream);
   if (print)
-    fmt::print("headline: exec_gpu_bench {} {} layers tp{} pp{} ep{}: step {:.1f} ms, fwd+bwd {:.1f} ms\n",
-               spec.name, spec.num_layers, layout.tp, layout.pp, layout.ep, mean(step_ns) / 1e6,
-               (mean(step_ns) - mean(optimizer_ns)) / 1e6);
+    fmt::print(
+        "headline: exec_gpu_bench {} {} layers tp{} pp{} ep{}: step {:.1f} ms, fwd+bwd {:.1f} ms, attention "
+        "{} {:.1f} ms/step\n",
+        spec.name, spec.num_layers, layout.tp, layout.pp, layout.ep, mean(step_ns) / 1e6,
+        (mean(step_ns) - mean(optimizer_ns)) / 1e6,
+        backend->device().attention_impl.empty() ? "none" : backend->device().attention_impl,
+        attention_exec_ms);
   return 0;
 }
 

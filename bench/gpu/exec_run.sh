@@ -2,12 +2,14 @@
 # CUDA execution backend on the GPU host (exec-cuda). Two steps:
 #   1. here (build machine):  bench/gpu/exec_run.sh stage [BUILD_DIR]     (default build-exec-cuda)
 #      builds calo, exec_gpu_bench, exec_cuda_tests, exec_cuda_multigpu_tests and copies them into
-#      .carry/exec-cuda-bin (git-ignored; carry it with the run).
+#      .carry/exec-cuda-bin (git-ignored; carry it with the run), stripped and xz-compressed (the four
+#      binaries are ~100 MB stripped, ~12 MB compressed; the run unpacks them into /tmp).
 #   2. GPU host (repo root):  bench/gpu/exec_run.sh [BIN_DIR]             (default .carry/exec-cuda-bin)
 #      runs, most important first, each under its own timeout and within ~7.5 minutes in total; a failing
 #      piece is logged and the rest continue:
-#        calo bench 1 GPU Llama3-8B 4 layers seq 8192 | PyTorch eager reference (torch_reference.py) |
-#        exec_gpu_bench 1 GPU (GEMM ops vs cuBLASLt alone, fwd+bwd) | calo bench 4 GPUs: Llama3-8B TP2-PP2,
+#        calo bench 1 GPU Llama3-8B 4 layers seq 8192 (cuDNN attention, then CALO_ATTENTION=fallback) |
+#        PyTorch eager reference (torch_reference.py) | exec_gpu_bench 1 GPU (GEMM ops vs cuBLASLt alone,
+#        attention cuDNN vs fallback, fwd+bwd) | calo bench 4 GPUs: Llama3-8B TP2-PP2,
 #        Llama3-70B slice TP4, Mixtral-8x7B slice EP4 | exec_gpu_bench 4 GPUs TP4 (collectives vs NCCL loop)
 #        | gpu tests | multigpu tests
 #      and writes $OUT/exec_cuda_summary.txt (the figures) and $OUT/exec_cuda_logs.tar.gz (every log/JSON).
@@ -31,6 +33,9 @@ if [ "${1:-}" = "stage" ]; then
     [ -n "$found" ] && cp "$found" "$repo/.carry/exec-cuda-bin/"
   done
   strip "$repo/.carry/exec-cuda-bin/"* 2>/dev/null || true
+  for binary in "$repo/.carry/exec-cuda-bin/"*; do
+    case "$binary" in *.xz) ;; *) xz -T2 -6 -f "$binary" ;; esac
+  done
   ls -la "$repo/.carry/exec-cuda-bin"
   size_mib=$(du -sm "$repo/.carry/exec-cuda-bin" | cut -f1)
   echo "carry size ${size_mib} MiB (limit 64 MiB for all carried paths together)"
@@ -38,6 +43,12 @@ if [ "${1:-}" = "stage" ]; then
 fi
 
 bin="$(cd "${1:-$repo/.carry/exec-cuda-bin}" && pwd)"
+if compgen -G "$bin/*.xz" >/dev/null; then  # staged compressed (stage): unpack into /tmp
+  unpacked="$(mktemp -d /tmp/exec-cuda-bin.XXXXXX)"
+  for packed in "$bin"/*.xz; do xz -dc "$packed" >"$unpacked/$(basename "$packed" .xz)"; done
+  chmod +x "$unpacked"/*
+  bin="$unpacked"
+fi
 out="${OUT:-$repo/exec-cuda-out}"
 mkdir -p "$out"
 logs="$(mktemp -d /tmp/exec-cuda-logs.XXXXXX)"
@@ -85,7 +96,7 @@ values = {}
 flat("", report, values)
 keys = [k for k in values if any(word in k for word in ("step_time_s.mean", "step_time_s.p50", "step_time_s.p99",
         "mfu", "tflops", "power", "temp", "energy", "throttle", "tokens_per_s", "slice", "check.wrong",
-        "op_counts_match", "device.name"))]
+        "op_counts_match", "device.name", "attention_impl"))]
 print(f"   {sys.argv[2]}| " + ", ".join(f"{k}={values[k]}" for k in keys))
 PY
 }
@@ -107,11 +118,14 @@ if has_part 1gpu; then
 run calo_1gpu_llama8b_4l 120 "$bin/calo" "${bench_common[@]}" --model llama3-8b --layers 4 --seq 8192 --mbs 1 \
   --gbs 1 --steps 5 --warmup 2 --out /tmp/exec-cuda-runs/1gpu
 bench_figures calo_1gpu_llama8b_4l
+run calo_1gpu_llama8b_4l_fallback 120 env CALO_ATTENTION=fallback "$bin/calo" "${bench_common[@]}" --model llama3-8b \
+  --layers 4 --seq 8192 --mbs 1 --gbs 1 --steps 5 --warmup 2 --out /tmp/exec-cuda-runs/1gpu-fallback
+bench_figures calo_1gpu_llama8b_4l_fallback
 run torch_reference 150 python3 "$repo/bench/exec_gpu/torch_reference.py" --layers 4 --seq 8192 --steps 8 \
   --warmup 3 --json "$logs/torch_reference.json"
 figures torch_reference '^(#|torch_|headline)'
 run exec_gpu_bench_1gpu 150 "$bin/exec_gpu_bench" --model llama3-8b --layers 4 --seq 8192 --gbs 1 --steps 3
-figures exec_gpu_bench_1gpu '^(step_ms|gemm_throughput|headline)'
+figures exec_gpu_bench_1gpu '^(step_ms|gemm_throughput|attention_ms_per_step|# sm clock| *b=.*(fwd|bwd) |headline)'
 fi
 
 # 2. Four GPUs.

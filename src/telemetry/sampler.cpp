@@ -248,32 +248,40 @@ void Sampler::run_loop(Loop& loop) {
     loop.stats.realtime = realtime;
   }
   const int64_t cpu_start_ns = thread_cpu_ns();
-  while (!stopping_.load(std::memory_order_relaxed)) {
+  // When stop() is called every counter is read once more (the closing pass), so that counter deltas (energy,
+  // throttle seconds) cover the recording to its end even where a counter's period is seconds long.
+  bool closing = false;
+  while (true) {
+    closing = stopping_.load(std::memory_order_relaxed);
     int64_t deadline_ns = INT64_MAX;
     for (const auto& task : loop.tasks) {
       if (task.active) deadline_ns = std::min(deadline_ns, task.next_deadline_ns);
     }
     if (deadline_ns == INT64_MAX) break;  // nothing left to read (all unsupported or lost)
-    if (!loop.slow) loop.next_read_ns.store(deadline_ns, std::memory_order_release);
-    const int64_t before_sleep_ns = core::monotonic_ns();
-    if (deadline_ns - before_sleep_ns > kNapNs) {
-      sleep_until_ns(before_sleep_ns + kNapNs);
-      continue;
+    if (!closing) {
+      if (!loop.slow) loop.next_read_ns.store(deadline_ns, std::memory_order_release);
+      const int64_t before_sleep_ns = core::monotonic_ns();
+      if (deadline_ns - before_sleep_ns > kNapNs) {
+        sleep_until_ns(before_sleep_ns + kNapNs);
+        continue;
+      }
+      sleep_until_ns(deadline_ns);
     }
-    sleep_until_ns(deadline_ns);
     if (!loop.slow) loop.reading.store(true, std::memory_order_release);  // slow loops keep out of the way
     const int64_t woke_ns = core::monotonic_ns();
-    const int64_t jitter_ns = woke_ns - deadline_ns;
-    {
+    if (!closing) {
       std::lock_guard lock(loop.stats_mutex);
       ++loop.stats.wakeups;
-      loop.jitter.add(jitter_ns);
+      loop.jitter.add(woke_ns - deadline_ns);
     }
     // Collect the due tasks in device order so that each device is read with one batch call.
     due_indices.clear();
     for (size_t task_index = 0; task_index < loop.tasks.size(); ++task_index) {
       const Task& task = loop.tasks[task_index];
-      if (task.active && task.next_deadline_ns <= woke_ns) due_indices.push_back(task_index);
+      if (!task.active) continue;
+      const bool counter =
+          source.devices()[task.device_position].metrics[task.metric_index].kind == MetricKind::kCounter;
+      if (closing ? counter : task.next_deadline_ns <= woke_ns) due_indices.push_back(task_index);
     }
     std::stable_sort(due_indices.begin(), due_indices.end(), [&](size_t left, size_t right) {
       return loop.tasks[left].device_position < loop.tasks[right].device_position;
@@ -371,10 +379,11 @@ void Sampler::run_loop(Loop& loop) {
     if (!batch.empty() && sink_.on_samples) sink_.on_samples(batch);
     std::lock_guard lock(loop.stats_mutex);
     loop.stats.samples += batch.size();
-    loop.stats.late += late;
-    loop.stats.missed += missed;
+    loop.stats.late += closing ? 0 : late;
+    loop.stats.missed += closing ? 0 : missed;
     loop.stats.read_errors += errors;
     loop.stats.read_ns_total += read_ns;
+    if (closing) break;
   }
   loop.next_read_ns.store(INT64_MAX, std::memory_order_release);  // a stopped fast loop holds nobody back
   loop.reading.store(false, std::memory_order_release);

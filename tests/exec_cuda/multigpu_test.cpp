@@ -60,7 +60,18 @@ TEST(CudaMultiGpu, PipelineOneFOneB) {
 }
 
 TEST(CudaMultiGpu, PipelineInterleavedFourStages) {
-  expect_clean(4, "--model tiny-dense --pp 4 --vpp 2 --schedule interleaved --gbs 16 --layers 8 --nproc 4");
+  // 4 stages x 2 virtual stages need 8 layers: tiny-dense's shapes with 8 layers, from a model file (the
+  // presets' tiny-dense has 4, and --layers only slices a model down).
+  const std::string model_path = ::testing::TempDir() + "/calo-tiny-dense-8-layers.yaml";
+  if (FILE* file = std::fopen(model_path.c_str(), "w")) {
+    std::fputs(
+        "name: tiny-dense-8\nnum_layers: 8\nhidden_size: 256\nffn_hidden_size: 688\nnum_attention_heads: 8\n"
+        "num_kv_heads: 4\nvocab_size: 1024\nseq_length: 128\nactivation: swiglu\nnorm: rmsnorm\n"
+        "position_embedding: rope\n",
+        file);
+    std::fclose(file);
+  }
+  expect_clean(4, "--model " + model_path + " --pp 4 --vpp 2 --schedule interleaved --gbs 16 --nproc 4");
 }
 
 TEST(CudaMultiGpu, TpPpDpMixed) {

@@ -317,12 +317,18 @@ RunAnalysis analyze_run(const std::filesystem::path& run_dir, const AnalyzeOptio
   analysis.workload =
       read_workload(analysis.run, reader.summaries(std::string_view("run")), analysis.devices);
 
-  // Steps: per step number, latest end minus earliest begin over ranks.
+  // Steps: per step number, latest end minus earliest begin over ranks. Warm-up steps (spans named "warmup",
+  // as `calo bench` writes them) are marked on the charts but kept out of the step statistics and the window.
   auto step_spans = reader.spans(store::SpanKind::kStep);
   std::map<int64_t, std::pair<int64_t, int64_t>> step_range;
   std::map<int64_t, std::vector<std::pair<int32_t, int64_t>>> step_ends;  // step -> (lane, end)
+  std::vector<std::pair<int64_t, int64_t>> warmup_marks;
   for (std::size_t index = 0; index < step_spans.size(); ++index) {
     const auto& span = step_spans[index];
+    if (span.name == "warmup") {
+      warmup_marks.emplace_back(span.t_begin_ns, span.t_end_ns);
+      continue;
+    }
     int64_t step = span.step != store::kNone ? span.step : static_cast<int64_t>(index);
     auto [it, inserted] = step_range.try_emplace(step, span.t_begin_ns, span.t_end_ns);
     if (!inserted) {
@@ -332,6 +338,7 @@ RunAnalysis analyze_run(const std::filesystem::path& run_dir, const AnalyzeOptio
     if (lane_of(span) >= 0) step_ends[step].emplace_back(lane_of(span), span.t_end_ns);
   }
   std::vector<double> step_seconds;
+  analysis.step_marks_ns = warmup_marks;
   for (const auto& [step, range] : step_range) {
     step_seconds.push_back(static_cast<double>(range.second - range.first) * 1e-9);
     analysis.step_marks_ns.push_back(range);

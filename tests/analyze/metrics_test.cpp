@@ -80,6 +80,18 @@ TEST(RunMetrics, HandComputedFigures) {
   EXPECT_DOUBLE_EQ(buckets[50].mean, 320);
 }
 
+TEST(RunMetrics, WarmupStepsAreMarkedButNotCounted) {
+  testing::TempDir dir("metrics-warmup");
+  testing::write_synthetic_run(dir.path / "run", store::RunKind::kRecord, 1.0, false, true);
+  auto run = analyze_run(dir.path / "run", {.chart_buckets = 100, .threads = 1});
+  EXPECT_EQ(run.steps, 4);                         // not 5
+  EXPECT_NEAR(run.step_time_s.mean, 2.01, 1e-12);  // the 0.8 s warm-up step would pull it to 1.768
+  EXPECT_EQ(run.t_begin_ns, 1'000'000'000);        // the window starts at the first measured step
+  ASSERT_EQ(run.step_marks_ns.size(), 5u);         // but the chart still marks the warm-up step
+  EXPECT_EQ(run.step_marks_ns.front().first, 100'000'000);
+  EXPECT_NEAR(run.energy_per_step_j, 700 * 8.01 / 4, 1e-6);
+}
+
 TEST(RunMetrics, KernelSpansGiveBreakdown) {
   testing::TempDir dir("kernels");
   testing::write_synthetic_run(dir.path / "run", store::RunKind::kBench, 1.0, true);

@@ -33,8 +33,9 @@ struct TempDir {
 /// Steps k = 0..3: GPU 0 [1+2k, 3+2k] s, GPU 1 ends 10 ms later. Config: 1000 tokens, 4 samples,
 /// 2e15 model FLOPs (2.4e15 hardware) per step, peak 1e15 FLOP/s per GPU. `scale` multiplies power/energy
 /// (sim runs use it to differ from the measured run). With `kernels`, adds kernel spans of every category.
+/// With `warmup`, adds a warm-up step span (named "warmup", as `calo bench` writes them) over [0.1, 0.9] s.
 inline void write_synthetic_run(const std::filesystem::path& run_dir, store::RunKind kind, double scale = 1.0,
-                                bool kernels = false) {
+                                bool kernels = false, bool warmup = false) {
   store::RunInfo info;
   info.kind = kind;
   info.name = kind == store::RunKind::kSim ? "synthetic-sim" : "synthetic";
@@ -71,6 +72,15 @@ inline void write_synthetic_run(const std::filesystem::path& run_dir, store::Run
     writer.append({1, clock, t_ns, 1800.0});
     writer.append({0, throttle, t_ns, 0.0});
     writer.append({1, throttle, t_ns, 0.5 * t_s});
+  }
+  if (warmup) {
+    store::Span span;
+    span.kind = store::SpanKind::kStep;
+    span.name = "warmup";
+    span.step = 100;
+    span.t_begin_ns = 100'000'000;
+    span.t_end_ns = 900'000'000;
+    writer.append_span(span);
   }
   for (int step = 0; step < 4; ++step) {
     for (int gpu = 0; gpu < 2; ++gpu) {

@@ -258,6 +258,52 @@ std::string describe_clock(const ClockSampler::Mean& mean) {
 /// Attention ops of one shape: (batch, heads, kv heads, seq, head_dim, causal, backward).
 using AttentionKey = std::tuple<int, int, int, int, int, bool, bool>;
 
+using CollectiveTimes = std::map<std::tuple<int, int, double>, std::vector<double>>;
+
+/// Per (collective, group, bytes) and op instance, the smallest duration over the ranks that ran the same
+/// instances (every rank's own values where no other rank has that key with the same count).
+CollectiveTimes min_over_ranks(const CollectiveTimes& mine, exec::Bootstrap& bootstrap) {
+  std::vector<std::byte> blob;
+  auto put = [&blob](const void* data, std::size_t size) {
+    const auto* bytes = static_cast<const std::byte*>(data);
+    blob.insert(blob.end(), bytes, bytes + size);
+  };
+  for (const auto& [key, durations] : mine) {
+    const auto [kind, group, bytes] = key;
+    const auto count = static_cast<std::int64_t>(durations.size());
+    put(&kind, sizeof(kind));
+    put(&group, sizeof(group));
+    put(&bytes, sizeof(bytes));
+    put(&count, sizeof(count));
+    put(durations.data(), durations.size() * sizeof(double));
+  }
+  CollectiveTimes result = mine;
+  for (const auto& other : bootstrap.all_gather(blob)) {
+    std::size_t at = 0;
+    auto get = [&other, &at](void* data, std::size_t size) {
+      std::memcpy(data, other.data() + at, size);
+      at += size;
+    };
+    while (at < other.size()) {
+      int kind = 0;
+      int group = 0;
+      double bytes = 0;
+      std::int64_t count = 0;
+      get(&kind, sizeof(kind));
+      get(&group, sizeof(group));
+      get(&bytes, sizeof(bytes));
+      get(&count, sizeof(count));
+      std::vector<double> durations(static_cast<std::size_t>(count));
+      get(durations.data(), durations.size() * sizeof(double));
+      auto found = result.find({kind, group, bytes});
+      if (found == result.end() || found->second.size() != durations.size()) continue;
+      for (std::size_t index = 0; index < durations.size(); ++index)
+        found->second[index] = std::min(found->second[index], durations[index]);
+    }
+  }
+  return result;
+}
+
 int run_rank(const Options& options, const exec::LaunchInfo& launch) {
   model::ModelSpec spec = model::load_model(options.model);
   const int full_layers = spec.num_layers;
@@ -283,7 +329,7 @@ int run_rank(const Options& options, const exec::LaunchInfo& launch) {
   std::vector<double> optimizer_ns;
   Windows step_windows;
   std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, int>, std::vector<double>> gemm_ns;
-  std::map<std::tuple<int, int, double>, std::vector<double>> collective_ns;
+  CollectiveTimes collective_ns;
   std::map<AttentionKey, std::vector<double>> attention_ns;
   std::map<AttentionKey, double> attention_flops;
   for (int step = 0; step < options.steps; ++step) {
@@ -478,6 +524,9 @@ int run_rank(const Options& options, const exec::LaunchInfo& launch) {
     fmt::print("# note: NVML (libnvidia-ml.so.1) not available: no clock figures\n");
 
   // Collectives: a fresh communicator per group kind (split of a fresh world), NCCL loop of the same size.
+  // A collective's time on one rank includes waiting for the group's last member to arrive; the member that
+  // arrived last waits for nobody, so the minimum over ranks of each instance is the transfer alone.
+  const auto last_arrival_ns = min_over_ranks(collective_ns, *bootstrap);
   if (!collective_ns.empty() || launch.world_size > 1) {
     std::vector<std::byte> mine;
     if (launch.rank == 0) {
@@ -500,9 +549,11 @@ int run_rank(const Options& options, const exec::LaunchInfo& launch) {
       if (group_id >= 0) comms[kind] = comm;
     }
     if (print)
-      fmt::print("{:>14} {:>9} {:>12} {:>5} {:>10} {:>10} {:>10} {:>10} {:>7}\n", "collective", "group",
-                 "bytes", "count", "exec_us", "alone_us", "exec_busGB", "alone_busGB", "ratio%");
+      fmt::print("{:>14} {:>9} {:>12} {:>5} {:>10} {:>10} {:>10} {:>10} {:>7} {:>10} {:>7}\n", "collective",
+                 "group", "bytes", "count", "exec_us", "alone_us", "exec_busGB", "alone_busGB", "ratio%",
+                 "last_us", "last%");
     double exec_comm = 0;
+    double last_comm = 0;
     double alone_comm = 0;
     // Every member of a group runs the same program here (pp peers differ, but groups lie within a stage).
     for (const auto& [key, durations] : collective_ns) {
@@ -544,19 +595,31 @@ int run_rank(const Options& options, const exec::LaunchInfo& launch) {
       cudaFree(send);
       cudaFree(recv);
       const double inside = mean(durations);
+      const double last = mean(last_arrival_ns.at(key));
       const double factor = bus_factor(kind, members);
       exec_comm += inside * static_cast<double>(durations.size());
+      last_comm += last * static_cast<double>(durations.size());
       alone_comm += alone * static_cast<double>(durations.size());
       if (print)
-        fmt::print("{:>14} {:>9} {:>12.0f} {:>5} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.1f} {:>7.1f}\n",
-                   graph::to_string(kind), graph::to_string(static_cast<graph::GroupKind>(group_index)),
-                   bytes, durations.size(), inside / 1e3, alone / 1e3, bytes * factor / inside,
-                   bytes * factor / alone, 100.0 * alone / inside);
+        fmt::print(
+            "{:>14} {:>9} {:>12.0f} {:>5} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.1f} {:>7.1f} {:>10.1f} "
+            "{:>7.1f}\n",
+            graph::to_string(kind), graph::to_string(static_cast<graph::GroupKind>(group_index)), bytes,
+            durations.size(), inside / 1e3, alone / 1e3, bytes * factor / inside, bytes * factor / alone,
+            100.0 * alone / inside, last / 1e3, 100.0 * alone / last);
     }
-    if (print && exec_comm > 0)
+    if (print && exec_comm > 0) {
       fmt::print(
-          "collective_busbw_vs_alone_pct {:.1f}  (time-weighted over all collective ops of one step)\n",
+          "collective_busbw_vs_alone_pct {:.1f}  (time-weighted over all collective ops of one step; rank "
+          "0's "
+          "op time, including waiting for the group's last member)\n",
           100.0 * alone_comm / exec_comm);
+      fmt::print(
+          "collective_busbw_vs_alone_last_arrival_pct {:.1f}  (the same with each op instance timed on the "
+          "member "
+          "that arrived last: the transfer without arrival skew)\n",
+          100.0 * alone_comm / last_comm);
+    }
     for (auto& [kind, comm] : comms) ncclCommDestroy(comm);
     ncclCommDestroy(world);
   }

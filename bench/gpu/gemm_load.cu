@@ -1,5 +1,7 @@
 // bf16 GEMM load for one GPU: back-to-back n×n×n cublasGemmEx (bf16 in/out, fp32 accumulate) for --seconds;
 // prints the achieved TFLOP/s. Used by run_all.sh to compare throughput with `calo record` on and off.
+// With --burst-ms B --idle-ms I it alternates B ms of GEMMs and I ms of sleep in one process (the fixture's
+// "burst" phase: power swings without processes starting and stopping).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -9,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #define CHECK_CUDA(call)                                                                            \
   do {                                                                                              \
@@ -45,13 +48,17 @@ int main(int argc, char** argv) {
   int device = 0;
   int size = 8192;
   double seconds = 10;
+  double burst_ms = 0;
+  double idle_ms = 0;
   for (int index = 1; index + 1 < argc; index += 2) {
     const std::string flag = argv[index];
     if (flag == "--device") device = std::atoi(argv[index + 1]);
     else if (flag == "--size") size = std::atoi(argv[index + 1]);
     else if (flag == "--seconds") seconds = std::atof(argv[index + 1]);
+    else if (flag == "--burst-ms") burst_ms = std::atof(argv[index + 1]);
+    else if (flag == "--idle-ms") idle_ms = std::atof(argv[index + 1]);
     else {
-      std::fprintf(stderr, "usage: gemm_load [--device D] [--size N] [--seconds S]\n");
+      std::fprintf(stderr, "usage: gemm_load [--device D] [--size N] [--seconds S] [--burst-ms B --idle-ms I]\n");
       return 2;
     }
   }
@@ -77,10 +84,18 @@ int main(int argc, char** argv) {
   const auto begin = std::chrono::steady_clock::now();
   long long gemms = 0;
   double elapsed_s = 0;
+  const bool bursty = burst_ms > 0 && idle_ms > 0;
+  auto burst_begin = begin;
   while (elapsed_s < seconds) {
-    for (int batch = 0; batch < 10; ++batch) gemm();
+    const int batch_size = bursty ? 2 : 10;
+    for (int batch = 0; batch < batch_size; ++batch) gemm();
     CHECK_CUDA(cudaDeviceSynchronize());
-    gemms += 10;
+    gemms += batch_size;
+    const auto now = std::chrono::steady_clock::now();
+    if (bursty && std::chrono::duration<double, std::milli>(now - burst_begin).count() >= burst_ms) {
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(idle_ms));
+      burst_begin = std::chrono::steady_clock::now();
+    }
     elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   }
   const double tflops = 2.0 * size * static_cast<double>(size) * size * static_cast<double>(gemms) / elapsed_s / 1e12;

@@ -80,18 +80,20 @@ sleep 5
 wait $load_pid
 tail -1 "$out/overhead_load.txt" | tee -a "$out/run_all.log"
 
-# capture_run FILE [ARGS...]: capture ratio while every GPU runs 1 s GEMM bursts with 0.5 s pauses.
+# capture_run FILE [ARGS...]: capture ratio while every GPU alternates 200 ms of GEMMs and 200 ms of sleep in one
+# long-lived process (the fixture's burst phase). Restarting GEMM processes instead (the first runs) stalls NVML
+# for tens of ms at every CUDA context creation and churns mem_used.
 capture_run() {
   local file="$1"
   shift
-  (
-    end=$((SECONDS + capture_seconds + 5))
-    while ((SECONDS < end)); do gemm_all 1 > /dev/null 2>&1; sleep 0.5; done
-  ) &
-  local burst_pid=$!
+  local pids=()
+  for ((gpu = 0; gpu < gpus; gpu++)); do
+    "${gemm_cmd[@]}" --device "$gpu" --seconds $((capture_seconds + 5)) --burst-ms 200 --idle-ms 200 > /dev/null 2>&1 &
+    pids+=($!)
+  done
   sleep 2
   "$bin/telemetry_overhead_bench" --mode capture --seconds "$capture_seconds" --sources nvml "$@" > "$out/$file" 2>&1
-  wait $burst_pid
+  wait "${pids[@]}"
   tail -1 "$out/$file" | tee -a "$out/run_all.log"
 }
 log "capture ratio under bursty GEMM load, default periods, ${capture_seconds} s"

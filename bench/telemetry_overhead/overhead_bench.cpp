@@ -188,12 +188,20 @@ int run_capture(const Options& options) {
           record.t_ns, record.value);
     }
   };
+  // A value the truth reader saw: first seen by the read that began at t_begin_ns, last seen by the read
+  // before the one that began at t_end_ns. When it really appeared is only known to lie after the start of
+  // the last read that still saw the previous value (t_earliest_ns); when it went, before the end of the
+  // first read that saw the next one (t_latest_ns). Under NVML's cross-GPU serialization one truth read of a
+  // device can take milliseconds, so that uncertainty is wider than the reads themselves.
   struct Change {
     double value;
     int64_t t_begin_ns;
     int64_t t_end_ns;
+    int64_t t_earliest_ns;
+    int64_t t_latest_ns;
   };
   std::map<Key, std::vector<Change>> truth;
+  std::vector<int64_t> truth_read_ns;  // duration of every truth read of a device (all its metrics)
   std::mutex truth_mutex;
   std::atomic<bool> stop{false};
   std::vector<std::thread> readers;
@@ -213,19 +221,29 @@ int run_capture(const Options& options) {
       readers.emplace_back([&, source, source_position, device_position, metrics] {
         std::vector<Reading> readings(metrics.size());
         std::vector<std::vector<Change>> changes(metrics.size());
+        std::vector<int64_t> last_read_begin_ns(metrics.size(), 0);  // last read that saw the current value
+        std::vector<int64_t> read_ns;
         while (!stop.load()) {
           const int64_t before_ns = core::monotonic_ns();
           source->read_batch(device_position, metrics, readings);
+          const int64_t after_ns = core::monotonic_ns();
+          read_ns.push_back(after_ns - before_ns);
           for (size_t position = 0; position < metrics.size(); ++position) {
             if (readings[position].status != ReadStatus::kOk) continue;
             auto& list = changes[position];
             if (list.empty() || list.back().value != readings[position].value) {
-              if (!list.empty()) list.back().t_end_ns = before_ns;
-              list.push_back({readings[position].value, before_ns, 0});
+              if (!list.empty()) {
+                list.back().t_end_ns = before_ns;
+                list.back().t_latest_ns = after_ns;
+              }
+              const int64_t earliest_ns = list.empty() ? before_ns : last_read_begin_ns[position];
+              list.push_back({readings[position].value, before_ns, 0, earliest_ns, 0});
             }
+            last_read_begin_ns[position] = before_ns;
           }
         }
         std::lock_guard lock(truth_mutex);
+        truth_read_ns.insert(truth_read_ns.end(), read_ns.begin(), read_ns.end());
         for (size_t position = 0; position < metrics.size(); ++position) {
           truth[{source_position, device_position, metrics[position]}] = std::move(changes[position]);
         }
@@ -270,11 +288,13 @@ int run_capture(const Options& options) {
       const double held_ms = static_cast<double>(change.t_end_ns - change.t_begin_ns) / 1e6;
       hold_ms.push_back(held_ms);
       bool seen = false;
-      // Truth saw the value in [t_begin, t_end); the sampler's t is the middle of its read, so allow the
-      // reads' own duration (100 µs) on either side.
-      const auto lower = std::lower_bound(samples.begin(), samples.end(),
-                                          std::pair<int64_t, double>(change.t_begin_ns - 100'000, -INFINITY));
-      for (auto sample = lower; sample != samples.end() && sample->first <= change.t_end_ns + 100'000;
+      // The value can only have been present within [t_earliest, t_latest] (see Change); the sampler's t is
+      // the middle of its read, so allow that read's own duration (100 µs) on either side. Its neighbours are
+      // other values, so a sampler read of this value inside the window can only be this occurrence.
+      const auto lower =
+          std::lower_bound(samples.begin(), samples.end(),
+                           std::pair<int64_t, double>(change.t_earliest_ns - 100'000, -INFINITY));
+      for (auto sample = lower; sample != samples.end() && sample->first <= change.t_latest_ns + 100'000;
            ++sample) {
         if (sample->second == change.value) {
           seen = true;
@@ -301,6 +321,13 @@ int run_capture(const Options& options) {
     total += counted;
     captured_total += captured;
   }
+  std::vector<double> read_us;
+  for (int64_t value : truth_read_ns) read_us.push_back(static_cast<double>(value) / 1e3);
+  fmt::print(
+      "# truth reads of one device: {} reads, p50 {:.1f} us, p99 {:.1f} us, max {:.1f} us (each change's "
+      "timing "
+      "uncertainty)\n",
+      read_us.size(), quantile(read_us, 0.5), quantile(read_us, 0.99), quantile(read_us, 1.0));
   fmt::print(
       "# values held >= 2 sampling periods: {:.2f} % of {} captured (the rest are shorter-lived: see "
       "'missed p50')\n",

@@ -88,6 +88,19 @@ std::string axes(const Frame& frame, const std::string& x_title, const std::stri
   return out;
 }
 
+// A legend entry that fits the legend column (~22 characters at 11 px); the full name stays as a tooltip.
+std::string legend_label(const std::string& name) {
+  constexpr std::size_t kMaxChars = 22;
+  std::size_t chars = 0;
+  std::size_t cut = name.size();
+  for (std::size_t at = 0; at < name.size(); ++at) {
+    if ((static_cast<unsigned char>(name[at]) & 0xC0) == 0x80) continue;  // UTF-8 continuation byte
+    if (++chars == kMaxChars) cut = at;
+  }
+  if (chars <= kMaxChars) return escape_html(name);
+  return escape_html(name.substr(0, cut)) + "\u2026<title>" + escape_html(name) + "</title>";
+}
+
 std::string legend(const std::vector<std::string>& names, double width, bool dashed_last = false,
                    const std::vector<bool>& dashed = {}) {
   std::string out;
@@ -99,7 +112,7 @@ std::string legend(const std::vector<std::string>& names, double width, bool das
         "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"3\"{}/>"
         "<text class=\"legend\" x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n",
         x, y, x + 18, y, palette_color(index), dash ? " stroke-dasharray=\"5 3\"" : "", x + 24, y + 4,
-        escape_html(names[index]));
+        legend_label(names[index]));
   }
   if (names.size() > 24) {
     out += fmt::format("<text class=\"legend\" x=\"{:.1f}\" y=\"{:.1f}\">+{} more</text>\n", x,

@@ -17,22 +17,14 @@
 #include "exec/cuda/cudnn_attention.h"
 #include "exec/cuda/gemm.h"
 #include "exec/cuda/init.cuh"
+#include "visible_gpus.h"
 
 namespace calo::exec::cuda {
 namespace {
 
-int visible_gpus() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return count;
-}
-
 #define CALO_REQUIRE_GPU_AND_CUDNN()                                                                        \
   do {                                                                                                      \
-    if (visible_gpus() < 1) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";                     \
+    CALO_REQUIRE_GPU();                                                                                     \
     if (!cudnn_attention_built())                                                                           \
       GTEST_SKIP() << "built without cuDNN / cudnn_frontend (scripts/install_deps.sh): cuDNN test skipped"; \
   } while (false)

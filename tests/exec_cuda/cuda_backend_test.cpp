@@ -20,23 +20,12 @@
 #include "graph/graph.h"
 #include "model/model_spec.h"
 #include "parallel/validate.h"
+#include "visible_gpus.h"
 
 namespace calo::exec {
 namespace {
 
-int visible_gpus() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return count;
-}
-
-#define CALO_REQUIRE_GPU()                                                              \
-  do {                                                                                  \
-    if (visible_gpus() < 1) GTEST_SKIP() << "no CUDA device visible: GPU test skipped"; \
-  } while (false)
+using testing::visible_gpus;
 
 std::uint16_t to_bf16(float value) {
   std::uint32_t bits = 0;

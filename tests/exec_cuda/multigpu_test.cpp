@@ -8,16 +8,11 @@
 #include <cstdlib>
 #include <string>
 
+#include "visible_gpus.h"
+
 namespace {
 
-int visible_gpus() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return count;
-}
+using calo::exec::testing::visible_gpus;
 
 struct Result {
   int exit_code = -1;

@@ -17,7 +17,7 @@
 #include "exec/cuda/cudnn_attention.h"
 #include "exec/cuda/gemm.h"
 #include "exec/cuda/init.cuh"
-#include "visible_gpus.h"
+#include "gpu_test.h"
 
 namespace calo::exec::cuda {
 namespace {
@@ -29,19 +29,8 @@ namespace {
       GTEST_SKIP() << "built without cuDNN / cudnn_frontend (scripts/install_deps.sh): cuDNN test skipped"; \
   } while (false)
 
-std::uint16_t to_bf16(float value) {
-  std::uint32_t bits = 0;
-  std::memcpy(&bits, &value, sizeof(bits));
-  bits += 0x7FFF + ((bits >> 16) & 1);  // round to nearest even
-  return static_cast<std::uint16_t>(bits >> 16);
-}
-
-float from_bf16(std::uint16_t bits) {
-  const std::uint32_t widened = static_cast<std::uint32_t>(bits) << 16;
-  float value = 0;
-  std::memcpy(&value, &widened, sizeof(value));
-  return value;
-}
+using ::calo::exec::testing::from_bf16;
+using ::calo::exec::testing::to_bf16;
 
 /// A device allocation freed on scope exit.
 struct DeviceBuffer {

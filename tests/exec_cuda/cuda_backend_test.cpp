@@ -17,29 +17,17 @@
 #include "exec/cuda/cudnn_attention.h"
 #include "exec/cuda/gemm.h"
 #include "exec/executor.h"
+#include "gpu_test.h"
 #include "graph/graph.h"
 #include "model/model_spec.h"
 #include "parallel/validate.h"
-#include "visible_gpus.h"
 
 namespace calo::exec {
 namespace {
 
+using testing::from_bf16;
+using testing::to_bf16;
 using testing::visible_gpus;
-
-std::uint16_t to_bf16(float value) {
-  std::uint32_t bits = 0;
-  std::memcpy(&bits, &value, sizeof(bits));
-  bits += 0x7FFF + ((bits >> 16) & 1);  // round to nearest even
-  return static_cast<std::uint16_t>(bits >> 16);
-}
-
-float from_bf16(std::uint16_t bits) {
-  const std::uint32_t widened = static_cast<std::uint32_t>(bits) << 16;
-  float value = 0;
-  std::memcpy(&value, &widened, sizeof(value));
-  return value;
-}
 
 TEST(CudaBackend, IsRegistered) {
   const BackendFactory* factory = BackendRegistry::instance().find("cuda");

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "visible_gpus.h"
+#include "gpu_test.h"
 
 namespace {
 

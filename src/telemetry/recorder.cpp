@@ -594,30 +594,6 @@ RecordResult record(const RecordOptions& options) {
   return result;
 }
 
-store::MetricKind to_store_kind(MetricKind kind) {
-  switch (kind) {
-    case MetricKind::kCounter:
-      return store::MetricKind::kCounter;
-    case MetricKind::kBitmask:
-      return store::MetricKind::kBitmask;
-    case MetricKind::kGauge:
-      break;
-  }
-  return store::MetricKind::kGauge;
-}
-
-MetricKind from_store_kind(store::MetricKind kind) {
-  switch (kind) {
-    case store::MetricKind::kCounter:
-      return MetricKind::kCounter;
-    case store::MetricKind::kBitmask:
-      return MetricKind::kBitmask;
-    case store::MetricKind::kGauge:
-      break;
-  }
-  return MetricKind::kGauge;
-}
-
 store::DeviceInfo to_store_device(const DeviceInfo& device, int device_idx) {
   store::DeviceInfo row;
   row.idx = device_idx;

@@ -74,11 +74,31 @@ int64_t parse_duration_ns(const std::string& text, const std::string& what);
 /// Computes step statistics from step durations (ms) weighted by steps covered; exposed for tests.
 StepStats step_stats(int32_t rank, const std::vector<std::pair<double, int64_t>>& duration_ms_and_steps);
 
-/// The run store's spelling of a metric kind.
-store::MetricKind to_store_kind(MetricKind kind);
+/// The run store's spelling of a metric kind (inline: replay.cpp is also compiled alone into store tests).
+inline store::MetricKind to_store_kind(MetricKind kind) {
+  switch (kind) {
+    case MetricKind::kCounter:
+      return store::MetricKind::kCounter;
+    case MetricKind::kBitmask:
+      return store::MetricKind::kBitmask;
+    case MetricKind::kGauge:
+      break;
+  }
+  return store::MetricKind::kGauge;
+}
 
 /// A metric kind read back from the run store.
-MetricKind from_store_kind(store::MetricKind kind);
+inline MetricKind from_store_kind(store::MetricKind kind) {
+  switch (kind) {
+    case store::MetricKind::kCounter:
+      return MetricKind::kCounter;
+    case store::MetricKind::kBitmask:
+      return MetricKind::kBitmask;
+    case store::MetricKind::kGauge:
+      break;
+  }
+  return MetricKind::kGauge;
+}
 
 /// The run-store row of a telemetry device, numbered `device_idx` within the run.
 store::DeviceInfo to_store_device(const DeviceInfo& device, int device_idx);

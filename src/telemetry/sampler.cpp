@@ -274,7 +274,8 @@ void Sampler::run_loop(Loop& loop) {
       ++loop.stats.wakeups;
       loop.jitter.add(woke_ns - deadline_ns);
     }
-    // Collect the due tasks in device order so that each device is read with one batch call.
+    // Collect the due tasks; tasks are stored device by device, so each device's due tasks are adjacent and
+    // are read with one batch call.
     due_indices.clear();
     for (size_t task_index = 0; task_index < loop.tasks.size(); ++task_index) {
       const Task& task = loop.tasks[task_index];
@@ -283,9 +284,6 @@ void Sampler::run_loop(Loop& loop) {
           source.devices()[task.device_position].metrics[task.metric_index].kind == MetricKind::kCounter;
       if (closing ? counter : task.next_deadline_ns <= woke_ns) due_indices.push_back(task_index);
     }
-    std::stable_sort(due_indices.begin(), due_indices.end(), [&](size_t left, size_t right) {
-      return loop.tasks[left].device_position < loop.tasks[right].device_position;
-    });
     batch.clear();
     uint64_t late = 0;
     uint64_t missed = 0;

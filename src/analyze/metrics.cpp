@@ -342,6 +342,7 @@ RunAnalysis analyze_run(const std::filesystem::path& run_dir, const AnalyzeOptio
   for (const auto& [step, range] : step_range) {
     step_seconds.push_back(static_cast<double>(range.second - range.first) * 1e-9);
     analysis.step_marks_ns.push_back(range);
+    analysis.measured_steps_ns.push_back(range);
   }
   analysis.steps = static_cast<int64_t>(step_seconds.size());
   analysis.step_time_s = distribution_of(step_seconds);

@@ -363,7 +363,7 @@ std::string sim_overlay_section(const std::vector<analyze::RunAnalysis>& runs) {
   for (int index : std::vector<int>{measured}) {
     XySeries line{fmt::format("{} (measured)", runs[static_cast<std::size_t>(index)].run.name), {}, false};
     int step = 0;
-    for (const auto& [begin, end] : runs[static_cast<std::size_t>(index)].step_marks_ns) {
+    for (const auto& [begin, end] : runs[static_cast<std::size_t>(index)].measured_steps_ns) {
       line.points.emplace_back(step++, static_cast<double>(end - begin) * 1e-6);
     }
     steps.push_back(line);
@@ -371,7 +371,7 @@ std::string sim_overlay_section(const std::vector<analyze::RunAnalysis>& runs) {
   for (int index : sims) {
     XySeries line{fmt::format("{} (simulated)", runs[static_cast<std::size_t>(index)].run.name), {}, true};
     int step = 0;
-    for (const auto& [begin, end] : runs[static_cast<std::size_t>(index)].step_marks_ns) {
+    for (const auto& [begin, end] : runs[static_cast<std::size_t>(index)].measured_steps_ns) {
       line.points.emplace_back(step++, static_cast<double>(end - begin) * 1e-6);
     }
     steps.push_back(line);

@@ -89,6 +89,8 @@ TEST(RunMetrics, WarmupStepsAreMarkedButNotCounted) {
   EXPECT_EQ(run.t_begin_ns, 1'000'000'000);        // the window starts at the first measured step
   ASSERT_EQ(run.step_marks_ns.size(), 5u);         // but the chart still marks the warm-up step
   EXPECT_EQ(run.step_marks_ns.front().first, 100'000'000);
+  ASSERT_EQ(run.measured_steps_ns.size(), 4u);  // the per-step chart plots these
+  EXPECT_EQ(run.measured_steps_ns.front().first, 1'000'000'000);
   EXPECT_NEAR(run.energy_per_step_j, 700 * 8.01 / 4, 1e-6);
 }
 

@@ -34,6 +34,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The sampling jitter target (docs/TELEMETRY.md): above it the summary lists every sampler loop.
+constexpr int64_t kJitterTargetNs = 1'000'000;
+
 std::atomic<pid_t> g_child_pid{0};
 std::atomic<int> g_forwarded_signal{0};
 std::atomic<int> g_pending_signal{0};
@@ -588,6 +591,22 @@ RecordResult record(const RecordOptions& options) {
       "  sampler: {} samples, {} late, {} deadlines missed, {} dropped, jitter p99 {:.3f} ms, CPU {:.3f} s\n",
       samples, late, missed, result.samples_dropped, static_cast<double>(jitter_p99_ns) / 1e6,
       static_cast<double>(sampler_cpu_ns) / 1e9);
+  if (missed > 0 || jitter_p99_ns > kJitterTargetNs) {
+    // Which loop fell behind (a driver stall hits every loop; one slow query hits its own).
+    core::TextTable loops(
+        {"loop", "samples", "late", "missed", "jitter p50", "jitter p99", "jitter max", "read", "CPU"});
+    loops.set_units({"", "", "", "", "ms", "ms", "ms", "ms", "ms"});
+    for (const auto& loop : result.loops) {
+      loops.add_row({loop.source + "/" + loop.group, std::to_string(loop.samples), std::to_string(loop.late),
+                     std::to_string(loop.missed),
+                     format_number(static_cast<double>(loop.jitter_p50_ns) / 1e6, 3),
+                     format_number(static_cast<double>(loop.jitter_p99_ns) / 1e6, 3),
+                     format_number(static_cast<double>(loop.jitter_max_ns) / 1e6, 3),
+                     format_number(static_cast<double>(loop.read_ns_total) / 1e6, 1),
+                     format_number(static_cast<double>(loop.cpu_ns) / 1e6, 1)});
+    }
+    text += loops.render();
+  }
   if (g_forwarded_signal.load() != 0)
     text += fmt::format("  forwarded signal {} to the command\n", g_forwarded_signal.load());
   result.summary_text = text;

@@ -12,8 +12,16 @@ int64_t read_clock_ns(clockid_t clock) {
 }
 }  // namespace
 
-int64_t monotonic_ns() { return read_clock_ns(CLOCK_MONOTONIC); }
+int64_t monotonic_ns() {
+  return read_clock_ns(CLOCK_MONOTONIC);
+}
 
-int64_t wall_ns() { return read_clock_ns(CLOCK_REALTIME); }
+int64_t wall_ns() {
+  return read_clock_ns(CLOCK_REALTIME);
+}
+
+int64_t thread_cpu_ns() {
+  return read_clock_ns(CLOCK_THREAD_CPUTIME_ID);
+}
 
 }  // namespace calo::core

@@ -11,4 +11,7 @@ int64_t monotonic_ns();
 /// Nanoseconds since the Unix epoch on CLOCK_REALTIME.
 int64_t wall_ns();
 
+/// CPU time (user + system) the calling thread has used, in ns (CLOCK_THREAD_CPUTIME_ID).
+int64_t thread_cpu_ns();
+
 }  // namespace calo::core

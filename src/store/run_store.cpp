@@ -272,11 +272,10 @@ void RunWriter::Impl::writer_loop() {
         error = failure.what();
       }
       int64_t busy_ns = core::monotonic_ns() - busy_start_ns;
-      timespec cpu{};
-      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
+      const int64_t cpu_ns = core::thread_cpu_ns();
       lock.lock();
       stats.writer_busy_ns += busy_ns;
-      stats.writer_cpu_ns = static_cast<int64_t>(cpu.tv_sec) * 1'000'000'000 + cpu.tv_nsec;
+      stats.writer_cpu_ns = cpu_ns;
       if (error.empty()) {
         stats.samples_committed += samples.size();
         stats.commits += 1;

@@ -15,12 +15,6 @@ namespace calo::telemetry {
 
 namespace {
 
-int64_t thread_cpu_ns() {
-  timespec now{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
-  return static_cast<int64_t>(now.tv_sec) * 1'000'000'000LL + now.tv_nsec;
-}
-
 double quantile(std::vector<double> values, double q) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
@@ -62,15 +56,15 @@ void measure_costs(Source& source, size_t device_position, std::vector<ProbeRow>
       row.default_period_ms = static_cast<double>(metric.default_period_ns) / 1e6;
       std::vector<double> costs_us;
       const int64_t cost_begin_ns = core::monotonic_ns();
-      const int64_t cpu_begin_ns = thread_cpu_ns();
+      const int64_t cpu_begin_ns = core::thread_cpu_ns();
       while (costs_us.size() < 200 && core::monotonic_ns() - cost_begin_ns < 300'000'000) {
         const int64_t before_ns = core::monotonic_ns();
         const Reading reading = source.read(device_position, metric_index);
         costs_us.push_back(static_cast<double>(core::monotonic_ns() - before_ns) / 1e3);
         if (reading.status != ReadStatus::kOk) ++row.errors;
       }
-      row.cpu_per_read_us =
-          static_cast<double>(thread_cpu_ns() - cpu_begin_ns) / 1e3 / static_cast<double>(costs_us.size());
+      row.cpu_per_read_us = static_cast<double>(core::thread_cpu_ns() - cpu_begin_ns) / 1e3 /
+                            static_cast<double>(costs_us.size());
       row.cost_median_us = quantile(costs_us, 0.5);
       row.cost_p99_us = quantile(costs_us, 0.99);
       rows.push_back(row);

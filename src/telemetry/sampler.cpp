@@ -19,12 +19,6 @@ namespace {
 
 constexpr int64_t kNapNs = 20'000'000;  // longest single sleep, so stop() is seen within 20 ms
 
-int64_t thread_cpu_ns() {
-  timespec now{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
-  return static_cast<int64_t>(now.tv_sec) * 1'000'000'000LL + now.tv_nsec;
-}
-
 void sleep_until_ns(int64_t deadline_ns) {
   timespec target{};
   target.tv_sec = deadline_ns / 1'000'000'000LL;
@@ -62,11 +56,11 @@ CostTable measure_query_costs(const std::vector<Source*>& sources, int reads) {
         if (costs.contains(key)) continue;
         QueryCost best{INT64_MAX, INT64_MAX};
         for (int read = 0; read < std::max(reads, 1); ++read) {
-          const int64_t cpu_before_ns = thread_cpu_ns();
+          const int64_t cpu_before_ns = core::thread_cpu_ns();
           const int64_t wall_before_ns = core::monotonic_ns();
           const Reading reading = source->read(device_position, metric_index);
           const int64_t wall_ns = core::monotonic_ns() - wall_before_ns;
-          const int64_t cpu_ns = thread_cpu_ns() - cpu_before_ns;
+          const int64_t cpu_ns = core::thread_cpu_ns() - cpu_before_ns;
           if (reading.status == ReadStatus::kUnsupported || reading.status == ReadStatus::kDeviceLost) break;
           best.wall_ns = std::min(best.wall_ns, wall_ns);
           best.cpu_ns = std::min(best.cpu_ns, cpu_ns);
@@ -247,7 +241,7 @@ void Sampler::run_loop(Loop& loop) {
     std::lock_guard lock(loop.stats_mutex);
     loop.stats.realtime = realtime;
   }
-  const int64_t cpu_start_ns = thread_cpu_ns();
+  const int64_t cpu_start_ns = core::thread_cpu_ns();
   // When stop() is called every counter is read once more (the closing pass), so that counter deltas (energy,
   // throttle seconds) cover the recording to its end even where a counter's period is seconds long.
   bool closing = false;
@@ -280,9 +274,10 @@ void Sampler::run_loop(Loop& loop) {
     for (size_t task_index = 0; task_index < loop.tasks.size(); ++task_index) {
       const Task& task = loop.tasks[task_index];
       if (!task.active) continue;
-      const bool counter =
-          source.devices()[task.device_position].metrics[task.metric_index].kind == MetricKind::kCounter;
-      if (closing ? counter : task.next_deadline_ns <= woke_ns) due_indices.push_back(task_index);
+      const bool due = closing ? source.devices()[task.device_position].metrics[task.metric_index].kind ==
+                                     MetricKind::kCounter
+                               : task.next_deadline_ns <= woke_ns;
+      if (due) due_indices.push_back(task_index);
     }
     batch.clear();
     uint64_t late = 0;
@@ -386,7 +381,7 @@ void Sampler::run_loop(Loop& loop) {
   loop.next_read_ns.store(INT64_MAX, std::memory_order_release);  // a stopped fast loop holds nobody back
   loop.reading.store(false, std::memory_order_release);
   std::lock_guard lock(loop.stats_mutex);
-  loop.stats.cpu_ns = thread_cpu_ns() - cpu_start_ns;
+  loop.stats.cpu_ns = core::thread_cpu_ns() - cpu_start_ns;
 }
 
 std::vector<LoopStats> Sampler::stats() const {

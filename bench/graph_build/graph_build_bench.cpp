@@ -3,7 +3,6 @@
 // p2p, deadlock on representative ranks, FLOPs, closed-form volumes) outside the timed part.
 #include <fmt/format.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -14,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/run_in_child.h"
 #include "core/table.h"
 #include "graph/check.h"
 #include "graph/graph.h"
@@ -101,31 +101,14 @@ Result measure(const calo::model::ModelSpec& spec, const Config& config, int glo
 /// Runs `measure` in a child process so the peak RSS belongs to this configuration alone.
 Result measure_in_child(const calo::model::ModelSpec& spec, const Config& config, int global_batch,
                         int repeats) {
-  int fds[2];
-  if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
-  const pid_t child = fork();
-  if (child < 0) throw std::runtime_error("fork failed");
-  if (child == 0) {
-    close(fds[0]);
-    Result result;
-    try {
-      result = measure(spec, config, global_batch, repeats);
-    } catch (const std::exception& error) {
-      std::fprintf(stderr, "tp%d pp%d dp%d: %s\n", config.tp, config.pp, config.dp, error.what());
-      result.problems = -1;
-    }
-    const ssize_t written = write(fds[1], &result, sizeof(result));
-    _exit(written == static_cast<ssize_t>(sizeof(result)) ? 0 : 1);
-  }
-  close(fds[1]);
-  Result result;
-  const ssize_t got = read(fds[0], &result, sizeof(result));
-  close(fds[0]);
-  int status = 0;
-  waitpid(child, &status, 0);
-  if (got != static_cast<ssize_t>(sizeof(result)) || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    result.problems = -1;
-  return result;
+  const std::string label = "tp" + std::to_string(config.tp) + " pp" + std::to_string(config.pp) + " dp" +
+                            std::to_string(config.dp);
+  if (auto result = calo::bench::run_in_child(label.c_str(),
+                                              [&] { return measure(spec, config, global_batch, repeats); }))
+    return *result;
+  Result failed;
+  failed.problems = -1;
+  return failed;
 }
 
 }  // namespace

@@ -4,16 +4,15 @@
 // power under the cap, heterogeneous >= homogeneous step time). Usage: bench_sim_scale [--quick]
 #include <fmt/format.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "../common/run_in_child.h"
 #include "core/table.h"
 #include "graph/graph.h"
 #include "parallel/validate.h"
@@ -51,7 +50,9 @@ double cpu_now_s() {
   return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
 }
 
-double seconds_since(double start_cpu_s) { return cpu_now_s() - start_cpu_s; }
+double seconds_since(double start_cpu_s) {
+  return cpu_now_s() - start_cpu_s;
+}
 
 double peak_rss_mib() {
   rusage usage{};
@@ -106,29 +107,10 @@ ScaleResult measure_scale(const ScaleConfig& config, bool quick) {
 }
 
 ScaleResult measure_in_child(const ScaleConfig& config, bool quick) {
-  int fds[2];
-  if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
-  const pid_t child = fork();
-  if (child < 0) throw std::runtime_error("fork failed");
-  if (child == 0) {
-    close(fds[0]);
-    ScaleResult result;
-    try {
-      result = measure_scale(config, quick);
-    } catch (const std::exception& error) {
-      std::fprintf(stderr, "tp%d pp%d dp%d: %s\n", config.tp, config.pp, config.dp, error.what());
-    }
-    const ssize_t written = write(fds[1], &result, sizeof(result));
-    _exit(written == static_cast<ssize_t>(sizeof(result)) ? 0 : 1);
-  }
-  close(fds[1]);
-  ScaleResult result;
-  const ssize_t got = read(fds[0], &result, sizeof(result));
-  close(fds[0]);
-  int status = 0;
-  waitpid(child, &status, 0);
-  if (got != static_cast<ssize_t>(sizeof(result))) result.ok = 0;
-  return result;
+  const std::string label = "tp" + std::to_string(config.tp) + " pp" + std::to_string(config.pp) + " dp" +
+                            std::to_string(config.dp);
+  return calo::bench::run_in_child(label.c_str(), [&] { return measure_scale(config, quick); })
+      .value_or(ScaleResult{});  // ok = 0
 }
 
 }  // namespace

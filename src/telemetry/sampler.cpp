@@ -99,6 +99,7 @@ struct Sampler::Task {
   int64_t next_deadline_ns = 0;
   bool active = true;
   bool error_reported = false;
+  int64_t cost_ns = 0;  // expected wall time of one read (measured at start, then following real reads)
 };
 
 struct Sampler::Loop {
@@ -106,7 +107,6 @@ struct Sampler::Loop {
   std::string group;
   bool slow = false;  // any task costs >= kSlowQueryNs: reads go through the source's gate
   std::vector<Task> tasks;
-  std::vector<int64_t> task_cost_ns;             // measured wall cost of each task's metric (0 = unknown)
   std::atomic<int64_t> next_read_ns{INT64_MAX};  // fast loops: when the next read starts
   std::atomic<bool> reading{false};              // fast loops: a read is in progress
   LoopStats stats;
@@ -160,8 +160,7 @@ Sampler::Sampler(std::vector<Source*> sources, PeriodPlan plan, SamplerSink sink
           loop->stats.source = source->name();
           loop->stats.group = metric.query_group;
         }
-        loop->tasks.push_back({device_position, metric_index, period_ns, 0, true, false});
-        loop->task_cost_ns.push_back(cost.wall_ns);
+        loop->tasks.push_back({device_position, metric_index, period_ns, 0, true, false, cost.wall_ns});
         if (metric.expected_cost_ns >= kSlowQueryNs) loop->slow = true;
       }
     }
@@ -304,7 +303,7 @@ void Sampler::run_loop(Loop& loop) {
       if (loop.slow) {
         int64_t expected_cost_ns = 0;
         for (size_t position = begin; position < end; ++position)
-          expected_cost_ns += loop.task_cost_ns[due_indices[position]];
+          expected_cost_ns += loop.tasks[due_indices[position]].cost_ns;
         slow_turn = std::unique_lock(gates_[loop.source_position]->slow_turn);
         wait_for_gap(loop, expected_cost_ns);
       }
@@ -317,7 +316,7 @@ void Sampler::run_loop(Loop& loop) {
         // at once and falls slowly.
         const int64_t share_ns = (read_end_ns - read_begin_ns) / static_cast<int64_t>(end - begin);
         for (size_t position = begin; position < end; ++position) {
-          int64_t& cost_ns = loop.task_cost_ns[due_indices[position]];
+          int64_t& cost_ns = loop.tasks[due_indices[position]].cost_ns;
           cost_ns = std::max(share_ns, cost_ns - cost_ns / 16);
         }
       }

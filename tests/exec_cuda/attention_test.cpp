@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "exec/cuda/cudnn_attention.h"
 #include "exec/cuda/gemm.h"
 #include "exec/cuda/init.cuh"
@@ -294,6 +295,25 @@ TEST(CudnnAttention, UnsupportedShapeSaysWhy) {
   EXPECT_FALSE(cudnn.prepare(shape).empty());
   EXPECT_EQ(cudnn.workspace_bytes(shape), 0);
   EXPECT_EQ(cudnn.cached_shapes(), 1u);
+}
+
+// Needs no GPU: the CALO_ATTENTION value is checked before anything runs.
+TEST(CudnnAttention, UnknownCaloAttentionNamesTheValueAndTheChoices) {
+  setenv("CALO_ATTENTION", "flash", 1);
+  try {
+    attention_mode_from_env();
+    ADD_FAILURE() << "CALO_ATTENTION=flash was accepted";
+  } catch (const InputError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("CALO_ATTENTION=flash"), std::string::npos) << message;
+    EXPECT_NE(message.find("auto"), std::string::npos) << message;
+    EXPECT_NE(message.find("cudnn"), std::string::npos) << message;
+    EXPECT_NE(message.find("fallback"), std::string::npos) << message;
+  }
+  setenv("CALO_ATTENTION", "fallback", 1);
+  EXPECT_EQ(attention_mode_from_env(), AttentionMode::kFallback);
+  unsetenv("CALO_ATTENTION");
+  EXPECT_EQ(attention_mode_from_env(), AttentionMode::kAuto);
 }
 
 }  // namespace

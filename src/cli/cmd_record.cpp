@@ -99,6 +99,10 @@ int run_record(const RecordFlags& flags) {
                                 {"cpu_ns", loop.cpu_ns},
                                 {"read_ns_total", loop.read_ns_total}});
     }
+    out["jitter"] = {
+        {"wakeups", result.jitter.wakeups},       {"p50_ns", result.jitter.p50_ns},
+        {"p99_ns", result.jitter.p99_ns},         {"max_ns", result.jitter.max_ns},
+        {"worst_loop", result.jitter.worst_loop}, {"worst_loop_p99_ns", result.jitter.worst_loop_p99_ns}};
     print_json(out);
   }
   return result.exit_code;

@@ -483,6 +483,7 @@ RecordResult record(const RecordOptions& options) {
   const int64_t ended_ns = core::monotonic_ns();
   assembler.close_all(ended_ns);
   result.loops = running_sampler.stats();
+  result.jitter = running_sampler.jitter_summary();
   if (assembler.rejected() > 0) {
     writer.log_event({ended_ns - started_ns, store::EventLevel::kWarning, store::kNone, "markers",
                       fmt::format("{} marker line(s) rejected (unparsable, or an end without a begin)",
@@ -494,19 +495,20 @@ RecordResult record(const RecordOptions& options) {
   }
   uint64_t late = 0;
   uint64_t missed = 0;
-  int64_t jitter_p99_ns = 0;
   int64_t sampler_cpu_ns = 0;
   for (const auto& loop : result.loops) {
     late += loop.late;
     missed += loop.missed;
-    jitter_p99_ns = std::max(jitter_p99_ns, loop.jitter_p99_ns);
     sampler_cpu_ns += loop.cpu_ns;
   }
+  const JitterSummary& jitter = result.jitter;
   writer.add_summary({"run", "exit_code", static_cast<double>(result.exit_code), ""});
   writer.add_summary({"run", "duration_s", result.duration_s, "s"});
   writer.add_summary({"run", "samples_late", static_cast<double>(late), "count"});
   writer.add_summary({"run", "deadlines_missed", static_cast<double>(missed), "count"});
-  writer.add_summary({"run", "jitter_p99_s", static_cast<double>(jitter_p99_ns) / 1e9, "s"});
+  writer.add_summary({"run", "jitter_p99_s", static_cast<double>(jitter.p99_ns) / 1e9, "s"});
+  writer.add_summary(
+      {"run", "jitter_worst_loop_p99_s", static_cast<double>(jitter.worst_loop_p99_ns) / 1e9, "s"});
   writer.add_summary({"run", "sampler_cpu_s", static_cast<double>(sampler_cpu_ns) / 1e9, "s"});
   for (const auto& stats : result.steps) {
     const std::string scope = stats.rank >= 0 ? fmt::format("rank{}", stats.rank) : "steps";
@@ -588,10 +590,13 @@ RecordResult record(const RecordOptions& options) {
   uint64_t samples = 0;
   for (const auto& loop : result.loops) samples += loop.samples;
   text += fmt::format(
-      "  sampler: {} samples, {} late, {} deadlines missed, {} dropped, jitter p99 {:.3f} ms, CPU {:.3f} s\n",
-      samples, late, missed, result.samples_dropped, static_cast<double>(jitter_p99_ns) / 1e6,
+      "  sampler: {} samples, {} late, {} deadlines missed, {} dropped, jitter p99 {:.3f} ms over {} "
+      "wake-ups "
+      "(worst loop {} p99 {:.3f} ms of {}), CPU {:.3f} s\n",
+      samples, late, missed, result.samples_dropped, static_cast<double>(jitter.p99_ns) / 1e6, jitter.wakeups,
+      jitter.worst_loop, static_cast<double>(jitter.worst_loop_p99_ns) / 1e6, jitter.worst_loop_wakeups,
       static_cast<double>(sampler_cpu_ns) / 1e9);
-  if (missed > 0 || jitter_p99_ns > kJitterTargetNs) {
+  if (missed > 0 || jitter.worst_loop_p99_ns > kJitterTargetNs) {
     // Which loop fell behind (a driver stall hits every loop; one slow query hits its own).
     core::TextTable loops(
         {"loop", "samples", "late", "missed", "jitter p50", "jitter p99", "jitter max", "read", "CPU"});

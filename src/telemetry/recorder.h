@@ -59,6 +59,7 @@ struct RecordResult {
   std::vector<DeviceSummary> devices;  ///< per device
   std::vector<StepStats> steps;        ///< per rank
   std::vector<LoopStats> loops;        ///< sampler statistics
+  JitterSummary jitter;                ///< jitter pooled over all wake-ups, and the worst loop's p99
   uint64_t samples_dropped = 0;        ///< samples the store refused (target 0)
   std::vector<std::string> notes;      ///< "GPUs: not available (...)" and similar
   std::string summary_text;            ///< the printed summary

@@ -5,29 +5,14 @@
 #include <fmt/format.h>
 #include <pthread.h>
 #include <sched.h>
-#include <time.h>
 
 #include <algorithm>
-#include <cerrno>
+#include <chrono>
 #include <mutex>
 
 #include "core/time.h"
 
 namespace calo::telemetry {
-
-namespace {
-
-constexpr int64_t kNapNs = 20'000'000;  // longest single sleep, so stop() is seen within 20 ms
-
-void sleep_until_ns(int64_t deadline_ns) {
-  timespec target{};
-  target.tv_sec = deadline_ns / 1'000'000'000LL;
-  target.tv_nsec = deadline_ns % 1'000'000'000LL;
-  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &target, nullptr) == EINTR) {
-  }
-}
-
-}  // namespace
 
 int64_t PeriodPlan::period_for(const MetricInfo& metric, int64_t cpu_ns) const {
   if (auto found = by_metric_ns.find(metric.name); found != by_metric_ns.end()) return found->second;
@@ -78,6 +63,12 @@ void JitterHistogram::add(int64_t jitter_ns) {
   ++buckets_[static_cast<size_t>(bucket)];
   max_ns_ = std::max(max_ns_, jitter_ns);
   ++count_;
+}
+
+void JitterHistogram::merge(const JitterHistogram& other) {
+  for (size_t bucket = 0; bucket < buckets_.size(); ++bucket) buckets_[bucket] += other.buckets_[bucket];
+  max_ns_ = std::max(max_ns_, other.max_ns_);
+  count_ += other.count_;
 }
 
 int64_t JitterHistogram::quantile_ns(double q) const {
@@ -193,7 +184,7 @@ void Sampler::wait_for_gap(Loop& loop, int64_t expected_cost_ns) {
     if (busy) waited_for_read = true;
     const int64_t wake_ns =
         busy || next_fast_ns - now_ns < kPollNs ? now_ns + kPollNs : std::min(next_fast_ns, give_up_ns);
-    sleep_until_ns(wake_ns);
+    sleep_until_or_stop(wake_ns);
     if (!busy && next_fast_ns != INT64_MAX && wake_ns >= next_fast_ns) waited_for_read = true;
   }
 }
@@ -212,8 +203,21 @@ void Sampler::start(int64_t start_ns) {
   }
 }
 
+void Sampler::sleep_until_or_stop(int64_t deadline_ns, uint64_t* sleeps) {
+  // One timed wait per deadline: a loop whose next read is a second away sleeps once, not in short naps (each
+  // wake-up costs tens of µs of CPU on a VM, and five slow loops napping every 20 ms cost 0.5 % of a core).
+  std::unique_lock lock(stop_mutex_);
+  if (sleeps != nullptr) ++*sleeps;
+  stop_cv_.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline_ns)),
+                      [this] { return stopping_.load(std::memory_order_relaxed); });
+}
+
 void Sampler::stop() {
-  stopping_ = true;
+  {
+    std::lock_guard lock(stop_mutex_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
   for (auto& thread : threads_) {
     if (thread.joinable()) thread.join();
   }
@@ -253,12 +257,13 @@ void Sampler::run_loop(Loop& loop) {
     if (deadline_ns == INT64_MAX) break;  // nothing left to read (all unsupported or lost)
     if (!closing) {
       if (!loop.slow) loop.next_read_ns.store(deadline_ns, std::memory_order_release);
-      const int64_t before_sleep_ns = core::monotonic_ns();
-      if (deadline_ns - before_sleep_ns > kNapNs) {
-        sleep_until_ns(before_sleep_ns + kNapNs);
-        continue;
+      uint64_t sleeps = 0;
+      sleep_until_or_stop(deadline_ns, &sleeps);
+      {
+        std::lock_guard lock(loop.stats_mutex);
+        loop.stats.sleeps += sleeps;
       }
-      sleep_until_ns(deadline_ns);
+      if (stopping_.load(std::memory_order_relaxed)) continue;  // woken by stop(): the closing pass is next
     }
     if (!loop.slow) loop.reading.store(true, std::memory_order_release);  // slow loops keep out of the way
     const int64_t woke_ns = core::monotonic_ns();
@@ -394,6 +399,26 @@ std::vector<LoopStats> Sampler::stats() const {
     result.push_back(std::move(stats));
   }
   return result;
+}
+
+JitterSummary Sampler::jitter_summary() const {
+  JitterHistogram pooled;
+  JitterSummary summary;
+  for (const auto& loop : loops_) {
+    std::lock_guard lock(loop->stats_mutex);
+    pooled.merge(loop->jitter);
+    const int64_t loop_p99_ns = loop->jitter.quantile_ns(0.99);
+    if (loop->jitter.count() > 0 && (summary.worst_loop.empty() || loop_p99_ns > summary.worst_loop_p99_ns)) {
+      summary.worst_loop_p99_ns = loop_p99_ns;
+      summary.worst_loop = loop->stats.source + "/" + loop->group;
+      summary.worst_loop_wakeups = loop->jitter.count();
+    }
+  }
+  summary.wakeups = pooled.count();
+  summary.p50_ns = pooled.quantile_ns(0.5);
+  summary.p99_ns = pooled.quantile_ns(0.99);
+  summary.max_ns = pooled.max_ns();
+  return summary;
 }
 
 std::vector<Sampler::Scheduled> Sampler::schedule() const {

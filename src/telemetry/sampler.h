@@ -3,10 +3,12 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -80,6 +82,7 @@ struct LoopStats {
   std::string source;         ///< source name
   std::string group;          ///< query group
   uint64_t wakeups = 0;       ///< times the thread woke for a deadline
+  uint64_t sleeps = 0;        ///< times it went to sleep (one per deadline: a loop never naps between them)
   uint64_t samples = 0;       ///< values delivered
   uint64_t read_errors = 0;   ///< transient read errors
   uint64_t late = 0;          ///< reads that started more than half a period after their deadline
@@ -103,12 +106,26 @@ class JitterHistogram {
   int64_t max_ns() const { return max_ns_; }
   /// Number of values added.
   uint64_t count() const { return count_; }
+  /// Adds every value of `other` (pooling several loops' wake-ups into one distribution).
+  void merge(const JitterHistogram& other);
 
  private:
   static constexpr int kBuckets = 20'000;
   std::vector<uint32_t> buckets_ = std::vector<uint32_t>(kBuckets + 1, 0);
   int64_t max_ns_ = 0;
   uint64_t count_ = 0;
+};
+
+/// Scheduling jitter pooled over every wake-up of every loop: the figure the p99 target is about (a loop that
+/// wakes 14 times has its maximum as its p99, so the worst loop's p99 is reported beside it, not instead).
+struct JitterSummary {
+  uint64_t wakeups = 0;             ///< wake-ups pooled
+  int64_t p50_ns = 0;               ///< median of (wake-up - deadline) over all wake-ups
+  int64_t p99_ns = 0;               ///< 99th percentile over all wake-ups
+  int64_t max_ns = 0;               ///< largest over all wake-ups
+  int64_t worst_loop_p99_ns = 0;    ///< the largest per-loop p99
+  std::string worst_loop;           ///< "source/group" of that loop
+  uint64_t worst_loop_wakeups = 0;  ///< how many wake-ups that loop's p99 rests on
 };
 
 /// Runs the sampling threads. Sources must outlive the sampler.
@@ -125,10 +142,12 @@ class Sampler {
   Sampler& operator=(const Sampler&) = delete;
   /// Starts all threads; the first deadline of every metric is `start_ns` (CLOCK_MONOTONIC, 0 = now).
   void start(int64_t start_ns = 0);
-  /// Signals the threads to stop and joins them (at most one 20 ms nap later).
+  /// Signals the threads to stop (waking any that sleep) and joins them after their closing counter reads.
   void stop();
   /// Statistics per loop (complete after stop()).
   std::vector<LoopStats> stats() const;
+  /// Jitter over all loops' wake-ups, and the worst loop's p99 (complete after stop()).
+  JitterSummary jitter_summary() const;
   /// (source, group, metric name, period) of every scheduled metric, for the run's config record.
   struct Scheduled {
     std::string source;  ///< source name
@@ -148,6 +167,7 @@ class Sampler {
   struct Gate;
   void run_loop(Loop& loop);
   void wait_for_gap(Loop& loop, int64_t expected_cost_ns);
+  void sleep_until_or_stop(int64_t deadline_ns, uint64_t* sleeps = nullptr);
   void report(const SamplerEvent& event);
 
   std::vector<Source*> sources_;
@@ -157,6 +177,8 @@ class Sampler {
   std::vector<std::unique_ptr<Gate>> gates_;  // one per source: slow reads take turns and yield to fast ones
   std::vector<std::thread> threads_;
   std::atomic<bool> stopping_{false};
+  std::mutex stop_mutex_;  // with stop_cv_: sleeping loops wake at their deadline or at stop()
+  std::condition_variable stop_cv_;
   std::unique_ptr<std::atomic<bool>[]> device_lost_;  // flat over (source, device)
   std::vector<size_t> device_offset_;                 // first device_lost_ slot of each source
 };

@@ -343,6 +343,72 @@ TEST(JitterHistogram, QuantilesAtMicrosecondResolution) {
   EXPECT_EQ(histogram.max_ns(), 50 * kMs);
 }
 
+TEST(JitterHistogram, MergePoolsWakeUpsSoARareLoopDoesNotSetThePooledP99) {
+  JitterHistogram fast;  // 1000 wake-ups at 10 µs
+  for (int wake = 0; wake < 1000; ++wake) fast.add(10'000);
+  JitterHistogram slow;  // 5 wake-ups, one of them stalled 20 ms: its own p99 is that stall
+  for (int wake = 0; wake < 4; ++wake) slow.add(50'000);
+  slow.add(20 * kMs);
+  EXPECT_EQ(slow.quantile_ns(0.99), 20 * kMs);
+  JitterHistogram pooled;
+  pooled.merge(fast);
+  pooled.merge(slow);
+  EXPECT_EQ(pooled.count(), 1005u);
+  EXPECT_EQ(pooled.quantile_ns(0.99), 10'000);  // 5 of 1005 values are above 10 µs: < 1 %
+  EXPECT_EQ(pooled.quantile_ns(0.9999), 20 * kMs);
+  EXPECT_EQ(pooled.max_ns(), 20 * kMs);
+}
+
+TEST(Sampler, JitterSummaryPoolsEveryLoopAndNamesTheWorst) {
+  TimedSource source;
+  Collected collected;
+  Sampler sampler({&source}, PeriodPlan{}, collected.sink());
+  sampler.start();
+  timespec nap{0, 500 * kMs};
+  nanosleep(&nap, nullptr);
+  sampler.stop();
+  uint64_t wakeups = 0;
+  int64_t worst_p99_ns = 0;
+  for (const auto& stats : sampler.stats()) {
+    wakeups += stats.wakeups;
+    worst_p99_ns = std::max(worst_p99_ns, stats.jitter_p99_ns);
+  }
+  const JitterSummary summary = sampler.jitter_summary();
+  EXPECT_EQ(summary.wakeups, wakeups);
+  EXPECT_EQ(summary.worst_loop_p99_ns, worst_p99_ns);
+  EXPECT_LE(summary.p99_ns, summary.worst_loop_p99_ns);
+  EXPECT_LE(summary.p50_ns, summary.p99_ns);
+  EXPECT_FALSE(summary.worst_loop.empty());
+  EXPECT_EQ(summary.worst_loop.rfind("timed/", 0), 0u) << summary.worst_loop;
+}
+
+TEST(Sampler, ALoopSleepsOncePerDeadlineAndStopWakesIt) {
+  // A counter read every 5 s: the loop sleeps once to its next deadline (it used to nap every 20 ms to watch
+  // for stop(), 50 wake-ups a second per slow loop), and stop() still ends it at once with a closing read.
+  TimedSource source;
+  Collected collected;
+  PeriodPlan plan;
+  plan.by_metric_ns["fast_w"] = 0;  // off: only the slow counter's loop runs
+  plan.by_metric_ns["missing_c"] = 0;
+  plan.by_metric_ns["slow_j"] = 5000 * kMs;
+  Sampler sampler({&source}, plan, collected.sink());
+  sampler.start();
+  timespec nap{0, 600 * kMs};
+  nanosleep(&nap, nullptr);
+  const int64_t stop_begin_ns = core::monotonic_ns();
+  sampler.stop();
+  const int64_t stop_ns = core::monotonic_ns() - stop_begin_ns;
+  EXPECT_LT(stop_ns, 200 * kMs) << "stop() waited for the 5 s deadline";  // 2 closing reads of 30 ms
+  const auto stats = sampler.stats();
+  ASSERT_EQ(stats.size(), 1u);
+  EXPECT_EQ(stats[0].wakeups, 1u);  // the read at start
+  EXPECT_LE(stats[0].sleeps, 2u) << "the loop napped instead of sleeping to its deadline";
+  for (uint32_t device = 0; device < 2; ++device) {
+    const auto key = std::make_tuple(0u, device, 1u);
+    EXPECT_EQ(collected.times[key].size(), 2u) << "device " << device;  // start + closing read
+  }
+}
+
 TEST(PeriodPlan, MetricBeatsGroupBeatsFastSlowBeatsDefault) {
   PeriodPlan plan;
   const MetricInfo cheap{"power_instant_w", "W", MetricKind::kGauge, "nvml.fast", 20 * kMs, 2000};

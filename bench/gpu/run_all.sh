@@ -2,7 +2,7 @@
 # Telemetry on the GPU host (issue 3): calo devices, calo probe, sampler overhead and jitter, capture ratio,
 # and bf16 GEMM throughput with `calo record` on vs off (alternating runs, medians). Results go under $OUT.
 #   bench/gpu/run_all.sh [BIN_DIR]    BIN_DIR holds calo, telemetry_overhead_bench, gemm_load (bench/gpu/stage.sh)
-# Tunables (environment): PROBE_SECONDS=5 OVERHEAD_SECONDS=30 CAPTURE_SECONDS=20 PAIRS=5 RUN_SECONDS=20
+# Tunables (environment): PROBE_SECONDS=5 OVERHEAD_SECONDS=30 CAPTURE_SECONDS=20 PAIRS=5 RUN_SECONDS=20 LAB=1 LAB_ONLY=0
 #   CAPTURE_FAST_PERIODS="5ms 20ms" (extra capture runs at these fast periods, besides the defaults)
 # Never changes clocks or power limits. About 8 minutes on 4×H200 with the defaults.
 # The device tool brings back only a few files: everything is written to a scratch directory and packed into
@@ -62,6 +62,28 @@ export -f gemm_all 2>/dev/null || true
 log "calo devices"
 "$bin/calo" devices > "$out/devices.txt" 2>&1
 "$bin/calo" devices --json > "$out/devices.json" 2>&1
+# nvml_query_lab: costs of alternative queries for the expensive counters, cold vs hot fast-group reads,
+# nvmlDeviceGetSamples buffers, and the shape of short-lived values, on GPU 0 idle and under bursty GEMMs.
+if [ -x "$bin/nvml_query_lab" ] && [ "${LAB:-1}" = 1 ]; then
+  log "nvml_query_lab, GPU 0 idle"
+  "$bin/nvml_query_lab" --device 0 --samples-seconds 3 --flicker-seconds 5 > "$out/nvml_lab_idle.txt" 2>&1
+  log "nvml_query_lab, GPU 0 under 200 ms on / 200 ms off GEMM bursts on every GPU"
+  lab_load_pids=()
+  for ((gpu = 0; gpu < gpus; gpu++)); do
+    "${gemm_cmd[@]}" --device "$gpu" --seconds 150 --burst-ms 200 --idle-ms 200 > /dev/null 2>&1 &
+    lab_load_pids+=($!)
+  done
+  sleep 3
+  "$bin/nvml_query_lab" --device 0 --samples-seconds 3 --flicker-seconds 5 > "$out/nvml_lab_burst.txt" 2>&1
+  for ((gpu = 1; gpu < gpus; gpu++)); do  # update phase of the other GPUs (compare the "ticks" lines)
+    "$bin/nvml_query_lab" --device "$gpu" --parts flicker --flicker-seconds 5 > "$out/nvml_lab_burst_gpu$gpu.txt" 2>&1
+  done
+  kill "${lab_load_pids[@]}" 2>/dev/null
+  wait "${lab_load_pids[@]}" 2>/dev/null
+  grep -E "^(cost|samples|flicker|ticks)" "$out"/nvml_lab_burst*.txt | tee -a "$out/run_all.log"
+fi
+
+[ "${LAB_ONLY:-0}" = 1 ] && { log "LAB_ONLY=1: done"; exit 0; }
 log "calo probe --seconds $probe_seconds (idle GPUs)"
 "$bin/calo" probe --seconds "$probe_seconds" > "$out/probe_idle.txt" 2>&1
 tail -1 "$out/probe_idle.txt" | tee -a "$out/run_all.log"

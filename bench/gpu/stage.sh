@@ -9,7 +9,7 @@ build="${1:-$repo/build-telemetry}"
 export CCACHE_NOHASHDIR=1
 [ -f "$repo/.whl/nvml/include/nvml.h" ] || bash "$repo/scripts/install_deps.sh"
 cmake -S "$repo" -B "$build" -G Ninja -DCALO_BUILD_BENCH=ON -DCALO_CUDA=ON >/dev/null
-ninja -C "$build" -j"${JOBS:-1}" calo telemetry_overhead_bench gemm_load
+ninja -C "$build" -j"${JOBS:-1}" calo telemetry_overhead_bench gemm_load nvml_query_lab
 mkdir -p "$repo/.carry/telemetry-bin"
-cp "$build/calo" "$build/telemetry_overhead_bench" "$build/gemm_load" "$repo/.carry/telemetry-bin/"
+cp "$build/calo" "$build/telemetry_overhead_bench" "$build/gemm_load" "$build/nvml_query_lab" "$repo/.carry/telemetry-bin/"
 ls -la "$repo/.carry/telemetry-bin"

@@ -194,11 +194,20 @@ int run_overhead(const Options& options) {
       "dropped, {} deadlines missed\n",
       cpu_s, wall_s, core_pct, samples, static_cast<double>(samples) / wall_s, stats.samples_committed,
       stats.samples_dropped, missed);
+  const JitterSummary jitter = sampler.jitter_summary();
   fmt::print(
-      "overhead: {:.3f} % of one core per {} (target <= 1 %), p99 jitter {:.3f} ms (target <= 1 ms), "
-      "dropped {}\n",
-      per_gpu_pct, gpus > 0 ? "GPU" : "host (no GPU)", static_cast<double>(worst_p99_ns) / 1e6,
-      stats.samples_dropped);
+      "# jitter over all {} wake-ups: p50 {:.3f} ms, p99 {:.3f} ms, max {:.3f} ms; worst loop {} p99 {:.3f} "
+      "ms "
+      "over its {} wake-ups\n",
+      jitter.wakeups, static_cast<double>(jitter.p50_ns) / 1e6, static_cast<double>(jitter.p99_ns) / 1e6,
+      static_cast<double>(jitter.max_ns) / 1e6, jitter.worst_loop, static_cast<double>(worst_p99_ns) / 1e6,
+      jitter.worst_loop_wakeups);
+  fmt::print(
+      "overhead: {:.3f} % of one core per {} (target <= 1 %), p99 jitter {:.3f} ms (target <= 1 ms; worst "
+      "loop "
+      "{:.3f} ms), dropped {}\n",
+      per_gpu_pct, gpus > 0 ? "GPU" : "host (no GPU)", static_cast<double>(jitter.p99_ns) / 1e6,
+      static_cast<double>(worst_p99_ns) / 1e6, stats.samples_dropped);
   std::filesystem::remove_all(run_dir);
   return 0;
 }
@@ -312,8 +321,8 @@ int run_capture(const Options& options) {
   const int64_t sampler_end_ns = core::monotonic_ns();
   stop = true;
   for (auto& reader : readers) reader.join();
-  fmt::print("{:<10} {:>4} {:<22} {:>9} {:>9} {:>9} {:>12} {:>12} {:>12}\n", "source", "dev", "metric",
-             "changes", "captured", "ratio", "hold p10 ms", "hold p50 ms", "missed p50");
+  fmt::print("{:<10} {:>4} {:<22} {:>9} {:>9} {:>9} {:>12} {:>12} {:>12} {:>10}\n", "source", "dev", "metric",
+             "changes", "captured", "ratio", "hold p10 ms", "hold p50 ms", "missed p50", "miss A-B-A");
   uint64_t total = 0;
   uint64_t captured_total = 0;
   uint64_t long_total = 0;     // changes held at least two sampling periods
@@ -324,7 +333,8 @@ int run_capture(const Options& options) {
     const auto& samples = sampled[key];
     uint64_t counted = 0;
     uint64_t captured = 0;
-    std::vector<double> hold_ms;         // how long each counted value was held (truth)
+    uint64_t missed_reversions = 0;  // missed values whose neighbours are equal (A B A): a blip, not a step
+    std::vector<double> hold_ms;     // how long each counted value was held (truth)
     std::vector<double> missed_hold_ms;  // the same, for the values the sampler never read
     const int64_t first_sample_ns = samples.empty() ? INT64_MAX : samples.front().first;
     for (size_t index = 1; index + 1 < changes.size(); ++index) {  // first/last values have unknown extent
@@ -356,14 +366,15 @@ int run_capture(const Options& options) {
         ++captured;
       } else {
         missed_hold_ms.push_back(held_ms);
+        if (changes[index - 1].value == changes[index + 1].value) ++missed_reversions;
       }
     }
     const auto& metric = sources[key.source]->devices()[key.device].metrics[key.metric];
-    fmt::print("{:<10} {:>4} {:<22} {:>9} {:>9} {:>8.2f}% {:>12.2f} {:>12.2f} {:>12.2f}\n",
-               sources[key.source]->name(), sources[key.source]->devices()[key.device].index, metric.name,
-               counted, captured,
-               counted ? 100.0 * static_cast<double>(captured) / static_cast<double>(counted) : 100.0,
-               quantile(hold_ms, 0.1), quantile(hold_ms, 0.5), quantile(missed_hold_ms, 0.5));
+    fmt::print(
+        "{:<10} {:>4} {:<22} {:>9} {:>9} {:>8.2f}% {:>12.2f} {:>12.2f} {:>12.2f} {:>10}\n",
+        sources[key.source]->name(), sources[key.source]->devices()[key.device].index, metric.name, counted,
+        captured, counted ? 100.0 * static_cast<double>(captured) / static_cast<double>(counted) : 100.0,
+        quantile(hold_ms, 0.1), quantile(hold_ms, 0.5), quantile(missed_hold_ms, 0.5), missed_reversions);
     total += counted;
     captured_total += captured;
   }

@@ -75,6 +75,11 @@ IntervalSummary summarize_interval(const RunReader& reader, int32_t device_idx, 
     }
   }
 
+  std::vector<Sample> sampled = series(reader, device_idx, metrics, "power_sampled_w", t_begin_ns, t_end_ns);
+  summary.peak_power_sampled_w = sampled.empty() ? kNaN : -std::numeric_limits<double>::infinity();
+  for (const Sample& sample : sampled)
+    summary.peak_power_sampled_w = std::max(summary.peak_power_sampled_w, sample.value);
+
   std::vector<Sample> clock = series(reader, device_idx, metrics, "clock_sm_mhz", t_begin_ns, t_end_ns);
   if (clock.empty()) {
     summary.median_sm_mhz = kNaN;
@@ -129,6 +134,7 @@ void write_summaries(RunWriter& writer, const std::vector<IntervalSummary>& summ
     add("mean_power_w", summary.mean_power_w, "W");
     add("power_integral_j", summary.power_integral_j, "J");
     add("peak_power_instant_w", summary.peak_power_instant_w, "W");
+    add("peak_power_sampled_w", summary.peak_power_sampled_w, "W");
     add("throttle_power_cap_s", summary.throttle_power_cap_s, "s");
     add("throttle_sw_thermal_s", summary.throttle_sw_thermal_s, "s");
     add("throttle_hw_thermal_s", summary.throttle_hw_thermal_s, "s");

@@ -22,7 +22,9 @@ struct IntervalSummary {
   double mean_power_w = 0.0;          ///< energy_j / duration_s
   double power_integral_j = 0.0;      ///< trapezoid integral of power_instant_w (cross-check of energy_j)
   double peak_power_instant_w = 0.0;  ///< max power_instant_w sample inside the interval
-  double throttle_power_cap_s = 0.0;  ///< throttle_power_cap_s counter delta
+  double peak_power_sampled_w =
+      0.0;  ///< max power_sampled_w (the driver's 20 ms samples) inside the interval
+  double throttle_power_cap_s = 0.0;    ///< throttle_power_cap_s counter delta
   double throttle_sw_thermal_s = 0.0;   ///< throttle_sw_thermal_s counter delta
   double throttle_hw_thermal_s = 0.0;   ///< throttle_hw_thermal_s counter delta
   double throttle_power_brake_s = 0.0;  ///< throttle_power_brake_s counter delta

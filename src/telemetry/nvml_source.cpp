@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 
@@ -40,17 +41,28 @@ const std::vector<DeviceInfo>& NvmlSource::devices() const {
   return impl_->devices;
 }
 Reading NvmlSource::read(size_t, size_t) {
-  return {ReadStatus::kUnsupported, 0, kNoSensorTime, "no NVML"};
+  return {ReadStatus::kUnsupported, 0, kNoSensorTime, "no NVML", {}};
 }
 void NvmlSource::read_batch(size_t, std::span<const size_t>, std::span<Reading> out) {
-  for (auto& reading : out) reading = {ReadStatus::kUnsupported, 0, kNoSensorTime, "no NVML"};
+  for (auto& reading : out) reading = {ReadStatus::kUnsupported, 0, kNoSensorTime, "no NVML", {}};
 }
 
 #else
 
 namespace {
 
-enum class Query { kField, kEnergy, kTempGpu, kClockSm, kClockMem, kReasons, kUtilGpu, kUtilMem, kMemUsed };
+enum class Query {
+  kField,
+  kEnergy,
+  kTempGpu,
+  kClockSm,
+  kClockMem,
+  kReasons,
+  kUtilGpu,
+  kUtilMem,
+  kMemUsed,
+  kPowerSamples
+};
 
 // One metric NVML can provide. `scale` converts the raw value into the metric's unit.
 struct Spec {
@@ -106,6 +118,11 @@ const Spec kSpecs[] = {
      NVML_FI_DEV_PCIE_COUNT_TX_BYTES, 0, 1},
     {"pcie_rx_bytes", "bytes", MetricKind::kCounter, "nvml.pcie", 100 * kMs, 120 * kUs, Query::kField,
      NVML_FI_DEV_PCIE_COUNT_RX_BYTES, 0, 1},
+    // The driver's own power samples (nvmlDeviceGetSamples, NVML_TOTAL_POWER_SAMPLES): every 20 ms on H200,
+    // each dated by the driver, kept in a ring of ~120; one read (~0.5 ms) returns all since the last read,
+    // so once a second sees every one (polling power_instant_w sees a new value ~10 times a second).
+    {"power_sampled_w", "W", MetricKind::kGauge, "nvml.power_samples", 1000 * kMs, 500 * kUs,
+     Query::kPowerSamples, 0, 0, 1e-3},
 };
 
 // Symbols used, resolved with dlsym. nvmlDeviceGetTemperature is gone from nvml.h 13 but still exported by
@@ -132,6 +149,7 @@ struct Api {
   decltype(&nvmlDeviceGetCurrentClocksEventReasons) reasons = nullptr;
   decltype(&nvmlDeviceGetUtilizationRates) utilization = nullptr;
   decltype(&nvmlDeviceGetMemoryInfo) memory = nullptr;
+  decltype(&nvmlDeviceGetSamples) samples = nullptr;  // optional: power_sampled_w is unsupported without it
 };
 
 template <typename Function>
@@ -187,10 +205,11 @@ double raw_double(const nvmlFieldValue_t& field) {
 struct NvmlSource::Impl {
   struct Gpu {
     nvmlDevice_t handle = nullptr;
-    std::vector<const Spec*> specs;            // parallel to DeviceInfo::metrics
-    std::vector<CounterUnwrapper> unwrappers;  // parallel to DeviceInfo::metrics
-    bool energy_via_field =
-        false;  // read energy_j as field NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION (cheaper here)
+    std::vector<const Spec*> specs;                // parallel to DeviceInfo::metrics
+    std::vector<CounterUnwrapper> unwrappers;      // parallel to DeviceInfo::metrics
+    unsigned long long power_samples_seen_us = 0;  // NVML timestamp of the newest power sample returned
+    bool power_samples_primed = false;             // the first read only learns where the ring stands
+    std::vector<nvmlSample_t> power_samples;       // the ring's capacity, reused by every read
   };
   void* library = nullptr;
   bool initialized = false;
@@ -229,6 +248,45 @@ struct NvmlSource::Impl {
     }
     reading.sensor_t_ns =
         field.timestamp > 0 ? field.timestamp * 1000 - wall_minus_monotonic_ns : kNoSensorTime;
+    return reading;
+  }
+
+  // Every power sample the driver took since the previous read, oldest first. The first read returns none: it
+  // only notes the newest sample, so a recording holds no samples from before it started.
+  Reading read_power_samples(Gpu& gpu, const Spec& spec) {
+    if (api.samples == nullptr) return failure(NVML_ERROR_FUNCTION_NOT_FOUND);
+    nvmlValueType_t type{};
+    if (gpu.power_samples.empty()) {
+      unsigned int capacity = 0;
+      const nvmlReturn_t result =
+          api.samples(gpu.handle, NVML_TOTAL_POWER_SAMPLES, 0, &type, &capacity, nullptr);
+      if (result != NVML_SUCCESS) return failure(result);
+      gpu.power_samples.resize(std::max(capacity, 1u));
+    }
+    unsigned int count = static_cast<unsigned int>(gpu.power_samples.size());
+    const nvmlReturn_t result = api.samples(gpu.handle, NVML_TOTAL_POWER_SAMPLES, gpu.power_samples_seen_us,
+                                            &type, &count, gpu.power_samples.data());
+    Reading reading;
+    reading.status = ReadStatus::kOk;
+    if (result == NVML_ERROR_NOT_FOUND) return reading;  // no sample since the last read
+    if (result != NVML_SUCCESS) return failure(result);
+    for (unsigned int index = 0; index < count; ++index) {
+      const nvmlSample_t& sample = gpu.power_samples[index];
+      if (sample.timeStamp <= gpu.power_samples_seen_us) continue;
+      gpu.power_samples_seen_us = sample.timeStamp;
+      if (!gpu.power_samples_primed) continue;
+      nvmlFieldValue_t as_field{};  // reuse the field decoder for the sample's value type
+      as_field.valueType = type;
+      as_field.value = sample.sampleValue;
+      const double value = raw_double(as_field) * spec.scale;
+      reading.series.push_back(
+          {static_cast<int64_t>(sample.timeStamp) * 1000 - wall_minus_monotonic_ns, value});
+    }
+    gpu.power_samples_primed = true;
+    if (!reading.series.empty()) {
+      reading.value = reading.series.back().value;
+      reading.sensor_t_ns = reading.series.back().sensor_t_ns;
+    }
     return reading;
   }
 
@@ -298,6 +356,8 @@ struct NvmlSource::Impl {
         reading.value = static_cast<double>(memory.used);
         break;
       }
+      case Query::kPowerSamples:
+        return read_power_samples(gpu, spec);
     }
     if (result != NVML_SUCCESS) return failure(result);
     return reading;
@@ -332,6 +392,7 @@ NvmlSource::NvmlSource(const std::string& library_path) : impl_(std::make_unique
             load_symbol(impl.library, "nvmlDeviceGetCurrentClocksEventReasons", api.reasons) &&
             load_symbol(impl.library, "nvmlDeviceGetUtilizationRates", api.utilization) &&
             load_symbol(impl.library, "nvmlDeviceGetMemoryInfo", api.memory);
+  load_symbol(impl.library, "nvmlDeviceGetSamples", api.samples);
   if (!load_symbol(impl.library, "nvmlDeviceGetTemperatureV", api.temperature_v)) {
     ok = ok && load_symbol(impl.library, "nvmlDeviceGetTemperature", api.temperature_legacy);
   }
@@ -413,7 +474,8 @@ NvmlSource::NvmlSource(const std::string& library_path) : impl_(std::make_unique
       }
       gpu.specs.push_back(&spec);
       gpu.unwrappers.emplace_back(bits);
-      device.metrics.push_back({spec.name, spec.unit, spec.kind, spec.group, spec.period_ns, spec.cost_ns});
+      device.metrics.push_back({spec.name, spec.unit, spec.kind, spec.group, spec.period_ns, spec.cost_ns,
+                                spec.query == Query::kPowerSamples});
     }
     impl.devices.push_back(std::move(device));
     impl.gpus.push_back(std::move(gpu));

@@ -531,6 +531,7 @@ RecordResult record(const RecordOptions& options) {
       device.energy_j = interval.energy_j;
       device.mean_power_w = interval.mean_power_w;
       device.peak_power_w = interval.peak_power_instant_w;
+      device.peak_power_sampled_w = interval.peak_power_sampled_w;
       device.peak_temp_c = interval.temp_gpu_max_c;
       device.throttle_power_cap_s = interval.throttle_power_cap_s;
       device.throttle_sw_thermal_s = interval.throttle_sw_thermal_s;
@@ -545,6 +546,8 @@ RecordResult record(const RecordOptions& options) {
         writer.add_summary({label, "energy_j", device.energy_j, "J"});
         writer.add_summary({label, "mean_power_w", device.mean_power_w, "W"});
         writer.add_summary({label, "peak_power_w", device.peak_power_w, "W"});
+        if (std::isfinite(device.peak_power_sampled_w))
+          writer.add_summary({label, "peak_power_sampled_w", device.peak_power_sampled_w, "W"});
         writer.add_summary({label, "peak_temp_c", device.peak_temp_c, "C"});
         writer.add_summary({label, "throttle_power_cap_s", device.throttle_power_cap_s, "s"});
         writer.add_summary({label, "throttle_sw_thermal_s", device.throttle_sw_thermal_s, "s"});
@@ -560,18 +563,18 @@ RecordResult record(const RecordOptions& options) {
                                  info.command, result.exit_code, result.duration_s, run_dir.string());
   for (const auto& note : result.notes) text += "  " + note + "\n";
   bool printed_gpu_header = false;
-  core::TextTable gpus({"device", "name", "energy", "mean power", "peak power", "peak temp", "power cap",
-                        "sw thermal", "hw thermal", "power brake", "samples"});
-  gpus.set_units({"", "", "J", "W", "W", "C", "s", "s", "s", "s", ""});
+  core::TextTable gpus({"device", "name", "energy", "mean power", "peak power", "peak sampled", "peak temp",
+                        "power cap", "sw thermal", "hw thermal", "power brake", "samples"});
+  gpus.set_units({"", "", "J", "W", "W", "W", "C", "s", "s", "s", "s", ""});
   for (const auto& device : result.devices) {
     if (device.label == "host") continue;
     printed_gpu_header = true;
-    gpus.add_row({device.label, device.name, format_number(device.energy_j, 1),
-                  format_number(device.mean_power_w, 1), format_number(device.peak_power_w, 1),
-                  format_number(device.peak_temp_c, 0), format_number(device.throttle_power_cap_s, 2),
-                  format_number(device.throttle_sw_thermal_s, 2),
-                  format_number(device.throttle_hw_thermal_s, 2),
-                  format_number(device.throttle_power_brake_s, 2), std::to_string(device.samples)});
+    gpus.add_row(
+        {device.label, device.name, format_number(device.energy_j, 1), format_number(device.mean_power_w, 1),
+         format_number(device.peak_power_w, 1), format_number(device.peak_power_sampled_w, 1),
+         format_number(device.peak_temp_c, 0), format_number(device.throttle_power_cap_s, 2),
+         format_number(device.throttle_sw_thermal_s, 2), format_number(device.throttle_hw_thermal_s, 2),
+         format_number(device.throttle_power_brake_s, 2), std::to_string(device.samples)});
   }
   if (printed_gpu_header) text += gpus.render();
   if (!result.steps.empty()) {

@@ -37,16 +37,17 @@ struct StepStats {
 
 /// Per-device end-of-run figures (from the run store's interval summary).
 struct DeviceSummary {
-  int32_t device_idx = 0;             ///< run device index
-  std::string label;                  ///< "gpu0", "cpu"
-  std::string name;                   ///< product name
-  double energy_j = 0;                ///< energy counter delta over the run (NaN if no counter)
-  double mean_power_w = 0;            ///< energy_j / duration
-  double peak_power_w = 0;            ///< max power_instant_w sample
-  double peak_temp_c = 0;             ///< max temp_gpu_c sample
-  double throttle_power_cap_s = 0;    ///< seconds clocks were held back by the power cap
-  double throttle_sw_thermal_s = 0;   ///< seconds of software thermal slowdown
-  double throttle_hw_thermal_s = 0;   ///< seconds of hardware thermal slowdown
+  int32_t device_idx = 0;            ///< run device index
+  std::string label;                 ///< "gpu0", "cpu"
+  std::string name;                  ///< product name
+  double energy_j = 0;               ///< energy counter delta over the run (NaN if no counter)
+  double mean_power_w = 0;           ///< energy_j / duration
+  double peak_power_w = 0;           ///< max power_instant_w sample
+  double peak_power_sampled_w = 0;   ///< max of the driver's own power samples (power_sampled_w; NaN if none)
+  double peak_temp_c = 0;            ///< max temp_gpu_c sample
+  double throttle_power_cap_s = 0;   ///< seconds clocks were held back by the power cap
+  double throttle_sw_thermal_s = 0;  ///< seconds of software thermal slowdown
+  double throttle_hw_thermal_s = 0;  ///< seconds of hardware thermal slowdown
   double throttle_power_brake_s = 0;  ///< seconds of hardware power brake
   int64_t samples = 0;                ///< samples of this device
 };

@@ -140,8 +140,12 @@ Sampler::Sampler(std::vector<Source*> sources, PeriodPlan plan, SamplerSink sink
           metric.query_group += ".slow";
           metric.expected_cost_ns = cost.wall_ns;
         }
-        const int64_t period_ns = plan.period_for(metric, cost.cpu_ns);
+        int64_t period_ns = plan.period_for(metric, cost.cpu_ns);
         if (period_ns <= 0) continue;  // a period of 0 turns the metric off
+        // A buffered metric's history is a ring (NVML: ~120 power samples, 2.4 s): read less often than its
+        // default and the oldest samples would be overwritten unseen.
+        if (metric.buffered && metric.default_period_ns > 0)
+          period_ns = std::min(period_ns, metric.default_period_ns);
         Loop*& loop = by_group[metric.query_group];
         if (loop == nullptr) {
           loops_.push_back(std::make_unique<Loop>());
@@ -196,6 +200,7 @@ Sampler::~Sampler() {
 void Sampler::start(int64_t start_ns) {
   if (!threads_.empty()) return;
   if (start_ns == 0) start_ns = core::monotonic_ns();
+  started_ns_ = start_ns;
   stopping_ = false;
   for (auto& loop : loops_) {
     for (auto& task : loop->tasks) task.next_deadline_ns = start_ns;
@@ -278,9 +283,11 @@ void Sampler::run_loop(Loop& loop) {
     for (size_t task_index = 0; task_index < loop.tasks.size(); ++task_index) {
       const Task& task = loop.tasks[task_index];
       if (!task.active) continue;
-      const bool due = closing ? source.devices()[task.device_position].metrics[task.metric_index].kind ==
-                                     MetricKind::kCounter
-                               : task.next_deadline_ns <= woke_ns;
+      // The closing pass reads what would otherwise be lost: counter deltas and buffered samples since the
+      // last read (a gauge's last value is already recorded).
+      const auto& info = source.devices()[task.device_position].metrics[task.metric_index];
+      const bool due =
+          closing ? info.kind == MetricKind::kCounter || info.buffered : task.next_deadline_ns <= woke_ns;
       if (due) due_indices.push_back(task_index);
     }
     batch.clear();
@@ -342,8 +349,16 @@ void Sampler::run_loop(Loop& loop) {
         }
         switch (reading.status) {
           case ReadStatus::kOk:
-            batch.push_back({loop.source_position, device_position, task.metric_index, t_ns, reading.value,
-                             reading.sensor_t_ns});
+            if (metric.buffered) {  // each sample at the time the source took it (none if none is new)
+              for (const TimedValue& sample : reading.series) {
+                if (sample.sensor_t_ns < started_ns_) continue;  // taken before the recording began
+                batch.push_back({loop.source_position, device_position, task.metric_index, sample.sensor_t_ns,
+                                 sample.value, sample.sensor_t_ns});
+              }
+            } else {
+              batch.push_back({loop.source_position, device_position, task.metric_index, t_ns, reading.value,
+                               reading.sensor_t_ns});
+            }
             break;
           case ReadStatus::kUnsupported:
             task.active = false;

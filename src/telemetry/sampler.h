@@ -21,10 +21,11 @@ namespace calo::telemetry {
 
 /// One value produced by the sampler.
 struct SampleRecord {
-  uint32_t source_position = 0;         ///< index into the sampler's sources
-  uint32_t device_position = 0;         ///< index into that source's devices()
-  uint32_t metric_index = 0;            ///< index into that device's metrics
-  int64_t t_ns = 0;                     ///< host CLOCK_MONOTONIC at the middle of the read
+  uint32_t source_position = 0;  ///< index into the sampler's sources
+  uint32_t device_position = 0;  ///< index into that source's devices()
+  uint32_t metric_index = 0;     ///< index into that device's metrics
+  int64_t t_ns =
+      0;  ///< host CLOCK_MONOTONIC at the middle of the read (buffered metrics: the sample's own time)
   double value = 0;                     ///< in the metric's unit
   int64_t sensor_t_ns = kNoSensorTime;  ///< sensor timestamp on CLOCK_MONOTONIC, or kNoSensorTime
 };
@@ -177,7 +178,8 @@ class Sampler {
   std::vector<std::unique_ptr<Gate>> gates_;  // one per source: slow reads take turns and yield to fast ones
   std::vector<std::thread> threads_;
   std::atomic<bool> stopping_{false};
-  std::mutex stop_mutex_;  // with stop_cv_: sleeping loops wake at their deadline or at stop()
+  int64_t started_ns_ = 0;  // start(): buffered samples taken before it are not delivered
+  std::mutex stop_mutex_;   // with stop_cv_: sleeping loops wake at their deadline or at stop()
   std::condition_variable stop_cv_;
   std::unique_ptr<std::atomic<bool>[]> device_lost_;  // flat over (source, device)
   std::vector<size_t> device_offset_;                 // first device_lost_ slot of each source

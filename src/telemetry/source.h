@@ -31,6 +31,7 @@ struct MetricInfo {
   std::string query_group;        ///< metrics of one group are read together; groups never share a thread
   int64_t default_period_ns = 0;  ///< recommended sampling period (follows the measured sensor refresh)
   int64_t expected_cost_ns = 0;   ///< typical cost of one read, as measured on H200 (0 = unknown)
+  bool buffered = false;  ///< the source keeps the history: a read returns every sample since the last one
 };
 
 /// One device of a source.
@@ -59,12 +60,19 @@ enum class ReadStatus {
 /// Sentinel for Reading::sensor_t_ns when the source attaches no timestamp of its own.
 inline constexpr int64_t kNoSensorTime = -1;
 
+/// One sample of a buffered metric, dated by the source.
+struct TimedValue {
+  int64_t sensor_t_ns = 0;  ///< when the source took it, on CLOCK_MONOTONIC
+  double value = 0;         ///< in the metric's unit
+};
+
 /// The result of reading one metric.
 struct Reading {
   ReadStatus status = ReadStatus::kError;  ///< kOk when value is valid
   double value = 0;                        ///< in the metric's unit; counters unwrapped
   int64_t sensor_t_ns = kNoSensorTime;     ///< sensor's own timestamp on CLOCK_MONOTONIC (core::monotonic_ns)
   std::string error;                       ///< what went wrong when status != kOk
+  std::vector<TimedValue> series;  ///< buffered metrics: the samples since the previous read, oldest first
 };
 
 /// A telemetry source. read()/read_batch() may be called concurrently from several sampler threads for

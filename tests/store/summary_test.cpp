@@ -36,6 +36,7 @@ TEST(Summary, PhaseFiguresFromASyntheticRun) {
     int32_t clock = writer.metric_id("clock_sm_mhz", "MHz", MetricKind::kGauge);
     int32_t temperature = writer.metric_id("temp_gpu_c", "C", MetricKind::kGauge);
     int32_t cap = writer.metric_id("throttle_power_cap_s", "s", MetricKind::kCounter);
+    int32_t sampled = writer.metric_id("power_sampled_w", "W", MetricKind::kGauge);
     // 20 s at 10 Hz. Device 0: 100 W for 10 s, then 500 W; device 1 draws twice as much.
     for (int tick = 0; tick <= 200; ++tick) {
       int64_t t_ns = tick * kSecond / 10;
@@ -50,6 +51,8 @@ TEST(Summary, PhaseFiguresFromASyntheticRun) {
         writer.append(Sample{device, temperature, t_ns, 30 + t_s, kNoSensorTime});
         writer.append(Sample{device, cap, t_ns, t_s < 10 ? 0.0 : 0.9 * (t_s - 10), kNoSensorTime});
       }
+      // The driver's own samples (device 0 only) see a 900 W spike at 15 s that power_instant_w missed.
+      writer.append(Sample{0, sampled, t_ns, tick == 150 ? 900.0 : (t_s < 10 ? 100.0 : 500.0), t_ns});
     }
     writer.append_span(Span{kNone, kNone, SpanKind::kPhase, "idle", "", 0, 10 * kSecond});
     writer.append_span(Span{kNone, kNone, SpanKind::kPhase, "load", "", 10 * kSecond, 20 * kSecond});
@@ -71,6 +74,9 @@ TEST(Summary, PhaseFiguresFromASyntheticRun) {
   EXPECT_DOUBLE_EQ(phases[2].temp_gpu_start_c, 40.0);
   EXPECT_DOUBLE_EQ(phases[2].temp_gpu_end_c, 49.9);
   EXPECT_DOUBLE_EQ(phases[2].peak_power_instant_w, 500.0);
+  EXPECT_DOUBLE_EQ(phases[2].peak_power_sampled_w, 900.0);
+  EXPECT_DOUBLE_EQ(phases[0].peak_power_sampled_w, 100.0);
+  EXPECT_TRUE(std::isnan(phases[1].peak_power_sampled_w));  // device 1 has no power samples
   EXPECT_NEAR(phases[2].power_integral_j, 500.0 * 9.9, 1e-6);  // samples inside [10 s, 20 s)
   // A phase that starts between samples: the counter is interpolated, 2 s at 1000 W.
   EXPECT_EQ(phases[4].label, "only1");

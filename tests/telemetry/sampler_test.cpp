@@ -37,14 +37,14 @@ class TimedSource : public Source {
   const std::vector<DeviceInfo>& devices() const override { return devices_; }
   Reading read(size_t device_position, size_t metric_index) override {
     if (device_position == 1 && lose_device_1_at_ns_ > 0 && core::monotonic_ns() > lose_device_1_at_ns_) {
-      return {ReadStatus::kDeviceLost, 0, kNoSensorTime, "GPU is lost"};
+      return {ReadStatus::kDeviceLost, 0, kNoSensorTime, "GPU is lost", {}};
     }
-    if (metric_index == 2) return {ReadStatus::kUnsupported, 0, kNoSensorTime, "not supported"};
+    if (metric_index == 2) return {ReadStatus::kUnsupported, 0, kNoSensorTime, "not supported", {}};
     if (metric_index == 1) {
       timespec nap{0, 30 * kMs};
       nanosleep(&nap, nullptr);
     }
-    return {ReadStatus::kOk, static_cast<double>(metric_index), core::monotonic_ns(), ""};
+    return {ReadStatus::kOk, static_cast<double>(metric_index), core::monotonic_ns(), "", {}};
   }
   int64_t lose_device_1_at_ns_ = 0;
 
@@ -162,7 +162,7 @@ class SneakySource : public Source {
       while (core::monotonic_ns() < until_ns) {
       }
     }
-    return {ReadStatus::kOk, 1.0, kNoSensorTime, ""};
+    return {ReadStatus::kOk, 1.0, kNoSensorTime, "", {}};
   }
 
  private:
@@ -228,7 +228,7 @@ class IntervalSource : public Source {
     }
     std::lock_guard lock(mutex_);
     intervals_[metric_index].emplace_back(begin_ns, core::monotonic_ns());
-    return {ReadStatus::kOk, 1.0, kNoSensorTime, ""};
+    return {ReadStatus::kOk, 1.0, kNoSensorTime, "", {}};
   }
   std::mutex mutex_;
   std::map<size_t, std::vector<std::pair<int64_t, int64_t>>> intervals_;
@@ -407,6 +407,84 @@ TEST(Sampler, ALoopSleepsOncePerDeadlineAndStopWakesIt) {
     const auto key = std::make_tuple(0u, device, 1u);
     EXPECT_EQ(collected.times[key].size(), 2u) << "device " << device;  // start + closing read
   }
+}
+
+// A source that keeps its own sample history (as NVML keeps power samples): every read returns the samples
+// "taken" every 20 ms since the previous read, dated by the source, including some from before the start.
+class BufferedSource : public Source {
+ public:
+  BufferedSource() {
+    DeviceInfo device;
+    device.kind = "gpu";
+    device.metrics.push_back(
+        {"power_sampled_w", "W", MetricKind::kGauge, "buffered.samples", 200 * kMs, 500'000, true});
+    devices_.push_back(device);
+    last_ns_ = core::monotonic_ns() - 100 * kMs;  // the first read returns samples from before start()
+  }
+  std::string name() const override { return "buffered"; }
+  bool available() const override { return true; }
+  std::string unavailable_reason() const override { return ""; }
+  const std::vector<DeviceInfo>& devices() const override { return devices_; }
+  Reading read(size_t, size_t) override {
+    Reading reading{ReadStatus::kOk, 0, kNoSensorTime, "", {}};
+    const int64_t now_ns = core::monotonic_ns();
+    for (int64_t t_ns = last_ns_ + 20 * kMs; t_ns <= now_ns; t_ns += 20 * kMs) {
+      reading.series.push_back({t_ns, static_cast<double>(++taken_)});
+      last_ns_ = t_ns;
+    }
+    return reading;
+  }
+
+ private:
+  std::vector<DeviceInfo> devices_;
+  int64_t last_ns_ = 0;
+  int taken_ = 0;
+};
+
+TEST(Sampler, BufferedMetricDeliversEverySampleAtItsOwnTimeFromStartToStop) {
+  BufferedSource source;
+  std::vector<SampleRecord> records;
+  std::mutex mutex;
+  SamplerSink sink{[&](std::span<const SampleRecord> batch) {
+                     std::lock_guard lock(mutex);
+                     records.insert(records.end(), batch.begin(), batch.end());
+                   },
+                   {}};
+  PeriodPlan plan;
+  plan.measured_costs = CostTable{};  // no cost-measuring reads: the test counts every sample
+  Sampler sampler({&source}, plan, sink);
+  const int64_t start_ns = core::monotonic_ns();
+  sampler.start(start_ns);
+  timespec nap{0, 700 * kMs};
+  nanosleep(&nap, nullptr);
+  sampler.stop();
+  const int64_t stop_ns = core::monotonic_ns();
+  // Reads at 0, 200, 400, 600 ms and the closing read at ~700 ms: together every 20 ms sample from start to
+  // stop, each at the time the source gave it, none from before start, none twice.
+  ASSERT_FALSE(records.empty());
+  EXPECT_GE(records.front().t_ns, start_ns);
+  EXPECT_LT(records.front().t_ns, start_ns + 20 * kMs);
+  for (size_t index = 1; index < records.size(); ++index) {
+    EXPECT_EQ(records[index].t_ns - records[index - 1].t_ns, 20 * kMs) << "sample " << index;
+    EXPECT_EQ(records[index].value, records[index - 1].value + 1) << "sample " << index;
+    EXPECT_EQ(records[index].sensor_t_ns, records[index].t_ns);
+  }
+  EXPECT_GT(records.back().t_ns, stop_ns - 40 * kMs) << "the closing read did not collect the last samples";
+  EXPECT_GE(records.size(), 33u);  // 700 ms / 20 ms, less the edges
+}
+
+TEST(Sampler, BufferedMetricIsNeverReadLessOftenThanItsDefault) {
+  BufferedSource source;
+  PeriodPlan plan;
+  plan.measured_costs = CostTable{};
+  plan.slow_override_ns = 5000 * kMs;  // would let the source's ring overflow between reads
+  Sampler sampler({&source}, plan, {});
+  const auto schedule = sampler.schedule();
+  ASSERT_EQ(schedule.size(), 1u);
+  EXPECT_EQ(schedule[0].period_ns, 200 * kMs);
+  plan.by_metric_ns["power_sampled_w"] = 0;  // but it can be turned off
+  Sampler off({&source}, plan, {});
+  EXPECT_TRUE(off.schedule().empty());
 }
 
 TEST(PeriodPlan, MetricBeatsGroupBeatsFastSlowBeatsDefault) {

@@ -164,6 +164,8 @@ print(f"gemm throughput: off median {off:.2f} TFLOP/s, on median {on:.2f} TFLOP/
       f"loss {100 * (off - on) / off:.3f} % (target <= 0.3 %)")
 PY
 # One recorded run's summary (per-GPU energy, power, throttle) and its schedule with measured costs.
+[ -f "$out/runs/gemm-on-0/run.db" ] && python3 "$repo/bench/gpu/check_power_samples.py" "$out/runs/gemm-on-0" \
+  2>&1 | tee "$out/power_samples_check.txt" | tee -a "$out/run_all.log"
 [ -f "$out/runs/gemm-on-0/run.db" ] && python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("select config_json from run").fetchone()[0])' \
   "$out/runs/gemm-on-0/run.db" > "$out/gemm_on_0_config.json" 2>&1
 log "done; results packed into $final_out/telemetry_results.tar.gz"

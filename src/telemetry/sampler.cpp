@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 
 #include "core/time.h"
@@ -103,6 +104,8 @@ struct Sampler::Loop {
   LoopStats stats;
   JitterHistogram jitter;
   mutable std::mutex stats_mutex;  // guards stats/jitter for stats() while running
+  std::mutex wake_mutex;           // with wake: the loop sleeps to its deadline or until stop()
+  std::condition_variable wake;
 };
 
 // Per source: the slow loops read one at a time (they would only spin against each other inside the driver)
@@ -188,7 +191,7 @@ void Sampler::wait_for_gap(Loop& loop, int64_t expected_cost_ns) {
     if (busy) waited_for_read = true;
     const int64_t wake_ns =
         busy || next_fast_ns - now_ns < kPollNs ? now_ns + kPollNs : std::min(next_fast_ns, give_up_ns);
-    sleep_until_or_stop(wake_ns);
+    sleep_until_or_stop(loop, wake_ns);
     if (!busy && next_fast_ns != INT64_MAX && wake_ns >= next_fast_ns) waited_for_read = true;
   }
 }
@@ -208,21 +211,23 @@ void Sampler::start(int64_t start_ns) {
   }
 }
 
-void Sampler::sleep_until_or_stop(int64_t deadline_ns, uint64_t* sleeps) {
+void Sampler::sleep_until_or_stop(Loop& loop, int64_t deadline_ns, uint64_t* sleeps) {
   // One timed wait per deadline: a loop whose next read is a second away sleeps once, not in short naps (each
   // wake-up costs tens of µs of CPU on a VM, and five slow loops napping every 20 ms cost 0.5 % of a core).
-  std::unique_lock lock(stop_mutex_);
+  // Each loop waits on its own mutex, so no loop's wake-up ever waits for another loop's lock.
+  std::unique_lock lock(loop.wake_mutex);
   if (sleeps != nullptr) ++*sleeps;
-  stop_cv_.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline_ns)),
-                      [this] { return stopping_.load(std::memory_order_relaxed); });
+  loop.wake.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline_ns)),
+                       [this] { return stopping_.load(std::memory_order_relaxed); });
 }
 
 void Sampler::stop() {
-  {
-    std::lock_guard lock(stop_mutex_);
-    stopping_ = true;
+  stopping_ = true;
+  for (auto& loop : loops_) {
+    std::lock_guard lock(
+        loop->wake_mutex);  // a loop between its check and its wait sees stopping_ or the notify
+    loop->wake.notify_all();
   }
-  stop_cv_.notify_all();
   for (auto& thread : threads_) {
     if (thread.joinable()) thread.join();
   }
@@ -263,7 +268,7 @@ void Sampler::run_loop(Loop& loop) {
     if (!closing) {
       if (!loop.slow) loop.next_read_ns.store(deadline_ns, std::memory_order_release);
       uint64_t sleeps = 0;
-      sleep_until_or_stop(deadline_ns, &sleeps);
+      sleep_until_or_stop(loop, deadline_ns, &sleeps);
       {
         std::lock_guard lock(loop.stats_mutex);
         loop.stats.sleeps += sleeps;

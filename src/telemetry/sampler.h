@@ -3,7 +3,6 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -168,7 +167,7 @@ class Sampler {
   struct Gate;
   void run_loop(Loop& loop);
   void wait_for_gap(Loop& loop, int64_t expected_cost_ns);
-  void sleep_until_or_stop(int64_t deadline_ns, uint64_t* sleeps = nullptr);
+  void sleep_until_or_stop(Loop& loop, int64_t deadline_ns, uint64_t* sleeps = nullptr);
   void report(const SamplerEvent& event);
 
   std::vector<Source*> sources_;
@@ -179,8 +178,6 @@ class Sampler {
   std::vector<std::thread> threads_;
   std::atomic<bool> stopping_{false};
   int64_t started_ns_ = 0;  // start(): buffered samples taken before it are not delivered
-  std::mutex stop_mutex_;   // with stop_cv_: sleeping loops wake at their deadline or at stop()
-  std::condition_variable stop_cv_;
   std::unique_ptr<std::atomic<bool>[]> device_lost_;  // flat over (source, device)
   std::vector<size_t> device_offset_;                 // first device_lost_ slot of each source
 };

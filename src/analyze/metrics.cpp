@@ -377,15 +377,19 @@ RunAnalysis analyze_run(const std::filesystem::path& run_dir, const AnalyzeOptio
   std::vector<DeviceMetrics> device_metrics(device_count);
   std::vector<int64_t> samples_read(device_count, 0);
   double window_s = static_cast<double>(analysis.t_end_ns - analysis.t_begin_ns) * 1e-9;
-  bool has_instant_power = false;
-  for (const auto& metric : metrics)
-    has_instant_power = has_instant_power || metric.name == "power_instant_w";
+  // The power figures come from one series: the driver's own 20 ms samples where recorded (every sample, none
+  // missed), else the polled instantaneous power, else the 1 s average.
+  std::string power_metric;
+  for (const char* candidate : {"power_sampled_w", "power_instant_w", "power_avg_w"}) {
+    for (const auto& metric : metrics) {
+      if (power_metric.empty() && metric.name == candidate) power_metric = candidate;
+    }
+  }
   auto make_accumulators = [&] {
     std::vector<SeriesAccumulator> accumulators;
     accumulators.reserve(metrics.size());
     for (const auto& metric : metrics) {
-      bool keep_values =
-          metric.name == "power_instant_w" || (metric.name == "power_avg_w" && !has_instant_power);
+      bool keep_values = metric.name == power_metric;
       accumulators.emplace_back(metric, analysis.t_begin_ns, analysis.t_end_ns, analysis.chart_begin_ns,
                                 analysis.chart_end_ns, options.chart_buckets, keep_values);
     }
@@ -406,7 +410,7 @@ RunAnalysis analyze_run(const std::filesystem::path& run_dir, const AnalyzeOptio
       SeriesDigest digest = accumulator.finish();
       samples_read[slot] += digest.count;
       if (digest.count == 0) continue;
-      if (metric.name == "power_instant_w" || (metric.name == "power_avg_w" && !has_instant_power)) {
+      if (metric.name == power_metric) {
         out.power_mean_w = digest.time_mean;
         out.power_p50_w = digest.values.p50;
         out.power_p99_w = digest.values.p99;

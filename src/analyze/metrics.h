@@ -57,8 +57,8 @@ struct SeriesDigest {
 struct DeviceMetrics {
   store::DeviceInfo device;          ///< the device row
   double energy_j = NAN;             ///< energy_j counter delta over the analysis window
-  double power_integral_j = NAN;     ///< trapezoid integral of power_instant_w over the window (cross-check)
-  double power_mean_w = NAN;         ///< time-weighted mean of power (instant, else average)
+  double power_integral_j = NAN;     ///< trapezoid integral of the power series over the window (cross-check)
+  double power_mean_w = NAN;         ///< time-weighted mean of power (sampled, else instant, else average)
   double power_p50_w = NAN;          ///< median power sample
   double power_p99_w = NAN;          ///< 99th percentile power sample
   double power_peak_w = NAN;         ///< largest power sample

@@ -150,7 +150,7 @@ std::string time_series_section(const analyze::RunAnalysis& run) {
     std::vector<const char*> metrics;
     const char* label;
   };
-  const Wanted wanted[] = {{{"power_instant_w", "power_avg_w"}, "GPU power"},
+  const Wanted wanted[] = {{{"power_sampled_w", "power_instant_w", "power_avg_w"}, "GPU power"},
                            {{"temp_gpu_c"}, "GPU temperature"},
                            {{"clock_sm_mhz"}, "SM clock"},
                            {{"util_gpu_pct"}, "GPU utilization"}};

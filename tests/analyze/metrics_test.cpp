@@ -179,5 +179,31 @@ TEST(RunMetrics, OutOfOrderStorageFallsBackToSeriesQueries) {
   EXPECT_DOUBLE_EQ(run.device_metrics[0].power_peak_w, 400.0);
 }
 
+TEST(RunMetrics, PowerFiguresUseTheDriversOwnSamplesWhenRecorded) {
+  testing::TempDir dir("sampled");
+  {
+    store::RunInfo info;
+    info.name = "sampled";
+    store::RunWriter writer(dir.path / "run", info);
+    store::DeviceInfo device;
+    writer.add_device(device);
+    int32_t instant = writer.metric_id("power_instant_w", "W", store::MetricKind::kGauge);
+    int32_t sampled = writer.metric_id("power_sampled_w", "W", store::MetricKind::kGauge);
+    // Polling saw 300 W every 100 ms; the driver's 20 ms samples also hold a 40 ms spike to 900 W at 1.0 s.
+    for (int64_t tick = 0; tick <= 20; ++tick) writer.append({0, instant, tick * 100'000'000LL, 300.0});
+    for (int64_t tick = 0; tick <= 100; ++tick) {
+      const double watts = tick == 50 || tick == 51 ? 900.0 : 300.0;
+      writer.append({0, sampled, tick * 20'000'000LL, watts, tick * 20'000'000LL});
+    }
+    writer.finish(2'000'000'000);
+  }
+  auto run = analyze_run(dir.path / "run");
+  const auto& gpu = run.device_metrics[0];
+  EXPECT_DOUBLE_EQ(gpu.power_peak_w, 900.0);
+  // Sample-and-hold between the first and last sample of the window [0, 2 s) (0 .. 1.98 s): 40 ms at 900 W.
+  EXPECT_NEAR(gpu.power_mean_w, (0.04 * 900.0 + 1.94 * 300.0) / 1.98, 1e-9);
+  EXPECT_DOUBLE_EQ(gpu.power_swing_100ms_w, 600.0);
+}
+
 }  // namespace
 }  // namespace calo::analyze

@@ -23,10 +23,21 @@ int64_t PeriodPlan::period_for(const MetricInfo& metric, int64_t cpu_ns) const {
   if (!slow && fast_override_ns > 0) return fast_override_ns;
   const int64_t default_ns = metric.default_period_ns > 0 ? metric.default_period_ns : 100'000'000;
   if (!slow || cpu_ns <= 0) return default_ns;
-  // Expensive queries spin in the driver (energy ~2-4 ms of CPU per read on H200): stretch the default so
+  return cpu_budget_period_ns(default_ns, cpu_ns);
+}
+
+bool PeriodPlan::is_explicit(const MetricInfo& metric) const {
+  const bool slow = metric.expected_cost_ns >= kSlowQueryNs;
+  return by_metric_ns.contains(metric.name) || by_group_ns.contains(metric.query_group) ||
+         (slow ? slow_override_ns : fast_override_ns) > 0;
+}
+
+int64_t cpu_budget_period_ns(int64_t default_ns, int64_t cpu_ns) {
+  // Expensive queries spin in the driver (energy ~2-5 ms of CPU per read on H200): stretch the default so
   // one such metric costs at most kSlowMetricCpuShare of a core, in whole 100 ms steps.
   constexpr int64_t kStepNs = 100'000'000;
-  const auto budget_ns = static_cast<int64_t>(static_cast<double>(cpu_ns) / kSlowMetricCpuShare);
+  const auto budget_ns =
+      static_cast<int64_t>(static_cast<double>(std::max<int64_t>(cpu_ns, 0)) / kSlowMetricCpuShare);
   return std::max(default_ns, (budget_ns + kStepNs - 1) / kStepNs * kStepNs);
 }
 
@@ -92,6 +103,9 @@ struct Sampler::Task {
   bool active = true;
   bool error_reported = false;
   int64_t cost_ns = 0;  // expected wall time of one read (measured at start, then following real reads)
+  // A slow metric at its default period: the period follows the CPU its reads really cost (0 = fixed period).
+  int64_t budget_default_ns = 0;
+  int64_t cpu_per_read_ns = 0;  // running mean (1/8 weight) of the CPU of one read, slow loops only
 };
 
 struct Sampler::Loop {
@@ -158,7 +172,10 @@ Sampler::Sampler(std::vector<Source*> sources, PeriodPlan plan, SamplerSink sink
           loop->stats.source = source->name();
           loop->stats.group = metric.query_group;
         }
-        loop->tasks.push_back({device_position, metric_index, period_ns, 0, true, false, cost.wall_ns});
+        const bool follows_cpu = metric.expected_cost_ns >= kSlowQueryNs && !metric.buffered &&
+                                 !plan.is_explicit(metric) && metric.default_period_ns > 0;
+        loop->tasks.push_back({device_position, metric_index, period_ns, 0, true, false, cost.wall_ns,
+                               follows_cpu ? metric.default_period_ns : 0, cost.cpu_ns});
         if (metric.expected_cost_ns >= kSlowQueryNs) loop->slow = true;
       }
     }
@@ -324,11 +341,22 @@ void Sampler::run_loop(Loop& loop) {
         slow_turn = std::unique_lock(gates_[loop.source_position]->slow_turn);
         wait_for_gap(loop, expected_cost_ns);
       }
+      const int64_t read_cpu_begin_ns = loop.slow ? core::thread_cpu_ns() : 0;
       const int64_t read_begin_ns = core::monotonic_ns();
       source.read_batch(device_position, metric_indices, readings);
       const int64_t read_end_ns = core::monotonic_ns();
       if (slow_turn.owns_lock()) {
         slow_turn.unlock();
+        // The CPU a read really costs (cold, under load: 2-3x the cheapest read measured at start) sets the
+        // period of a metric at its default, so that each stays within kSlowMetricCpuShare of a core.
+        const int64_t cpu_share_ns =
+            (core::thread_cpu_ns() - read_cpu_begin_ns) / static_cast<int64_t>(end - begin);
+        for (size_t position = begin; position < end; ++position) {
+          Task& task = loop.tasks[due_indices[position]];
+          task.cpu_per_read_ns += (cpu_share_ns - task.cpu_per_read_ns) / 8;
+          if (task.budget_default_ns > 0)
+            task.period_ns = cpu_budget_period_ns(task.budget_default_ns, task.cpu_per_read_ns);
+        }
         // The gap needed is what reads really take (energy: 2.4 ms at start, up to 5 ms later): follow rises
         // at once and falls slowly.
         const int64_t share_ns = (read_end_ns - read_begin_ns) / static_cast<int64_t>(end - begin);

@@ -75,7 +75,14 @@ struct PeriodPlan {
   /// The period for `metric` whose reads cost `cpu_ns` of CPU (explicit metric > group > fast/slow
   /// override > default; a slow metric's default is stretched so it uses <= kSlowMetricCpuShare of a core).
   int64_t period_for(const MetricInfo& metric, int64_t cpu_ns = 0) const;
+  /// True when `metric`'s period was given (by metric, group or fast/slow override), not derived from
+  /// defaults.
+  bool is_explicit(const MetricInfo& metric) const;
 };
+
+/// The default period of an expensive metric whose reads cost `cpu_ns` of CPU each: max(default_ns,
+/// cpu_ns / kSlowMetricCpuShare), rounded up to whole 100 ms.
+int64_t cpu_budget_period_ns(int64_t default_ns, int64_t cpu_ns);
 
 /// Scheduling statistics of one sampler thread.
 struct LoopStats {
@@ -158,7 +165,7 @@ class Sampler {
     QueryCost cost;      ///< measured cost of one read (first device)
     bool reclassified;   ///< declared cheap but measured slow on this host: moved out of its fast group
   };
-  /// What will be (or is being) sampled.
+  /// What will be sampled (before start()) or was (after stop(): periods that followed read costs as stretched).
   std::vector<Scheduled> schedule() const;
 
  private:

@@ -169,6 +169,62 @@ class SneakySource : public Source {
   std::vector<DeviceInfo> devices_;
 };
 
+// A source whose expensive counter is cheap while the sampler measures it (150 µs of CPU, hot) and costs 1 ms
+// of CPU per read afterwards (as NVML's PCIe and throttle counters cost 2-3x more read 100 ms apart, cold).
+class CostlierLaterSource : public Source {
+ public:
+  CostlierLaterSource() {
+    DeviceInfo device;
+    device.kind = "gpu";
+    device.metrics.push_back(
+        {"pcie_like_bytes", "bytes", MetricKind::kCounter, "costly", 100 * kMs, 200'000});
+    devices_.push_back(device);
+  }
+  std::string name() const override { return "costly"; }
+  bool available() const override { return true; }
+  std::string unavailable_reason() const override { return ""; }
+  const std::vector<DeviceInfo>& devices() const override { return devices_; }
+  Reading read(size_t, size_t) override {
+    const int64_t spin_ns = reads_++ < 3 ? 150'000 : kMs;
+    const int64_t until_ns = core::thread_cpu_ns() + spin_ns;
+    while (core::thread_cpu_ns() < until_ns) {
+    }
+    return {ReadStatus::kOk, static_cast<double>(reads_), kNoSensorTime, "", {}};
+  }
+  std::atomic<int> reads_{0};
+
+ private:
+  std::vector<DeviceInfo> devices_;
+};
+
+TEST(Sampler, ExpensiveDefaultPeriodFollowsWhatReadsReallyCost) {
+  CostlierLaterSource source;
+  Sampler sampler({&source}, PeriodPlan{}, {});  // measures 3 reads at 150 µs: 200 ms
+  ASSERT_EQ(sampler.schedule().at(0).period_ns, 200 * kMs);
+  const int reads_before = source.reads_.load();
+  sampler.start();
+  timespec nap{2, 0};
+  nanosleep(&nap, nullptr);
+  sampler.stop();
+  // At 1 ms of CPU per read the budget (0.1 % of a core) is one read a second; the period climbs towards it
+  // as the running mean of real reads rises (300, 400, 500, 600 ms ...): 5-6 reads in 2 s, not 10.
+  const int reads = source.reads_.load() - reads_before - 1;  // less the closing read
+  EXPECT_LE(reads, 7);
+  EXPECT_GE(reads, 3);
+  EXPECT_GE(sampler.schedule().at(0).period_ns, 500 * kMs);
+
+  CostlierLaterSource pinned_source;  // a period the user gave is kept whatever the reads cost
+  PeriodPlan plan;
+  plan.by_metric_ns["pcie_like_bytes"] = 100 * kMs;
+  Sampler pinned({&pinned_source}, plan, {});
+  const int pinned_before = pinned_source.reads_.load();
+  pinned.start();
+  nanosleep(&nap, nullptr);
+  pinned.stop();
+  EXPECT_GE(pinned_source.reads_.load() - pinned_before - 1, 18);
+  EXPECT_EQ(pinned.schedule().at(0).period_ns, 100 * kMs);
+}
+
 TEST(Sampler, QueryMeasuredSlowLeavesTheFastGroupAndIsReadLessOften) {
   SneakySource source;
   const CostTable costs = measure_query_costs({&source});

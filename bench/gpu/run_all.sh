@@ -102,6 +102,15 @@ sleep 5
 wait $load_pid
 tail -1 "$out/overhead_load.txt" | tee -a "$out/run_all.log"
 
+log "overhead under GEMM load at calo record's default periods"
+gemm_all $((overhead_seconds + 10)) > /dev/null 2>&1 &
+load_pid=$!
+sleep 5
+"$bin/telemetry_overhead_bench" --mode overhead --seconds "$overhead_seconds" --default-periods \
+  > "$out/overhead_default_load.txt" 2>&1
+wait $load_pid
+tail -1 "$out/overhead_default_load.txt" | tee -a "$out/run_all.log"
+
 # capture_run FILE [ARGS...]: capture ratio while every GPU alternates 200 ms of GEMMs and 200 ms of sleep in one
 # long-lived process (the fixture's burst phase). Restarting GEMM processes instead (the first runs) stalls NVML
 # for tens of ms at every CUDA context creation and churns mem_used.

@@ -1,7 +1,8 @@
 // Telemetry overhead/capture benchmark (docs/BENCHMARKS.md "Telemetry").
 //   overhead: records every local device into a real run store for --seconds with fast metrics at
-//             --fast-period and slow ones at --slow-period; reports the process CPU share per GPU (getrusage)
-//             and the sampler's scheduling jitter. Target on 4×H200: ≤ 1 % of one core per GPU, p99 ≤ 1 ms.
+//             --fast-period and slow ones at --slow-period (or at calo record's defaults with
+//             --default-periods); reports the process CPU share per GPU (getrusage) and the sampler's
+//             scheduling jitter. Target on 4×H200: ≤ 1 % of one core per GPU, p99 ≤ 1 ms.
 //   capture:  one "truth" thread per device reads the cheap gauges back to back (as `calo probe` does) while
 //   the
 //             sampler records at its default periods; a sensor change (a new value held over [t0, t1)) counts
@@ -34,6 +35,7 @@ struct Options {
   double seconds = 10;
   int64_t fast_period_ns = 10'000'000;
   bool fast_period_given = false;  // capture mode uses the default periods unless --fast-period is given
+  bool default_periods = false;    // overhead mode: --default-periods records at calo record's defaults
   int64_t slow_period_ns = 1'000'000'000;
   std::vector<std::string> sources;  // empty = all available
 };
@@ -71,7 +73,8 @@ class SyntheticSource : public Source {
   std::string unavailable_reason() const override { return ""; }
   const std::vector<DeviceInfo>& devices() const override { return devices_; }
   Reading read(size_t device_position, size_t metric_index) override {
-    return {ReadStatus::kOk, static_cast<double>(device_position * 100 + metric_index), kNoSensorTime, "", {}};
+    return {
+        ReadStatus::kOk, static_cast<double>(device_position * 100 + metric_index), kNoSensorTime, "", {}};
   }
 
  private:
@@ -140,8 +143,10 @@ int run_overhead(const Options& options) {
     }
   }
   PeriodPlan plan;
-  plan.fast_override_ns = options.fast_period_ns;
-  plan.slow_override_ns = options.slow_period_ns;
+  if (!options.default_periods) {
+    plan.fast_override_ns = options.fast_period_ns;
+    plan.slow_override_ns = options.slow_period_ns;
+  }
   SamplerSink sink;
   sink.on_samples =
       [&](std::span<const SampleRecord> records) {  // one append per wake-up, as calo record does
@@ -156,9 +161,12 @@ int run_overhead(const Options& options) {
         writer.append(std::span<const store::Sample>(converted));
       };
   Sampler sampler(sources, plan, sink);
-  fmt::print("# mode overhead: {:g} s, fast metrics every {:g} ms, slow every {:g} ms, {} GPU(s), store {}\n",
-             options.seconds, static_cast<double>(options.fast_period_ns) / 1e6,
-             static_cast<double>(options.slow_period_ns) / 1e6, gpus, run_dir.string());
+  fmt::print("# mode overhead: {:g} s, {}, {} GPU(s), store {}\n", options.seconds,
+             options.default_periods ? std::string("default periods (as calo record)")
+                                     : fmt::format("fast metrics every {:g} ms, slow every {:g} ms",
+                                                   static_cast<double>(options.fast_period_ns) / 1e6,
+                                                   static_cast<double>(options.slow_period_ns) / 1e6),
+             gpus, run_dir.string());
   print_schedule(sampler);
   const double cpu_before_s = process_cpu_s();
   const int64_t wall_before_ns = core::monotonic_ns();
@@ -433,6 +441,8 @@ int main(int argc, char** argv) {
         options.fast_period_given = true;
       } else if (arg == "--slow-period") {
         options.slow_period_ns = parse_duration_ns(value(), "--slow-period");
+      } else if (arg == "--default-periods") {
+        options.default_periods = true;
       } else if (arg == "--sources") {
         std::string list = value();
         for (size_t begin = 0; begin <= list.size();) {
@@ -445,7 +455,7 @@ int main(int argc, char** argv) {
         fmt::print(
             stderr,
             "usage: telemetry_overhead_bench [--mode overhead|capture] [--seconds N] [--fast-period 10ms] "
-            "[--slow-period 1s] [--sources nvml,procfs,synthetic]\n");
+            "[--slow-period 1s] [--default-periods] [--sources nvml,procfs,synthetic]\n");
         return 2;
       }
     } catch (const std::exception& error) {

@@ -1,5 +1,6 @@
 // Sampler: one thread per (source, query group); each metric has its own period on absolute deadlines
-// (clock_nanosleep TIMER_ABSTIME, no drift); records scheduling jitter, late and missed deadlines.
+// (one timed wait on CLOCK_MONOTONIC per deadline, no drift); records scheduling jitter, late and missed
+// deadlines.
 #pragma once
 
 #include <atomic>
@@ -165,7 +166,8 @@ class Sampler {
     QueryCost cost;      ///< measured cost of one read (first device)
     bool reclassified;   ///< declared cheap but measured slow on this host: moved out of its fast group
   };
-  /// What will be sampled (before start()) or was (after stop(): periods that followed read costs as stretched).
+  /// What will be sampled (before start()) or was (after stop(): periods that followed read costs as
+  /// stretched).
   std::vector<Scheduled> schedule() const;
 
  private:

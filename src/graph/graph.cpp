@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <utility>
 
 #include "core/error.h"
 #include "model/accounting.h"
@@ -14,6 +15,16 @@
 namespace calo::graph {
 
 namespace {
+
+/// The graph's group kinds that are RankMap groups (every kind but the tied-embedding group); their names are
+/// parallel::to_string's.
+constexpr std::pair<GroupKind, parallel::GroupKind> kRankMapKinds[] = {
+    {GroupKind::kTp, parallel::GroupKind::kTp},
+    {GroupKind::kDp, parallel::GroupKind::kDp},
+    {GroupKind::kPp, parallel::GroupKind::kPp},
+    {GroupKind::kEp, parallel::GroupKind::kEp},
+    {GroupKind::kExpertDp, parallel::GroupKind::kExpertDp},
+};
 
 /// Bytes per bf16 element.
 constexpr double kBf16Bytes = 2.0;
@@ -880,14 +891,7 @@ void build_groups(Graph& graph) {
   const int world = layout.world_size();
   graph.group_of_rank.assign(world, {-1, -1, -1, -1, -1, -1});
   parallel::RankMap rank_map(layout);
-  const std::pair<GroupKind, parallel::GroupKind> kinds[] = {
-      {GroupKind::kTp, parallel::GroupKind::kTp},
-      {GroupKind::kDp, parallel::GroupKind::kDp},
-      {GroupKind::kPp, parallel::GroupKind::kPp},
-      {GroupKind::kEp, parallel::GroupKind::kEp},
-      {GroupKind::kExpertDp, parallel::GroupKind::kExpertDp},
-  };
-  for (const auto& [kind, parallel_kind] : kinds) {
+  for (const auto& [kind, parallel_kind] : kRankMapKinds) {
     if (kind == GroupKind::kEp || kind == GroupKind::kExpertDp) {
       if (!graph.model.is_moe()) continue;
     }
@@ -1124,21 +1128,10 @@ const char* to_string(CollectiveKind kind) {
 }
 
 const char* to_string(GroupKind kind) {
-  switch (kind) {
-    case GroupKind::kTp:
-      return "tp";
-    case GroupKind::kDp:
-      return "dp";
-    case GroupKind::kPp:
-      return "pp";
-    case GroupKind::kEp:
-      return "ep";
-    case GroupKind::kExpertDp:
-      return "edp";
-    case GroupKind::kEmbedding:
-      return "embedding";
+  for (const auto& [graph_kind, parallel_kind] : kRankMapKinds) {
+    if (graph_kind == kind) return parallel::to_string(parallel_kind);
   }
-  return "?";
+  return kind == GroupKind::kEmbedding ? "embedding" : "?";
 }
 
 std::string describe(const Op& op) {

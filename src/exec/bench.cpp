@@ -468,6 +468,7 @@ BenchOutcome run_bench_rank(const BenchOptions& options, LaunchInfo launch) {
                              {"energy_j", json_number(device_energy)},
                              {"mean_power_w", json_number(device_power)},
                              {"peak_power_w", json_number(interval.peak_power_instant_w)},
+                             {"peak_power_sampled_w", json_number(interval.peak_power_sampled_w)},
                              {"peak_temp_c", json_number(interval.temp_gpu_max_c)},
                              {"samples", interval.sample_count}});
     }

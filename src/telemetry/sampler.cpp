@@ -15,21 +15,39 @@
 
 namespace calo::telemetry {
 
-int64_t PeriodPlan::period_for(const MetricInfo& metric, int64_t cpu_ns) const {
-  if (auto found = by_metric_ns.find(metric.name); found != by_metric_ns.end()) return found->second;
-  if (auto found = by_group_ns.find(metric.query_group); found != by_group_ns.end()) return found->second;
-  const bool slow = metric.expected_cost_ns >= kSlowQueryNs;
-  if (slow && slow_override_ns > 0) return slow_override_ns;
-  if (!slow && fast_override_ns > 0) return fast_override_ns;
-  const int64_t default_ns = metric.default_period_ns > 0 ? metric.default_period_ns : 100'000'000;
-  if (!slow || cpu_ns <= 0) return default_ns;
-  return cpu_budget_period_ns(default_ns, cpu_ns);
+namespace {
+
+// A metric's own default period (100 ms where it declares none).
+int64_t default_period_of(const MetricInfo& metric) {
+  return metric.default_period_ns > 0 ? metric.default_period_ns : 100'000'000;
 }
 
-bool PeriodPlan::is_explicit(const MetricInfo& metric) const {
-  const bool slow = metric.expected_cost_ns >= kSlowQueryNs;
-  return by_metric_ns.contains(metric.name) || by_group_ns.contains(metric.query_group) ||
-         (slow ? slow_override_ns : fast_override_ns) > 0;
+}  // namespace
+
+std::optional<int64_t> PeriodPlan::given_ns(const MetricInfo& metric) const {
+  if (auto found = by_metric_ns.find(metric.name); found != by_metric_ns.end()) return found->second;
+  if (auto found = by_group_ns.find(metric.query_group); found != by_group_ns.end()) return found->second;
+  const int64_t override_ns = metric.expected_cost_ns >= kSlowQueryNs ? slow_override_ns : fast_override_ns;
+  if (override_ns > 0) return override_ns;
+  return std::nullopt;
+}
+
+bool PeriodPlan::follows_cpu(const MetricInfo& metric) const {
+  return metric.expected_cost_ns >= kSlowQueryNs && !metric.buffered && !given_ns(metric);
+}
+
+int64_t PeriodPlan::period_for(const MetricInfo& metric, int64_t cpu_ns) const {
+  const int64_t default_ns = default_period_of(metric);
+  int64_t period_ns = default_ns;
+  if (const auto given = given_ns(metric)) {
+    period_ns = *given;
+  } else if (follows_cpu(metric) && cpu_ns > 0) {
+    period_ns = cpu_budget_period_ns(default_ns, cpu_ns);
+  }
+  // A buffered metric's history is a ring (NVML: ~120 power samples, 2.4 s): read less often than its default
+  // and the oldest samples would be overwritten unseen (0, off, stays off).
+  if (metric.buffered) period_ns = std::min(period_ns, default_ns);
+  return period_ns;
 }
 
 int64_t cpu_budget_period_ns(int64_t default_ns, int64_t cpu_ns) {
@@ -105,7 +123,8 @@ struct Sampler::Task {
   int64_t cost_ns = 0;  // expected wall time of one read (measured at start, then following real reads)
   // A slow metric at its default period: the period follows the CPU its reads really cost (0 = fixed period).
   int64_t budget_default_ns = 0;
-  int64_t cpu_per_read_ns = 0;  // running mean (1/8 weight) of the CPU of one read, slow loops only
+  int64_t cpu_per_read_ns =
+      0;  // running mean (1/8 weight) of the CPU of one read, where the period follows it
 };
 
 struct Sampler::Loop {
@@ -157,12 +176,8 @@ Sampler::Sampler(std::vector<Source*> sources, PeriodPlan plan, SamplerSink sink
           metric.query_group += ".slow";
           metric.expected_cost_ns = cost.wall_ns;
         }
-        int64_t period_ns = plan.period_for(metric, cost.cpu_ns);
+        const int64_t period_ns = plan.period_for(metric, cost.cpu_ns);
         if (period_ns <= 0) continue;  // a period of 0 turns the metric off
-        // A buffered metric's history is a ring (NVML: ~120 power samples, 2.4 s): read less often than its
-        // default and the oldest samples would be overwritten unseen.
-        if (metric.buffered && metric.default_period_ns > 0)
-          period_ns = std::min(period_ns, metric.default_period_ns);
         Loop*& loop = by_group[metric.query_group];
         if (loop == nullptr) {
           loops_.push_back(std::make_unique<Loop>());
@@ -172,10 +187,8 @@ Sampler::Sampler(std::vector<Source*> sources, PeriodPlan plan, SamplerSink sink
           loop->stats.source = source->name();
           loop->stats.group = metric.query_group;
         }
-        const bool follows_cpu = metric.expected_cost_ns >= kSlowQueryNs && !metric.buffered &&
-                                 !plan.is_explicit(metric) && metric.default_period_ns > 0;
         loop->tasks.push_back({device_position, metric_index, period_ns, 0, true, false, cost.wall_ns,
-                               follows_cpu ? metric.default_period_ns : 0, cost.cpu_ns});
+                               plan.follows_cpu(metric) ? default_period_of(metric) : 0, cost.cpu_ns});
         if (metric.expected_cost_ns >= kSlowQueryNs) loop->slow = true;
       }
     }
@@ -228,12 +241,11 @@ void Sampler::start(int64_t start_ns) {
   }
 }
 
-void Sampler::sleep_until_or_stop(Loop& loop, int64_t deadline_ns, uint64_t* sleeps) {
+void Sampler::sleep_until_or_stop(Loop& loop, int64_t deadline_ns) {
   // One timed wait per deadline: a loop whose next read is a second away sleeps once, not in short naps (each
   // wake-up costs tens of µs of CPU on a VM, and five slow loops napping every 20 ms cost 0.5 % of a core).
   // Each loop waits on its own mutex, so no loop's wake-up ever waits for another loop's lock.
   std::unique_lock lock(loop.wake_mutex);
-  if (sleeps != nullptr) ++*sleeps;
   loop.wake.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline_ns)),
                        [this] { return stopping_.load(std::memory_order_relaxed); });
 }
@@ -241,8 +253,8 @@ void Sampler::sleep_until_or_stop(Loop& loop, int64_t deadline_ns, uint64_t* sle
 void Sampler::stop() {
   stopping_ = true;
   for (auto& loop : loops_) {
-    std::lock_guard lock(
-        loop->wake_mutex);  // a loop between its check and its wait sees stopping_ or the notify
+    // Under the loop's mutex: a loop between its check of stopping_ and its wait gets the notify.
+    std::lock_guard lock(loop->wake_mutex);
     loop->wake.notify_all();
   }
   for (auto& thread : threads_) {
@@ -284,11 +296,10 @@ void Sampler::run_loop(Loop& loop) {
     if (deadline_ns == INT64_MAX) break;  // nothing left to read (all unsupported or lost)
     if (!closing) {
       if (!loop.slow) loop.next_read_ns.store(deadline_ns, std::memory_order_release);
-      uint64_t sleeps = 0;
-      sleep_until_or_stop(loop, deadline_ns, &sleeps);
+      sleep_until_or_stop(loop, deadline_ns);
       {
         std::lock_guard lock(loop.stats_mutex);
-        loop.stats.sleeps += sleeps;
+        ++loop.stats.sleeps;
       }
       if (stopping_.load(std::memory_order_relaxed)) continue;  // woken by stop(): the closing pass is next
     }
@@ -353,9 +364,9 @@ void Sampler::run_loop(Loop& loop) {
             (core::thread_cpu_ns() - read_cpu_begin_ns) / static_cast<int64_t>(end - begin);
         for (size_t position = begin; position < end; ++position) {
           Task& task = loop.tasks[due_indices[position]];
+          if (task.budget_default_ns == 0) continue;  // a period the user gave, or a buffered metric
           task.cpu_per_read_ns += (cpu_share_ns - task.cpu_per_read_ns) / 8;
-          if (task.budget_default_ns > 0)
-            task.period_ns = cpu_budget_period_ns(task.budget_default_ns, task.cpu_per_read_ns);
+          task.period_ns = cpu_budget_period_ns(task.budget_default_ns, task.cpu_per_read_ns);
         }
         // The gap needed is what reads really take (energy: 2.4 ms at start, up to 5 ms later): follow rises
         // at once and falls slowly.

@@ -24,9 +24,8 @@ struct SampleRecord {
   uint32_t source_position = 0;  ///< index into the sampler's sources
   uint32_t device_position = 0;  ///< index into that source's devices()
   uint32_t metric_index = 0;     ///< index into that device's metrics
-  int64_t t_ns =
-      0;  ///< host CLOCK_MONOTONIC at the middle of the read (buffered metrics: the sample's own time)
-  double value = 0;                     ///< in the metric's unit
+  int64_t t_ns = 0;              ///< host CLOCK_MONOTONIC mid-read (buffered metrics: the sample's own time)
+  double value = 0;              ///< in the metric's unit
   int64_t sensor_t_ns = kNoSensorTime;  ///< sensor timestamp on CLOCK_MONOTONIC, or kNoSensorTime
 };
 
@@ -74,11 +73,14 @@ struct PeriodPlan {
   /// Costs measured on this host; when unset the Sampler measures them itself (measure_query_costs).
   std::optional<CostTable> measured_costs;
   /// The period for `metric` whose reads cost `cpu_ns` of CPU (explicit metric > group > fast/slow
-  /// override > default; a slow metric's default is stretched so it uses <= kSlowMetricCpuShare of a core).
+  /// override > default; a slow metric's default is stretched so it uses <= kSlowMetricCpuShare of a core; a
+  /// buffered metric is never read less often than its default).
   int64_t period_for(const MetricInfo& metric, int64_t cpu_ns = 0) const;
-  /// True when `metric`'s period was given (by metric, group or fast/slow override), not derived from
-  /// defaults.
-  bool is_explicit(const MetricInfo& metric) const;
+  /// The period given for `metric` (by metric name, group, or fast/slow override), if any.
+  std::optional<int64_t> given_ns(const MetricInfo& metric) const;
+  /// True when `metric`'s period is its default stretched to the CPU its reads cost: an expensive, unbuffered
+  /// metric whose period was not given.
+  bool follows_cpu(const MetricInfo& metric) const;
 };
 
 /// The default period of an expensive metric whose reads cost `cpu_ns` of CPU each: max(default_ns,
@@ -176,7 +178,7 @@ class Sampler {
   struct Gate;
   void run_loop(Loop& loop);
   void wait_for_gap(Loop& loop, int64_t expected_cost_ns);
-  void sleep_until_or_stop(Loop& loop, int64_t deadline_ns, uint64_t* sleeps = nullptr);
+  void sleep_until_or_stop(Loop& loop, int64_t deadline_ns);
   void report(const SamplerEvent& event);
 
   std::vector<Source*> sources_;

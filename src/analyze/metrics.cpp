@@ -381,8 +381,10 @@ RunAnalysis analyze_run(const std::filesystem::path& run_dir, const AnalyzeOptio
   // missed), else the polled instantaneous power, else the 1 s average.
   std::string power_metric;
   for (const char* candidate : {"power_sampled_w", "power_instant_w", "power_avg_w"}) {
-    for (const auto& metric : metrics) {
-      if (power_metric.empty() && metric.name == candidate) power_metric = candidate;
+    if (std::any_of(metrics.begin(), metrics.end(),
+                    [&](const auto& metric) { return metric.name == candidate; })) {
+      power_metric = candidate;
+      break;
     }
   }
   auto make_accumulators = [&] {

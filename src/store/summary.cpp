@@ -29,6 +29,13 @@ double counter_delta(const std::vector<Sample>& samples, int64_t t_begin_ns, int
   return counter_value_at(samples, t_end_ns) - counter_value_at(samples, t_begin_ns);
 }
 
+// Largest sample value; NaN when there are none.
+double max_value(const std::vector<Sample>& samples) {
+  double largest = samples.empty() ? kNaN : samples.front().value;
+  for (const Sample& sample : samples) largest = std::max(largest, sample.value);
+  return largest;
+}
+
 }  // namespace
 
 double counter_value_at(const std::vector<Sample>& samples, int64_t t_ns) {
@@ -66,19 +73,13 @@ IntervalSummary summarize_interval(const RunReader& reader, int32_t device_idx, 
 
   std::vector<Sample> power = series(reader, device_idx, metrics, "power_instant_w", t_begin_ns, t_end_ns);
   summary.power_integral_j = power.empty() ? kNaN : 0.0;
-  summary.peak_power_instant_w = power.empty() ? kNaN : -std::numeric_limits<double>::infinity();
-  for (std::size_t index = 0; index < power.size(); ++index) {
-    summary.peak_power_instant_w = std::max(summary.peak_power_instant_w, power[index].value);
-    if (index > 0) {
-      double step_s = static_cast<double>(power[index].t_ns - power[index - 1].t_ns) / kNsPerSecond;
-      summary.power_integral_j += 0.5 * (power[index].value + power[index - 1].value) * step_s;
-    }
+  summary.peak_power_instant_w = max_value(power);
+  for (std::size_t index = 1; index < power.size(); ++index) {
+    double step_s = static_cast<double>(power[index].t_ns - power[index - 1].t_ns) / kNsPerSecond;
+    summary.power_integral_j += 0.5 * (power[index].value + power[index - 1].value) * step_s;
   }
-
-  std::vector<Sample> sampled = series(reader, device_idx, metrics, "power_sampled_w", t_begin_ns, t_end_ns);
-  summary.peak_power_sampled_w = sampled.empty() ? kNaN : -std::numeric_limits<double>::infinity();
-  for (const Sample& sample : sampled)
-    summary.peak_power_sampled_w = std::max(summary.peak_power_sampled_w, sample.value);
+  summary.peak_power_sampled_w =
+      max_value(series(reader, device_idx, metrics, "power_sampled_w", t_begin_ns, t_end_ns));
 
   std::vector<Sample> clock = series(reader, device_idx, metrics, "clock_sm_mhz", t_begin_ns, t_end_ns);
   if (clock.empty()) {
@@ -99,9 +100,7 @@ IntervalSummary summarize_interval(const RunReader& reader, int32_t device_idx, 
   } else {
     summary.temp_gpu_start_c = temperature.front().value;
     summary.temp_gpu_end_c = temperature.back().value;
-    summary.temp_gpu_max_c = temperature.front().value;
-    for (const Sample& sample : temperature)
-      summary.temp_gpu_max_c = std::max(summary.temp_gpu_max_c, sample.value);
+    summary.temp_gpu_max_c = max_value(temperature);
   }
   for (const MetricInfo& metric : metrics) {
     reader.for_each_sample(

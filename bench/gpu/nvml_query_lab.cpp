@@ -86,6 +86,19 @@ struct Nvml {
            init() == NVML_SUCCESS;
   }
   const char* text(nvmlReturn_t result) const { return error_string ? error_string(result) : "?"; }
+  // "" on success, else NVML's words for the error (a cost row's status).
+  std::string check(nvmlReturn_t result) const {
+    return result == NVML_SUCCESS ? std::string() : text(result);
+  }
+  // GPU die temperature in °C (0 if the read fails).
+  unsigned int gpu_temperature_c(nvmlDevice_t device, nvmlReturn_t* result = nullptr) const {
+    nvmlTemperature_t temperature{};
+    temperature.version = nvmlTemperature_v1;
+    temperature.sensorType = NVML_TEMPERATURE_GPU;
+    const nvmlReturn_t status = temperature_v(device, &temperature);
+    if (result != nullptr) *result = status;
+    return static_cast<unsigned int>(temperature.temperature);
+  }
 };
 
 // Reads `fields` (id, scope) in one call; returns "" or why it failed.
@@ -138,8 +151,7 @@ void run_costs(Nvml& nvml, nvmlDevice_t device) {
   };
   cost_row("energy nvmlDeviceGetTotalEnergyConsumption", slow_reads, slow_gap_ms, [&] {
     unsigned long long mj = 0;
-    const nvmlReturn_t result = nvml.energy(device, &mj);
-    return result == NVML_SUCCESS ? std::string() : std::string(nvml.text(result));
+    return nvml.check(nvml.energy(device, &mj));
   });
   cost_row("energy field 83 TOTAL_ENERGY_CONSUMPTION", slow_reads, slow_gap_ms,
            field_reader(fields({{NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, 0}})));
@@ -170,15 +182,13 @@ void run_costs(Nvml& nvml, nvmlDevice_t device) {
                                 {NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN, 0}})));
   cost_row("memory info v1", 200, 2, [&] {
     nvmlMemory_t memory{};
-    const nvmlReturn_t result = nvml.memory(device, &memory);
-    return result == NVML_SUCCESS ? std::string() : std::string(nvml.text(result));
+    return nvml.check(nvml.memory(device, &memory));
   });
   if (nvml.memory_v2) {
     cost_row("memory info v2", 200, 2, [&] {
       nvmlMemory_v2_t memory{};
       memory.version = nvmlMemory_v2;
-      const nvmlReturn_t result = nvml.memory_v2(device, &memory);
-      return result == NVML_SUCCESS ? std::string() : std::string(nvml.text(result));
+      return nvml.check(nvml.memory_v2(device, &memory));
     });
   }
   // The sampler's fast group of one GPU: one field call (power instant/average, memory temperature, three
@@ -190,10 +200,7 @@ void run_costs(Nvml& nvml, nvmlDevice_t device) {
                                          {NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST, 0},
                                          {NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN, 0}})]() mutable {
     std::string error = read_fields(nvml, device, values);
-    nvmlTemperature_t temperature{};
-    temperature.version = nvmlTemperature_v1;
-    temperature.sensorType = NVML_TEMPERATURE_GPU;
-    nvml.temperature_v(device, &temperature);
+    nvml.gpu_temperature_c(device);
     unsigned int mhz = 0;
     nvml.clock(device, NVML_CLOCK_SM, &mhz);
     nvml.clock(device, NVML_CLOCK_MEM, &mhz);
@@ -217,26 +224,25 @@ void run_costs(Nvml& nvml, nvmlDevice_t device) {
                                 {NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST, 0},
                                 {NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN, 0}})));
   cost_row("cold: temperature V", 200, 10, [&] {
-    nvmlTemperature_t temperature{};
-    temperature.version = nvmlTemperature_v1;
-    temperature.sensorType = NVML_TEMPERATURE_GPU;
-    return nvml.temperature_v(device, &temperature) == NVML_SUCCESS ? std::string() : std::string("err");
+    nvmlReturn_t result = NVML_SUCCESS;
+    nvml.gpu_temperature_c(device, &result);
+    return nvml.check(result);
   });
   cost_row("cold: clock SM", 200, 10, [&] {
     unsigned int mhz = 0;
-    return nvml.clock(device, NVML_CLOCK_SM, &mhz) == NVML_SUCCESS ? std::string() : std::string("err");
+    return nvml.check(nvml.clock(device, NVML_CLOCK_SM, &mhz));
   });
   cost_row("cold: clock event reasons", 200, 10, [&] {
     unsigned long long mask = 0;
-    return nvml.reasons(device, &mask) == NVML_SUCCESS ? std::string() : std::string("err");
+    return nvml.check(nvml.reasons(device, &mask));
   });
   cost_row("cold: utilization", 200, 10, [&] {
     nvmlUtilization_t utilization{};
-    return nvml.utilization(device, &utilization) == NVML_SUCCESS ? std::string() : std::string("err");
+    return nvml.check(nvml.utilization(device, &utilization));
   });
   cost_row("cold: memory info", 200, 10, [&] {
     nvmlMemory_t memory{};
-    return nvml.memory(device, &memory) == NVML_SUCCESS ? std::string() : std::string("err");
+    return nvml.check(nvml.memory(device, &memory));
   });
   // How fresh must a read be to be cheap: the group after sleeps of growing length.
   for (double gap_ms : {0.05, 0.2, 0.5, 1.0, 2.0, 5.0}) {
@@ -355,10 +361,7 @@ void run_flicker(Nvml& nvml, nvmlDevice_t device, double seconds) {
   while (now_ns() - begin < static_cast<int64_t>(seconds * 1e9)) {
     const int64_t t_ns = now_ns();
     read_fields(nvml, device, values);
-    nvmlTemperature_t temperature{};
-    temperature.version = nvmlTemperature_v1;
-    temperature.sensorType = NVML_TEMPERATURE_GPU;
-    nvml.temperature_v(device, &temperature);
+    const unsigned int temperature_c = nvml.gpu_temperature_c(device);
     unsigned int mhz = 0;
     nvml.clock(device, NVML_CLOCK_SM, &mhz);
     nvmlUtilization_t utilization{};
@@ -366,7 +369,7 @@ void run_flicker(Nvml& nvml, nvmlDevice_t device, double seconds) {
     const double now_values[kMetrics] = {static_cast<double>(values[0].value.uiVal),
                                          static_cast<double>(values[1].value.uiVal),
                                          static_cast<double>(values[2].value.uiVal),
-                                         static_cast<double>(temperature.temperature),
+                                         static_cast<double>(temperature_c),
                                          static_cast<double>(mhz),
                                          static_cast<double>(utilization.gpu)};
     const int64_t stamps[kMetrics] = {values[0].timestamp, values[1].timestamp, values[2].timestamp, 0, 0, 0};

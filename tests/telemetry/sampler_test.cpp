@@ -18,9 +18,25 @@ constexpr int64_t kMs = 1'000'000;
 
 // A real source whose reads take real time: "fast" returns at once, "slow" sleeps 30 ms per read (like the
 // NVML energy counter or PCIe throughput query); device 1 can be made to fall off the bus.
-class TimedSource : public Source {
+// A source answered by the test: subclasses fill devices_ and implement read().
+class FakeSource : public Source {
  public:
-  TimedSource() {
+  explicit FakeSource(std::string name) : name_(std::move(name)) {}
+  std::string name() const override { return name_; }
+  bool available() const override { return true; }
+  std::string unavailable_reason() const override { return ""; }
+  const std::vector<DeviceInfo>& devices() const override { return devices_; }
+
+ protected:
+  std::vector<DeviceInfo> devices_;
+
+ private:
+  std::string name_;
+};
+
+class TimedSource : public FakeSource {
+ public:
+  TimedSource() : FakeSource("timed") {
     for (int index = 0; index < 2; ++index) {
       DeviceInfo device;
       device.index = index;
@@ -31,10 +47,6 @@ class TimedSource : public Source {
       devices_.push_back(device);
     }
   }
-  std::string name() const override { return "timed"; }
-  bool available() const override { return true; }
-  std::string unavailable_reason() const override { return ""; }
-  const std::vector<DeviceInfo>& devices() const override { return devices_; }
   Reading read(size_t device_position, size_t metric_index) override {
     if (device_position == 1 && lose_device_1_at_ns_ > 0 && core::monotonic_ns() > lose_device_1_at_ns_) {
       return {ReadStatus::kDeviceLost, 0, kNoSensorTime, "GPU is lost", {}};
@@ -47,9 +59,6 @@ class TimedSource : public Source {
     return {ReadStatus::kOk, static_cast<double>(metric_index), core::monotonic_ns(), "", {}};
   }
   int64_t lose_device_1_at_ns_ = 0;
-
- private:
-  std::vector<DeviceInfo> devices_;
 };
 
 struct Collected {
@@ -143,19 +152,15 @@ TEST(Sampler, SlowGroupNeverDelaysTheFastOne) {
 
 // A source whose "throttle_s" counter is declared cheap (as NVML's HW-thermal and power-brake counters are in
 // the fixture's cost table) but spins ~1 ms of CPU per read (as they did on the 2×H200 host).
-class SneakySource : public Source {
+class SneakySource : public FakeSource {
  public:
-  SneakySource() {
+  SneakySource() : FakeSource("sneaky") {
     DeviceInfo device;
     device.kind = "gpu";
     device.metrics.push_back({"power_w", "W", MetricKind::kGauge, "sneaky.fast", 10 * kMs, 1000});
     device.metrics.push_back({"throttle_s", "s", MetricKind::kCounter, "sneaky.fast", 100 * kMs, 1000});
     devices_.push_back(device);
   }
-  std::string name() const override { return "sneaky"; }
-  bool available() const override { return true; }
-  std::string unavailable_reason() const override { return ""; }
-  const std::vector<DeviceInfo>& devices() const override { return devices_; }
   Reading read(size_t, size_t metric_index) override {
     if (metric_index == 1) {
       const int64_t until_ns = core::monotonic_ns() + kMs;
@@ -164,26 +169,19 @@ class SneakySource : public Source {
     }
     return {ReadStatus::kOk, 1.0, kNoSensorTime, "", {}};
   }
-
- private:
-  std::vector<DeviceInfo> devices_;
 };
 
 // A source whose expensive counter is cheap while the sampler measures it (150 µs of CPU, hot) and costs 1 ms
 // of CPU per read afterwards (as NVML's PCIe and throttle counters cost 2-3x more read 100 ms apart, cold).
-class CostlierLaterSource : public Source {
+class CostlierLaterSource : public FakeSource {
  public:
-  CostlierLaterSource() {
+  CostlierLaterSource() : FakeSource("costly") {
     DeviceInfo device;
     device.kind = "gpu";
     device.metrics.push_back(
         {"pcie_like_bytes", "bytes", MetricKind::kCounter, "costly", 100 * kMs, 200'000});
     devices_.push_back(device);
   }
-  std::string name() const override { return "costly"; }
-  bool available() const override { return true; }
-  std::string unavailable_reason() const override { return ""; }
-  const std::vector<DeviceInfo>& devices() const override { return devices_; }
   Reading read(size_t, size_t) override {
     const int64_t spin_ns = reads_++ < 3 ? 150'000 : kMs;
     const int64_t until_ns = core::thread_cpu_ns() + spin_ns;
@@ -192,9 +190,6 @@ class CostlierLaterSource : public Source {
     return {ReadStatus::kOk, static_cast<double>(reads_), kNoSensorTime, "", {}};
   }
   std::atomic<int> reads_{0};
-
- private:
-  std::vector<DeviceInfo> devices_;
 };
 
 TEST(Sampler, ExpensiveDefaultPeriodFollowsWhatReadsReallyCost) {
@@ -263,9 +258,9 @@ TEST(Sampler, QueryMeasuredSlowLeavesTheFastGroupAndIsReadLessOften) {
 
 // Records when each read ran: one fast metric (20 µs) and two slow ones in separate groups (2 ms of spinning
 // each, as NVML's energy and NVLink queries do while holding the driver).
-class IntervalSource : public Source {
+class IntervalSource : public FakeSource {
  public:
-  IntervalSource() {
+  IntervalSource() : FakeSource("interval") {
     DeviceInfo device;
     device.kind = "gpu";
     device.metrics.push_back({"fast_w", "W", MetricKind::kGauge, "gate.fast", 10 * kMs, 20'000});
@@ -273,10 +268,6 @@ class IntervalSource : public Source {
     device.metrics.push_back({"slow_b_j", "J", MetricKind::kCounter, "gate.slow_b", 50 * kMs, 2 * kMs});
     devices_.push_back(device);
   }
-  std::string name() const override { return "interval"; }
-  bool available() const override { return true; }
-  std::string unavailable_reason() const override { return ""; }
-  const std::vector<DeviceInfo>& devices() const override { return devices_; }
   Reading read(size_t, size_t metric_index) override {
     const int64_t begin_ns = core::monotonic_ns();
     const int64_t until_ns = begin_ns + (metric_index == 0 ? 20'000 : 2 * kMs);
@@ -288,9 +279,6 @@ class IntervalSource : public Source {
   }
   std::mutex mutex_;
   std::map<size_t, std::vector<std::pair<int64_t, int64_t>>> intervals_;
-
- private:
-  std::vector<DeviceInfo> devices_;
 };
 
 TEST(Sampler, SlowReadsTakeTurnsAndStayOutOfTheFastReadsWay) {
@@ -467,9 +455,9 @@ TEST(Sampler, ALoopSleepsOncePerDeadlineAndStopWakesIt) {
 
 // A source that keeps its own sample history (as NVML keeps power samples): every read returns the samples
 // "taken" every 20 ms since the previous read, dated by the source, including some from before the start.
-class BufferedSource : public Source {
+class BufferedSource : public FakeSource {
  public:
-  BufferedSource() {
+  BufferedSource() : FakeSource("buffered") {
     DeviceInfo device;
     device.kind = "gpu";
     device.metrics.push_back(
@@ -477,10 +465,6 @@ class BufferedSource : public Source {
     devices_.push_back(device);
     last_ns_ = core::monotonic_ns() - 100 * kMs;  // the first read returns samples from before start()
   }
-  std::string name() const override { return "buffered"; }
-  bool available() const override { return true; }
-  std::string unavailable_reason() const override { return ""; }
-  const std::vector<DeviceInfo>& devices() const override { return devices_; }
   Reading read(size_t, size_t) override {
     Reading reading{ReadStatus::kOk, 0, kNoSensorTime, "", {}};
     const int64_t now_ns = core::monotonic_ns();
@@ -491,8 +475,6 @@ class BufferedSource : public Source {
     return reading;
   }
 
- private:
-  std::vector<DeviceInfo> devices_;
   int64_t last_ns_ = 0;
   int taken_ = 0;
 };

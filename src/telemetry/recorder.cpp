@@ -301,6 +301,13 @@ RecordResult record(const RecordOptions& options) {
           key, static_cast<double>(scheduled.cost.wall_ns) / 1e3,
           static_cast<double>(scheduled.period_ns) / 1e6));
     }
+    if (scheduled.shortened) {
+      result.notes.push_back(fmt::format(
+          "{} is read every {:g} ms, not at the period asked: the driver keeps only a short history of it, "
+          "which a longer period would overwrite unread (give at most {:g} ms, or 0 to turn it off)",
+          key, static_cast<double>(scheduled.period_ns) / 1e6,
+          static_cast<double>(scheduled.period_ns) / 1e6));
+    }
   }
   info.config_json = config.dump();
   store::RunWriter writer(run_dir, info);  // InputError if the directory is not writable

@@ -151,7 +151,8 @@ struct Sampler::Gate {
 Sampler::Sampler(std::vector<Source*> sources, PeriodPlan plan, SamplerSink sink)
     : sources_(std::move(sources)),
       sink_(std::move(sink)),
-      costs_(plan.measured_costs ? *plan.measured_costs : measure_query_costs(sources_)) {
+      costs_(plan.measured_costs ? *plan.measured_costs : measure_query_costs(sources_)),
+      plan_(plan) {
   size_t device_total = 0;
   for (const Source* source : sources_) {
     device_offset_.push_back(device_total);
@@ -496,7 +497,8 @@ std::vector<Sampler::Scheduled> Sampler::schedule() const {
         const auto measured = costs_.find({source.name(), info.name});
         result.push_back({source.name(), loop->group, info.name, task.period_ns, 1,
                           measured != costs_.end() ? measured->second : QueryCost{},
-                          loop->group != info.query_group});
+                          loop->group != info.query_group,
+                          plan_.given_ns(info).value_or(0) > task.period_ns});
       }
     }
   }

@@ -167,6 +167,7 @@ class Sampler {
     size_t devices;      ///< devices reading it
     QueryCost cost;      ///< measured cost of one read (first device)
     bool reclassified;   ///< declared cheap but measured slow on this host: moved out of its fast group
+    bool shortened;  ///< a buffered metric whose given period was longer than its history lasts: its default
   };
   /// What will be sampled (before start()) or was (after stop(): periods that followed read costs as
   /// stretched).
@@ -184,6 +185,7 @@ class Sampler {
   std::vector<Source*> sources_;
   SamplerSink sink_;
   CostTable costs_;
+  PeriodPlan plan_;  // the periods asked for (schedule() tells where one was shortened)
   std::vector<std::unique_ptr<Loop>> loops_;
   std::vector<std::unique_ptr<Gate>> gates_;  // one per source: slow reads take turns and yield to fast ones
   std::vector<std::thread> threads_;

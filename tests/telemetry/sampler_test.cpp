@@ -520,6 +520,9 @@ TEST(Sampler, BufferedMetricIsNeverReadLessOftenThanItsDefault) {
   const auto schedule = sampler.schedule();
   ASSERT_EQ(schedule.size(), 1u);
   EXPECT_EQ(schedule[0].period_ns, 200 * kMs);
+  EXPECT_TRUE(schedule[0].shortened);  // calo record says so, naming the metric and the longest period
+  plan.slow_override_ns = 100 * kMs;   // shorter than the default: as given, nothing to say
+  EXPECT_FALSE(Sampler({&source}, plan, {}).schedule().at(0).shortened);
   plan.by_metric_ns["power_sampled_w"] = 0;  // but it can be turned off
   Sampler off({&source}, plan, {});
   EXPECT_TRUE(off.schedule().empty());

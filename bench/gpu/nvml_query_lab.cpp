@@ -8,9 +8,13 @@
 //   flicker:  the values a back-to-back reader holds for under 10 ms: a reversion (A B A) or a step through
 //   an
 //             intermediate value (A B C), with examples.
-//   nvml_query_lab [--device N] [--flicker-seconds S] [--samples-seconds S] [--parts costs,samples,flicker]
+//   wakeup:   the fast group read 10 ms apart (as the sampler reads it) on every GPU in one wake-up, with the
+//             thread free to move between CPUs vs pinned to one; how often a wake-up lands on another CPU.
+//   nvml_query_lab [--device N] [--flicker-seconds S] [--samples-seconds S]
+//                  [--parts costs,samples,flicker,wakeup]
 #include <dlfcn.h>
 #include <nvml.h>
+#include <sched.h>
 #include <time.h>
 
 #include <algorithm>
@@ -62,6 +66,7 @@ struct Nvml {
   decltype(&nvmlDeviceGetClockInfo) clock = nullptr;
   decltype(&nvmlDeviceGetCurrentClocksEventReasons) reasons = nullptr;
   decltype(&nvmlDeviceGetUtilizationRates) utilization = nullptr;
+  decltype(&nvmlDeviceGetCount_v2) device_count = nullptr;
 
   template <typename F>
   void load(F& target, const char* symbol) {
@@ -82,6 +87,7 @@ struct Nvml {
     load(clock, "nvmlDeviceGetClockInfo");
     load(reasons, "nvmlDeviceGetCurrentClocksEventReasons");
     load(utilization, "nvmlDeviceGetUtilizationRates");
+    load(device_count, "nvmlDeviceGetCount_v2");
     return init && field_values && energy && memory && clock && reasons && utilization && temperature_v &&
            init() == NVML_SUCCESS;
   }
@@ -122,6 +128,37 @@ std::vector<nvmlFieldValue_t> fields(std::initializer_list<std::pair<unsigned, u
     values.push_back(value);
   }
   return values;
+}
+
+// The fields of the sampler's fast group read in its one field call: power instant/average, memory
+// temperature, three cheap throttle counters.
+std::vector<nvmlFieldValue_t> fast_fields() {
+  return fields({{NVML_FI_DEV_POWER_INSTANT, 0},
+                 {NVML_FI_DEV_POWER_AVERAGE, 0},
+                 {NVML_FI_DEV_MEMORY_TEMP, 0},
+                 {NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP, 0},
+                 {NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST, 0},
+                 {NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN, 0}});
+}
+
+// The sampler's fast group of one GPU: the field call, then temperature, SM and memory clocks, reasons,
+// utilization and (unless `with_memory` is false) memory info; returns "" or why the field call failed.
+std::string read_fast_group(Nvml& nvml, nvmlDevice_t device, std::vector<nvmlFieldValue_t>& values,
+                            bool with_memory = true) {
+  std::string error = read_fields(nvml, device, values);
+  nvml.gpu_temperature_c(device);
+  unsigned int mhz = 0;
+  nvml.clock(device, NVML_CLOCK_SM, &mhz);
+  nvml.clock(device, NVML_CLOCK_MEM, &mhz);
+  unsigned long long mask = 0;
+  nvml.reasons(device, &mask);
+  nvmlUtilization_t utilization{};
+  nvml.utilization(device, &utilization);
+  if (with_memory) {
+    nvmlMemory_t memory{};
+    nvml.memory(device, &memory);
+  }
+  return error;
 }
 
 // Times `reads` calls of `read` with `gap_ms` of sleep between them; prints wall p50/mean and CPU mean.
@@ -191,27 +228,7 @@ void run_costs(Nvml& nvml, nvmlDevice_t device) {
       return nvml.check(nvml.memory_v2(device, &memory));
     });
   }
-  // The sampler's fast group of one GPU: one field call (power instant/average, memory temperature, three
-  // cheap throttle counters), then temperature, SM and memory clocks, reasons, utilization, memory.
-  auto fast_group = [&, values = fields({{NVML_FI_DEV_POWER_INSTANT, 0},
-                                         {NVML_FI_DEV_POWER_AVERAGE, 0},
-                                         {NVML_FI_DEV_MEMORY_TEMP, 0},
-                                         {NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP, 0},
-                                         {NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST, 0},
-                                         {NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN, 0}})]() mutable {
-    std::string error = read_fields(nvml, device, values);
-    nvml.gpu_temperature_c(device);
-    unsigned int mhz = 0;
-    nvml.clock(device, NVML_CLOCK_SM, &mhz);
-    nvml.clock(device, NVML_CLOCK_MEM, &mhz);
-    unsigned long long mask = 0;
-    nvml.reasons(device, &mask);
-    nvmlUtilization_t utilization{};
-    nvml.utilization(device, &utilization);
-    nvmlMemory_t memory{};
-    nvml.memory(device, &memory);
-    return error;
-  };
+  auto fast_group = [&, values = fast_fields()]() mutable { return read_fast_group(nvml, device, values); };
   cost_row("fast group of one GPU, back to back (hot)", 2000, 0, fast_group);
   // Each call of the group alone after a 10 ms sleep: which one pays when values are not fresh.
   auto power_fields =
@@ -252,6 +269,76 @@ void run_costs(Nvml& nvml, nvmlDevice_t device) {
   }
   cost_row("fast group of one GPU, after a 10 ms sleep (cold)", 300, 10, fast_group);
   cost_row("nothing, after a 10 ms sleep (the wake-up alone)", 300, 10, [] { return std::string(); });
+}
+
+// The fast group read on every GPU of `devices` in one wake-up, `reads` times 10 ms apart, with the thread
+// pinned to CPU `pin_cpu` (or free to move when < 0): thread CPU per GPU, the first GPU's and the others'
+// share, and how many wake-ups landed on another CPU than the one before.
+void wakeup_row(Nvml& nvml, const std::vector<nvmlDevice_t>& devices, const char* name, int pin_cpu,
+                bool with_memory, int reads = 300) {
+  cpu_set_t original;
+  sched_getaffinity(0, sizeof(original), &original);
+  if (pin_cpu >= 0) {
+    cpu_set_t pinned;
+    CPU_ZERO(&pinned);
+    CPU_SET(pin_cpu, &pinned);
+    sched_setaffinity(0, sizeof(pinned), &pinned);
+  }
+  std::vector<std::vector<nvmlFieldValue_t>> values(devices.size(), fast_fields());
+  std::vector<double> per_gpu_us;
+  std::vector<double> first_us;
+  std::vector<double> others_us;
+  int moved = 0;
+  int last_cpu = sched_getcpu();
+  std::string error;
+  for (int index = 0; index < reads && error.empty(); ++index) {
+    sleep_ms(10);
+    const int cpu = sched_getcpu();
+    moved += cpu != last_cpu ? 1 : 0;
+    last_cpu = cpu;
+    const int64_t before_ns = now_ns(CLOCK_THREAD_CPUTIME_ID);
+    int64_t first_end_ns = before_ns;
+    for (size_t position = 0; position < devices.size(); ++position) {
+      error = read_fast_group(nvml, devices[position], values[position], with_memory);
+      if (position == 0) first_end_ns = now_ns(CLOCK_THREAD_CPUTIME_ID);
+    }
+    const int64_t end_ns = now_ns(CLOCK_THREAD_CPUTIME_ID);
+    per_gpu_us.push_back(static_cast<double>(end_ns - before_ns) / 1e3 / static_cast<double>(devices.size()));
+    first_us.push_back(static_cast<double>(first_end_ns - before_ns) / 1e3);
+    if (devices.size() > 1)
+      others_us.push_back(static_cast<double>(end_ns - first_end_ns) / 1e3 /
+                          static_cast<double>(devices.size() - 1));
+  }
+  sched_setaffinity(0, sizeof(original), &original);
+  std::printf(
+      "wakeup %-40s gpus %zu reads %4zu  cpu/gpu p50 %6.1f mean %6.1f us  first gpu %6.1f  others %6.1f"
+      "  moved %5.1f %%  %s\n",
+      name, devices.size(), per_gpu_us.size(), quantile(per_gpu_us, 0.5), mean(per_gpu_us), mean(first_us),
+      mean(others_us), per_gpu_us.empty() ? 0.0 : 100.0 * moved / static_cast<double>(per_gpu_us.size()),
+      error.empty() ? "ok" : error.c_str());
+}
+
+// Wake-up strategies for the fast group (10 ms apart): one GPU vs all in one wake-up, free vs pinned, with
+// and without memory info (the dearest call of the group).
+void run_wakeup(Nvml& nvml, nvmlDevice_t device) {
+  unsigned int count = 0;
+  std::vector<nvmlDevice_t> all;
+  if (nvml.device_count != nullptr && nvml.device_count(&count) == NVML_SUCCESS) {
+    for (unsigned int index = 0; index < count; ++index) {
+      nvmlDevice_t handle = nullptr;
+      if (nvml.handle_by_index(index, &handle) == NVML_SUCCESS) all.push_back(handle);
+    }
+  }
+  if (all.empty()) all.push_back(device);
+  const std::vector<nvmlDevice_t> one{device};
+  const int cpu = sched_getcpu();
+  std::printf("# wakeup: fast group every 10 ms; thread CPU per GPU; pinned runs stay on CPU %d\n", cpu);
+  wakeup_row(nvml, one, "free, one GPU", -1, true);
+  wakeup_row(nvml, one, "pinned, one GPU", cpu, true);
+  wakeup_row(nvml, all, "free, all GPUs", -1, true);
+  wakeup_row(nvml, all, "pinned, all GPUs", cpu, true);
+  wakeup_row(nvml, all, "free, all GPUs, no memory info", -1, false);
+  wakeup_row(nvml, all, "pinned, all GPUs, no memory info", cpu, false);
 }
 
 const char* sampling_name(int type) {
@@ -463,13 +550,13 @@ int main(int argc, char** argv) {
   unsigned int device_index = 0;
   double flicker_seconds = 5;
   double samples_seconds = 4;
-  std::string parts = "costs,samples,flicker";
+  std::string parts = "costs,samples,flicker,wakeup";
   for (int index = 1; index < argc; ++index) {
     const std::string arg = argv[index];
     if (index + 1 >= argc) {
       std::fprintf(stderr,
                    "%s needs a value; usage: nvml_query_lab [--device N] [--flicker-seconds S] "
-                   "[--samples-seconds S] [--parts costs,samples,flicker]\n",
+                   "[--samples-seconds S] [--parts costs,samples,flicker,wakeup]\n",
                    arg.c_str());
       return 2;
     }
@@ -485,7 +572,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "unknown flag %s; usage: nvml_query_lab [--device N] [--flicker-seconds S] "
-                   "[--samples-seconds S] [--parts costs,samples,flicker]\n",
+                   "[--samples-seconds S] [--parts costs,samples,flicker,wakeup]\n",
                    arg.c_str());
       return 2;
     }
@@ -504,5 +591,6 @@ int main(int argc, char** argv) {
   if (parts.find("costs") != std::string::npos) run_costs(nvml, device);
   if (parts.find("samples") != std::string::npos) run_samples(nvml, device, samples_seconds);
   if (parts.find("flicker") != std::string::npos) run_flicker(nvml, device, flicker_seconds);
+  if (parts.find("wakeup") != std::string::npos) run_wakeup(nvml, device);
   return 0;
 }

@@ -80,7 +80,7 @@ if [ -x "$bin/nvml_query_lab" ] && [ "${LAB:-1}" = 1 ]; then
   done
   kill "${lab_load_pids[@]}" 2>/dev/null
   wait "${lab_load_pids[@]}" 2>/dev/null
-  grep -E "^(cost|samples|flicker|ticks)" "$out"/nvml_lab_burst*.txt | tee -a "$out/run_all.log"
+  grep -E "^(cost|samples|flicker|ticks|wakeup)" "$out"/nvml_lab_burst*.txt | tee -a "$out/run_all.log"
 fi
 
 [ "${LAB_ONLY:-0}" = 1 ] && { log "LAB_ONLY=1: done"; exit 0; }

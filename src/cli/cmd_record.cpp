@@ -120,9 +120,10 @@ const CommandRegistration kRecord(
                      "repeatable")
           ->expected(1)
           ->allow_extra_args(false);
-      app.add_option("--fast-period", flags->fast_period, "Period of every cheap (µs) metric, e.g. 10ms");
+      app.add_option("--fast-period", flags->fast_period,
+                     "Period of every cheap (< 20 µs) metric: sensor gauges, e.g. 10ms");
       app.add_option("--slow-period", flags->slow_period,
-                     "Period of every expensive (energy, NVLink, PCIe) metric, e.g. 1s");
+                     "Period of every expensive (energy, NVLink, PCIe, memory used) metric, e.g. 1s");
       app.add_option("--markers", flags->markers,
                      "Step patterns on output lines: megatron | torchtitan | regex:PATTERN")
           ->expected(1)

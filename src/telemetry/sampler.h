@@ -44,8 +44,10 @@ struct SamplerSink {
   std::function<void(const SamplerEvent&)> on_event;              ///< an event (may be empty)
 };
 
-/// Queries costing at least this much are "slow" (energy, NVLink, PCIe counters); cheaper ones are "fast".
-inline constexpr int64_t kSlowQueryNs = 100'000;
+/// Queries costing at least this much are "slow" (energy, NVLink, PCIe, memory info); cheaper ones are "fast"
+/// (sensor gauges, 0.3-2 us on H200). Memory info costs 4-50 us (fixture h200x4-nvml-phases), 45 us read 10
+/// ms apart (nvml_query_lab): at 10 ms it alone would use 0.45 % of a core per GPU.
+inline constexpr int64_t kSlowQueryNs = 20'000;
 
 /// Share of one CPU core an expensive metric may use at its default period: the default period of a slow
 /// metric is at least (measured CPU per read) / kSlowMetricCpuShare (0.1 % of a core per metric).

@@ -263,14 +263,14 @@ class IntervalSource : public FakeSource {
   IntervalSource() : FakeSource("interval") {
     DeviceInfo device;
     device.kind = "gpu";
-    device.metrics.push_back({"fast_w", "W", MetricKind::kGauge, "gate.fast", 10 * kMs, 20'000});
+    device.metrics.push_back({"fast_w", "W", MetricKind::kGauge, "gate.fast", 10 * kMs, 10'000});
     device.metrics.push_back({"slow_a_j", "J", MetricKind::kCounter, "gate.slow_a", 50 * kMs, 2 * kMs});
     device.metrics.push_back({"slow_b_j", "J", MetricKind::kCounter, "gate.slow_b", 50 * kMs, 2 * kMs});
     devices_.push_back(device);
   }
   Reading read(size_t, size_t metric_index) override {
     const int64_t begin_ns = core::monotonic_ns();
-    const int64_t until_ns = begin_ns + (metric_index == 0 ? 20'000 : 2 * kMs);
+    const int64_t until_ns = begin_ns + (metric_index == 0 ? 10'000 : 2 * kMs);
     while (core::monotonic_ns() < until_ns) {
     }
     std::lock_guard lock(mutex_);
@@ -541,6 +541,20 @@ TEST(PeriodPlan, MetricBeatsGroupBeatsFastSlowBeatsDefault) {
   EXPECT_EQ(plan.period_for(costly), 200 * kMs);
   plan.by_metric_ns["energy_j"] = 50 * kMs;
   EXPECT_EQ(plan.period_for(costly), 50 * kMs);
+}
+
+TEST(PeriodPlan, MemoryInfoAndSensorGaugesFallOnEitherSideOfTheSlowLine) {
+  // Sensor gauges cost 0.3-2 us (fixture), memory info 4-50 us (fixture), 45 us read 10 ms apart (lab):
+  // --fast-period must not pull memory info to 10 ms, where it alone costs 0.45 % of a core per GPU.
+  PeriodPlan plan;
+  plan.fast_override_ns = 10 * kMs;
+  plan.slow_override_ns = 1000 * kMs;
+  const MetricInfo gauge{"clock_sm_mhz", "MHz", MetricKind::kGauge, "nvml.fast", 10 * kMs, 2 * 1000};
+  const MetricInfo memory{"mem_used_bytes", "bytes", MetricKind::kGauge, "nvml.memory", 100 * kMs, 45 * 1000};
+  const MetricInfo just_cheap{"g", "x", MetricKind::kGauge, "nvml.fast", 10 * kMs, kSlowQueryNs - 1};
+  EXPECT_EQ(plan.period_for(gauge), 10 * kMs);
+  EXPECT_EQ(plan.period_for(memory), 1000 * kMs);
+  EXPECT_EQ(plan.period_for(just_cheap), 10 * kMs);
 }
 
 }  // namespace

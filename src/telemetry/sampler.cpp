@@ -359,14 +359,14 @@ void Sampler::run_loop(Loop& loop) {
       const int64_t read_end_ns = core::monotonic_ns();
       if (slow_turn.owns_lock()) {
         slow_turn.unlock();
-        // The CPU a read really costs (cold, under load: 2-3x the cheapest read measured at start) sets the
-        // period of a metric at its default, so that each stays within kSlowMetricCpuShare of a core.
-        const int64_t cpu_share_ns =
-            (core::thread_cpu_ns() - read_cpu_begin_ns) / static_cast<int64_t>(end - begin);
+        // The CPU a query really costs (cold, under load: 2-3x the cheapest read measured at start) sets the
+        // period of the metrics it returns at their default, so that each query (NVLink TX and RX come in
+        // one call) stays within kSlowMetricCpuShare of a core.
+        const int64_t query_cpu_ns = core::thread_cpu_ns() - read_cpu_begin_ns;
         for (size_t position = begin; position < end; ++position) {
           Task& task = loop.tasks[due_indices[position]];
           if (task.budget_default_ns == 0) continue;  // a period the user gave, or a buffered metric
-          task.cpu_per_read_ns += (cpu_share_ns - task.cpu_per_read_ns) / 8;
+          task.cpu_per_read_ns += (query_cpu_ns - task.cpu_per_read_ns) / 8;
           task.period_ns = cpu_budget_period_ns(task.budget_default_ns, task.cpu_per_read_ns);
         }
         // The gap needed is what reads really take (energy: 2.4 ms at start, up to 5 ms later): follow rises

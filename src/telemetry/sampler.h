@@ -49,8 +49,9 @@ struct SamplerSink {
 /// ms apart (nvml_query_lab): at 10 ms it alone would use 0.45 % of a core per GPU.
 inline constexpr int64_t kSlowQueryNs = 20'000;
 
-/// Share of one CPU core an expensive metric may use at its default period: the default period of a slow
-/// metric is at least (measured CPU per read) / kSlowMetricCpuShare (0.1 % of a core per metric).
+/// Share of one CPU core one expensive query may use at its default period: the default period of the slow
+/// metrics one call returns (NVLink TX+RX, PCIe TX+RX, the HW-throttle pair, energy) is at least (measured
+/// CPU per call) / kSlowMetricCpuShare (0.1 % of a core per query).
 inline constexpr double kSlowMetricCpuShare = 0.001;
 
 /// Measured cost of one query on this host: the cheapest of a few reads.

@@ -220,6 +220,57 @@ TEST(Sampler, ExpensiveDefaultPeriodFollowsWhatReadsReallyCost) {
   EXPECT_EQ(pinned.schedule().at(0).period_ns, 100 * kMs);
 }
 
+// A source whose two expensive counters come back from one call (as NVLink TX and RX do): the call spins 1 ms
+// of CPU whether it returns one counter or both.
+class PairQuerySource : public FakeSource {
+ public:
+  PairQuerySource() : FakeSource("pair") {
+    DeviceInfo device;
+    device.kind = "gpu";
+    device.metrics.push_back({"link_tx_bytes", "bytes", MetricKind::kCounter, "pair", 100 * kMs, 200'000});
+    device.metrics.push_back({"link_rx_bytes", "bytes", MetricKind::kCounter, "pair", 100 * kMs, 200'000});
+    devices_.push_back(device);
+  }
+  Reading read(size_t, size_t) override {
+    spin();
+    return {ReadStatus::kOk, 1.0, kNoSensorTime, "", {}};
+  }
+  void read_batch(size_t, std::span<const size_t> metric_indices, std::span<Reading> out) override {
+    spin();
+    for (size_t position = 0; position < metric_indices.size(); ++position)
+      out[position] = {ReadStatus::kOk, 1.0, kNoSensorTime, "", {}};
+  }
+  std::atomic<int> calls_{0};
+
+ private:
+  void spin() {
+    ++calls_;
+    const int64_t until_ns = core::thread_cpu_ns() + kMs;
+    while (core::thread_cpu_ns() < until_ns) {
+    }
+  }
+};
+
+TEST(Sampler, CpuBudgetIsPerQueryNotPerMetricItReturns) {
+  PairQuerySource source;
+  Sampler sampler({&source}, PeriodPlan{}, {});  // 1 ms (and a little) per read measured at start: 1-1.1 s
+  for (const auto& entry : sampler.schedule()) {
+    EXPECT_GE(entry.period_ns, 1000 * kMs) << entry.metric;
+    EXPECT_LE(entry.period_ns, 1100 * kMs) << entry.metric;
+  }
+  const int calls_before = source.calls_.load();
+  sampler.start();
+  timespec nap{3, 100'000'000};
+  nanosleep(&nap, nullptr);
+  sampler.stop();
+  // One call every second returns both counters: 1 ms of CPU a second, 0.1 % of a core. Split per metric
+  // (0.5 ms each) the periods would fall to 500 ms and the call would cost 0.2 %.
+  for (const auto& entry : sampler.schedule()) EXPECT_GE(entry.period_ns, 900 * kMs) << entry.metric;
+  const int calls = source.calls_.load() - calls_before - 1;  // less the closing read
+  EXPECT_LE(calls, 4);
+  EXPECT_GE(calls, 2);
+}
+
 TEST(Sampler, QueryMeasuredSlowLeavesTheFastGroupAndIsReadLessOften) {
   SneakySource source;
   const CostTable costs = measure_query_costs({&source});

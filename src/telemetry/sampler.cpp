@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <mutex>
+#include <tuple>
 
 #include "core/time.h"
 
@@ -20,6 +22,35 @@ namespace {
 // A metric's own default period (100 ms where it declares none).
 int64_t default_period_of(const MetricInfo& metric) {
   return metric.default_period_ns > 0 ? metric.default_period_ns : 100'000'000;
+}
+
+// Gives the CPU-following tasks among `tasks[index(position)]`, position in [begin, end) — one device's
+// metrics of one loop — the largest period and CPU estimate among them, so that they stay due together.
+template <typename Tasks, typename Index>
+void align_cpu_following(Tasks& tasks, size_t begin, size_t end, Index index) {
+  std::map<uint32_t, std::pair<int64_t, int64_t>> dearest;  // device -> (period, cpu per read)
+  for (size_t position = begin; position < end; ++position) {
+    const auto& task = tasks[index(position)];
+    if (task.budget_default_ns == 0) continue;
+    auto& [period_ns, cpu_ns] = dearest[task.device_position];
+    period_ns = std::max(period_ns, task.period_ns);
+    cpu_ns = std::max(cpu_ns, task.cpu_per_read_ns);
+  }
+  for (size_t position = begin; position < end; ++position) {
+    auto& task = tasks[index(position)];
+    if (task.budget_default_ns == 0) continue;
+    std::tie(task.period_ns, task.cpu_per_read_ns) = dearest[task.device_position];
+  }
+}
+
+template <typename Tasks>
+void align_cpu_following(Tasks& tasks, size_t begin, size_t end) {
+  align_cpu_following(tasks, begin, end, [](size_t position) { return position; });
+}
+
+template <typename Tasks>
+void align_cpu_following(Tasks& tasks, const std::vector<size_t>& indices, size_t begin, size_t end) {
+  align_cpu_following(tasks, begin, end, [&](size_t position) { return indices[position]; });
 }
 
 }  // namespace
@@ -194,6 +225,10 @@ Sampler::Sampler(std::vector<Source*> sources, PeriodPlan plan, SamplerSink sink
       }
     }
   }
+  // The metrics one query returns (NVLink TX+RX, PCIe TX+RX) are read in one call only while they are due
+  // together: a device's CPU-following metrics of one loop start from one period and CPU estimate, the
+  // dearer.
+  for (auto& loop : loops_) align_cpu_following(loop->tasks, 0, loop->tasks.size());
   gates_.resize(sources_.size());
   for (auto& gate : gates_) gate = std::make_unique<Gate>();
   for (auto& loop : loops_) {
@@ -369,6 +404,7 @@ void Sampler::run_loop(Loop& loop) {
           task.cpu_per_read_ns += (query_cpu_ns - task.cpu_per_read_ns) / 8;
           task.period_ns = cpu_budget_period_ns(task.budget_default_ns, task.cpu_per_read_ns);
         }
+        align_cpu_following(loop.tasks, due_indices, begin, end);
         // The gap needed is what reads really take (energy: 2.4 ms at start, up to 5 ms later): follow rises
         // at once and falls slowly.
         const int64_t share_ns = (read_end_ns - read_begin_ns) / static_cast<int64_t>(end - begin);

@@ -451,9 +451,9 @@ BenchOutcome run_bench_rank(const BenchOptions& options, LaunchInfo launch) {
         mean_power_sum_w += device_power;
         ++power_devices;
       }
-      if (std::isfinite(interval.peak_power_instant_w) && interval.peak_power_instant_w > 0)
-        peak_power_w = std::isfinite(peak_power_w) ? std::max(peak_power_w, interval.peak_power_instant_w)
-                                                   : interval.peak_power_instant_w;
+      const double device_peak_w = interval.peak_power_w();
+      if (std::isfinite(device_peak_w) && device_peak_w > 0)
+        peak_power_w = std::isfinite(peak_power_w) ? std::max(peak_power_w, device_peak_w) : device_peak_w;
       if (std::isfinite(interval.temp_gpu_max_c) && interval.temp_gpu_max_c > 0)
         peak_temp_c = std::isfinite(peak_temp_c) ? std::max(peak_temp_c, interval.temp_gpu_max_c)
                                                  : interval.temp_gpu_max_c;
@@ -467,7 +467,8 @@ BenchOutcome run_bench_rank(const BenchOptions& options, LaunchInfo launch) {
                              {"name", recorded.name},
                              {"energy_j", json_number(device_energy)},
                              {"mean_power_w", json_number(device_power)},
-                             {"peak_power_w", json_number(interval.peak_power_instant_w)},
+                             {"peak_power_w", json_number(interval.peak_power_w())},
+                             {"peak_power_instant_w", json_number(interval.peak_power_instant_w)},
                              {"peak_power_sampled_w", json_number(interval.peak_power_sampled_w)},
                              {"peak_temp_c", json_number(interval.temp_gpu_max_c)},
                              {"samples", interval.sample_count}});

@@ -33,6 +33,11 @@ struct IntervalSummary {
   double temp_gpu_end_c = 0.0;          ///< last temp_gpu_c sample before t_end_ns
   double temp_gpu_max_c = 0.0;          ///< max temp_gpu_c inside the interval
   int64_t sample_count = 0;             ///< samples of all metrics of this device inside the interval
+  /// Peak power from the best series recorded: the driver's 20 ms samples where there are any, else polled
+  /// power_instant_w (the preference analysis uses for every power figure).
+  double peak_power_w() const {
+    return peak_power_sampled_w > 0 ? peak_power_sampled_w : peak_power_instant_w;
+  }
 };
 
 /// Value of a counter metric at time t_ns, linearly interpolated between the samples around it (clamped to

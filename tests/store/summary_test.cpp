@@ -76,7 +76,10 @@ TEST(Summary, PhaseFiguresFromASyntheticRun) {
   EXPECT_DOUBLE_EQ(phases[2].peak_power_instant_w, 500.0);
   EXPECT_DOUBLE_EQ(phases[2].peak_power_sampled_w, 900.0);
   EXPECT_DOUBLE_EQ(phases[0].peak_power_sampled_w, 100.0);
-  EXPECT_TRUE(std::isnan(phases[1].peak_power_sampled_w));     // device 1 has no power samples
+  EXPECT_TRUE(std::isnan(phases[1].peak_power_sampled_w));  // device 1 has no power samples
+  EXPECT_DOUBLE_EQ(phases[2].peak_power_w(), 900.0);        // the 20 ms samples where recorded ...
+  EXPECT_DOUBLE_EQ(phases[1].peak_power_w(), phases[1].peak_power_instant_w);  // ... else polled power
+  EXPECT_GT(phases[1].peak_power_instant_w, 0.0);
   EXPECT_NEAR(phases[2].power_integral_j, 500.0 * 9.9, 1e-6);  // samples inside [10 s, 20 s)
   // A phase that starts between samples: the counter is interpolated, 2 s at 1000 W.
   EXPECT_EQ(phases[4].label, "only1");

@@ -14,16 +14,20 @@
 //                  [--parts costs,samples,flicker,wakeup]
 #include <dlfcn.h>
 #include <nvml.h>
+#include <pthread.h>
 #include <sched.h>
 #include <time.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -318,6 +322,39 @@ void wakeup_row(Nvml& nvml, const std::vector<nvmlDevice_t>& devices, const char
       error.empty() ? "ok" : error.c_str());
 }
 
+// The CPU of waking every 10 ms and doing nothing, by how the thread sleeps (a condition-variable wait with
+// an absolute deadline, as the sampler's loops sleep, or clock_nanosleep to an absolute time) and its policy
+// (SCHED_OTHER, or SCHED_FIFO 1 as the sampler's loops run where allowed).
+void bare_wakeup_row(const char* name, bool condition_variable, bool fifo, int wakeups = 300) {
+  std::string status = "ok";
+  std::thread thread([&] {
+    if (fifo) {
+      sched_param priority{};
+      priority.sched_priority = 1;
+      if (pthread_setschedparam(pthread_self(), SCHED_FIFO, &priority) != 0) status = "SCHED_FIFO refused";
+    }
+    std::mutex mutex;
+    std::condition_variable wake;
+    int64_t deadline_ns = now_ns();
+    const int64_t cpu_before_ns = now_ns(CLOCK_THREAD_CPUTIME_ID);
+    for (int index = 0; index < wakeups; ++index) {
+      deadline_ns += 10'000'000;
+      if (condition_variable) {
+        std::unique_lock lock(mutex);
+        wake.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline_ns)),
+                        [] { return false; });
+      } else {
+        timespec until{deadline_ns / 1'000'000'000, deadline_ns % 1'000'000'000};
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, nullptr);
+      }
+    }
+    const double cpu_us = static_cast<double>(now_ns(CLOCK_THREAD_CPUTIME_ID) - cpu_before_ns) / 1e3;
+    std::printf("wakeup %-40s gpus 0 reads %4d  cpu per wake-up %6.1f us  %s\n", name, wakeups,
+                cpu_us / wakeups, status.c_str());
+  });
+  thread.join();
+}
+
 // Wake-up strategies for the fast group (10 ms apart): one GPU vs all in one wake-up, free vs pinned, with
 // and without memory info (the dearest call of the group).
 void run_wakeup(Nvml& nvml, nvmlDevice_t device) {
@@ -339,6 +376,10 @@ void run_wakeup(Nvml& nvml, nvmlDevice_t device) {
   wakeup_row(nvml, all, "pinned, all GPUs", cpu, true);
   wakeup_row(nvml, all, "free, all GPUs, no memory info", -1, false);
   wakeup_row(nvml, all, "pinned, all GPUs, no memory info", cpu, false);
+  bare_wakeup_row("bare: condition variable, SCHED_OTHER", true, false);
+  bare_wakeup_row("bare: clock_nanosleep, SCHED_OTHER", false, false);
+  bare_wakeup_row("bare: condition variable, SCHED_FIFO", true, true);
+  bare_wakeup_row("bare: clock_nanosleep, SCHED_FIFO", false, true);
 }
 
 const char* sampling_name(int type) {

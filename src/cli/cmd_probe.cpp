@@ -51,6 +51,7 @@ int run_probe(const ProbeFlags& flags) {
                      {"reads", row.reads},
                      {"changes", row.changes},
                      {"changes_per_s", row.changes_per_s},
+                     {"transients", row.transients},
                      {"refresh_ms", row.refresh_ms},
                      {"recommended_period_ms", row.recommended_period_ms},
                      {"default_period_ms", row.default_period_ms},
@@ -60,13 +61,13 @@ int run_probe(const ProbeFlags& flags) {
     return 0;
   }
   core::TextTable table({"source", "dev", "metric", "group", "cost p50", "cost p99", "cpu/read", "reads",
-                         "changes/s", "refresh", "recommended", "default", "errors"});
-  table.set_units({"", "", "", "", "us", "us", "us", "", "1/s", "ms", "ms", "ms", ""});
+                         "changes/s", "transient", "refresh", "recommended", "default", "errors"});
+  table.set_units({"", "", "", "", "us", "us", "us", "", "1/s", "", "ms", "ms", "ms", ""});
   for (const auto& row : rows) {
     table.add_row({row.source, std::to_string(row.device_index), row.metric, row.group,
                    fmt::format("{:.1f}", row.cost_median_us), fmt::format("{:.1f}", row.cost_p99_us),
                    fmt::format("{:.1f}", row.cpu_per_read_us), std::to_string(row.reads),
-                   fmt::format("{:.2f}", row.changes_per_s),
+                   fmt::format("{:.2f}", row.changes_per_s), std::to_string(row.transients),
                    row.refresh_ms > 0 ? fmt::format("{:.1f}", row.refresh_ms) : "-",
                    fmt::format("{:g}", row.recommended_period_ms), fmt::format("{:g}", row.default_period_ms),
                    std::to_string(row.errors)});

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/time.h"
+#include "telemetry/sampler.h"
 
 namespace calo::telemetry {
 
@@ -21,11 +22,14 @@ double quantile(std::vector<double> values, double q) {
   return values[static_cast<size_t>(q * static_cast<double>(values.size() - 1))];
 }
 
+// The 1-2-5 step at or below `value_ms`, allowing 2 % of measurement noise: a refresh measured at 99.9 ms is
+// the driver's 100 ms tick, and half of it should round to 50 ms, not 20 ms.
 double round_down_125(double value_ms) {
   if (value_ms <= 0) return 0;
-  const double decade = std::pow(10.0, std::floor(std::log10(value_ms)));
+  const double slack_ms = value_ms * 1.02;
+  const double decade = std::pow(10.0, std::floor(std::log10(slack_ms)));
   for (double step : {5.0, 2.0, 1.0}) {
-    if (step * decade <= value_ms * (1 + 1e-9)) return step * decade;
+    if (step * decade <= slack_ms) return step * decade;
   }
   return decade;
 }
@@ -35,6 +39,26 @@ std::map<std::string, std::vector<size_t>> groups_of(const DeviceInfo& device) {
   std::map<std::string, std::vector<size_t>> groups;
   for (size_t metric_index = 0; metric_index < device.metrics.size(); ++metric_index) {
     groups[device.metrics[metric_index].query_group].push_back(metric_index);
+  }
+  return groups;
+}
+
+// The groups the sampler reads on this host: a metric declared cheap whose read measured here costs at least
+// kSlowQueryNs leaves its group for "<group>.slow" (Sampler does the same), so that a 0.5 ms throttle counter
+// does not slow the back-to-back reads that find the cheap gauges' refresh. `rows` are measure_costs' rows.
+std::map<std::string, std::vector<size_t>> sampler_groups_of(const DeviceInfo& device,
+                                                             const std::vector<ProbeRow>& rows) {
+  std::map<std::string, std::vector<size_t>> groups;
+  for (size_t metric_index = 0; metric_index < device.metrics.size(); ++metric_index) {
+    const MetricInfo& metric = device.metrics[metric_index];
+    std::string group = metric.query_group;
+    const auto row = std::find_if(rows.begin(), rows.end(), [&](const ProbeRow& candidate) {
+      return candidate.metric == metric.name && candidate.device_index == device.index;
+    });
+    if (row != rows.end() && row->cost_median_us * 1e3 >= static_cast<double>(kSlowQueryNs) &&
+        metric.expected_cost_ns < kSlowQueryNs)
+      group += ".slow";
+    groups[group].push_back(metric_index);
   }
   return groups;
 }
@@ -54,6 +78,7 @@ void measure_costs(Source& source, size_t device_position, std::vector<ProbeRow>
       row.group = group;
       row.kind = metric.kind;
       row.default_period_ms = static_cast<double>(metric.default_period_ns) / 1e6;
+      row.buffered = metric.buffered;
       std::vector<double> costs_us;
       const int64_t cost_begin_ns = core::monotonic_ns();
       const int64_t cpu_begin_ns = core::thread_cpu_ns();
@@ -72,16 +97,19 @@ void measure_costs(Source& source, size_t device_position, std::vector<ProbeRow>
   }
 }
 
-// Refresh of each metric: its group read back to back (as the sampler reads it) for seconds_per_group,
-// noting when each value changes; fills the rows measure_costs made (same order).
+// Refresh of each metric: its group (as the sampler groups it on this host) read back to back for
+// seconds_per_group, noting when each value changes; fills the rows measure_costs made.
 void measure_refresh(Source& source, size_t device_position, double seconds_per_group,
                      std::vector<ProbeRow>& rows) {
   const DeviceInfo& device = source.devices()[device_position];
-  size_t first_row = 0;
-  for (const auto& [group, metric_indices] : groups_of(device)) {
-    const std::span<ProbeRow> group_rows(rows.data() + first_row, metric_indices.size());
-    first_row += metric_indices.size();
-    // Refresh: the whole group back to back (as the sampler reads it), noting when each value changes.
+  for (const auto& [group, metric_indices] : sampler_groups_of(device, rows)) {
+    std::vector<ProbeRow*> group_rows;
+    for (size_t metric_index : metric_indices) {
+      for (ProbeRow& row : rows) {
+        if (row.metric == device.metrics[metric_index].name) group_rows.push_back(&row);
+      }
+    }
+    if (group_rows.size() != metric_indices.size()) continue;  // not measured (cannot happen)
     std::vector<Reading> readings(metric_indices.size());
     std::vector<double> last(metric_indices.size(), std::nan(""));
     std::vector<std::vector<int64_t>> change_times(metric_indices.size());
@@ -94,7 +122,7 @@ void measure_refresh(Source& source, size_t device_position, double seconds_per_
       ++reads;
       for (size_t position = 0; position < metric_indices.size(); ++position) {
         if (readings[position].status != ReadStatus::kOk) {
-          ++group_rows[position].errors;
+          ++group_rows[position]->errors;
           continue;
         }
         const double value = readings[position].value;
@@ -102,31 +130,50 @@ void measure_refresh(Source& source, size_t device_position, double seconds_per_
         last[position] = value;
       }
     }
-    const double loop_s = static_cast<double>(core::monotonic_ns() - loop_begin_ns) / 1e9;
+    const int64_t loop_end_ns = core::monotonic_ns();
+    const double loop_s = static_cast<double>(loop_end_ns - loop_begin_ns) / 1e9;
     for (size_t position = 0; position < metric_indices.size(); ++position) {
-      ProbeRow& row = group_rows[position];
+      ProbeRow& row = *group_rows[position];
       const auto& times = change_times[position];
+      row.group = group;
       row.reads = reads;
       row.changes = static_cast<int64_t>(times.size());
       row.changes_per_s = static_cast<double>(times.size()) / loop_s;
+      // A change whose value is gone again within kTransientNs is a transient; the refresh is the median
+      // interval between the others (the sensor's own updates).
+      std::vector<int64_t> settled;
+      for (size_t index = 0; index < times.size(); ++index) {
+        const int64_t held_until_ns = index + 1 < times.size() ? times[index + 1] : loop_end_ns;
+        if (held_until_ns - times[index] < kTransientNs) {
+          ++row.transients;
+        } else {
+          settled.push_back(times[index]);
+        }
+      }
       std::vector<double> intervals_ms;
-      for (size_t index = 1; index < times.size(); ++index) {
-        intervals_ms.push_back(static_cast<double>(times[index] - times[index - 1]) / 1e6);
+      for (size_t index = 1; index < settled.size(); ++index) {
+        intervals_ms.push_back(static_cast<double>(settled[index] - settled[index - 1]) / 1e6);
       }
       row.refresh_ms = quantile(intervals_ms, 0.5);
-      row.recommended_period_ms =
-          recommend_period_ms(row.kind, row.refresh_ms, row.cost_median_us, row.default_period_ms);
+      row.recommended_period_ms = recommend_period_ms(row);
     }
   }
 }
 
 }  // namespace
 
-double recommend_period_ms(MetricKind kind, double refresh_ms, double cost_us, double default_ms) {
-  if (refresh_ms <= 0) return default_ms;
-  const double wanted_ms = kind == MetricKind::kCounter ? refresh_ms : refresh_ms / 2;
-  const double floor_ms = std::max(1.0, 20 * cost_us / 1e3);
-  return round_down_125(std::max(wanted_ms, floor_ms));
+double recommend_period_ms(const ProbeRow& row) {
+  if (row.kind == MetricKind::kCounter || row.buffered) {
+    const auto default_ns = static_cast<int64_t>(row.default_period_ms * 1e6);
+    if (row.buffered || row.cost_median_us * 1e3 < static_cast<double>(kSlowQueryNs))
+      return row.default_period_ms;
+    return static_cast<double>(
+               cpu_budget_period_ns(default_ns, static_cast<int64_t>(row.cpu_per_read_us * 1e3))) /
+           1e6;
+  }
+  if (row.refresh_ms <= 0) return row.default_period_ms;
+  const double floor_ms = std::max(1.0, 20 * row.cost_median_us / 1e3);
+  return round_down_125(std::max(row.refresh_ms / 2, floor_ms));
 }
 
 std::vector<ProbeRow> probe_sources(const std::vector<Source*>& sources, double seconds_per_group) {

@@ -24,20 +24,29 @@ struct ProbeRow {
   int64_t reads = 0;                     ///< reads in the change-detection loop
   int64_t changes = 0;                   ///< times the value differed from the previous read
   double changes_per_s = 0;              ///< changes / loop seconds
-  double refresh_ms = 0;                 ///< median time between changes (0 = never changed)
-  double recommended_period_ms = 0;      ///< see docs/METRICS.md "Telemetry"
-  double default_period_ms = 0;          ///< the metric's default period in calo record
-  int errors = 0;                        ///< failed reads
+  int64_t transients = 0;                ///< changes to a value held < kTransientNs (a driver update's step)
+  double refresh_ms = 0;  ///< median time between changes to values held >= kTransientNs (0 = none)
+  double recommended_period_ms = 0;  ///< see docs/METRICS.md "Telemetry"
+  double default_period_ms = 0;      ///< the metric's default period in calo record
+  bool buffered = false;             ///< a read returns every sample since the previous read
+  int errors = 0;                    ///< failed reads
 };
+
+/// A value held for less than this between two changes is a transient: at each ~100 ms driver update NVML
+/// gauges pass through intermediate values for ~0.2-2 ms (docs/BENCHMARKS.md). Transients are counted apart
+/// and do not set the refresh period.
+inline constexpr int64_t kTransientNs = 2'000'000;
 
 /// Probes every device of `sources`: query costs one device at a time (NVML serializes queries across GPUs,
 /// so parallel reads would measure contention), then the refresh of each query group, devices in parallel,
 /// each group for `seconds_per_group` of back-to-back reads.
 std::vector<ProbeRow> probe_sources(const std::vector<Source*>& sources, double seconds_per_group);
 
-/// Recommended period from measured refresh and cost: gauges/bitmasks at half the refresh period (so every
-/// sensor update is seen), counters at the refresh period; never below 20× the read cost or 1 ms; rounded
-/// down to 1-2-5 steps. Falls back to `default_ms` when the value never changed.
-double recommend_period_ms(MetricKind kind, double refresh_ms, double cost_us, double default_ms);
+/// Recommended period of `row` (costs and refresh filled in): a gauge or bitmask at half its refresh period
+/// (so every sensor update is seen), never below 20x its read cost or 1 ms, rounded down to 1-2-5 steps, its
+/// default when it never settled on a new value; a counter loses nothing between reads and a buffered metric
+/// returns every sample, so for them the period calo record uses by default (an expensive one stretched to
+/// 0.1 % of a core by its CPU per read).
+double recommend_period_ms(const ProbeRow& row);
 
 }  // namespace calo::telemetry

@@ -10,6 +10,7 @@
 
 #include "core/time.h"
 #include "telemetry/procfs_source.h"
+#include "test_source.h"
 
 namespace calo::telemetry {
 namespace {
@@ -18,21 +19,6 @@ constexpr int64_t kMs = 1'000'000;
 
 // A real source whose reads take real time: "fast" returns at once, "slow" sleeps 30 ms per read (like the
 // NVML energy counter or PCIe throughput query); device 1 can be made to fall off the bus.
-// A source answered by the test: subclasses fill devices_ and implement read().
-class FakeSource : public Source {
- public:
-  explicit FakeSource(std::string name) : name_(std::move(name)) {}
-  std::string name() const override { return name_; }
-  bool available() const override { return true; }
-  std::string unavailable_reason() const override { return ""; }
-  const std::vector<DeviceInfo>& devices() const override { return devices_; }
-
- protected:
-  std::vector<DeviceInfo> devices_;
-
- private:
-  std::string name_;
-};
 
 class TimedSource : public FakeSource {
  public:

@@ -13,23 +13,23 @@
 #include <string>
 #include <thread>
 
-#define CHECK_CUDA(call)                                                                            \
-  do {                                                                                              \
-    cudaError_t status_ = (call);                                                                   \
-    if (status_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "gemm_load: %s:%d %s: %s\n", __FILE__, __LINE__, #call,                 \
-                   cudaGetErrorString(status_));                                                    \
-      std::exit(1);                                                                                 \
-    }                                                                                               \
+#define CHECK_CUDA(call)                                                           \
+  do {                                                                             \
+    cudaError_t status_ = (call);                                                  \
+    if (status_ != cudaSuccess) {                                                  \
+      std::fprintf(stderr, "gemm_load: %s:%d %s: %s\n", __FILE__, __LINE__, #call, \
+                   cudaGetErrorString(status_));                                   \
+      std::exit(1);                                                                \
+    }                                                                              \
   } while (0)
-#define CHECK_CUBLAS(call)                                                                          \
-  do {                                                                                              \
-    cublasStatus_t status_ = (call);                                                                \
-    if (status_ != CUBLAS_STATUS_SUCCESS) {                                                         \
-      std::fprintf(stderr, "gemm_load: %s:%d %s: cuBLAS status %d\n", __FILE__, __LINE__, #call,   \
-                   static_cast<int>(status_));                                                      \
-      std::exit(1);                                                                                 \
-    }                                                                                               \
+#define CHECK_CUBLAS(call)                                                                       \
+  do {                                                                                           \
+    cublasStatus_t status_ = (call);                                                             \
+    if (status_ != CUBLAS_STATUS_SUCCESS) {                                                      \
+      std::fprintf(stderr, "gemm_load: %s:%d %s: cuBLAS status %d\n", __FILE__, __LINE__, #call, \
+                   static_cast<int>(status_));                                                   \
+      std::exit(1);                                                                              \
+    }                                                                                            \
   } while (0)
 
 // Fills with pseudo-random values in [-1, 1) (never zeros: zeros draw less power).
@@ -52,13 +52,19 @@ int main(int argc, char** argv) {
   double idle_ms = 0;
   for (int index = 1; index + 1 < argc; index += 2) {
     const std::string flag = argv[index];
-    if (flag == "--device") device = std::atoi(argv[index + 1]);
-    else if (flag == "--size") size = std::atoi(argv[index + 1]);
-    else if (flag == "--seconds") seconds = std::atof(argv[index + 1]);
-    else if (flag == "--burst-ms") burst_ms = std::atof(argv[index + 1]);
-    else if (flag == "--idle-ms") idle_ms = std::atof(argv[index + 1]);
+    if (flag == "--device")
+      device = std::atoi(argv[index + 1]);
+    else if (flag == "--size")
+      size = std::atoi(argv[index + 1]);
+    else if (flag == "--seconds")
+      seconds = std::atof(argv[index + 1]);
+    else if (flag == "--burst-ms")
+      burst_ms = std::atof(argv[index + 1]);
+    else if (flag == "--idle-ms")
+      idle_ms = std::atof(argv[index + 1]);
     else {
-      std::fprintf(stderr, "usage: gemm_load [--device D] [--size N] [--seconds S] [--burst-ms B --idle-ms I]\n");
+      std::fprintf(stderr,
+                   "usage: gemm_load [--device D] [--size N] [--seconds S] [--burst-ms B --idle-ms I]\n");
       return 2;
     }
   }
@@ -75,9 +81,9 @@ int main(int argc, char** argv) {
   const float alpha = 1.0f;
   const float beta = 0.0f;
   auto gemm = [&] {
-    CHECK_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, size, size, size, &alpha, matrices[0], CUDA_R_16BF,
-                              size, matrices[1], CUDA_R_16BF, size, &beta, matrices[2], CUDA_R_16BF, size,
-                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    CHECK_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, size, size, size, &alpha, matrices[0],
+                              CUDA_R_16BF, size, matrices[1], CUDA_R_16BF, size, &beta, matrices[2],
+                              CUDA_R_16BF, size, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   };
   for (int warmup = 0; warmup < 20; ++warmup) gemm();
   CHECK_CUDA(cudaDeviceSynchronize());
@@ -98,8 +104,10 @@ int main(int argc, char** argv) {
     }
     elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   }
-  const double tflops = 2.0 * size * static_cast<double>(size) * size * static_cast<double>(gemms) / elapsed_s / 1e12;
-  std::printf("gemm_load device %d size %d: %lld gemms in %.3f s = %.2f TFLOP/s\n", device, size, gemms, elapsed_s, tflops);
+  const double tflops =
+      2.0 * size * static_cast<double>(size) * size * static_cast<double>(gemms) / elapsed_s / 1e12;
+  std::printf("gemm_load device %d size %d: %lld gemms in %.3f s = %.2f TFLOP/s\n", device, size, gemms,
+              elapsed_s, tflops);
   cublasDestroy(handle);
   for (auto* matrix : matrices) cudaFree(matrix);
   return 0;

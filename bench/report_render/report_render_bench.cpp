@@ -28,8 +28,7 @@ int64_t generate(const std::filesystem::path& dir, int gpus, int seconds, int hz
   info.name = "bench-1h-8gpu";
   info.command = "bench_report_render (synthetic)";
   info.host = "bench";
-  info.config_json =
-      R"({"tokens_per_step": 65536, "samples_per_step": 16, "model_flops_per_step": 3.1e15})";
+  info.config_json = R"({"tokens_per_step": 65536, "samples_per_step": 16, "model_flops_per_step": 3.1e15})";
   calo::store::RunWriter writer(dir, info);
   for (int gpu = 0; gpu < gpus; ++gpu) {
     calo::store::DeviceInfo device;

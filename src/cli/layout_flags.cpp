@@ -18,22 +18,27 @@ void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional) 
   app.add_option("--pp", layout.pp, "Pipeline-parallel size (stages)")->capture_default_str();
   app.add_option("--dp", layout.dp, "Data-parallel size")->capture_default_str();
   app.add_option("--ep", layout.ep, "Expert-parallel size (MoE; divides dp)")->capture_default_str();
-  app.add_option("--mbs,--micro-batch", layout.micro_batch, "Micro-batch size (sequences)")->capture_default_str();
+  app.add_option("--mbs,--micro-batch", layout.micro_batch, "Micro-batch size (sequences)")
+      ->capture_default_str();
   app.add_option("--gbs,--global-batch", layout.global_batch, "Global batch (sequences); default mbs*dp");
   app.add_option("--seq", layout.seq_length, "Sequence length; default the model's");
   app.add_option("--zero", layout.zero_stage, "ZeRO stage: 0, 1 (sharded optimizer) or 3 (FSDP)")
       ->capture_default_str();
-  app.add_flag("--fsdp", [&layout](int64_t) { layout.zero_stage = 3; }, "Fully sharded data parallel (= --zero 3)");
+  app.add_flag(
+      "--fsdp", [&layout](int64_t) { layout.zero_stage = 3; }, "Fully sharded data parallel (= --zero 3)");
   app.add_option("--recompute", flags.recompute, "Activation recomputation: none, selective, full")
       ->capture_default_str();
-  app.add_option("--schedule", flags.schedule, "Pipeline schedule: gpipe, 1f1b, interleaved")->capture_default_str();
-  app.add_option("--vpp,--virtual-stages", layout.virtual_stages, "Model chunks per pipeline rank (interleaved)")
+  app.add_option("--schedule", flags.schedule, "Pipeline schedule: gpipe, 1f1b, interleaved")
+      ->capture_default_str();
+  app.add_option("--vpp,--virtual-stages", layout.virtual_stages,
+                 "Model chunks per pipeline rank (interleaved)")
       ->capture_default_str();
   app.add_option("--layers-per-stage", flags.layers_per_stage,
                  "Explicit layer partition, comma-separated (pp*vpp entries), e.g. 10,12,12,10");
   // Callbacks run only for a given flag: without either, the optional stays empty (on when tp > 1).
-  app.add_flag_callback("--sequence-parallel", [&flags] { flags.sequence_parallel = true; },
-                        "Sequence parallel (default: on when tp > 1)");
+  app.add_flag_callback(
+      "--sequence-parallel", [&flags] { flags.sequence_parallel = true; },
+      "Sequence parallel (default: on when tp > 1)");
   app.add_flag_callback(
       "--no-sequence-parallel", [&flags] { flags.sequence_parallel = false; }, "Turn sequence parallel off");
   app.add_flag("--overlap", flags.overlap_all, "Overlap TP comm, grad reduce, param gather (if --zero 1/3)");

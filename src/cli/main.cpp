@@ -19,7 +19,9 @@ CommandRegistration::CommandRegistration(std::string name, std::string descripti
   command_registry().push_back({std::move(name), std::move(description), order, std::move(setup)});
 }
 
-void print_json(const nlohmann::json& json) { std::cout << json.dump(2) << "\n"; }
+void print_json(const nlohmann::json& json) {
+  std::cout << json.dump(2) << "\n";
+}
 
 }  // namespace calo::cli
 

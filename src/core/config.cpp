@@ -60,7 +60,8 @@ std::string join(const std::vector<std::string>& items, const std::string& separ
 
 bool looks_like_path(const std::string& text) {
   auto ends_with = [&](const std::string& suffix) {
-    return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+    return text.size() >= suffix.size() &&
+           text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
   return ends_with(".yaml") || ends_with(".yml") || ends_with(".json") || text.find('/') != std::string::npos;
 }
@@ -119,11 +120,14 @@ const nlohmann::json& ConfigReader::at(const std::string& key) const {
   return *found;
 }
 
-bool ConfigReader::has(const std::string& key) const { return object_.contains(key) && !object_[key].is_null(); }
+bool ConfigReader::has(const std::string& key) const {
+  return object_.contains(key) && !object_[key].is_null();
+}
 
 long long ConfigReader::get_int(const std::string& key) const {
   const auto& value = at(key);
-  require_input(value.is_number_integer(), origin_ + ": '" + key + "' must be an integer, got " + value.dump());
+  require_input(value.is_number_integer(),
+                origin_ + ": '" + key + "' must be an integer, got " + value.dump());
   return value.get<long long>();
 }
 

@@ -14,11 +14,12 @@ namespace {
 bool is_numeric(const std::string& cell) {
   if (cell.empty()) return false;
   char first = cell[0];
-  return std::isdigit(static_cast<unsigned char>(first)) || ((first == '-' || first == '+' || first == '.') &&
-                                                             cell.size() > 1);
+  return std::isdigit(static_cast<unsigned char>(first)) ||
+         ((first == '-' || first == '+' || first == '.') && cell.size() > 1);
 }
 
-std::string scaled(double value, const char* const* suffixes, int count, double base, const std::string& unit) {
+std::string scaled(double value, const char* const* suffixes, int count, double base,
+                   const std::string& unit) {
   int index = 0;
   double magnitude = std::fabs(value);
   while (index + 1 < count && magnitude >= base) {
@@ -46,7 +47,8 @@ void TextTable::add_row(std::vector<std::string> cells) {
 std::string TextTable::render() const {
   std::vector<size_t> widths(headers_.size());
   auto widen = [&](const std::vector<std::string>& cells) {
-    for (size_t column = 0; column < cells.size(); ++column) widths[column] = std::max(widths[column], cells[column].size());
+    for (size_t column = 0; column < cells.size(); ++column)
+      widths[column] = std::max(widths[column], cells[column].size());
   };
   widen(headers_);
   if (!units_.empty()) widen(units_);

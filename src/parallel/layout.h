@@ -17,22 +17,22 @@ enum class Schedule { kGpipe, k1F1B, kInterleaved };
 /// A parallel layout. world = tp * pp * dp; ep divides dp (expert parallel is carved out of data parallel,
 /// as in Megatron-LM); ranks are ordered tp-cp-ep-dp-pp (tp fastest). cp (context parallel) is fixed at 1.
 struct Layout {
-  int tp = 1;                          ///< tensor-parallel size
-  int pp = 1;                          ///< pipeline-parallel size (stages)
-  int dp = 1;                          ///< data-parallel size (replicas of the dense part)
-  int ep = 1;                          ///< expert-parallel size (MoE only); divides dp
-  bool sequence_parallel = false;      ///< split norm/dropout activations over tp (default on when tp > 1)
-  int zero_stage = 0;                  ///< 0 none, 1 optimizer state sharded (ZeRO-1), 3 fully sharded (FSDP)
-  int micro_batch = 1;                 ///< sequences per micro-batch per data-parallel rank
-  int global_batch = 0;                ///< sequences per iteration; 0 = micro_batch * dp (one micro-batch)
-  int seq_length = 0;                  ///< tokens per sequence; 0 = the model's default
+  int tp = 1;                      ///< tensor-parallel size
+  int pp = 1;                      ///< pipeline-parallel size (stages)
+  int dp = 1;                      ///< data-parallel size (replicas of the dense part)
+  int ep = 1;                      ///< expert-parallel size (MoE only); divides dp
+  bool sequence_parallel = false;  ///< split norm/dropout activations over tp (default on when tp > 1)
+  int zero_stage = 0;              ///< 0 none, 1 optimizer state sharded (ZeRO-1), 3 fully sharded (FSDP)
+  int micro_batch = 1;             ///< sequences per micro-batch per data-parallel rank
+  int global_batch = 0;            ///< sequences per iteration; 0 = micro_batch * dp (one micro-batch)
+  int seq_length = 0;              ///< tokens per sequence; 0 = the model's default
   Recompute recompute = Recompute::kNone;
-  bool overlap_tp_comm = false;        ///< TP collectives overlap with GEMMs (comm on its own stream)
-  bool overlap_grad_reduce = false;    ///< DP gradient reduction overlaps with backward
-  bool overlap_param_gather = false;   ///< parameter all-gather (ZeRO/FSDP) overlaps with forward
+  bool overlap_tp_comm = false;       ///< TP collectives overlap with GEMMs (comm on its own stream)
+  bool overlap_grad_reduce = false;   ///< DP gradient reduction overlaps with backward
+  bool overlap_param_gather = false;  ///< parameter all-gather (ZeRO/FSDP) overlaps with forward
   Schedule schedule = Schedule::k1F1B;
-  int virtual_stages = 1;              ///< model chunks per pipeline rank (interleaved schedule)
-  std::vector<int> layers_per_stage;   ///< explicit partition (size pp * virtual_stages); empty = uniform
+  int virtual_stages = 1;             ///< model chunks per pipeline rank (interleaved schedule)
+  std::vector<int> layers_per_stage;  ///< explicit partition (size pp * virtual_stages); empty = uniform
 
   /// Total ranks: tp * pp * dp.
   int world_size() const { return tp * pp * dp; }

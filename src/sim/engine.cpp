@@ -241,7 +241,8 @@ EngineResult Engine::run(const std::vector<EngineEntity>& entities,
                 if (is_comm(binding_op.kind)) {
                   // Exposed: the part of the idle gap covered by the back-to-back transfers that ended with
                   // the binding op (waiting for slower members or for the peer's compute is not).
-                  const double idle_from = std::max(state.stream_free_s[stream], state.chain_start_s[binding]);
+                  const double idle_from =
+                      std::max(state.stream_free_s[stream], state.chain_start_s[binding]);
                   out.exposed_comm_s[comm_class(binding_op)] += std::max(0.0, ready - idle_from);
                 }
               }

@@ -116,7 +116,7 @@ TEST(CostModel, GemmRooflineWithShapeDependentEfficiency) {
   const ComputeCost small = compute_cost(cluster.gpu, skinny);
   EXPECT_LT(skinny.flops / small.compute_s, gemm.flops / big.compute_s);  // lower achieved FLOP/s
   EXPECT_GT(small.memory_s, small.compute_s);                             // a skinny GEMM is memory-bound
-  EXPECT_NEAR(small.duration_s(1.2, 1), small.duration_s(1, 1), 1e-15);     // so the clock does not matter
+  EXPECT_NEAR(small.duration_s(1.2, 1), small.duration_s(1, 1), 1e-15);   // so the clock does not matter
 }
 
 TEST(CostModel, MessagesUseNvlinkInsideANodeAndTheRailAcross) {

@@ -1,5 +1,7 @@
 // Markers: protocol parsing, spans per rank, output-line patterns of Megatron-LM/NeMo and TorchTitan, and the
 // datagram socket fed by the C ABI helper in this very process.
+#include "telemetry/markers.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -9,7 +11,6 @@
 
 #include "core/error.h"
 #include "core/time.h"
-#include "telemetry/markers.h"
 #include "telemetry/markers_c.h"
 
 namespace calo::telemetry {
@@ -44,7 +45,9 @@ TEST(MarkerProtocol, ParsesStepsPhasesRanksAndTimes) {
 TEST(SpanAssembler, KeepsRanksApart) {
   std::vector<MarkerSpan> spans;
   SpanAssembler assembler([&](const MarkerSpan& span) { spans.push_back(span); });
-  auto apply = [&](const std::string& line, int64_t t_ns) { assembler.apply(*parse_marker_line(line), t_ns, "socket"); };
+  auto apply = [&](const std::string& line, int64_t t_ns) {
+    assembler.apply(*parse_marker_line(line), t_ns, "socket");
+  };
   apply("begin step 1 rank 0", 100);
   apply("begin step 1 rank 1", 110);
   apply("end step 1 rank 1", 300);
@@ -75,13 +78,15 @@ TEST(SpanAssembler, KeepsRanksApart) {
 TEST(LinePattern, MegatronAndNemoLines) {
   LinePattern megatron("megatron");
   const auto hit = megatron.match(
-      " [2025-01-01 10:00:00] iteration       20/     100 | consumed samples:         2560 | elapsed time per "
+      " [2025-01-01 10:00:00] iteration       20/     100 | consumed samples:         2560 | elapsed time "
+      "per "
       "iteration (ms): 1234.5 | learning rate: 1.0E-04 | global batch size:   128 | lm loss: 7.1E+00 |");
   ASSERT_TRUE(hit);
   EXPECT_EQ(hit->first, 20);
   EXPECT_DOUBLE_EQ(hit->second, 1234.5);
   const auto nemo = megatron.match(
-      "Training epoch 0, iteration 5/99 | lr: 1e-05 | global_batch_size: 8 | global_step: 5 | reduced_train_loss: "
+      "Training epoch 0, iteration 5/99 | lr: 1e-05 | global_batch_size: 8 | global_step: 5 | "
+      "reduced_train_loss: "
       "10.1 | train_step_timing in s: 1.25");
   ASSERT_TRUE(nemo);
   EXPECT_EQ(nemo->first, 5);

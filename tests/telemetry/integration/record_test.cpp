@@ -1,7 +1,7 @@
 // `calo record` end to end: the real binary runs real children (sh, sleep, python3) on this GPU-less host.
-// Checks exit-code propagation, signal forwarding, step spans from the socket protocol and from Megatron-style
-// output lines, a killed child, SIGKILL of calo itself (run store still opens with all but the last second),
-// and exit 2 for bad usage.
+// Checks exit-code propagation, signal forwarding, step spans from the socket protocol and from
+// Megatron-style output lines, a killed child, SIGKILL of calo itself (run store still opens with all but the
+// last second), and exit 2 for bad usage.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -53,7 +53,8 @@ int wait_for(pid_t pid, double timeout_s) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   while (std::chrono::steady_clock::now() < deadline) {
     int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (waitpid(pid, &status, WNOHANG) == pid)
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   kill(pid, SIGKILL);
@@ -96,7 +97,10 @@ TEST(Record, SleepOnAHostWithoutGpusRecordsCpuMetrics) {
 TEST(Record, ExitCodeAndOutputAreTheChilds) {
   const fs::path dir = fresh_dir("exit7");
   const fs::path log = dir.string() + ".log";
-  EXPECT_EQ(run_calo({"record", "--out", dir.string(), "--", "sh", "-c", "echo to-out; echo to-err >&2; exit 7"}, log), 7);
+  EXPECT_EQ(
+      run_calo({"record", "--out", dir.string(), "--", "sh", "-c", "echo to-out; echo to-err >&2; exit 7"},
+               log),
+      7);
   EXPECT_EQ(read_text(dir / "stdout.log"), "to-out\n");
   EXPECT_EQ(read_text(dir / "stderr.log"), "to-err\n");
   const std::string output = read_text(log);
@@ -126,10 +130,14 @@ TEST(Record, StepMarkersFromSocketPerRankAndFromMegatronLines) {
       "    time.sleep(0.05 + 0.05 * step)\n"
       "    for rank in range(2):\n"
       "        s.sendto(f'end step {step} rank {rank}'.encode(), path)\n"
-      "    print(f' iteration {step + 1:8d}/       3 | consumed samples: 8 | elapsed time per iteration (ms): "
+      "    print(f' iteration {step + 1:8d}/       3 | consumed samples: 8 | elapsed time per iteration "
+      "(ms): "
       "{50 + 50 * step:.1f} | lm loss: 1.0E+01 |', flush=True)\n"
       "s.sendto(b'phase end rank 0', path)\n";
-  ASSERT_EQ(run_calo({"record", "--out", dir.string(), "--markers", "megatron", "--", "python3", "-c", script}, log), 0)
+  ASSERT_EQ(
+      run_calo({"record", "--out", dir.string(), "--markers", "megatron", "--", "python3", "-c", script},
+               log),
+      0)
       << read_text(log);
   store::RunReader reader(dir);
   const auto steps = reader.spans(store::SpanKind::kStep);
@@ -142,7 +150,8 @@ TEST(Record, StepMarkersFromSocketPerRankAndFromMegatronLines) {
     if (span.category == "megatron") {
       ++from_log;
       EXPECT_EQ(span.rank, store::kNone);
-      EXPECT_NEAR(static_cast<double>(span.t_end_ns - span.t_begin_ns) / 1e6, 50.0 + 50.0 * static_cast<double>(span.step - 1), 0.01);
+      EXPECT_NEAR(static_cast<double>(span.t_end_ns - span.t_begin_ns) / 1e6,
+                  50.0 + 50.0 * static_cast<double>(span.step - 1), 0.01);
     }
     if (span.category == "socket") {
       const double duration_ms = static_cast<double>(span.t_end_ns - span.t_begin_ns) / 1e6;
@@ -187,7 +196,8 @@ TEST(Record, KilledChildStillClosesTheRunWithASummary) {
 TEST(Record, SigkillOfCaloLeavesAStoreWithAllButTheLastSecond) {
   const fs::path dir = fresh_dir("sigkill");
   const fs::path log = dir.string() + ".log";
-  const pid_t calo = spawn({kCalo, "record", "--out", dir.string(), "--period", "procfs=10ms", "--", "sleep", "30"}, log);
+  const pid_t calo =
+      spawn({kCalo, "record", "--out", dir.string(), "--period", "procfs=10ms", "--", "sleep", "30"}, log);
   std::this_thread::sleep_for(std::chrono::milliseconds(3000));
   kill(calo, SIGKILL);
   EXPECT_EQ(wait_for(calo, 5), 128 + SIGKILL);

@@ -19,6 +19,7 @@ pack() {  # leaves exactly run_all.log and telemetry_results.tar.gz in $OUT
   tar -C "$out" --exclude='./runs' -czf "$final_out/telemetry_results.tar.gz" . 2>/dev/null
 }
 trap pack EXIT
+trap 'exit 143' TERM INT  # a run cut short (timeout) still packs what it has
 probe_seconds="${PROBE_SECONDS:-5}"
 capture_fast_periods="${CAPTURE_FAST_PERIODS-5ms 20ms}"  # set it empty for none
 overhead_seconds="${OVERHEAD_SECONDS:-30}"

@@ -34,7 +34,8 @@ class SeriesAccumulator {
         chart_begin_ns_(chart_begin_ns),
         chart_span_ns_(std::max<int64_t>(1, chart_end_ns - chart_begin_ns)),
         keep_values_(keep_values),
-        keep_samples_(metric.kind == store::MetricKind::kCounter) {
+        keep_samples_(metric.kind == store::MetricKind::kCounter),
+        keep_edge_samples_(metric.name == "power_sampled_w") {
     digest_.metric = metric.name;
     digest_.unit = metric.unit;
     if (metric.kind != store::MetricKind::kCounter) digest_.buckets.resize(static_cast<std::size_t>(buckets));
@@ -64,7 +65,9 @@ class SeriesAccumulator {
       bucket.mean += value;  // divided by count in finish()
       ++bucket.count;
     }
-    if (keep_samples_) samples_.push_back(sample);
+    if (keep_samples_ ||
+        (keep_edge_samples_ && store::near_window_edge(t_ns, window_begin_ns_, window_end_ns_)))
+      samples_.push_back(sample);
     if (t_ns < window_begin_ns_ || t_ns >= window_end_ns_) return;
     // Window statistics.
     ++window_count_;
@@ -146,7 +149,8 @@ class SeriesAccumulator {
   int64_t chart_begin_ns_;
   int64_t chart_span_ns_;
   bool keep_values_;
-  bool keep_samples_;
+  bool keep_samples_;       // counters: every sample (deltas at the window edges)
+  bool keep_edge_samples_;  // power_sampled_w: the samples near the window edges (energy_value_at)
   SeriesDigest digest_;
   int64_t window_count_ = 0;
   double sum_ = 0;
@@ -434,7 +438,18 @@ RunAnalysis analyze_run(const std::filesystem::path& run_dir, const AnalyzeOptio
       }
       digests[slot].push_back(std::move(digest));
     }
-    if (counter_delta.contains("energy_j")) out.energy_j = counter_delta["energy_j"];
+    if (counter_delta.contains(
+            "energy_j")) {  // the counter, its ends placed with the power samples near them
+      const std::vector<store::Sample> none;
+      const std::vector<store::Sample>* energy = nullptr;
+      const std::vector<store::Sample>* power = &none;
+      for (std::size_t index = 0; index < metrics.size(); ++index) {
+        if (metrics[index].name == "energy_j") energy = &accumulators[index].samples();
+        if (metrics[index].name == "power_sampled_w") power = &accumulators[index].samples();
+      }
+      out.energy_j = store::energy_value_at(*energy, *power, analysis.t_end_ns) -
+                     store::energy_value_at(*energy, *power, analysis.t_begin_ns);
+    }
     const char* counters[] = {"throttle_power_cap_s", "throttle_sw_thermal_s", "throttle_hw_thermal_s",
                               "throttle_power_brake_s"};
     for (std::size_t reason = 0; reason < 4; ++reason) {

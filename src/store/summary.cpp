@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 namespace calo::store {
 
@@ -50,6 +51,54 @@ double counter_value_at(const std::vector<Sample>& samples, int64_t t_ns) {
   return before.value + fraction * (after->value - before.value);
 }
 
+namespace {
+
+// Trapezoid integral (J) of the piecewise-linear power series over [from_ns, to_ns]; nullopt unless samples
+// lie at or before from_ns and at or after to_ns with no gap over kMaxPowerGapNs between them.
+std::optional<double> power_integral_j(const std::vector<Sample>& power, int64_t from_ns, int64_t to_ns) {
+  auto first = std::upper_bound(power.begin(), power.end(), from_ns,
+                                [](int64_t time_ns, const Sample& sample) { return time_ns < sample.t_ns; });
+  if (first == power.begin()) return std::nullopt;
+  --first;  // the last sample at or before from_ns
+  double joules = 0;
+  for (auto left = first; left + 1 != power.end() && left->t_ns < to_ns; ++left) {
+    const Sample& a = *left;
+    const Sample& b = *(left + 1);
+    if (b.t_ns - a.t_ns > kMaxPowerGapNs) return std::nullopt;
+    if (b.t_ns == a.t_ns) continue;
+    const int64_t begin_ns = std::max(a.t_ns, from_ns);
+    const int64_t end_ns = std::min(b.t_ns, to_ns);
+    if (end_ns <= begin_ns) continue;
+    auto at = [&](int64_t t_ns) {
+      return a.value +
+             (b.value - a.value) * static_cast<double>(t_ns - a.t_ns) / static_cast<double>(b.t_ns - a.t_ns);
+    };
+    joules += (at(begin_ns) + at(end_ns)) / 2 * static_cast<double>(end_ns - begin_ns) / kNsPerSecond;
+    if (b.t_ns >= to_ns) return joules;
+  }
+  return std::nullopt;  // the samples end before to_ns
+}
+
+}  // namespace
+
+double energy_value_at(const std::vector<Sample>& energy, const std::vector<Sample>& power, int64_t t_ns) {
+  if (energy.empty()) return kNaN;
+  auto after = std::lower_bound(energy.begin(), energy.end(), t_ns,
+                                [](const Sample& sample, int64_t time_ns) { return sample.t_ns < time_ns; });
+  const Sample* anchor = nullptr;
+  if (after == energy.end()) {
+    anchor = &energy.back();
+  } else if (after == energy.begin() || after->t_ns - t_ns < t_ns - (after - 1)->t_ns) {
+    anchor = &*after;
+  } else {
+    anchor = &*(after - 1);
+  }
+  if (anchor->t_ns == t_ns) return anchor->value;
+  const auto joules = power_integral_j(power, std::min(anchor->t_ns, t_ns), std::max(anchor->t_ns, t_ns));
+  if (!joules) return counter_value_at(energy, t_ns);
+  return anchor->t_ns < t_ns ? anchor->value + *joules : anchor->value - *joules;
+}
+
 IntervalSummary summarize_interval(const RunReader& reader, int32_t device_idx, int64_t t_begin_ns,
                                    int64_t t_end_ns, std::string label) {
   std::vector<MetricInfo> metrics = reader.metrics();
@@ -64,7 +113,23 @@ IntervalSummary summarize_interval(const RunReader& reader, int32_t device_idx, 
   auto counter = [&](std::string_view name) {
     return counter_delta(series(reader, device_idx, metrics, name, kFromStart, kAll), t_begin_ns, t_end_ns);
   };
-  summary.energy_j = counter("energy_j");
+  {  // energy: the counter, its ends placed with the driver's power samples near them (energy_value_at)
+    const auto energy = series(reader, device_idx, metrics, "energy_j", kFromStart, kAll);
+    std::vector<Sample> power;
+    auto keep_power = [&](int64_t from_ns, int64_t to_ns) {
+      const auto samples = series(reader, device_idx, metrics, "power_sampled_w", from_ns, to_ns);
+      power.insert(power.end(), samples.begin(), samples.end());
+    };
+    if (t_end_ns - t_begin_ns > 2 * kEnergyEdgeNs) {  // only around the two edges, not the whole interval
+      keep_power(t_begin_ns - kEnergyEdgeNs, t_begin_ns + kEnergyEdgeNs + 1);
+      keep_power(t_end_ns - kEnergyEdgeNs, t_end_ns + kEnergyEdgeNs + 1);
+    } else {
+      keep_power(t_begin_ns - kEnergyEdgeNs, t_end_ns + kEnergyEdgeNs + 1);
+    }
+    summary.energy_j = energy.empty() ? kNaN
+                                      : energy_value_at(energy, power, t_end_ns) -
+                                            energy_value_at(energy, power, t_begin_ns);
+  }
   summary.mean_power_w = summary.duration_s > 0 ? summary.energy_j / summary.duration_s : kNaN;
   summary.throttle_power_cap_s = counter("throttle_power_cap_s");
   summary.throttle_sw_thermal_s = counter("throttle_sw_thermal_s");

@@ -44,6 +44,27 @@ struct IntervalSummary {
 /// the first/last sample outside the recorded range). `samples` must be in time order. NaN when empty.
 double counter_value_at(const std::vector<Sample>& samples, int64_t t_ns);
 
+/// How far from a window edge the power samples energy_value_at needs are kept (counter reads at calo
+/// record's defaults are at most ~8 s apart, so the read nearest an edge is within ~4 s of it).
+inline constexpr int64_t kEnergyEdgeNs = 10'000'000'000;
+
+/// Largest gap between power samples energy_value_at integrates across (the driver samples every 20 ms; the
+/// widest gaps seen were 35-46 ms).
+inline constexpr int64_t kMaxPowerGapNs = 100'000'000;
+
+/// Energy counter value at t_ns: the counter read nearest to t_ns plus (or minus) the trapezoid integral of
+/// the power samples `power` (W, the driver's 20 ms samples) between that read and t_ns, where they cover
+/// that span with gaps <= kMaxPowerGapNs; otherwise counter_value_at(energy, t_ns). A counter read every few
+/// seconds interpolated linearly misplaces the energy of a power change near a window edge; the samples do
+/// not.
+double energy_value_at(const std::vector<Sample>& energy, const std::vector<Sample>& power, int64_t t_ns);
+
+/// True when t_ns is within kEnergyEdgeNs of t_begin_ns or t_end_ns: the power samples energy_value_at needs.
+inline bool near_window_edge(int64_t t_ns, int64_t t_begin_ns, int64_t t_end_ns) {
+  return (t_ns >= t_begin_ns - kEnergyEdgeNs && t_ns <= t_begin_ns + kEnergyEdgeNs) ||
+         (t_ns >= t_end_ns - kEnergyEdgeNs && t_ns <= t_end_ns + kEnergyEdgeNs);
+}
+
 /// Summarizes device `device_idx` over [t_begin_ns, t_end_ns).
 IntervalSummary summarize_interval(const RunReader& reader, int32_t device_idx, int64_t t_begin_ns,
                                    int64_t t_end_ns, std::string label);

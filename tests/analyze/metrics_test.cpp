@@ -205,5 +205,35 @@ TEST(RunMetrics, PowerFiguresUseTheDriversOwnSamplesWhenRecorded) {
   EXPECT_DOUBLE_EQ(gpu.power_swing_100ms_w, 600.0);
 }
 
+TEST(RunMetrics, WindowEnergyPlacesItsEdgesWithThePowerSamples) {
+  // A step from 100 W to 500 W at 12 s; energy read every 5 s, power samples every 20 ms; the analysis window
+  // is the one step, [12 s, 22 s): 5000 J (the 5 s counter reads interpolated linearly give 4520 J).
+  testing::TempDir dir("edges");
+  constexpr int64_t kSecond = 1'000'000'000;
+  {
+    store::RunWriter writer(dir.path / "run", store::RunInfo{});
+    writer.add_device(store::DeviceInfo{});
+    const int32_t energy = writer.metric_id("energy_j", "J", store::MetricKind::kCounter);
+    const int32_t sampled = writer.metric_id("power_sampled_w", "W", store::MetricKind::kGauge);
+    for (int64_t t_ns = 0; t_ns <= 25 * kSecond; t_ns += 20'000'000) {
+      writer.append({0, sampled, t_ns, t_ns < 12 * kSecond ? 100.0 : 500.0, t_ns});
+      if (t_ns % (5 * kSecond) == 0) {
+        const double t_s = static_cast<double>(t_ns) / 1e9;
+        writer.append({0, energy, t_ns, t_s <= 12 ? 100.0 * t_s : 1200.0 + 500.0 * (t_s - 12)});
+      }
+    }
+    store::Span step;
+    step.kind = store::SpanKind::kStep;
+    step.name = "step";
+    step.t_begin_ns = 12 * kSecond;
+    step.t_end_ns = 22 * kSecond;
+    writer.append_span(step);
+    writer.finish(25 * kSecond);
+  }
+  const auto run = analyze_run(dir.path / "run");
+  EXPECT_NEAR(run.device_metrics[0].energy_j, 5000.0, 10.0);
+  EXPECT_NEAR(run.energy_per_step_j, 5000.0, 10.0);
+}
+
 }  // namespace
 }  // namespace calo::analyze

@@ -24,6 +24,66 @@ TEST(Summary, CounterValueIsInterpolatedBetweenSamples) {
   EXPECT_TRUE(std::isnan(counter_value_at({}, 0)));
 }
 
+// A GPU at 100 W that steps to 500 W at 12 s; its energy counter is read every 5 s (calo record stretches it
+// to seconds to keep its CPU cost down) and the driver's power samples come every 20 ms.
+struct SteppedPower {
+  std::vector<Sample> energy;
+  std::vector<Sample> power;
+  explicit SteppedPower(int64_t first_energy_read_s = 0) {
+    constexpr int64_t kSecond = 1'000'000'000;
+    for (int64_t t_s = first_energy_read_s; t_s <= 25; t_s += 5) {
+      const double joules = t_s <= 12 ? 100.0 * t_s : 1200.0 + 500.0 * (t_s - 12);
+      energy.push_back(Sample{0, 0, t_s * kSecond, joules, kNoSensorTime});
+    }
+    for (int64_t t_ns = 0; t_ns <= 25 * kSecond; t_ns += 20'000'000)
+      power.push_back(Sample{0, 1, t_ns, t_ns < 12 * kSecond ? 100.0 : 500.0, t_ns});
+  }
+};
+
+TEST(Summary, EnergyAtAWindowEdgeComesFromThePowerSamplesNearIt) {
+  constexpr int64_t kSecond = 1'000'000'000;
+  const SteppedPower run;
+  // True energy over [12 s, 22 s): 5000 J. Interpolating the 5 s counter reads puts 480 J of the step on the
+  // wrong side of 12 s (-9.6 %); the samples place it to within the 20 ms around the step.
+  const double linear =
+      counter_value_at(run.energy, 22 * kSecond) - counter_value_at(run.energy, 12 * kSecond);
+  EXPECT_NEAR(linear, 4520.0, 1e-6);
+  const double refined = energy_value_at(run.energy, run.power, 22 * kSecond) -
+                         energy_value_at(run.energy, run.power, 12 * kSecond);
+  EXPECT_NEAR(refined, 5000.0, 10.0);
+  EXPECT_DOUBLE_EQ(energy_value_at(run.energy, run.power, 20 * kSecond), 5200.0);  // on a read: the read
+  // No samples, or a gap over 100 ms between the read and the edge: the counter alone.
+  EXPECT_DOUBLE_EQ(energy_value_at(run.energy, {}, 12 * kSecond), counter_value_at(run.energy, 12 * kSecond));
+  std::vector<Sample> gappy;
+  for (const Sample& sample : run.power) {
+    if (sample.t_ns < 10'500'000'000 || sample.t_ns > 10'700'000'000) gappy.push_back(sample);
+  }
+  EXPECT_DOUBLE_EQ(energy_value_at(run.energy, gappy, 12 * kSecond),
+                   counter_value_at(run.energy, 12 * kSecond));
+  // Before the first read (5 s): 500 J less the 300 J drawn from 2 s to 5 s, where clamping said 500 J.
+  const SteppedPower late(5);
+  EXPECT_NEAR(energy_value_at(late.energy, late.power, 2 * kSecond), 200.0, 1e-6);
+  EXPECT_TRUE(std::isnan(energy_value_at({}, run.power, 0)));
+}
+
+TEST(Summary, IntervalEnergyUsesThePowerSamplesAtItsEdges) {
+  TempDir temp;
+  constexpr int64_t kSecond = 1'000'000'000;
+  {
+    RunWriter writer(temp.path() / "run", RunInfo{});
+    writer.add_device(DeviceInfo{});
+    const int32_t energy = writer.metric_id("energy_j", "J", MetricKind::kCounter);
+    const int32_t sampled = writer.metric_id("power_sampled_w", "W", MetricKind::kGauge);
+    const SteppedPower run;
+    for (Sample sample : run.energy)
+      writer.append(Sample{0, energy, sample.t_ns, sample.value, kNoSensorTime});
+    for (Sample sample : run.power) writer.append(Sample{0, sampled, sample.t_ns, sample.value, sample.t_ns});
+    writer.finish(25 * kSecond);
+  }
+  RunReader reader(temp.path() / "run");
+  EXPECT_NEAR(summarize_interval(reader, 0, 12 * kSecond, 22 * kSecond, "load").energy_j, 5000.0, 10.0);
+}
+
 TEST(Summary, PhaseFiguresFromASyntheticRun) {
   TempDir temp;
   constexpr int64_t kSecond = 1'000'000'000;

@@ -43,22 +43,18 @@ std::map<std::string, std::vector<size_t>> groups_of(const DeviceInfo& device) {
   return groups;
 }
 
-// The groups the sampler reads on this host: a metric declared cheap whose read measured here costs at least
-// kSlowQueryNs leaves its group for "<group>.slow" (Sampler does the same), so that a 0.5 ms throttle counter
-// does not slow the back-to-back reads that find the cheap gauges' refresh. `rows` are measure_costs' rows.
+// The groups the sampler reads on this host (as_measured), so that a 0.5 ms throttle counter does not slow
+// the back-to-back reads that find the cheap gauges' refresh. `rows` are measure_costs' rows.
 std::map<std::string, std::vector<size_t>> sampler_groups_of(const DeviceInfo& device,
                                                              const std::vector<ProbeRow>& rows) {
   std::map<std::string, std::vector<size_t>> groups;
   for (size_t metric_index = 0; metric_index < device.metrics.size(); ++metric_index) {
     const MetricInfo& metric = device.metrics[metric_index];
-    std::string group = metric.query_group;
     const auto row = std::find_if(rows.begin(), rows.end(), [&](const ProbeRow& candidate) {
       return candidate.metric == metric.name && candidate.device_index == device.index;
     });
-    if (row != rows.end() && row->cost_median_us * 1e3 >= static_cast<double>(kSlowQueryNs) &&
-        metric.expected_cost_ns < kSlowQueryNs)
-      group += ".slow";
-    groups[group].push_back(metric_index);
+    const auto cost_ns = row != rows.end() ? static_cast<int64_t>(row->cost_median_us * 1e3) : 0;
+    groups[as_measured(metric, cost_ns).query_group].push_back(metric_index);
   }
   return groups;
 }

@@ -24,36 +24,33 @@ int64_t default_period_of(const MetricInfo& metric) {
   return metric.default_period_ns > 0 ? metric.default_period_ns : 100'000'000;
 }
 
-// Gives the CPU-following tasks among `tasks[index(position)]`, position in [begin, end) — one device's
-// metrics of one loop — the largest period and CPU estimate among them, so that they stay due together.
-template <typename Tasks, typename Index>
-void align_cpu_following(Tasks& tasks, size_t begin, size_t end, Index index) {
+// Gives a loop's CPU-following tasks of each device the largest period and CPU estimate among them, so that
+// the metrics one query returns (NVLink TX+RX, PCIe TX+RX) are due together and come back from one call.
+// Every later read updates them from that same call's CPU, so they stay equal.
+template <typename Tasks>
+void align_cpu_following(Tasks& tasks) {
   std::map<uint32_t, std::pair<int64_t, int64_t>> dearest;  // device -> (period, cpu per read)
-  for (size_t position = begin; position < end; ++position) {
-    const auto& task = tasks[index(position)];
+  for (const auto& task : tasks) {
     if (task.budget_default_ns == 0) continue;
     auto& [period_ns, cpu_ns] = dearest[task.device_position];
     period_ns = std::max(period_ns, task.period_ns);
     cpu_ns = std::max(cpu_ns, task.cpu_per_read_ns);
   }
-  for (size_t position = begin; position < end; ++position) {
-    auto& task = tasks[index(position)];
-    if (task.budget_default_ns == 0) continue;
-    std::tie(task.period_ns, task.cpu_per_read_ns) = dearest[task.device_position];
+  for (auto& task : tasks) {
+    if (task.budget_default_ns != 0)
+      std::tie(task.period_ns, task.cpu_per_read_ns) = dearest[task.device_position];
   }
 }
 
-template <typename Tasks>
-void align_cpu_following(Tasks& tasks, size_t begin, size_t end) {
-  align_cpu_following(tasks, begin, end, [](size_t position) { return position; });
-}
-
-template <typename Tasks>
-void align_cpu_following(Tasks& tasks, const std::vector<size_t>& indices, size_t begin, size_t end) {
-  align_cpu_following(tasks, begin, end, [&](size_t position) { return indices[position]; });
-}
-
 }  // namespace
+
+MetricInfo as_measured(MetricInfo metric, int64_t measured_wall_ns) {
+  if (measured_wall_ns >= kSlowQueryNs && metric.expected_cost_ns < kSlowQueryNs) {
+    metric.query_group += ".slow";
+    metric.expected_cost_ns = measured_wall_ns;
+  }
+  return metric;
+}
 
 std::optional<int64_t> PeriodPlan::given_ns(const MetricInfo& metric) const {
   if (auto found = by_metric_ns.find(metric.name); found != by_metric_ns.end()) return found->second;
@@ -200,14 +197,9 @@ Sampler::Sampler(std::vector<Source*> sources, PeriodPlan plan, SamplerSink sink
       for (uint32_t metric_index = 0; metric_index < metrics.size(); ++metric_index) {
         // Classify by the cost measured here, not the declared one: a query that is cheap on one driver can
         // cost half a millisecond on another and would then delay every fast metric of its group.
-        MetricInfo metric = metrics[metric_index];
-        const auto measured = costs_.find({source->name(), metric.name});
+        const auto measured = costs_.find({source->name(), metrics[metric_index].name});
         const QueryCost cost = measured != costs_.end() ? measured->second : QueryCost{};
-        if (measured != costs_.end() && cost.wall_ns >= kSlowQueryNs &&
-            metric.expected_cost_ns < kSlowQueryNs) {
-          metric.query_group += ".slow";
-          metric.expected_cost_ns = cost.wall_ns;
-        }
+        const MetricInfo metric = as_measured(metrics[metric_index], cost.wall_ns);
         const int64_t period_ns = plan.period_for(metric, cost.cpu_ns);
         if (period_ns <= 0) continue;  // a period of 0 turns the metric off
         Loop*& loop = by_group[metric.query_group];
@@ -225,10 +217,7 @@ Sampler::Sampler(std::vector<Source*> sources, PeriodPlan plan, SamplerSink sink
       }
     }
   }
-  // The metrics one query returns (NVLink TX+RX, PCIe TX+RX) are read in one call only while they are due
-  // together: a device's CPU-following metrics of one loop start from one period and CPU estimate, the
-  // dearer.
-  for (auto& loop : loops_) align_cpu_following(loop->tasks, 0, loop->tasks.size());
+  for (auto& loop : loops_) align_cpu_following(loop->tasks);
   gates_.resize(sources_.size());
   for (auto& gate : gates_) gate = std::make_unique<Gate>();
   for (auto& loop : loops_) {
@@ -323,6 +312,7 @@ void Sampler::run_loop(Loop& loop) {
   // When stop() is called every counter is read once more (the closing pass), so that counter deltas (energy,
   // throttle seconds) cover the recording to its end even where a counter's period is seconds long.
   bool closing = false;
+  uint64_t sleeps = 0;  // since the last time stats were updated
   while (true) {
     closing = stopping_.load(std::memory_order_relaxed);
     int64_t deadline_ns = INT64_MAX;
@@ -333,10 +323,7 @@ void Sampler::run_loop(Loop& loop) {
     if (!closing) {
       if (!loop.slow) loop.next_read_ns.store(deadline_ns, std::memory_order_release);
       sleep_until_or_stop(loop, deadline_ns);
-      {
-        std::lock_guard lock(loop.stats_mutex);
-        ++loop.stats.sleeps;
-      }
+      ++sleeps;  // added to stats under the lock taken at the end of this pass
       if (stopping_.load(std::memory_order_relaxed)) continue;  // woken by stop(): the closing pass is next
     }
     if (!loop.slow) loop.reading.store(true, std::memory_order_release);  // slow loops keep out of the way
@@ -404,7 +391,6 @@ void Sampler::run_loop(Loop& loop) {
           task.cpu_per_read_ns += (query_cpu_ns - task.cpu_per_read_ns) / 8;
           task.period_ns = cpu_budget_period_ns(task.budget_default_ns, task.cpu_per_read_ns);
         }
-        align_cpu_following(loop.tasks, due_indices, begin, end);
         // The gap needed is what reads really take (energy: 2.4 ms at start, up to 5 ms later): follow rises
         // at once and falls slowly.
         const int64_t share_ns = (read_end_ns - read_begin_ns) / static_cast<int64_t>(end - begin);
@@ -472,6 +458,8 @@ void Sampler::run_loop(Loop& loop) {
     if (!batch.empty() && sink_.on_samples) sink_.on_samples(batch);
     std::lock_guard lock(loop.stats_mutex);
     loop.stats.samples += batch.size();
+    loop.stats.sleeps += sleeps;
+    sleeps = 0;
     loop.stats.late += closing ? 0 : late;
     loop.stats.missed += closing ? 0 : missed;
     loop.stats.read_errors += errors;
@@ -481,6 +469,7 @@ void Sampler::run_loop(Loop& loop) {
   loop.next_read_ns.store(INT64_MAX, std::memory_order_release);  // a stopped fast loop holds nobody back
   loop.reading.store(false, std::memory_order_release);
   std::lock_guard lock(loop.stats_mutex);
+  loop.stats.sleeps += sleeps;
   loop.stats.cpu_ns = core::thread_cpu_ns() - cpu_start_ns;
 }
 

@@ -67,6 +67,11 @@ using CostTable = std::map<std::pair<std::string, std::string>, QueryCost>;
 /// cheapest read: the cost the sampler classifies by (fast if wall < kSlowQueryNs, else slow).
 CostTable measure_query_costs(const std::vector<Source*>& sources, int reads = 3);
 
+/// `metric` as the sampler reads it where its cheapest read took `measured_wall_ns` (0: not measured): a
+/// metric declared cheap that measured slow (>= kSlowQueryNs) moves to its own "<group>.slow" group at that
+/// cost, so it cannot delay the cheap metrics it was grouped with.
+MetricInfo as_measured(MetricInfo metric, int64_t measured_wall_ns);
+
 /// Sampling periods: per metric name, else per query group, else the metric's default.
 struct PeriodPlan {
   std::map<std::string, int64_t> by_metric_ns;  ///< "power_instant_w" -> period

@@ -10,7 +10,9 @@
 #include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 
@@ -381,16 +383,23 @@ RunAnalysis analyze_run(const std::filesystem::path& run_dir, const AnalyzeOptio
   std::vector<DeviceMetrics> device_metrics(device_count);
   std::vector<int64_t> samples_read(device_count, 0);
   double window_s = static_cast<double>(analysis.t_end_ns - analysis.t_begin_ns) * 1e-9;
+  auto index_of = [&](std::string_view name) -> std::optional<std::size_t> {
+    for (std::size_t index = 0; index < metrics.size(); ++index) {
+      if (metrics[index].name == name) return index;
+    }
+    return std::nullopt;
+  };
   // The power figures come from one series: the driver's own 20 ms samples where recorded (every sample, none
   // missed), else the polled instantaneous power, else the 1 s average.
   std::string power_metric;
   for (const char* candidate : {"power_sampled_w", "power_instant_w", "power_avg_w"}) {
-    if (std::any_of(metrics.begin(), metrics.end(),
-                    [&](const auto& metric) { return metric.name == candidate; })) {
+    if (index_of(candidate)) {
       power_metric = candidate;
       break;
     }
   }
+  const auto energy_index = index_of("energy_j");
+  const auto power_samples_index = index_of("power_sampled_w");
   auto make_accumulators = [&] {
     std::vector<SeriesAccumulator> accumulators;
     accumulators.reserve(metrics.size());
@@ -438,17 +447,14 @@ RunAnalysis analyze_run(const std::filesystem::path& run_dir, const AnalyzeOptio
       }
       digests[slot].push_back(std::move(digest));
     }
-    if (counter_delta.contains(
-            "energy_j")) {  // the counter, its ends placed with the power samples near them
-      const std::vector<store::Sample> none;
-      const std::vector<store::Sample>* energy = nullptr;
-      const std::vector<store::Sample>* power = &none;
-      for (std::size_t index = 0; index < metrics.size(); ++index) {
-        if (metrics[index].name == "energy_j") energy = &accumulators[index].samples();
-        if (metrics[index].name == "power_sampled_w") power = &accumulators[index].samples();
+    if (energy_index) {  // the counter, its ends placed with the driver's power samples near them
+      static const std::vector<store::Sample> kNone;
+      const auto& energy = accumulators[*energy_index].samples();
+      const auto& power = power_samples_index ? accumulators[*power_samples_index].samples() : kNone;
+      if (!energy.empty()) {
+        out.energy_j = store::energy_value_at(energy, power, analysis.t_end_ns) -
+                       store::energy_value_at(energy, power, analysis.t_begin_ns);
       }
-      out.energy_j = store::energy_value_at(*energy, *power, analysis.t_end_ns) -
-                     store::energy_value_at(*energy, *power, analysis.t_begin_ns);
     }
     const char* counters[] = {"throttle_power_cap_s", "throttle_sw_thermal_s", "throttle_hw_thermal_s",
                               "throttle_power_brake_s"};

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <span>
 
 namespace calo::store {
 
@@ -31,7 +32,7 @@ double counter_delta(const std::vector<Sample>& samples, int64_t t_begin_ns, int
 }
 
 // Largest sample value; NaN when there are none.
-double max_value(const std::vector<Sample>& samples) {
+double max_value(std::span<const Sample> samples) {
   double largest = samples.empty() ? kNaN : samples.front().value;
   for (const Sample& sample : samples) largest = std::max(largest, sample.value);
   return largest;
@@ -113,23 +114,14 @@ IntervalSummary summarize_interval(const RunReader& reader, int32_t device_idx, 
   auto counter = [&](std::string_view name) {
     return counter_delta(series(reader, device_idx, metrics, name, kFromStart, kAll), t_begin_ns, t_end_ns);
   };
-  {  // energy: the counter, its ends placed with the driver's power samples near them (energy_value_at)
-    const auto energy = series(reader, device_idx, metrics, "energy_j", kFromStart, kAll);
-    std::vector<Sample> power;
-    auto keep_power = [&](int64_t from_ns, int64_t to_ns) {
-      const auto samples = series(reader, device_idx, metrics, "power_sampled_w", from_ns, to_ns);
-      power.insert(power.end(), samples.begin(), samples.end());
-    };
-    if (t_end_ns - t_begin_ns > 2 * kEnergyEdgeNs) {  // only around the two edges, not the whole interval
-      keep_power(t_begin_ns - kEnergyEdgeNs, t_begin_ns + kEnergyEdgeNs + 1);
-      keep_power(t_end_ns - kEnergyEdgeNs, t_end_ns + kEnergyEdgeNs + 1);
-    } else {
-      keep_power(t_begin_ns - kEnergyEdgeNs, t_end_ns + kEnergyEdgeNs + 1);
-    }
-    summary.energy_j = energy.empty() ? kNaN
-                                      : energy_value_at(energy, power, t_end_ns) -
-                                            energy_value_at(energy, power, t_begin_ns);
-  }
+  // The driver's power samples over the interval and kEnergyEdgeNs around it: the peak inside, and the
+  // energy counter's ends placed with them (energy_value_at). One read serves both.
+  const std::vector<Sample> sampled = series(reader, device_idx, metrics, "power_sampled_w",
+                                             t_begin_ns - kEnergyEdgeNs, t_end_ns + kEnergyEdgeNs + 1);
+  const std::vector<Sample> energy = series(reader, device_idx, metrics, "energy_j", kFromStart, kAll);
+  summary.energy_j = energy.empty() ? kNaN
+                                    : energy_value_at(energy, sampled, t_end_ns) -
+                                          energy_value_at(energy, sampled, t_begin_ns);
   summary.mean_power_w = summary.duration_s > 0 ? summary.energy_j / summary.duration_s : kNaN;
   summary.throttle_power_cap_s = counter("throttle_power_cap_s");
   summary.throttle_sw_thermal_s = counter("throttle_sw_thermal_s");
@@ -143,8 +135,10 @@ IntervalSummary summarize_interval(const RunReader& reader, int32_t device_idx, 
     double step_s = static_cast<double>(power[index].t_ns - power[index - 1].t_ns) / kNsPerSecond;
     summary.power_integral_j += 0.5 * (power[index].value + power[index - 1].value) * step_s;
   }
+  const auto before = [](const Sample& sample, int64_t t_ns) { return sample.t_ns < t_ns; };
   summary.peak_power_sampled_w =
-      max_value(series(reader, device_idx, metrics, "power_sampled_w", t_begin_ns, t_end_ns));
+      max_value({std::lower_bound(sampled.begin(), sampled.end(), t_begin_ns, before),
+                 std::lower_bound(sampled.begin(), sampled.end(), t_end_ns, before)});
 
   std::vector<Sample> clock = series(reader, device_idx, metrics, "clock_sm_mhz", t_begin_ns, t_end_ns);
   if (clock.empty()) {

@@ -48,17 +48,8 @@ ErrorStats stats_of(std::vector<double> errors_pct) {
   return stats;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"energy over short windows: sparse counter interpolated vs counter + power samples"};
-  std::string run_dir;
-  std::vector<double> every_s{2, 5};
-  std::vector<double> window_s{0.5, 1, 2, 5};
-  app.add_option("run", run_dir, "Run directory recorded with --period energy_j=100ms")->required();
-  app.add_option("--every-s", every_s, "Counter read intervals to emulate, s")->delimiter(',');
-  app.add_option("--window-s", window_s, "Window lengths, s")->delimiter(',');
-  CLI11_PARSE(app, argc, argv);
+// Prints the error table for the run in `run_dir`; 2 when it lacks the series the comparison needs.
+int run(const std::string& run_dir, const std::vector<double>& every_s, const std::vector<double>& window_s) {
   const calo::store::RunReader reader(run_dir);
   const auto energy_metric = reader.find_metric("energy_j");
   const auto power_metric = reader.find_metric("power_sampled_w");
@@ -114,3 +105,23 @@ int main(int argc, char** argv) {
              worst_linear_p95, worst_samples_p95);
   return 0;
 }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"energy over short windows: sparse counter interpolated vs counter + power samples"};
+  std::string run_dir;
+  std::vector<double> every_s{2, 5};
+  std::vector<double> window_s{0.5, 1, 2, 5};
+  app.add_option("run", run_dir, "Run directory recorded with --period energy_j=100ms")->required();
+  app.add_option("--every-s", every_s, "Counter read intervals to emulate, s")->delimiter(',');
+  app.add_option("--window-s", window_s, "Window lengths, s")->delimiter(',');
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(run_dir, every_s, window_s);
+  } catch (const std::exception& error) {  // a path that is not a run, an unreadable store
+    fmt::print(stderr, "bench_energy_edges: {}\n", error.what());
+    return 2;
+  }
+}
+

@@ -101,12 +101,22 @@ ThermalSpec parse_thermal(const nlohmann::json& object, const std::string& origi
   return thermal;
 }
 
+PowerControlSpec parse_power_control(const nlohmann::json& object, const std::string& origin) {
+  ConfigReader reader(object, origin);
+  reader.reject_unknown_keys({"response_ms", "sample_window_ms"});
+  PowerControlSpec control;
+  control.response_s = bounded(reader, origin, "response_ms", control.response_s * 1e3, 0.1, 1e5) * 1e-3;
+  control.sample_window_s =
+      bounded(reader, origin, "sample_window_ms", control.sample_window_s * 1e3, 0.1, 1e4) * 1e-3;
+  return control;
+}
+
 GpuSpec parse_gpu(const nlohmann::json& object, const std::string& origin) {
   ConfigReader reader(object, origin);
   reader.reject_unknown_keys({"name", "peak_bf16_tflops", "peak_fp32_tflops", "hbm_bandwidth_gb_s",
                               "memory_gib", "power_limit_w", "idle_power_w", "max_sm_mhz", "min_sm_mhz",
                               "clock_step_mhz", "clock_power_exponent", "active_power_w", "efficiency",
-                              "thermal"});
+                              "thermal", "power_control"});
   GpuSpec gpu;
   gpu.name = reader.get_string("name");
   gpu.peak_bf16_flops = positive(reader, origin, "peak_bf16_tflops") * kTera;
@@ -141,6 +151,8 @@ GpuSpec parse_gpu(const nlohmann::json& object, const std::string& origin) {
       fmt::format("{}: active_power_w.gemm must be > 0 (the power a full-speed GEMM adds to idle)", origin));
   gpu.efficiency = parse_efficiency(section(object, origin, "efficiency", false), origin + ": efficiency");
   gpu.thermal = parse_thermal(section(object, origin, "thermal", false), origin + ": thermal");
+  gpu.power_control =
+      parse_power_control(section(object, origin, "power_control", false), origin + ": power_control");
   return gpu;
 }
 
@@ -232,7 +244,7 @@ double ClusterSpec::nic_bandwidth_per_gpu() const {
 
 ClusterSpec parse_cluster(const nlohmann::json& object, const std::string& origin) {
   ConfigReader reader(object, origin);
-  reader.reject_unknown_keys({"name", "description", "gpu", "node", "network", "collective"});
+  reader.reject_unknown_keys({"name", "description", "gpu", "node", "network", "collective", "calibration"});
   ClusterSpec cluster;
   cluster.name = reader.get_string("name", origin);
   cluster.description = reader.get_string("description", "");
@@ -241,6 +253,8 @@ ClusterSpec parse_cluster(const nlohmann::json& object, const std::string& origi
   cluster.network = parse_network(section(object, origin, "network", true), origin + ": network");
   cluster.collective =
       parse_collective(section(object, origin, "collective", false), origin + ": collective");
+  auto calibration = object.find("calibration");
+  if (calibration != object.end() && !calibration->is_null()) cluster.calibration = *calibration;
   return cluster;
 }
 
@@ -257,7 +271,7 @@ nlohmann::json to_json(const ClusterSpec& cluster) {
   }
   const auto& eff = gpu.efficiency;
   const auto& thermal = gpu.thermal;
-  return {
+  nlohmann::json json = {
       {"name", cluster.name},
       {"description", cluster.description},
       {"gpu",
@@ -288,7 +302,10 @@ nlohmann::json to_json(const ClusterSpec& cluster) {
           {"tau_sink_s", thermal.tau_sink_s},
           {"slowdown_c", thermal.slowdown_c},
           {"slowdown_mhz_per_c", thermal.slowdown_mhz_per_c},
-          {"hw_slowdown_c", thermal.hw_slowdown_c}}}}},
+          {"hw_slowdown_c", thermal.hw_slowdown_c}}},
+        {"power_control",
+         {{"response_ms", gpu.power_control.response_s * 1e3},
+          {"sample_window_ms", gpu.power_control.sample_window_s * 1e3}}}}},
       {"node",
        {{"gpus", cluster.node.gpus},
         {"nvlink_bandwidth_gb_s", cluster.node.nvlink_bandwidth_bytes_per_s / kGiga},
@@ -309,6 +326,8 @@ nlohmann::json to_json(const ClusterSpec& cluster) {
         {"bw_efficiency_max", cluster.collective.bw_efficiency_max},
         {"bw_half_bytes", cluster.collective.bw_half_bytes}}},
   };
+  if (!cluster.calibration.is_null()) json["calibration"] = cluster.calibration;
+  return json;
 }
 
 }  // namespace calo::sim

@@ -37,6 +37,14 @@ struct ThermalSpec {
   double hw_slowdown_c = 95.0;     ///< hardware slowdown: clock drops to min_sm_mhz at or above this
 };
 
+/// Power-cap controller dynamics and how the driver samples power (docs/SIMULATOR.md, "Power dynamics").
+struct PowerControlSpec {
+  double response_s =
+      0.05;  ///< controller time constant: the clock moves by (cap - P)/cap * f_max per response_s
+  double sample_window_s =
+      0.02;  ///< each power sample is the mean over this window (the driver's 20 ms samples)
+};
+
 /// One GPU model.
 struct GpuSpec {
   std::string name;                                           ///< product name, e.g. "NVIDIA H200 SXM"
@@ -53,6 +61,7 @@ struct GpuSpec {
   double active_power_w[kNumPowerClasses] = {0, 0, 0, 0, 0};  ///< active power at max clock, full use
   ComputeEfficiency efficiency;                               ///< compute cost curves
   ThermalSpec thermal;                                        ///< heat model
+  PowerControlSpec power_control;                             ///< power-cap controller dynamics
 };
 
 /// One node (host): GPUs, their NVLink/NVSwitch fabric, and air cooling by slot.
@@ -85,12 +94,13 @@ struct CollectiveSpec {
 
 /// A cluster: GPU, node, network, collectives.
 struct ClusterSpec {
-  std::string name;           ///< preset or file name
-  std::string description;    ///< one line
-  GpuSpec gpu;                ///< every GPU is this model
-  NodeSpec node;              ///< every node is this
-  NetworkSpec network;        ///< the scale-out fabric
-  CollectiveSpec collective;  ///< collective algorithms
+  std::string name;            ///< preset or file name
+  std::string description;     ///< one line
+  GpuSpec gpu;                 ///< every GPU is this model
+  NodeSpec node;               ///< every node is this
+  NetworkSpec network;         ///< the scale-out fabric
+  CollectiveSpec collective;   ///< collective algorithms
+  nlohmann::json calibration;  ///< provenance of fitted parameters (`calo calibrate`); null for presets
 
   /// Inlet air temperature of the GPU in `slot` (0 .. gpus-1).
   double slot_inlet_c(int slot) const;

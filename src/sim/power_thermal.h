@@ -30,6 +30,8 @@ class ProgramPower {
   ProgramPower(const GpuSpec& gpu, const graph::RankProgram& program);
   /// Cost of op `op_index` (zeros for communication ops).
   const ComputeCost& cost(std::size_t op_index) const { return costs_[op_index]; }
+  /// Number of ops (the program's, communication included).
+  std::size_t size() const { return costs_.size(); }
   /// Summary at SM clock `clock_mhz` (memoized).
   const ProgramAtClock& at_clock(double clock_mhz);
   /// Highest clock bin (<= max_sm_mhz) whose mean busy power fits under the power limit; min_sm_mhz if none.

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "sim/power_dynamics.h"
 
 namespace calo::sim {
 
@@ -60,10 +61,23 @@ double mfu(const SimResult& result) {
   return result.peak_flops_per_gpu > 0 ? model_flops_per_gpu(result) / result.peak_flops_per_gpu : 0.0;
 }
 
-SimResult simulate(const graph::Graph& graph, const ClusterSpec& cluster, const SimOptions& options) {
-  const auto wall_start = std::chrono::steady_clock::now();
-  const parallel::Layout& layout = graph.layout;
-  const GpuSpec& gpu = cluster.gpu;
+namespace {
+
+/// Per-GPU state the steps carry: where it sits, its speed and air, its clocks and temperatures.
+struct GpuState {
+  Coordinates where;             ///< layout coordinates
+  int program = 0;               ///< index into Graph::programs
+  double speed = 1;              ///< speed factor
+  double inlet_c = 0;            ///< inlet air temperature
+  double r_scale = 1;            ///< thermal resistance multiplier of its slot
+  double cap_mhz = 0;            ///< power-cap operating clock (busy-window mean power at the limit)
+  double thermal_limit_mhz = 0;  ///< clock limit of thermal slowdown at this step's start
+  double clock_mhz = 0;          ///< effective clock of this step (what the engine stretches compute by)
+  ThermalState thermal;          ///< die and sink temperatures
+};
+
+/// Stage 1: options that cannot apply to this graph end the simulation before any work.
+void validate_options(const graph::Graph& graph, const SimOptions& options) {
   const int world = graph.world_size();
   require_input(world >= 1, "the graph has no ranks; give a layout with at least one GPU");
   require_input(options.steps >= 1, fmt::format("--steps {} must be >= 1", options.steps));
@@ -77,241 +91,359 @@ SimResult simulate(const graph::Graph& graph, const ClusterSpec& cluster, const 
   require_input(options.inlet_offset_c.empty() || static_cast<int>(options.inlet_offset_c.size()) == world,
                 fmt::format("{} inlet offsets given for {} GPUs; give one per GPU or none",
                             options.inlet_offset_c.size(), world));
+  require_input(options.fixed_clock_mhz < 0 || options.fixed_clock_mhz > 0,
+                fmt::format("--fixed-clock-mhz {} must be > 0", options.fixed_clock_mhz));
+}
 
+/// Stage 2: what is simulated (names, sizes, peaks) before any step runs.
+SimResult describe_run(const graph::Graph& graph, const ClusterSpec& cluster, const SimOptions& options) {
   SimResult result;
   result.cluster = cluster.name;
-  result.layout = parallel::describe(layout);
+  result.layout = parallel::describe(graph.layout);
   result.model = graph.model.name;
-  result.world = world;
+  result.world = graph.world_size();
   result.steps = options.steps;
-  result.tokens_per_step = static_cast<double>(layout.global_batch) * layout.seq_length;
-  result.peak_flops_per_gpu = gpu.peak_bf16_flops;
-  result.power_limit_w = gpu.power_limit_w;
+  result.tokens_per_step = static_cast<double>(graph.layout.global_batch) * graph.layout.seq_length;
+  result.peak_flops_per_gpu = cluster.gpu.peak_bf16_flops;
+  result.power_limit_w = cluster.gpu.power_limit_w;
+  return result;
+}
 
-  // Compute costs per program, and FLOP totals (each program counted once per rank running it).
+/// Stage 3: compute costs per program, and the step's FLOP totals (each program counted once per rank).
+std::vector<ProgramPower> cost_programs(const graph::Graph& graph, const GpuSpec& gpu, SimResult& result) {
   std::vector<ProgramPower> powers;
   powers.reserve(graph.programs.size());
   for (const auto& program : graph.programs) powers.emplace_back(gpu, program);
   std::vector<int> ranks_per_program(graph.programs.size(), 0);
-  for (int rank = 0; rank < world; ++rank) ranks_per_program[graph.program_of_rank[rank]] += 1;
+  for (int rank = 0; rank < graph.world_size(); ++rank) ranks_per_program[graph.program_of_rank[rank]] += 1;
   for (std::size_t index = 0; index < graph.programs.size(); ++index) {
     for (const auto& op : graph.programs[index].ops) {
       if (counts_as_model_flops(op)) result.model_flops_per_step += op.flops * ranks_per_program[index];
       if (!is_comm(op.kind)) result.hardware_flops_per_step += op.flops * ranks_per_program[index];
     }
   }
+  return powers;
+}
 
-  // Per-GPU static state.
-  std::vector<Coordinates> coords(world);
-  std::vector<double> speed(world, 1.0), inlet_c(world), r_scale(world), cap_mhz(world), clock(world),
-      thermal_limit(world);
-  std::vector<ThermalState> thermal(world);
+/// The clock a GPU runs at when nothing but heat limits it (a fixed clock replaces the maximum).
+double unthrottled_clock_mhz(const GpuSpec& gpu, const SimOptions& options) {
+  return options.fixed_clock_mhz > 0 ? std::min(options.fixed_clock_mhz, gpu.max_sm_mhz) : gpu.max_sm_mhz;
+}
+
+/// Stage 4: every GPU's static state (slot air, speed, power-cap operating clock, idle temperatures).
+std::vector<GpuState> init_gpu_states(const graph::Graph& graph, const ClusterSpec& cluster,
+                                      const SimOptions& options, std::vector<ProgramPower>& powers,
+                                      SimResult& result) {
+  const GpuSpec& gpu = cluster.gpu;
+  const int world = graph.world_size();
+  std::vector<GpuState> states(world);
   result.gpus.resize(world);
-  const double active_comm_w = gpu.active_power_w[static_cast<int>(PowerClass::kCommunication)];
   for (int rank = 0; rank < world; ++rank) {
-    coords[rank] = coordinates(layout, rank);
-    if (!options.speed_factors.empty()) speed[rank] = options.speed_factors[rank];
+    GpuState& state = states[rank];
+    state.where = coordinates(graph.layout, rank);
+    state.program = graph.program_of_rank[rank];
+    if (!options.speed_factors.empty()) state.speed = options.speed_factors[rank];
     const int slot = rank % cluster.node.gpus;
-    inlet_c[rank] =
+    state.inlet_c =
         cluster.slot_inlet_c(slot) + (options.inlet_offset_c.empty() ? 0.0 : options.inlet_offset_c[rank]);
-    r_scale[rank] = cluster.slot_r_scale(slot);
-    const int program = graph.program_of_rank[rank];
-    cap_mhz[rank] = options.power_cap ? powers[program].power_cap_clock_mhz() : gpu.max_sm_mhz;
-    thermal[rank] = thermal_steady_state(gpu.thermal, inlet_c[rank], r_scale[rank], gpu.idle_power_w);
-    if (options.initial_die_c >= 0) thermal[rank] = {options.initial_die_c, options.initial_die_c};
+    state.r_scale = cluster.slot_r_scale(slot);
+    state.cap_mhz = options.power_cap ? powers[state.program].power_cap_clock_mhz() : gpu.max_sm_mhz;
+    state.thermal = thermal_steady_state(gpu.thermal, state.inlet_c, state.r_scale, gpu.idle_power_w);
+    if (options.initial_die_c >= 0) state.thermal = {options.initial_die_c, options.initial_die_c};
     GpuResult& out = result.gpus[rank];
     out.rank = rank;
     out.node = rank / cluster.node.gpus;
     out.slot = slot;
-    out.stage = coords[rank].stage;
+    out.stage = state.where.stage;
     out.min_clock_mhz = gpu.max_sm_mhz;
   }
+  return states;
+}
 
-  Engine engine(graph, cluster, powers);
-  const int units = layout.dp / layout.ep;
-  const int ep = layout.ep;
-  const int pp = layout.pp;
-  const int tp_groups = world / layout.tp;
-  std::vector<double> compute_stretch(tp_groups), memory_stretch(tp_groups);
-  std::vector<std::int32_t> entity_of_rank(world);
-  std::map<std::string, EngineResult> engine_cache;
-  std::map<std::tuple<int, long long, long long>, double> cap_cache;
-  result.die_c.reserve(static_cast<std::size_t>(world) * options.steps);
-  result.clock_mhz.reserve(static_cast<std::size_t>(world) * options.steps);
-  result.power_w.reserve(static_cast<std::size_t>(world) * options.steps);
-  double total_time_s = 0;
+/// What one step produced: the engine's iteration and every GPU's power trace over it.
+struct StepOutcome {
+  const EngineResult* engine = nullptr;                   ///< owned by the runner's cache
+  std::vector<std::int32_t> entity_of_rank;               ///< entity standing for each rank
+  std::vector<std::shared_ptr<const PowerTrace>> traces;  ///< per rank
+  StepResult step;                                        ///< classes, entities, reuse
+};
 
-  for (int step = 0; step < options.steps; ++step) {
-    for (int rank = 0; rank < world; ++rank) {
-      thermal_limit[rank] =
-          options.thermal ? thermal_clock_limit_mhz(gpu, thermal[rank].die_c) : gpu.max_sm_mhz;
-      clock[rank] = clock_bin_mhz(gpu, std::min(cap_mhz[rank], thermal_limit[rank]));
+/// Stage 5 (per step): folds GPUs into engine entities, runs the engine, and closes the DVFS loop through
+/// each GPU's power trace (clocks -> engine -> idle and communication -> controller -> effective clocks).
+class StepRunner {
+ public:
+  StepRunner(const graph::Graph& graph, const ClusterSpec& cluster, const SimOptions& options,
+             std::vector<ProgramPower>& powers)
+      : graph_(graph),
+        cluster_(cluster),
+        options_(options),
+        powers_(powers),
+        engine_(graph, cluster, powers),
+        traces_(cluster.gpu, powers) {}
+
+  /// Runs step `step` to its DVFS fixed point; updates each GPU's clock. `op_events` accumulates engine work.
+  StepOutcome run(std::vector<GpuState>& gpus, int step, std::uint64_t& op_events) {
+    const GpuSpec& gpu = cluster_.gpu;
+    const double top_mhz = unthrottled_clock_mhz(gpu, options_);
+    for (GpuState& state : gpus) {
+      state.thermal_limit_mhz =
+          options_.thermal ? std::min(top_mhz, thermal_clock_limit_mhz(gpu, state.thermal.die_c)) : top_mhz;
+      state.clock_mhz = clock_bin_mhz(gpu, std::min(state.cap_mhz, state.thermal_limit_mhz));
     }
-    const EngineResult* engine_result = nullptr;
-    StepResult step_result;
-    // DVFS fixed point: clocks -> engine -> communication energy -> power-cap clocks (usually 1-2 rounds).
-    for (int round = 0; round < 6; ++round) {
-      std::fill(compute_stretch.begin(), compute_stretch.end(), 0.0);
-      std::fill(memory_stretch.begin(), memory_stretch.end(), 0.0);
-      for (int rank = 0; rank < world; ++rank) {
-        const int group = coords[rank].tp_group;
-        compute_stretch[group] = std::max(compute_stretch[group], gpu.max_sm_mhz / clock[rank] / speed[rank]);
-        memory_stretch[group] = std::max(memory_stretch[group], 1.0 / speed[rank]);
-      }
-      // Replica classes: units with identical stretches at every (ep index, stage) are simulated once.
-      std::map<std::string, int> class_of_key;
-      std::vector<int> class_of_unit(units);
-      std::vector<int> first_unit_of_class;
-      std::string full_key;
-      for (int unit = 0; unit < units; ++unit) {
-        std::string key;
-        for (int stage = 0; stage < pp; ++stage) {
-          for (int ep_index = 0; ep_index < ep; ++ep_index) {
-            const int group = (unit * ep + ep_index) + layout.dp * stage;
-            key += fmt::format("{},{};", std::llround(compute_stretch[group] * 1e4),
-                               std::llround(memory_stretch[group] * 1e4));
-          }
-        }
-        auto [position, inserted] = class_of_key.emplace(key, static_cast<int>(first_unit_of_class.size()));
-        if (inserted) {
-          first_unit_of_class.push_back(unit);
-          full_key += key + "|";
-        }
-        class_of_unit[unit] = position->second;
-      }
-      const int classes = static_cast<int>(first_unit_of_class.size());
-      std::vector<EngineEntity> entities(static_cast<std::size_t>(classes) * ep * pp);
-      for (int klass = 0; klass < classes; ++klass) {
+    StepOutcome outcome;
+    const bool timeline = options_.record_timeline && step + 1 == options_.steps;
+    for (int round = 0; round < 8; ++round) {
+      const std::string key = fold_replicas(gpus, outcome);
+      outcome.engine = run_engine(key, outcome, timeline, op_events);
+      if (!update_clocks(gpus, outcome)) break;
+    }
+    return outcome;
+  }
+
+  /// Distinct power traces computed so far.
+  std::size_t traces_computed() const { return traces_.computed(); }
+
+ private:
+  /// Replica classes: units with identical stretches at every (ep index, stage) are simulated once.
+  std::string fold_replicas(const std::vector<GpuState>& gpus, StepOutcome& outcome) {
+    const parallel::Layout& layout = graph_.layout;
+    const int world = graph_.world_size();
+    const int units = layout.dp / layout.ep, ep = layout.ep, pp = layout.pp;
+    compute_stretch_.assign(world / layout.tp, 0.0);
+    memory_stretch_.assign(world / layout.tp, 0.0);
+    for (const GpuState& state : gpus) {
+      const int group = state.where.tp_group;
+      compute_stretch_[group] =
+          std::max(compute_stretch_[group], cluster_.gpu.max_sm_mhz / state.clock_mhz / state.speed);
+      memory_stretch_[group] = std::max(memory_stretch_[group], 1.0 / state.speed);
+    }
+    std::map<std::string, int> class_of_key;
+    std::vector<int> class_of_unit(units);
+    std::vector<int> first_unit_of_class;
+    std::string full_key;
+    for (int unit = 0; unit < units; ++unit) {
+      std::string key;
+      for (int stage = 0; stage < pp; ++stage) {
         for (int ep_index = 0; ep_index < ep; ++ep_index) {
-          for (int stage = 0; stage < pp; ++stage) {
-            const int dp_index = first_unit_of_class[klass] * ep + ep_index;
-            const int group = dp_index + layout.dp * stage;
-            EngineEntity& entity = entities[(klass * ep + ep_index) * pp + stage];
-            entity.representative = group * layout.tp;
-            entity.program = graph.program_of_rank[entity.representative];
-            entity.compute_stretch = compute_stretch[group];
-            entity.memory_stretch = memory_stretch[group];
-          }
+          const int group = (unit * ep + ep_index) + layout.dp * stage;
+          key += fmt::format("{},{};", std::llround(compute_stretch_[group] * 1e4),
+                             std::llround(memory_stretch_[group] * 1e4));
         }
       }
-      for (int rank = 0; rank < world; ++rank) {
-        const Coordinates& where = coords[rank];
-        entity_of_rank[rank] = (class_of_unit[where.unit] * ep + where.ep_index) * pp + where.stage;
+      auto [position, inserted] = class_of_key.emplace(key, static_cast<int>(first_unit_of_class.size()));
+      if (inserted) {
+        first_unit_of_class.push_back(unit);
+        full_key += key + "|";
       }
-      step_result.replica_classes = classes;
-      step_result.entities = static_cast<int>(entities.size());
-      const bool last_step = step + 1 == options.steps;
-      const bool timeline = options.record_timeline && last_step;
-      auto cached = engine_cache.find(full_key);
-      if (cached != engine_cache.end() && !timeline) {
-        engine_result = &cached->second;
-        step_result.reused = true;
-      } else {
-        EngineResult fresh = engine.run(entities, entity_of_rank, timeline);
-        result.op_events += fresh.op_events;
-        if (engine_cache.size() > 64) engine_cache.clear();
-        engine_result = &(engine_cache[full_key] = std::move(fresh));
-        step_result.reused = false;
-      }
-      if (!options.power_cap) break;
-      bool changed = false;
-      for (int rank = 0; rank < world; ++rank) {
-        const int program = graph.program_of_rank[rank];
-        const double comm_energy_j =
-            active_comm_w * engine_result->entities[entity_of_rank[rank]].comm_busy_s;
-        const auto key =
-            std::make_tuple(program, std::llround(comm_energy_j * 1e3), std::llround(speed[rank] * 1e6));
-        auto found = cap_cache.find(key);
-        if (found == cap_cache.end()) {
-          found =
-              cap_cache.emplace(key, powers[program].power_cap_clock_mhz(comm_energy_j, speed[rank])).first;
-        }
-        cap_mhz[rank] = found->second;
-        const double next_clock = clock_bin_mhz(gpu, std::min(cap_mhz[rank], thermal_limit[rank]));
-        if (next_clock != clock[rank]) {
-          clock[rank] = next_clock;
-          changed = true;
-        }
-      }
-      if (!changed) break;
+      class_of_unit[unit] = position->second;
     }
-
-    // Energy, power, throttling and heat per GPU.
-    const double iteration_s = engine_result->iteration_s;
-    step_result.iteration_s = iteration_s;
-    step_result.min_die_c = 1e9;
-    step_result.min_clock_mhz = gpu.max_sm_mhz;
-    double die_sum = 0;
-    double clock_sum = 0;
-    double power_sum = 0;
+    const int classes = static_cast<int>(first_unit_of_class.size());
+    entities_.assign(static_cast<std::size_t>(classes) * ep * pp, EngineEntity{});
+    for (int klass = 0; klass < classes; ++klass) {
+      for (int ep_index = 0; ep_index < ep; ++ep_index) {
+        for (int stage = 0; stage < pp; ++stage) {
+          const int group = (first_unit_of_class[klass] * ep + ep_index) + layout.dp * stage;
+          EngineEntity& entity = entities_[(klass * ep + ep_index) * pp + stage];
+          entity.representative = group * layout.tp;
+          entity.program = graph_.program_of_rank[entity.representative];
+          entity.compute_stretch = compute_stretch_[group];
+          entity.memory_stretch = memory_stretch_[group];
+        }
+      }
+    }
+    outcome.entity_of_rank.resize(world);
     for (int rank = 0; rank < world; ++rank) {
-      const int program = graph.program_of_rank[rank];
-      const ProgramAtClock& summary = powers[program].at_clock(clock[rank]);
-      const EntityResult& entity = engine_result->entities[entity_of_rank[rank]];
-      const double busy_s = summary.busy_s / speed[rank];
-      const double energy_j =
-          gpu.idle_power_w * iteration_s + summary.active_energy_j + active_comm_w * entity.comm_busy_s;
-      const double power_w = iteration_s > 0 ? energy_j / iteration_s : gpu.idle_power_w;
-      GpuResult& out = result.gpus[rank];
-      out.energy_j += energy_j;
-      out.peak_power_w = std::max(out.peak_power_w, summary.peak_power_w);
-      out.min_clock_mhz = std::min(out.min_clock_mhz, clock[rank]);
-      out.busy_s += busy_s;
-      if (clock[rank] < gpu.max_sm_mhz) {
-        if (cap_mhz[rank] <= thermal_limit[rank]) {
-          out.throttle_power_cap_s += busy_s;
-        } else {
-          out.throttle_thermal_s += busy_s;
-        }
-        step_result.throttled_gpus += 1;
-      }
-      if (options.thermal) {
-        thermal_advance(gpu.thermal, inlet_c[rank], r_scale[rank], power_w, iteration_s, thermal[rank]);
-      }
-      out.max_die_c = std::max(out.max_die_c, thermal[rank].die_c);
-      out.final_die_c = thermal[rank].die_c;
-      result.die_c.push_back(static_cast<float>(thermal[rank].die_c));
-      result.clock_mhz.push_back(static_cast<float>(clock[rank]));
-      result.power_w.push_back(static_cast<float>(power_w));
-      step_result.energy_j += energy_j;
-      step_result.max_power_w = std::max(step_result.max_power_w, power_w);
-      step_result.min_die_c = std::min(step_result.min_die_c, thermal[rank].die_c);
-      step_result.max_die_c = std::max(step_result.max_die_c, thermal[rank].die_c);
-      step_result.min_clock_mhz = std::min(step_result.min_clock_mhz, clock[rank]);
-      die_sum += thermal[rank].die_c;
-      clock_sum += clock[rank];
-      power_sum += power_w;
+      const Coordinates& where = gpus[rank].where;
+      outcome.entity_of_rank[rank] = (class_of_unit[where.unit] * ep + where.ep_index) * pp + where.stage;
     }
-    step_result.mean_die_c = die_sum / world;
-    step_result.mean_clock_mhz = clock_sum / world;
-    step_result.mean_power_w = power_sum / world;
-    result.step_results.push_back(step_result);
-    total_time_s += iteration_s;
+    outcome.step.replica_classes = classes;
+    outcome.step.entities = static_cast<int>(entities_.size());
+    return full_key;
+  }
 
-    if (step + 1 == options.steps) {
-      result.last_iteration_s = iteration_s;
-      double exposed_total = 0;
-      for (int rank = 0; rank < world; ++rank) {
-        const EntityResult& entity = engine_result->entities[entity_of_rank[rank]];
-        result.compute_busy_s += entity.compute_busy_s / world;
-        for (int klass = 0; klass < kNumCommClasses; ++klass) {
-          result.exposed_comm_s[klass] += entity.exposed_comm_s[klass] / world;
-          result.comm_transfer_s[klass] += entity.comm_transfer_s[klass] / world;
-          exposed_total += entity.exposed_comm_s[klass] / world;
-        }
-      }
-      result.wait_s = std::max(0.0, iteration_s - result.compute_busy_s - exposed_total);
-      if (options.record_timeline) {
-        result.timeline.resize(world);
-        for (int rank = 0; rank < world; ++rank) {
-          result.timeline[rank] = engine_result->entities[entity_of_rank[rank]].timeline;
-        }
+  /// The engine's iteration for these entities, reused from an identical earlier fold where possible.
+  const EngineResult* run_engine(const std::string& key, StepOutcome& outcome, bool timeline,
+                                 std::uint64_t& op_events) {
+    auto cached = engine_cache_.find(key);
+    if (cached != engine_cache_.end() && !timeline) {
+      outcome.step.reused = true;
+      return &cached->second;
+    }
+    EngineResult fresh = engine_.run(entities_, outcome.entity_of_rank, timeline);
+    op_events += fresh.op_events;
+    if (engine_cache_.size() > 64) engine_cache_.clear();
+    outcome.step.reused = false;
+    return &(engine_cache_[key] = std::move(fresh));
+  }
+
+  /// Each GPU's power trace over this iteration; returns whether any effective clock moved (another round).
+  bool update_clocks(std::vector<GpuState>& gpus, StepOutcome& outcome) {
+    const GpuSpec& gpu = cluster_.gpu;
+    const double active_comm_w = gpu.active_power_w[static_cast<int>(PowerClass::kCommunication)];
+    const double iteration_s = outcome.engine->iteration_s;
+    outcome.traces.resize(gpus.size());
+    bool changed = false;
+    for (std::size_t rank = 0; rank < gpus.size(); ++rank) {
+      GpuState& state = gpus[rank];
+      const double comm_busy_s = outcome.engine->entities[outcome.entity_of_rank[rank]].comm_busy_s;
+      if (options_.power_cap) state.cap_mhz = cap_clock_mhz(state, active_comm_w * comm_busy_s);
+      StepPowerRequest request;
+      request.iteration_s = iteration_s;
+      request.start_clock_mhz = std::min(state.cap_mhz, state.thermal_limit_mhz);
+      request.clock_limit_mhz = state.thermal_limit_mhz;
+      request.speed = state.speed;
+      request.comm_power_w = iteration_s > 0 ? active_comm_w * comm_busy_s / iteration_s : 0.0;
+      request.power_cap = options_.power_cap;
+      outcome.traces[rank] = traces_.get(state.program, request);
+      const double next_mhz = std::min(outcome.traces[rank]->effective_clock_mhz, state.thermal_limit_mhz);
+      if (std::fabs(next_mhz - state.clock_mhz) > 0.5) {
+        state.clock_mhz = next_mhz;
+        changed = true;
       }
     }
+    return changed;
+  }
+
+  /// Static power-cap operating point with `comm_energy_j` in the busy window (memoized).
+  double cap_clock_mhz(const GpuState& state, double comm_energy_j) {
+    const auto key =
+        std::make_tuple(state.program, std::llround(comm_energy_j * 1e3), std::llround(state.speed * 1e6));
+    auto found = cap_cache_.find(key);
+    if (found == cap_cache_.end()) {
+      found = cap_cache_.emplace(key, powers_[state.program].power_cap_clock_mhz(comm_energy_j, state.speed))
+                  .first;
+    }
+    return found->second;
+  }
+
+  const graph::Graph& graph_;
+  const ClusterSpec& cluster_;
+  const SimOptions& options_;
+  std::vector<ProgramPower>& powers_;
+  Engine engine_;
+  PowerTraceCache traces_;
+  std::vector<double> compute_stretch_, memory_stretch_;
+  std::vector<EngineEntity> entities_;
+  std::map<std::string, EngineResult> engine_cache_;
+  std::map<std::tuple<int, long long, long long>, double> cap_cache_;
+};
+
+/// Index of `trace` in result.power_traces, adding it the first time it is seen.
+std::int32_t trace_index(SimResult& result, std::unordered_map<const PowerTrace*, std::int32_t>& seen,
+                         const std::shared_ptr<const PowerTrace>& trace) {
+  auto [position, inserted] =
+      seen.emplace(trace.get(), static_cast<std::int32_t>(result.power_traces.size()));
+  if (inserted) result.power_traces.push_back(trace);
+  return position->second;
+}
+
+/// Stage 6 (per step): energy (the integral of each GPU's power trace), throttling and heat per GPU.
+void account_step(const ClusterSpec& cluster, const SimOptions& options, const StepOutcome& outcome,
+                  std::vector<GpuState>& gpus, SimResult& result,
+                  std::unordered_map<const PowerTrace*, std::int32_t>& seen) {
+  const GpuSpec& gpu = cluster.gpu;
+  StepResult step_result = outcome.step;
+  const double iteration_s = outcome.engine->iteration_s;
+  step_result.iteration_s = iteration_s;
+  step_result.min_die_c = 1e9;
+  step_result.min_clock_mhz = gpu.max_sm_mhz;
+  double die_sum = 0, clock_sum = 0, power_sum = 0;
+  const int world = static_cast<int>(gpus.size());
+  for (int rank = 0; rank < world; ++rank) {
+    GpuState& state = gpus[rank];
+    const PowerTrace& trace = *outcome.traces[rank];
+    const double energy_j = trace.energy_j;
+    const double power_w = iteration_s > 0 ? energy_j / iteration_s : gpu.idle_power_w;
+    GpuResult& out = result.gpus[rank];
+    out.energy_j += energy_j;
+    out.peak_power_w = std::max(out.peak_power_w, trace.peak_w);
+    out.swing_w = std::max(out.swing_w, trace.swing_w);
+    out.min_clock_mhz = std::min(out.min_clock_mhz, state.clock_mhz);
+    out.busy_s += trace.busy_s;
+    const bool thermal_bound =
+        state.thermal_limit_mhz < gpu.max_sm_mhz && state.cap_mhz > state.thermal_limit_mhz;
+    if (thermal_bound) {
+      out.throttle_thermal_s += trace.busy_s;
+    } else {
+      out.throttle_power_cap_s += trace.capped_busy_s;
+    }
+    if (state.clock_mhz < gpu.max_sm_mhz) step_result.throttled_gpus += 1;
+    if (options.thermal) {
+      thermal_advance(gpu.thermal, state.inlet_c, state.r_scale, power_w, iteration_s, state.thermal);
+    }
+    out.max_die_c = std::max(out.max_die_c, state.thermal.die_c);
+    out.final_die_c = state.thermal.die_c;
+    result.die_c.push_back(static_cast<float>(state.thermal.die_c));
+    result.clock_mhz.push_back(static_cast<float>(state.clock_mhz));
+    result.power_w.push_back(static_cast<float>(power_w));
+    result.trace_of.push_back(trace_index(result, seen, outcome.traces[rank]));
+    step_result.energy_j += energy_j;
+    step_result.max_power_w = std::max(step_result.max_power_w, power_w);
+    step_result.peak_power_w = std::max(step_result.peak_power_w, trace.peak_w);
+    step_result.min_die_c = std::min(step_result.min_die_c, state.thermal.die_c);
+    step_result.max_die_c = std::max(step_result.max_die_c, state.thermal.die_c);
+    step_result.min_clock_mhz = std::min(step_result.min_clock_mhz, state.clock_mhz);
+    die_sum += state.thermal.die_c;
+    clock_sum += state.clock_mhz;
+    power_sum += power_w;
+  }
+  step_result.mean_die_c = die_sum / world;
+  step_result.mean_clock_mhz = clock_sum / world;
+  step_result.mean_power_w = power_sum / world;
+  result.step_results.push_back(step_result);
+}
+
+/// Stage 7 (last step): where the step's time went (compute, exposed communication per class, waiting), and
+/// the op timeline when asked.
+void record_breakdown(const SimOptions& options, const StepOutcome& outcome, SimResult& result) {
+  const int world = result.world;
+  const EngineResult& engine = *outcome.engine;
+  result.last_iteration_s = engine.iteration_s;
+  double exposed_total = 0;
+  for (int rank = 0; rank < world; ++rank) {
+    const EntityResult& entity = engine.entities[outcome.entity_of_rank[rank]];
+    result.compute_busy_s += entity.compute_busy_s / world;
+    for (int klass = 0; klass < kNumCommClasses; ++klass) {
+      result.exposed_comm_s[klass] += entity.exposed_comm_s[klass] / world;
+      result.comm_transfer_s[klass] += entity.comm_transfer_s[klass] / world;
+      exposed_total += entity.exposed_comm_s[klass] / world;
+    }
+  }
+  result.wait_s = std::max(0.0, engine.iteration_s - result.compute_busy_s - exposed_total);
+  if (options.record_timeline) {
+    result.timeline.resize(world);
+    for (int rank = 0; rank < world; ++rank) {
+      result.timeline[rank] = engine.entities[outcome.entity_of_rank[rank]].timeline;
+    }
+  }
+}
+
+}  // namespace
+
+SimResult simulate(const graph::Graph& graph, const ClusterSpec& cluster, const SimOptions& options) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  validate_options(graph, options);
+  SimResult result = describe_run(graph, cluster, options);
+  std::vector<ProgramPower> powers = cost_programs(graph, cluster.gpu, result);
+  std::vector<GpuState> gpus = init_gpu_states(graph, cluster, options, powers, result);
+  StepRunner runner(graph, cluster, options, powers);
+  const std::size_t samples = static_cast<std::size_t>(result.world) * options.steps;
+  result.die_c.reserve(samples);
+  result.clock_mhz.reserve(samples);
+  result.power_w.reserve(samples);
+  result.trace_of.reserve(samples);
+  std::unordered_map<const PowerTrace*, std::int32_t> seen_traces;
+  double total_time_s = 0;
+  for (int step = 0; step < options.steps; ++step) {
+    const StepOutcome outcome = runner.run(gpus, step, result.op_events);
+    account_step(cluster, options, outcome, gpus, result, seen_traces);
+    total_time_s += outcome.engine->iteration_s;
+    if (step + 1 == options.steps) record_breakdown(options, outcome, result);
     if (options.progress) options.progress(step, options.steps);
   }
   result.iteration_s = total_time_s / options.steps;
   for (GpuResult& out : result.gpus) out.mean_power_w = out.energy_j / total_time_s;
+  result.power_traces_computed = runner.traces_computed();
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   return result;
 }
@@ -324,8 +456,10 @@ nlohmann::json to_json(const SimResult& result, bool per_gpu) {
     transfer[comm_class_name(klass)] = result.comm_transfer_s[klass];
   }
   double energy_j = 0, mean_power = 0, peak_power = 0, max_die = 0, throttle_cap = 0, throttle_thermal = 0;
+  double swing = 0;
   for (const GpuResult& out : result.gpus) {
     energy_j += out.energy_j;
+    swing = std::max(swing, out.swing_w);
     mean_power += out.mean_power_w / result.world;
     peak_power = std::max(peak_power, out.peak_power_w);
     max_die = std::max(max_die, out.max_die_c);
@@ -338,6 +472,7 @@ nlohmann::json to_json(const SimResult& result, bool per_gpu) {
                      {"energy_j", step.energy_j},
                      {"mean_power_w", step.mean_power_w},
                      {"max_power_w", step.max_power_w},
+                     {"peak_power_w", step.peak_power_w},
                      {"min_die_c", step.min_die_c},
                      {"mean_die_c", step.mean_die_c},
                      {"max_die_c", step.max_die_c},
@@ -364,6 +499,7 @@ nlohmann::json to_json(const SimResult& result, bool per_gpu) {
       {"energy_per_step_j", energy_j / result.steps},
       {"mean_power_w", mean_power},
       {"peak_power_w", peak_power},
+      {"power_swing_100ms_w", swing},
       {"power_limit_w", result.power_limit_w},
       {"max_die_c", max_die},
       {"throttle_power_cap_s", throttle_cap},
@@ -373,7 +509,10 @@ nlohmann::json to_json(const SimResult& result, bool per_gpu) {
       {"comm_transfer_s", transfer},
       {"wait_s", result.wait_s},
       {"per_step", steps},
-      {"engine", {{"op_events", result.op_events}, {"wall_s", result.wall_s}}},
+      {"engine",
+       {{"op_events", result.op_events},
+        {"power_traces", result.power_traces_computed},
+        {"wall_s", result.wall_s}}},
   };
   if (per_gpu) {
     nlohmann::json gpus = nlohmann::json::array();
@@ -393,6 +532,7 @@ nlohmann::json to_json(const SimResult& result, bool per_gpu) {
                       {"energy_j", out.energy_j},
                       {"mean_power_w", out.mean_power_w},
                       {"peak_power_w", out.peak_power_w},
+                      {"power_swing_100ms_w", out.swing_w},
                       {"max_die_c", out.max_die_c},
                       {"final_die_c", out.final_die_c},
                       {"min_clock_mhz", out.min_clock_mhz},

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "graph/graph.h"
 #include "sim/cluster.h"
 #include "sim/engine.h"
+#include "sim/power_dynamics.h"
 
 namespace calo::sim {
 
@@ -23,6 +25,7 @@ struct SimOptions {
   std::vector<double> inlet_offset_c;  ///< per GPU extra inlet temperature (hot spots); empty = none
   double initial_die_c = -1;           ///< start temperature of every die; < 0 = idle steady state
   bool record_timeline = false;        ///< keep every op's begin/end (last step) for small runs
+  double fixed_clock_mhz = -1;         ///< > 0: no GPU runs above this SM clock (a measured clock replayed)
   /// Called after each step with (step index, steps); for progress display.
   std::function<void(int, int)> progress;
 };
@@ -35,7 +38,8 @@ struct GpuResult {
   int stage = 0;                    ///< pipeline stage
   double energy_j = 0;              ///< total energy over all steps
   double mean_power_w = 0;          ///< energy / simulated time
-  double peak_power_w = 0;          ///< highest single-op power (idle + active)
+  double peak_power_w = 0;          ///< highest power sample (mean over the driver's sample window)
+  double swing_w = 0;               ///< largest (max - min) of the power samples within 100 ms
   double max_die_c = 0;             ///< hottest die temperature at a step end
   double final_die_c = 0;           ///< die temperature after the last step
   double min_clock_mhz = 0;         ///< lowest SM clock used
@@ -50,6 +54,7 @@ struct StepResult {
   double energy_j = 0;        ///< all GPUs
   double mean_power_w = 0;    ///< mean over GPUs of their step power
   double max_power_w = 0;     ///< highest GPU step-mean power
+  double peak_power_w = 0;    ///< highest power sample of any GPU in the step
   double min_die_c = 0;       ///< coolest die at step end
   double mean_die_c = 0;      ///< mean die at step end
   double max_die_c = 0;       ///< hottest die at step end
@@ -84,8 +89,11 @@ struct SimResult {
   std::vector<float> die_c;              ///< [step * world + rank] die temperature at step end
   std::vector<float> clock_mhz;          ///< [step * world + rank] SM clock during the step
   std::vector<float> power_w;            ///< [step * world + rank] mean power during the step
-  std::uint64_t op_events = 0;           ///< ops executed by the engine over all steps
-  double wall_s = 0;                     ///< host time the simulation took
+  std::vector<std::int32_t> trace_of;    ///< [step * world + rank] index into power_traces
+  std::vector<std::shared_ptr<const PowerTrace>> power_traces;  ///< distinct per-step power traces
+  std::size_t power_traces_computed = 0;  ///< traces the controller model computed (the rest were reused)
+  std::uint64_t op_events = 0;            ///< ops executed by the engine over all steps
+  double wall_s = 0;                      ///< host time the simulation took
   /// Per-rank op timeline of the last step (only with record_timeline): rank -> spans.
   std::vector<std::vector<OpSpan>> timeline;
 };

@@ -38,15 +38,28 @@ void store_sim_run(const std::filesystem::path& run_dir, const std::string& name
     device.max_sm_mhz = cluster.gpu.max_sm_mhz;
     writer.add_device(device);
   }
-  // Step spans and, per step, one sample per GPU at the step's end (mean power, die temperature, clock).
+  // Step spans and, per step, one sample per GPU at the step's end (mean power, die temperature, clock), the
+  // energy counter from 0 at t = 0, and the power trace's samples (power_sampled_w) that tile each step, so
+  // the stored energy is exactly the integral of the stored power.
   const bool per_gpu_samples = static_cast<long long>(world) * result.steps <= max_gpu_samples;
+  std::size_t trace_samples = 0;
+  for (std::size_t index = 0; index < result.trace_of.size(); ++index) {
+    trace_samples += result.power_traces[result.trace_of[index]]->sample_w.size();
+  }
+  const bool power_samples = per_gpu_samples && static_cast<long long>(trace_samples) <= 8 * max_gpu_samples;
   const std::int32_t power_id = writer.metric_id("power_avg_w", "W", store::MetricKind::kGauge);
+  const std::int32_t sampled_id = writer.metric_id("power_sampled_w", "W", store::MetricKind::kGauge);
   const std::int32_t temp_id = writer.metric_id("temp_gpu_c", "C", store::MetricKind::kGauge);
   const std::int32_t clock_id = writer.metric_id("clock_sm_mhz", "MHz", store::MetricKind::kGauge);
   const std::int32_t energy_id = writer.metric_id("energy_j", "J", store::MetricKind::kCounter);
   std::vector<double> energy_so_far(world, 0.0);
-  double t_s = 0;
   std::vector<store::Sample> samples;
+  if (per_gpu_samples) {
+    for (int rank = 0; rank < world; ++rank)
+      samples.push_back({rank, energy_id, 0, 0.0, store::kNoSensorTime});
+    writer.append(samples);
+  }
+  double t_s = 0;
   for (int step = 0; step < result.steps; ++step) {
     const StepResult& step_result = result.step_results[step];
     store::Span span;
@@ -56,12 +69,22 @@ void store_sim_run(const std::filesystem::path& run_dir, const std::string& name
     span.t_end_ns = to_ns(t_s + step_result.iteration_s);
     span.step = step;
     writer.append_span(span);
+    const double step_start_s = t_s;
     t_s += step_result.iteration_s;
     if (!per_gpu_samples) continue;
     samples.clear();
     for (int rank = 0; rank < world; ++rank) {
       const std::size_t index = static_cast<std::size_t>(step) * world + rank;
-      energy_so_far[rank] += result.power_w[index] * step_result.iteration_s;
+      const PowerTrace& trace = *result.power_traces[result.trace_of[index]];
+      energy_so_far[rank] += trace.energy_j;
+      if (power_samples) {
+        double window_end_s = step_start_s;
+        for (std::size_t window = 0; window < trace.sample_w.size(); ++window) {
+          window_end_s += window_length_s(trace, window);
+          samples.push_back(
+              {rank, sampled_id, to_ns(window_end_s), trace.sample_w[window], store::kNoSensorTime});
+        }
+      }
       const std::int64_t t_ns = to_ns(t_s);
       samples.push_back({rank, power_id, t_ns, result.power_w[index], store::kNoSensorTime});
       samples.push_back({rank, temp_id, t_ns, result.die_c[index], store::kNoSensorTime});
@@ -104,6 +127,7 @@ void store_sim_run(const std::filesystem::path& run_dir, const std::string& name
   add("run", "energy_per_step_j", summary["energy_per_step_j"].get<double>(), "J");
   add("run", "mean_power_w", summary["mean_power_w"].get<double>(), "W");
   add("run", "peak_power_w", summary["peak_power_w"].get<double>(), "W");
+  add("run", "power_swing_100ms_w", summary["power_swing_100ms_w"].get<double>(), "W");
   add("run", "max_die_c", summary["max_die_c"].get<double>(), "C");
   add("run", "throttle_power_cap_s", summary["throttle_power_cap_s"].get<double>(), "s");
   add("run", "throttle_sw_thermal_s", summary["throttle_thermal_s"].get<double>(), "s");

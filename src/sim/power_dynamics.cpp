@@ -1,0 +1,234 @@
+#include "sim/power_dynamics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+
+namespace calo::sim {
+
+namespace {
+
+/// Controller ticks per step are bounded so a long step (tens of seconds at scale) stays cheap.
+constexpr double kMaxTicksPerStep = 20000;
+/// Finest controller tick.
+constexpr double kFinestTickS = 1e-3;
+
+/// One compute op as the trace walks it.
+struct TraceOp {
+  const ComputeCost* cost = nullptr;
+  double active_w = 0;  ///< class active power at max clock and full use
+};
+
+/// Duration and power of one op at one (binned) clock on a GPU of speed `speed`.
+struct OpAtClock {
+  double duration_s = 0;
+  double power_w = 0;          ///< idle excluded: active power only
+  bool compute_bound = false;  ///< its FLOP-bound part dominates (the clock sets its time)
+};
+
+OpAtClock op_at_clock(const GpuSpec& gpu, const TraceOp& op, double clock_mhz, double speed) {
+  const ComputeCost& cost = *op.cost;
+  const double stretch = gpu.max_sm_mhz / clock_mhz;
+  const double nominal_s = cost.duration_s(stretch, 1.0);
+  OpAtClock result;
+  result.duration_s = nominal_s / speed;
+  result.compute_bound = cost.compute_s * stretch >= cost.memory_s;
+  const double ideal_s = std::max(cost.ideal_compute_s * stretch, cost.ideal_memory_s);
+  const double utilization = nominal_s > 0 ? std::min(1.0, ideal_s / nominal_s) : 0.0;
+  result.power_w =
+      op.active_w * std::pow(clock_mhz / gpu.max_sm_mhz, gpu.clock_power_exponent) * utilization * speed;
+  return result;
+}
+
+/// Walks the ops once over the step while the controller moves the clock; fills `trace` when `record`.
+class ControllerPass {
+ public:
+  ControllerPass(const GpuSpec& gpu, const std::vector<TraceOp>& ops, const StepPowerRequest& request,
+                 double tick_s, double window_s)
+      : gpu_(gpu), ops_(ops), request_(request), tick_s_(tick_s), window_s_(window_s) {}
+
+  /// Runs from `clock_mhz`; returns the end clock. With `trace`, records the windows and figures.
+  double run(double clock_mhz, PowerTrace* trace) {
+    clock_mhz_ = clock_mhz;
+    std::size_t op_index = 0;
+    double remaining = 1.0;  // fraction of the current op still to run
+    double t_s = 0;
+    double window_energy_j = 0;
+    double window_end_s = window_s_;
+    double compute_work_s = 0, compute_time_s = 0;
+    const double base_w = gpu_.idle_power_w + request_.comm_power_w;
+    while (op_index < ops_.size() || t_s < request_.iteration_s - 1e-12) {
+      const double tick_end_s = t_s + tick_s_;
+      const double applied_mhz = clock_bin_mhz(gpu_, clock_mhz_);
+      double tick_energy_j = 0;
+      double tick_t_s = t_s;
+      while (tick_t_s < tick_end_s - 1e-15) {
+        double slice_s = tick_end_s - tick_t_s;
+        double power_w = base_w;
+        if (op_index < ops_.size()) {
+          const OpAtClock now = op_at_clock(gpu_, ops_[op_index], applied_mhz, request_.speed);
+          const double left_s = remaining * now.duration_s;
+          slice_s = std::min(slice_s, left_s);
+          power_w += now.power_w;
+          if (trace) {
+            trace->busy_s += slice_s;
+            if (applied_mhz < request_.clock_limit_mhz) trace->capped_busy_s += slice_s;
+            if (now.compute_bound && now.duration_s > 0) {
+              // FLOP-bound part only (overheads do not stretch with the clock).
+              const double fraction = slice_s / now.duration_s;
+              const double compute_s = ops_[op_index].cost->compute_s / request_.speed;
+              compute_work_s += fraction * compute_s;
+              compute_time_s += fraction * compute_s * gpu_.max_sm_mhz / applied_mhz;
+            }
+          }
+          remaining -= now.duration_s > 0 ? slice_s / now.duration_s : remaining;
+          if (remaining <= 1e-12 || left_s <= slice_s) {
+            op_index += 1;
+            remaining = 1.0;
+          }
+        } else if (tick_t_s >= request_.iteration_s) {
+          break;
+        } else {
+          slice_s = std::min(slice_s, request_.iteration_s - tick_t_s);
+        }
+        tick_energy_j += power_w * slice_s;
+        if (trace) record_energy(*trace, tick_t_s, slice_s, power_w, window_energy_j, window_end_s);
+        tick_t_s += slice_s;
+      }
+      const double tick_len_s = tick_t_s - t_s;
+      if (tick_len_s <= 0) break;
+      t_s = tick_t_s;
+      if (request_.power_cap) {
+        const double tick_power_w = tick_energy_j / tick_len_s;
+        const double response_s = gpu_.power_control.response_s;
+        clock_mhz_ += (gpu_.power_limit_w - tick_power_w) / gpu_.power_limit_w * gpu_.max_sm_mhz *
+                      tick_len_s / response_s;
+        clock_mhz_ = std::clamp(clock_mhz_, gpu_.min_sm_mhz, request_.clock_limit_mhz);
+      }
+    }
+    if (trace) {
+      if (window_energy_j > 0 || trace->sample_w.empty())
+        close_window(*trace, t_s, window_energy_j, window_end_s);
+      trace->duration_s = t_s;
+      trace->effective_clock_mhz = compute_time_s > 0 ? gpu_.max_sm_mhz * compute_work_s / compute_time_s
+                                                      : clock_bin_mhz(gpu_, clock_mhz);
+    }
+    return clock_mhz_;
+  }
+
+ private:
+  void record_energy(PowerTrace& trace, double t_s, double slice_s, double power_w, double& window_energy_j,
+                     double& window_end_s) {
+    // A slice never crosses a tick boundary and windows are whole numbers of ticks, except the open end of a
+    // step that runs past iteration_s: split at window ends all the same.
+    while (t_s + slice_s > window_end_s + 1e-12) {
+      const double part_s = window_end_s - t_s;
+      window_energy_j += power_w * part_s;
+      close_window(trace, window_end_s, window_energy_j, window_end_s);
+      t_s += part_s;
+      slice_s -= part_s;
+    }
+    window_energy_j += power_w * slice_s;
+  }
+
+  void close_window(PowerTrace& trace, double end_s, double& window_energy_j, double& window_end_s) {
+    const double start_s = window_end_s - window_s_;
+    const double length_s = std::max(end_s - start_s, 1e-12);
+    trace.sample_w.push_back(static_cast<float>(window_energy_j / length_s));
+    trace.energy_j += window_energy_j;
+    window_energy_j = 0;
+    window_end_s += window_s_;
+  }
+
+  const GpuSpec& gpu_;
+  const std::vector<TraceOp>& ops_;
+  const StepPowerRequest& request_;
+  double tick_s_;
+  double window_s_;
+  double clock_mhz_ = 0;
+};
+
+/// Rescales the trace's time axis to exactly `duration_s` (energy kept); the controlled ops may end a little
+/// after the engine's step time because the engine runs them at the trace's effective constant clock.
+void fit_to_duration(PowerTrace& trace, double duration_s) {
+  if (trace.duration_s <= 0 || duration_s <= 0) return;
+  const double scale = duration_s / trace.duration_s;
+  if (std::fabs(scale - 1.0) < 1e-12) return;
+  trace.window_s *= scale;
+  trace.duration_s = duration_s;
+  for (float& sample : trace.sample_w) sample = static_cast<float>(sample / scale);
+}
+
+}  // namespace
+
+double window_length_s(const PowerTrace& trace, std::size_t index) {
+  const double start_s = static_cast<double>(index) * trace.window_s;
+  return std::max(0.0, std::min(trace.window_s, trace.duration_s - start_s));
+}
+
+double largest_swing_w(const std::vector<float>& sample_w, double window_s, double span_s) {
+  // Sliding window of `span_s` over equally spaced samples: monotonic deques of the max and min.
+  const std::size_t span =
+      std::max<std::size_t>(1, static_cast<std::size_t>(std::floor(span_s / window_s + 1e-9)));
+  std::deque<std::size_t> maxima, minima;
+  double swing_w = 0;
+  for (std::size_t index = 0; index < sample_w.size(); ++index) {
+    while (!maxima.empty() && sample_w[maxima.back()] <= sample_w[index]) maxima.pop_back();
+    while (!minima.empty() && sample_w[minima.back()] >= sample_w[index]) minima.pop_back();
+    maxima.push_back(index);
+    minima.push_back(index);
+    while (maxima.front() + span <= index) maxima.pop_front();
+    while (minima.front() + span <= index) minima.pop_front();
+    swing_w = std::max(swing_w, static_cast<double>(sample_w[maxima.front()] - sample_w[minima.front()]));
+  }
+  return swing_w;
+}
+
+PowerTrace trace_step_power(const GpuSpec& gpu, const ProgramPower& program,
+                            const StepPowerRequest& request) {
+  std::vector<TraceOp> ops;
+  for (std::size_t index = 0; index < program.size(); ++index) {
+    const ComputeCost& cost = program.cost(index);
+    if (cost.power_class == PowerClass::kCommunication) continue;
+    if (cost.duration_s(1.0, 1.0) <= 0) continue;
+    ops.push_back({&cost, gpu.active_power_w[static_cast<int>(cost.power_class)]});
+  }
+  const double window_s = gpu.power_control.sample_window_s;
+  const double horizon_s = std::max(request.iteration_s, window_s);
+  double ticks_per_window = std::max(1.0, std::round(window_s / kFinestTickS));
+  ticks_per_window =
+      std::min(ticks_per_window, std::max(1.0, std::floor(kMaxTicksPerStep * window_s / horizon_s)));
+  const double tick_s = window_s / ticks_per_window;
+  const double limit_mhz = std::min(request.clock_limit_mhz, gpu.max_sm_mhz);
+  StepPowerRequest bounded = request;
+  bounded.clock_limit_mhz = limit_mhz;
+  const double start_mhz =
+      request.power_cap ? std::clamp(request.start_clock_mhz, gpu.min_sm_mhz, limit_mhz) : limit_mhz;
+  ControllerPass pass(gpu, ops, bounded, tick_s, window_s);
+  PowerTrace trace;
+  trace.window_s = window_s;
+  const double settled_mhz = request.power_cap ? pass.run(start_mhz, nullptr) : start_mhz;
+  trace.end_clock_mhz = pass.run(settled_mhz, &trace);
+  if (request.iteration_s > 0) fit_to_duration(trace, request.iteration_s);
+  for (float sample : trace.sample_w) trace.peak_w = std::max(trace.peak_w, static_cast<double>(sample));
+  trace.swing_w = largest_swing_w(trace.sample_w, trace.window_s, 0.1);
+  return trace;
+}
+
+std::shared_ptr<const PowerTrace> PowerTraceCache::get(int program, const StepPowerRequest& request) {
+  const std::string key = fmt::format(
+      "{}|{}|{}|{}|{}|{}|{}", program, std::llround(request.iteration_s * 1e7),
+      std::llround(request.start_clock_mhz * 4), std::llround(request.clock_limit_mhz * 4),
+      std::llround(request.speed * 1e6), std::llround(request.comm_power_w * 1e2), request.power_cap ? 1 : 0);
+  auto found = memo_.find(key);
+  if (found != memo_.end()) return found->second;
+  if (memo_.size() > 4096) memo_.clear();
+  computed_ += 1;
+  auto trace = std::make_shared<const PowerTrace>(trace_step_power(gpu_, powers_[program], request));
+  memo_.emplace(key, trace);
+  return trace;
+}
+
+}  // namespace calo::sim

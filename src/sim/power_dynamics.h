@@ -1,0 +1,69 @@
+// Millisecond power dynamics of one GPU over one step: the compute ops of its program run in order while
+// the power-cap controller moves the SM clock toward the limit with a finite response time, so a heavy op
+// that follows a light phase (the clock rose meanwhile) draws more than the limit until the controller pulls
+// the clock back. The result is a trace of power samples (the driver's sample window) that tiles the step:
+// its integral is the step's energy, its maximum the peak power, its spread the swing. docs/SIMULATOR.md.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "sim/cluster.h"
+#include "sim/power_thermal.h"
+
+namespace calo::sim {
+
+/// What one GPU does during one step, as the power-dynamics model needs it.
+struct StepPowerRequest {
+  double iteration_s = 0;      ///< the step time the trace must tile
+  double start_clock_mhz = 0;  ///< controller clock at the step's start (its operating point)
+  double clock_limit_mhz = 0;  ///< highest clock allowed (max clock, or the thermal limit)
+  double speed = 1;            ///< GPU speed factor (a slow GPU spends the same energy over longer)
+  double comm_power_w = 0;     ///< mean communication power over the step (spread evenly)
+  bool power_cap = true;       ///< false: the clock stays at clock_limit_mhz
+};
+
+/// Power over one step of one GPU: samples of the driver's window that tile the step exactly.
+struct PowerTrace {
+  double duration_s = 0;           ///< the step time (sum of window lengths)
+  double window_s = 0;             ///< sample window (the last window may be shorter)
+  std::vector<float> sample_w;     ///< mean power in each window
+  double energy_j = 0;             ///< sum of sample_w[i] * length_i: exactly the integral of the trace
+  double peak_w = 0;               ///< highest sample
+  double swing_w = 0;              ///< largest (max - min) of the samples within any 100 ms
+  double busy_s = 0;               ///< time the compute ops took (at the controlled clock)
+  double effective_clock_mhz = 0;  ///< constant clock that would take the same FLOP-bound time
+  double capped_busy_s = 0;        ///< busy time spent below the clock limit (the controller held it)
+  double end_clock_mhz = 0;        ///< controller clock at the step's end
+};
+
+/// Length of the window `index` of `trace` (all are window_s except possibly the last).
+double window_length_s(const PowerTrace& trace, std::size_t index);
+
+/// Largest (max - min) over the samples of `sample_w` (one per `window_s`) inside any `span_s` window.
+double largest_swing_w(const std::vector<float>& sample_w, double window_s, double span_s);
+
+/// Simulates the controller over the compute ops of `program` (program order) for one step: two passes,
+/// the second starting from the first's end clock (the periodic steady state of repeated steps).
+PowerTrace trace_step_power(const GpuSpec& gpu, const ProgramPower& program, const StepPowerRequest& request);
+
+/// Memoizes trace_step_power per (program, request) so symmetric GPUs and repeated steps share one trace.
+class PowerTraceCache {
+ public:
+  /// `powers[p]` are the costed programs; `gpu` and `powers` must outlive the cache.
+  PowerTraceCache(const GpuSpec& gpu, const std::vector<ProgramPower>& powers) : gpu_(gpu), powers_(powers) {}
+  /// The trace of program `program` for `request` (shared, immutable).
+  std::shared_ptr<const PowerTrace> get(int program, const StepPowerRequest& request);
+  /// Distinct traces computed so far.
+  std::size_t computed() const { return computed_; }
+
+ private:
+  const GpuSpec& gpu_;
+  const std::vector<ProgramPower>& powers_;
+  std::unordered_map<std::string, std::shared_ptr<const PowerTrace>> memo_;
+  std::size_t computed_ = 0;
+};
+
+}  // namespace calo::sim

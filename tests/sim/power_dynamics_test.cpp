@@ -1,0 +1,166 @@
+// Power dynamics: the controller's excursions above the limit, energy as the exact integral of the reported
+// power samples, and the swing metric, on real graphs (a Llama3-8B slice and the tiny models).
+#include "sim/power_dynamics.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <regex>
+
+#include "sim/simulate.h"
+#include "sim_test_util.h"
+
+namespace calo::sim {
+namespace {
+
+parallel::Layout one_gpu(int micro_batch, int seq) {
+  parallel::Layout layout;
+  layout.micro_batch = micro_batch;
+  layout.global_batch = 4 * micro_batch;
+  layout.seq_length = seq;
+  return layout;
+}
+
+/// A 4-layer Llama3-8B slice (the shapes of the H100 fixture runs).
+std::string llama_slice_path() {
+  const auto dir = testing::temp_dir("power-dynamics");
+  std::ifstream preset(std::string(CALO_SOURCE_DIR) + "/data/models/llama3-8b.yaml");
+  std::string text((std::istreambuf_iterator<char>(preset)), std::istreambuf_iterator<char>());
+  text = std::regex_replace(text, std::regex("num_layers: *[0-9]+"), "num_layers: 4");
+  text = std::regex_replace(text, std::regex("name: *llama3-8b\\b"), "name: llama3-8b-4layers");
+  return testing::write_file(dir / "llama3-8b-4layers.yaml", text);
+}
+
+double sum_of_samples_j(const PowerTrace& trace) {
+  double energy_j = 0;
+  for (std::size_t index = 0; index < trace.sample_w.size(); ++index) {
+    energy_j += trace.sample_w[index] * window_length_s(trace, index);
+  }
+  return energy_j;
+}
+
+TEST(LargestSwing, IsTheLargestSpreadInsideAnyWindow) {
+  const std::vector<float> samples = {100, 500, 120, 110, 115, 900, 100};
+  // 20 ms samples, 100 ms spans = 5 samples: {500 .. 900} spread 800 lies inside one span, 800 overall too.
+  EXPECT_DOUBLE_EQ(largest_swing_w(samples, 0.02, 0.1), 800.0);
+  // 40 ms spans = 2 samples: the largest adjacent spread is 900 - 115 = 785 ... and 900 - 100 = 800.
+  EXPECT_DOUBLE_EQ(largest_swing_w(samples, 0.02, 0.04), 800.0);
+  EXPECT_DOUBLE_EQ(largest_swing_w({300, 300, 300}, 0.02, 0.1), 0.0);
+}
+
+class PowerDynamicsTest : public ::testing::Test {
+ protected:
+  ClusterSpec h100_ = load_cluster("h100-hgx");
+};
+
+TEST_F(PowerDynamicsTest, EnergyIsExactlyTheIntegralOfTheReportedPowerForEverySimulatedRun) {
+  const std::string slice = llama_slice_path();
+  struct Case {
+    std::string model;
+    parallel::Layout layout;
+    std::string cluster;
+  };
+  parallel::Layout pipeline;
+  pipeline.tp = 2;
+  pipeline.pp = 2;
+  pipeline.dp = 1;
+  pipeline.micro_batch = 1;
+  pipeline.global_batch = 8;
+  pipeline.seq_length = 512;
+  const std::vector<Case> cases = {{slice, one_gpu(1, 2048), "h100-hgx"},
+                                   {slice, one_gpu(8, 2048), "h100-hgx"},
+                                   {"tiny-dense", pipeline, "h200x4-nvswitch"},
+                                   {"tiny-moe", pipeline, "h200x4-nvswitch"}};
+  for (const Case& test_case : cases) {
+    for (bool cap : {true, false}) {
+      SimOptions options;
+      options.steps = 4;
+      options.power_cap = cap;
+      const ClusterSpec cluster = load_cluster(test_case.cluster);
+      const SimResult result =
+          simulate(testing::make_graph(test_case.model, test_case.layout), cluster, options);
+      double total_s = 0;
+      for (const StepResult& step : result.step_results) total_s += step.iteration_s;
+      for (const GpuResult& gpu : result.gpus) {
+        double traced_j = 0;
+        for (int step = 0; step < result.steps; ++step) {
+          const std::size_t index = static_cast<std::size_t>(step) * result.world + gpu.rank;
+          const PowerTrace& trace = *result.power_traces[result.trace_of[index]];
+          EXPECT_NEAR(trace.duration_s, result.step_results[step].iteration_s, 1e-12);
+          EXPECT_NEAR(sum_of_samples_j(trace), trace.energy_j, 1e-6 * trace.energy_j);
+          EXPECT_NEAR(result.power_w[index] * trace.duration_s, trace.energy_j, 1e-3);
+          traced_j += sum_of_samples_j(trace);
+        }
+        EXPECT_NEAR(gpu.energy_j, traced_j, 1e-6 * traced_j) << test_case.model << " rank " << gpu.rank;
+        EXPECT_NEAR(gpu.mean_power_w * total_s, gpu.energy_j, 1e-6 * gpu.energy_j);
+      }
+    }
+  }
+}
+
+TEST_F(PowerDynamicsTest, ShortBurstsExceedTheLimitWhileTheStepMeanHoldsIt) {
+  SimOptions options;
+  options.steps = 3;
+  const SimResult result =
+      simulate(testing::make_graph(llama_slice_path(), one_gpu(8, 2048)), h100_, options);
+  const GpuResult& gpu = result.gpus[0];
+  EXPECT_GT(gpu.peak_power_w, 1.1 * h100_.gpu.power_limit_w) << "a heavy op after a light phase overshoots";
+  EXPECT_LE(gpu.mean_power_w, h100_.gpu.power_limit_w * 1.01) << "the controller holds the mean at the limit";
+  EXPECT_GT(gpu.mean_power_w, h100_.gpu.power_limit_w * 0.9);
+  EXPECT_GT(gpu.swing_w, 100.0);
+}
+
+TEST_F(PowerDynamicsTest, AControllerThatReactsWithinAMillisecondHoldsSamplesNearTheLimit) {
+  const graph::Graph graph = testing::make_graph(llama_slice_path(), one_gpu(8, 2048));
+  SimOptions options;
+  options.steps = 2;
+  auto peak_with_response_w = [&](double response_s) {
+    ClusterSpec cluster = h100_;
+    cluster.gpu.power_control.response_s = response_s;
+    return simulate(graph, cluster, options).gpus[0].peak_power_w;
+  };
+  const double fast_w = peak_with_response_w(0.001);
+  EXPECT_LE(fast_w, 1.03 * h100_.gpu.power_limit_w);
+  // A controller of tens of ms lets the clock climb in light phases: the next heavy op overshoots the limit.
+  EXPECT_GT(peak_with_response_w(0.05), fast_w + 50);
+}
+
+TEST_F(PowerDynamicsTest, PeakPowerRisesWithMicroBatchAsMeasured) {
+  // Measured on one H100 (shared/fixtures/h100-runs): 848, 864, 879, 911 W for micro-batch 1, 2, 4, 8.
+  const std::string slice = llama_slice_path();
+  SimOptions options;
+  options.steps = 3;
+  const double mbs1_w =
+      simulate(testing::make_graph(slice, one_gpu(1, 2048)), h100_, options).gpus[0].peak_power_w;
+  const double mbs8_w =
+      simulate(testing::make_graph(slice, one_gpu(8, 2048)), h100_, options).gpus[0].peak_power_w;
+  EXPECT_GT(mbs8_w, mbs1_w);
+}
+
+TEST_F(PowerDynamicsTest, WithoutTheCapTheClockStaysAtItsLimit) {
+  SimOptions options;
+  options.steps = 2;
+  options.power_cap = false;
+  const SimResult result =
+      simulate(testing::make_graph(llama_slice_path(), one_gpu(2, 2048)), h100_, options);
+  for (float clock : result.clock_mhz) EXPECT_DOUBLE_EQ(clock, h100_.gpu.max_sm_mhz);
+  EXPECT_DOUBLE_EQ(result.gpus[0].throttle_power_cap_s, 0.0);
+}
+
+TEST_F(PowerDynamicsTest, AFixedClockReplaysAMeasuredClock) {
+  SimOptions options;
+  options.steps = 2;
+  options.power_cap = false;
+  options.fixed_clock_mhz = 1500;
+  const graph::Graph graph = testing::make_graph(llama_slice_path(), one_gpu(2, 2048));
+  const SimResult slow = simulate(graph, h100_, options);
+  for (float clock : slow.clock_mhz) EXPECT_DOUBLE_EQ(clock, 1500.0);
+  options.fixed_clock_mhz = -1;
+  const SimResult fast = simulate(graph, h100_, options);
+  EXPECT_GT(slow.iteration_s, fast.iteration_s * 1.15);
+}
+
+}  // namespace
+}  // namespace calo::sim

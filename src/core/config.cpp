@@ -77,6 +77,43 @@ nlohmann::json parse_yaml(const std::string& text, const std::string& origin) {
   }
 }
 
+namespace {
+
+void emit_yaml(YAML::Emitter& out, const nlohmann::json& value) {
+  if (value.is_object()) {
+    out << YAML::BeginMap;
+    for (const auto& [key, item] : value.items()) {
+      out << YAML::Key << key << YAML::Value;
+      emit_yaml(out, item);
+    }
+    out << YAML::EndMap;
+  } else if (value.is_array()) {
+    const bool flat =
+        std::all_of(value.begin(), value.end(), [](const auto& item) { return item.is_primitive(); });
+    out << (flat ? YAML::Flow : YAML::Block) << YAML::BeginSeq;
+    for (const auto& item : value) emit_yaml(out, item);
+    out << YAML::EndSeq;
+  } else if (value.is_string()) {
+    out << YAML::DoubleQuoted << value.get<std::string>();
+  } else if (value.is_boolean()) {
+    out << value.get<bool>();
+  } else if (value.is_number_integer()) {
+    out << value.get<long long>();
+  } else if (value.is_number()) {
+    out << YAML::Precision(10) << value.get<double>();
+  } else {
+    out << YAML::Null;
+  }
+}
+
+}  // namespace
+
+std::string to_yaml(const nlohmann::json& value) {
+  YAML::Emitter out;
+  emit_yaml(out, value);
+  return std::string(out.c_str()) + "\n";
+}
+
 nlohmann::json load_config_file(const std::string& path) {
   std::ifstream stream(path);
   if (!stream) throw InputError("cannot read '" + path + "': no such file or not readable");

@@ -10,6 +10,9 @@ namespace calo::core {
 /// Parses YAML (a superset of JSON) text into JSON; `origin` names the source in error messages.
 nlohmann::json parse_yaml(const std::string& text, const std::string& origin);
 
+/// Renders JSON as block-style YAML (keys in the object's order; numbers with full precision).
+std::string to_yaml(const nlohmann::json& value);
+
 /// Reads and parses a YAML or JSON file; throws InputError naming the path if it is missing or malformed.
 nlohmann::json load_config_file(const std::string& path);
 

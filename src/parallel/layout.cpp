@@ -65,6 +65,28 @@ nlohmann::json to_json(const Layout& layout) {
           {"layers_per_stage", layout.layers_per_stage}};
 }
 
+Layout layout_from_json(const nlohmann::json& object) {
+  Layout layout;
+  auto number = [&](const char* key, int fallback) { return object.value(key, fallback); };
+  layout.tp = number("tp", 1);
+  layout.pp = number("pp", 1);
+  layout.dp = number("dp", 1);
+  layout.ep = number("ep", 1);
+  layout.sequence_parallel = object.value("sequence_parallel", false);
+  layout.zero_stage = number("zero_stage", 0);
+  layout.micro_batch = number("micro_batch", 1);
+  layout.global_batch = number("global_batch", 0);
+  layout.seq_length = number("seq_length", 0);
+  layout.recompute = parse_recompute(object.value("recompute", std::string("none")));
+  layout.overlap_tp_comm = object.value("overlap_tp_comm", false);
+  layout.overlap_grad_reduce = object.value("overlap_grad_reduce", false);
+  layout.overlap_param_gather = object.value("overlap_param_gather", false);
+  layout.schedule = parse_schedule(object.value("schedule", std::string("1f1b")));
+  layout.virtual_stages = number("virtual_stages", 1);
+  layout.layers_per_stage = object.value("layers_per_stage", std::vector<int>{});
+  return layout;
+}
+
 std::string describe(const Layout& layout) {
   std::string text = fmt::format("TP{}-PP{}-DP{}", layout.tp, layout.pp, layout.dp);
   if (layout.ep > 1) text += fmt::format("-EP{}", layout.ep);

@@ -42,6 +42,8 @@ struct Layout {
 
 /// Layout as JSON (for --json output and the run store's config).
 nlohmann::json to_json(const Layout& layout);
+/// Layout from the JSON to_json writes (a run's config_json "layout"); absent keys keep their defaults.
+Layout layout_from_json(const nlohmann::json& object);
 /// Short human label, e.g. "TP4-PP2-DP1 mbs1 gbs8 1f1b".
 std::string describe(const Layout& layout);
 /// Parses "none|selective|full"; throws InputError naming the flag on anything else.

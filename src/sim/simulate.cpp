@@ -149,7 +149,12 @@ std::vector<GpuState> init_gpu_states(const graph::Graph& graph, const ClusterSp
     state.r_scale = cluster.slot_r_scale(slot);
     state.cap_mhz = options.power_cap ? powers[state.program].power_cap_clock_mhz() : gpu.max_sm_mhz;
     state.thermal = thermal_steady_state(gpu.thermal, state.inlet_c, state.r_scale, gpu.idle_power_w);
-    if (options.initial_die_c >= 0) state.thermal = {options.initial_die_c, options.initial_die_c};
+    if (options.initial_die_c >= 0) {
+      // A GPU idling at this die temperature: its sink sits P_idle R_die below it.
+      state.thermal.die_c = options.initial_die_c;
+      state.thermal.sink_c =
+          options.initial_die_c - gpu.idle_power_w * gpu.thermal.r_die_k_per_w * state.r_scale;
+    }
     GpuResult& out = result.gpus[rank];
     out.rank = rank;
     out.node = rank / cluster.node.gpus;

@@ -23,9 +23,10 @@ struct SimOptions {
   bool thermal = true;                 ///< temperatures evolve and thermal slowdown applies
   std::vector<double> speed_factors;   ///< per GPU (global rank) speed, 1 = nominal; empty = all 1
   std::vector<double> inlet_offset_c;  ///< per GPU extra inlet temperature (hot spots); empty = none
-  double initial_die_c = -1;           ///< start temperature of every die; < 0 = idle steady state
-  bool record_timeline = false;        ///< keep every op's begin/end (last step) for small runs
-  double fixed_clock_mhz = -1;         ///< > 0: no GPU runs above this SM clock (a measured clock replayed)
+  double initial_die_c =
+      -1;  ///< start die temperature (sink at idle steady state below it); < 0 = idle steady state
+  bool record_timeline = false;  ///< keep every op's begin/end (last step) for small runs
+  double fixed_clock_mhz = -1;   ///< > 0: no GPU runs above this SM clock (a measured clock replayed)
   /// Called after each step with (step index, steps); for progress display.
   std::function<void(int, int)> progress;
 };

@@ -1,0 +1,187 @@
+#include "calibrate/calibrate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+
+#include "core/config.h"
+#include "core/error.h"
+
+namespace calo::calibrate {
+
+namespace {
+
+/// The targets: step time 3 %, energy per step 5 %, mean power 5 %, peak power 10 %, peak temp 3 C.
+double target_of(const std::string& figure) {
+  static const std::map<std::string, double> kTargets = {{"step_time_s", 0.03},
+                                                         {"energy_per_step_j", 0.05},
+                                                         {"mean_power_w", 0.05},
+                                                         {"peak_power_w", 0.10},
+                                                         {"peak_temp_c", 3.0}};
+  auto found = kTargets.find(figure);
+  return found == kTargets.end() ? NAN : found->second;
+}
+
+std::string sweep_key(const MeasuredRun& run) {
+  parallel::Layout layout = run.layout;
+  layout.micro_batch = 0;
+  layout.global_batch = 0;
+  return run.model->name + " " + parallel::to_json(layout).dump();
+}
+
+std::vector<HeldOutRun> leave_one_out(const std::vector<MeasuredRun>& runs, const sim::ClusterSpec& base,
+                                      const CalibrateOptions& options) {
+  std::vector<HeldOutRun> rows;
+  std::vector<std::size_t> simulatable;
+  for (std::size_t index = 0; index < runs.size(); ++index) {
+    if (runs[index].simulatable()) simulatable.push_back(index);
+  }
+  if (simulatable.size() < 2) return rows;
+  for (std::size_t held : simulatable) {
+    if (options.progress)
+      options.progress(fmt::format("leave-one-out: fitting without {}", runs[held].label));
+    std::vector<MeasuredRun> others;
+    for (std::size_t index = 0; index < runs.size(); ++index) {
+      if (index != held) others.push_back(runs[index]);
+    }
+    const FitResult fit = fit_cluster(others, base);
+    const MeasuredRun& run = runs[held];
+    rows.push_back({run.label, run.layout.micro_batch, sweep_key(run), run.figures,
+                    simulate_run(run, run_graph(run), fit.cluster)});
+  }
+  return rows;
+}
+
+void summarize(Calibration& calibration) {
+  for (std::size_t index = 0; index < figure_names().size(); ++index) {
+    const auto& [name, unit] = figure_names()[index];
+    Tolerance tolerance{name, unit == "C" ? "C" : "relative", target_of(name), NAN, false};
+    for (const HeldOutRun& row : calibration.held_out) {
+      const double error =
+          figure_error(index, figure_value(row.measured, index), figure_value(row.predicted, index));
+      if (!std::isfinite(error)) continue;
+      tolerance.achieved =
+          std::isnan(tolerance.achieved) ? std::fabs(error) : std::max(tolerance.achieved, std::fabs(error));
+    }
+    tolerance.met = std::isfinite(tolerance.target) && tolerance.achieved <= tolerance.target;
+    calibration.tolerances.push_back(tolerance);
+  }
+  // Direction of peak power across each micro-batch sweep (runs sharing model and layout but the batch
+  // sizes).
+  std::map<std::string, std::vector<const HeldOutRun*>> sweeps;
+  for (const HeldOutRun& row : calibration.held_out) sweeps[row.sweep_key].push_back(&row);
+  for (auto& [key, rows] : sweeps) {
+    std::sort(rows.begin(), rows.end(),
+              [](const auto* a, const auto* b) { return a->micro_batch < b->micro_batch; });
+    for (std::size_t index = 1; index < rows.size(); ++index) {
+      const double measured = rows[index]->measured.peak_power_w - rows[index - 1]->measured.peak_power_w;
+      const double predicted = rows[index]->predicted.peak_power_w - rows[index - 1]->predicted.peak_power_w;
+      calibration.direction_pairs += 1;
+      calibration.direction_right += (measured > 0) == (predicted > 0);
+    }
+  }
+}
+
+nlohmann::json figures_json(const RunFigures& figures) {
+  nlohmann::json out = nlohmann::json::object();
+  for (std::size_t index = 0; index < figure_names().size(); ++index) {
+    const double value = figure_value(figures, index);
+    if (std::isfinite(value)) out[figure_names()[index].first] = value;
+  }
+  return out;
+}
+
+}  // namespace
+
+Calibration calibrate(const std::vector<std::filesystem::path>& run_dirs, const std::string& base_cluster,
+                      const CalibrateOptions& options) {
+  require_input(!run_dirs.empty(), "give at least one measured run directory");
+  const sim::ClusterSpec base = sim::load_cluster(base_cluster);
+  Calibration calibration;
+  for (const auto& run_dir : run_dirs) {
+    if (options.progress) options.progress(fmt::format("reading {}", run_dir.string()));
+    calibration.runs.push_back(load_measured_run(run_dir, base.gpu));
+  }
+  if (options.progress) options.progress("fitting on all runs");
+  calibration.fit = fit_cluster(calibration.runs, base);
+  if (options.leave_one_out) calibration.held_out = leave_one_out(calibration.runs, base, options);
+  summarize(calibration);
+  return calibration;
+}
+
+nlohmann::json calibrated_cluster_json(const Calibration& calibration, const std::string& base_cluster) {
+  sim::ClusterSpec cluster = calibration.fit.cluster;
+  cluster.calibration = nullptr;
+  nlohmann::json json = sim::to_json(cluster);
+  json["name"] = cluster.name + "-calibrated";
+  json["description"] =
+      fmt::format("{} fitted by calo calibrate to {} measured run(s)", cluster.name, calibration.runs.size());
+  nlohmann::json runs = nlohmann::json::array();
+  for (const MeasuredRun& run : calibration.runs) {
+    runs.push_back({{"path", std::filesystem::absolute(run.run_dir).lexically_normal().string()},
+                    {"kind", run.kind},
+                    {"gpu", run.gpu_name},
+                    {"model", run.model ? run.model->name : std::string("-")},
+                    {"layout", run.model ? parallel::describe(run.layout) : std::string("-")},
+                    {"measured", figures_json(run.figures)}});
+  }
+  nlohmann::json stages = nlohmann::json::array();
+  for (const StageFit& stage : calibration.fit.stages) {
+    nlohmann::json parameters = nlohmann::json::array();
+    for (const ParameterFit& parameter : stage.parameters) {
+      parameters.push_back({{"key", parameter.key},
+                            {"base", parameter.base},
+                            {"fitted", parameter.fitted},
+                            {"unit", parameter.unit}});
+    }
+    nlohmann::json residuals = nlohmann::json::object();
+    for (const auto& [label, values] : stage.residuals) residuals[label] = values;
+    nlohmann::json entry = {{"stage", stage.stage}, {"parameters", parameters}, {"residuals", residuals}};
+    if (!stage.note.empty()) entry["note"] = stage.note;
+    stages.push_back(entry);
+  }
+  nlohmann::json held_out = nlohmann::json::array();
+  for (const HeldOutRun& row : calibration.held_out) {
+    held_out.push_back({{"run", row.label},
+                        {"measured", figures_json(row.measured)},
+                        {"predicted", figures_json(row.predicted)}});
+  }
+  nlohmann::json tolerance = nlohmann::json::object();
+  for (const Tolerance& entry : calibration.tolerances) {
+    if (std::isnan(entry.achieved)) continue;
+    tolerance[entry.figure] = {{"achieved", entry.achieved}, {"unit", entry.unit}};
+    if (std::isfinite(entry.target)) {
+      tolerance[entry.figure]["target"] = entry.target;
+      tolerance[entry.figure]["met"] = entry.met;
+    }
+  }
+  json["calibration"] = {{"tool", "calo calibrate"},
+                         {"base", base_cluster},
+                         {"runs", runs},
+                         {"stages", stages},
+                         {"kept_from_base", calibration.fit.kept},
+                         {"leave_one_out", held_out},
+                         {"tolerance", tolerance},
+                         {"peak_power_direction",
+                          {{"pairs", calibration.direction_pairs}, {"right", calibration.direction_right}}}};
+  return json;
+}
+
+void write_cluster_file(const std::filesystem::path& path, const nlohmann::json& json) {
+  const std::filesystem::path temporary = path.string() + ".tmp";
+  {
+    std::ofstream out(temporary);
+    require_input(static_cast<bool>(out),
+                  fmt::format("cannot write {}; give an --out path in a writable directory", path.string()));
+    out << "# Calibrated by `calo calibrate` (docs/SIMULATOR.md \"Calibration\"); provenance under "
+           "`calibration`.\n";
+    out << core::to_yaml(json);
+    require_input(static_cast<bool>(out), fmt::format("writing {} failed (disk full?)", path.string()));
+  }
+  std::filesystem::rename(temporary, path);
+}
+
+}  // namespace calo::calibrate

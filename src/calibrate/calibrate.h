@@ -1,0 +1,62 @@
+// `calo calibrate`: loads measured runs, fits a cluster file to them (fit.h), validates the fit by
+// leave-one-out, and writes the calibrated cluster with its provenance (runs, fitted and kept parameters,
+// residuals, errors).
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "calibrate/fit.h"
+#include "calibrate/measurement.h"
+
+namespace calo::calibrate {
+
+/// Leave-one-out outcome for one run: measured figures and those predicted by a fit made without the run.
+struct HeldOutRun {
+  std::string label;      ///< the run
+  int micro_batch = 0;    ///< its micro-batch (for the direction check across a micro-batch sweep)
+  std::string sweep_key;  ///< model and layout without the batch sizes (runs of one sweep share it)
+  RunFigures measured;    ///< measured
+  RunFigures predicted;   ///< simulated with the fit that excluded it
+};
+
+/// Target of one figure and what leave-one-out achieved.
+struct Tolerance {
+  std::string figure;     ///< figure name (figure_names())
+  std::string unit;       ///< "relative" or "C"
+  double target = NAN;    ///< the issue's target (NaN: none)
+  double achieved = NAN;  ///< max |error| over held-out runs
+  bool met = false;       ///< achieved <= target
+};
+
+/// The whole calibration.
+struct Calibration {
+  std::vector<MeasuredRun> runs;      ///< as loaded
+  FitResult fit;                      ///< fit on all runs
+  std::vector<HeldOutRun> held_out;   ///< leave-one-out rows (simulatable runs, when >= 2 of them)
+  std::vector<Tolerance> tolerances;  ///< per figure
+  int direction_pairs = 0;            ///< consecutive micro-batch pairs of one sweep
+  int direction_right = 0;            ///< of which the predicted peak power moves the measured way
+};
+
+/// Options of calibrate().
+struct CalibrateOptions {
+  bool leave_one_out = true;                         ///< validate by leave-one-out
+  std::function<void(const std::string&)> progress;  ///< one line per stage (may be empty)
+};
+
+/// Loads `run_dirs`, fits `base_cluster` (preset or file) and validates. Throws InputError (exit 2) for bad
+/// input, before anything is written.
+Calibration calibrate(const std::vector<std::filesystem::path>& run_dirs, const std::string& base_cluster,
+                      const CalibrateOptions& options = {});
+
+/// The calibrated cluster file: the cluster plus a `calibration` section (provenance, residuals, tolerances).
+nlohmann::json calibrated_cluster_json(const Calibration& calibration, const std::string& base_cluster);
+
+/// Writes `json` as YAML to `path` atomically (temp file + rename); InputError if not writable.
+void write_cluster_file(const std::filesystem::path& path, const nlohmann::json& json);
+
+}  // namespace calo::calibrate

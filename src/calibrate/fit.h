@@ -1,0 +1,44 @@
+// Fitting a cluster file to measured runs, one stage per part of the model so that each part is right on its
+// own (docs/SIMULATOR.md "Calibration"): idle power; compute efficiency at the clock the GPU actually ran
+// (cap off); active power and the power-cap controller (cap on); the thermal RC model from temperature
+// curves.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "calibrate/measurement.h"
+#include "sim/cluster.h"
+
+namespace calo::calibrate {
+
+/// One fitted (or kept) parameter.
+struct ParameterFit {
+  std::string key;    ///< cluster-file path, e.g. "gpu.efficiency.gemm_max"
+  double base = 0;    ///< value in the base cluster
+  double fitted = 0;  ///< value written (== base when kept)
+  std::string unit;   ///< unit of both
+  std::string stage;  ///< which stage fitted it ("compute", "power", "thermal", "idle")
+};
+
+/// One stage's outcome: what it fitted and how far the fitted model is from each run.
+struct StageFit {
+  std::string stage;                     ///< "idle", "compute", "power", "thermal"
+  std::vector<ParameterFit> parameters;  ///< fitted by this stage
+  /// Residuals: per run label, figure -> relative error (degrees for temperatures; RMS for thermal curves).
+  std::vector<std::pair<std::string, nlohmann::json>> residuals;
+  std::string note;  ///< why a stage fitted nothing, if it did not
+};
+
+/// Everything a fit produced.
+struct FitResult {
+  sim::ClusterSpec cluster;       ///< base with the fitted parameters
+  std::vector<StageFit> stages;   ///< idle, compute, power, thermal
+  std::vector<std::string> kept;  ///< parameters no run determined (base values kept)
+};
+
+/// Fits `base` to `runs` (every run loaded against base's GPU). Throws InputError if no run is usable.
+FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSpec& base);
+
+}  // namespace calo::calibrate

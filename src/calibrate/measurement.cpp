@@ -1,0 +1,209 @@
+#include "calibrate/measurement.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <regex>
+#include <set>
+
+#include "analyze/metrics.h"
+#include "core/error.h"
+#include "parallel/validate.h"
+#include "sim/power_dynamics.h"
+#include "store/run_store.h"
+
+namespace calo::calibrate {
+
+namespace {
+
+/// The product token of a GPU name ("NVIDIA H100 80GB HBM3" -> "H100"); empty if none.
+std::string gpu_model_token(const std::string& name) {
+  static const std::regex kToken("\\b(GH|GB|[ABHLV]|MI)[0-9]{2,4}[A-Z]?\\b");
+  std::smatch match;
+  return std::regex_search(name, match, kToken) ? match.str(0) : std::string();
+}
+
+/// Distinct step numbers of the step spans called `name`.
+int count_steps(const std::vector<store::Span>& spans, const std::string& name) {
+  std::set<int64_t> steps;
+  for (const store::Span& span : spans) {
+    if (span.name == name) steps.insert(span.step);
+  }
+  return static_cast<int>(steps.size());
+}
+
+Series read_series(const store::RunReader& reader, const std::string& metric) {
+  Series series;
+  const auto info = reader.find_metric(metric);
+  if (!info) return series;
+  reader.for_each_sample(0, info->id, [&](const store::Sample& sample) {
+    series.emplace_back(static_cast<double>(sample.t_ns) * 1e-9, sample.value);
+  });
+  return series;
+}
+
+/// The last sample at or before `t_s` (else the first sample); NaN for an empty series.
+double value_at(const Series& series, double t_s) {
+  if (series.empty()) return NAN;
+  double value = series.front().second;
+  for (const auto& [time_s, sample] : series) {
+    if (time_s > t_s) break;
+    value = sample;
+  }
+  return value;
+}
+
+/// Idle power with clocks up (what the GPU draws while it waits inside a job): the median of the power
+/// samples taken while utilization was 0 and the SM clock at least 90 % of its maximum; NaN with fewer than
+/// three.
+double idle_power_w(const Series& power_w, const Series& util_pct, const Series& clock_mhz,
+                    double max_sm_mhz) {
+  std::vector<double> values;
+  for (const auto& [t_s, value] : power_w) {
+    if (value_at(util_pct, t_s) <= 0 && value_at(clock_mhz, t_s) >= 0.9 * max_sm_mhz) values.push_back(value);
+  }
+  if (values.size() < 3) return NAN;
+  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
+  return values[values.size() / 2];
+}
+
+RunFigures measured_figures(const analyze::RunAnalysis& analysis) {
+  RunFigures figures;
+  figures.step_time_s = analysis.step_time_s.count > 0 ? analysis.step_time_s.mean : NAN;
+  int gpus = 0;
+  double power_sum = 0, clock_sum = 0;
+  for (const analyze::DeviceMetrics& device : analysis.device_metrics) {
+    if (device.device.kind != store::DeviceKind::kGpu) continue;
+    gpus += 1;
+    power_sum += device.power_mean_w;
+    clock_sum += device.sm_clock_mean_mhz;
+    auto larger = [](double current, double value) {
+      return std::isnan(current) ? value : std::max(current, value);
+    };
+    figures.peak_power_w = larger(figures.peak_power_w, device.power_peak_w);
+    figures.swing_w = larger(figures.swing_w, device.power_swing_100ms_w);
+    figures.peak_temp_c = larger(figures.peak_temp_c, device.temp_peak_c);
+  }
+  if (gpus > 0) {
+    figures.mean_power_w = power_sum / gpus;
+    figures.sm_clock_mhz = clock_sum / gpus;
+    figures.energy_per_step_j = analysis.energy_per_step_j / gpus;
+  }
+  return figures;
+}
+
+}  // namespace
+
+const std::vector<std::pair<std::string, std::string>>& figure_names() {
+  static const std::vector<std::pair<std::string, std::string>> kNames = {
+      {"step_time_s", "s"},   {"energy_per_step_j", "J"}, {"mean_power_w", "W"},  {"peak_power_w", "W"},
+      {"swing_100ms_w", "W"}, {"peak_temp_c", "C"},       {"sm_clock_mhz", "MHz"}};
+  return kNames;
+}
+
+double figure_value(const RunFigures& figures, std::size_t index) {
+  const double values[] = {figures.step_time_s,  figures.energy_per_step_j, figures.mean_power_w,
+                           figures.peak_power_w, figures.swing_w,           figures.peak_temp_c,
+                           figures.sm_clock_mhz};
+  return index < std::size(values) ? values[index] : NAN;
+}
+
+double figure_error(std::size_t index, double measured, double simulated) {
+  if (figure_names()[index].second == "C") return simulated - measured;
+  return measured != 0 ? (simulated - measured) / measured : NAN;
+}
+
+MeasuredRun load_measured_run(const std::filesystem::path& run_dir, const sim::GpuSpec& base_gpu) {
+  store::RunReader reader(run_dir);
+  const store::RunInfo info = reader.run();
+  MeasuredRun run;
+  run.run_dir = run_dir;
+  run.label =
+      run_dir.filename().empty() ? run_dir.parent_path().filename().string() : run_dir.filename().string();
+  run.kind = std::string(store::to_string(info.kind));
+  require_input(
+      info.kind != store::RunKind::kSim,
+      fmt::format("{} is a simulated run (kind sim); calibration fits the simulator to measurements: give "
+                  "runs of calo bench, calo record or calo ingest",
+                  run_dir.string()));
+  const std::vector<store::DeviceInfo> devices = reader.devices();
+  const auto gpu = std::find_if(devices.begin(), devices.end(),
+                                [](const auto& d) { return d.kind == store::DeviceKind::kGpu; });
+  require_input(gpu != devices.end(),
+                fmt::format("{} recorded no GPU; calibrate a GPU cluster file from runs "
+                            "recorded on that GPU",
+                            run_dir.string()));
+  run.gpu_name = gpu->name;
+  const std::string run_token = gpu_model_token(gpu->name), base_token = gpu_model_token(base_gpu.name);
+  require_input(
+      run_token == base_token,
+      fmt::format("{} ran on {} but the base cluster's GPU is {}; give a --cluster whose GPU is a {}",
+                  run_dir.string(), gpu->name, base_gpu.name, run_token.empty() ? gpu->name : run_token));
+  const std::vector<store::Span> steps = reader.spans(store::SpanKind::kStep);
+  run.warmup_steps = count_steps(steps, "warmup");
+  run.measured_steps = static_cast<int>(steps.size()) > 0 ? count_steps(steps, "step") : 0;
+  require_input(
+      run.measured_steps > 0,
+      fmt::format("{} has no step spans; record the job with step markers (calo record --markers ...) "
+                  "or measure it with calo bench",
+                  run_dir.string()));
+  const nlohmann::json config = nlohmann::json::parse(info.config_json, nullptr, false);
+  if (config.is_object() && config.contains("model") && config.contains("layout")) {
+    run.model = model::parse_model_spec(config["model"], run_dir.string() + " (config model)");
+    run.layout = parallel::layout_from_json(config["layout"]);
+  }
+  run.power_w = read_series(reader, "power_sampled_w");
+  if (run.power_w.empty()) run.power_w = read_series(reader, "power_instant_w");
+  run.temp_c = read_series(reader, "temp_gpu_c");
+  const double first_step_s = static_cast<double>(steps.front().t_begin_ns) * 1e-9;
+  run.idle_power_w =
+      idle_power_w(run.power_w, read_series(reader, "util_gpu_pct"), read_series(reader, "clock_sm_mhz"),
+                   gpu->max_sm_mhz > 0 ? gpu->max_sm_mhz : base_gpu.max_sm_mhz);
+  run.initial_temp_c = value_at(run.temp_c, first_step_s);
+  run.figures = measured_figures(analyze::analyze_run(run_dir));
+  return run;
+}
+
+graph::Graph run_graph(const MeasuredRun& run) {
+  require_input(run.simulatable(), fmt::format("{} carries no model and layout to simulate", run.label));
+  return graph::build_graph(*run.model, parallel::resolve_layout(*run.model, run.layout));
+}
+
+RunFigures simulate_run(const MeasuredRun& run, const graph::Graph& graph, const sim::ClusterSpec& cluster,
+                        sim::SimOptions options) {
+  options.steps = std::max(1, run.warmup_steps + run.measured_steps);
+  if (std::isfinite(run.initial_temp_c)) options.initial_die_c = run.initial_temp_c;
+  const sim::SimResult result = sim::simulate(graph, cluster, options);
+  const int first = std::min(run.warmup_steps, options.steps - 1);
+  const std::size_t world = static_cast<std::size_t>(result.world);
+  double time_s = 0, energy_j = 0, clock_sum = 0;
+  RunFigures figures;
+  figures.peak_power_w = 0;
+  figures.swing_w = 0;
+  figures.peak_temp_c = -1e9;
+  for (std::size_t rank = 0; rank < world; ++rank) {
+    std::vector<float> samples;
+    double window_s = cluster.gpu.power_control.sample_window_s;
+    for (int step = first; step < options.steps; ++step) {
+      const std::size_t index = static_cast<std::size_t>(step) * world + rank;
+      const sim::PowerTrace& trace = *result.power_traces[result.trace_of[index]];
+      samples.insert(samples.end(), trace.sample_w.begin(), trace.sample_w.end());
+      window_s = trace.window_s;
+      energy_j += trace.energy_j;
+      clock_sum += result.clock_mhz[index];
+      figures.peak_power_w = std::max(figures.peak_power_w, trace.peak_w);
+      figures.peak_temp_c = std::max(figures.peak_temp_c, static_cast<double>(result.die_c[index]));
+    }
+    figures.swing_w = std::max(figures.swing_w, sim::largest_swing_w(samples, window_s, 0.1));
+  }
+  for (int step = first; step < options.steps; ++step) time_s += result.step_results[step].iteration_s;
+  const double steps = options.steps - first;
+  figures.step_time_s = time_s / steps;
+  figures.energy_per_step_j = energy_j / world / steps;
+  figures.mean_power_w = energy_j / world / time_s;
+  figures.sm_clock_mhz = clock_sum / world / steps;
+  return figures;
+}
+
+}  // namespace calo::calibrate

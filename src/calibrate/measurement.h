@@ -1,0 +1,73 @@
+// A measured run reduced to what calibration fits and validates against: its workload (model and layout, to
+// rebuild the execution graph), its figures over the measured steps, and its power and temperature series.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+#include "model/model_spec.h"
+#include "parallel/layout.h"
+#include "sim/cluster.h"
+#include "sim/simulate.h"
+
+namespace calo::calibrate {
+
+/// The figures calibration compares, per GPU, over a run's measured steps (warm-up excluded). NaN = unknown.
+struct RunFigures {
+  double step_time_s = NAN;        ///< mean step time
+  double energy_per_step_j = NAN;  ///< energy per step of one GPU (mean over GPUs)
+  double mean_power_w = NAN;       ///< mean power of one GPU (mean over GPUs)
+  double peak_power_w = NAN;       ///< largest power sample of any GPU
+  double swing_w = NAN;            ///< largest (max - min) of power within 100 ms, any GPU
+  double peak_temp_c = NAN;        ///< hottest GPU temperature
+  double sm_clock_mhz = NAN;       ///< mean SM clock (over GPUs)
+};
+
+/// Names of RunFigures' fields in order, with their units ("step_time_s", ...).
+const std::vector<std::pair<std::string, std::string>>& figure_names();
+/// Field `index` of figure_names() order.
+double figure_value(const RunFigures& figures, std::size_t index);
+
+/// A time series of one GPU (seconds since run start, value).
+using Series = std::vector<std::pair<double, double>>;
+
+/// One measured run as calibration uses it.
+struct MeasuredRun {
+  std::filesystem::path run_dir;          ///< where it lives
+  std::string label;                      ///< directory name, for tables
+  std::string kind;                       ///< bench | record | ingest
+  std::string gpu_name;                   ///< device 0's product name
+  std::optional<model::ModelSpec> model;  ///< from the run's config (bench runs); absent for record runs
+  parallel::Layout layout;                ///< from the run's config (valid when model is set)
+  int warmup_steps = 0;                   ///< step spans named "warmup"
+  int measured_steps = 0;                 ///< step spans named "step"
+  double initial_temp_c = NAN;            ///< GPU temperature when the first step began
+  double idle_power_w = NAN;              ///< median power while idle with clocks up (NaN if < 3 samples)
+  RunFigures figures;                     ///< measured over the measured steps
+  Series power_w;  ///< device 0: power samples over the run (driver samples, else polled)
+  Series temp_c;   ///< device 0: GPU temperature samples over the run
+
+  /// True when the run carries the workload needed to simulate it (model and layout).
+  bool simulatable() const { return model.has_value(); }
+};
+
+/// Loads `run_dir` as a measurement for a cluster whose GPU is `base_gpu`. Throws InputError (naming the run
+/// and the fix) for a simulated run, a run without steps, or a run of another GPU model than `base_gpu`.
+MeasuredRun load_measured_run(const std::filesystem::path& run_dir, const sim::GpuSpec& base_gpu);
+
+/// The execution graph of a simulatable run.
+graph::Graph run_graph(const MeasuredRun& run);
+
+/// Simulates `run`'s workload on `cluster` as it was measured (warm-up + measured steps, from its initial
+/// temperature) and returns the figures over the measured steps. `options` may fix the clock or disable the
+/// cap; its steps and initial temperature are overwritten.
+RunFigures simulate_run(const MeasuredRun& run, const graph::Graph& graph, const sim::ClusterSpec& cluster,
+                        sim::SimOptions options = {});
+
+/// Relative error (simulated - measured) / measured; for temperatures the difference in degrees.
+double figure_error(std::size_t index, double measured, double simulated);
+
+}  // namespace calo::calibrate

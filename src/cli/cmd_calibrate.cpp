@@ -1,0 +1,138 @@
+// `calo calibrate RUN... --cluster BASE --out FILE.yaml [--json] [--no-loo]`: fits the simulator's cluster
+// file to measured runs and reports each stage's residuals and the leave-one-out error against the targets.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+#include <memory>
+
+#include "calibrate/calibrate.h"
+#include "cli/command.h"
+#include "core/error.h"
+#include "core/table.h"
+
+namespace calo::cli {
+namespace {
+
+struct CalibrateFlags {
+  std::vector<std::string> runs;
+  std::string cluster;
+  std::string out;
+  bool json = false;
+  bool no_loo = false;
+};
+
+std::string error_cell(const std::string& unit, double value) {
+  if (!std::isfinite(value)) return "-";
+  return unit == "C" ? fmt::format("{:+.1f} C", value) : fmt::format("{:+.1f}%", value * 100);
+}
+
+void print_parameters(const calibrate::Calibration& calibration) {
+  core::TextTable table({"stage", "parameter", "base", "fitted", "unit"});
+  for (const auto& stage : calibration.fit.stages) {
+    if (stage.parameters.empty()) table.add_row({stage.stage, "(none: " + stage.note + ")", "-", "-", "-"});
+    for (const auto& parameter : stage.parameters) {
+      table.add_row({stage.stage, parameter.key, fmt::format("{:.4g}", parameter.base),
+                     fmt::format("{:.4g}", parameter.fitted), parameter.unit});
+    }
+  }
+  fmt::print("{}", table.render());
+  fmt::print("kept from the base (no run determines them): {}\n\n", fmt::join(calibration.fit.kept, ", "));
+}
+
+void print_residuals(const calibrate::Calibration& calibration) {
+  for (const auto& stage : calibration.fit.stages) {
+    if (stage.residuals.empty() || stage.stage == "idle") continue;
+    std::vector<std::string> parts;
+    for (const auto& [label, values] : stage.residuals) {
+      std::vector<std::string> cells;
+      for (const auto& [key, value] : values.items()) {
+        const double number = value.get<double>();
+        cells.push_back(key == "temp_rms_c" ? fmt::format("{} {:.2f} C", key, number)
+                                            : fmt::format("{} {:+.1f}%", key, number * 100));
+      }
+      parts.push_back(fmt::format("{}: {}", label, fmt::join(cells, ", ")));
+    }
+    fmt::print("# {} residuals (fit on all runs)\n  {}\n", stage.stage, fmt::join(parts, "\n  "));
+  }
+  fmt::print("\n");
+}
+
+void print_leave_one_out(const calibrate::Calibration& calibration) {
+  if (calibration.held_out.empty()) {
+    fmt::print("leave-one-out: needs two or more runs with a workload (calo bench runs)\n");
+    return;
+  }
+  std::vector<std::string> headers = {"held-out run"};
+  const auto& names = calibrate::figure_names();
+  for (const auto& [name, unit] : names) headers.push_back(name);
+  core::TextTable table(headers);
+  for (const auto& row : calibration.held_out) {
+    std::vector<std::string> cells = {row.label};
+    for (std::size_t index = 0; index < names.size(); ++index) {
+      const double measured = calibrate::figure_value(row.measured, index);
+      const double predicted = calibrate::figure_value(row.predicted, index);
+      cells.push_back(error_cell(names[index].second, calibrate::figure_error(index, measured, predicted)));
+    }
+    table.add_row(cells);
+  }
+  fmt::print("# leave-one-out: error of each run predicted by a fit made without it\n{}", table.render());
+  for (const auto& tolerance : calibration.tolerances) {
+    if (!std::isfinite(tolerance.target)) continue;
+    const bool degrees = tolerance.unit == "C";
+    fmt::print(
+        "  {:<18} max |error| {:>8}  target {:>6}  {}\n", tolerance.figure,
+        degrees ? fmt::format("{:.1f} C", tolerance.achieved)
+                : fmt::format("{:.1f}%", tolerance.achieved * 100),
+        degrees ? fmt::format("{:.0f} C", tolerance.target) : fmt::format("{:.0f}%", tolerance.target * 100),
+        tolerance.met ? "met" : "MISSED");
+  }
+  if (calibration.direction_pairs > 0) {
+    fmt::print("  peak power across micro-batch sweeps: {} of {} steps move the measured way\n",
+               calibration.direction_right, calibration.direction_pairs);
+  }
+}
+
+int run_calibrate(const CalibrateFlags& flags) {
+  require_input(!flags.out.empty(), "--out FILE.yaml is required (where the calibrated cluster file goes)");
+  require_input(!std::filesystem::exists(flags.out) || std::filesystem::is_regular_file(flags.out),
+                fmt::format("--out {} is not a file; give a path for the cluster YAML", flags.out));
+  std::vector<std::filesystem::path> runs(flags.runs.begin(), flags.runs.end());
+  calibrate::CalibrateOptions options;
+  options.leave_one_out = !flags.no_loo;
+  if (!flags.json)
+    options.progress = [](const std::string& line) { fmt::print(stderr, "calo calibrate: {}\n", line); };
+  const calibrate::Calibration calibration = calibrate::calibrate(runs, flags.cluster, options);
+  const nlohmann::json cluster = calibrate::calibrated_cluster_json(calibration, flags.cluster);
+  calibrate::write_cluster_file(flags.out, cluster);
+  if (flags.json) {
+    print_json({{"out", flags.out}, {"cluster", cluster}});
+    return 0;
+  }
+  print_parameters(calibration);
+  print_residuals(calibration);
+  print_leave_one_out(calibration);
+  fmt::print("\nwrote {} — use it with: calo sim --cluster {} ...\n", flags.out, flags.out);
+  return 0;
+}
+
+const CommandRegistration kCalibrate(
+    "calibrate",
+    "fit a cluster file to measured runs (compute, power, power-cap controller, heat) with leave-one-out "
+    "error",
+    72, [](CLI::App& app) -> std::function<int()> {
+      auto flags = std::make_shared<CalibrateFlags>();
+      app.add_option("RUN", flags->runs, "measured run directories (calo bench, calo record)")
+          ->required()
+          ->check(CLI::ExistingDirectory);
+      app.add_option("--cluster", flags->cluster,
+                     "base cluster (preset name or YAML file) whose GPU the runs used")
+          ->required();
+      app.add_option("--out", flags->out, "calibrated cluster file to write (YAML)")->required();
+      app.add_flag("--json", flags->json, "print the calibrated cluster (with provenance) as JSON");
+      app.add_flag("--no-loo", flags->no_loo, "skip the leave-one-out validation");
+      return [flags] { return run_calibrate(*flags); };
+    });
+
+}  // namespace
+}  // namespace calo::cli

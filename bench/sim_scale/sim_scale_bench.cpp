@@ -1,7 +1,8 @@
 // Simulator scale benchmark: wall time and peak RSS of `calo sim`'s library path (graph build + simulate) for
 // GPT3-175B, tp=8, 24 micro-batches per pipeline, from 8 to 8192 H200s, each in a forked child so its peak
 // RSS is its own; then every 4-GPU layout of Llama3-8B. Results are checked (positive step time, 0 < MFU < 1,
-// power under the cap, heterogeneous >= homogeneous step time). Usage: bench_sim_scale [--quick]
+// power under the cap, heterogeneous >= homogeneous step time). Usage: bench_sim_scale [--quick] [--cluster
+// NAME|FILE]
 #include <fmt/format.h>
 #include <sys/resource.h>
 
@@ -65,9 +66,12 @@ calo::graph::Graph build(const std::string& model_name, calo::parallel::Layout l
   return calo::graph::build_graph(spec, calo::parallel::resolve_layout(spec, layout));
 }
 
+/// The cluster of the scale runs: h200-hgx, or the file given with --cluster (e.g. a calibrated one).
+std::string g_cluster = "h200-hgx";
+
 ScaleResult measure_scale(const ScaleConfig& config, bool quick) {
   ScaleResult result;
-  const auto cluster = calo::sim::load_cluster("h200-hgx");
+  const auto cluster = calo::sim::load_cluster(g_cluster);
   calo::parallel::Layout layout;
   layout.tp = config.tp;
   layout.pp = config.pp;
@@ -116,12 +120,19 @@ ScaleResult measure_in_child(const ScaleConfig& config, bool quick) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  bool quick = false;
+  for (int index = 1; index < argc; ++index) {
+    const std::string argument = argv[index];
+    if (argument == "--quick") quick = true;
+    if (argument == "--cluster" && index + 1 < argc) g_cluster = argv[++index];
+  }
   const int steps = quick ? 10 : 100;
   fmt::print("# bench_sim_scale: calo::sim::simulate CPU time (one thread) and peak RSS\n");
   fmt::print(
-      "# model gpt3-175b, cluster h200-hgx (8 GPUs/node, 8 x 400 Gb/s), tp=8, mbs 1, 24 micro-batches per "
-      "pipeline (gbs = 24 dp), 1f1b\n");
+      "# model gpt3-175b, cluster {} (8 GPUs/node), tp=8, mbs 1, 24 micro-batches per pipeline (gbs = 24 "
+      "dp), "
+      "1f1b\n",
+      g_cluster);
   fmt::print(
       "# columns: graph = build_graph; 1 step = simulate with power cap + thermal; {} steps = same, "
       "homogeneous; hetero = {} steps with a random speed factor in [0.9, 1] per GPU\n",

@@ -4,8 +4,42 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 namespace calo::analyze {
+
+namespace {
+
+/// The name `calo calibrate` gives a compare figure (docs/METRICS.md), or "" if calibration does not rate it.
+std::string calibration_figure(const std::string& key) {
+  static const std::vector<std::pair<std::string, std::string>> kNames = {
+      {"step_time_mean_s", "step_time_s"},      {"energy_per_step_j", "energy_per_step_j"},
+      {"power_gpu_mean_w", "mean_power_w"},     {"power_gpu_peak_w", "peak_power_w"},
+      {"power_swing_100ms_w", "swing_100ms_w"}, {"temp_gpu_peak_c", "peak_temp_c"},
+      {"sm_clock_mean_mhz", "sm_clock_mhz"}};
+  for (const auto& [compare_key, name] : kNames) {
+    if (compare_key == key) return name;
+  }
+  return "";
+}
+
+/// The leave-one-out tolerance stored with a sim run's calibrated cluster for compare figure `key`; NaN if
+/// none.
+double calibrated_tolerance(const RunAnalysis& run, const std::string& key) {
+  if (run.run.kind != store::RunKind::kSim) return NAN;
+  const std::string name = calibration_figure(key);
+  if (name.empty()) return NAN;
+  const auto config = nlohmann::json::parse(run.run.config_json, nullptr, false);
+  const auto* tolerance = config.is_object() ? &config : nullptr;
+  for (const char* step : {"cluster", "calibration", "tolerance"}) {
+    if (tolerance == nullptr || !tolerance->is_object() || !tolerance->contains(step)) return NAN;
+    tolerance = &(*tolerance)[step];
+  }
+  if (!tolerance->contains(name) || !(*tolerance)[name].contains("achieved")) return NAN;
+  return (*tolerance)[name]["achieved"].get<double>();
+}
+
+}  // namespace
 
 Comparison compare_runs(const std::vector<RunAnalysis>& runs) {
   Comparison comparison;
@@ -49,6 +83,7 @@ Comparison compare_runs(const std::vector<RunAnalysis>& runs) {
           error = (value - measured) / measured;
       }
       out.sim_error.push_back(error);
+      out.tolerance.push_back(calibrated_tolerance(runs[index], out.key));
     }
     comparison.rows.push_back(std::move(out));
   }

@@ -17,6 +17,9 @@ struct ComparisonRow {
   std::vector<double> values;     ///< value per run (NaN if the run lacks it)
   std::vector<double> ratio;      ///< value / value of run 0 (NaN if either is missing or run 0 is 0)
   std::vector<double> sim_error;  ///< sim runs: (sim - measured) / measured vs the reference run; else NaN
+  /// Sim runs on a calibrated cluster: the max |error| its leave-one-out achieved for this figure (relative;
+  /// degrees C for temperatures); else NaN.
+  std::vector<double> tolerance;
 };
 
 /// Result of compare_runs.

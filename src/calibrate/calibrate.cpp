@@ -121,7 +121,7 @@ nlohmann::json calibrated_cluster_json(const Calibration& calibration, const std
       fmt::format("{} fitted by calo calibrate to {} measured run(s)", cluster.name, calibration.runs.size());
   nlohmann::json runs = nlohmann::json::array();
   for (const MeasuredRun& run : calibration.runs) {
-    runs.push_back({{"path", std::filesystem::absolute(run.run_dir).lexically_normal().string()},
+    runs.push_back({{"path", run.run_dir.string()},
                     {"kind", run.kind},
                     {"gpu", run.gpu_name},
                     {"model", run.model ? run.model->name : std::string("-")},

@@ -17,7 +17,7 @@ namespace calo::calibrate {
 
 /// The figures calibration compares, per GPU, over a run's measured steps (warm-up excluded). NaN = unknown.
 struct RunFigures {
-  double step_time_s = NAN;        ///< mean step time
+  double step_time_s = NAN;        ///< median step time (measured); mean step time (simulated: all equal)
   double energy_per_step_j = NAN;  ///< energy per step of one GPU (mean over GPUs)
   double mean_power_w = NAN;       ///< mean power of one GPU (mean over GPUs)
   double peak_power_w = NAN;       ///< largest power sample of any GPU

@@ -43,7 +43,8 @@ int run_compare(const CompareFlags& flags) {
                       {"unit", row.unit},
                       {"values", nullable(row.values)},
                       {"ratio", nullable(row.ratio)},
-                      {"sim_error", nullable(row.sim_error)}});
+                      {"sim_error", nullable(row.sim_error)},
+                      {"tolerance", nullable(row.tolerance)}});
     }
     print_json({{"runs", comparison.run_labels},
                 {"measured_reference", comparison.measured_reference},
@@ -61,6 +62,7 @@ int run_compare(const CompareFlags& flags) {
     if (errors && runs[index].run.kind == store::RunKind::kSim) {
       sim_runs.push_back(index);
       headers.push_back(fmt::format("run{} err", index + 1));
+      headers.push_back(fmt::format("run{} tol", index + 1));
     }
   }
   core::TextTable table(headers);
@@ -73,9 +75,16 @@ int run_compare(const CompareFlags& flags) {
     for (std::size_t index = 1; index < runs.size(); ++index) {
       cells.push_back(std::isnan(row.ratio[index]) ? "-" : fmt::format("{:.3f}", row.ratio[index]));
     }
+    const bool degrees = row.unit == "C";
     for (std::size_t index : sim_runs) {
-      cells.push_back(std::isnan(row.sim_error[index]) ? "-"
-                                                       : fmt::format("{:+.1f}%", row.sim_error[index] * 100));
+      const double error = row.sim_error[index];
+      cells.push_back(std::isnan(error) ? "-"
+                      : degrees ? fmt::format("{:+.1f} C", error * row.values[comparison.measured_reference])
+                                : fmt::format("{:+.1f}%", error * 100));
+      const double tolerance = row.tolerance[index];
+      cells.push_back(std::isnan(tolerance) ? "-"
+                      : degrees             ? fmt::format("±{:.1f} C", tolerance)
+                                            : fmt::format("±{:.1f}%", tolerance * 100));
     }
     table.add_row(cells);
   }
@@ -86,6 +95,11 @@ int run_compare(const CompareFlags& flags) {
   for (std::size_t index : sim_runs) {
     fmt::print("run{} (sim) vs run{} (measured): mean |error| {:.1f}%\n", index + 1,
                comparison.measured_reference + 1, analyze::mean_abs_sim_error(comparison, index) * 100);
+  }
+  if (!sim_runs.empty()) {
+    fmt::print(
+        "tol: the largest error leave-one-out validation of the sim run's calibrated cluster reached "
+        "(calo calibrate); '-' = uncalibrated cluster or figure not rated\n");
   }
   return 0;
 }

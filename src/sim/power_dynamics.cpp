@@ -217,18 +217,49 @@ PowerTrace trace_step_power(const GpuSpec& gpu, const ProgramPower& program,
   return trace;
 }
 
+std::size_t PowerTraceCache::KeyHash::operator()(const Key& key) const {
+  std::size_t hash = static_cast<std::size_t>(key.program) * 0x9E3779B97F4A7C15ULL;
+  for (long long part : {key.iteration, key.start_clock, key.clock_limit, key.speed, key.comm_power,
+                         static_cast<long long>(key.power_cap)}) {
+    hash ^= static_cast<std::size_t>(part) + 0x9E3779B97F4A7C15ULL + (hash << 6) + (hash >> 2);
+  }
+  return hash;
+}
+
 std::shared_ptr<const PowerTrace> PowerTraceCache::get(int program, const StepPowerRequest& request) {
-  const std::string key = fmt::format(
-      "{}|{}|{}|{}|{}|{}|{}", program, std::llround(request.iteration_s * 1e7),
-      std::llround(request.start_clock_mhz * 4), std::llround(request.clock_limit_mhz * 4),
-      std::llround(request.speed * 1e6), std::llround(request.comm_power_w * 1e2), request.power_cap ? 1 : 0);
-  auto found = memo_.find(key);
-  if (found != memo_.end()) return found->second;
-  if (memo_.size() > 4096) memo_.clear();
-  computed_ += 1;
-  auto trace = std::make_shared<const PowerTrace>(trace_step_power(gpu_, powers_[program], request));
-  memo_.emplace(key, trace);
-  return trace;
+  // Representative request: step time on a 0.1 % log grid, speed on a 0.5 % grid, clocks on 0.25 MHz, comm
+  // power on 1 W. Heterogeneous GPUs and steps whose time drifts with heat share a few traces this way.
+  const Key key{program,
+                std::llround(std::log(std::max(request.iteration_s, 1e-9)) * 1000.0),
+                std::llround(request.start_clock_mhz * 4),
+                std::llround(request.clock_limit_mhz * 4),
+                std::llround(request.speed * 200.0),
+                std::llround(request.comm_power_w),
+                request.power_cap};
+  auto found = representatives_.find(key);
+  if (found == representatives_.end()) {
+    if (representatives_.size() > 4096) representatives_.clear(), exact_.clear();
+    StepPowerRequest representative = request;
+    representative.iteration_s = std::exp(static_cast<double>(key.iteration) / 1000.0);
+    representative.speed = static_cast<double>(key.speed) / 200.0;
+    computed_ += 1;
+    found = representatives_
+                .emplace(key, std::make_shared<const PowerTrace>(
+                                  trace_step_power(gpu_, powers_[program], representative)))
+                .first;
+  }
+  // The same trace stretched to tile this exact step time (energy kept).
+  const auto exact_key = std::make_pair(found->second.get(), std::llround(request.iteration_s * 1e9));
+  auto exact = exact_.find(exact_key);
+  if (exact != exact_.end()) return exact->second;
+  PowerTrace copy = *found->second;
+  fit_to_duration(copy, request.iteration_s);
+  copy.peak_w = 0;
+  for (float sample : copy.sample_w) copy.peak_w = std::max(copy.peak_w, static_cast<double>(sample));
+  copy.swing_w = largest_swing_w(copy.sample_w, copy.window_s, 0.1);
+  auto shared = std::make_shared<const PowerTrace>(std::move(copy));
+  exact_.emplace(exact_key, shared);
+  return shared;
 }
 
 }  // namespace calo::sim

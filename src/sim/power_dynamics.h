@@ -49,7 +49,8 @@ double largest_swing_w(const std::vector<float>& sample_w, double window_s, doub
 /// the second starting from the first's end clock (the periodic steady state of repeated steps).
 PowerTrace trace_step_power(const GpuSpec& gpu, const ProgramPower& program, const StepPowerRequest& request);
 
-/// Memoizes trace_step_power per (program, request) so symmetric GPUs and repeated steps share one trace.
+/// Memoizes trace_step_power per (program, quantized request) so symmetric GPUs, GPUs of nearly equal speed
+/// and steps of nearly equal time share one trace; each use gets it stretched to tile its exact step time.
 class PowerTraceCache {
  public:
   /// `powers[p]` are the costed programs; `gpu` and `powers` must outlive the cache.
@@ -60,9 +61,26 @@ class PowerTraceCache {
   std::size_t computed() const { return computed_; }
 
  private:
+  /// Quantized request (see get()).
+  struct Key {
+    int program = 0;
+    long long iteration = 0, start_clock = 0, clock_limit = 0, speed = 0, comm_power = 0;
+    bool power_cap = true;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    std::size_t operator()(const Key& key) const;
+  };
+  struct ExactHash {
+    std::size_t operator()(const std::pair<const PowerTrace*, long long>& key) const {
+      return std::hash<const void*>()(key.first) ^ std::hash<long long>()(key.second);
+    }
+  };
   const GpuSpec& gpu_;
   const std::vector<ProgramPower>& powers_;
-  std::unordered_map<std::string, std::shared_ptr<const PowerTrace>> memo_;
+  std::unordered_map<Key, std::shared_ptr<const PowerTrace>, KeyHash> representatives_;
+  std::unordered_map<std::pair<const PowerTrace*, long long>, std::shared_ptr<const PowerTrace>, ExactHash>
+      exact_;
   std::size_t computed_ = 0;
 };
 

@@ -79,6 +79,7 @@ void summarize(Calibration& calibration) {
     for (std::size_t index = 1; index < rows.size(); ++index) {
       const double measured = rows[index]->measured.peak_power_w - rows[index - 1]->measured.peak_power_w;
       const double predicted = rows[index]->predicted.peak_power_w - rows[index - 1]->predicted.peak_power_w;
+      if (!std::isfinite(measured) || !std::isfinite(predicted)) continue;
       calibration.direction_pairs += 1;
       calibration.direction_right += (measured > 0) == (predicted > 0);
     }

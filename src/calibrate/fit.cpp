@@ -5,18 +5,21 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 
 #include "core/error.h"
+#include "sim/cost_model.h"
 #include "sim/power_thermal.h"
 
 namespace calo::calibrate {
 
 namespace {
 
-/// A simulatable run with its graph built once.
+/// A simulatable run with its graph built once, and its per-op timings where it has op spans.
 struct Prepared {
   const MeasuredRun* run = nullptr;
   graph::Graph graph;
+  std::vector<OpTiming> ops;
 };
 
 /// Minimizes `objective` over [low, high] (log-spaced when `log_scale`): a grid scan, then golden-section
@@ -98,6 +101,29 @@ RunFigures at_measured_clock(const Prepared& item, const sim::ClusterSpec& clust
   return simulate_run(*item.run, item.graph, cluster, options);
 }
 
+/// CPU hosts: the peak FLOP/s the CPU backend measured at start (one-thread sgemm), median over runs; the
+/// efficiency curves are fractions of it.
+StageFit fit_cpu_peak(const std::vector<MeasuredRun>& runs, sim::ClusterSpec& cluster) {
+  StageFit stage{"peak", {}, {}, ""};
+  std::vector<double> values;
+  for (const MeasuredRun& run : runs) {
+    if (std::isfinite(run.measured_peak_flops)) values.push_back(run.measured_peak_flops);
+  }
+  if (values.empty()) {
+    stage.note = "no run stored the peak its backend measured";
+    return stage;
+  }
+  std::sort(values.begin(), values.end());
+  const double peak_flops = values[values.size() / 2];
+  stage.parameters.push_back(
+      {"gpu.peak_bf16_tflops", cluster.gpu.peak_bf16_flops / 1e12, peak_flops / 1e12, "TFLOP/s", "peak"});
+  stage.parameters.push_back(
+      {"gpu.peak_fp32_tflops", cluster.gpu.peak_fp32_flops / 1e12, peak_flops / 1e12, "TFLOP/s", "peak"});
+  cluster.gpu.peak_bf16_flops = peak_flops;
+  cluster.gpu.peak_fp32_flops = peak_flops;
+  return stage;
+}
+
 /// Stage 2: compute efficiency at the clock each run actually ran (power cap and heat off): scales on the
 /// GEMM and the attention efficiency ceilings, fitted to step times (runs of different sequence lengths and
 /// micro-batches weigh attention and GEMMs differently, which separates the two).
@@ -130,6 +156,95 @@ StageFit fit_compute(const std::vector<Prepared>& prepared, sim::ClusterSpec& cl
   for (const Prepared& item : prepared) {
     stage.residuals.emplace_back(item.run->label,
                                  errors_json(item.run->figures, at_measured_clock(item, cluster), {0}));
+  }
+  return stage;
+}
+
+/// Modeled duration of a measured op on `gpu` at the clock it ran.
+double modeled_op_s(const sim::GpuSpec& gpu, const OpTiming& timing) {
+  const sim::ComputeCost cost = sim::compute_cost(gpu, timing.op);
+  const double clock_mhz =
+      std::isfinite(timing.clock_mhz) ? std::min(timing.clock_mhz, gpu.max_sm_mhz) : gpu.max_sm_mhz;
+  return cost.duration_s(gpu.max_sm_mhz / clock_mhz, 1.0);
+}
+
+/// Stage 2 from per-op spans (`calo bench --trace-ops`): the efficiency curves themselves (GEMM ceiling and
+/// half dimension, attention ceiling and half sequence, memory ceiling and half size, kernel overhead), by
+/// least squares of log(modeled / measured) over every op, weighted by the op's measured time; then the time
+/// between op spans joins the kernel overhead so that the step adds up.
+StageFit fit_compute_from_ops(const std::vector<Prepared>& prepared, sim::ClusterSpec& cluster) {
+  StageFit stage{"compute", {}, {}, ""};
+  const sim::ComputeEfficiency base = cluster.gpu.efficiency;
+  sim::GpuSpec trial = cluster.gpu;
+  auto loss = [&](const sim::ComputeEfficiency& efficiency) {
+    trial.efficiency = efficiency;
+    double sum = 0;
+    for (const Prepared& item : prepared) {
+      for (const OpTiming& timing : item.ops) {
+        if (timing.duration_s <= 0) continue;
+        sum += timing.duration_s * squared(std::log(modeled_op_s(trial, timing) / timing.duration_s));
+      }
+    }
+    return sum;
+  };
+  sim::ComputeEfficiency efficiency = base;
+  struct Field {
+    double sim::ComputeEfficiency::*member;
+    double low, high;
+    bool log_scale;
+    const char* key;
+  };
+  const std::vector<Field> fields = {
+      {&sim::ComputeEfficiency::gemm_max, 0.05, 0.99, false, "gemm_max"},
+      {&sim::ComputeEfficiency::gemm_half_dim, 1, 8192, true, "gemm_half_dim"},
+      {&sim::ComputeEfficiency::attention_max, 0.02, 0.99, false, "attention_max"},
+      {&sim::ComputeEfficiency::attention_half_seq, 1, 65536, true, "attention_half_seq"},
+      {&sim::ComputeEfficiency::memory_max, 0.02, 0.99, false, "memory_max"},
+      {&sim::ComputeEfficiency::memory_half_bytes, 1e3, 1e10, true, "memory_half_bytes"},
+      {&sim::ComputeEfficiency::kernel_overhead_s, 1e-7, 1e-3, true, "kernel_overhead_us"}};
+  for (int sweep = 0; sweep < 3; ++sweep) {
+    for (const Field& field : fields) {
+      efficiency.*field.member = minimize_1d(
+          [&](double x) {
+            sim::ComputeEfficiency candidate = efficiency;
+            candidate.*field.member = x;
+            return loss(candidate);
+          },
+          field.low, field.high, field.log_scale);
+    }
+  }
+  // Time between op spans (host launch cost, synchronization) belongs to the step too: spread it over the ops
+  // as kernel overhead (median over runs of (step - sum of op times) / ops).
+  std::vector<double> gaps_s;
+  for (const Prepared& item : prepared) {
+    double ops_s = 0;
+    for (const OpTiming& timing : item.ops) ops_s += timing.duration_s;
+    gaps_s.push_back((item.run->figures.step_time_s - ops_s) / static_cast<double>(item.ops.size()));
+  }
+  std::sort(gaps_s.begin(), gaps_s.end());
+  const double gap_s = gaps_s[gaps_s.size() / 2];
+  sim::GpuSpec ops_only = cluster.gpu;  // op-class residuals compare op spans with the curves alone
+  ops_only.efficiency = efficiency;
+  if (gap_s > 0) efficiency.kernel_overhead_s += gap_s;
+  cluster.gpu.efficiency = efficiency;
+  for (const Field& field : fields) {
+    const bool micro = std::string(field.key) == "kernel_overhead_us";
+    stage.parameters.push_back({std::string("gpu.efficiency.") + field.key,
+                                base.*field.member * (micro ? 1e6 : 1),
+                                efficiency.*field.member * (micro ? 1e6 : 1), micro ? "us" : "", "compute"});
+  }
+  for (const Prepared& item : prepared) {
+    // Per op class: relative error of the summed op time; and the whole step at the measured clock.
+    std::map<std::string, std::pair<double, double>> by_class;  // class -> (measured, modeled)
+    for (const OpTiming& timing : item.ops) {
+      auto& [measured, modeled] = by_class[graph::to_string(timing.op.kind)];
+      measured += timing.duration_s;
+      modeled += modeled_op_s(ops_only, timing);
+    }
+    nlohmann::json residual = errors_json(item.run->figures, at_measured_clock(item, cluster), {0});
+    for (const auto& [name, sums] : by_class)
+      residual[name + "_time"] = (sums.second - sums.first) / sums.first;
+    stage.residuals.emplace_back(item.run->label, residual);
   }
   return stage;
 }
@@ -313,32 +428,71 @@ FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSp
   result.cluster = base;
   std::vector<Prepared> prepared;
   for (const MeasuredRun& run : runs) {
-    if (run.simulatable() && std::isfinite(run.figures.step_time_s))
-      prepared.push_back({&run, run_graph(run)});
+    if (!run.simulatable() || !std::isfinite(run.figures.step_time_s)) continue;
+    Prepared item{&run, run_graph(run), {}};
+    item.ops = op_timings(run, item.graph);
+    prepared.push_back(std::move(item));
   }
   result.stages.push_back(fit_idle(runs, result.cluster));
+  if (is_cpu_host(base.gpu)) result.stages.push_back(fit_cpu_peak(runs, result.cluster));
   if (prepared.empty()) {
     result.stages.push_back(
         {"compute", {}, {}, "no run carries a workload to simulate (calo bench runs do)"});
     result.stages.push_back({"power", {}, {}, "no run carries a workload to simulate (calo bench runs do)"});
   } else {
-    result.stages.push_back(fit_compute(prepared, result.cluster));
-    result.stages.push_back(fit_power(prepared, result.cluster));
+    std::vector<Prepared> with_ops;
+    for (const Prepared& item : prepared) {
+      if (!item.ops.empty()) with_ops.push_back(item);
+    }
+    result.stages.push_back(with_ops.empty() ? fit_compute(prepared, result.cluster)
+                                             : fit_compute_from_ops(with_ops, result.cluster));
+    std::vector<Prepared> with_power;
+    for (const Prepared& item : prepared) {
+      if (std::isfinite(item.run->figures.mean_power_w)) with_power.push_back(item);
+    }
+    if (with_power.empty()) {
+      result.stages.push_back({"power", {}, {}, "no run recorded the device's power"});
+    } else {
+      result.stages.push_back(fit_power(with_power, result.cluster));
+    }
   }
   result.stages.push_back(fit_thermal(runs, result.cluster));
-  result.kept = {"gpu.clock_power_exponent",
-                 "gpu.efficiency.gemm_half_dim",
-                 "gpu.efficiency.attention_half_seq",
-                 "gpu.efficiency.memory_max",
-                 "gpu.efficiency.memory_half_bytes",
-                 "gpu.efficiency.kernel_overhead_us",
-                 "gpu.active_power_w.communication",
-                 "gpu.thermal.slowdown_c",
-                 "gpu.thermal.slowdown_mhz_per_c",
-                 "gpu.thermal.hw_slowdown_c",
-                 "node (NVLink, slots)",
-                 "network",
-                 "collective"};
+  // Every tunable parameter that no stage fitted keeps the base value.
+  static const std::vector<std::string> kTunable = {"gpu.peak_bf16_tflops",
+                                                    "gpu.idle_power_w",
+                                                    "gpu.clock_power_exponent",
+                                                    "gpu.efficiency.gemm_max",
+                                                    "gpu.efficiency.gemm_half_dim",
+                                                    "gpu.efficiency.attention_max",
+                                                    "gpu.efficiency.attention_half_seq",
+                                                    "gpu.efficiency.memory_max",
+                                                    "gpu.efficiency.memory_half_bytes",
+                                                    "gpu.efficiency.kernel_overhead_us",
+                                                    "gpu.active_power_w.gemm",
+                                                    "gpu.active_power_w.attention",
+                                                    "gpu.active_power_w.elementwise",
+                                                    "gpu.active_power_w.optimizer",
+                                                    "gpu.active_power_w.communication",
+                                                    "gpu.power_control.response_ms",
+                                                    "gpu.power_control.sample_window_ms",
+                                                    "gpu.thermal.r_die_k_per_w",
+                                                    "gpu.thermal.r_sink_k_per_w",
+                                                    "gpu.thermal.tau_die_s",
+                                                    "gpu.thermal.tau_sink_s",
+                                                    "gpu.thermal.slowdown_c",
+                                                    "gpu.thermal.slowdown_mhz_per_c",
+                                                    "gpu.thermal.hw_slowdown_c",
+                                                    "node.inlet_c",
+                                                    "node (NVLink, slots)",
+                                                    "network",
+                                                    "collective"};
+  for (const std::string& key : kTunable) {
+    bool fitted = false;
+    for (const StageFit& stage : result.stages) {
+      for (const ParameterFit& parameter : stage.parameters) fitted = fitted || parameter.key == key;
+    }
+    if (!fitted) result.kept.push_back(key);
+  }
   return result;
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <regex>
 #include <set>
 
@@ -130,18 +131,22 @@ MeasuredRun load_measured_run(const std::filesystem::path& run_dir, const sim::G
                   "runs of calo bench, calo record or calo ingest",
                   run_dir.string()));
   const std::vector<store::DeviceInfo> devices = reader.devices();
-  const auto gpu = std::find_if(devices.begin(), devices.end(),
-                                [](const auto& d) { return d.kind == store::DeviceKind::kGpu; });
-  require_input(gpu != devices.end(),
-                fmt::format("{} recorded no GPU; calibrate a GPU cluster file from runs "
-                            "recorded on that GPU",
-                            run_dir.string()));
-  run.gpu_name = gpu->name;
-  const std::string run_token = gpu_model_token(gpu->name), base_token = gpu_model_token(base_gpu.name);
+  const store::DeviceKind wanted = is_cpu_host(base_gpu) ? store::DeviceKind::kCpu : store::DeviceKind::kGpu;
+  const auto gpu =
+      std::find_if(devices.begin(), devices.end(), [&](const auto& d) { return d.kind == wanted; });
   require_input(
-      run_token == base_token,
-      fmt::format("{} ran on {} but the base cluster's GPU is {}; give a --cluster whose GPU is a {}",
-                  run_dir.string(), gpu->name, base_gpu.name, run_token.empty() ? gpu->name : run_token));
+      gpu != devices.end(),
+      fmt::format("{} recorded no {} device, and the base cluster's GPU is {}; give a --cluster for the "
+                  "device the run used (cpu-host for CPU-backend runs)",
+                  run_dir.string(), wanted == store::DeviceKind::kCpu ? "CPU" : "GPU", base_gpu.name));
+  run.gpu_name = gpu->name;
+  if (wanted == store::DeviceKind::kGpu) {
+    const std::string run_token = gpu_model_token(gpu->name), base_token = gpu_model_token(base_gpu.name);
+    require_input(
+        run_token == base_token,
+        fmt::format("{} ran on {} but the base cluster's GPU is {}; give a --cluster whose GPU is a {}",
+                    run_dir.string(), gpu->name, base_gpu.name, run_token.empty() ? gpu->name : run_token));
+  }
   const std::vector<store::Span> steps = reader.spans(store::SpanKind::kStep);
   run.warmup_steps = count_steps(steps, "warmup");
   run.measured_steps = static_cast<int>(steps.size()) > 0 ? count_steps(steps, "step") : 0;
@@ -164,7 +169,66 @@ MeasuredRun load_measured_run(const std::filesystem::path& run_dir, const sim::G
                    gpu->max_sm_mhz > 0 ? gpu->max_sm_mhz : base_gpu.max_sm_mhz);
   run.initial_temp_c = value_at(run.temp_c, first_step_s);
   run.figures = measured_figures(analyze::analyze_run(run_dir));
+  if (wanted == store::DeviceKind::kCpu) {
+    // CPU runs: the figures come from the bench's own step spans; the device row is a CPU, not a GPU.
+    std::vector<double> durations;
+    for (const store::Span& span : steps) {
+      if (span.name == "step" && span.rank == 0)
+        durations.push_back(static_cast<double>(span.t_end_ns - span.t_begin_ns) * 1e-9);
+    }
+    if (!durations.empty()) {
+      std::nth_element(durations.begin(), durations.begin() + durations.size() / 2, durations.end());
+      run.figures.step_time_s = durations[durations.size() / 2];
+    }
+  }
+  double tflops = NAN, mfu = NAN;
+  for (const store::SummaryRow& row : reader.summaries("bench")) {
+    if (row.key == "tflops_per_device") tflops = row.value;
+    if (row.key == "mfu") mfu = row.value;
+  }
+  if (std::isfinite(tflops) && std::isfinite(mfu) && mfu > 0) run.measured_peak_flops = tflops * 1e12 / mfu;
+  std::set<int64_t> measured;
+  for (const store::Span& span : steps) {
+    if (span.name == "step") measured.insert(span.step);
+  }
+  for (store::Span& span : reader.spans(store::SpanKind::kOp)) {
+    if (span.rank == 0 && measured.count(span.step) > 0) run.op_spans.push_back(std::move(span));
+  }
   return run;
+}
+
+bool is_cpu_host(const sim::GpuSpec& gpu) {
+  return gpu.name.rfind("CPU", 0) == 0;
+}
+
+std::vector<OpTiming> op_timings(const MeasuredRun& run, const graph::Graph& graph) {
+  std::vector<OpTiming> timings;
+  if (run.op_spans.empty()) return timings;
+  std::vector<graph::Op> compute;
+  for (const graph::RankOp& rank_op : graph::materialize(graph, 0)) {
+    if (rank_op.op.stream == graph::Stream::kCompute) compute.push_back(rank_op.op);
+  }
+  // Spans per step, compute stream only, in time order (one stream executes in issue order).
+  std::map<int64_t, std::vector<const store::Span*>> by_step;
+  for (const store::Span& span : run.op_spans) {
+    if (span.category == graph::to_string(graph::Stream::kCompute)) by_step[span.step].push_back(&span);
+  }
+  std::vector<std::vector<double>> durations(compute.size());
+  for (const auto& [step, spans] : by_step) {
+    if (spans.size() != compute.size()) return {};
+    for (std::size_t index = 0; index < compute.size(); ++index) {
+      if (spans[index]->name != graph::span_name(compute[index])) return {};
+      durations[index].push_back(static_cast<double>(spans[index]->t_end_ns - spans[index]->t_begin_ns) *
+                                 1e-9);
+    }
+  }
+  for (std::size_t index = 0; index < compute.size(); ++index) {
+    std::vector<double>& values = durations[index];
+    if (values.empty()) return {};
+    std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
+    timings.push_back({compute[index], values[values.size() / 2], run.figures.sm_clock_mhz});
+  }
+  return timings;
 }
 
 graph::Graph run_graph(const MeasuredRun& run) {

@@ -12,6 +12,7 @@
 #include "parallel/layout.h"
 #include "sim/cluster.h"
 #include "sim/simulate.h"
+#include "store/run_store.h"
 
 namespace calo::calibrate {
 
@@ -49,10 +50,27 @@ struct MeasuredRun {
   RunFigures figures;                     ///< measured over the measured steps
   Series power_w;  ///< device 0: power samples over the run (driver samples, else polled)
   Series temp_c;   ///< device 0: GPU temperature samples over the run
+  /// Rank 0's op spans of the measured steps (`calo bench --trace-ops`), time order; empty without them.
+  std::vector<store::Span> op_spans;
+  double measured_peak_flops = NAN;  ///< the device's peak FLOP/s the bench measured (CPU backend), else NaN
 
   /// True when the run carries the workload needed to simulate it (model and layout).
   bool simulatable() const { return model.has_value(); }
 };
+
+/// True when `gpu` describes a CPU host (its name starts with "CPU"): runs on CPU devices calibrate it.
+bool is_cpu_host(const sim::GpuSpec& gpu);
+
+/// One compute op of a run's graph with its measured duration.
+struct OpTiming {
+  graph::Op op;            ///< the op (shapes, FLOPs, bytes)
+  double duration_s = 0;   ///< median over the measured steps
+  double clock_mhz = NAN;  ///< SM clock it ran at (the run's mean clock), NaN if unknown
+};
+
+/// Rank 0's compute ops paired with their measured spans (by order and name within each measured step);
+/// empty when the run has no op spans or they do not match the graph.
+std::vector<OpTiming> op_timings(const MeasuredRun& run, const graph::Graph& graph);
 
 /// Loads `run_dir` as a measurement for a cluster whose GPU is `base_gpu`. Throws InputError (naming the run
 /// and the fix) for a simulated run, a run without steps, or a run of another GPU model than `base_gpu`.

@@ -78,7 +78,7 @@ void print_leave_one_out(const calibrate::Calibration& calibration) {
   }
   fmt::print("# leave-one-out: error of each run predicted by a fit made without it\n{}", table.render());
   for (const auto& tolerance : calibration.tolerances) {
-    if (!std::isfinite(tolerance.target)) continue;
+    if (!std::isfinite(tolerance.target) || !std::isfinite(tolerance.achieved)) continue;
     const bool degrees = tolerance.unit == "C";
     fmt::print(
         "  {:<18} max |error| {:>8}  target {:>6}  {}\n", tolerance.figure,

@@ -105,22 +105,6 @@ nlohmann::json rank_json(int rank, const std::vector<StepTiming>& steps, const E
   return data;
 }
 
-/// Short span name of an op: kind plus what distinguishes it.
-std::string op_span_name(const graph::Op& op) {
-  switch (op.kind) {
-    case graph::OpKind::kGemm:
-      return fmt::format("gemm.{}.{}", graph::to_string(op.gemm.weight), graph::to_string(op.gemm.pass));
-    case graph::OpKind::kAttention:
-      return op.attention.backward ? "attention.bwd" : "attention.fwd";
-    case graph::OpKind::kElementwise:
-      return fmt::format("elementwise.{}", graph::to_string(op.elementwise));
-    case graph::OpKind::kCollective:
-      return fmt::format("{}.{}", graph::to_string(op.collective), graph::to_string(op.group));
-    default:
-      return graph::to_string(op.kind);
-  }
-}
-
 /// Energy counter delta of a device over [begin, end) (run time base); NaN when the device has no counter.
 double energy_delta_j(const store::RunReader& reader, std::int32_t device_idx, const std::string& metric,
                       std::int64_t begin_ns, std::int64_t end_ns) {
@@ -399,7 +383,7 @@ BenchOutcome run_bench_rank(const BenchOptions& options, LaunchInfo launch) {
         store::Span op_span;
         op_span.rank = span_rank;
         op_span.kind = store::SpanKind::kOp;
-        op_span.name = op_span_name(op);
+        op_span.name = graph::span_name(op);
         op_span.category = graph::to_string(op.stream);
         op_span.t_begin_ns = to_leader_clock(data, op_timing[1].get<std::int64_t>()) - zero;
         op_span.t_end_ns =

@@ -1134,6 +1134,21 @@ const char* to_string(GroupKind kind) {
   return kind == GroupKind::kEmbedding ? "embedding" : "?";
 }
 
+std::string span_name(const Op& op) {
+  switch (op.kind) {
+    case OpKind::kGemm:
+      return fmt::format("gemm.{}.{}", to_string(op.gemm.weight), to_string(op.gemm.pass));
+    case OpKind::kAttention:
+      return op.attention.backward ? "attention.bwd" : "attention.fwd";
+    case OpKind::kElementwise:
+      return fmt::format("elementwise.{}", to_string(op.elementwise));
+    case OpKind::kCollective:
+      return fmt::format("{}.{}", to_string(op.collective), to_string(op.group));
+    default:
+      return to_string(op.kind);
+  }
+}
+
 std::string describe(const Op& op) {
   switch (op.kind) {
     case OpKind::kGemm: {

@@ -221,5 +221,7 @@ const char* to_string(CollectiveKind kind);
 const char* to_string(GroupKind kind);
 /// Short human description of an op, e.g. "gemm qkv fwd m=4096 n=1536 k=4096".
 std::string describe(const Op& op);
+/// Short name of an op as executed-op spans carry it ("gemm.fc1.fwd", "attention.bwd", "elementwise.norm", ...).
+std::string span_name(const Op& op);
 
 }  // namespace calo::graph

@@ -213,6 +213,23 @@ StageFit fit_compute_from_ops(const std::vector<Prepared>& prepared, sim::Cluste
           field.low, field.high, field.log_scale);
     }
   }
+  // Kernels slower or faster than their bound predicts (a cross-entropy kernel several times below HBM speed,
+  // an optimizer near it): per non-GEMM kernel kind, the time-weighted geometric mean of measured / modeled,
+  // in closed form. GEMMs keep the curve alone (their shape dependence is what projects to other models).
+  trial.efficiency = efficiency;
+  std::map<std::string, std::pair<double, double>> log_ratio;  // kind -> (sum w log(measured/modeled), sum w)
+  for (const Prepared& item : prepared) {
+    for (const OpTiming& timing : item.ops) {
+      if (timing.op.kind == graph::OpKind::kGemm || timing.duration_s <= 0) continue;
+      auto& [sum, weight] = log_ratio[graph::span_name(timing.op)];
+      sum += timing.duration_s * std::log(timing.duration_s / modeled_op_s(trial, timing));
+      weight += timing.duration_s;
+    }
+  }
+  for (const auto& [kind, sums] : log_ratio) {
+    if (sums.second > 0)
+      efficiency.op_time_scale[kind] = std::clamp(std::exp(sums.first / sums.second), 0.05, 50.0);
+  }
   // Time between op spans (host launch cost, synchronization) belongs to the step too: spread it over the ops
   // as kernel overhead (median over runs of (step - sum of op times) / ops).
   std::vector<double> gaps_s;
@@ -227,6 +244,12 @@ StageFit fit_compute_from_ops(const std::vector<Prepared>& prepared, sim::Cluste
   ops_only.efficiency = efficiency;
   if (gap_s > 0) efficiency.kernel_overhead_s += gap_s;
   cluster.gpu.efficiency = efficiency;
+  for (const auto& [kind, scale] : efficiency.op_time_scale) {
+    const auto base_scale = base.op_time_scale.find(kind);
+    stage.parameters.push_back({"gpu.efficiency.op_time_scale." + kind,
+                                base_scale == base.op_time_scale.end() ? 1.0 : base_scale->second, scale, "x",
+                                "compute"});
+  }
   for (const Field& field : fields) {
     const bool micro = std::string(field.key) == "kernel_overhead_us";
     stage.parameters.push_back({std::string("gpu.efficiency.") + field.key,

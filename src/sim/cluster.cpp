@@ -67,7 +67,7 @@ std::vector<double> number_list(const nlohmann::json& object, const std::string&
 ComputeEfficiency parse_efficiency(const nlohmann::json& object, const std::string& origin) {
   ConfigReader reader(object, origin);
   reader.reject_unknown_keys({"gemm_max", "gemm_half_dim", "attention_max", "attention_half_seq",
-                              "memory_max", "memory_half_bytes", "kernel_overhead_us"});
+                              "memory_max", "memory_half_bytes", "kernel_overhead_us", "op_time_scale"});
   ComputeEfficiency efficiency;
   efficiency.gemm_max = bounded(reader, origin, "gemm_max", efficiency.gemm_max, 0.01, 1.0);
   efficiency.gemm_half_dim = bounded(reader, origin, "gemm_half_dim", efficiency.gemm_half_dim, 0, 1e6);
@@ -79,6 +79,18 @@ ComputeEfficiency parse_efficiency(const nlohmann::json& object, const std::stri
       bounded(reader, origin, "memory_half_bytes", efficiency.memory_half_bytes, 0, 1e12);
   efficiency.kernel_overhead_s =
       bounded(reader, origin, "kernel_overhead_us", efficiency.kernel_overhead_s / kMicro, 0, 1e4) * kMicro;
+  auto scales = object.find("op_time_scale");
+  if (scales != object.end() && !scales->is_null()) {
+    require_input(scales->is_object(), fmt::format("{}: 'op_time_scale' must map kernel kinds (e.g. "
+                                                   "elementwise.cross_entropy) to multipliers",
+                                                   origin));
+    for (const auto& [kind, value] : scales->items()) {
+      require_input(
+          value.is_number() && value.get<double>() > 0 && value.get<double>() <= 100,
+          fmt::format("{}: op_time_scale.{} = {} must be a number in (0, 100]", origin, kind, value.dump()));
+      efficiency.op_time_scale[kind] = value.get<double>();
+    }
+  }
   return efficiency;
 }
 
@@ -294,7 +306,8 @@ nlohmann::json to_json(const ClusterSpec& cluster) {
           {"attention_half_seq", eff.attention_half_seq},
           {"memory_max", eff.memory_max},
           {"memory_half_bytes", eff.memory_half_bytes},
-          {"kernel_overhead_us", eff.kernel_overhead_s / kMicro}}},
+          {"kernel_overhead_us", eff.kernel_overhead_s / kMicro},
+          {"op_time_scale", eff.op_time_scale}}},
         {"thermal",
          {{"r_die_k_per_w", thermal.r_die_k_per_w},
           {"r_sink_k_per_w", thermal.r_sink_k_per_w},

@@ -2,6 +2,7 @@
 // Every model parameter the simulator uses lives here so calibration can fit it (docs/SIMULATOR.md).
 #pragma once
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -24,6 +25,9 @@ struct ComputeEfficiency {
   double memory_max = 0.85;          ///< best fraction of HBM bandwidth for memory-bound ops
   double memory_half_bytes = 4.0e6;  ///< op size (bytes moved) at which memory ops reach half their best
   double kernel_overhead_s = 4e-6;   ///< fixed launch + tail cost per compute op
+  /// Per kernel kind (graph::span_name of a non-GEMM op, e.g. "elementwise.cross_entropy"): multiplier on the
+  /// curves' duration, fitted from per-op spans where a kernel is slower or faster than its bound predicts.
+  std::map<std::string, double> op_time_scale;
 };
 
 /// Thermal RC model parameters of one GPU (two nodes: die and heat sink).

@@ -100,6 +100,16 @@ ComputeCost compute_cost(const GpuSpec& gpu, const graph::Op& op) {
   cost.ideal_memory_s = bytes / gpu.hbm_bandwidth_bytes_per_s;
   cost.memory_s = bytes > 0 ? cost.ideal_memory_s / memory_efficiency(efficiency, bytes) : 0.0;
   cost.overhead_s = efficiency.kernel_overhead_s;
+  if (!efficiency.op_time_scale.empty() && op.kind != graph::OpKind::kGemm) {
+    // A kernel measured slower (or faster) than the curves predict: its whole duration scales, so its
+    // utilization, and with it its power, scales inversely.
+    auto found = efficiency.op_time_scale.find(graph::span_name(op));
+    if (found != efficiency.op_time_scale.end()) {
+      cost.compute_s *= found->second;
+      cost.memory_s *= found->second;
+      cost.overhead_s *= found->second;
+    }
+  }
   return cost;
 }
 

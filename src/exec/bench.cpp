@@ -66,11 +66,11 @@ std::string format_duration(double seconds) {
 
 /// What each rank sends to the others at the end (msgpack of JSON).
 nlohmann::json rank_json(int rank, const std::vector<StepTiming>& steps, const Executor& executor,
-                         const Backend& backend, std::int64_t wall_offset_ns) {
+                         const Backend& backend, std::int64_t wall_at_monotonic_zero_ns) {
   nlohmann::json data;
   data["rank"] = rank;
   data["host"] = host_name();
-  data["wall_offset_ns"] = wall_offset_ns;
+  data["wall_at_monotonic_zero_ns"] = wall_at_monotonic_zero_ns;  // this host's clock relation, not the run's
   nlohmann::json step_list = nlohmann::json::array();
   nlohmann::json op_list = nlohmann::json::array();
   for (const StepTiming& step : steps) {
@@ -196,8 +196,9 @@ BenchOutcome run_bench_rank(const BenchOptions& options, LaunchInfo launch) {
     info.name = run_name;
     info.command = options.command_line;
     info.host = host_name();
-    info.started_ns = core::monotonic_ns();
-    info.wall_offset_ns = core::wall_ns() - info.started_ns;
+    const core::TimeOrigin origin = core::time_origin_now();
+    info.started_ns = origin.monotonic_ns;
+    info.wall_offset_ns = origin.wall_ns;  // wall-clock time at t_ns = 0 (docs/RUN_STORE.md)
     nlohmann::json config_json;
     config_json["model"] = model::to_json(options.model);
     config_json["full_model_layers"] = options.full_model_layers;
@@ -275,11 +276,12 @@ BenchOutcome run_bench_rank(const BenchOptions& options, LaunchInfo launch) {
 
   // Step times on rank 0's clock: job step = earliest begin to latest end over ranks.
   const std::string leader_host = ranks[0]["host"].get<std::string>();
-  const std::int64_t leader_offset = ranks[0]["wall_offset_ns"].get<std::int64_t>();
+  // Step times are raw CLOCK_MONOTONIC; across hosts they are moved by the difference of wall - monotonic.
+  const std::int64_t leader_offset = ranks[0]["wall_at_monotonic_zero_ns"].get<std::int64_t>();
   auto to_leader_clock = [&](const nlohmann::json& data, std::int64_t t_ns) {
     return data["host"].get<std::string>() == leader_host
                ? t_ns
-               : t_ns + data["wall_offset_ns"].get<std::int64_t>() - leader_offset;
+               : t_ns + data["wall_at_monotonic_zero_ns"].get<std::int64_t>() - leader_offset;
   };
   std::vector<std::int64_t> step_begin(static_cast<size_t>(total_steps),
                                        std::numeric_limits<std::int64_t>::max());

@@ -299,8 +299,9 @@ store::RunInfo describe_run(const RecordOptions& options) {
   char hostname[256] = {};
   gethostname(hostname, sizeof(hostname) - 1);
   info.host = hostname;
-  info.started_ns = core::monotonic_ns();
-  info.wall_offset_ns = core::wall_ns() - info.started_ns;
+  const core::TimeOrigin origin = core::time_origin_now();
+  info.started_ns = origin.monotonic_ns;
+  info.wall_offset_ns = origin.wall_ns;  // wall-clock time at t_ns = 0 (docs/RUN_STORE.md)
   return info;
 }
 

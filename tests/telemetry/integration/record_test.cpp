@@ -16,6 +16,8 @@
 #include <sstream>
 #include <thread>
 
+#include "core/time.h"
+#include "store/merge.h"
 #include "store/run_store.h"
 
 extern char** environ;
@@ -235,6 +237,25 @@ TEST(Record, TrainingLoopWithBothMarkerSourcesCountsEachStepOnce) {
   EXPECT_EQ(summary_value(reader, "steps", "steps"), 30.0);
   EXPECT_EQ(summary_value(reader, "run", "steps_from_socket"), 30.0);
   EXPECT_EQ(summary_value(reader, "run", "step_lines_not_counted"), 30.0);
+}
+
+// Issue 13 item 1: two recordings started 4 s apart on one host merged with a shift of 0 s, because
+// wall_offset_ns held the wall-clock time at the host's monotonic zero. It is the time at t_ns = 0.
+TEST(Record, RunsStartedFourSecondsApartMergeFourSecondsApart) {
+  const fs::path first = fresh_dir("apart-first");
+  const fs::path second = fresh_dir("apart-second");
+  const fs::path log = first.string() + ".log";
+  const int64_t first_wall_ns = core::wall_ns();
+  ASSERT_EQ(run_calo({"record", "--out", first.string(), "--", "sleep", "0.1"}, log), 0) << read_text(log);
+  while (core::wall_ns() < first_wall_ns + 4'000'000'000)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(run_calo({"record", "--out", second.string(), "--", "sleep", "0.1"}, log), 0) << read_text(log);
+  const int64_t first_offset_ns = store::RunReader(first).run().wall_offset_ns;
+  EXPECT_NEAR(static_cast<double>(first_offset_ns - first_wall_ns) / 1e9, 0.0, 1.0);  // near the start
+  const store::MergeResult merged = store::merge_runs({first, second}, fresh_dir("apart-merged"));
+  ASSERT_EQ(merged.shift_ns.size(), 2u);
+  EXPECT_EQ(merged.shift_ns[0], 0);
+  EXPECT_NEAR(static_cast<double>(merged.shift_ns[1]) / 1e9, 4.0, 0.5);
 }
 
 TEST(Record, ForwardsSigtermAndReturnsTheChildsCode) {

@@ -1,4 +1,5 @@
-// Run metrics: one pass per (device, metric) series, parallel over devices (one reader per thread).
+// Run metrics: one pass per (device, metric) series, parallel over devices (one
+// reader per thread).
 #include "analyze/metrics.h"
 
 #include <fmt/format.h>
@@ -152,7 +153,8 @@ class SeriesAccumulator {
   int64_t chart_span_ns_;
   bool keep_values_;
   bool keep_samples_;       // counters: every sample (deltas at the window edges)
-  bool keep_edge_samples_;  // power_sampled_w: the samples near the window edges (energy_value_at)
+  bool keep_edge_samples_;  // power_sampled_w: the samples near the window edges
+                            // (energy_value_at)
   SeriesDigest digest_;
   int64_t window_count_ = 0;
   double sum_ = 0;
@@ -164,7 +166,8 @@ class SeriesAccumulator {
   bool has_previous_ = false;
   double previous_value_ = 0;
   int64_t previous_t_ns_ = 0;
-  std::vector<float> values_;  // float halves memory for hours of 100 Hz power; quantiles need no more
+  std::vector<float> values_;  // float halves memory for hours of 100 Hz power;
+                               // quantiles need no more
   std::vector<store::Sample> samples_;
   std::deque<std::pair<int64_t, double>> max_deque_;
   std::deque<std::pair<int64_t, double>> min_deque_;
@@ -183,7 +186,8 @@ Workload read_workload(const store::RunInfo& run, const std::vector<store::Summa
                        const std::vector<store::DeviceInfo>& devices) {
   nlohmann::json config = nlohmann::json::parse(run.config_json, nullptr, false);
   if (!config.is_object()) config = nlohmann::json::object();
-  // Flatten one level of nesting ({"workload": {...}}) so producers may group their keys.
+  // Flatten one level of nesting ({"workload": {...}}) so producers may group
+  // their keys.
   for (const auto& [key, value] : config.items()) {
     if (!value.is_object()) continue;
     for (const auto& [inner_key, inner_value] : value.items()) {
@@ -220,8 +224,9 @@ int32_t lane_of(const store::Span& span) {
   return span.device_idx >= 0 ? span.device_idx : span.rank;
 }
 
-// Feeds every sample to its series in SQLite storage order. Returns false (and the caller re-reads per
-// series) when a series is not in time order in storage, or a row names an unknown device or metric.
+// Feeds every sample to its series in SQLite storage order. Returns false (and
+// the caller re-reads per series) when a series is not in time order in
+// storage, or a row names an unknown device or metric.
 bool scan_in_storage_order(const std::filesystem::path& run_dir,
                            const std::vector<store::DeviceInfo>& devices,
                            const std::vector<store::MetricInfo>& metrics,
@@ -313,119 +318,176 @@ double peak_bf16_flops(const std::string& device_name) {
   return 0;
 }
 
-RunAnalysis analyze_run(const std::filesystem::path& run_dir, const AnalyzeOptions& options) {
-  store::RunReader reader(run_dir);
-  RunAnalysis analysis;
-  analysis.run_dir = run_dir;
-  analysis.run = reader.run();
-  analysis.devices = reader.devices();
-  auto metrics = reader.metrics();
-  analysis.workload =
-      read_workload(analysis.run, reader.summaries(std::string_view("run")), analysis.devices);
+namespace {
 
-  // Steps: per step number, latest end minus earliest begin over ranks. Warm-up steps (spans named "warmup",
-  // as `calo bench` writes them) are marked on the charts but kept out of the step statistics and the window.
-  auto step_spans = reader.spans(store::SpanKind::kStep);
-  std::map<int64_t, std::pair<int64_t, int64_t>> step_range;
-  std::map<int64_t, std::vector<std::pair<int32_t, int64_t>>> step_ends;  // step -> (lane, end)
+// ---- Stages of analyze_run(), in the order it calls them. ----
+
+// Step spans grouped by step number. Warm-up steps (spans named "warmup", as
+// `calo bench` writes them) are kept apart: marked on the charts, out of the
+// step statistics and the window.
+struct StepTable {
+  std::map<int64_t, std::pair<int64_t, int64_t>> range;              // step -> (earliest begin, latest end)
+  std::map<int64_t, std::vector<std::pair<int32_t, int64_t>>> ends;  // step -> (lane, end)
   std::vector<std::pair<int64_t, int64_t>> warmup_marks;
+};
+
+StepTable read_steps(const store::RunReader& reader) {
+  StepTable table;
+  auto step_spans = reader.spans(store::SpanKind::kStep);
   for (std::size_t index = 0; index < step_spans.size(); ++index) {
     const auto& span = step_spans[index];
     if (span.name == "warmup") {
-      warmup_marks.emplace_back(span.t_begin_ns, span.t_end_ns);
+      table.warmup_marks.emplace_back(span.t_begin_ns, span.t_end_ns);
       continue;
     }
     int64_t step = span.step != store::kNone ? span.step : static_cast<int64_t>(index);
-    auto [it, inserted] = step_range.try_emplace(step, span.t_begin_ns, span.t_end_ns);
+    auto [it, inserted] = table.range.try_emplace(step, span.t_begin_ns, span.t_end_ns);
     if (!inserted) {
       it->second.first = std::min(it->second.first, span.t_begin_ns);
       it->second.second = std::max(it->second.second, span.t_end_ns);
     }
-    if (lane_of(span) >= 0) step_ends[step].emplace_back(lane_of(span), span.t_end_ns);
+    if (lane_of(span) >= 0) table.ends[step].emplace_back(lane_of(span), span.t_end_ns);
   }
+  return table;
+}
+
+// Step statistics: per step number, latest end minus earliest begin over ranks.
+void apply_steps(const StepTable& steps, RunAnalysis& analysis) {
   std::vector<double> step_seconds;
-  analysis.step_marks_ns = warmup_marks;
-  for (const auto& [step, range] : step_range) {
+  analysis.step_marks_ns = steps.warmup_marks;
+  for (const auto& [step, range] : steps.range) {
     step_seconds.push_back(static_cast<double>(range.second - range.first) * 1e-9);
     analysis.step_marks_ns.push_back(range);
     analysis.measured_steps_ns.push_back(range);
   }
   analysis.steps = static_cast<int64_t>(step_seconds.size());
   analysis.step_time_s = distribution_of(step_seconds);
+}
 
-  // Time ranges: the chart covers the whole run; the analysis window covers the steps if any.
+// Time ranges: the chart covers the whole run; the analysis window covers the
+// steps if any.
+void set_time_ranges(const store::RunReader& reader, const std::vector<store::MetricInfo>& metrics,
+                     const StepTable& steps, RunAnalysis& analysis) {
   int64_t run_end_ns =
       analysis.run.ended_ns > analysis.run.started_ns ? analysis.run.ended_ns - analysis.run.started_ns : 0;
   analysis.chart_begin_ns = 0;
   analysis.chart_end_ns = run_end_ns;
-  if (!step_range.empty())
-    analysis.chart_end_ns = std::max(analysis.chart_end_ns, step_range.rbegin()->second.second);
+  if (!steps.range.empty())
+    analysis.chart_end_ns = std::max(analysis.chart_end_ns, steps.range.rbegin()->second.second);
   if (analysis.chart_end_ns <= 0 && !metrics.empty() && !analysis.devices.empty()) {
     reader.for_each_sample(analysis.devices.front().idx, metrics.front().id,
                            [&](const store::Sample& sample) { analysis.chart_end_ns = sample.t_ns + 1; });
   }
   analysis.chart_end_ns = std::max<int64_t>(analysis.chart_end_ns, 1);
-  if (!step_range.empty()) {
-    analysis.t_begin_ns = step_range.begin()->second.first;
+  if (!steps.range.empty()) {
+    analysis.t_begin_ns = steps.range.begin()->second.first;
     analysis.t_end_ns = 0;
-    for (const auto& [step, range] : step_range)
+    for (const auto& [step, range] : steps.range)
       analysis.t_end_ns = std::max(analysis.t_end_ns, range.second);
   } else {
     analysis.t_begin_ns = analysis.chart_begin_ns;
     analysis.t_end_ns = analysis.chart_end_ns;
   }
+}
 
-  // Series. Fast path: one sequential scan of the sample table in storage order (SQLite's rowid order, about
-  // 5x cheaper per row than the per-series index walk); valid when every series was appended in time order,
-  // which the scan verifies. Otherwise: per-series queries, parallel over devices, one reader per thread.
-  std::size_t device_count = analysis.devices.size();
-  std::vector<std::vector<SeriesDigest>> digests(device_count);
-  std::vector<DeviceMetrics> device_metrics(device_count);
-  std::vector<int64_t> samples_read(device_count, 0);
-  double window_s = static_cast<double>(analysis.t_end_ns - analysis.t_begin_ns) * 1e-9;
-  auto index_of = [&](std::string_view name) -> std::optional<std::size_t> {
-    for (std::size_t index = 0; index < metrics.size(); ++index) {
-      if (metrics[index].name == name) return index;
+// Reduces every series of every device to its digest and the per-device figures
+// (power, temperature, clocks, energy, throttling). Fast path: one sequential
+// scan of the sample table in storage order (SQLite's rowid order, about 5x
+// cheaper per row than the per-series index walk); valid when every series was
+// appended in time order, which the scan verifies. Otherwise: per-series
+// queries, parallel over devices, one reader per thread.
+class SeriesReduction {
+ public:
+  SeriesReduction(const std::filesystem::path& run_dir, const std::vector<store::MetricInfo>& metrics,
+                  const RunAnalysis& analysis, const AnalyzeOptions& options)
+      : run_dir_(run_dir),
+        metrics_(metrics),
+        analysis_(analysis),
+        options_(options),
+        device_count_(analysis.devices.size()),
+        digests_(device_count_),
+        device_metrics_(device_count_),
+        samples_read_(device_count_, 0),
+        window_s_(static_cast<double>(analysis.t_end_ns - analysis.t_begin_ns) * 1e-9) {
+    // The power figures come from one series: the driver's own 20 ms samples
+    // where recorded (every sample, none missed), else the polled instantaneous
+    // power, else the 1 s average.
+    for (const char* candidate : {"power_sampled_w", "power_instant_w", "power_avg_w"}) {
+      if (index_of(candidate)) {
+        power_metric_ = candidate;
+        break;
+      }
     }
-    return std::nullopt;
-  };
-  // The power figures come from one series: the driver's own 20 ms samples where recorded (every sample, none
-  // missed), else the polled instantaneous power, else the 1 s average.
-  std::string power_metric;
-  for (const char* candidate : {"power_sampled_w", "power_instant_w", "power_avg_w"}) {
-    if (index_of(candidate)) {
-      power_metric = candidate;
-      break;
+    energy_index_ = index_of("energy_j");
+    power_samples_index_ = index_of("power_sampled_w");
+  }
+
+  // Reads and reduces every series; returns whether the storage-order scan
+  // served.
+  bool run() {
+    std::vector<std::vector<SeriesAccumulator>> all_series(device_count_);
+    for (auto& accumulators : all_series) accumulators = make_accumulators();
+    const bool scanned = options_.storage_order_scan &&
+                         scan_in_storage_order(run_dir_, analysis_.devices, metrics_, all_series);
+    if (scanned) {
+      for (std::size_t slot = 0; slot < device_count_; ++slot) summarize(slot, all_series[slot]);
+    } else {
+      all_series.clear();
+      read_per_series_in_parallel();
+    }
+    return scanned;
+  }
+
+  // Moves the digests into analysis.series and counts the samples read.
+  void collect_series(RunAnalysis& analysis) {
+    for (std::size_t slot = 0; slot < device_count_; ++slot) {
+      analysis.sample_count += samples_read_[slot];
+      for (auto& digest : digests_[slot]) {
+        auto& per_device = analysis.series[digest.metric];
+        per_device.resize(device_count_);
+        per_device[slot] = std::move(digest);
+      }
     }
   }
-  const auto energy_index = index_of("energy_j");
-  const auto power_samples_index = index_of("power_sampled_w");
-  auto make_accumulators = [&] {
+
+  std::vector<DeviceMetrics>& device_metrics() { return device_metrics_; }
+  double window_s() const { return window_s_; }
+
+ private:
+  std::optional<std::size_t> index_of(std::string_view name) const {
+    for (std::size_t index = 0; index < metrics_.size(); ++index) {
+      if (metrics_[index].name == name) return index;
+    }
+    return std::nullopt;
+  }
+
+  std::vector<SeriesAccumulator> make_accumulators() const {
     std::vector<SeriesAccumulator> accumulators;
-    accumulators.reserve(metrics.size());
-    for (const auto& metric : metrics) {
-      bool keep_values = metric.name == power_metric;
-      accumulators.emplace_back(metric, analysis.t_begin_ns, analysis.t_end_ns, analysis.chart_begin_ns,
-                                analysis.chart_end_ns, options.chart_buckets, keep_values);
+    accumulators.reserve(metrics_.size());
+    for (const auto& metric : metrics_) {
+      bool keep_values = metric.name == power_metric_;
+      accumulators.emplace_back(metric, analysis_.t_begin_ns, analysis_.t_end_ns, analysis_.chart_begin_ns,
+                                analysis_.chart_end_ns, options_.chart_buckets, keep_values);
     }
     return accumulators;
-  };
-  auto summarize = [&](std::size_t slot, std::vector<SeriesAccumulator>& accumulators) {
+  }
+
+  void summarize(std::size_t slot, std::vector<SeriesAccumulator>& accumulators) {
     DeviceMetrics out;
-    out.device = analysis.devices[slot];
+    out.device = analysis_.devices[slot];
     std::map<std::string, double> counter_delta;
-    for (std::size_t index = 0; index < metrics.size(); ++index) {
-      const auto& metric = metrics[index];
+    for (std::size_t index = 0; index < metrics_.size(); ++index) {
+      const auto& metric = metrics_[index];
       auto& accumulator = accumulators[index];
       double trapezoid = accumulator.trapezoid_j();
       if (metric.kind == store::MetricKind::kCounter && !accumulator.samples().empty()) {
-        counter_delta[metric.name] = store::counter_value_at(accumulator.samples(), analysis.t_end_ns) -
-                                     store::counter_value_at(accumulator.samples(), analysis.t_begin_ns);
+        counter_delta[metric.name] = store::counter_value_at(accumulator.samples(), analysis_.t_end_ns) -
+                                     store::counter_value_at(accumulator.samples(), analysis_.t_begin_ns);
       }
       SeriesDigest digest = accumulator.finish();
-      samples_read[slot] += digest.count;
+      samples_read_[slot] += digest.count;
       if (digest.count == 0) continue;
-      if (metric.name == power_metric) {
+      if (metric.name == power_metric_) {
         out.power_mean_w = digest.time_mean;
         out.power_p50_w = digest.values.p50;
         out.power_p99_w = digest.values.p99;
@@ -441,54 +503,48 @@ RunAnalysis analyze_run(const std::filesystem::path& run_dir, const AnalyzeOptio
       } else if (metric.name == "util_gpu_pct") {
         out.util_mean_pct = digest.time_mean;
       } else if (metric.name == "clock_event_reasons" && std::isnan(out.throttle_fraction[0])) {
-        // NVML clock-event bits: 0x4 SW power cap, 0x20 SW thermal, 0x40 HW thermal, 0x80 HW power brake.
+        // NVML clock-event bits: 0x4 SW power cap, 0x20 SW thermal, 0x40 HW
+        // thermal, 0x80 HW power brake.
         out.throttle_fraction = {digest.bit_fraction[2], digest.bit_fraction[5], digest.bit_fraction[6],
                                  digest.bit_fraction[7]};
       }
-      digests[slot].push_back(std::move(digest));
+      digests_[slot].push_back(std::move(digest));
     }
-    if (energy_index) {  // the counter, its ends placed with the driver's power samples near them
+    if (energy_index_) {  // the counter, its ends placed with the driver's power
+                          // samples near them
       static const std::vector<store::Sample> kNone;
-      const auto& energy = accumulators[*energy_index].samples();
-      const auto& power = power_samples_index ? accumulators[*power_samples_index].samples() : kNone;
+      const auto& energy = accumulators[*energy_index_].samples();
+      const auto& power = power_samples_index_ ? accumulators[*power_samples_index_].samples() : kNone;
       if (!energy.empty()) {
-        out.energy_j = store::energy_value_at(energy, power, analysis.t_end_ns) -
-                       store::energy_value_at(energy, power, analysis.t_begin_ns);
+        out.energy_j = store::energy_value_at(energy, power, analysis_.t_end_ns) -
+                       store::energy_value_at(energy, power, analysis_.t_begin_ns);
       }
     }
     const char* counters[] = {"throttle_power_cap_s", "throttle_sw_thermal_s", "throttle_hw_thermal_s",
                               "throttle_power_brake_s"};
     for (std::size_t reason = 0; reason < 4; ++reason) {
-      if (counter_delta.contains(counters[reason]) && window_s > 0) {
-        out.throttle_fraction[reason] = counter_delta[counters[reason]] / window_s;
+      if (counter_delta.contains(counters[reason]) && window_s_ > 0) {
+        out.throttle_fraction[reason] = counter_delta[counters[reason]] / window_s_;
       }
     }
-    device_metrics[slot] = std::move(out);
-  };
+    device_metrics_[slot] = std::move(out);
+  }
 
-  std::vector<std::vector<SeriesAccumulator>> all_series(device_count);
-  for (auto& accumulators : all_series) accumulators = make_accumulators();
-  bool scanned =
-      options.storage_order_scan && scan_in_storage_order(run_dir, analysis.devices, metrics, all_series);
-  analysis.storage_order_scan = scanned;
-  if (scanned) {
-    for (std::size_t slot = 0; slot < device_count; ++slot) summarize(slot, all_series[slot]);
-  } else {
-    all_series.clear();
+  void read_per_series_in_parallel() {
     int32_t threads =
-        options.threads > 0 ? options.threads : static_cast<int32_t>(std::thread::hardware_concurrency());
-    threads = std::clamp<int32_t>(threads, 1, static_cast<int32_t>(std::max<std::size_t>(device_count, 1)));
+        options_.threads > 0 ? options_.threads : static_cast<int32_t>(std::thread::hardware_concurrency());
+    threads = std::clamp<int32_t>(threads, 1, static_cast<int32_t>(std::max<std::size_t>(device_count_, 1)));
     std::mutex error_mutex;
     std::exception_ptr first_error;
     std::atomic<std::size_t> next_device{0};
     auto work = [&] {
       try {
-        store::RunReader thread_reader(run_dir);
-        for (std::size_t slot = next_device++; slot < device_count; slot = next_device++) {
+        store::RunReader thread_reader(run_dir_);
+        for (std::size_t slot = next_device++; slot < device_count_; slot = next_device++) {
           auto accumulators = make_accumulators();
-          for (std::size_t index = 0; index < metrics.size(); ++index) {
+          for (std::size_t index = 0; index < metrics_.size(); ++index) {
             thread_reader.for_each_sample(
-                analysis.devices[slot].idx, metrics[index].id,
+                analysis_.devices[slot].idx, metrics_[index].id,
                 [&](const store::Sample& sample) { accumulators[index].add(sample); });
           }
           summarize(slot, accumulators);
@@ -504,16 +560,26 @@ RunAnalysis analyze_run(const std::filesystem::path& run_dir, const AnalyzeOptio
     for (auto& thread : pool) thread.join();
     if (first_error) std::rethrow_exception(first_error);
   }
-  for (std::size_t slot = 0; slot < device_count; ++slot) {
-    analysis.sample_count += samples_read[slot];
-    for (auto& digest : digests[slot]) {
-      auto& per_device = analysis.series[digest.metric];
-      per_device.resize(device_count);
-      per_device[slot] = std::move(digest);
-    }
-  }
 
-  // Stragglers: which device's step span ends last, and by how much past the median end.
+  const std::filesystem::path& run_dir_;
+  const std::vector<store::MetricInfo>& metrics_;
+  const RunAnalysis& analysis_;
+  const AnalyzeOptions& options_;
+  std::size_t device_count_;
+  std::vector<std::vector<SeriesDigest>> digests_;
+  std::vector<DeviceMetrics> device_metrics_;
+  std::vector<int64_t> samples_read_;
+  double window_s_;
+  std::string power_metric_;
+  std::optional<std::size_t> energy_index_;
+  std::optional<std::size_t> power_samples_index_;
+};
+
+// Stragglers: which device's step span ends last, and by how much past the
+// median end.
+void find_stragglers(const StepTable& steps, std::vector<DeviceMetrics>& device_metrics,
+                     RunAnalysis& analysis) {
+  const std::size_t device_count = analysis.devices.size();
   std::map<int32_t, std::size_t> slot_of_device;
   for (std::size_t slot = 0; slot < device_count; ++slot) slot_of_device[analysis.devices[slot].idx] = slot;
   std::vector<int64_t> last_count(device_count, 0);
@@ -521,7 +587,7 @@ RunAnalysis analyze_run(const std::filesystem::path& run_dir, const AnalyzeOptio
   std::vector<int64_t> lag_n(device_count, 0);
   int64_t multi_steps = 0;
   std::set<int32_t> step_lanes;
-  for (auto& [step, ends] : step_ends) {
+  for (const auto& [step, ends] : steps.ends) {
     if (ends.size() < 2) continue;
     ++multi_steps;
     std::vector<int64_t> times;
@@ -532,8 +598,8 @@ RunAnalysis analyze_run(const std::filesystem::path& run_dir, const AnalyzeOptio
     std::size_t middle = (times.size() - 1) / 2;  // lower median: with two ranks, the earlier end
     std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(middle), times.end());
     int64_t median = times[middle];
-    auto last =
-        std::max_element(ends.begin(), ends.end(), [](auto& a, auto& b) { return a.second < b.second; });
+    auto last = std::max_element(ends.begin(), ends.end(),
+                                 [](const auto& a, const auto& b) { return a.second < b.second; });
     for (const auto& [lane, end] : ends) {
       auto found = slot_of_device.find(lane);
       if (found == slot_of_device.end()) continue;
@@ -542,52 +608,52 @@ RunAnalysis analyze_run(const std::filesystem::path& run_dir, const AnalyzeOptio
       if (lane == last->first) ++last_count[found->second];
     }
   }
-  if (multi_steps > 0) {
-    double n = static_cast<double>(step_lanes.size());
-    double threshold = n >= 3 ? 2.0 / n : 0.75;
-    double step_ms = std::isnan(analysis.step_time_s.mean) ? 0 : analysis.step_time_s.mean * 1e3;
-    for (std::size_t slot = 0; slot < device_count; ++slot) {
-      if (lag_n[slot] == 0) continue;
-      auto& out = device_metrics[slot];
-      out.straggler_fraction = static_cast<double>(last_count[slot]) / static_cast<double>(multi_steps);
-      out.straggler_lag_ms = lag_sum_ms[slot] / static_cast<double>(lag_n[slot]);
-      if (out.straggler_fraction > threshold && out.straggler_lag_ms > 0.002 * step_ms) {
-        analysis.stragglers.push_back(out.device.idx);
-      }
+  if (multi_steps == 0) return;
+  double n = static_cast<double>(step_lanes.size());
+  double threshold = n >= 3 ? 2.0 / n : 0.75;
+  double step_ms = std::isnan(analysis.step_time_s.mean) ? 0 : analysis.step_time_s.mean * 1e3;
+  for (std::size_t slot = 0; slot < device_count; ++slot) {
+    if (lag_n[slot] == 0) continue;
+    auto& out = device_metrics[slot];
+    out.straggler_fraction = static_cast<double>(last_count[slot]) / static_cast<double>(multi_steps);
+    out.straggler_lag_ms = lag_sum_ms[slot] / static_cast<double>(lag_n[slot]);
+    if (out.straggler_fraction > threshold && out.straggler_lag_ms > 0.002 * step_ms) {
+      analysis.stragglers.push_back(out.device.idx);
     }
   }
+}
 
-  // Thermal groups per node and per slot.
-  auto group = [&](bool by_node) {
-    std::map<int32_t, std::vector<const DeviceMetrics*>> members;
-    for (const auto& metrics_of : device_metrics) {
-      if (metrics_of.device.kind != store::DeviceKind::kGpu || std::isnan(metrics_of.temp_mean_c)) continue;
-      members[by_node ? metrics_of.device.node : metrics_of.device.slot].push_back(&metrics_of);
+// Thermal groups per node (by_node) or per slot.
+std::vector<ThermalGroup> thermal_groups(const std::vector<DeviceMetrics>& device_metrics, bool by_node) {
+  std::map<int32_t, std::vector<const DeviceMetrics*>> members;
+  for (const auto& metrics_of : device_metrics) {
+    if (metrics_of.device.kind != store::DeviceKind::kGpu || std::isnan(metrics_of.temp_mean_c)) continue;
+    members[by_node ? metrics_of.device.node : metrics_of.device.slot].push_back(&metrics_of);
+  }
+  std::vector<ThermalGroup> groups;
+  for (const auto& [key, list] : members) {
+    ThermalGroup thermal;
+    thermal.label = fmt::format("{} {}", by_node ? "node" : "slot", key);
+    double sum = 0;
+    double hottest = -1e300;
+    double coolest = 1e300;
+    for (const auto* member : list) {
+      sum += member->temp_mean_c;
+      hottest = std::max(hottest, member->temp_mean_c);
+      coolest = std::min(coolest, member->temp_mean_c);
+      thermal.temp_peak_c = std::max(thermal.temp_peak_c, member->temp_peak_c);
     }
-    std::vector<ThermalGroup> groups;
-    for (const auto& [key, list] : members) {
-      ThermalGroup thermal;
-      thermal.label = fmt::format("{} {}", by_node ? "node" : "slot", key);
-      double sum = 0;
-      double hottest = -1e300;
-      double coolest = 1e300;
-      for (const auto* member : list) {
-        sum += member->temp_mean_c;
-        hottest = std::max(hottest, member->temp_mean_c);
-        coolest = std::min(coolest, member->temp_mean_c);
-        thermal.temp_peak_c = std::max(thermal.temp_peak_c, member->temp_peak_c);
-      }
-      thermal.temp_mean_c = sum / static_cast<double>(list.size());
-      thermal.temp_spread_c = hottest - coolest;
-      thermal.imbalance_pct = coolest > 0 ? (hottest - coolest) / coolest * 100.0 : 0.0;
-      groups.push_back(thermal);
-    }
-    return groups;
-  };
-  analysis.nodes = group(true);
-  analysis.slots = group(false);
+    thermal.temp_mean_c = sum / static_cast<double>(list.size());
+    thermal.temp_spread_c = hottest - coolest;
+    thermal.imbalance_pct = coolest > 0 ? (hottest - coolest) / coolest * 100.0 : 0.0;
+    groups.push_back(thermal);
+  }
+  return groups;
+}
 
-  // Run totals.
+// Run totals: energy and power over devices, throughput and efficiency per step
+// (docs/METRICS.md).
+void run_totals(const std::vector<DeviceMetrics>& device_metrics, double window_s, RunAnalysis& analysis) {
   double energy = 0;
   bool has_energy = false;
   double power_sum = 0;
@@ -611,46 +677,75 @@ RunAnalysis analyze_run(const std::filesystem::path& run_dir, const AnalyzeOptio
   if (has_energy) analysis.energy_j = energy;
   const auto& workload = analysis.workload;
   double step_s = analysis.step_time_s.mean;
-  if (analysis.steps > 0 && step_s > 0) {
-    if (workload.tokens_per_step > 0) analysis.tokens_per_s = workload.tokens_per_step / step_s;
-    if (workload.model_flops_per_step > 0 && gpus > 0) {
-      analysis.tflops_per_gpu = workload.model_flops_per_step / step_s / static_cast<double>(gpus) / 1e12;
-      if (workload.peak_flops_per_gpu > 0) {
-        analysis.mfu = analysis.tflops_per_gpu * 1e12 / workload.peak_flops_per_gpu;
-        analysis.hfu = workload.hardware_flops_per_step / step_s / static_cast<double>(gpus) /
-                       workload.peak_flops_per_gpu;
-      }
-    }
-    if (has_energy) {
-      analysis.energy_per_step_j = energy / static_cast<double>(analysis.steps);
-      if (workload.tokens_per_step > 0) {
-        analysis.energy_per_token_j = analysis.energy_per_step_j / workload.tokens_per_step;
-        analysis.tokens_per_j = 1.0 / analysis.energy_per_token_j;
-      }
-      if (workload.samples_per_step > 0 && window_s > 0 && energy > 0) {
-        double samples = workload.samples_per_step * static_cast<double>(analysis.steps);
-        analysis.samples_per_s_mj = (samples / window_s) / (energy / 1e6);
-      }
+  if (analysis.steps <= 0 || !(step_s > 0)) return;
+  if (workload.tokens_per_step > 0) analysis.tokens_per_s = workload.tokens_per_step / step_s;
+  if (workload.model_flops_per_step > 0 && gpus > 0) {
+    analysis.tflops_per_gpu = workload.model_flops_per_step / step_s / static_cast<double>(gpus) / 1e12;
+    if (workload.peak_flops_per_gpu > 0) {
+      analysis.mfu = analysis.tflops_per_gpu * 1e12 / workload.peak_flops_per_gpu;
+      analysis.hfu =
+          workload.hardware_flops_per_step / step_s / static_cast<double>(gpus) / workload.peak_flops_per_gpu;
     }
   }
+  if (has_energy) {
+    analysis.energy_per_step_j = energy / static_cast<double>(analysis.steps);
+    if (workload.tokens_per_step > 0) {
+      analysis.energy_per_token_j = analysis.energy_per_step_j / workload.tokens_per_step;
+      analysis.tokens_per_j = 1.0 / analysis.energy_per_token_j;
+    }
+    if (workload.samples_per_step > 0 && window_s > 0 && energy > 0) {
+      double samples = workload.samples_per_step * static_cast<double>(analysis.steps);
+      analysis.samples_per_s_mj = (samples / window_s) / (energy / 1e6);
+    }
+  }
+}
 
-  // Kernel breakdown from kernel spans (ingested traces, executor timing).
+// Kernel breakdown from kernel spans (ingested traces, executor timing); empty
+// without kernel spans.
+std::vector<LaneBreakdown> kernels_of(const store::RunReader& reader) {
   auto kernel_spans = reader.spans(store::SpanKind::kKernel);
-  if (!kernel_spans.empty()) {
-    KernelClassifier classifier;
-    std::vector<KernelInterval> intervals;
-    intervals.reserve(kernel_spans.size());
-    int32_t lanes = 0;
-    for (const auto& span : kernel_spans) {
-      int32_t lane = lane_of(span);
-      if (lane < 0) continue;
-      auto category = parse_kernel_category(span.category);
-      intervals.push_back({lane, category ? *category : classifier.classify(span.name, false, span.category),
-                           span.t_begin_ns, span.t_end_ns, 0, 0});
-      lanes = std::max(lanes, lane + 1);
-    }
-    analysis.kernels = kernel_breakdown(intervals, lanes);
+  if (kernel_spans.empty()) return {};
+  KernelClassifier classifier;
+  std::vector<KernelInterval> intervals;
+  intervals.reserve(kernel_spans.size());
+  int32_t lanes = 0;
+  for (const auto& span : kernel_spans) {
+    int32_t lane = lane_of(span);
+    if (lane < 0) continue;
+    auto category = parse_kernel_category(span.category);
+    intervals.push_back({lane, category ? *category : classifier.classify(span.name, false, span.category),
+                         span.t_begin_ns, span.t_end_ns, 0, 0});
+    lanes = std::max(lanes, lane + 1);
   }
+  return kernel_breakdown(intervals, lanes);
+}
+
+}  // namespace
+
+// Stages: read run -> steps -> time ranges -> series (per-device figures) ->
+// stragglers -> thermal groups -> run totals -> kernel breakdown.
+RunAnalysis analyze_run(const std::filesystem::path& run_dir, const AnalyzeOptions& options) {
+  store::RunReader reader(run_dir);
+  RunAnalysis analysis;
+  analysis.run_dir = run_dir;
+  analysis.run = reader.run();
+  analysis.devices = reader.devices();
+  const auto metrics = reader.metrics();
+  analysis.workload =
+      read_workload(analysis.run, reader.summaries(std::string_view("run")), analysis.devices);
+
+  const StepTable steps = read_steps(reader);
+  apply_steps(steps, analysis);
+  set_time_ranges(reader, metrics, steps, analysis);
+  SeriesReduction series(run_dir, metrics, analysis, options);
+  analysis.storage_order_scan = series.run();
+  series.collect_series(analysis);
+  std::vector<DeviceMetrics>& device_metrics = series.device_metrics();
+  find_stragglers(steps, device_metrics, analysis);
+  analysis.nodes = thermal_groups(device_metrics, true);
+  analysis.slots = thermal_groups(device_metrics, false);
+  run_totals(device_metrics, series.window_s(), analysis);
+  analysis.kernels = kernels_of(reader);
   analysis.device_metrics = std::move(device_metrics);
   return analysis;
 }

@@ -20,6 +20,13 @@ int64_t wall_ns() {
   return read_clock_ns(CLOCK_REALTIME);
 }
 
+TimeOrigin time_origin_now() {
+  const int64_t before_ns = monotonic_ns();
+  const int64_t wall = wall_ns();
+  const int64_t after_ns = monotonic_ns();
+  return {before_ns + (after_ns - before_ns) / 2, wall};
+}
+
 int64_t thread_cpu_ns() {
   return read_clock_ns(CLOCK_THREAD_CPUTIME_ID);
 }

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <deque>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -23,6 +24,7 @@
 #include "core/time.h"
 #include "exec/all_to_all.h"
 #include "exec/mpi_env.h"
+#include "exec/verify.h"
 
 #ifdef CALO_EXEC_HAVE_MPI
 #include <mpi.h>
@@ -59,11 +61,6 @@ struct Random {
 void fill_random(std::vector<float>& data, std::uint64_t seed, float scale = 1.0f) {
   Random random(seed);
   for (float& value : data) value = random.nonzero() * scale;
-}
-
-/// Verifiable collective input: element `index` of rank `rank`'s buffer (exact in fp32 when summed).
-float check_value(int rank, std::int64_t index) {
-  return static_cast<float>(rank + 1) + 0.5f * static_cast<float>(index % 13);
 }
 
 /// A host thread executing tasks in order (one per graph stream).
@@ -385,8 +382,7 @@ class CpuBackend final : public Backend {
   }
 
   CheckReport check_report() const override {
-    std::lock_guard lock(check_mutex_);
-    return check_;
+    return checks_.report();
   }
 
   std::int64_t allocated_bytes() const override {
@@ -419,14 +415,6 @@ class CpuBackend final : public Backend {
     auto& slot = scratch_[{role, elements}];
     if (!slot) slot = owned(elements, seed);
     return slot;
-  }
-
-  void record_check(std::int64_t values, std::int64_t wrong, const std::string& failure) {
-    std::lock_guard lock(check_mutex_);
-    ++check_.ops_checked;
-    check_.values_checked += values;
-    check_.wrong += wrong;
-    if (wrong > 0 && check_.first_failures.size() < 10) check_.first_failures.push_back(failure);
   }
 
   bool inject(const char* kind) const {
@@ -573,7 +561,7 @@ class CpuBackend final : public Backend {
                                 graph::describe(prepared.rank_op.op), row, column, got, want);
       }
     }
-    record_check(kSpots, wrong, failure);
+    checks_.add(kSpots, wrong, failure);
   }
 
   /// Attention of one (batch, head): S = Q K^T * scale, causal mask, P = softmax(S), O = P V; backward
@@ -779,7 +767,7 @@ class CpuBackend final : public Backend {
       compare_row(prepared.buffers[8]->data() + kv_offset, want_dk, fmt::format("dK row {}", key));
       compare_row(prepared.buffers[9]->data() + kv_offset, want_dv, fmt::format("dV row {}", key));
     }
-    record_check(values, wrong, failure);
+    checks_.add(values, wrong, failure);
   }
 
   void run_elementwise(CpuOp& prepared) {
@@ -830,7 +818,7 @@ class CpuBackend final : public Backend {
                                 graph::describe(prepared.rank_op.op), index, out[index], want);
       }
     }
-    record_check(3, wrong, failure);
+    checks_.add(3, wrong, failure);
   }
 
   void run_optimizer(CpuOp& prepared) {
@@ -874,7 +862,7 @@ class CpuBackend final : public Backend {
                                 spots[spot], got, want[spot]);
       }
     }
-    record_check(3, wrong, failure);
+    checks_.add(3, wrong, failure);
   }
 
 #ifdef CALO_EXEC_HAVE_MPI
@@ -943,49 +931,17 @@ class CpuBackend final : public Backend {
     const graph::Op& op = prepared.rank_op.op;
     const float* recv = prepared.buffers[1]->data();
     const auto& members = prepared.group_ranks;
-    std::int64_t wrong = 0;
-    std::int64_t values = 0;
-    std::string failure;
-    auto compare = [&](std::int64_t at, double want) {
-      ++values;
-      if (recv[at] != static_cast<float>(want)) {
-        ++wrong;
-        if (failure.empty())
-          failure = fmt::format("op {} ({}): out[{}] = {} but expected {}", prepared.index,
-                                graph::describe(op), at, recv[at], want);
-      }
-    };
-    const std::int64_t count = prepared.elements;
-    switch (op.collective) {
-      case CollectiveKind::kAllReduce:
-        for (std::int64_t at = 0; at < count; ++at) {
-          double want = 0;
-          for (int member : members) want += check_value(member, at);
-          compare(at, want);
-        }
-        break;
-      case CollectiveKind::kAllGather:
-        for (size_t block = 0; block < members.size(); ++block)
-          for (std::int64_t at = 0; at < count; ++at)
-            compare(static_cast<std::int64_t>(block) * count + at, check_value(members[block], at));
-        break;
-      case CollectiveKind::kReduceScatter:
-        for (std::int64_t at = 0; at < count; ++at) {
-          double want = 0;
-          for (int member : members) want += check_value(member, prepared.group_index * count + at);
-          compare(at, want);
-        }
-        break;
-      case CollectiveKind::kAllToAll:
-        for (size_t peer = 0; peer < members.size(); ++peer) {
-          for (int at = 0; at < prepared.recv_counts[peer]; ++at) {
-            compare(prepared.recv_offsets[peer] + at,
-                    check_value(members[peer], prepared.peer_send_offset_to_me[peer] + at));
-          }
-        }
-        break;
-    }
-    record_check(values, wrong, failure);
+    OpCheck check;
+    for_each_expected_collective_value(
+        op.collective, members, prepared.elements, prepared.group_index, prepared.recv_offsets,
+        prepared.recv_counts, prepared.peer_send_offset_to_me, std::numeric_limits<std::int64_t>::max(),
+        [&](std::int64_t at, double want) {
+          check.count(recv[at] == static_cast<float>(want), [&] {
+            return fmt::format("op {} ({}): out[{}] = {} but expected {}", prepared.index,
+                               graph::describe(op), at, recv[at], want);
+          });
+        });
+    checks_.add(check);
   }
 
   void run_point_to_point(CpuOp& prepared) {
@@ -1028,7 +984,7 @@ class CpuBackend final : public Backend {
                                 graph::describe(op), at, buffer[at], peer, want);
       }
     }
-    record_check(count, wrong, failure);
+    checks_.add(count, wrong, failure);
   }
 
   static constexpr std::int64_t kNormRow = 1024;
@@ -1044,8 +1000,7 @@ class CpuBackend final : public Backend {
   std::array<std::atomic<std::int64_t>, graph::kNumOpKinds> executed_{};
   std::atomic<std::int64_t> allocated_bytes_{0};
   std::atomic<bool> failed_{false};
-  mutable std::mutex check_mutex_;
-  CheckReport check_;
+  CheckTally checks_;
   std::mutex error_mutex_;
   std::string first_error_;
   std::vector<CpuStream*> streams_alive_;

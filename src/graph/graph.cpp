@@ -18,13 +18,6 @@ namespace {
 
 /// The graph's group kinds that are RankMap groups (every kind but the tied-embedding group); their names are
 /// parallel::to_string's.
-constexpr std::pair<GroupKind, parallel::GroupKind> kRankMapKinds[] = {
-    {GroupKind::kTp, parallel::GroupKind::kTp},
-    {GroupKind::kDp, parallel::GroupKind::kDp},
-    {GroupKind::kPp, parallel::GroupKind::kPp},
-    {GroupKind::kEp, parallel::GroupKind::kEp},
-    {GroupKind::kExpertDp, parallel::GroupKind::kExpertDp},
-};
 
 /// Bytes per bf16 element.
 constexpr double kBf16Bytes = 2.0;
@@ -890,35 +883,19 @@ void build_groups(Graph& graph) {
   const parallel::Layout& layout = graph.layout;
   const int world = layout.world_size();
   graph.group_of_rank.assign(world, {-1, -1, -1, -1, -1, -1});
-  parallel::RankMap rank_map(layout);
-  for (const auto& [kind, parallel_kind] : kRankMapKinds) {
-    if (kind == GroupKind::kEp || kind == GroupKind::kExpertDp) {
-      if (!graph.model.is_moe()) continue;
-    }
-    const int slot = static_cast<int>(kind);
-    for (int rank = 0; rank < world; ++rank) {
-      if (graph.group_of_rank[rank][slot] >= 0) continue;
+  const parallel::RankMap rank_map(layout);
+  for (int slot = 0; slot < kNumGroupKinds; ++slot) {
+    const auto kind = static_cast<GroupKind>(slot);
+    if ((kind == GroupKind::kEp || kind == GroupKind::kExpertDp) && !graph.model.is_moe()) continue;
+    if (kind == GroupKind::kEmbedding && !graph.model.tied_embeddings) continue;
+    // The rank map enumerates the groups (one home for the tp-cp-ep-dp-pp order).
+    for (std::vector<int>& ranks : rank_map.all_groups(kind)) {
       CommGroup group;
       group.kind = kind;
-      for (int member : rank_map.group(parallel_kind, rank)) group.ranks.push_back(member);
+      group.ranks.assign(ranks.begin(), ranks.end());
       const int id = static_cast<int>(graph.groups.size());
       for (int member : group.ranks) graph.group_of_rank[member][slot] = id;
       graph.groups.push_back(std::move(group));
-    }
-  }
-  // Tied embedding group: stage 0 and stage pp-1 of one (tp, dp) position.
-  if (graph.model.tied_embeddings && layout.pp > 1) {
-    const int slot = static_cast<int>(GroupKind::kEmbedding);
-    for (int dp_index = 0; dp_index < layout.dp; ++dp_index) {
-      for (int tp_index = 0; tp_index < layout.tp; ++tp_index) {
-        CommGroup group;
-        group.kind = GroupKind::kEmbedding;
-        group.ranks = {rank_map.rank_of(tp_index, dp_index, 0),
-                       rank_map.rank_of(tp_index, dp_index, layout.pp - 1)};
-        const int id = static_cast<int>(graph.groups.size());
-        for (int member : group.ranks) graph.group_of_rank[member][slot] = id;
-        graph.groups.push_back(std::move(group));
-      }
     }
   }
 }
@@ -1125,13 +1102,6 @@ const char* to_string(CollectiveKind kind) {
       return "all_to_all";
   }
   return "?";
-}
-
-const char* to_string(GroupKind kind) {
-  for (const auto& [graph_kind, parallel_kind] : kRankMapKinds) {
-    if (graph_kind == kind) return parallel::to_string(parallel_kind);
-  }
-  return kind == GroupKind::kEmbedding ? "embedding" : "?";
 }
 
 std::string span_name(const Op& op) {

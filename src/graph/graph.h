@@ -14,6 +14,7 @@
 
 #include "model/model_spec.h"
 #include "parallel/layout.h"
+#include "parallel/rank_map.h"
 
 namespace calo::graph {
 
@@ -99,17 +100,10 @@ enum class ElementwiseKind : std::uint8_t {
 /// input, all-to-all send buffer of one rank (nccl-tests "size").
 enum class CollectiveKind : std::uint8_t { kAllReduce, kAllGather, kReduceScatter, kAllToAll };
 
-/// Communication group kinds of the graph (parallel::GroupKind plus the tied-embedding group).
-enum class GroupKind : std::uint8_t {
-  kTp,         ///< tensor-parallel group
-  kDp,         ///< data-parallel group (dense gradients, ZeRO/FSDP shards)
-  kPp,         ///< pipeline group (send/recv peers)
-  kEp,         ///< expert-parallel group (all-to-all dispatch/combine)
-  kExpertDp,   ///< expert data-parallel group (expert gradients)
-  kEmbedding,  ///< first and last pipeline stage of one replica (tied embedding gradient); pp > 1 only
-};
-/// Number of GroupKind values.
-inline constexpr int kNumGroupKinds = 6;
+/// Communication group kinds of the graph: parallel::GroupKind (defined once, in parallel/rank_map.h).
+using parallel::GroupKind;
+using parallel::kNumGroupKinds;
+using parallel::to_string;
 
 /// One op. Fields that do not apply to its kind keep their defaults.
 struct Op {
@@ -218,7 +212,6 @@ const char* to_string(ElementwiseKind kind);
 /// Names: "all_reduce", "all_gather", "reduce_scatter", "all_to_all".
 const char* to_string(CollectiveKind kind);
 /// Names: "tp", "dp", "pp", "ep", "edp", "embedding".
-const char* to_string(GroupKind kind);
 /// Short human description of an op, e.g. "gemm qkv fwd m=4096 n=1536 k=4096".
 std::string describe(const Op& op);
 /// Short name of an op as executed-op spans carry it ("gemm.fc1.fwd", "attention.bwd", "elementwise.norm", ...).

@@ -48,6 +48,8 @@ int RankMap::group_size(GroupKind kind) const {
       return ep_;
     case GroupKind::kExpertDp:
       return dp_ / ep_;
+    case GroupKind::kEmbedding:
+      return pp_ > 1 ? 2 : 1;
   }
   throw std::logic_error("unknown group kind");
 }
@@ -76,6 +78,12 @@ std::vector<int> RankMap::group(GroupKind kind, int rank) const {
       for (int index = 0; index < dp_ / ep_; ++index)
         members.push_back(rank_of(at.tp, at.ep + ep_ * index, at.pp));
       break;
+    case GroupKind::kEmbedding:
+      if (at.pp == 0 || at.pp == pp_ - 1) {
+        members.push_back(rank_of(at.tp, at.dp, 0));
+        if (pp_ > 1) members.push_back(rank_of(at.tp, at.dp, pp_ - 1));
+      }
+      break;
   }
   return members;  // ascending by construction: the varying index is the only one that changes
 }
@@ -93,12 +101,15 @@ int RankMap::index_in_group(GroupKind kind, int rank) const {
       return at.ep;
     case GroupKind::kExpertDp:
       return at.edp;
+    case GroupKind::kEmbedding:
+      return at.pp == 0 ? 0 : (at.pp == pp_ - 1 ? 1 : -1);
   }
   throw std::logic_error("unknown group kind");
 }
 
 std::vector<std::vector<int>> RankMap::all_groups(GroupKind kind) const {
   std::vector<std::vector<int>> groups;
+  if (kind == GroupKind::kEmbedding && pp_ == 1) return groups;
   groups.reserve(world_size() / group_size(kind));
   for (int rank = 0; rank < world_size(); ++rank) {
     if (index_in_group(kind, rank) == 0) groups.push_back(group(kind, rank));
@@ -118,6 +129,8 @@ const char* to_string(GroupKind kind) {
       return "ep";
     case GroupKind::kExpertDp:
       return "edp";
+    case GroupKind::kEmbedding:
+      return "embedding";
   }
   return "?";
 }

@@ -1,20 +1,25 @@
 // Rank <-> group mapping in Megatron-LM's order tp-cp-ep-dp-pp (tp varies fastest, pp slowest).
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "parallel/layout.h"
 
 namespace calo::parallel {
 
-/// Communication groups a rank belongs to.
-enum class GroupKind {
-  kTp,        ///< tensor-parallel group (size tp)
-  kDp,        ///< data-parallel group of the dense part (size dp)
-  kPp,        ///< pipeline group: the ranks holding the pp stages of one model replica (size pp)
-  kEp,        ///< expert-parallel group (size ep): all-to-all token dispatch
-  kExpertDp,  ///< expert data-parallel group (size dp / ep): gradient reduction of expert weights
+/// Communication groups a rank belongs to (the one definition; graph:: uses it for its collectives).
+enum class GroupKind : std::uint8_t {
+  kTp,         ///< tensor-parallel group (size tp)
+  kDp,         ///< data-parallel group of the dense part (size dp)
+  kPp,         ///< pipeline group: the ranks holding the pp stages of one model replica (size pp)
+  kEp,         ///< expert-parallel group (size ep): all-to-all token dispatch
+  kExpertDp,   ///< expert data-parallel group (size dp / ep): gradient reduction of expert weights
+  kEmbedding,  ///< first and last pipeline stage of one (tp, dp) position (tied embedding gradient); pp > 1
+               ///< only
 };
+/// Number of GroupKind values.
+inline constexpr int kNumGroupKinds = 6;
 
 /// Coordinates of one rank in the layout.
 struct RankCoord {
@@ -35,22 +40,24 @@ class RankMap {
   RankCoord coord(int rank) const;
   /// Global rank of coordinates (tp, dp, pp).
   int rank_of(int tp_index, int dp_index, int pp_index) const;
-  /// Sorted global ranks of the `kind` group that contains `rank` (includes `rank`).
+  /// Sorted global ranks of the `kind` group that contains `rank` (includes `rank`); empty for kEmbedding
+  /// when `rank` is on neither the first nor the last stage.
   std::vector<int> group(GroupKind kind, int rank) const;
-  /// Position of `rank` within its `kind` group.
+  /// Position of `rank` within its `kind` group (-1: kEmbedding on a middle stage).
   int index_in_group(GroupKind kind, int rank) const;
   /// Number of ranks.
   int world_size() const { return tp_ * dp_ * pp_; }
-  /// Size of every `kind` group (tp, dp, pp, ep or dp / ep).
+  /// Size of every `kind` group (tp, dp, pp, ep, dp / ep, or 2 for kEmbedding: 1 when pp = 1).
   int group_size(GroupKind kind) const;
-  /// All `kind` groups, each sorted, ordered by their smallest rank; together they partition the world.
+  /// All `kind` groups, each sorted, ordered by their smallest rank; together they partition the world
+  /// (except kEmbedding: the first and last stages only, and no group when pp = 1).
   std::vector<std::vector<int>> all_groups(GroupKind kind) const;
 
  private:
   int tp_, dp_, pp_, ep_;
 };
 
-/// Name of a group kind ("tp", "dp", "pp", "ep", "edp").
+/// Name of a group kind ("tp", "dp", "pp", "ep", "edp", "embedding").
 const char* to_string(GroupKind kind);
 
 }  // namespace calo::parallel

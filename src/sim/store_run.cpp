@@ -24,8 +24,9 @@ void store_sim_run(const std::filesystem::path& run_dir, const std::string& name
   info.command = command;
   info.config_json = config.dump();
   info.host = "simulated:" + cluster.name;
-  info.started_ns = core::monotonic_ns();
-  info.wall_offset_ns = core::wall_ns();
+  const core::TimeOrigin origin = core::time_origin_now();
+  info.started_ns = origin.monotonic_ns;
+  info.wall_offset_ns = origin.wall_ns;
   store::RunWriter writer(run_dir, info);
   const int world = result.world;
   for (int rank = 0; rank < world; ++rank) {

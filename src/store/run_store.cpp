@@ -24,7 +24,9 @@ using detail::Database;
 using detail::Statement;
 
 // Schema version stored in PRAGMA user_version; bump on incompatible changes (docs/RUN_STORE.md).
-constexpr int kSchemaVersion = 1;
+// 2: run.wall_offset_ns is the wall-clock time at t_ns = 0 for every kind (in 1, `record` and `bench` runs
+// wrote the wall-clock time at the host's CLOCK_MONOTONIC zero; RunReader::run() converts those).
+constexpr int kSchemaVersion = 2;
 // Rows bound into one multi-row INSERT (5 parameters each; SQLite allows 32766 parameters).
 constexpr std::size_t kRowsPerInsert = 256;
 // Largest transaction when the writer has a backlog (about a second of work at the measured insert rate).
@@ -499,6 +501,7 @@ const std::filesystem::path& RunWriter::run_dir() const {
 struct RunReader::Impl {
   std::filesystem::path run_dir;
   std::unique_ptr<Database> db;
+  int64_t schema_version = kSchemaVersion;  // PRAGMA user_version of the file
 };
 
 RunReader::RunReader(const std::filesystem::path& run_dir_or_db) : impl_(std::make_unique<Impl>()) {
@@ -530,6 +533,15 @@ RunReader::RunReader(const std::filesystem::path& run_dir_or_db) : impl_(std::ma
     throw InputError(fmt::format("{} is not a calo run database (no run/sample tables); pass a run directory",
                                  db_path.string()));
   }
+  impl_->schema_version = impl_->db->query_int("PRAGMA user_version", kSchemaVersion);
+}
+
+RunInfo migrate_run_info(RunInfo info, int64_t schema_version) {
+  const bool host_clock_offset = info.kind == RunKind::kRecord || info.kind == RunKind::kBench;
+  if (schema_version == 1 && host_clock_offset && info.wall_offset_ns != 0) {
+    info.wall_offset_ns += info.started_ns;  // wall at CLOCK_MONOTONIC zero + started_ns = wall at t_ns = 0
+  }
+  return info;
 }
 
 RunReader::~RunReader() = default;
@@ -552,7 +564,7 @@ RunInfo RunReader::run() const {
   info.ended_ns = query.column_int(6);
   info.wall_offset_ns = query.column_int(7);
   info.version = query.column_text(8);
-  return info;
+  return migrate_run_info(info, impl_->schema_version);
 }
 
 std::vector<DeviceInfo> RunReader::devices() const {

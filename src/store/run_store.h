@@ -152,6 +152,11 @@ struct WriterStats {
 /// writable.
 std::filesystem::path make_run_dir(const std::filesystem::path& parent, std::string_view name);
 
+/// `info` as stored by a file of schema `schema_version` (PRAGMA user_version), in today's meaning: schema-1
+/// `record` and `bench` runs held the wall-clock time at the host's CLOCK_MONOTONIC zero in wall_offset_ns,
+/// which becomes the wall-clock time at t_ns = 0 (+ started_ns). RunReader::run() applies it.
+RunInfo migrate_run_info(RunInfo info, int64_t schema_version);
+
 /// Appends one run to run_dir/run.db from any number of threads; a background thread commits in batches.
 class RunWriter {
  public:

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 #include "core/error.h"
@@ -184,6 +185,44 @@ void SpanAssembler::log_step(int64_t step, int64_t end_ns, double elapsed_ms, co
   last_log_step_ = step;
   last_log_end_ns_ = end_ns;
   if (emit) on_span_(span);
+}
+
+StepSourceFilter::StepSourceFilter(std::function<void(const MarkerSpan&)> write, int64_t hold_ns)
+    : write_(std::move(write)), hold_ns_(hold_ns) {}
+
+void StepSourceFilter::offer(const MarkerSpan& span) {
+  if (!span.is_step) {
+    write_(span);
+  } else if (span.source == "socket") {
+    if (!socket_seen_) {
+      socket_seen_ = true;
+      source_ = "socket";
+      dropped_ += held_.size();
+      held_.clear();
+      written_before_socket_ = log_steps_written_;
+    }
+    write_(span);
+  } else if (socket_seen_) {
+    ++dropped_;
+  } else {
+    held_.push_back(span);
+  }
+  release_older_than(span.t_end_ns - hold_ns_);
+}
+
+void StepSourceFilter::finish() {
+  release_older_than(std::numeric_limits<int64_t>::max());
+}
+
+void StepSourceFilter::release_older_than(int64_t t_ns) {
+  size_t released = 0;
+  while (released < held_.size() && held_[released].t_end_ns <= t_ns) {
+    if (source_.empty()) source_ = held_[released].source;
+    write_(held_[released]);
+    ++log_steps_written_;
+    ++released;
+  }
+  held_.erase(held_.begin(), held_.begin() + static_cast<std::ptrdiff_t>(released));
 }
 
 int SpanAssembler::close_all(int64_t end_ns) {

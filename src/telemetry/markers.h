@@ -81,6 +81,39 @@ class SpanAssembler {
   std::atomic<uint64_t> rejected_{0};
 };
 
+/// Keeps one source of step spans per run: a program that prints framework log lines (--markers) and also
+/// sends socket markers would otherwise have every step twice. Socket step spans win. An output-line step
+/// span is held back until a span `hold_ns` later arrives (or finish()); a socket step seen meanwhile drops
+/// it and every later one. Phases pass through. Not thread-safe on its own: feed it from SpanAssembler's
+/// callback.
+class StepSourceFilter {
+ public:
+  /// `write` receives every span that is kept; `hold_ns` is how long an output-line step waits for a socket
+  /// one.
+  explicit StepSourceFilter(std::function<void(const MarkerSpan&)> write, int64_t hold_ns = 10'000'000'000);
+  /// Passes `span` on, holds it, or drops it (see the class comment).
+  void offer(const MarkerSpan& span);
+  /// Writes the output-line steps still held when no socket step came (call once, after the last offer).
+  void finish();
+  /// Where the kept steps came from: "socket", the pattern kind ("megatron", ...), or "" if no step was seen.
+  const std::string& source() const { return source_; }
+  /// Output-line step spans dropped because socket markers gave the steps.
+  uint64_t dropped() const { return dropped_; }
+  /// Output-line step spans written before the first socket step came more than `hold_ns` after them.
+  uint64_t written_before_socket() const { return written_before_socket_; }
+
+ private:
+  void release_older_than(int64_t t_ns);
+  std::function<void(const MarkerSpan&)> write_;
+  int64_t hold_ns_;
+  std::vector<MarkerSpan> held_;  // output-line steps not yet written, in arrival order
+  bool socket_seen_ = false;
+  uint64_t log_steps_written_ = 0;
+  std::string source_;
+  uint64_t dropped_ = 0;
+  uint64_t written_before_socket_ = 0;
+};
+
 /// Output-line step patterns.
 class LinePattern {
  public:

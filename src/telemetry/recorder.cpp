@@ -227,7 +227,17 @@ StepStats step_stats(int32_t rank, const std::vector<std::pair<double, int64_t>>
   return stats;
 }
 
-RecordResult record(const RecordOptions& options) {
+namespace {
+
+// ---- Stages of record(), in the order it calls them. ----
+
+// The command to run: its words and the executable found on PATH.
+struct ResolvedCommand {
+  std::vector<std::string> words;
+  std::string executable;
+};
+
+ResolvedCommand resolve_command(const RecordOptions& options) {
   if (options.command.empty() || options.command[0].empty()) {
     throw InputError("calo record needs a command to run after '--', e.g. calo record -- python train.py");
   }
@@ -237,21 +247,20 @@ RecordResult record(const RecordOptions& options) {
         fmt::format("command '{}' was not found or is not executable (searched PATH); check the name",
                     options.command[0]));
   }
-  std::vector<LinePattern> patterns;
-  for (const auto& spec : options.markers) patterns.emplace_back(spec);
+  return {options.command, executable};
+}
 
-  const std::string name =
-      options.name.empty() ? fs::path(options.command[0]).filename().string() : options.name;
-  fs::path run_dir = options.out_dir;
-  if (run_dir.empty()) run_dir = store::make_run_dir("runs", name);
+// The sources recorded: GPUs first (in source order), then the host. Notes say what is missing.
+struct OpenSources {
+  std::vector<std::unique_ptr<Source>> owned;
+  std::vector<Source*> used;
+};
 
-  // Sources and devices: GPUs first (in source order), then the host.
-  std::vector<std::unique_ptr<Source>> all_sources = open_local_sources();
-  std::vector<Source*> sources;
-  RecordResult result;
+OpenSources open_sources(const RecordOptions& options, std::vector<std::string>& notes) {
+  OpenSources sources{open_local_sources(), {}};
   bool any_gpu = false;
   std::vector<std::string> gpu_reasons;
-  for (auto& source : all_sources) {
+  for (auto& source : sources.owned) {
     if (!options.sources.empty() &&
         std::find(options.sources.begin(), options.sources.end(), source->name()) == options.sources.end()) {
       continue;
@@ -260,49 +269,62 @@ RecordResult record(const RecordOptions& options) {
       if (source->name() != "procfs")
         gpu_reasons.push_back(source->name() + ": " + source->unavailable_reason());
       else
-        result.notes.push_back("host metrics not available: " + source->unavailable_reason());
+        notes.push_back("host metrics not available: " + source->unavailable_reason());
       continue;
     }
     if (source->name() != "procfs") any_gpu = true;
-    sources.push_back(source.get());
+    sources.used.push_back(source.get());
   }
-  std::stable_sort(sources.begin(), sources.end(), [](const Source* left, const Source* right) {
+  std::stable_sort(sources.used.begin(), sources.used.end(), [](const Source* left, const Source* right) {
     return left->name() != "procfs" && right->name() == "procfs";
   });
   if (!any_gpu) {
     std::string joined;
     for (const auto& reason : gpu_reasons) joined += (joined.empty() ? "" : "; ") + reason;
-    result.notes.push_back("GPUs: not available (" + joined + "); recording host metrics only");
+    notes.push_back("GPUs: not available (" + joined + "); recording host metrics only");
   }
+  return sources;
+}
 
+std::string run_name(const RecordOptions& options) {
+  return options.name.empty() ? fs::path(options.command[0]).filename().string() : options.name;
+}
+
+// The run row: name, command, host and the time base (t_ns = 0 now).
+store::RunInfo describe_run(const RecordOptions& options) {
   store::RunInfo info;
   info.kind = store::RunKind::kRecord;
-  info.name = name;
+  info.name = run_name(options);
   info.command = shell_quote_join(options.command);
   char hostname[256] = {};
   gethostname(hostname, sizeof(hostname) - 1);
   info.host = hostname;
-  info.started_ns = core::monotonic_ns();
-  info.wall_offset_ns = core::wall_ns() - info.started_ns;
+  const core::TimeOrigin origin = core::time_origin_now();
+  info.started_ns = origin.monotonic_ns;
+  info.wall_offset_ns = origin.wall_ns;  // wall-clock time at t_ns = 0 (docs/RUN_STORE.md)
+  return info;
+}
 
-  // Query costs are measured once on this host; both samplers below classify and schedule by them.
+// Plans the sampler (query costs measured once on this host) and writes the schedule into the run's config.
+PeriodPlan plan_sampling(const RecordOptions& options, const std::vector<Source*>& sources,
+                         store::RunInfo& info, std::vector<std::string>& notes) {
   PeriodPlan periods = options.periods;
   if (!periods.measured_costs) periods.measured_costs = measure_query_costs(sources);
-  Sampler sampler(sources, periods, {});  // planned first so the schedule goes into the run record
+  const Sampler planned(sources, periods, {});  // planned first so the schedule goes into the run record
   nlohmann::json config;
   config["markers"] = options.markers;
-  for (const auto& scheduled : sampler.schedule()) {
+  for (const auto& scheduled : planned.schedule()) {
     const std::string key = scheduled.source + "/" + scheduled.metric;
     config["periods_ns"][key] = scheduled.period_ns;
     config["query_cost_ns"][key] = {{"wall", scheduled.cost.wall_ns}, {"cpu", scheduled.cost.cpu_ns}};
     if (scheduled.reclassified) {
-      result.notes.push_back(fmt::format(
+      notes.push_back(fmt::format(
           "{} costs {:.0f} µs per read on this host (declared cheap): read in its own loop every {:g} ms",
           key, static_cast<double>(scheduled.cost.wall_ns) / 1e3,
           static_cast<double>(scheduled.period_ns) / 1e6));
     }
     if (scheduled.shortened) {
-      result.notes.push_back(fmt::format(
+      notes.push_back(fmt::format(
           "{} is read every {:g} ms, not at the period asked: the driver keeps only a short history of it, "
           "which a longer period would overwrite unread (give at most {:g} ms, or 0 to turn it off)",
           key, static_cast<double>(scheduled.period_ns) / 1e6,
@@ -310,69 +332,62 @@ RecordResult record(const RecordOptions& options) {
     }
   }
   info.config_json = config.dump();
-  store::RunWriter writer(run_dir, info);  // InputError if the directory is not writable
-  result.run_dir = run_dir;
-  const int64_t started_ns = info.started_ns;
+  return periods;
+}
 
-  // Register devices and metrics; map (source, device, metric) -> (device idx, metric id).
+// (source, device, metric) -> (run device idx, metric id), and the label of each run device.
+class DeviceMap {
+ public:
   struct Target {
     int32_t device_idx;
     int32_t metric_id;
   };
-  std::vector<std::vector<std::vector<Target>>> targets(sources.size());
-  std::vector<std::pair<int32_t, std::string>> device_labels;
-  int32_t next_device_idx = 0;
-  int gpu_count = 0;
-  for (size_t source_position = 0; source_position < sources.size(); ++source_position) {
-    const auto& devices = sources[source_position]->devices();
-    targets[source_position].resize(devices.size());
-    for (size_t device_position = 0; device_position < devices.size(); ++device_position) {
-      const DeviceInfo& device = devices[device_position];
-      const store::DeviceInfo row = to_store_device(device, next_device_idx++);
-      writer.add_device(row);
-      device_labels.emplace_back(row.idx, device.kind == "gpu" ? fmt::format("gpu{}", gpu_count++) : "host");
-      for (const auto& unsupported : device.unsupported) {
-        writer.log_event({0, store::EventLevel::kInfo, row.idx, sources[source_position]->name(),
-                          "not available: " + unsupported});
-      }
-      for (const auto& metric : device.metrics) {
-        targets[source_position][device_position].push_back(
-            {row.idx, writer.metric_id(metric.name, metric.unit, to_store_kind(metric.kind))});
+  // Registers every device and metric of `sources` with the writer.
+  DeviceMap(const std::vector<Source*>& sources, store::RunWriter& writer) : targets_(sources.size()) {
+    int gpu_count = 0;
+    for (size_t source_position = 0; source_position < sources.size(); ++source_position) {
+      const auto& devices = sources[source_position]->devices();
+      targets_[source_position].resize(devices.size());
+      for (size_t device_position = 0; device_position < devices.size(); ++device_position) {
+        const DeviceInfo& device = devices[device_position];
+        const store::DeviceInfo row = to_store_device(device, static_cast<int>(labels_.size()));
+        writer.add_device(row);
+        labels_.emplace_back(row.idx, device.kind == "gpu" ? fmt::format("gpu{}", gpu_count++) : "host");
+        for (const auto& unsupported : device.unsupported) {
+          writer.log_event({0, store::EventLevel::kInfo, row.idx, sources[source_position]->name(),
+                            "not available: " + unsupported});
+        }
+        for (const auto& metric : device.metrics) {
+          targets_[source_position][device_position].push_back(
+              {row.idx, writer.metric_id(metric.name, metric.unit, to_store_kind(metric.kind))});
+        }
       }
     }
   }
+  const Target& target(size_t source, size_t device, size_t metric) const {
+    return targets_[source][device][metric];
+  }
+  // The device a sampler event is about (kNone if the device has no metrics).
+  int32_t device_idx(size_t source, size_t device) const {
+    return targets_[source][device].empty() ? store::kNone : targets_[source][device][0].device_idx;
+  }
+  const std::vector<std::pair<int32_t, std::string>>& labels() const { return labels_; }
 
-  // Spans from markers go straight to the store; step durations are kept for the summary.
-  std::mutex steps_mutex;
-  std::map<int32_t, std::vector<std::pair<double, int64_t>>> step_durations;
-  SpanAssembler assembler([&](const MarkerSpan& span) {
-    store::Span row;
-    row.rank = span.rank >= 0 ? span.rank : store::kNone;
-    row.kind = span.is_step ? store::SpanKind::kStep : store::SpanKind::kPhase;
-    row.name = span.name;
-    row.category = span.source;
-    row.t_begin_ns = span.t_begin_ns - started_ns;
-    row.t_end_ns = std::max(span.t_end_ns, span.t_begin_ns) - started_ns;
-    row.step = span.step >= 0 ? span.step : store::kNone;
-    writer.append_span(row);
-    if (span.is_step) {
-      std::lock_guard lock(steps_mutex);
-      step_durations[span.rank].emplace_back(static_cast<double>(row.t_end_ns - row.t_begin_ns) / 1e6,
-                                             span.steps_covered);
-    }
-  });
-  fs::path socket_path = fs::absolute(run_dir) / "markers.sock";
-  if (socket_path.string().size() >= 100) socket_path = fmt::format("/tmp/calo-markers-{}.sock", getpid());
-  MarkerSocket marker_socket(socket_path.string(), assembler);
+ private:
+  std::vector<std::vector<std::vector<Target>>> targets_;
+  std::vector<std::pair<int32_t, std::string>> labels_;
+};
 
-  // Sampler output -> store.
-  std::mutex event_mutex;
+// Sampler output -> store (times moved onto the run's time base); events also go to stderr.
+SamplerSink store_sink(store::RunWriter& writer, const DeviceMap& devices,
+                       const std::vector<Source*>& sources, int64_t started_ns, std::mutex& print_mutex) {
   SamplerSink sink;
-  sink.on_samples = [&](std::span<const SampleRecord> records) {
+  sink.on_samples = [&writer, &devices, started_ns](std::span<const SampleRecord> records) {
     store::Sample converted[64];
     size_t count = 0;
     for (const auto& record : records) {
-      const Target& target = targets[record.source_position][record.device_position][record.metric_index];
+      const auto& target =
+          devices.target(record.source_position, record.device_position, record.metric_index);
       converted[count++] = {
           target.device_idx, target.metric_id, record.t_ns - started_ns, record.value,
           record.sensor_t_ns == kNoSensorTime ? store::kNoSensorTime : record.sensor_t_ns - started_ns};
@@ -383,65 +398,180 @@ RecordResult record(const RecordOptions& options) {
     }
     if (count > 0) writer.append(std::span<const store::Sample>(converted, count));
   };
-  sink.on_event = [&](const SamplerEvent& event) {
-    const Target& first = targets[event.source_position][event.device_position].empty()
-                              ? Target{store::kNone, 0}
-                              : targets[event.source_position][event.device_position][0];
+  sink.on_event = [&writer, &devices, &sources, &print_mutex, started_ns](const SamplerEvent& event) {
     writer.log_event({event.t_ns - started_ns,
                       event.is_error ? store::EventLevel::kError : store::EventLevel::kWarning,
-                      first.device_idx, sources[event.source_position]->name(), event.message});
-    std::lock_guard lock(event_mutex);
+                      devices.device_idx(event.source_position, event.device_position),
+                      sources[event.source_position]->name(), event.message});
+    std::lock_guard lock(print_mutex);
     fmt::print(stderr, "calo: {}\n", event.message);
   };
-  Sampler running_sampler(sources, periods, sink);
-  for (const auto& note : result.notes) fmt::print(stderr, "calo: {}\n", note);
-  fmt::print(stderr, "calo: recording {} device(s) into {}\n", next_device_idx, run_dir.string());
-  running_sampler.start(started_ns);
+  return sink;
+}
 
-  // Child process: pipes for stdout/stderr, marker socket in its environment.
-  int out_pipe[2];
-  int err_pipe[2];
-  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
-    throw RuntimeFailure(fmt::format("cannot create pipes for the child: {}", std::strerror(errno)));
+// Marker spans -> one source of steps (StepSourceFilter) -> store; step durations kept for the summary.
+class StepRecorder {
+ public:
+  StepRecorder(store::RunWriter& writer, int64_t started_ns)
+      : writer_(writer),
+        started_ns_(started_ns),
+        filter_([this](const MarkerSpan& span) { write(span); }),
+        assembler_([this](const MarkerSpan& span) { filter_.offer(span); }) {}
+  SpanAssembler& assembler() { return assembler_; }
+  // Closes open phases at `ended_ns`, settles the step source, and logs what was rejected or dropped.
+  void finish(int64_t ended_ns) {
+    assembler_.close_all(ended_ns);
+    filter_.finish();
+    const int64_t t_ns = ended_ns - started_ns_;
+    if (assembler_.rejected() > 0) {
+      writer_.log_event({t_ns, store::EventLevel::kWarning, store::kNone, "markers",
+                         fmt::format("{} marker line(s) rejected (unparsable, or an end without a begin)",
+                                     assembler_.rejected())});
+    }
+    if (filter_.dropped() > 0) {
+      writer_.log_event(
+          {t_ns, store::EventLevel::kInfo, store::kNone, "markers",
+           fmt::format("steps from socket markers; {} step(s) from output lines not counted twice",
+                       filter_.dropped())});
+    }
+    if (filter_.written_before_socket() > 0) {
+      writer_.log_event(
+          {t_ns, store::EventLevel::kWarning, store::kNone, "markers",
+           fmt::format("{} step(s) from output lines were stored before the first socket marker came",
+                       filter_.written_before_socket())});
+    }
   }
-  std::vector<std::string> environment_strings;
+  // Step statistics per rank (after finish()).
+  std::vector<StepStats> stats() {
+    std::lock_guard lock(mutex_);
+    std::vector<StepStats> result;
+    for (const auto& [rank, durations] : durations_) result.push_back(step_stats(rank, durations));
+    return result;
+  }
+  // Where the steps came from ("socket", "megatron", ...; "" if none), and how many step spans were kept.
+  const std::string& source() const { return filter_.source(); }
+  uint64_t spans() const { return spans_; }
+  // Output-line step spans not counted because socket markers gave the steps.
+  uint64_t dropped() const { return filter_.dropped(); }
+
+ private:
+  void write(const MarkerSpan& span) {
+    store::Span row;
+    row.rank = span.rank >= 0 ? span.rank : store::kNone;
+    row.kind = span.is_step ? store::SpanKind::kStep : store::SpanKind::kPhase;
+    row.name = span.name;
+    row.category = span.source;
+    row.t_begin_ns = span.t_begin_ns - started_ns_;
+    row.t_end_ns = std::max(span.t_end_ns, span.t_begin_ns) - started_ns_;
+    row.step = span.step >= 0 ? span.step : store::kNone;
+    writer_.append_span(row);
+    if (span.is_step) {
+      std::lock_guard lock(mutex_);
+      ++spans_;
+      durations_[span.rank].emplace_back(static_cast<double>(row.t_end_ns - row.t_begin_ns) / 1e6,
+                                         span.steps_covered);
+    }
+  }
+  store::RunWriter& writer_;
+  int64_t started_ns_;
+  std::mutex mutex_;
+  std::map<int32_t, std::vector<std::pair<double, int64_t>>> durations_;
+  uint64_t spans_ = 0;
+  StepSourceFilter filter_;
+  SpanAssembler assembler_;
+};
+
+fs::path marker_socket_path(const fs::path& run_dir) {
+  fs::path socket_path = fs::absolute(run_dir) / "markers.sock";
+  if (socket_path.string().size() >= 100) socket_path = fmt::format("/tmp/calo-markers-{}.sock", getpid());
+  return socket_path;
+}
+
+// The child's environment: ours, with the marker socket and the run directory set.
+std::vector<std::string> child_environment(const fs::path& socket_path, const fs::path& run_dir) {
+  std::vector<std::string> environment;
   for (char** entry = environ; *entry != nullptr; ++entry) {
     const std::string variable = *entry;
     if (variable.rfind(std::string(kMarkerSocketEnv) + "=", 0) == 0 ||
         variable.rfind("CALO_RUN_DIR=", 0) == 0) {
       continue;
     }
-    environment_strings.push_back(variable);
+    environment.push_back(variable);
   }
-  environment_strings.push_back(std::string(kMarkerSocketEnv) + "=" + socket_path.string());
-  environment_strings.push_back("CALO_RUN_DIR=" + fs::absolute(run_dir).string());
+  environment.push_back(std::string(kMarkerSocketEnv) + "=" + socket_path.string());
+  environment.push_back("CALO_RUN_DIR=" + fs::absolute(run_dir).string());
+  return environment;
+}
+
+// Forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to the child and ignores SIGPIPE while alive; restores on exit.
+class SignalForwarding {
+ public:
+  SignalForwarding() {
+    struct sigaction forward {};
+    forward.sa_sigaction = forward_signal;
+    forward.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&forward.sa_mask);
+    for (size_t position = 0; position < std::size(kSignals); ++position) {
+      sigaction(kSignals[position], &forward, &previous_[position]);
+    }
+    // A closed terminal (calo ... | head) must not kill the recorder: writes then fail with EPIPE instead.
+    struct sigaction ignore_pipe {};
+    ignore_pipe.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &ignore_pipe, &previous_pipe_);
+  }
+  ~SignalForwarding() {
+    g_child_pid.store(0);
+    for (size_t position = 0; position < std::size(kSignals); ++position)
+      sigaction(kSignals[position], &previous_[position], nullptr);
+    sigaction(SIGPIPE, &previous_pipe_, nullptr);
+  }
+  SignalForwarding(const SignalForwarding&) = delete;
+  SignalForwarding& operator=(const SignalForwarding&) = delete;
+  // From now on signals go to `child`; one that came before is forwarded now.
+  void attach(pid_t child) {
+    g_child_pid.store(child);
+    if (const int pending = g_pending_signal.exchange(0); pending != 0) {
+      kill(child, pending);
+      g_forwarded_signal.store(pending);
+    }
+  }
+
+ private:
+  static constexpr int kSignals[4] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+  struct sigaction previous_[4]{};
+  struct sigaction previous_pipe_ {};
+};
+
+// How the child ended.
+struct ChildOutcome {
+  int exit_code = 0;
+  double duration_s = 0;
+};
+
+// Starts the command with its output on pipes, tees both (matching step lines), and waits for it.
+ChildOutcome run_child(const ResolvedCommand& command, const RecordOptions& options, const fs::path& run_dir,
+                       const fs::path& socket_path, const std::vector<LinePattern>& patterns,
+                       SpanAssembler& assembler) {
+  int out_pipe[2];
+  int err_pipe[2];
+  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
+    throw RuntimeFailure(fmt::format("cannot create pipes for the child: {}", std::strerror(errno)));
+  }
+  std::vector<std::string> environment_strings = child_environment(socket_path, run_dir);
   std::vector<char*> environment;
   for (auto& variable : environment_strings) environment.push_back(variable.data());
   environment.push_back(nullptr);
-  std::vector<std::string> argument_strings = options.command;
+  std::vector<std::string> argument_strings = command.words;
   std::vector<char*> arguments;
   for (auto& argument : argument_strings) arguments.push_back(argument.data());
   arguments.push_back(nullptr);
 
-  struct sigaction forward {};
-  forward.sa_sigaction = forward_signal;
-  forward.sa_flags = SA_SIGINFO | SA_RESTART;
-  sigemptyset(&forward.sa_mask);
-  struct sigaction previous[4]{};
-  const int forwarded_signals[4] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-  for (int position = 0; position < 4; ++position) {
-    sigaction(forwarded_signals[position], &forward, &previous[position]);
-  }
-  // A closed terminal (calo ... | head) must not kill the recorder: writes then fail with EPIPE instead.
-  struct sigaction ignore_pipe {};
-  ignore_pipe.sa_handler = SIG_IGN;
-  struct sigaction previous_pipe {};
-  sigaction(SIGPIPE, &ignore_pipe, &previous_pipe);
+  SignalForwarding signals;
   const pid_t parent_pid = getpid();
   const int64_t child_start_ns = core::monotonic_ns();
   const pid_t child = fork();
   if (child < 0)
-    throw RuntimeFailure(fmt::format("cannot start '{}': {}", options.command[0], std::strerror(errno)));
+    throw RuntimeFailure(fmt::format("cannot start '{}': {}", command.words[0], std::strerror(errno)));
   if (child == 0) {
     // Only async-signal-safe calls until exec. The child dies with calo (SIGTERM) rather than run unrecorded.
     prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -452,71 +582,66 @@ RecordResult record(const RecordOptions& options) {
     sigset_t empty;
     sigemptyset(&empty);
     sigprocmask(SIG_SETMASK, &empty, nullptr);
-    execve(executable.c_str(), arguments.data(), environment.data());
+    execve(command.executable.c_str(), arguments.data(), environment.data());
     const char message[] = "calo: exec failed\n";
     [[maybe_unused]] ssize_t written = write(STDERR_FILENO, message, sizeof(message) - 1);
     _exit(127);
   }
-  g_child_pid.store(child);
-  // A signal that came between installing the handlers and knowing the child's pid is forwarded now.
-  if (const int pending = g_pending_signal.exchange(0); pending != 0) {
-    kill(child, pending);
-    g_forwarded_signal.store(pending);
-  }
+  signals.attach(child);
   close(out_pipe[1]);
   close(err_pipe[1]);
-  {
-    OutputTee out_tee(out_pipe[0], STDOUT_FILENO, run_dir / "stdout.log", options.echo_output, patterns,
-                      assembler);
-    OutputTee err_tee(err_pipe[0], STDERR_FILENO, run_dir / "stderr.log", options.echo_output, patterns,
-                      assembler);
-    int status = 0;
-    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
-    }
-    const int64_t child_end_ns = core::monotonic_ns();
-    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    result.duration_s = static_cast<double>(child_end_ns - child_start_ns) / 1e9;
-    out_tee.finish(child_end_ns + 2'000'000'000);
-    err_tee.finish(child_end_ns + 2'000'000'000);
+  OutputTee out_tee(out_pipe[0], STDOUT_FILENO, run_dir / "stdout.log", options.echo_output, patterns,
+                    assembler);
+  OutputTee err_tee(err_pipe[0], STDERR_FILENO, run_dir / "stderr.log", options.echo_output, patterns,
+                    assembler);
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
-  g_child_pid.store(0);
-  for (int position = 0; position < 4; ++position)
-    sigaction(forwarded_signals[position], &previous[position], nullptr);
-  sigaction(SIGPIPE, &previous_pipe, nullptr);
+  const int64_t child_end_ns = core::monotonic_ns();
+  ChildOutcome outcome;
+  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  outcome.duration_s = static_cast<double>(child_end_ns - child_start_ns) / 1e9;
+  out_tee.finish(child_end_ns + 2'000'000'000);
+  err_tee.finish(child_end_ns + 2'000'000'000);
+  return outcome;
+}
 
-  // Close the run: stop sampling, drain markers, close open phases, write summary rows.
-  running_sampler.stop();
-  marker_socket.stop();
-  const int64_t ended_ns = core::monotonic_ns();
-  assembler.close_all(ended_ns);
-  result.loops = running_sampler.stats();
-  result.jitter = running_sampler.jitter_summary();
-  if (assembler.rejected() > 0) {
-    writer.log_event({ended_ns - started_ns, store::EventLevel::kWarning, store::kNone, "markers",
-                      fmt::format("{} marker line(s) rejected (unparsable, or an end without a begin)",
-                                  assembler.rejected())});
-  }
-  {
-    std::lock_guard lock(steps_mutex);
-    for (const auto& [rank, durations] : step_durations) result.steps.push_back(step_stats(rank, durations));
-  }
+// Late, missed and CPU time over all sampler loops.
+struct SamplerTotals {
   uint64_t late = 0;
   uint64_t missed = 0;
-  int64_t sampler_cpu_ns = 0;
-  for (const auto& loop : result.loops) {
-    late += loop.late;
-    missed += loop.missed;
-    sampler_cpu_ns += loop.cpu_ns;
+  uint64_t samples = 0;
+  int64_t cpu_ns = 0;
+};
+
+SamplerTotals sampler_totals(const std::vector<LoopStats>& loops) {
+  SamplerTotals totals;
+  for (const auto& loop : loops) {
+    totals.late += loop.late;
+    totals.missed += loop.missed;
+    totals.samples += loop.samples;
+    totals.cpu_ns += loop.cpu_ns;
   }
+  return totals;
+}
+
+// Summary rows of the run as a whole and of each rank's steps.
+void write_run_summary(store::RunWriter& writer, const RecordResult& result, const StepRecorder& steps) {
+  const SamplerTotals totals = sampler_totals(result.loops);
   const JitterSummary& jitter = result.jitter;
   writer.add_summary({"run", "exit_code", static_cast<double>(result.exit_code), ""});
   writer.add_summary({"run", "duration_s", result.duration_s, "s"});
-  writer.add_summary({"run", "samples_late", static_cast<double>(late), "count"});
-  writer.add_summary({"run", "deadlines_missed", static_cast<double>(missed), "count"});
+  writer.add_summary({"run", "samples_late", static_cast<double>(totals.late), "count"});
+  writer.add_summary({"run", "deadlines_missed", static_cast<double>(totals.missed), "count"});
   writer.add_summary({"run", "jitter_p99_s", static_cast<double>(jitter.p99_ns) / 1e9, "s"});
   writer.add_summary(
       {"run", "jitter_worst_loop_p99_s", static_cast<double>(jitter.worst_loop_p99_ns) / 1e9, "s"});
-  writer.add_summary({"run", "sampler_cpu_s", static_cast<double>(sampler_cpu_ns) / 1e9, "s"});
+  writer.add_summary({"run", "sampler_cpu_s", static_cast<double>(totals.cpu_ns) / 1e9, "s"});
+  if (!steps.source().empty()) {
+    // The key names where the steps came from: steps_from_socket, steps_from_megatron, ...
+    writer.add_summary({"run", "steps_from_" + steps.source(), static_cast<double>(steps.spans()), "count"});
+    writer.add_summary({"run", "step_lines_not_counted", static_cast<double>(steps.dropped()), "count"});
+  }
   for (const auto& stats : result.steps) {
     const std::string scope = stats.rank >= 0 ? fmt::format("rank{}", stats.rank) : "steps";
     writer.add_summary({scope, "steps", static_cast<double>(stats.steps), "count"});
@@ -524,50 +649,53 @@ RecordResult record(const RecordOptions& options) {
     writer.add_summary({scope, "step_time_median_s", stats.median_ms / 1e3, "s"});
     writer.add_summary({scope, "step_time_p90_s", stats.p90_ms / 1e3, "s"});
   }
-  writer.flush();
-  result.samples_dropped = writer.stats().samples_dropped;
-  writer.add_summary({"run", "samples_dropped", static_cast<double>(result.samples_dropped), "count"});
-  {
-    store::RunReader reader(run_dir);
-    for (const auto& [device_idx, label] : device_labels) {
-      const store::IntervalSummary interval =
-          store::summarize_interval(reader, device_idx, 0, ended_ns - started_ns, "run");
-      DeviceSummary device;
-      device.device_idx = device_idx;
-      device.label = label;
-      device.energy_j = interval.energy_j;
-      device.mean_power_w = interval.mean_power_w;
-      device.peak_power_w = interval.peak_power_instant_w;
-      device.peak_power_sampled_w = interval.peak_power_sampled_w;
-      device.peak_temp_c = interval.temp_gpu_max_c;
-      device.throttle_power_cap_s = interval.throttle_power_cap_s;
-      device.throttle_sw_thermal_s = interval.throttle_sw_thermal_s;
-      device.throttle_hw_thermal_s = interval.throttle_hw_thermal_s;
-      device.throttle_power_brake_s = interval.throttle_power_brake_s;
-      device.samples = interval.sample_count;
-      for (const auto& row : reader.devices()) {
-        if (row.idx == device_idx) device.name = row.name;
-      }
-      result.devices.push_back(device);
-      if (label != "host") {
-        writer.add_summary({label, "energy_j", device.energy_j, "J"});
-        writer.add_summary({label, "mean_power_w", device.mean_power_w, "W"});
-        writer.add_summary({label, "peak_power_w", device.peak_power_w, "W"});
-        if (std::isfinite(device.peak_power_sampled_w))
-          writer.add_summary({label, "peak_power_sampled_w", device.peak_power_sampled_w, "W"});
-        writer.add_summary({label, "peak_temp_c", device.peak_temp_c, "C"});
-        writer.add_summary({label, "throttle_power_cap_s", device.throttle_power_cap_s, "s"});
-        writer.add_summary({label, "throttle_sw_thermal_s", device.throttle_sw_thermal_s, "s"});
-        writer.add_summary({label, "throttle_hw_thermal_s", device.throttle_hw_thermal_s, "s"});
-        writer.add_summary({label, "throttle_power_brake_s", device.throttle_power_brake_s, "s"});
-      }
-    }
-  }
-  writer.finish(ended_ns);
+}
 
-  // The printed summary.
-  std::string text = fmt::format("\ncalo record: '{}' exited with {} after {:.1f} s; run in {}\n",
-                                 info.command, result.exit_code, result.duration_s, run_dir.string());
+// Per-device figures over the whole run, read back from the store; GPUs also get summary rows.
+std::vector<DeviceSummary> summarize_devices(store::RunWriter& writer, const fs::path& run_dir,
+                                             const DeviceMap& devices, int64_t duration_ns) {
+  std::vector<DeviceSummary> summaries;
+  store::RunReader reader(run_dir);
+  for (const auto& [device_idx, label] : devices.labels()) {
+    const store::IntervalSummary interval =
+        store::summarize_interval(reader, device_idx, 0, duration_ns, "run");
+    DeviceSummary device;
+    device.device_idx = device_idx;
+    device.label = label;
+    device.energy_j = interval.energy_j;
+    device.mean_power_w = interval.mean_power_w;
+    device.peak_power_w = interval.peak_power_instant_w;
+    device.peak_power_sampled_w = interval.peak_power_sampled_w;
+    device.peak_temp_c = interval.temp_gpu_max_c;
+    device.throttle_power_cap_s = interval.throttle_power_cap_s;
+    device.throttle_sw_thermal_s = interval.throttle_sw_thermal_s;
+    device.throttle_hw_thermal_s = interval.throttle_hw_thermal_s;
+    device.throttle_power_brake_s = interval.throttle_power_brake_s;
+    device.samples = interval.sample_count;
+    for (const auto& row : reader.devices()) {
+      if (row.idx == device_idx) device.name = row.name;
+    }
+    summaries.push_back(device);
+    if (label == "host") continue;
+    writer.add_summary({label, "energy_j", device.energy_j, "J"});
+    writer.add_summary({label, "mean_power_w", device.mean_power_w, "W"});
+    writer.add_summary({label, "peak_power_w", device.peak_power_w, "W"});
+    if (std::isfinite(device.peak_power_sampled_w))
+      writer.add_summary({label, "peak_power_sampled_w", device.peak_power_sampled_w, "W"});
+    writer.add_summary({label, "peak_temp_c", device.peak_temp_c, "C"});
+    writer.add_summary({label, "throttle_power_cap_s", device.throttle_power_cap_s, "s"});
+    writer.add_summary({label, "throttle_sw_thermal_s", device.throttle_sw_thermal_s, "s"});
+    writer.add_summary({label, "throttle_hw_thermal_s", device.throttle_hw_thermal_s, "s"});
+    writer.add_summary({label, "throttle_power_brake_s", device.throttle_power_brake_s, "s"});
+  }
+  return summaries;
+}
+
+// The summary printed at the end: devices, steps per rank, sampler health.
+std::string format_summary(const std::string& command, const RecordResult& result,
+                           const std::string& step_source) {
+  std::string text = fmt::format("\ncalo record: '{}' exited with {} after {:.1f} s; run in {}\n", command,
+                                 result.exit_code, result.duration_s, result.run_dir.string());
   for (const auto& note : result.notes) text += "  " + note + "\n";
   bool printed_gpu_header = false;
   core::TextTable gpus({"device", "name", "energy", "mean power", "peak power", "peak sampled", "peak temp",
@@ -585,6 +713,7 @@ RecordResult record(const RecordOptions& options) {
   }
   if (printed_gpu_header) text += gpus.render();
   if (!result.steps.empty()) {
+    text += fmt::format("  steps from {} markers\n", step_source);
     core::TextTable steps({"rank", "steps", "mean", "median", "p90", "min", "max"});
     steps.set_units({"", "", "ms", "ms", "ms", "ms", "ms"});
     for (const auto& stats : result.steps) {
@@ -597,16 +726,17 @@ RecordResult record(const RecordOptions& options) {
   } else {
     text += "  steps seen: 0 (use --markers or $CALO_MARKER_SOCKET to mark steps)\n";
   }
-  uint64_t samples = 0;
-  for (const auto& loop : result.loops) samples += loop.samples;
+  const SamplerTotals totals = sampler_totals(result.loops);
+  const JitterSummary& jitter = result.jitter;
   text += fmt::format(
       "  sampler: {} samples, {} late, {} deadlines missed, {} dropped, jitter p99 {:.3f} ms over {} "
       "wake-ups "
       "(worst loop {} p99 {:.3f} ms of {}), CPU {:.3f} s\n",
-      samples, late, missed, result.samples_dropped, static_cast<double>(jitter.p99_ns) / 1e6, jitter.wakeups,
-      jitter.worst_loop, static_cast<double>(jitter.worst_loop_p99_ns) / 1e6, jitter.worst_loop_wakeups,
-      static_cast<double>(sampler_cpu_ns) / 1e9);
-  if (missed > 0 || jitter.worst_loop_p99_ns > kJitterTargetNs) {
+      totals.samples, totals.late, totals.missed, result.samples_dropped,
+      static_cast<double>(jitter.p99_ns) / 1e6, jitter.wakeups, jitter.worst_loop,
+      static_cast<double>(jitter.worst_loop_p99_ns) / 1e6, jitter.worst_loop_wakeups,
+      static_cast<double>(totals.cpu_ns) / 1e9);
+  if (totals.missed > 0 || jitter.worst_loop_p99_ns > kJitterTargetNs) {
     // Which loop fell behind (a driver stall hits every loop; one slow query hits its own).
     core::TextTable loops(
         {"loop", "samples", "late", "missed", "jitter p50", "jitter p99", "jitter max", "read", "CPU"});
@@ -624,7 +754,55 @@ RecordResult record(const RecordOptions& options) {
   }
   if (g_forwarded_signal.load() != 0)
     text += fmt::format("  forwarded signal {} to the command\n", g_forwarded_signal.load());
-  result.summary_text = text;
+  return text;
+}
+
+}  // namespace
+
+// Stages: resolve command -> open sources -> plan sampling -> open store -> register devices -> start marker
+// socket and sampler -> run child (tee output, match step lines) -> stop sampler, settle steps -> summarize.
+RecordResult record(const RecordOptions& options) {
+  const ResolvedCommand command = resolve_command(options);
+  std::vector<LinePattern> patterns;
+  for (const auto& spec : options.markers) patterns.emplace_back(spec);
+  RecordResult result;
+  result.run_dir = options.out_dir.empty() ? store::make_run_dir("runs", run_name(options)) : options.out_dir;
+  OpenSources sources = open_sources(options, result.notes);
+  store::RunInfo info = describe_run(options);
+  const PeriodPlan periods = plan_sampling(options, sources.used, info, result.notes);
+  store::RunWriter writer(result.run_dir, info);  // InputError if the directory is not writable
+  const int64_t started_ns = info.started_ns;
+  const DeviceMap devices(sources.used, writer);
+
+  StepRecorder steps(writer, started_ns);
+  const fs::path socket_path = marker_socket_path(result.run_dir);
+  MarkerSocket marker_socket(socket_path.string(), steps.assembler());
+  std::mutex print_mutex;
+  Sampler sampler(sources.used, periods, store_sink(writer, devices, sources.used, started_ns, print_mutex));
+  for (const auto& note : result.notes) fmt::print(stderr, "calo: {}\n", note);
+  fmt::print(stderr, "calo: recording {} device(s) into {}\n", devices.labels().size(),
+             result.run_dir.string());
+  sampler.start(started_ns);
+
+  const ChildOutcome child =
+      run_child(command, options, result.run_dir, socket_path, patterns, steps.assembler());
+  result.exit_code = child.exit_code;
+  result.duration_s = child.duration_s;
+
+  sampler.stop();
+  marker_socket.stop();
+  const int64_t ended_ns = core::monotonic_ns();
+  steps.finish(ended_ns);
+  result.loops = sampler.stats();
+  result.jitter = sampler.jitter_summary();
+  result.steps = steps.stats();
+  write_run_summary(writer, result, steps);
+  writer.flush();
+  result.samples_dropped = writer.stats().samples_dropped;
+  writer.add_summary({"run", "samples_dropped", static_cast<double>(result.samples_dropped), "count"});
+  result.devices = summarize_devices(writer, result.run_dir, devices, ended_ns - started_ns);
+  writer.finish(ended_ns);
+  result.summary_text = format_summary(info.command, result, steps.source());
   return result;
 }
 

@@ -92,6 +92,19 @@ TEST(RankMap, MegatronDocstringExampleTp2Pp4) {
   EXPECT_EQ(map.group(GroupKind::kTp, 7), (std::vector<int>{6, 7}));
 }
 
+// The tied-embedding group (first and last stage of one (tp, dp) position), enumerated here for graph::.
+TEST(RankMap, EmbeddingGroupsJoinFirstAndLastStage) {
+  RankMap map(make_layout(2, 3, 2));  // rank = tp + 2 * (dp + 2 * pp)
+  EXPECT_EQ(map.all_groups(GroupKind::kEmbedding), (Groups{{0, 8}, {1, 9}, {2, 10}, {3, 11}}));
+  EXPECT_EQ(map.group(GroupKind::kEmbedding, 9), (std::vector<int>{1, 9}));
+  EXPECT_TRUE(map.group(GroupKind::kEmbedding, 5).empty());  // a middle stage has none
+  EXPECT_EQ(map.index_in_group(GroupKind::kEmbedding, 9), 1);
+  EXPECT_EQ(map.index_in_group(GroupKind::kEmbedding, 5), -1);
+  EXPECT_EQ(map.group_size(GroupKind::kEmbedding), 2);
+  EXPECT_TRUE(RankMap(make_layout(2, 1, 2)).all_groups(GroupKind::kEmbedding).empty());
+  EXPECT_STREQ(to_string(GroupKind::kEmbedding), "embedding");
+}
+
 TEST(RankMap, ExpertGroupsCarveEpOutOfDp) {
   RankMap map(make_layout(2, 1, 4, 2));  // rank = tp + 2 * dp; dp = ep + 2 * edp
   EXPECT_EQ(map.all_groups(GroupKind::kEp), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "store/run_store.h"
+#include "store/sqlite_db.h"
 #include "temp_dir.h"
 
 namespace calo::store {
@@ -89,6 +90,62 @@ TEST(Merge, RenumbersDevicesAndAlignsClocks) {
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[0].device_idx, 4);  // node 1's last GPU
   EXPECT_NE(events[0].message.find("node 1 (node1)"), std::string::npos);
+}
+
+// Two hosts that booted 89 000 s apart (unrelated CLOCK_MONOTONIC) record runs started 4 s apart (wall
+// clock). `schema` 1 writes wall_offset_ns as calo record did before schema 2: wall-clock time at monotonic
+// zero.
+void write_host_run(const std::filesystem::path& dir, int64_t uptime_ns, int64_t wall_start_ns, int schema) {
+  RunInfo info;
+  info.kind = RunKind::kRecord;
+  info.host = "uptime" + std::to_string(uptime_ns / kSecond);
+  info.started_ns = uptime_ns;
+  info.wall_offset_ns = wall_start_ns;
+  {
+    RunWriter writer(dir, info);
+    writer.add_device(DeviceInfo{0, 0, 0, DeviceKind::kGpu, "H100", "", "", 700, 1980, ""});
+    const int32_t power = writer.metric_id("power_instant_w", "W", MetricKind::kGauge);
+    writer.append(Sample{0, power, kSecond, 100.0, kNoSensorTime});
+    writer.finish(info.started_ns + 2 * kSecond);
+  }
+  if (schema == 1) {
+    detail::Database db(dir / kRunDbName, SQLITE_OPEN_READWRITE);
+    db.exec("UPDATE run SET wall_offset_ns = wall_offset_ns - started_ns");
+    db.exec("PRAGMA user_version=1");
+  }
+}
+
+TEST(Merge, AlignsRunsOfHostsThatBootedAtDifferentTimesByWallClockAtStart) {
+  TempDir temp;
+  write_host_run(temp.path() / "a", 1'000 * kSecond, kWall0, 2);
+  write_host_run(temp.path() / "b", 90'000 * kSecond, kWall0 + 4 * kSecond, 2);
+  const MergeResult result = merge_runs({temp.path() / "a", temp.path() / "b"}, temp.path() / "merged");
+  ASSERT_EQ(result.shift_ns.size(), 2u);
+  EXPECT_EQ(result.shift_ns[0], 0);
+  EXPECT_EQ(result.shift_ns[1], 4 * kSecond);
+  RunReader merged(temp.path() / "merged");
+  EXPECT_EQ(merged.run().wall_offset_ns, kWall0);
+  EXPECT_EQ(merged.samples(1, merged.find_metric("power_instant_w")->id).at(0).t_ns, 5 * kSecond);
+}
+
+TEST(Merge, SchemaOneRunsAreReadWithTheWallClockAtStart) {
+  TempDir temp;
+  write_host_run(temp.path() / "a", 1'000 * kSecond, kWall0, 1);
+  write_host_run(temp.path() / "b", 90'000 * kSecond, kWall0 + 4 * kSecond, 1);
+  EXPECT_EQ(RunReader(temp.path() / "b").run().wall_offset_ns, kWall0 + 4 * kSecond);
+  const MergeResult result = merge_runs({temp.path() / "a", temp.path() / "b"}, temp.path() / "merged");
+  ASSERT_EQ(result.shift_ns.size(), 2u);
+  EXPECT_EQ(result.shift_ns[0], 0);
+  EXPECT_EQ(result.shift_ns[1], 4 * kSecond);
+  // Other kinds of schema 1 already held the time at t_ns = 0.
+  RunInfo sim;
+  sim.kind = RunKind::kSim;
+  sim.started_ns = 7 * kSecond;
+  sim.wall_offset_ns = kWall0;
+  EXPECT_EQ(migrate_run_info(sim, 1).wall_offset_ns, kWall0);
+  EXPECT_EQ(migrate_run_info(RunInfo{RunKind::kBench, "", "", "{}", "", 7 * kSecond, 0, kWall0, ""}, 1)
+                .wall_offset_ns,
+            kWall0 + 7 * kSecond);
 }
 
 TEST(Merge, RejectsUnalignableRunsAndExistingOutput) {

@@ -2,6 +2,7 @@
 // datagram socket fed by the C ABI helper in this very process.
 #include "telemetry/markers.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -121,6 +122,72 @@ TEST(SpanAssembler, LoggedStepsWithoutElapsedSpanTheLogInterval) {
   EXPECT_EQ(spans[0].steps_covered, 10);
   EXPECT_EQ(spans[0].t_begin_ns, 1'000'000'000);
   EXPECT_EQ(spans[0].step, 11);
+}
+
+// A program that prints Megatron lines and sends socket markers: each step once, from the socket.
+TEST(StepSourceFilter, SocketStepsWinOverOutputLines) {
+  std::vector<MarkerSpan> kept;
+  StepSourceFilter filter([&](const MarkerSpan& span) { kept.push_back(span); }, 1'000);
+  SpanAssembler assembler([&](const MarkerSpan& span) { filter.offer(span); });
+  // Step 1: the log line arrives before the socket's end (the two come over different channels).
+  assembler.log_step(1, 100, 0.00005, "megatron");
+  assembler.apply(*parse_marker_line("begin step 1"), 40, "socket");
+  assembler.apply(*parse_marker_line("end step 1"), 101, "socket");
+  for (int64_t step = 2; step <= 30; ++step) {
+    assembler.apply(*parse_marker_line(fmt::format("begin step {}", step)), step * 100 - 60, "socket");
+    assembler.apply(*parse_marker_line(fmt::format("end step {}", step)), step * 100, "socket");
+    assembler.log_step(step, step * 100 + 1, 0.00006, "megatron");
+  }
+  assembler.apply(*parse_marker_line("phase warmup"), 5000, "socket");
+  assembler.close_all(6000);
+  filter.finish();
+  int steps = 0;
+  for (const auto& span : kept) {
+    if (!span.is_step) continue;
+    ++steps;
+    EXPECT_EQ(span.source, "socket");
+    EXPECT_EQ(span.step, steps);
+  }
+  EXPECT_EQ(steps, 30);
+  EXPECT_EQ(kept.back().name, "warmup");  // phases pass
+  EXPECT_EQ(filter.source(), "socket");
+  EXPECT_EQ(filter.dropped(), 30u);
+  EXPECT_EQ(filter.written_before_socket(), 0u);
+}
+
+TEST(StepSourceFilter, OutputLinesAloneAreWrittenOnceHeldLongEnough) {
+  std::vector<MarkerSpan> kept;
+  StepSourceFilter filter([&](const MarkerSpan& span) { kept.push_back(span); }, 1'000);
+  SpanAssembler assembler([&](const MarkerSpan& span) { filter.offer(span); });
+  assembler.log_step(1, 500, 0.0001, "megatron");
+  assembler.log_step(2, 1'000, 0.0001, "megatron");
+  EXPECT_TRUE(kept.empty());  // held: a socket step could still come
+  assembler.log_step(3, 1'600, 0.0001, "megatron");
+  ASSERT_EQ(kept.size(), 1u);  // step 1 ended 1100 ns before the newest span
+  EXPECT_EQ(kept[0].step, 1);
+  filter.finish();
+  ASSERT_EQ(kept.size(), 3u);
+  EXPECT_EQ(kept[2].step, 3);
+  EXPECT_EQ(filter.source(), "megatron");
+  EXPECT_EQ(filter.dropped(), 0u);
+}
+
+TEST(StepSourceFilter, LateSocketMarkersDropLaterLinesAndCountTheEarlyOnes) {
+  std::vector<MarkerSpan> kept;
+  StepSourceFilter filter([&](const MarkerSpan& span) { kept.push_back(span); }, 1'000);
+  SpanAssembler assembler([&](const MarkerSpan& span) { filter.offer(span); });
+  assembler.log_step(1, 500, 0.0001, "megatron");
+  assembler.log_step(2, 5'000, 0.0001, "megatron");  // releases step 1
+  assembler.apply(*parse_marker_line("begin step 3"), 5'100, "socket");
+  assembler.apply(*parse_marker_line("end step 3"), 5'200, "socket");  // drops held step 2
+  assembler.log_step(3, 5'201, 0.0001, "megatron");
+  filter.finish();
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(kept[0].source, "megatron");
+  EXPECT_EQ(kept[1].source, "socket");
+  EXPECT_EQ(filter.source(), "socket");
+  EXPECT_EQ(filter.dropped(), 2u);
+  EXPECT_EQ(filter.written_before_socket(), 1u);
 }
 
 TEST(MarkerSocket, CHelperMarkersArriveAsSpans) {

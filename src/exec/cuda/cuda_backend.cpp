@@ -31,6 +31,7 @@
 #include "exec/cuda/norm.cuh"
 #include "exec/cuda/pointwise.cuh"
 #include "exec/cuda/routing.cuh"
+#include "exec/verify.h"
 
 namespace calo::exec {
 namespace {
@@ -39,11 +40,6 @@ using cuda::bf16;
 using graph::CollectiveKind;
 using graph::ElementwiseKind;
 using graph::OpKind;
-
-/// --check pattern (same formula as the device's device_check_value and the CPU backend).
-float check_value(int rank, std::int64_t index) {
-  return static_cast<float>(rank + 1) + 0.5f * static_cast<float>(index % 13);
-}
 
 float bf16_to_float(std::uint16_t bits) {
   const std::uint32_t widened = static_cast<std::uint32_t>(bits) << 16;
@@ -406,7 +402,7 @@ class CudaBackend final : public Backend {
 
   OpCounts executed_op_counts() const override { return executed_; }
 
-  CheckReport check_report() const override { return check_; }
+  CheckReport check_report() const override { return checks_.report(); }
 
   std::int64_t allocated_bytes() const override { return allocated_bytes_; }
 
@@ -1064,13 +1060,6 @@ class CudaBackend final : public Backend {
     snapshot_range(op, op.buffers[1], std::move(ranges), stream);
   }
 
-  void record_check(std::int64_t values, std::int64_t wrong, const std::string& failure) {
-    ++check_.ops_checked;
-    check_.values_checked += values;
-    check_.wrong += wrong;
-    if (wrong > 0 && check_.first_failures.size() < 10) check_.first_failures.push_back(failure);
-  }
-
   /// Reads `count` bf16 values of a device buffer at `offset` with `stride` (values) between them.
   std::vector<double> read_strided(const void* device, std::int64_t offset, std::int64_t count,
                                    std::int64_t stride) {
@@ -1141,7 +1130,7 @@ class CudaBackend final : public Backend {
                                 graph::describe(op.rank_op.op), row, column, got, want);
       }
     }
-    record_check(8, wrong, failure);
+    checks_.add(8, wrong, failure);
   }
 
   void verify_attention(CudaOp& op) {
@@ -1189,7 +1178,7 @@ class CudaBackend final : public Backend {
       }
       ++row_slot;
     }
-    record_check(2 * d, wrong, failure);
+    checks_.add(2 * d, wrong, failure);
   }
 
   void verify_elementwise(CudaOp& op) {
@@ -1231,54 +1220,23 @@ class CudaBackend final : public Backend {
         compare(col, bf16_to_float(op.snapshot.bf16_values()[col]),
                 in[static_cast<size_t>(col)] * inverse * weight[static_cast<size_t>(col)]);
     }
-    record_check(values, wrong, failure);
+    checks_.add(values, wrong, failure);
   }
 
   void verify_collective(CudaOp& op) {
     const graph::Op& graph_op = op.rank_op.op;
-    const auto& members = op.group_ranks;
-    std::int64_t wrong = 0;
-    std::int64_t values = 0;
-    std::string failure;
-    std::int64_t slot = 0;
-    auto compare = [&](std::int64_t at, double want) {
-      ++values;
-      const double got = bf16_to_float(op.snapshot.bf16_values()[slot++]);
-      if (got != static_cast<double>(static_cast<float>(want))) {
-        ++wrong;
-        if (failure.empty())
-          failure = fmt::format("op {} ({}): out[{}] = {} but expected {}", op.index,
-                                graph::describe(graph_op), at, got, want);
-      }
-    };
-    switch (graph_op.collective) {
-      case CollectiveKind::kAllReduce:
-        for (std::int64_t at = 0; at < std::min(op.elements, kCheckBlockValues); ++at) {
-          double want = 0;
-          for (int member : members) want += check_value(member, at);
-          compare(at, want);
-        }
-        break;
-      case CollectiveKind::kReduceScatter:
-        for (std::int64_t at = 0; at < std::min(op.elements, kCheckBlockValues); ++at) {
-          double want = 0;
-          for (int member : members) want += check_value(member, op.group_index * op.elements + at);
-          compare(at, want);
-        }
-        break;
-      case CollectiveKind::kAllGather:
-        for (size_t block = 0; block < members.size(); ++block)
-          for (std::int64_t at = 0; at < std::min(op.elements, kCheckBlockValues); ++at)
-            compare(static_cast<std::int64_t>(block) * op.elements + at, check_value(members[block], at));
-        break;
-      case CollectiveKind::kAllToAll:
-        for (size_t peer = 0; peer < members.size(); ++peer)
-          for (std::int64_t at = 0; at < std::min(op.recv_counts[peer], kCheckBlockValues); ++at)
-            compare(op.recv_offsets[peer] + at,
-                    check_value(members[peer], op.peer_send_offset_to_me[peer] + at));
-        break;
-    }
-    record_check(values, wrong, failure);
+    OpCheck check;
+    std::int64_t slot = 0;  // the snapshot holds the checked values in the order they are visited
+    for_each_expected_collective_value(
+        graph_op.collective, op.group_ranks, op.elements, op.group_index, op.recv_offsets, op.recv_counts,
+        op.peer_send_offset_to_me, kCheckBlockValues, [&](std::int64_t at, double want) {
+          const double got = bf16_to_float(op.snapshot.bf16_values()[slot++]);
+          check.count(got == static_cast<double>(static_cast<float>(want)), [&] {
+            return fmt::format("op {} ({}): out[{}] = {} but expected {}", op.index,
+                               graph::describe(graph_op), at, got, want);
+          });
+        });
+    checks_.add(check);
   }
 
   void verify_recv(CudaOp& op) {
@@ -1296,7 +1254,7 @@ class CudaBackend final : public Backend {
                                 graph::describe(graph_op), at, got, op.rank_op.peer_rank, want);
       }
     }
-    record_check(count, wrong, failure);
+    checks_.add(count, wrong, failure);
   }
 
   void verify_optimizer(CudaOp& op) {
@@ -1318,7 +1276,7 @@ class CudaBackend final : public Backend {
                                 got, want);
       }
     }
-    record_check(3, wrong, failure);
+    checks_.add(3, wrong, failure);
   }
 
   BackendConfig config_;
@@ -1349,7 +1307,7 @@ class CudaBackend final : public Backend {
   std::vector<std::weak_ptr<StreamHandle>> streams_;
   OpCounts executed_{};
   OpCounts launched_{};
-  CheckReport check_;
+  CheckTally checks_;
 };
 
 }  // namespace

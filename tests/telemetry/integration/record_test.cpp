@@ -1,7 +1,7 @@
 // `calo record` end to end: the real binary runs real children (sh, sleep, python3) on this GPU-less host.
 // Checks exit-code propagation, signal forwarding, step spans from the socket protocol and from
-// Megatron-style output lines, a killed child, SIGKILL of calo itself (run store still opens with all but the
-// last second), and exit 2 for bad usage.
+// Megatron-style output lines (one source when a program gives both), a killed child, SIGKILL of calo itself
+// (run store still opens with all but the last second), and exit 2 for bad usage.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -12,9 +12,12 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
+#include "core/time.h"
+#include "store/merge.h"
 #include "store/run_store.h"
 
 extern char** environ;
@@ -116,7 +119,16 @@ TEST(Record, ExitCodeAndOutputAreTheChilds) {
   EXPECT_TRUE(found);
 }
 
-TEST(Record, StepMarkersFromSocketPerRankAndFromMegatronLines) {
+double summary_value(const store::RunReader& reader, const std::string& scope, const std::string& key) {
+  for (const auto& row : reader.summaries(scope)) {
+    if (row.key == key) return row.value;
+  }
+  return -1;
+}
+
+// Socket markers per rank, and Megatron lines printed by the same program: the steps come from the socket
+// only (one span per step per rank), and the run says so.
+TEST(Record, StepMarkersFromSocketPerRankWinOverMegatronLines) {
   const fs::path dir = fresh_dir("markers");
   const fs::path log = dir.string() + ".log";
   const std::string script =
@@ -147,12 +159,7 @@ TEST(Record, StepMarkersFromSocketPerRankAndFromMegatronLines) {
   for (const auto& span : steps) {
     if (span.category == "socket" && span.rank == 0) ++rank0;
     if (span.category == "socket" && span.rank == 1) ++rank1;
-    if (span.category == "megatron") {
-      ++from_log;
-      EXPECT_EQ(span.rank, store::kNone);
-      EXPECT_NEAR(static_cast<double>(span.t_end_ns - span.t_begin_ns) / 1e6,
-                  50.0 + 50.0 * static_cast<double>(span.step - 1), 0.01);
-    }
+    if (span.category == "megatron") ++from_log;
     if (span.category == "socket") {
       const double duration_ms = static_cast<double>(span.t_end_ns - span.t_begin_ns) / 1e6;
       EXPECT_GE(duration_ms, 45.0 + 50.0 * static_cast<double>(span.step)) << "step " << span.step;
@@ -161,12 +168,94 @@ TEST(Record, StepMarkersFromSocketPerRankAndFromMegatronLines) {
   }
   EXPECT_EQ(rank0, 3);
   EXPECT_EQ(rank1, 3);
-  EXPECT_EQ(from_log, 3);
+  EXPECT_EQ(from_log, 0);
+  EXPECT_EQ(summary_value(reader, "run", "steps_from_socket"), 6.0);
+  EXPECT_EQ(summary_value(reader, "run", "step_lines_not_counted"), 3.0);
+  EXPECT_EQ(summary_value(reader, "steps", "steps"), -1.0);  // no rank "-" series
   const auto phases = reader.spans(store::SpanKind::kPhase);
   ASSERT_EQ(phases.size(), 1u);
   EXPECT_EQ(phases[0].name, "warmup");
   const std::string output = read_text(log);
-  EXPECT_NE(output.find("steps"), std::string::npos);
+  EXPECT_NE(output.find("steps from socket markers"), std::string::npos) << output;
+}
+
+// Megatron lines alone give the steps, with the framework's own per-step time.
+TEST(Record, StepMarkersFromMegatronLinesAlone) {
+  const fs::path dir = fresh_dir("megatron");
+  const fs::path log = dir.string() + ".log";
+  const std::string script =
+      "for step in range(3):\n"
+      "    print(f' iteration {step + 1:8d}/       3 | consumed samples: 8 | elapsed time per iteration "
+      "(ms): {50 + 50 * step:.1f} | lm loss: 1.0E+01 |', flush=True)\n";
+  ASSERT_EQ(
+      run_calo({"record", "--out", dir.string(), "--markers", "megatron", "--", "python3", "-c", script},
+               log),
+      0)
+      << read_text(log);
+  store::RunReader reader(dir);
+  const auto steps = reader.spans(store::SpanKind::kStep);
+  ASSERT_EQ(steps.size(), 3u);
+  for (const auto& span : steps) {
+    EXPECT_EQ(span.category, "megatron");
+    EXPECT_EQ(span.rank, store::kNone);
+    EXPECT_NEAR(static_cast<double>(span.t_end_ns - span.t_begin_ns) / 1e6,
+                50.0 + 50.0 * static_cast<double>(span.step - 1), 0.01);
+  }
+  EXPECT_EQ(summary_value(reader, "run", "steps_from_megatron"), 3.0);
+  EXPECT_EQ(summary_value(reader, "steps", "steps"), 3.0);
+}
+
+// The H100 fixture `train` (issue 13 item 4): a 30-step loop without ranks that prints Megatron lines and
+// sends socket markers was counted as 60 steps. It is 30, from the socket.
+TEST(Record, TrainingLoopWithBothMarkerSourcesCountsEachStepOnce) {
+  const fs::path dir = fresh_dir("both");
+  const fs::path log = dir.string() + ".log";
+  const std::string script =
+      "import os, socket, time\n"
+      "s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+      "path = os.environ['CALO_MARKER_SOCKET']\n"
+      "for step in range(1, 31):\n"
+      "    start = time.monotonic()\n"
+      "    s.sendto(f'begin step {step}'.encode(), path)\n"
+      "    time.sleep(0.01)\n"
+      "    s.sendto(f'end step {step}'.encode(), path)\n"
+      "    ms = (time.monotonic() - start) * 1e3\n"
+      "    print(f' [2026-11-24 00:00:00] iteration {step:8d}/      30 | consumed samples: {step:12d} | "
+      "elapsed time per iteration (ms): {ms:.1f} | lm loss: 1.0E+01 |', flush=True)\n";
+  ASSERT_EQ(
+      run_calo({"record", "--out", dir.string(), "--markers", "megatron", "--", "python3", "-c", script},
+               log),
+      0)
+      << read_text(log);
+  store::RunReader reader(dir);
+  std::set<int64_t> step_numbers;
+  for (const auto& span : reader.spans(store::SpanKind::kStep)) {
+    EXPECT_EQ(span.category, "socket");
+    EXPECT_TRUE(step_numbers.insert(span.step).second) << "step " << span.step << " twice";
+  }
+  EXPECT_EQ(step_numbers.size(), 30u);
+  EXPECT_EQ(summary_value(reader, "steps", "steps"), 30.0);
+  EXPECT_EQ(summary_value(reader, "run", "steps_from_socket"), 30.0);
+  EXPECT_EQ(summary_value(reader, "run", "step_lines_not_counted"), 30.0);
+}
+
+// Issue 13 item 1: two recordings started 4 s apart on one host merged with a shift of 0 s, because
+// wall_offset_ns held the wall-clock time at the host's monotonic zero. It is the time at t_ns = 0.
+TEST(Record, RunsStartedFourSecondsApartMergeFourSecondsApart) {
+  const fs::path first = fresh_dir("apart-first");
+  const fs::path second = fresh_dir("apart-second");
+  const fs::path log = first.string() + ".log";
+  const int64_t first_wall_ns = core::wall_ns();
+  ASSERT_EQ(run_calo({"record", "--out", first.string(), "--", "sleep", "0.1"}, log), 0) << read_text(log);
+  while (core::wall_ns() < first_wall_ns + 4'000'000'000)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(run_calo({"record", "--out", second.string(), "--", "sleep", "0.1"}, log), 0) << read_text(log);
+  const int64_t first_offset_ns = store::RunReader(first).run().wall_offset_ns;
+  EXPECT_NEAR(static_cast<double>(first_offset_ns - first_wall_ns) / 1e9, 0.0, 1.0);  // near the start
+  const store::MergeResult merged = store::merge_runs({first, second}, fresh_dir("apart-merged"));
+  ASSERT_EQ(merged.shift_ns.size(), 2u);
+  EXPECT_EQ(merged.shift_ns[0], 0);
+  EXPECT_NEAR(static_cast<double>(merged.shift_ns[1]) / 1e9, 4.0, 0.5);
 }
 
 TEST(Record, ForwardsSigtermAndReturnsTheChildsCode) {

@@ -74,14 +74,15 @@ TEST(HtmlReport, RendersInHeadlessChromiumWithEveryChartFilled) {
                                             analyze::analyze_run(dir.path / "sim")};
   std::string html = render_html_report(runs, {"Synthetic report"});
   int charts = count_charts(html);
-  // Comparison bars, 4 overlays (power, temperature, clock, step time), per run: 3 time series + heatmap;
+  // Simulated vs measured (the synthetic runs share a graph): per-GPU bars of mean and peak power, mean
+  // temperature and SM clock, and step time per step; comparison bars; per run: 3 time series + heatmap;
   // measured run: 2 kernel charts.
-  EXPECT_EQ(charts, 1 + 4 + 2 * 4 + 2);
+  EXPECT_EQ(charts, 5 + 1 + 2 * 4 + 2);
   EXPECT_EQ(html.find("http://"), html.find("http://www.w3.org/2000/svg"));  // no network references
   EXPECT_EQ(html.find("https://"), std::string::npos);
   std::regex empty_chart("data-points=\"0\"");
   EXPECT_FALSE(std::regex_search(html, empty_chart));
-  for (const char* expected : {"tokens_per_s", "mfu", "samples_per_s_mj", "sim error vs measured", "node 0",
+  for (const char* expected : {"tokens_per_s", "mfu", "samples_per_s_mj", "error vs measured", "node 0",
                                "Stragglers", "all_reduce exposed", "step time"}) {
     EXPECT_NE(html.find(expected), std::string::npos) << expected;
   }

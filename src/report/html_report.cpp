@@ -100,6 +100,17 @@ std::string run_header(const analyze::RunAnalysis& run, std::size_t index) {
         layout += fmt::format("{}{}={}", layout.empty() ? "" : ", ", key, value.dump());
     }
   }
+  if (config.is_object() && config.contains("layout") && config["layout"].is_object()) {
+    const auto& graph = config["layout"];
+    std::string model = config.contains("model") && config["model"].is_object()
+                            ? config["model"].value("name", std::string("?"))
+                            : std::string("?");
+    layout = fmt::format("model {}, TP{}-PP{}-DP{}, micro-batch {}, global batch {}, seq {}; ", model,
+                         graph.value("tp", 0), graph.value("pp", 0), graph.value("dp", 0),
+                         graph.value("micro_batch", 0), graph.value("global_batch", 0),
+                         graph.value("seq_length", 0)) +
+             layout;
+  }
   double duration_s = static_cast<double>(run.chart_end_ns - run.chart_begin_ns) * 1e-9;
   return fmt::format(
       "<h2>Run {}: {} <span class=\"note\">({})</span></h2>\n<table class=\"header\">"
@@ -205,8 +216,8 @@ std::string time_series_section(const analyze::RunAnalysis& run, const std::stri
       bool host = std::string_view(item.label).starts_with("Host");
       out += anchored(
           prefix + item.id,
-          time_series_chart(fmt::format("{} {} ({}; band: min–max per pixel, line: mean, dot: a lone sample)",
-                                        item.label, host ? "of the host" : "per GPU", metric),
+          time_series_chart(fmt::format("{}{} ({}; band: min–max per pixel, line: mean, dot: a lone sample)",
+                                        item.label, host ? "" : " per GPU", metric),
                             item.label, unit, x_end_s, lines, marks));
       break;
     }
@@ -387,6 +398,21 @@ std::string comparison_section(const std::vector<analyze::RunAnalysis>& runs,
                            labels, values);
 }
 
+// "name (description)" of the cluster files the sim runs used, from their config_json.
+std::string cluster_names(const std::vector<analyze::RunAnalysis>& runs,
+                          const std::vector<std::size_t>& sims) {
+  std::string out;
+  for (std::size_t sim : sims) {
+    auto config = nlohmann::json::parse(runs[sim].run.config_json, nullptr, false);
+    std::string name = "unknown";
+    if (config.is_object() && config.contains("cluster") && config["cluster"].is_object()) {
+      name = config["cluster"].value("name", "unnamed");
+    }
+    out += fmt::format("{}run {}: {}", out.empty() ? "" : "; ", sim + 1, name);
+  }
+  return out;
+}
+
 // One measured run and the simulations of its graph: the error table, per-GPU bars, step time per step.
 std::string sim_vs_measured_section(const std::vector<analyze::RunAnalysis>& runs,
                                     const analyze::Comparison& comparison, std::size_t measured,
@@ -396,8 +422,8 @@ std::string sim_vs_measured_section(const std::vector<analyze::RunAnalysis>& run
   std::string id = fmt::format("run{}-sim", measured + 1);
   std::string out = fmt::format(
       "<h2 id=\"{}\">Simulated vs measured: {}</h2>\n<p class=\"note\">Same model and layout (the runs' "
-      "graphs match); error = (simulated − measured) / measured.</p>\n",
-      id, escape_html(runs[measured].run.name));
+      "graphs match); error = (simulated − measured) / measured. Cluster file of the simulation: {}.</p>\n",
+      id, escape_html(runs[measured].run.name), escape_html(cluster_names(runs, sims)));
   out += sim_error_table(comparison, measured, sims);
   std::vector<std::string> names;
   for (std::size_t member : members) {
@@ -533,12 +559,15 @@ void recording_findings(const analyze::RunAnalysis& run, const std::string& pref
                      share * 100, exposed->lane, exposed->comm_exposed_union_s * 1e3),
          prefix + "comm"});
   }
+  bool any_gpu = false;
+  for (const auto& device : run.devices) any_gpu = any_gpu || device.kind == store::DeviceKind::kGpu;
   for (int32_t idx : run.stragglers) {
     for (const auto& metrics : run.device_metrics) {
       if (metrics.device.idx != idx) continue;
       out.push_back({0.5 + metrics.straggler_fraction,
-                     fmt::format("GPU {} is a straggler: last to finish {:.0f} % of the steps, +{:.2f} ms",
-                                 idx, metrics.straggler_fraction * 100, metrics.straggler_lag_ms),
+                     fmt::format("{} {} is a straggler: last to finish {:.0f} % of the steps, +{:.2f} ms",
+                                 any_gpu ? "GPU" : "rank", idx, metrics.straggler_fraction * 100,
+                                 metrics.straggler_lag_ms),
                      prefix + "gpus"});
     }
   }

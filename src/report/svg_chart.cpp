@@ -135,11 +135,14 @@ std::string legend_label(const std::string& name) {
   return escape_html(name.substr(0, cut)) + "\u2026<title>" + escape_html(name) + "</title>";
 }
 
-std::string legend(const std::vector<std::string>& names, double width, bool dashed_last = false,
-                   const std::vector<bool>& dashed = {}) {
+// Legend column: as many entries as fit in `height` (16 px each), then "+N more".
+std::string legend(const std::vector<std::string>& names, double width, double height,
+                   bool dashed_last = false, const std::vector<bool>& dashed = {}) {
   std::string out;
   double x = width - kRight + 14;
-  for (std::size_t index = 0; index < names.size() && index < 24; ++index) {
+  std::size_t fits = static_cast<std::size_t>(std::max((height - kTop - 28) / 16, 1.0));
+  std::size_t shown = names.size() <= fits ? names.size() : fits - 1;
+  for (std::size_t index = 0; index < shown; ++index) {
     double y = kTop + 8 + static_cast<double>(index) * 16;
     bool dash = (!dashed.empty() && dashed[index]) || (dashed_last && index + 1 == names.size());
     out += fmt::format(
@@ -148,11 +151,18 @@ std::string legend(const std::vector<std::string>& names, double width, bool das
         x, y, x + 18, y, palette_color(index), dash ? " stroke-dasharray=\"5 3\"" : "", x + 24, y + 4,
         legend_label(names[index]));
   }
-  if (names.size() > 24) {
+  if (shown < names.size()) {
     out += fmt::format("<text class=\"legend\" x=\"{:.1f}\" y=\"{:.1f}\">+{} more</text>\n", x,
-                       kTop + 8 + 24 * 16 + 4, names.size() - 24);
+                       kTop + 8 + static_cast<double>(shown) * 16 + 4, names.size() - shown);
   }
   return out;
+}
+
+// Position of `value` on a colour scale from `lo` to `hi` (0..1). A spread under 1 % of the values (1483 vs
+// 1488 MHz) is not worth a colour: every cell then reads as the low end.
+double colour_share(double value, double lo, double hi) {
+  if (!(hi > lo) || hi - lo < 0.01 * std::max(std::fabs(hi), std::fabs(lo))) return 0.0;
+  return (value - lo) / (hi - lo);
 }
 
 std::pair<double, double> padded_range(double min, double max) {
@@ -322,7 +332,7 @@ std::string time_series_chart(const std::string& title, const std::string& y_lab
   }
   std::vector<std::string> names;
   for (const auto& line : series) names.push_back(line.name);
-  out += legend(names, frame.width);
+  out += legend(names, frame.width, frame.height);
   out += close_figure();
   return out;
 }
@@ -378,7 +388,7 @@ std::string heatmap_chart(const std::string& title, const std::vector<HeatmapRow
             x + 1, y + 1, kColW - 2, kRowH - 2);
         continue;
       }
-      double share = hi > lo ? (value - lo) / (hi - lo) : 0.0;
+      double share = colour_share(value, lo, hi);
       // Cool (light yellow) to hot (dark red).
       int red = static_cast<int>(255 - 75 * share);
       int green = static_cast<int>(245 - 200 * share);
@@ -446,7 +456,7 @@ std::string stacked_bar_chart(const std::string& title, const std::string& unit,
   out +=
       fmt::format("<text class=\"axis-title\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n",
                   kLeft + frame.plot_w() / 2, frame.height - 8, escape_html(unit));
-  out += legend(segments, frame.width);
+  out += legend(segments, frame.width, frame.height);
   out += close_figure();
   return out;
 }
@@ -501,7 +511,7 @@ std::string grouped_bar_chart(const std::string& title, const std::vector<std::s
         panel_x + (kPanelW - 20) / 2, panel_y + kPanelH + 18, escape_html(groups[group]),
         panel_x + (kPanelW - 20) / 2, panel_y + kPanelH + 32, escape_html(group_units[group]));
   }
-  out += legend(series, width);
+  out += legend(series, width, height);
   out += close_figure();
   return out;
 }
@@ -557,7 +567,7 @@ std::string column_chart(const std::string& title, const std::string& y_label, c
                          kTop + frame.plot_h() + 16, escape_html(categories[category]));
     }
   }
-  out += legend(series, frame.width);
+  out += legend(series, frame.width, frame.height);
   out += close_figure();
   return out;
 }
@@ -602,7 +612,7 @@ std::string node_slot_heatmap(const std::string& title, const std::string& unit,
             x + 1, y + 1, kCellW - 2, kCellH - 2);
         continue;
       }
-      double share = hi > lo ? (value - lo) / (hi - lo) : 0.0;
+      double share = colour_share(value, lo, hi);
       out += fmt::format(
           "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"rgb({},{},{})\">"
           "<title>node {} slot {}: {} {}</title></rect><text class=\"cell\" x=\"{:.1f}\" y=\"{:.1f}\" "
@@ -614,7 +624,7 @@ std::string node_slot_heatmap(const std::string& title, const std::string& unit,
     }
   }
   out += fmt::format(
-      "<text class=\"legend\" x=\"{:.1f}\" y=\"{:.1f}\">{}: light = {} , dark = {} (one scale)</text>\n",
+      "<text class=\"legend\" x=\"{:.1f}\" y=\"{:.1f}\">{}: light = {}, dark = {} (one scale)</text>\n",
       kLabelW, height - 10, escape_html(unit), format_cell(lo), format_cell(hi));
   out += close_figure();
   return out;
@@ -658,7 +668,7 @@ std::string xy_chart(const std::string& title, const std::string& x_label, const
     names.push_back(series[index].name);
     dashed.push_back(series[index].dashed);
   }
-  out += legend(names, frame.width, false, dashed);
+  out += legend(names, frame.width, frame.height, false, dashed);
   out += close_figure();
   return out;
 }

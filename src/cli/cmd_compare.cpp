@@ -58,7 +58,7 @@ int run_compare(const CompareFlags& flags) {
   bool errors = comparison.measured_reference >= 0;
   std::vector<std::size_t> sim_runs;
   for (std::size_t index = 0; index < runs.size(); ++index) {
-    if (errors && runs[index].run.kind == store::RunKind::kSim) {
+    if (errors && comparison.sim_reference[index] >= 0) {  // a sim of a measured run's graph
       sim_runs.push_back(index);
       headers.push_back(fmt::format("run{} err", index + 1));
     }
@@ -85,7 +85,7 @@ int run_compare(const CompareFlags& flags) {
   fmt::print("{}", table.render());
   for (std::size_t index : sim_runs) {
     fmt::print("run{} (sim) vs run{} (measured): mean |error| {:.1f}%\n", index + 1,
-               comparison.measured_reference + 1, analyze::mean_abs_sim_error(comparison, index) * 100);
+               comparison.sim_reference[index] + 1, analyze::mean_abs_sim_error(comparison, index) * 100);
   }
   return 0;
 }

@@ -220,5 +220,23 @@ TEST_F(FixtureReport, DomHoldsVerdictLinesAndErrorColumnOnlyForMatchingGraphs) {
   EXPECT_LT(dom.find("<div id=\"run3-header\">"), projection);
 }
 
+// `calo compare` on the same runs: an error column for sim8b (run 2, the graph of bench8b) only; simmbs4
+// (run 4, a layout no measured run given has) is shown side by side without one.
+TEST_F(FixtureReport, CompareGivesErrorsOnlyForTheSameGraph) {
+  auto calo = std::filesystem::path(CALO_BINARY_DIR) / "calo";
+  if (!std::filesystem::exists(calo)) GTEST_SKIP() << "calo binary not built in " << CALO_BINARY_DIR;
+  int status = 0;
+  std::string command = calo.string() + " compare";
+  for (const char* name : {"bench8b", "sim8b", "mbs8", "simmbs4"})
+    command += " " + (dir_->path / "runs" / name).string();
+  std::string out = run_command(command, status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("run2 err"), std::string::npos) << out;
+  EXPECT_EQ(out.find("run4 err"), std::string::npos) << out;
+  EXPECT_NE(out.find("run2 (sim) vs run1 (measured)"), std::string::npos) << out;
+  EXPECT_EQ(out.find("run4 (sim) vs"), std::string::npos) << out;
+  EXPECT_EQ(out.find("nan"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace calo::report

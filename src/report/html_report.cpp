@@ -608,8 +608,11 @@ std::string verdict_section(const std::vector<analyze::RunAnalysis>& runs,
         double weight = row.key == "step_time_mean_s" ? 10 : row.key == "energy_per_step_j" ? 9 : 0;
         if (weight == 0) continue;
         std::string what = row.key == "step_time_mean_s" ? "step time" : "energy per step";
-        std::string text = fmt::format("simulated {} {:.1f} % {} measured (run {})", what,
-                                       std::fabs(error) * 100, error > 0 ? "above" : "below", reference + 1);
+        std::string text =
+            std::fabs(error) < 0.0005
+                ? fmt::format("simulated {} within 0.1 % of measured (run {})", what, reference + 1)
+                : fmt::format("simulated {} {:.1f} % {} measured (run {})", what, std::fabs(error) * 100,
+                              error > 0 ? "above" : "below", reference + 1);
         findings.push_back({weight, text, sim_id});
       }
     } else if (run.run.kind == store::RunKind::kSim) {

@@ -41,21 +41,32 @@ double calibrated_tolerance(const RunAnalysis& run, const std::string& key) {
 
 }  // namespace
 
+bool same_graph(const RunAnalysis& a, const RunAnalysis& b) {
+  auto config_a = nlohmann::json::parse(a.run.config_json, nullptr, false);
+  auto config_b = nlohmann::json::parse(b.run.config_json, nullptr, false);
+  for (const char* key : {"model", "layout"}) {
+    if (!config_a.is_object() || !config_b.is_object() || !config_a.contains(key) || !config_b.contains(key))
+      return false;
+    if (!config_a[key].is_object() || config_a[key] != config_b[key]) return false;
+  }
+  return true;
+}
+
 Comparison compare_runs(const std::vector<RunAnalysis>& runs) {
   Comparison comparison;
-  bool any_sim = false;
   for (std::size_t index = 0; index < runs.size(); ++index) {
     const auto& run = runs[index].run;
     comparison.run_labels.push_back(fmt::format("{} ({})", run.name, store::to_string(run.kind)));
-    if (run.kind == store::RunKind::kSim) any_sim = true;
-  }
-  if (any_sim) {
-    for (std::size_t index = 0; index < runs.size(); ++index) {
-      if (runs[index].run.kind != store::RunKind::kSim) {
-        comparison.measured_reference = static_cast<int32_t>(index);
+    int32_t reference = -1;
+    for (std::size_t other = 0; other < runs.size() && run.kind == store::RunKind::kSim; ++other) {
+      if (runs[other].run.kind != store::RunKind::kSim && same_graph(runs[index], runs[other])) {
+        reference = static_cast<int32_t>(other);
         break;
       }
     }
+    comparison.sim_reference.push_back(reference);
+    if (reference >= 0 && (comparison.measured_reference < 0 || reference < comparison.measured_reference))
+      comparison.measured_reference = reference;
   }
   std::vector<std::vector<Figure>> figures;
   for (const auto& run : runs) figures.push_back(run_figures(run));
@@ -77,8 +88,8 @@ Comparison compare_runs(const std::vector<RunAnalysis>& runs) {
       double value = out.values[index];
       out.ratio.push_back(std::isnan(value) || std::isnan(base) || base == 0 ? NAN : value / base);
       double error = NAN;
-      if (comparison.measured_reference >= 0 && runs[index].run.kind == store::RunKind::kSim) {
-        double measured = out.values[static_cast<std::size_t>(comparison.measured_reference)];
+      if (comparison.sim_reference[index] >= 0) {
+        double measured = out.values[static_cast<std::size_t>(comparison.sim_reference[index])];
         if (!std::isnan(value) && !std::isnan(measured) && measured != 0)
           error = (value - measured) / measured;
       }

@@ -25,11 +25,16 @@ struct ComparisonRow {
 /// Result of compare_runs.
 struct Comparison {
   std::vector<std::string> run_labels;  ///< "name (kind)" per run
-  int32_t measured_reference = -1;      ///< index of the measured run sim errors refer to, -1 if none
+  int32_t measured_reference = -1;      ///< first measured run some sim run is compared with, -1 if none
+  std::vector<int32_t> sim_reference;   ///< per run: the measured run of the same graph (sim runs), else -1
   std::vector<ComparisonRow> rows;      ///< figures in run_figures order
 };
 
-/// Compares `runs` (at least one). The measured reference is the first non-sim run when any run is sim.
+/// True when both runs ran the same graph: equal "model" and "layout" objects in their config_json.
+bool same_graph(const RunAnalysis& a, const RunAnalysis& b);
+
+/// Compares `runs` (at least one). A sim run is compared (sim_error) with the first non-sim run of the same
+/// graph (same_graph); a sim run without one has no error, it is a projection.
 Comparison compare_runs(const std::vector<RunAnalysis>& runs);
 
 /// Mean absolute relative error over the rows that have a sim error for run `run_index` (NaN if none).

@@ -59,7 +59,7 @@ int run_compare(const CompareFlags& flags) {
   bool errors = comparison.measured_reference >= 0;
   std::vector<std::size_t> sim_runs;
   for (std::size_t index = 0; index < runs.size(); ++index) {
-    if (errors && runs[index].run.kind == store::RunKind::kSim) {
+    if (errors && comparison.sim_reference[index] >= 0) {  // a sim of a measured run's graph
       sim_runs.push_back(index);
       headers.push_back(fmt::format("run{} err", index + 1));
       headers.push_back(fmt::format("run{} tol", index + 1));
@@ -78,9 +78,12 @@ int run_compare(const CompareFlags& flags) {
     const bool degrees = row.unit == "C";
     for (std::size_t index : sim_runs) {
       const double error = row.sim_error[index];
-      cells.push_back(std::isnan(error) ? "-"
-                      : degrees ? fmt::format("{:+.1f} C", error * row.values[comparison.measured_reference])
-                                : fmt::format("{:+.1f}%", error * 100));
+      cells.push_back(
+          std::isnan(error) ? "-"
+          : degrees
+              ? fmt::format("{:+.1f} C",
+                            error * row.values[static_cast<std::size_t>(comparison.sim_reference[index])])
+              : fmt::format("{:+.1f}%", error * 100));
       const double tolerance = row.tolerance[index];
       cells.push_back(std::isnan(tolerance) ? "-"
                       : degrees             ? fmt::format("±{:.1f} C", tolerance)
@@ -94,7 +97,7 @@ int run_compare(const CompareFlags& flags) {
   fmt::print("{}", table.render());
   for (std::size_t index : sim_runs) {
     fmt::print("run{} (sim) vs run{} (measured): mean |error| {:.1f}%\n", index + 1,
-               comparison.measured_reference + 1, analyze::mean_abs_sim_error(comparison, index) * 100);
+               comparison.sim_reference[index] + 1, analyze::mean_abs_sim_error(comparison, index) * 100);
   }
   if (!sim_runs.empty()) {
     fmt::print(

@@ -61,10 +61,14 @@ int run_report(const ReportFlags& flags) {
 }
 
 const CommandRegistration kReport(
-    "report", "render one self-contained HTML report (summary, time series, heatmaps, kernels, comparisons)",
+    "report",
+    "render one self-contained HTML report (verdict, simulated vs measured, runs side by side, time series, "
+    "per-GPU figures, kernels, projections)",
     80, [](CLI::App& app) -> std::function<int()> {
       auto flags = std::make_shared<ReportFlags>();
-      app.add_option("RUN", flags->runs, "run directories (first one is the reference for ratios)")
+      app.add_option(
+             "RUN", flags->runs,
+             "run directories (a sim run is compared with a measured run of the same model and layout)")
           ->required()
           ->check(CLI::ExistingDirectory);
       app.add_option("--out", flags->out, "HTML file to write (default: <first run>/report.html)");

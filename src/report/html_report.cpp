@@ -26,7 +26,10 @@ figure.chart{margin:10px 0 18px}figcaption{font-weight:bold;font-size:14px;margi
 svg{font-size:11px;background:#fff}
 svg .grid{stroke:#eee}svg .axis{stroke:#888}svg .frame{fill:none;stroke:#888}
 svg .tick{fill:#444}svg .axis-title{fill:#222;font-size:12px}svg .legend{fill:#222;font-size:11px}
-svg .line{fill:none;stroke-width:1.4}svg .band{fill:none;stroke-width:1.6;stroke-opacity:.25}
+svg .line{fill:none;stroke-width:1.4}svg .band{stroke:none;fill-opacity:.22}
+svg .dots{fill:none;stroke-width:5;stroke-linecap:round}
+ol.verdict{font-size:14px;margin:4px 0 10px}ol.verdict li{margin:2px 0}
+.verdict-run{font-weight:bold;margin-top:10px}
 svg .step-mark{stroke:#bbb;stroke-dasharray:2 3}svg .cell{font-size:10px;fill:#222}
 svg .group{font-size:11px;font-weight:bold;fill:#444}svg .group-rule{stroke:#555}
 svg .cell-empty{fill:#f7f7f7}
@@ -68,7 +71,14 @@ std::string percent(double ratio) {
 }
 
 std::string device_label(const store::DeviceInfo& device) {
+  if (device.kind == store::DeviceKind::kCpu) return device.name.empty() ? "host" : device.name;
   return fmt::format("GPU {} (n{} s{})", device.idx, device.node, device.slot);
+}
+
+// Wraps a chart in an element that the verdict links to.
+std::string anchored(const std::string& id, const std::string& chart) {
+  if (chart.empty()) return "";
+  return fmt::format("<div id=\"{}\">\n{}</div>\n", id, chart);
 }
 
 std::string run_header(const analyze::RunAnalysis& run, std::size_t index) {
@@ -90,6 +100,17 @@ std::string run_header(const analyze::RunAnalysis& run, std::size_t index) {
         layout += fmt::format("{}{}={}", layout.empty() ? "" : ", ", key, value.dump());
     }
   }
+  if (config.is_object() && config.contains("layout") && config["layout"].is_object()) {
+    const auto& graph = config["layout"];
+    std::string model = config.contains("model") && config["model"].is_object()
+                            ? config["model"].value("name", std::string("?"))
+                            : std::string("?");
+    layout = fmt::format("model {}, TP{}-PP{}-DP{}, micro-batch {}, global batch {}, seq {}; ", model,
+                         graph.value("tp", 0), graph.value("pp", 0), graph.value("dp", 0),
+                         graph.value("micro_batch", 0), graph.value("global_batch", 0),
+                         graph.value("seq_length", 0)) +
+             layout;
+  }
   double duration_s = static_cast<double>(run.chart_end_ns - run.chart_begin_ns) * 1e-9;
   return fmt::format(
       "<h2>Run {}: {} <span class=\"note\">({})</span></h2>\n<table class=\"header\">"
@@ -106,17 +127,11 @@ std::string run_header(const analyze::RunAnalysis& run, std::size_t index) {
       escape_html(run.run_dir.string()));
 }
 
+// Every run's figures side by side, without ratios or errors (runs of different graphs are not comparable).
 std::string summary_table(const analyze::Comparison& comparison) {
   std::string out = "<table class=\"summary\"><tr><th class=\"key\">figure</th><th>unit</th>";
-  for (const auto& label : comparison.run_labels) out += fmt::format("<th>{}</th>", escape_html(label));
-  bool ratios = comparison.run_labels.size() > 1;
-  bool errors = comparison.measured_reference >= 0;
-  if (ratios) {
-    for (std::size_t index = 1; index < comparison.run_labels.size(); ++index) {
-      out += fmt::format("<th>run {} / run 1</th>", index + 1);
-    }
-  }
-  if (errors) out += "<th>sim error vs measured</th>";
+  for (std::size_t index = 0; index < comparison.run_labels.size(); ++index)
+    out += fmt::format("<th>run {}: {}</th>", index + 1, escape_html(comparison.run_labels[index]));
   out += "</tr>\n";
   for (const auto& row : comparison.rows) {
     bool any = false;
@@ -125,19 +140,30 @@ std::string summary_table(const analyze::Comparison& comparison) {
     out +=
         fmt::format("<tr><td class=\"key\">{}</td><td>{}</td>", escape_html(row.key), escape_html(row.unit));
     for (double value : row.values) out += fmt::format("<td>{}</td>", number(value, row.unit));
-    if (ratios) {
-      for (std::size_t index = 1; index < row.ratio.size(); ++index) {
-        out += fmt::format("<td>{}</td>",
-                           std::isnan(row.ratio[index]) ? "–" : fmt::format("{:.3f}", row.ratio[index]));
-      }
-    }
-    if (errors) {
-      std::string cell;
-      for (std::size_t index = 0; index < row.sim_error.size(); ++index) {
-        if (!std::isnan(row.sim_error[index]))
-          cell += (cell.empty() ? "" : " ") + percent(row.sim_error[index]);
-      }
-      out += fmt::format("<td>{}</td>", cell.empty() ? "–" : cell);
+    out += "</tr>\n";
+  }
+  out += "</table>\n";
+  return out;
+}
+
+// The measured run and its simulations of the same graph: values and the error column.
+std::string sim_error_table(const analyze::Comparison& comparison, std::size_t measured,
+                            const std::vector<std::size_t>& sims) {
+  std::string out = fmt::format(
+      "<table class=\"sim-vs-measured\"><tr><th class=\"key\">figure</th><th>unit</th><th>run {}: {}</th>",
+      measured + 1, escape_html(comparison.run_labels[measured]));
+  for (std::size_t sim : sims) {
+    out += fmt::format("<th>run {}: {}</th><th class=\"error\">error vs measured</th>", sim + 1,
+                       escape_html(comparison.run_labels[sim]));
+  }
+  out += "</tr>\n";
+  for (const auto& row : comparison.rows) {
+    if (std::isnan(row.values[measured])) continue;
+    out += fmt::format("<tr><td class=\"key\">{}</td><td>{}</td><td>{}</td>", escape_html(row.key),
+                       escape_html(row.unit), number(row.values[measured], row.unit));
+    for (std::size_t sim : sims) {
+      out += fmt::format("<td>{}</td><td class=\"error\">{}</td>", number(row.values[sim], row.unit),
+                         percent(row.sim_error[sim]));
     }
     out += "</tr>\n";
   }
@@ -145,15 +171,23 @@ std::string summary_table(const analyze::Comparison& comparison) {
   return out;
 }
 
-std::string time_series_section(const analyze::RunAnalysis& run) {
+// Per-device time series (GPU power, temperature, SM clock, utilization; host CPU and memory), each in a
+// <div id="runK-ID"> the verdict links to.
+std::string time_series_section(const analyze::RunAnalysis& run, const std::string& prefix) {
   struct Wanted {
     std::vector<const char*> metrics;
     const char* label;
+    const char* id;
+    double scale;      // multiplies every value (bytes -> GiB)
+    const char* unit;  // replaces the metric's unit when scaled
   };
-  const Wanted wanted[] = {{{"power_sampled_w", "power_instant_w", "power_avg_w"}, "GPU power"},
-                           {{"temp_gpu_c"}, "GPU temperature"},
-                           {{"clock_sm_mhz"}, "SM clock"},
-                           {{"util_gpu_pct"}, "GPU utilization"}};
+  const Wanted wanted[] = {
+      {{"power_sampled_w", "power_instant_w", "power_avg_w"}, "GPU power", "power", 1, ""},
+      {{"temp_gpu_c"}, "GPU temperature", "temp", 1, ""},
+      {{"clock_sm_mhz"}, "SM clock", "clock", 1, ""},
+      {{"util_gpu_pct"}, "GPU utilization", "util", 1, ""},
+      {{"cpu_util_pct"}, "Host CPU utilization", "cpu", 1, ""},
+      {{"host_mem_used_bytes"}, "Host memory used", "mem", 1.0 / (1 << 30), "GiB"}};
   std::vector<double> marks;
   for (const auto& [begin, end] : run.step_marks_ns) marks.push_back(static_cast<double>(begin) * 1e-9);
   double x_end_s = static_cast<double>(run.chart_end_ns - run.chart_begin_ns) * 1e-9;
@@ -167,20 +201,57 @@ std::string time_series_section(const analyze::RunAnalysis& run) {
       for (std::size_t slot = 0; slot < found->second.size(); ++slot) {
         const auto& digest = found->second[slot];
         if (digest.count == 0) continue;
-        unit = digest.unit;
-        lines.push_back({device_label(run.devices[slot]), digest.buckets});
+        unit = *item.unit != 0 ? item.unit : digest.unit;
+        TimeSeries line{device_label(run.devices[slot]), digest.buckets};
+        if (item.scale != 1) {
+          for (auto& bucket : line.buckets) {
+            bucket.min *= item.scale;
+            bucket.max *= item.scale;
+            bucket.mean *= item.scale;
+          }
+        }
+        lines.push_back(std::move(line));
       }
       if (lines.empty()) continue;
-      out += time_series_chart(
-          fmt::format("{} per GPU ({}; band: min–max per pixel, line: mean)", item.label, metric), item.label,
-          unit, x_end_s, lines, marks);
+      bool host = std::string_view(item.label).starts_with("Host");
+      out += anchored(
+          prefix + item.id,
+          time_series_chart(fmt::format("{}{} ({}; band: min–max per pixel, line: mean, dot: a lone sample)",
+                                        item.label, host ? "" : " per GPU", metric),
+                            item.label, unit, x_end_s, lines, marks));
       break;
     }
   }
   return out;
 }
 
-std::string heatmap_section(const analyze::RunAnalysis& run) {
+// Runs over several nodes: mean power and peak temperature per GPU on a node x slot grid (one colour scale).
+std::string node_slot_section(const analyze::RunAnalysis& run, const std::string& prefix) {
+  int32_t nodes = 0;
+  int32_t slots = 0;
+  for (const auto& metrics : run.device_metrics) {
+    if (metrics.device.kind != store::DeviceKind::kGpu) continue;
+    nodes = std::max(nodes, metrics.device.node + 1);
+    slots = std::max(slots, metrics.device.slot + 1);
+  }
+  if (nodes < 2) return "";
+  auto grid = [&](auto member) {
+    std::vector<std::vector<double>> values(static_cast<std::size_t>(nodes),
+                                            std::vector<double>(static_cast<std::size_t>(slots), NAN));
+    for (const auto& metrics : run.device_metrics) {
+      if (metrics.device.kind != store::DeviceKind::kGpu) continue;
+      values[static_cast<std::size_t>(metrics.device.node)][static_cast<std::size_t>(metrics.device.slot)] =
+          metrics.*member;
+    }
+    return values;
+  };
+  return anchored(prefix + "node-power", node_slot_heatmap("Mean power per GPU, node × slot", "W",
+                                                           grid(&analyze::DeviceMetrics::power_mean_w))) +
+         anchored(prefix + "node-temp", node_slot_heatmap("Peak temperature per GPU, node × slot", "°C",
+                                                          grid(&analyze::DeviceMetrics::temp_peak_c)));
+}
+
+std::string heatmap_section(const analyze::RunAnalysis& run, const std::string& prefix) {
   std::vector<HeatmapRow> rows;
   std::vector<std::vector<double>> values;
   const std::vector<std::string> columns = {"P mean W",  "P peak W",  "P p99 W", "swing W",
@@ -220,11 +291,14 @@ std::string heatmap_section(const analyze::RunAnalysis& run) {
     values.push_back(row);
   }
   if (!any) return "";
-  std::string out = heatmap_chart(
-      "GPUs × metrics, grouped by node (P power, swing: largest change within 100 ms, T temperature, pcap / "
-      "thermal: throttled share of time, lag: mean step-end lag behind the median; colour per column: light "
-      "= low, dark = high)",
-      rows, columns, values);
+  std::string out =
+      anchored(prefix + "gpus", heatmap_chart("GPUs × metrics, grouped by node (P power, swing: largest "
+                                              "change within 100 ms, T temperature, pcap / "
+                                              "thermal: throttled share of time, lag: mean step-end lag "
+                                              "behind the median; colour per column: light "
+                                              "= low, dark = high)",
+                                              rows, columns, values));
+  out += node_slot_section(run, prefix);
   if (!run.stragglers.empty()) {
     out += "<p><b>Stragglers</b> (ended their step last in more than 2/n of the steps): ";
     for (int32_t idx : run.stragglers) {
@@ -255,7 +329,7 @@ std::string heatmap_section(const analyze::RunAnalysis& run) {
   return out;
 }
 
-std::string kernel_section(const analyze::RunAnalysis& run) {
+std::string kernel_section(const analyze::RunAnalysis& run, const std::string& prefix) {
   if (run.kernels.empty()) return "";
   std::vector<std::string> bars;
   std::vector<std::vector<double>> busy;
@@ -285,11 +359,13 @@ std::string kernel_section(const analyze::RunAnalysis& run) {
     }
     comm.push_back(comm_row);
   }
-  std::string out = stacked_bar_chart("GPU kernel time per category and rank", "ms", bars, categories, busy);
+  std::string out = anchored(prefix + "kernels", stacked_bar_chart("GPU kernel time per category and rank",
+                                                                   "ms", bars, categories, busy));
   if (any_comm) {
-    out +=
-        stacked_bar_chart("Communication per rank: exposed vs overlapped with compute, per collective kind",
-                          "ms", bars, comm_segments, comm);
+    out += anchored(prefix + "comm",
+                    stacked_bar_chart("Communication per rank: exposed vs overlapped with compute, per "
+                                      "collective kind",
+                                      "ms", bars, comm_segments, comm));
   }
   return out;
 }
@@ -315,73 +391,258 @@ std::string comparison_section(const std::vector<analyze::RunAnalysis>& runs,
     }
   }
   if (groups.empty() || runs.size() < 2) return "";
-  return grouped_bar_chart("Runs compared: throughput, efficiency, energy, power, heat", groups, units,
-                           comparison.run_labels, values);
+  std::vector<std::string> labels;
+  for (std::size_t index = 0; index < runs.size(); ++index)
+    labels.push_back(fmt::format("run {} ({})", index + 1, store::to_string(runs[index].run.kind)));
+  return grouped_bar_chart("Runs side by side: throughput, efficiency, energy, power, heat", groups, units,
+                           labels, values);
 }
 
-std::string sim_overlay_section(const std::vector<analyze::RunAnalysis>& runs) {
-  int measured = -1;
-  std::vector<int> sims;
-  for (std::size_t index = 0; index < runs.size(); ++index) {
-    if (runs[index].run.kind == store::RunKind::kSim) {
-      sims.push_back(static_cast<int>(index));
-    } else if (measured < 0) {
-      measured = static_cast<int>(index);
-    }
-  }
-  if (measured < 0 || sims.empty()) return "";
+// "name (description)" of the cluster files the sim runs used, from their config_json.
+std::string cluster_names(const std::vector<analyze::RunAnalysis>& runs,
+                          const std::vector<std::size_t>& sims) {
   std::string out;
-  auto per_gpu = [&](auto member, const char* label, const char* unit) {
-    std::vector<XySeries> lines;
-    for (int index : std::vector<int>{measured}) {
-      XySeries line{fmt::format("{} (measured)", runs[static_cast<std::size_t>(index)].run.name), {}, false};
-      for (const auto& metrics : runs[static_cast<std::size_t>(index)].device_metrics) {
-        line.points.emplace_back(metrics.device.idx, metrics.*member);
-      }
-      lines.push_back(line);
+  for (std::size_t sim : sims) {
+    auto config = nlohmann::json::parse(runs[sim].run.config_json, nullptr, false);
+    std::string name = "unknown";
+    if (config.is_object() && config.contains("cluster") && config["cluster"].is_object()) {
+      name = config["cluster"].value("name", "unnamed");
     }
-    for (int index : sims) {
-      XySeries line{fmt::format("{} (simulated)", runs[static_cast<std::size_t>(index)].run.name), {}, true};
-      for (const auto& metrics : runs[static_cast<std::size_t>(index)].device_metrics) {
-        line.points.emplace_back(metrics.device.idx, metrics.*member);
-      }
-      lines.push_back(line);
-    }
-    bool any = false;
-    for (const auto& line : lines) {
-      for (const auto& point : line.points) any = any || std::isfinite(point.second);
-    }
-    if (any)
-      out += xy_chart(fmt::format("Simulated vs measured: {} per GPU", label), "GPU index", "#", label, unit,
-                      lines);
-  };
-  per_gpu(&analyze::DeviceMetrics::power_mean_w, "mean power", "W");
-  per_gpu(&analyze::DeviceMetrics::temp_mean_c, "mean temperature", "°C");
-  per_gpu(&analyze::DeviceMetrics::sm_clock_mean_mhz, "mean SM clock", "MHz");
-  // Step time per step.
-  std::vector<XySeries> steps;
-  for (int index : std::vector<int>{measured}) {
-    XySeries line{fmt::format("{} (measured)", runs[static_cast<std::size_t>(index)].run.name), {}, false};
-    int step = 0;
-    for (const auto& [begin, end] : runs[static_cast<std::size_t>(index)].measured_steps_ns) {
-      line.points.emplace_back(step++, static_cast<double>(end - begin) * 1e-6);
-    }
-    steps.push_back(line);
+    out += fmt::format("{}run {}: {}", out.empty() ? "" : "; ", sim + 1, name);
   }
-  for (int index : sims) {
-    XySeries line{fmt::format("{} (simulated)", runs[static_cast<std::size_t>(index)].run.name), {}, true};
+  return out;
+}
+
+// One measured run and the simulations of its graph: the error table, per-GPU bars, step time per step.
+std::string sim_vs_measured_section(const std::vector<analyze::RunAnalysis>& runs,
+                                    const analyze::Comparison& comparison, std::size_t measured,
+                                    const std::vector<std::size_t>& sims) {
+  std::vector<std::size_t> members = {measured};
+  members.insert(members.end(), sims.begin(), sims.end());
+  std::string id = fmt::format("run{}-sim", measured + 1);
+  std::string out = fmt::format(
+      "<h2 id=\"{}\">Simulated vs measured: {}</h2>\n<p class=\"note\">Same model and layout (the runs' "
+      "graphs match); error = (simulated − measured) / measured. Cluster file of the simulation: {}.</p>\n",
+      id, escape_html(runs[measured].run.name), escape_html(cluster_names(runs, sims)));
+  out += sim_error_table(comparison, measured, sims);
+  std::vector<std::string> names;
+  for (std::size_t member : members) {
+    names.push_back(fmt::format("{} (run {})", member == measured ? "measured" : "simulated", member + 1));
+  }
+  // Per-GPU figures: bars per GPU (by device index; the graphs match, so do the GPU counts).
+  std::vector<std::string> gpus;
+  for (const auto& metrics : runs[measured].device_metrics) {
+    if (metrics.device.kind == store::DeviceKind::kGpu)
+      gpus.push_back(fmt::format("GPU {}", metrics.device.idx));
+  }
+  struct PerGpu {
+    double analyze::DeviceMetrics::*member;
+    const char* label;
+    const char* unit;
+    const char* id;
+  };
+  const PerGpu figures[] = {{&analyze::DeviceMetrics::power_mean_w, "mean power", "W", "power"},
+                            {&analyze::DeviceMetrics::power_peak_w, "peak power", "W", "peak"},
+                            {&analyze::DeviceMetrics::temp_mean_c, "mean temperature", "°C", "temp"},
+                            {&analyze::DeviceMetrics::sm_clock_mean_mhz, "mean SM clock", "MHz", "clock"}};
+  for (const auto& figure : figures) {
+    std::vector<std::vector<double>> values;
+    bool any = false;
+    for (std::size_t member : members) {
+      std::vector<double> row(gpus.size(), NAN);
+      std::size_t column = 0;
+      for (const auto& metrics : runs[member].device_metrics) {
+        if (metrics.device.kind != store::DeviceKind::kGpu) continue;
+        if (column < row.size()) row[column] = metrics.*figure.member;
+        any = any || !std::isnan(metrics.*figure.member);
+        ++column;
+      }
+      values.push_back(row);
+    }
+    if (!any || gpus.empty()) continue;
+    out += anchored(id + "-" + figure.id,
+                    column_chart(fmt::format("Simulated vs measured: {} per GPU", figure.label), figure.label,
+                                 figure.unit, gpus, names, values));
+  }
+  std::vector<XySeries> steps;
+  for (std::size_t member : members) {
+    XySeries line{names[steps.size()], {}, member != measured};
     int step = 0;
-    for (const auto& [begin, end] : runs[static_cast<std::size_t>(index)].measured_steps_ns) {
+    for (const auto& [begin, end] : runs[member].measured_steps_ns) {
       line.points.emplace_back(step++, static_cast<double>(end - begin) * 1e-6);
     }
     steps.push_back(line);
   }
   bool any_steps = false;
   for (const auto& line : steps) any_steps = any_steps || !line.points.empty();
-  if (any_steps)
-    out += xy_chart("Simulated vs measured: step time per step", "step", "#", "step time", "ms", steps);
-  if (out.empty()) return "";
-  return "<h2>Simulated vs measured</h2>\n" + out;
+  if (any_steps) {
+    out += anchored(id + "-steps", xy_chart("Simulated vs measured: step time per step", "step", "#",
+                                            "step time", "ms", steps));
+  }
+  return out;
+}
+
+// One finding of the verdict: its text, the chart it refers to, and how much it matters (higher first).
+struct Finding {
+  double weight;
+  std::string text;
+  std::string anchor;
+};
+
+// Index of the GPU with the largest value of `value_of` (NaN ignored), or npos.
+template <typename ValueOf>
+std::size_t worst_gpu(const analyze::RunAnalysis& run, ValueOf value_of) {
+  std::size_t worst = std::string::npos;
+  for (std::size_t index = 0; index < run.device_metrics.size(); ++index) {
+    if (run.device_metrics[index].device.kind != store::DeviceKind::kGpu) continue;
+    double value = value_of(run.device_metrics[index]);
+    if (std::isnan(value)) continue;
+    if (worst == std::string::npos || value > value_of(run.device_metrics[worst])) worst = index;
+  }
+  return worst;
+}
+
+// Findings about a run's own recording: throttling, power against the limit, exposed communication,
+// stragglers.
+void recording_findings(const analyze::RunAnalysis& run, const std::string& prefix,
+                        std::vector<Finding>& out) {
+  std::string clock_chart = run.series.count("clock_sm_mhz") != 0 ? prefix + "clock" : prefix + "gpus";
+  std::size_t cap = worst_gpu(run, [](const auto& m) { return m.throttle_fraction[0]; });
+  if (cap != std::string::npos && run.device_metrics[cap].throttle_fraction[0] >= 0.01) {
+    const auto& metrics = run.device_metrics[cap];
+    // The throttle counter may run past the window by its read granularity: shown as at most 100 %.
+    out.push_back(
+        {2 * metrics.throttle_fraction[0],
+         fmt::format("GPU {} throttled by the power cap {:.0f} % of the time (SM clock mean {} MHz)",
+                     metrics.device.idx, std::min(metrics.throttle_fraction[0], 1.0) * 100,
+                     number(metrics.sm_clock_mean_mhz)),
+         clock_chart});
+  }
+  auto thermal_of = [](const auto& m) {
+    double sw = std::isnan(m.throttle_fraction[1]) ? 0 : m.throttle_fraction[1];
+    double hw = std::isnan(m.throttle_fraction[2]) ? 0 : m.throttle_fraction[2];
+    return sw + hw;
+  };
+  std::size_t hot = worst_gpu(run, thermal_of);
+  if (hot != std::string::npos && thermal_of(run.device_metrics[hot]) >= 0.01) {
+    const auto& metrics = run.device_metrics[hot];
+    out.push_back({3 * thermal_of(metrics),
+                   fmt::format("GPU {} thermally throttled {:.0f} % of the time (peak {} °C)",
+                               metrics.device.idx, thermal_of(metrics) * 100, number(metrics.temp_peak_c)),
+                   prefix + "temp"});
+  }
+  std::size_t peak = worst_gpu(run, [](const auto& m) {
+    return m.device.power_limit_w > 0 ? m.power_peak_w / m.device.power_limit_w : NAN;
+  });
+  if (peak != std::string::npos) {
+    const auto& metrics = run.device_metrics[peak];
+    double ratio = metrics.power_peak_w / metrics.device.power_limit_w;
+    out.push_back({ratio > 1 ? 2 * (ratio - 1) + 0.2 : 0.15,
+                   fmt::format("peak power {:.2f}× the {:.0f} W limit (GPU {}, {} W; mean {} W)", ratio,
+                               metrics.device.power_limit_w, metrics.device.idx, number(metrics.power_peak_w),
+                               number(metrics.power_mean_w)),
+                   prefix + "power"});
+  }
+  const analyze::LaneBreakdown* exposed = nullptr;
+  for (const auto& lane : run.kernels) {
+    if (lane.window_s <= 0) continue;
+    if (exposed == nullptr ||
+        lane.comm_exposed_union_s / lane.window_s > exposed->comm_exposed_union_s / exposed->window_s)
+      exposed = &lane;
+  }
+  if (exposed != nullptr && exposed->comm_exposed_union_s > 0) {
+    double share = exposed->comm_exposed_union_s / exposed->window_s;
+    out.push_back(
+        {2 * share,
+         fmt::format("exposed communication {:.0f} % of the kernel window on rank/GPU {} ({:.2f} ms "
+                     "not hidden behind compute)",
+                     share * 100, exposed->lane, exposed->comm_exposed_union_s * 1e3),
+         prefix + "comm"});
+  }
+  bool any_gpu = false;
+  for (const auto& device : run.devices) any_gpu = any_gpu || device.kind == store::DeviceKind::kGpu;
+  for (int32_t idx : run.stragglers) {
+    for (const auto& metrics : run.device_metrics) {
+      if (metrics.device.idx != idx) continue;
+      out.push_back({0.5 + metrics.straggler_fraction,
+                     fmt::format("{} {} is a straggler: last to finish {:.0f} % of the steps, +{:.2f} ms",
+                                 any_gpu ? "GPU" : "rank", idx, metrics.straggler_fraction * 100,
+                                 metrics.straggler_lag_ms),
+                     prefix + "gpus"});
+    }
+  }
+  auto cpu = run.series.find("cpu_util_pct");
+  auto mem = run.series.find("host_mem_used_bytes");
+  bool gpus = false;
+  for (const auto& device : run.devices) gpus = gpus || device.kind == store::DeviceKind::kGpu;
+  for (const auto& digest : cpu == run.series.end() ? std::vector<analyze::SeriesDigest>{} : cpu->second) {
+    if (digest.count == 0) continue;
+    out.push_back({gpus ? 0.05 : 0.3,
+                   fmt::format("host CPU utilization {:.0f} % on average, {:.0f} % at most", digest.time_mean,
+                               digest.values.max),
+                   prefix + "cpu"});
+  }
+  for (const auto& digest : mem == run.series.end() ? std::vector<analyze::SeriesDigest>{} : mem->second) {
+    if (digest.count == 0) continue;
+    out.push_back({gpus ? 0.04 : 0.25,
+                   fmt::format("host memory used {:.2f} GiB at most ({:.2f} GiB at the start)",
+                               digest.values.max / (1 << 30), digest.first_value / (1 << 30)),
+                   prefix + "mem"});
+  }
+}
+
+// Per run, the three findings that matter most, each linked to its chart.
+std::string verdict_section(const std::vector<analyze::RunAnalysis>& runs,
+                            const analyze::Comparison& comparison) {
+  std::string out = "<h2 id=\"verdict\">Verdict</h2>\n";
+  for (std::size_t index = 0; index < runs.size(); ++index) {
+    const auto& run = runs[index];
+    std::string prefix = fmt::format("run{}-", index + 1);
+    std::vector<Finding> findings;
+    int32_t reference = comparison.sim_reference[index];
+    if (reference >= 0) {
+      std::string sim_id = fmt::format("run{}-sim", reference + 1);
+      for (const auto& row : comparison.rows) {
+        double error = row.sim_error[index];
+        if (std::isnan(error)) continue;
+        double weight = row.key == "step_time_mean_s" ? 10 : row.key == "energy_per_step_j" ? 9 : 0;
+        if (weight == 0) continue;
+        std::string what = row.key == "step_time_mean_s" ? "step time" : "energy per step";
+        std::string text =
+            std::fabs(error) < 0.0005
+                ? fmt::format("simulated {} within 0.1 % of measured (run {})", what, reference + 1)
+                : fmt::format("simulated {} {:.1f} % {} measured (run {})", what, std::fabs(error) * 100,
+                              error > 0 ? "above" : "below", reference + 1);
+        findings.push_back({weight, text, sim_id});
+      }
+    } else if (run.run.kind == store::RunKind::kSim) {
+      findings.push_back({8,
+                          "projection: no measured run of this model and layout here, so no error is given",
+                          prefix + "header"});
+    }
+    recording_findings(run, prefix, findings);
+    if (!std::isnan(run.step_time_s.mean) && run.step_time_s.count > 0) {
+      findings.push_back(
+          {0.1,
+           fmt::format(
+               "step time {:.1f} ms{}{}", run.step_time_s.mean * 1e3,
+               std::isnan(run.tokens_per_s) ? "" : fmt::format(", {} tokens/s", number(run.tokens_per_s)),
+               std::isnan(run.mfu) ? "" : fmt::format(", MFU {:.1f} %", run.mfu * 100)),
+           prefix + "header"});
+    }
+    std::stable_sort(findings.begin(), findings.end(),
+                     [](const Finding& a, const Finding& b) { return a.weight > b.weight; });
+    out += fmt::format("<div class=\"verdict-run\">Run {}: {} ({})</div>\n<ol class=\"verdict\">\n",
+                       index + 1, escape_html(run.run.name), store::to_string(run.run.kind));
+    for (std::size_t at = 0; at < findings.size() && at < 3; ++at) {
+      out += fmt::format("<li><a href=\"#{}\">{}</a></li>\n", findings[at].anchor,
+                         escape_html(findings[at].text));
+    }
+    if (findings.empty())
+      out += "<li>nothing recorded that the report can judge (no steps, no samples)</li>\n";
+    out += "</ol>\n";
+  }
+  return out;
 }
 
 }  // namespace
@@ -405,24 +666,46 @@ std::string render_html_report(const std::vector<analyze::RunAnalysis>& runs, co
       "<h1>{}</h1>\n<p class=\"note\">Self-contained: every chart is inline SVG; metric definitions in "
       "docs/METRICS.md. Time series are downsampled to one min/max/mean bucket per pixel column.</p>\n",
       escape_html(options.title), CALO_VERSION, kStyle, kCheckScript, escape_html(options.title));
-  out += "<h2>Summary</h2>\n" + summary_table(comparison);
-  if (comparison.measured_reference >= 0) {
+  out += verdict_section(runs, comparison);
+  // Simulated vs measured: one section per measured run that a sim run of the same graph refers to.
+  for (std::size_t measured = 0; measured < runs.size(); ++measured) {
+    std::vector<std::size_t> sims;
     for (std::size_t index = 0; index < runs.size(); ++index) {
-      if (runs[index].run.kind != store::RunKind::kSim) continue;
-      out += fmt::format(
-          "<p>Simulated run {} vs measured run {}: mean |error| over the figures above {}.</p>\n", index + 1,
-          comparison.measured_reference + 1, percent(analyze::mean_abs_sim_error(comparison, index)));
+      if (comparison.sim_reference[index] == static_cast<int32_t>(measured)) sims.push_back(index);
     }
+    if (!sims.empty()) out += sim_vs_measured_section(runs, comparison, measured, sims);
   }
+  out +=
+      "<h2>Runs side by side</h2>\n<p class=\"note\">Values only: runs of different models or layouts are "
+      "not errors of one another.</p>\n" +
+      summary_table(comparison);
   out += comparison_section(runs, comparison);
-  out += sim_overlay_section(runs);
+  // Measured runs and the simulations that mirror one of them, then the projections.
+  std::vector<std::size_t> order;
   for (std::size_t index = 0; index < runs.size(); ++index) {
+    if (runs[index].run.kind != store::RunKind::kSim || comparison.sim_reference[index] >= 0)
+      order.push_back(index);
+  }
+  std::size_t first_projection = order.size();
+  for (std::size_t index = 0; index < runs.size(); ++index) {
+    if (runs[index].run.kind == store::RunKind::kSim && comparison.sim_reference[index] < 0)
+      order.push_back(index);
+  }
+  for (std::size_t at = 0; at < order.size(); ++at) {
+    if (at == first_projection) {
+      out +=
+          "<h2 id=\"projection\">Projection</h2>\n<p class=\"note\">Simulated runs with no measured run of "
+          "the "
+          "same model and layout here: what the simulator predicts, not checked against a measurement.</p>\n";
+    }
+    std::size_t index = order[at];
     const auto& run = runs[index];
-    out += run_header(run, index);
-    out += time_series_section(run);
-    std::string heat = heatmap_section(run);
+    std::string prefix = fmt::format("run{}-", index + 1);
+    out += fmt::format("<div id=\"{}header\"></div>\n", prefix) + run_header(run, index);
+    out += time_series_section(run, prefix);
+    std::string heat = heatmap_section(run, prefix);
     if (!heat.empty()) out += "<h3>Per-GPU figures</h3>\n" + heat;
-    std::string kernels = kernel_section(run);
+    std::string kernels = kernel_section(run, prefix);
     if (!kernels.empty()) out += "<h3>Kernel breakdown</h3>\n" + kernels;
   }
   out += "</body></html>\n";

@@ -25,6 +25,35 @@ std::string format_tick(double value) {
   return fmt::format("{:.3g}", value);
 }
 
+// Labels of axis ticks: as many decimals as the tick step needs, so that neighbours never read alike
+// (an SM-clock axis of 1439.5, 1440, 1440.5 must not print 1440 three times).
+std::vector<std::string> tick_labels(const std::vector<double>& ticks) {
+  std::vector<std::string> labels;
+  if (ticks.size() < 2) {
+    for (double tick : ticks) labels.push_back(format_tick(tick));
+    return labels;
+  }
+  auto distinct = [&] {
+    for (std::size_t index = 1; index < labels.size(); ++index) {
+      if (labels[index] == labels[index - 1]) return false;
+    }
+    return true;
+  };
+  double step = std::fabs(ticks[1] - ticks[0]);
+  bool scientific = std::max(std::fabs(ticks.back()), std::fabs(ticks.front())) >= 1e6 || step < 1e-3;
+  for (int digits = std::max(0, static_cast<int>(std::ceil(-std::log10(step) - 1e-9))); digits <= 9;
+       ++digits) {
+    labels.clear();
+    for (double tick : ticks) {
+      labels.push_back(std::fabs(tick) < step * 1e-9 ? "0"
+                       : scientific                  ? fmt::format("{:.{}g}", tick, digits + 3)
+                                                     : fmt::format("{:.{}f}", tick, digits));
+    }
+    if (distinct()) break;
+  }
+  return labels;
+}
+
 std::string format_cell(double value) {
   if (std::isnan(value)) return "";
   return format_tick(value);
@@ -61,21 +90,26 @@ std::string close_figure() {
 std::string axes(const Frame& frame, const std::string& x_title, const std::string& y_title,
                  bool x_ticks = true) {
   std::string out;
-  for (double tick : nice_ticks(frame.y0, frame.y1, 5)) {
-    double y = frame.py(tick);
+  auto y_ticks = nice_ticks(frame.y0, frame.y1, 5);
+  auto y_labels = tick_labels(y_ticks);
+  for (std::size_t index = 0; index < y_ticks.size(); ++index) {
+    double y = frame.py(y_ticks[index]);
     out += fmt::format(
         "<line class=\"grid\" x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\"/>"
-        "<text class=\"tick\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n",
-        kLeft, y, kLeft + frame.plot_w(), y, kLeft - 6, y + 4, format_tick(tick));
+        "<text class=\"tick y-tick\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n",
+        kLeft, y, kLeft + frame.plot_w(), y, kLeft - 6, y + 4, y_labels[index]);
   }
   if (x_ticks) {
-    for (double tick : nice_ticks(frame.x0, frame.x1, 8)) {
+    auto ticks = nice_ticks(frame.x0, frame.x1, 8);
+    auto labels = tick_labels(ticks);
+    for (std::size_t index = 0; index < ticks.size(); ++index) {
+      double tick = ticks[index];
       double x = frame.px(tick);
       out += fmt::format(
           "<line class=\"axis\" x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\"/>"
           "<text class=\"tick\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n",
           x, kTop + frame.plot_h(), x, kTop + frame.plot_h() + 5, x, kTop + frame.plot_h() + 18,
-          format_tick(tick));
+          labels[index]);
     }
   }
   out += fmt::format(
@@ -101,11 +135,14 @@ std::string legend_label(const std::string& name) {
   return escape_html(name.substr(0, cut)) + "\u2026<title>" + escape_html(name) + "</title>";
 }
 
-std::string legend(const std::vector<std::string>& names, double width, bool dashed_last = false,
-                   const std::vector<bool>& dashed = {}) {
+// Legend column: as many entries as fit in `height` (16 px each), then "+N more".
+std::string legend(const std::vector<std::string>& names, double width, double height,
+                   bool dashed_last = false, const std::vector<bool>& dashed = {}) {
   std::string out;
   double x = width - kRight + 14;
-  for (std::size_t index = 0; index < names.size() && index < 24; ++index) {
+  std::size_t fits = static_cast<std::size_t>(std::max((height - kTop - 28) / 16, 1.0));
+  std::size_t shown = names.size() <= fits ? names.size() : fits - 1;
+  for (std::size_t index = 0; index < shown; ++index) {
     double y = kTop + 8 + static_cast<double>(index) * 16;
     bool dash = (!dashed.empty() && dashed[index]) || (dashed_last && index + 1 == names.size());
     out += fmt::format(
@@ -114,18 +151,100 @@ std::string legend(const std::vector<std::string>& names, double width, bool das
         x, y, x + 18, y, palette_color(index), dash ? " stroke-dasharray=\"5 3\"" : "", x + 24, y + 4,
         legend_label(names[index]));
   }
-  if (names.size() > 24) {
+  if (shown < names.size()) {
     out += fmt::format("<text class=\"legend\" x=\"{:.1f}\" y=\"{:.1f}\">+{} more</text>\n", x,
-                       kTop + 8 + 24 * 16 + 4, names.size() - 24);
+                       kTop + 8 + static_cast<double>(shown) * 16 + 4, names.size() - shown);
   }
   return out;
 }
 
+// Position of `value` on a colour scale from `lo` to `hi` (0..1). A spread under 1 % of the values (1483 vs
+// 1488 MHz) is not worth a colour: every cell then reads as the low end.
+double colour_share(double value, double lo, double hi) {
+  if (!(hi > lo) || hi - lo < 0.01 * std::max(std::fabs(hi), std::fabs(lo))) return 0.0;
+  return (value - lo) / (hi - lo);
+}
+
 std::pair<double, double> padded_range(double min, double max) {
   if (!std::isfinite(min) || !std::isfinite(max)) return {0, 1};
-  if (max <= min) return {min - 1, max + 1};
+  if (max <= min) {  // flat series: a readable band around the value, not +-1 of a large number
+    double pad = std::max(std::fabs(min) * 0.02, 1.0);
+    return {min - pad, max + pad};
+  }
   double pad = (max - min) * 0.05;
   return {min - pad, max + pad};
+}
+
+// Bucket columns that hold samples, and which of them continue the line from the previous one: a line joins
+// consecutive non-empty columns unless a real gap (>= kGapPeriods sampling periods) lies between them. The
+// sampling period is the median distance between consecutive non-empty columns (a sparse series: its sample
+// interval; a dense one: one column, so only gaps of several empty columns break the line).
+constexpr double kGapPeriods = 3;
+
+std::vector<std::pair<std::size_t, bool>> joined_columns(const std::vector<analyze::Bucket>& buckets) {
+  std::vector<std::pair<std::size_t, bool>> columns;
+  std::vector<std::size_t> distances;
+  std::size_t previous = buckets.size();
+  for (std::size_t column = 0; column < buckets.size(); ++column) {
+    if (buckets[column].count == 0) continue;
+    if (previous < buckets.size()) distances.push_back(column - previous);
+    columns.emplace_back(column, false);
+    previous = column;
+  }
+  if (distances.empty()) return columns;
+  std::nth_element(distances.begin(), distances.begin() + static_cast<std::ptrdiff_t>(distances.size() / 2),
+                   distances.end());
+  double period_columns = static_cast<double>(distances[distances.size() / 2]);
+  for (std::size_t at = 1; at < columns.size(); ++at) {
+    auto distance = static_cast<double>(columns[at].first - columns[at - 1].first);
+    columns[at].second = distance <= 1 || distance < kGapPeriods * period_columns;
+  }
+  return columns;
+}
+
+// One series of a time-series chart: per joined segment a min-max band (filled) and a mean line; a sample
+// with no joined neighbour is a dot.
+std::string series_paths(const Frame& frame, const TimeSeries& series, const std::string& color) {
+  const auto& buckets = series.buckets;
+  double bucket_w = frame.plot_w() / static_cast<double>(std::max<std::size_t>(buckets.size(), 1));
+  auto columns = joined_columns(buckets);
+  std::string line;
+  std::string band;
+  std::string dots;
+  for (std::size_t begin = 0; begin < columns.size();) {
+    std::size_t end = begin + 1;
+    while (end < columns.size() && columns[end].second) ++end;
+    auto x_of = [&](std::size_t at) {
+      return kLeft + (static_cast<double>(columns[at].first) + 0.5) * bucket_w;
+    };
+    if (end - begin == 1) {
+      dots += fmt::format("M{:.1f} {:.1f}h0", x_of(begin), frame.py(buckets[columns[begin].first].mean));
+    } else {
+      std::string top;
+      std::string bottom;
+      for (std::size_t at = begin; at < end; ++at) {
+        const auto& bucket = buckets[columns[at].first];
+        line += fmt::format("{}{:.1f} {:.1f}", at == begin ? "M" : "L", x_of(at), frame.py(bucket.mean));
+        top += fmt::format("{}{:.1f} {:.1f}", at == begin ? "M" : "L", x_of(at), frame.py(bucket.max));
+      }
+      for (std::size_t at = end; at-- > begin;) {
+        bottom += fmt::format("L{:.1f} {:.1f}", x_of(at), frame.py(buckets[columns[at].first].min));
+      }
+      band += top + bottom + "Z";
+    }
+    begin = end;
+  }
+  std::string out;
+  if (!band.empty()) out += fmt::format("<path class=\"band\" d=\"{}\" fill=\"{}\"/>\n", band, color);
+  if (!line.empty()) {
+    out += fmt::format("<path class=\"line\" d=\"{}\" stroke=\"{}\"><title>{}</title></path>\n", line, color,
+                       escape_html(series.name));
+  }
+  if (!dots.empty()) {
+    out += fmt::format("<path class=\"dots\" d=\"{}\" stroke=\"{}\"><title>{}</title></path>\n", dots, color,
+                       escape_html(series.name));
+  }
+  return out;
 }
 
 }  // namespace
@@ -209,31 +328,11 @@ std::string time_series_chart(const std::string& title, const std::string& y_lab
   if (!marks.empty())
     out += fmt::format("<path class=\"step-mark\" d=\"{}\"><title>step begin</title></path>\n", marks);
   for (std::size_t index = 0; index < series.size(); ++index) {
-    const auto& buckets = series[index].buckets;
-    double bucket_w = frame.plot_w() / static_cast<double>(std::max<std::size_t>(buckets.size(), 1));
-    std::string band_top;
-    std::string band_bottom;
-    std::string line;
-    bool pen_down = false;
-    for (std::size_t column = 0; column < buckets.size(); ++column) {
-      const auto& bucket = buckets[column];
-      if (bucket.count == 0) {
-        pen_down = false;
-        continue;
-      }
-      double x = kLeft + (static_cast<double>(column) + 0.5) * bucket_w;
-      line += fmt::format("{}{:.1f} {:.1f}", pen_down ? "L" : "M", x, frame.py(bucket.mean));
-      band_top += fmt::format("M{:.1f} {:.1f}V{:.1f}", x, frame.py(bucket.max), frame.py(bucket.min));
-      pen_down = true;
-    }
-    std::string color = palette_color(index);
-    out += fmt::format("<path class=\"band\" d=\"{}\" stroke=\"{}\"/>\n", band_top, color);
-    out += fmt::format("<path class=\"line\" d=\"{}\" stroke=\"{}\"><title>{}</title></path>\n", line, color,
-                       escape_html(series[index].name));
+    out += series_paths(frame, series[index], palette_color(index));
   }
   std::vector<std::string> names;
   for (const auto& line : series) names.push_back(line.name);
-  out += legend(names, frame.width);
+  out += legend(names, frame.width, frame.height);
   out += close_figure();
   return out;
 }
@@ -289,7 +388,7 @@ std::string heatmap_chart(const std::string& title, const std::vector<HeatmapRow
             x + 1, y + 1, kColW - 2, kRowH - 2);
         continue;
       }
-      double share = hi > lo ? (value - lo) / (hi - lo) : 0.0;
+      double share = colour_share(value, lo, hi);
       // Cool (light yellow) to hot (dark red).
       int red = static_cast<int>(255 - 75 * share);
       int green = static_cast<int>(245 - 200 * share);
@@ -357,7 +456,7 @@ std::string stacked_bar_chart(const std::string& title, const std::string& unit,
   out +=
       fmt::format("<text class=\"axis-title\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n",
                   kLeft + frame.plot_w() / 2, frame.height - 8, escape_html(unit));
-  out += legend(segments, frame.width);
+  out += legend(segments, frame.width, frame.height);
   out += close_figure();
   return out;
 }
@@ -412,7 +511,121 @@ std::string grouped_bar_chart(const std::string& title, const std::vector<std::s
         panel_x + (kPanelW - 20) / 2, panel_y + kPanelH + 18, escape_html(groups[group]),
         panel_x + (kPanelW - 20) / 2, panel_y + kPanelH + 32, escape_html(group_units[group]));
   }
-  out += legend(series, width);
+  out += legend(series, width, height);
+  out += close_figure();
+  return out;
+}
+
+std::string column_chart(const std::string& title, const std::string& y_label, const std::string& y_unit,
+                         const std::vector<std::string>& categories, const std::vector<std::string>& series,
+                         const std::vector<std::vector<double>>& values) {
+  double hi = 0;
+  double lo = 0;
+  int64_t points = 0;
+  for (const auto& row : values) {
+    for (double value : row) {
+      if (std::isnan(value)) continue;
+      hi = std::max(hi, value);
+      lo = std::min(lo, value);
+      ++points;
+    }
+  }
+  Frame frame{kWidth, 230, 0, 1, lo, hi > lo ? hi * 1.12 : 1};
+  std::string out = open_figure("columns", points, title, frame.width, frame.height);
+  out += axes(frame, "", fmt::format("{} ({})", y_label, y_unit), false);
+  double cluster_w = frame.plot_w() / static_cast<double>(std::max<std::size_t>(categories.size(), 1));
+  double bar_w =
+      std::min(cluster_w * 0.8 / static_cast<double>(std::max<std::size_t>(series.size(), 1)), 56.0);
+  double bars_w = bar_w * static_cast<double>(series.size());
+  // Category labels: every k-th so that they never overlap (about 7 px per character at 11 px).
+  std::size_t longest = 1;
+  for (const auto& category : categories) longest = std::max(longest, category.size());
+  auto every = static_cast<std::size_t>(std::ceil(static_cast<double>(longest) * 7.0 / cluster_w));
+  every = std::max<std::size_t>(every, 1);
+  for (std::size_t category = 0; category < categories.size(); ++category) {
+    double x0 = kLeft + cluster_w * (static_cast<double>(category) + 0.5) - bars_w / 2;
+    for (std::size_t run = 0; run < series.size() && run < values.size(); ++run) {
+      double value = category < values[run].size() ? values[run][category] : std::nan("");
+      if (std::isnan(value)) continue;
+      double top = frame.py(std::max(value, 0.0));
+      double bottom = frame.py(std::min(value, 0.0));
+      out += fmt::format(
+          "<rect class=\"bar\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\">"
+          "<title>{} {}: {} {}</title></rect>\n",
+          x0 + bar_w * static_cast<double>(run), top, std::max(bar_w - 1, 1.0), std::max(bottom - top, 0.5),
+          palette_color(run), escape_html(series[run]), escape_html(categories[category]), format_tick(value),
+          escape_html(y_unit));
+      if (bar_w >= 28) {  // the value above the bar where it fits
+        out +=
+            fmt::format("<text class=\"cell\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n",
+                        x0 + bar_w * (static_cast<double>(run) + 0.5), top - 4, format_tick(value));
+      }
+    }
+    if (category % every == 0) {
+      out += fmt::format("<text class=\"tick\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n",
+                         kLeft + cluster_w * (static_cast<double>(category) + 0.5),
+                         kTop + frame.plot_h() + 16, escape_html(categories[category]));
+    }
+  }
+  out += legend(series, frame.width, frame.height);
+  out += close_figure();
+  return out;
+}
+
+std::string node_slot_heatmap(const std::string& title, const std::string& unit,
+                              const std::vector<std::vector<double>>& values) {
+  constexpr double kCellW = 70;
+  constexpr double kCellH = 22;
+  constexpr double kLabelW = 70;
+  constexpr double kHeader = 40;
+  std::size_t slots = 0;
+  double lo = std::numeric_limits<double>::infinity();
+  double hi = -lo;
+  int64_t points = 0;
+  for (const auto& row : values) {
+    slots = std::max(slots, row.size());
+    for (double value : row) {
+      if (std::isnan(value)) continue;
+      lo = std::min(lo, value);
+      hi = std::max(hi, value);
+      ++points;
+    }
+  }
+  double width = std::max(kLabelW + kCellW * static_cast<double>(slots) + 20, 360.0);
+  double height = kHeader + kCellH * static_cast<double>(values.size()) + 34;
+  std::string out = open_figure("node-slot", points, title, width, height);
+  for (std::size_t slot = 0; slot < slots; ++slot) {
+    out += fmt::format(
+        "<text class=\"legend\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">slot {}</text>\n",
+        kLabelW + kCellW * (static_cast<double>(slot) + 0.5), kHeader - 8, slot);
+  }
+  for (std::size_t node = 0; node < values.size(); ++node) {
+    double y = kHeader + kCellH * static_cast<double>(node);
+    out += fmt::format("<text class=\"tick\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">node {}</text>\n",
+                       kLabelW - 8, y + 15, node);
+    for (std::size_t slot = 0; slot < values[node].size(); ++slot) {
+      double value = values[node][slot];
+      double x = kLabelW + kCellW * static_cast<double>(slot);
+      if (std::isnan(value)) {
+        out += fmt::format(
+            "<rect class=\"cell-empty\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\"/>\n",
+            x + 1, y + 1, kCellW - 2, kCellH - 2);
+        continue;
+      }
+      double share = colour_share(value, lo, hi);
+      out += fmt::format(
+          "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"rgb({},{},{})\">"
+          "<title>node {} slot {}: {} {}</title></rect><text class=\"cell\" x=\"{:.1f}\" y=\"{:.1f}\" "
+          "text-anchor=\"middle\"{}>{}</text>\n",
+          x + 1, y + 1, kCellW - 2, kCellH - 2, static_cast<int>(255 - 75 * share),
+          static_cast<int>(245 - 200 * share), static_cast<int>(200 - 170 * share), node, slot,
+          format_cell(value), escape_html(unit), x + kCellW / 2, y + 15, share > 0.6 ? " fill=\"#fff\"" : "",
+          format_cell(value));
+    }
+  }
+  out += fmt::format(
+      "<text class=\"legend\" x=\"{:.1f}\" y=\"{:.1f}\">{}: light = {}, dark = {} (one scale)</text>\n",
+      kLabelW, height - 10, escape_html(unit), format_cell(lo), format_cell(hi));
   out += close_figure();
   return out;
 }
@@ -455,7 +668,7 @@ std::string xy_chart(const std::string& title, const std::string& x_label, const
     names.push_back(series[index].name);
     dashed.push_back(series[index].dashed);
   }
-  out += legend(names, frame.width, false, dashed);
+  out += legend(names, frame.width, frame.height, false, dashed);
   out += close_figure();
   return out;
 }

@@ -44,6 +44,17 @@ std::string grouped_bar_chart(const std::string& title, const std::vector<std::s
                               const std::vector<std::string>& series,
                               const std::vector<std::vector<double>>& values);
 
+/// Vertical bars from zero: one cluster per category (e.g. a GPU), one bar per series (e.g. a run) in each,
+/// a y axis with distinct ticks. `values[series][category]`; NaN: no bar.
+std::string column_chart(const std::string& title, const std::string& y_label, const std::string& y_unit,
+                         const std::vector<std::string>& categories, const std::vector<std::string>& series,
+                         const std::vector<std::vector<double>>& values);
+
+/// Heatmap of one metric over node (rows) x slot (columns) on one colour scale; cells show the value.
+/// `values[node][slot]`; NaN: blank cell.
+std::string node_slot_heatmap(const std::string& title, const std::string& unit,
+                              const std::vector<std::vector<double>>& values);
+
 /// One line of an x-y overlay chart.
 struct XySeries {
   std::string name;                               ///< legend entry

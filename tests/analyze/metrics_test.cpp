@@ -132,6 +132,27 @@ TEST(Compare, RatiosAndSimError) {
   EXPECT_GT(mean_abs_sim_error(comparison, 1), 0.0);
 }
 
+// A sim run of another graph (other model or layout) is a projection: no error against the measured run.
+TEST(Compare, SimErrorOnlyForTheSameGraph) {
+  testing::TempDir dir("compare-graph");
+  testing::write_synthetic_run(dir.path / "measured", store::RunKind::kRecord);
+  testing::write_synthetic_run(dir.path / "sim", store::RunKind::kSim, 1.1);
+  std::vector<RunAnalysis> runs = {analyze_run(dir.path / "measured"), analyze_run(dir.path / "sim"),
+                                   analyze_run(dir.path / "sim")};
+  EXPECT_TRUE(same_graph(runs[0], runs[1]));
+  runs[2].run.config_json = R"({"model": {"name": "synthetic"}, "layout": {"tp": 8}})";
+  EXPECT_FALSE(same_graph(runs[0], runs[2]));
+  auto comparison = compare_runs(runs);
+  EXPECT_EQ(comparison.sim_reference, (std::vector<int32_t>{-1, 0, -1}));
+  EXPECT_EQ(comparison.measured_reference, 0);
+  for (const auto& row : comparison.rows) EXPECT_TRUE(std::isnan(row.sim_error[2])) << row.key;
+  EXPECT_TRUE(std::isnan(mean_abs_sim_error(comparison, 2)));
+  // Without a model/layout a run matches nothing (unknown graph), and nothing is compared.
+  runs[1].run.config_json = "{}";
+  comparison = compare_runs(runs);
+  EXPECT_EQ(comparison.measured_reference, -1);
+}
+
 }  // namespace
 }  // namespace calo::analyze
 

@@ -42,7 +42,8 @@ inline void write_synthetic_run(const std::filesystem::path& run_dir, store::Run
   info.command = "synthetic test run";
   info.host = "testhost";
   info.config_json = R"({"tokens_per_step": 1000, "samples_per_step": 4, "model_flops_per_step": 2e15,)"
-                     R"( "hardware_flops_per_step": 2.4e15, "peak_flops_per_gpu": 1e15, "tp": 2})";
+                     R"( "hardware_flops_per_step": 2.4e15, "peak_flops_per_gpu": 1e15, "tp": 2,)"
+                     R"( "model": {"name": "synthetic"}, "layout": {"tp": 2}})";
   info.started_ns = 0;
   store::RunWriter writer(run_dir, info);
   for (int gpu = 0; gpu < 2; ++gpu) {

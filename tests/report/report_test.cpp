@@ -4,6 +4,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "report/export.h"
@@ -44,6 +45,12 @@ std::string chromium_binary() {
   return "";
 }
 
+int count_of(const std::string& text, const std::string& needle) {
+  int count = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++count;
+  return count;
+}
+
 std::string attribute(const std::string& dom, const std::string& name) {
   std::smatch match;
   std::regex pattern("<body[^>]*\\s" + name + "=\"([^\"]*)\"");
@@ -63,6 +70,67 @@ TEST(Svg, NiceTicksAndEscaping) {
   EXPECT_NE(svg.find("GPU 0"), std::string::npos);
 }
 
+// Sparse series: more pixel columns than samples. The mean line joins consecutive samples (one `L` per
+// sample after the first), breaks only at a gap of >= 3 sampling periods, and a lone sample is a dot.
+TEST(Svg, TimeSeriesJoinsSparseSamplesBreaksAtRealGapsAndDotsLoneSamples) {
+  std::vector<analyze::Bucket> buckets(720);
+  // Samples every 10 columns in [0, 200], then a gap of 100 columns (10 periods), samples every 10 in
+  // [300, 400], then one lone sample at 700 (30 periods after the last).
+  int samples = 0;
+  for (int column = 0; column <= 400; column += 10) {
+    if (column > 200 && column < 300) continue;
+    buckets[static_cast<std::size_t>(column)] = {100.0 + column, 100.0 + column, 100.0 + column, 1};
+    ++samples;
+  }
+  buckets[700] = {50, 50, 50, 1};
+  std::string svg = time_series_chart("sparse", "power", "W", 1.2, {{"GPU 0", buckets}}, {});
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(svg, match, std::regex("<path class=\"line\" d=\"([^\"]*)\"")));
+  std::string line = match[1].str();
+  EXPECT_EQ(std::count(line.begin(), line.end(), 'M'), 2) << line;  // two stretches
+  EXPECT_EQ(std::count(line.begin(), line.end(), 'L'), samples - 2) << line;
+  ASSERT_TRUE(std::regex_search(svg, match, std::regex("<path class=\"dots\" d=\"([^\"]*)\"")));
+  // x = 70 + (700 + 0.5) * 660 / 720 = 712.1; y range 50..500 W padded by 5 % (27.5..522.5):
+  // y = 34 + 220 - (50 - 27.5) / 495 * 220 = 244.0.
+  EXPECT_EQ(match[1].str(), "M712.1 244.0h0");
+  EXPECT_NE(svg.find("<path class=\"band\""), std::string::npos);
+  EXPECT_NE(svg.find("data-points=\"" + std::to_string(samples + 1) + "\""), std::string::npos);
+}
+
+// A flat series at 1440 MHz: tick labels are distinct (never 1440, 1440, 1440) and the value is inside.
+TEST(Svg, FlatSeriesGetsDistinctReadableTicks) {
+  std::vector<analyze::Bucket> buckets(720);
+  for (std::size_t column = 0; column < 720; column += 3) buckets[column] = {1440, 1440, 1440, 1};
+  std::string svg = time_series_chart("clock", "SM clock", "MHz", 10, {{"GPU 0", buckets}}, {});
+  std::regex tick("<text class=\"tick y-tick\"[^>]*>([^<]*)</text>");
+  std::vector<std::string> labels;
+  for (std::sregex_iterator it(svg.begin(), svg.end(), tick), end; it != end; ++it)
+    labels.push_back((*it)[1]);
+  ASSERT_GE(labels.size(), 3u);
+  EXPECT_EQ(std::set<std::string>(labels.begin(), labels.end()).size(), labels.size());
+  EXPECT_NE(std::find(labels.begin(), labels.end(), "1440"), labels.end());
+  // A narrow range: 1439.5 .. 1440.5 needs one decimal.
+  for (std::size_t column = 0; column < 720; column += 6) buckets[column] = {1439.5, 1440.5, 1440, 1};
+  svg = time_series_chart("clock", "SM clock", "MHz", 10, {{"GPU 0", buckets}}, {});
+  labels.clear();
+  for (std::sregex_iterator it(svg.begin(), svg.end(), tick), end; it != end; ++it)
+    labels.push_back((*it)[1]);
+  EXPECT_EQ(std::set<std::string>(labels.begin(), labels.end()).size(), labels.size());
+}
+
+// Per-GPU bars: one rect per (run, GPU) with a value, none for NaN; labels every k-th GPU when crowded.
+TEST(Svg, ColumnChartDrawsOneBarPerRunAndGpu) {
+  std::vector<std::string> gpus;
+  for (int gpu = 0; gpu < 64; ++gpu) gpus.push_back("GPU " + std::to_string(gpu));
+  std::vector<std::vector<double>> values(2, std::vector<double>(64, 500));
+  values[1][5] = std::nan("");
+  std::string svg = column_chart("power", "mean power", "W", gpus, {"measured", "simulated"}, values);
+  EXPECT_EQ(count_of(svg, "<rect class=\"bar\""), 127);
+  EXPECT_NE(svg.find("data-points=\"127\""), std::string::npos);
+  EXPECT_LT(count_of(svg, ">GPU "), 64);  // 64 labels do not fit 660 px: every k-th
+  EXPECT_NE(svg.find(">GPU 0<"), std::string::npos);
+}
+
 // Renders a measured run (with kernels) and a simulated run, checks the HTML, then loads it in headless
 // Chromium: the page's own check script must report every chart non-empty and no JS error; a screenshot is
 // kept in the build tree (report_test.png) for a person to look at.
@@ -74,14 +142,15 @@ TEST(HtmlReport, RendersInHeadlessChromiumWithEveryChartFilled) {
                                             analyze::analyze_run(dir.path / "sim")};
   std::string html = render_html_report(runs, {"Synthetic report"});
   int charts = count_charts(html);
-  // Comparison bars, 4 overlays (power, temperature, clock, step time), per run: 3 time series + heatmap;
+  // Simulated vs measured (the synthetic runs share a graph): per-GPU bars of mean and peak power, mean
+  // temperature and SM clock, and step time per step; comparison bars; per run: 3 time series + heatmap;
   // measured run: 2 kernel charts.
-  EXPECT_EQ(charts, 1 + 4 + 2 * 4 + 2);
+  EXPECT_EQ(charts, 5 + 1 + 2 * 4 + 2);
   EXPECT_EQ(html.find("http://"), html.find("http://www.w3.org/2000/svg"));  // no network references
   EXPECT_EQ(html.find("https://"), std::string::npos);
   std::regex empty_chart("data-points=\"0\"");
   EXPECT_FALSE(std::regex_search(html, empty_chart));
-  for (const char* expected : {"tokens_per_s", "mfu", "samples_per_s_mj", "sim error vs measured", "node 0",
+  for (const char* expected : {"tokens_per_s", "mfu", "samples_per_s_mj", "error vs measured", "node 0",
                                "Stragglers", "all_reduce exposed", "step time"}) {
     EXPECT_NE(html.find(expected), std::string::npos) << expected;
   }

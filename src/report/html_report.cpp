@@ -146,15 +146,21 @@ std::string summary_table(const analyze::Comparison& comparison) {
   return out;
 }
 
-// The measured run and its simulations of the same graph: values and the error column.
+// The measured run and its simulations of the same graph: values, the error column, and for a sim on a
+// calibrated cluster the tolerance its calibration achieved (leave-one-out max |error|).
 std::string sim_error_table(const analyze::Comparison& comparison, std::size_t measured,
                             const std::vector<std::size_t>& sims) {
+  std::vector<bool> calibrated(comparison.run_labels.size(), false);
+  for (const auto& row : comparison.rows) {
+    for (std::size_t sim : sims) calibrated[sim] = calibrated[sim] || !std::isnan(row.tolerance[sim]);
+  }
   std::string out = fmt::format(
       "<table class=\"sim-vs-measured\"><tr><th class=\"key\">figure</th><th>unit</th><th>run {}: {}</th>",
       measured + 1, escape_html(comparison.run_labels[measured]));
   for (std::size_t sim : sims) {
     out += fmt::format("<th>run {}: {}</th><th class=\"error\">error vs measured</th>", sim + 1,
                        escape_html(comparison.run_labels[sim]));
+    if (calibrated[sim]) out += "<th class=\"error\">calibrated tolerance</th>";
   }
   out += "</tr>\n";
   for (const auto& row : comparison.rows) {
@@ -164,6 +170,12 @@ std::string sim_error_table(const analyze::Comparison& comparison, std::size_t m
     for (std::size_t sim : sims) {
       out += fmt::format("<td>{}</td><td class=\"error\">{}</td>", number(row.values[sim], row.unit),
                          percent(row.sim_error[sim]));
+      if (!calibrated[sim]) continue;
+      const double tolerance = row.tolerance[sim];
+      out += fmt::format("<td class=\"error\">{}</td>", std::isnan(tolerance) ? std::string("–")
+                                                        : row.unit == "C"
+                                                            ? fmt::format("±{:.1f} °C", tolerance)
+                                                            : fmt::format("±{:.1f} %", tolerance * 100));
     }
     out += "</tr>\n";
   }

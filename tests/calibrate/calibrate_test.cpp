@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "sim/cluster.h"
@@ -261,6 +262,38 @@ TEST(CalibrateCli, WritesAFileThatCaloSimLoads) {
                                      " --gpus 1 --gbs 2 --steps 2 --no-store --json");
   EXPECT_EQ(simulated.exit_code, 0) << simulated.output;
   fs::remove(out);
+}
+
+TEST(CalibrateCli, CompareShowsTheCalibratedToleranceBesideTheError) {
+  // Simulate the graph of fixture run mbs1 (its own model and layout) on the shipped calibrated H100 preset.
+  store::RunReader reader(fixture_runs() / "mbs1");
+  const auto config = nlohmann::json::parse(reader.run().config_json);
+  const fs::path model =
+      fs::temp_directory_path() / ("calo-mbs1-model-" + std::to_string(::getpid()) + ".json");
+  std::ofstream(model) << config["model"].dump();
+  const fs::path sim = fs::temp_directory_path() / ("calo-mbs1-sim-" + std::to_string(::getpid()));
+  fs::remove_all(sim);
+  const Outcome simulated =
+      run_calo("sim --model " + model.string() +
+               " --cluster h100-hgx-calibrated --gpus 1 --seq 2048 --mbs 1 --gbs 4 --steps 6 "
+               "--out " +
+               sim.string());
+  ASSERT_EQ(simulated.exit_code, 0) << simulated.output;
+  const Outcome compared =
+      run_calo("compare --json " + (fixture_runs() / "mbs1").string() + " " + sim.string());
+  ASSERT_EQ(compared.exit_code, 0) << compared.output;
+  const auto json = nlohmann::json::parse(compared.output);
+  bool step_rated = false;
+  for (const auto& row : json["rows"]) {
+    if (row["key"] != "step_time_mean_s") continue;
+    ASSERT_TRUE(row["sim_error"][1].is_number()) << row.dump() << ": the sim is of mbs1's graph";
+    ASSERT_TRUE(row["tolerance"][1].is_number()) << row.dump();
+    EXPECT_LE(row["tolerance"][1].get<double>(), 0.03) << "the preset's leave-one-out step-time tolerance";
+    step_rated = true;
+  }
+  EXPECT_TRUE(step_rated);
+  fs::remove_all(sim);
+  fs::remove(model);
 }
 
 TEST(CalibrateCli, BadInputExitsTwoAndWritesNothing) {

@@ -313,6 +313,7 @@ RecordResult record(const RecordOptions& options) {
   store::RunWriter writer(run_dir, info);  // InputError if the directory is not writable
   result.run_dir = run_dir;
   const int64_t started_ns = info.started_ns;
+  if (options.on_store_open) options.on_store_open(run_dir);
 
   // Register devices and metrics; map (source, device, metric) -> (device idx, metric id).
   struct Target {
@@ -487,6 +488,7 @@ RecordResult record(const RecordOptions& options) {
   // Close the run: stop sampling, drain markers, close open phases, write summary rows.
   running_sampler.stop();
   marker_socket.stop();
+  if (options.on_store_closing) options.on_store_closing();
   const int64_t ended_ns = core::monotonic_ns();
   assembler.close_all(ended_ns);
   result.loops = running_sampler.stats();

@@ -12,7 +12,7 @@ import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import calo  # noqa: E402  (the package from this source tree)
-from calo_test_env import record  # noqa: E402
+from calo_test_env import calo_binary, record  # noqa: E402
 
 STEPS = 6
 STEP_S = 0.03
@@ -139,6 +139,21 @@ class RecordedRun(unittest.TestCase):
         self.assertEqual(steps, {"a": STEPS, "b": 2})
         self.assertEqual(list(campaign.info["run"]), ["a", "b"])
         self.assertEqual(len(campaign.samples()), sum(len(r.samples()) for r in campaign.runs.values()))
+
+    def test_merged_nodes_keep_their_wall_clock_order(self):
+        # The README's multi-node recipe: one calo record per node, then calo merge. Run b was recorded after
+        # run a finished, so once merged on the nodes' wall clocks all of b's steps come after a's.
+        merged = os.path.join(self.tmp.name, "merged")
+        out = subprocess.run([calo_binary(), "merge", os.path.join(self.campaign_dir, "a"),
+                              os.path.join(self.campaign_dir, "b"), "--out", merged],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        merged_steps = calo.load_run(merged).steps.sort_values("t_begin_ns")
+        a_steps = calo.load_run(self.run_dir).steps
+        b_steps = calo.load_run(os.path.join(self.campaign_dir, "b")).steps
+        self.assertEqual(len(merged_steps), len(a_steps) + len(b_steps))
+        b_in_merged = merged_steps.tail(len(b_steps))
+        self.assertGreater(int(b_in_merged["t_begin_ns"].min()), int(a_steps["t_end_ns"].max()))
 
 
 class OutsideCaloRecord(unittest.TestCase):

@@ -283,7 +283,7 @@ RecordResult record(const RecordOptions& options) {
   gethostname(hostname, sizeof(hostname) - 1);
   info.host = hostname;
   info.started_ns = core::monotonic_ns();
-  info.wall_offset_ns = core::wall_ns() - info.started_ns;
+  info.wall_offset_ns = core::wall_ns();  // wall clock at t_ns = 0 (docs/RUN_STORE.md), for calo merge
 
   // Query costs are measured once on this host; both samplers below classify and schedule by them.
   PeriodPlan periods = options.periods;

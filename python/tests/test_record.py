@@ -2,6 +2,7 @@
 of calo.load_run / calo.load_campaign hold exactly what SQL reads from run.db."""
 
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -183,6 +184,17 @@ class OutsideCaloRecord(unittest.TestCase):
         bases = out.stdout.split()
         for base in bases:  # the framework's base class where installed, object otherwise
             self.assertIn(base, ("object", "TrainerCallback", "Callback"))
+
+    def test_serve_on_a_port_in_use_fails_before_writing(self):
+        with tempfile.TemporaryDirectory() as tmp, socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen()
+            out_dir = os.path.join(tmp, "run")
+            result = subprocess.run([calo_binary(), "record", "--out", out_dir, "--serve",
+                                     str(busy.getsockname()[1]), "--", "true"], capture_output=True, text=True)
+            self.assertEqual(result.returncode, 2, result.stderr)
+            self.assertIn("Address already in use", result.stderr)
+            self.assertFalse(os.path.exists(out_dir))
 
     def test_phase_names_must_be_one_word(self):
         with self.assertRaisesRegex(ValueError, "one word"):

@@ -6,7 +6,6 @@ The protocol (docs/TELEMETRY.md, "Step and phase markers"): one line per datagra
 made, not when it arrives. Outside `calo record` the variable is unset and every call returns at once.
 """
 
-import contextlib
 import os
 import socket
 import time
@@ -63,40 +62,58 @@ def _check_phase_name(name):
 
 def begin_step(i, rank=None):
     """Marks the beginning of step `i` (rank: from $RANK and friends unless given)."""
-    return mark(f"begin step {int(i)}{_suffix(rank)}")
+    return os.environ.get(SOCKET_ENV) is not None and mark(f"begin step {int(i)}{_suffix(rank)}")
 
 
 def end_step(i, rank=None):
     """Marks the end of step `i`."""
-    return mark(f"end step {int(i)}{_suffix(rank)}")
+    return os.environ.get(SOCKET_ENV) is not None and mark(f"end step {int(i)}{_suffix(rank)}")
 
 
 def begin_phase(name, rank=None):
     """Marks the beginning of phase `name` (one word)."""
-    return mark(f"begin phase {_check_phase_name(name)}{_suffix(rank)}")
+    name = _check_phase_name(name)
+    return os.environ.get(SOCKET_ENV) is not None and mark(f"begin phase {name}{_suffix(rank)}")
 
 
 def end_phase(name, rank=None):
     """Marks the end of phase `name`."""
-    return mark(f"end phase {_check_phase_name(name)}{_suffix(rank)}")
-
-
-@contextlib.contextmanager
-def step(i, rank=None):
-    """``with calo.step(i):`` marks one training step. The step ends even when the body raises."""
-    begin_step(i, rank)
-    try:
-        yield
-    finally:
-        end_step(i, rank)
-
-
-@contextlib.contextmanager
-def phase(name, rank=None):
-    """``with calo.phase("backward"):`` marks one phase (phases may nest and may span steps)."""
     name = _check_phase_name(name)
-    begin_phase(name, rank)
-    try:
-        yield
-    finally:
-        end_phase(name, rank)
+    return os.environ.get(SOCKET_ENV) is not None and mark(f"end phase {name}{_suffix(rank)}")
+
+
+class step:
+    """``with calo.step(i):`` marks one training step. The step ends even when the body raises.
+    (A class, not a generator context manager: it costs a third as much when calo is not recording.)"""
+
+    __slots__ = ("number", "rank")
+
+    def __init__(self, i, rank=None):
+        self.number = int(i)
+        self.rank = rank
+
+    def __enter__(self):
+        begin_step(self.number, self.rank)
+        return self
+
+    def __exit__(self, *exc_info):
+        end_step(self.number, self.rank)
+        return False
+
+
+class phase:
+    """``with calo.phase("backward"):`` marks one phase (phases may nest and may span steps)."""
+
+    __slots__ = ("name", "rank")
+
+    def __init__(self, name, rank=None):
+        self.name = _check_phase_name(name)
+        self.rank = rank
+
+    def __enter__(self):
+        begin_phase(self.name, self.rank)
+        return self
+
+    def __exit__(self, *exc_info):
+        end_phase(self.name, self.rank)
+        return False

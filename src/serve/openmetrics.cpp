@@ -196,6 +196,12 @@ MetricsEndpoint::MetricsEndpoint(const ListenAddress& address) {
   });
 }
 
+void MetricsEndpoint::stop() {
+  server_->stop();
+  std::lock_guard lock(mutex_);
+  metrics_.reset();  // the recorder is about to finish the store: no reader connection left open on it
+}
+
 void MetricsEndpoint::follow(const std::filesystem::path& run_dir) {
   auto metrics = std::make_unique<LiveMetrics>(run_dir);
   std::lock_guard lock(mutex_);

@@ -68,8 +68,8 @@ class MetricsEndpoint {
   void follow(const std::filesystem::path& run_dir);
   /// "http://HOST:PORT/metrics".
   std::string url() const { return server_->url(); }
-  /// Stops serving (idempotent).
-  void stop() { server_->stop(); }
+  /// Stops serving and closes the run store (idempotent).
+  void stop();
 
  private:
   std::mutex mutex_;

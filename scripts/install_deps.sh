@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libcli11-dev libyaml-cpp-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
   libsqlite3-dev libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin libopenblas-dev python3 python3-pip
-  chromium fonts-dejavu-core libpng-dev)
+  chromium fonts-dejavu-core libpng-dev python3-pandas python3-pytest prometheus)
 missing=()
 for package in "${packages[@]}"; do
   dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
@@ -15,6 +15,12 @@ if ((${#missing[@]})); then
   [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # prometheus is for the live-metrics test only (it starts its own server on a free loopback port): the system
+  # service Debian's package enables where systemd runs is switched off again when this script installed it.
+  if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null &&
+    systemctl is-enabled prometheus >/dev/null 2>&1; then
+    $sudo_cmd systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
 fi
 # Header-only PyPI wheels, unpacked into .whl/<name>/include (git-ignored); skipped when already there or pip
 # is missing. fetch_headers NAME SPEC MEMBER_SUFFIX... : every wheel member under an include/ directory whose

@@ -6,6 +6,7 @@
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "serve/openmetrics.h"
 #include "telemetry/recorder.h"
 
 namespace calo::cli {
@@ -20,6 +21,7 @@ struct RecordFlags {
   std::vector<std::string> markers;
   std::vector<std::string> sources;
   std::vector<std::string> command;
+  std::string serve;
   bool quiet = false;
   bool json = false;
 };
@@ -55,6 +57,15 @@ int run_record(const RecordFlags& flags) {
     // Metric names and query-group names never collide: the name is tried as both.
     options.periods.by_group_ns[name] = period_ns;
     options.periods.by_metric_ns[name] = period_ns;
+  }
+  // --serve: OpenMetrics of the growing run store while it records (docs/TELEMETRY.md "Live metrics").
+  // Bound before anything is recorded, so a port in use fails with nothing written.
+  std::unique_ptr<serve::MetricsEndpoint> endpoint;
+  if (!flags.serve.empty()) {
+    endpoint = std::make_unique<serve::MetricsEndpoint>(serve::parse_listen_address(flags.serve, "--serve"));
+    fmt::print(stderr, "calo: serving live metrics at {}\n", endpoint->url());
+    options.on_store_open = [&endpoint](const std::filesystem::path& run_dir) { endpoint->follow(run_dir); };
+    options.on_store_closing = [&endpoint] { endpoint->stop(); };
   }
   const telemetry::RecordResult result = telemetry::record(options);
   fmt::print(stderr, "{}", result.summary_text);
@@ -132,6 +143,9 @@ const CommandRegistration kRecord(
           ->delimiter(',')
           ->expected(1)
           ->allow_extra_args(false);
+      app.add_option("--serve", flags->serve,
+                     "Serve live metrics (OpenMetrics, for Prometheus) at [ADDRESS:]PORT/metrics while "
+                     "recording; loopback unless an ADDRESS is given (0.0.0.0:9400 = every interface)");
       app.add_flag("--quiet", flags->quiet,
                    "Do not echo the command's output (it is still written to the run dir)");
       app.add_flag("--json", flags->json, "Also print the summary as JSON on stdout");

@@ -652,9 +652,48 @@ void RunReader::for_each_sample_in_time_order(const std::function<void(const Sam
   }
 }
 
+int64_t RunReader::for_each_sample_since(int64_t after_rowid,
+                                         const std::function<void(const Sample&)>& visit) const {
+  Statement query(*impl_->db,
+                  "SELECT device_idx, metric_id, t_ns, value, sensor_t_ns, rowid FROM sample WHERE rowid > ? "
+                  "ORDER BY rowid");
+  query.bind(1, after_rowid);
+  Sample sample;
+  int64_t last_rowid = after_rowid;
+  while (query.step()) {
+    sample.device_idx = static_cast<int32_t>(query.column_int(0));
+    sample.metric_id = static_cast<int32_t>(query.column_int(1));
+    sample.t_ns = query.column_int(2);
+    sample.value = query.column_double(3);
+    sample.sensor_t_ns = query.column_is_null(4) ? kNoSensorTime : query.column_int(4);
+    last_rowid = query.column_int(5);
+    visit(sample);
+  }
+  return last_rowid;
+}
+
 int64_t RunReader::sample_count() const {
   return impl_->db->query_int("SELECT count(*) FROM sample");
 }
+
+namespace {
+// One span row: columns rank, device_idx, kind, name, category, t_begin_ns, t_end_ns, step, microbatch,
+// stage.
+Span read_span_row(const Statement& query) {
+  Span span;
+  span.rank = static_cast<int32_t>(column_optional(query, 0));
+  span.device_idx = static_cast<int32_t>(column_optional(query, 1));
+  span.kind = parse_span_kind(query.column_text(2));
+  span.name = query.column_text(3);
+  span.category = query.column_text(4);
+  span.t_begin_ns = query.column_int(5);
+  span.t_end_ns = query.column_int(6);
+  span.step = column_optional(query, 7);
+  span.microbatch = static_cast<int32_t>(column_optional(query, 8));
+  span.stage = static_cast<int32_t>(column_optional(query, 9));
+  return span;
+}
+}  // namespace
 
 std::vector<Span> RunReader::spans(std::optional<SpanKind> kind) const {
   std::string sql =
@@ -665,21 +704,24 @@ std::vector<Span> RunReader::spans(std::optional<SpanKind> kind) const {
   Statement query(*impl_->db, sql);
   if (kind) query.bind(1, to_string(*kind));
   std::vector<Span> spans;
-  while (query.step()) {
-    Span span;
-    span.rank = static_cast<int32_t>(column_optional(query, 0));
-    span.device_idx = static_cast<int32_t>(column_optional(query, 1));
-    span.kind = parse_span_kind(query.column_text(2));
-    span.name = query.column_text(3);
-    span.category = query.column_text(4);
-    span.t_begin_ns = query.column_int(5);
-    span.t_end_ns = query.column_int(6);
-    span.step = column_optional(query, 7);
-    span.microbatch = static_cast<int32_t>(column_optional(query, 8));
-    span.stage = static_cast<int32_t>(column_optional(query, 9));
-    spans.push_back(std::move(span));
-  }
+  while (query.step()) spans.push_back(read_span_row(query));
   return spans;
+}
+
+int64_t RunReader::for_each_span_since(int64_t after_rowid, SpanKind kind,
+                                       const std::function<void(const Span&)>& visit) const {
+  Statement query(
+      *impl_->db,
+      "SELECT rank, device_idx, kind, name, category, t_begin_ns, t_end_ns, step, microbatch, stage, "
+      "rowid FROM span WHERE rowid > ? AND kind = ? ORDER BY rowid");
+  query.bind(1, after_rowid);
+  query.bind(2, to_string(kind));
+  int64_t last_rowid = after_rowid;
+  while (query.step()) {
+    visit(read_span_row(query));
+    last_rowid = query.column_int(10);
+  }
+  return last_rowid;
 }
 
 std::vector<SummaryRow> RunReader::summaries(std::optional<std::string_view> scope) const {

@@ -229,6 +229,14 @@ class RunReader {
   void for_each_sample_in_time_order(const std::function<void(const Sample&)>& visit) const;
   /// Number of samples in the run.
   int64_t sample_count() const;
+  /// Calls `visit` for every sample stored after row `after_rowid`, in arrival (rowid) order, and returns the
+  /// last rowid visited (`after_rowid` if none): a live reader follows a growing run at the cost of the new
+  /// rows.
+  int64_t for_each_sample_since(int64_t after_rowid, const std::function<void(const Sample&)>& visit) const;
+  /// Calls `visit` for every span of `kind` stored after row `after_rowid` (rowid order); returns the last
+  /// rowid.
+  int64_t for_each_span_since(int64_t after_rowid, SpanKind kind,
+                              const std::function<void(const Span&)>& visit) const;
   /// Spans (all kinds, or only `kind`) ordered by (t_begin_ns, rank, device_idx).
   std::vector<Span> spans(std::optional<SpanKind> kind = std::nullopt) const;
   /// Summary rows (all, or those of `scope`) in insertion order.

@@ -773,6 +773,7 @@ RecordResult record(const RecordOptions& options) {
   store::RunWriter writer(result.run_dir, info);  // InputError if the directory is not writable
   const int64_t started_ns = info.started_ns;
   const DeviceMap devices(sources.used, writer);
+  if (options.on_store_open) options.on_store_open(result.run_dir);  // e.g. --serve starts reading the store
 
   StepRecorder steps(writer, started_ns);
   const fs::path socket_path = marker_socket_path(result.run_dir);
@@ -791,6 +792,7 @@ RecordResult record(const RecordOptions& options) {
 
   sampler.stop();
   marker_socket.stop();
+  if (options.on_store_closing) options.on_store_closing();
   const int64_t ended_ns = core::monotonic_ns();
   steps.finish(ended_ns);
   result.loops = sampler.stats();

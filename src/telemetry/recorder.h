@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,6 +23,10 @@ struct RecordOptions {
   std::vector<std::string> markers;  ///< output-line patterns: "megatron", "torchtitan", "regex:..."
   bool echo_output = true;           ///< copy the child's output to our stdout/stderr
   std::vector<std::string> sources;  ///< restrict to these sources ("nvml", "amdsmi", "procfs"); empty = all
+  /// Called with the run directory once run.db exists, before sampling starts (e.g. `--serve` follows it).
+  std::function<void(const std::filesystem::path&)> on_store_open;
+  /// Called when sampling and markers have stopped, before the store is summarized and closed.
+  std::function<void()> on_store_closing;
 };
 
 /// Step-time statistics of one rank (or of the output-line markers, rank -1).

@@ -150,8 +150,9 @@ void check_constraints(const SearchRequest& request) {
 }
 
 /// Explains an empty space (nothing valid, or nothing fits) with the nearest feasible alternative.
-[[noreturn]] void refuse_empty(const SearchRequest& request, const LayoutSpace& space) {
-  const std::vector<int> gpus = nearest_feasible_gpus(request.space, 2);
+[[noreturn]] void refuse_empty(const SearchRequest& request, const SpaceRequest& space_request,
+                               const LayoutSpace& space) {
+  const std::vector<int> gpus = nearest_feasible_gpus(space_request, 2);
   const std::string alternative =
       gpus.empty()
           ? std::string(
@@ -244,14 +245,57 @@ const char* to_string(Verdict verdict) {
 }
 
 double step_time_lower_bound_s(const graph::Graph& graph, const sim::ClusterSpec& cluster) {
+  // Per program: the busiest stream's compute (a stream runs its ops one after another), and the pipeline
+  // terms: micro-batch 0's first-chunk forward (`head`, before any micro-batch op of the next stage can
+  // start) and the last micro-batch's first-chunk backward (`tail`, after the next stage's).
+  const int stages = graph.layout.pp;
+  const int last_microbatch = graph.layout.num_microbatches() - 1;
+  std::vector<double> head_s(stages, INFINITY);
+  std::vector<double> tail_s(stages, INFINITY);
+  struct ProgramTerms {
+    int stage = 0;
+    double microbatch_s = 0;  // compute-stream ops of micro-batches (issued after micro-batch 0 arrives)
+    double after_last_s = 0;  // compute-stream ops issued after the last micro-batch's first-chunk backward
+  };
+  std::vector<ProgramTerms> terms;
   double bound_s = 0;
   for (const graph::RankProgram& program : graph.programs) {
     double stream_s[graph::kNumStreams] = {};
+    double head = 0;
+    double tail = 0;
+    ProgramTerms item;
+    item.stage = program.stage;
     for (const graph::Op& op : program.ops) {
       if (is_comm(op.kind)) continue;
-      stream_s[static_cast<int>(op.stream)] += sim::compute_cost(cluster.gpu, op).duration_s(1.0, 1.0);
+      const double duration_s = sim::compute_cost(cluster.gpu, op).duration_s(1.0, 1.0);
+      stream_s[static_cast<int>(op.stream)] += duration_s;
+      if (op.stream != graph::Stream::kCompute) continue;
+      item.after_last_s += duration_s;
+      if (op.microbatch < 0) continue;
+      item.microbatch_s += duration_s;
+      if (op.microbatch == 0 && op.chunk == 0 && op.phase == graph::Phase::kForward) head += duration_s;
+      if (op.microbatch == last_microbatch && op.chunk == 0 && op.phase == graph::Phase::kBackward) {
+        tail += duration_s;
+        item.after_last_s = 0;  // restart: only ops issued after this one count
+      }
     }
     bound_s = std::max(bound_s, *std::max_element(std::begin(stream_s), std::end(stream_s)));
+    head_s[program.stage] = std::min(head_s[program.stage], head);
+    tail_s[program.stage] = std::min(tail_s[program.stage], tail);
+    terms.push_back(item);
+  }
+  // Stage k starts its micro-batch ops after stages 0..k-1 forwarded micro-batch 0 (issue order puts it
+  // first everywhere), and once it has sent the last micro-batch's gradient, stages k-1..0 still run that
+  // micro-batch's backward one after another.
+  for (const ProgramTerms& item : terms) {
+    double before_s = 0;
+    double after_s = 0;
+    for (int stage = 0; stage < item.stage; ++stage) {
+      before_s += head_s[stage];
+      after_s += tail_s[stage];
+    }
+    bound_s = std::max(bound_s, before_s + item.microbatch_s);
+    bound_s = std::max(bound_s, before_s + std::max(0.0, item.microbatch_s - item.after_last_s) + after_s);
   }
   return bound_s;
 }
@@ -280,7 +324,7 @@ SearchResult search_layouts(const SearchRequest& request) {
   space_request.device_memory_bytes = request.cluster.gpu.memory_bytes;
   space_request.gpus_per_node = request.cluster.node.gpus;
   const LayoutSpace space = enumerate_layouts(space_request);
-  if (space.fitting() == 0) refuse_empty(request, space);
+  if (space.fitting() == 0) refuse_empty(request, space_request, space);
 
   SearchResult result;
   result.invalid = space.invalid;

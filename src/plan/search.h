@@ -70,9 +70,10 @@ struct SearchResult {
   double wall_s = 0;                    ///< host time of the search
 };
 
-/// Lower bound on the step time of `graph` on `cluster`: the largest, over rank programs, sum of the
-/// compute-stream ops' durations at the maximum clock and speed 1 (the engine runs a stream's ops one after
-/// another; power cap, heat, slow GPUs and waiting only lengthen them).
+/// Lower bound on the step time of `graph` on `cluster`, from compute at the maximum clock and speed 1 (power
+/// cap, heat, slow GPUs, communication and waiting only lengthen it): the busiest stream of any rank, and per
+/// pipeline stage k the forward of micro-batch 0 on stages < k + stage k's micro-batch compute + the
+/// backward of the last micro-batch on stages < k (docs/PLANNER.md, "Pruning").
 double step_time_lower_bound_s(const graph::Graph& graph, const sim::ClusterSpec& cluster);
 
 /// Runs the search. Throws InputError for contradictory constraints (a power budget below the idle power of

@@ -7,9 +7,11 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/layout_flags.h"
 #include "core/error.h"
 #include "core/table.h"
 #include "model/model_spec.h"
+#include "plan/partition.h"
 #include "plan/search.h"
 
 namespace calo::cli {
@@ -32,6 +34,68 @@ struct PlanFlags {
   bool no_prune = false;
   bool progress = false;
 };
+
+/// Flags of `calo plan partition`.
+struct PartitionFlags {
+  LayoutFlags layout;
+  std::string cluster;
+  int steps = 20;
+  std::vector<std::string> slow_gpus;
+  std::vector<std::string> hot_gpus;
+  std::string from_run;
+  bool json = false;
+};
+
+nlohmann::json to_json(const plan::PartitionFigures& figures) {
+  return {{"layers_per_stage", figures.layers_per_stage},
+          {"iteration_s", figures.iteration_s},
+          {"max_die_c", figures.max_die_c},
+          {"fits", figures.fits}};
+}
+
+int run_partition(const PartitionFlags& flags) {
+  require_input(
+      flags.from_run.empty(),
+      "--from RUN is not supported yet; give the measured per-GPU speed and heat as --slow-gpu RANK=SPEED "
+      "and --hot-gpu RANK=DEGREES");
+  require_input(!flags.cluster.empty(), "--cluster is required (see `calo sim --list`)");
+  plan::PartitionRequest request;
+  auto [model, layout] = resolve(flags.layout);
+  request.model = model;
+  request.layout = layout;
+  request.cluster = sim::load_cluster(flags.cluster);
+  request.options.steps = flags.steps;
+  const int world = layout.world_size();
+  request.options.speed_factors = per_gpu_values(flags.slow_gpus, world, 1.0, "--slow-gpu");
+  request.options.inlet_offset_c = per_gpu_values(flags.hot_gpus, world, 0.0, "--hot-gpu");
+  const plan::PartitionResult result = plan::plan_partition(request);
+  auto joined = [](const std::vector<int>& layers) { return fmt::format("{}", fmt::join(layers, ",")); };
+  if (flags.json) {
+    print_json({{"uniform", to_json(result.uniform)},
+                {"even_odd", to_json(result.even_odd)},
+                {"best", to_json(result.best)},
+                {"stage_to_gpu", "identity (stage s on the ranks of pipeline index s)"},
+                {"simulated", result.simulated}});
+    return 0;
+  }
+  fmt::print("# calo plan partition: {} {} on {} x {}, {} step(s) per partition, {} simulated\n", model.name,
+             parallel::describe(layout), world, request.cluster.name, flags.steps, result.simulated);
+  core::TextTable table({"partition", "layers per stage", "step", "vs uniform", "hottest die"});
+  table.set_units({"", "", "s", "%", "C"});
+  auto row = [&](const std::string& name, const plan::PartitionFigures& figures) {
+    if (figures.layers_per_stage.empty()) return;
+    table.add_row({name, joined(figures.layers_per_stage), fmt::format("{:.4f}", figures.iteration_s),
+                   fmt::format("{:+.2f}", 100 * (figures.iteration_s / result.uniform.iteration_s - 1)),
+                   fmt::format("{:.1f}", figures.max_die_c)});
+  };
+  row("uniform", result.uniform);
+  row("even/odd (static)", result.even_odd);
+  row("found", result.best);
+  fmt::print("{}", table.render());
+  fmt::print("# use: --layers-per-stage {} (stage s stays on the ranks of pipeline index s)\n",
+             joined(result.best.layers_per_stage));
+  return 0;
+}
 
 nlohmann::json to_json(const plan::Evaluation& evaluation) {
   const auto& layout = evaluation.candidate.layout;
@@ -191,7 +255,22 @@ const CommandRegistration kPlan(
       app.add_flag("--all", flags->show_all, "Also list every candidate with its verdict (oom, pruned, ...)");
       app.add_flag("--no-prune", flags->no_prune, "Simulate every fitting layout (no lower-bound pruning)");
       app.add_flag("--progress", flags->progress, "Progress bar on stderr even when it is not a terminal");
-      return [flags] { return run_plan(*flags); };
+      auto partition = std::make_shared<PartitionFlags>();
+      CLI::App* sub = app.add_subcommand(
+          "partition", "uneven --layers-per-stage for slow or hot GPUs, found by simulation (never hotter)");
+      add_layout_flags(*sub, partition->layout, false);
+      sub->add_option("--cluster,-c", partition->cluster, "Cluster preset or YAML file");
+      sub->add_option("--steps", partition->steps, "Simulated steps per partition (heat builds up)")
+          ->capture_default_str();
+      sub->add_option("--slow-gpu", partition->slow_gpus, "RANK=SPEED: a GPU at SPEED x nominal; repeatable");
+      sub->add_option("--hot-gpu", partition->hot_gpus, "RANK=DEGREES: extra inlet temperature; repeatable");
+      sub->add_option("--from", partition->from_run,
+                      "Recorded run with per-GPU speed and heat (not supported yet)");
+      sub->add_flag("--json", partition->json, "Print the result as JSON");
+      return [flags, partition, sub] {
+        if (sub->parsed()) return run_partition(*partition);
+        return run_plan(*flags);
+      };
     });
 
 }  // namespace

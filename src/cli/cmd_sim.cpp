@@ -66,30 +66,6 @@ struct SimFlags {
   return text;
 }
 
-/// Parses "RANK=VALUE" entries of --slow-gpu / --hot-gpu into a per-GPU vector.
-std::vector<double> per_gpu_values(const std::vector<std::string>& entries, int world, double fallback,
-                                   const std::string& flag) {
-  std::vector<double> values;
-  if (entries.empty()) return values;
-  values.assign(world, fallback);
-  for (const std::string& entry : entries) {
-    const auto equals = entry.find('=');
-    int rank = -1;
-    double value = 0;
-    try {
-      require_input(equals != std::string::npos, "");
-      rank = std::stoi(entry.substr(0, equals));
-      value = std::stod(entry.substr(equals + 1));
-    } catch (const std::exception&) {
-      throw InputError(fmt::format("{} '{}': expected RANK=VALUE, e.g. {} 3=0.9", flag, entry, flag));
-    }
-    require_input(rank >= 0 && rank < world,
-                  fmt::format("{} '{}': rank {} is outside 0..{}", flag, entry, rank, world - 1));
-    values[rank] = value;
-  }
-  return values;
-}
-
 /// The memory verdict of the layout (the model `calo bench` applies): empty when it fits; else, without
 /// --allow-oom, an InputError with the breakdown and the nearest layouts of the same job that fit, and with
 /// --allow-oom the warning to print and store.

@@ -15,7 +15,7 @@
 namespace calo::plan {
 namespace {
 
-SearchRequest small_request(int gpus = 8, int global_batch = 32) {
+SearchRequest small_request(int gpus = 8, int global_batch = 16) {
   SearchRequest request;
   request.space.model = model::load_model("llama3-8b");
   request.space.gpus = gpus;
@@ -37,7 +37,7 @@ TEST(LayoutSpace, EveryCandidateIsValidUsesAllGpusAndCarriesTheMemoryVerdict) {
   for (const Candidate& candidate : space.candidates) {
     const auto& layout = candidate.layout;
     EXPECT_EQ(layout.world_size(), 8);
-    EXPECT_EQ(layout.global_batch, 32);
+    EXPECT_EQ(layout.global_batch, 16);
     EXPECT_NO_THROW(parallel::resolve_layout(request.model, layout));
     EXPECT_EQ(candidate.fits,
               fits_memory(parallel::memory_per_gpu(request.model, layout), request.device_memory_bytes));
@@ -139,7 +139,7 @@ TEST(Search, PowerBudgetIsRespectedAndAnImpossibleOneRefused) {
 }
 
 TEST(Search, NoLayoutForTheGpuCountIsRefusedWithTheNearestFeasibleCount) {
-  SearchRequest request = small_request(7, 32);  // 7 GPUs: dp = 7 does not divide 32, pp = 7 not 32 layers
+  SearchRequest request = small_request(7, 16);  // 7 GPUs: dp = 7 does not divide 16, pp = 7 not 32 layers
   try {
     search_layouts(request);
     FAIL() << "7 GPUs accepted";

@@ -54,10 +54,6 @@ nlohmann::json to_json(const plan::PartitionFigures& figures) {
 }
 
 int run_partition(const PartitionFlags& flags) {
-  require_input(
-      flags.from_run.empty(),
-      "--from RUN is not supported yet; give the measured per-GPU speed and heat as --slow-gpu RANK=SPEED "
-      "and --hot-gpu RANK=DEGREES");
   require_input(!flags.cluster.empty(), "--cluster is required (see `calo sim --list`)");
   plan::PartitionRequest request;
   auto [model, layout] = resolve(flags.layout);
@@ -68,6 +64,17 @@ int run_partition(const PartitionFlags& flags) {
   const int world = layout.world_size();
   request.options.speed_factors = per_gpu_values(flags.slow_gpus, world, 1.0, "--slow-gpu");
   request.options.inlet_offset_c = per_gpu_values(flags.hot_gpus, world, 0.0, "--hot-gpu");
+  if (!flags.from_run.empty()) {
+    require_input(flags.slow_gpus.empty() && flags.hot_gpus.empty(),
+                  "--from RUN reads every GPU's speed and heat; drop --slow-gpu / --hot-gpu or --from");
+#ifdef CALO_SIM_HAS_STORE
+    const plan::GpuConditions conditions = plan::conditions_from_run(flags.from_run, world);
+    request.options.speed_factors = conditions.speed_factors;
+    request.options.inlet_offset_c = conditions.inlet_offset_c;
+#else
+    throw InputError("--from RUN needs the run store (this calo was built without it)");
+#endif
+  }
   const plan::PartitionResult result = plan::plan_partition(request);
   auto joined = [](const std::vector<int>& layers) { return fmt::format("{}", fmt::join(layers, ",")); };
   if (flags.json) {
@@ -75,6 +82,8 @@ int run_partition(const PartitionFlags& flags) {
                 {"even_odd", to_json(result.even_odd)},
                 {"best", to_json(result.best)},
                 {"stage_to_gpu", "identity (stage s on the ranks of pipeline index s)"},
+                {"speed_factors", request.options.speed_factors},
+                {"inlet_offset_c", request.options.inlet_offset_c},
                 {"simulated", result.simulated}});
     return 0;
   }
@@ -264,8 +273,9 @@ const CommandRegistration kPlan(
           ->capture_default_str();
       sub->add_option("--slow-gpu", partition->slow_gpus, "RANK=SPEED: a GPU at SPEED x nominal; repeatable");
       sub->add_option("--hot-gpu", partition->hot_gpus, "RANK=DEGREES: extra inlet temperature; repeatable");
-      sub->add_option("--from", partition->from_run,
-                      "Recorded run with per-GPU speed and heat (not supported yet)");
+      sub->add_option(
+          "--from", partition->from_run,
+          "Run (record, bench or sim) whose GPUs' median clock and hottest temperature set speed and heat");
       sub->add_flag("--json", partition->json, "Print the result as JSON");
       return [flags, partition, sub] {
         if (sub->parsed()) return run_partition(*partition);

@@ -108,5 +108,30 @@ TEST(CaloPlan, ImpossibleRequestsExitTwoWithTheNearestFeasible) {
   EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
 }
 
+TEST(CaloPlanPartition, FromARunReadsEachGpusSpeedAndHeatAndNeverLosesToUniform) {
+#ifdef CALO_SIM_HAS_STORE
+  const auto dir = std::filesystem::temp_directory_path() / "calo_plan_partition_from";
+  std::filesystem::remove_all(dir);
+  const std::string layout = "--model llama3-8b --cluster h200-hgx --pp 4 --gbs 8 --seq 2048";
+  Outcome outcome =
+      run_calo("sim " + layout + " --gpus 4 --hot-gpu 2=15 --steps 20 --out " + (dir / "run").string());
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  outcome = run_calo("plan partition " + layout + " --steps 5 --json --from " + (dir / "run").string());
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  const auto json = nlohmann::json::parse(outcome.output);
+  const auto heat = json["inlet_offset_c"].get<std::vector<double>>();
+  ASSERT_EQ(heat.size(), 4u);
+  EXPECT_GT(heat[2], 10.0);  // the GPU the recorded run ran 15 C hotter reads as the hottest
+  EXPECT_LE(json["best"]["iteration_s"].get<double>(), json["uniform"]["iteration_s"].get<double>());
+  EXPECT_LE(json["best"]["max_die_c"].get<double>(), json["uniform"]["max_die_c"].get<double>() + 1e-6);
+  outcome = run_calo("plan partition --model llama3-8b --cluster h200-hgx --pp 2 --gbs 8 --from " +
+                     (dir / "run").string());
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;  // 4 GPUs recorded, layout of 2
+  std::filesystem::remove_all(dir);
+#else
+  GTEST_SKIP() << "built without the run store";
+#endif
+}
+
 }  // namespace
 }  // namespace calo::plan

@@ -14,6 +14,7 @@
 #include "core/table.h"
 #include "graph/graph.h"
 #include "plan/layout_space.h"
+#include "plan/search.h"
 #include "sim/cluster.h"
 #include "sim/simulate.h"
 #ifdef CALO_SIM_HAS_STORE
@@ -91,10 +92,14 @@ std::string check_memory(const model::ModelSpec& model, const parallel::Layout& 
       plan::nearest_fitting(plan::enumerate_layouts(request), layout, 5);
   message += ".\n";
   if (fitting.empty()) {
+    const std::vector<int> gpus = plan::nearest_feasible_gpus(request, 2);
     message += fmt::format(
-        "No layout of {} GPUs fits this model at --gbs {}; use more GPUs (`calo plan` finds "
-        "the nearest count) or --allow-oom to simulate anyway.",
-        request.gpus, layout.global_batch);
+        "No layout of {} GPUs fits this model at --gbs {}; {}, or --allow-oom to simulate anyway.",
+        request.gpus, layout.global_batch,
+        gpus.empty()
+            ? std::string("use more GPUs (`calo plan` lists what fits)")
+            : fmt::format("nearest GPU counts with a fitting layout: --gpus {} (`calo plan` ranks them)",
+                          fmt::join(gpus, " or --gpus ")));
   } else {
     message += fmt::format(
         "Layouts of the same {} GPUs and batch that fit (or --allow-oom to simulate anyway):", request.gpus);

@@ -72,15 +72,19 @@ TEST(LayoutSpace, Gpt3OnEightH100DoesNotFitWithTp8AndNearestFittingFit) {
 }
 
 TEST(Search, LowerBoundNeverExceedsTheSimulatedStepTime) {
-  SearchRequest request = small_request();
-  request.prune = false;
-  const SearchResult result = search_layouts(request);
-  ASSERT_GT(result.simulated, 50);
-  for (const Evaluation& evaluation : result.evaluations) {
-    if (evaluation.verdict != Verdict::kRanked) continue;
-    EXPECT_GT(evaluation.lower_bound_s, 0);
-    EXPECT_LE(evaluation.lower_bound_s, evaluation.iteration_s * (1 + 1e-9))
-        << parallel::describe(evaluation.candidate.layout);
+  for (const char* model : {"llama3-8b", "tiny-moe"}) {  // dense, and MoE with expert parallelism
+    SearchRequest request = small_request();
+    request.space.model = model::load_model(model);
+    request.space.seq_length = 0;
+    request.prune = false;
+    const SearchResult result = search_layouts(request);
+    ASSERT_GT(result.simulated, 50) << model;
+    for (const Evaluation& evaluation : result.evaluations) {
+      if (evaluation.verdict != Verdict::kRanked) continue;
+      EXPECT_GT(evaluation.lower_bound_s, 0);
+      EXPECT_LE(evaluation.lower_bound_s, evaluation.iteration_s * (1 + 1e-9))
+          << model << " " << parallel::describe(evaluation.candidate.layout);
+    }
   }
 }
 

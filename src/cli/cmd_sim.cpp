@@ -13,6 +13,8 @@
 #include "core/error.h"
 #include "core/table.h"
 #include "graph/graph.h"
+#include "plan/layout_space.h"
+#include "plan/search.h"
 #include "sim/cluster.h"
 #include "sim/simulate.h"
 #ifdef CALO_SIM_HAS_STORE
@@ -40,6 +42,8 @@ struct SimFlags {
   std::vector<std::string> hot_gpus;
   double initial_die_c = -1;
   bool dp_given = false;
+  bool gpus_given = false;
+  bool allow_oom = false;
 };
 
 /// The command line that reproduces this simulation (from the resolved values; CLI11 does not keep argv).
@@ -59,31 +63,52 @@ struct SimFlags {
   for (const auto& entry : flags.hot_gpus) text += " --hot-gpu " + entry;
   if (flags.no_power_cap) text += " --no-power-cap";
   if (flags.no_thermal) text += " --no-thermal";
+  if (flags.allow_oom) text += " --allow-oom";
   return text;
 }
 
-/// Parses "RANK=VALUE" entries of --slow-gpu / --hot-gpu into a per-GPU vector.
-std::vector<double> per_gpu_values(const std::vector<std::string>& entries, int world, double fallback,
-                                   const std::string& flag) {
-  std::vector<double> values;
-  if (entries.empty()) return values;
-  values.assign(world, fallback);
-  for (const std::string& entry : entries) {
-    const auto equals = entry.find('=');
-    int rank = -1;
-    double value = 0;
-    try {
-      require_input(equals != std::string::npos, "");
-      rank = std::stoi(entry.substr(0, equals));
-      value = std::stod(entry.substr(equals + 1));
-    } catch (const std::exception&) {
-      throw InputError(fmt::format("{} '{}': expected RANK=VALUE, e.g. {} 3=0.9", flag, entry, flag));
+/// The memory verdict of the layout (the model `calo bench` applies): empty when it fits; else, without
+/// --allow-oom, an InputError with the breakdown and the nearest layouts of the same job that fit, and with
+/// --allow-oom the warning to print and store.
+std::string check_memory(const model::ModelSpec& model, const parallel::Layout& layout,
+                         const sim::ClusterSpec& cluster, bool allow_oom) {
+  const parallel::MemoryBreakdown memory = parallel::memory_per_gpu(model, layout);
+  if (plan::fits_memory(memory, cluster.gpu.memory_bytes)) return "";
+  std::string message = fmt::format(
+      "{} with {} needs {} per GPU (stage {}, {} micro-batches in flight), more than the {} usable of a {} "
+      "({:.0f} % of {})",
+      model.name, parallel::describe(layout), plan::describe_memory(memory), memory.stage,
+      memory.inflight_microbatches, core::format_bytes(plan::usable_memory_bytes(cluster.gpu.memory_bytes)),
+      cluster.gpu.name, parallel::kUsableMemoryFraction * 100, core::format_bytes(cluster.gpu.memory_bytes));
+  if (allow_oom) return "does not fit memory (simulated anyway, --allow-oom): " + message;
+  plan::SpaceRequest request;
+  request.model = model;
+  request.gpus = layout.world_size();
+  request.global_batch = layout.global_batch;
+  request.seq_length = layout.seq_length;
+  request.gpus_per_node = cluster.node.gpus;
+  request.device_memory_bytes = cluster.gpu.memory_bytes;
+  const std::vector<plan::Candidate> fitting =
+      plan::nearest_fitting(plan::enumerate_layouts(request), layout, 5);
+  message += ".\n";
+  if (fitting.empty()) {
+    const std::vector<int> gpus = plan::nearest_feasible_gpus(request, 2);
+    message += fmt::format(
+        "No layout of {} GPUs fits this model at --gbs {}; {}, or --allow-oom to simulate anyway.",
+        request.gpus, layout.global_batch,
+        gpus.empty()
+            ? std::string("use more GPUs (`calo plan` lists what fits)")
+            : fmt::format("nearest GPU counts with a fitting layout: --gpus {} (`calo plan` ranks them)",
+                          fmt::join(gpus, " or --gpus ")));
+  } else {
+    message += fmt::format(
+        "Layouts of the same {} GPUs and batch that fit (or --allow-oom to simulate anyway):", request.gpus);
+    for (const plan::Candidate& candidate : fitting) {
+      message += fmt::format("\n  {}  ({} per GPU)", plan::calo_flags(candidate.layout),
+                             core::format_bytes(candidate.memory.total_bytes()));
     }
-    require_input(rank >= 0 && rank < world,
-                  fmt::format("{} '{}': rank {} is outside 0..{}", flag, entry, rank, world - 1));
-    values[rank] = value;
   }
-  return values;
+  throw InputError(message);
 }
 
 void write_timeline(const std::string& path, const graph::Graph& graph, const sim::SimResult& result) {
@@ -175,6 +200,8 @@ int run_sim(SimFlags& flags) {
                     fmt::format("{}", fmt::join(core::preset_names("clusters"), ", ")));
   const sim::ClusterSpec cluster = sim::load_cluster(flags.cluster);
   auto& layout = flags.layout.layout;
+  require_input(!flags.gpus_given || flags.gpus >= 1,
+                fmt::format("--gpus {}: give 1 or more GPUs (or leave it out: tp*pp*dp)", flags.gpus));
   if (flags.gpus > 0) {
     const int model_parallel = layout.tp * layout.pp;
     require_input(
@@ -190,6 +217,8 @@ int run_sim(SimFlags& flags) {
     }
   }
   auto [model, resolved] = resolve(flags.layout);
+  const std::string memory_warning = check_memory(model, resolved, cluster, flags.allow_oom);
+  if (!memory_warning.empty()) fmt::print(stderr, "warning: {}\n", memory_warning);
   const graph::Graph graph = graph::build_graph(model, resolved);
   const int world = graph.world_size();
   require_input(flags.timeline.empty() || world <= 64,
@@ -213,6 +242,7 @@ int run_sim(SimFlags& flags) {
   const sim::SimResult result = sim::simulate(graph, cluster, options);
   if (!flags.timeline.empty()) write_timeline(flags.timeline, graph, result);
   nlohmann::json json = sim::to_json(result, flags.per_gpu);
+  if (!memory_warning.empty()) json["warnings"] = {memory_warning};
 
   std::string stored;
 #ifdef CALO_SIM_HAS_STORE
@@ -223,6 +253,7 @@ int run_sim(SimFlags& flags) {
     nlohmann::json config = {{"model", model::to_json(model)},   {"layout", parallel::to_json(resolved)},
                              {"cluster", sim::to_json(cluster)}, {"steps", flags.steps},
                              {"power_cap", options.power_cap},   {"thermal", options.thermal}};
+    if (!memory_warning.empty()) config["warnings"] = {memory_warning};
     sim::store_sim_run(run_dir, name, command_line(flags, resolved, world), config, graph, cluster, result);
     stored = run_dir.string();
     json["run_dir"] = stored;
@@ -239,6 +270,7 @@ int run_sim(SimFlags& flags) {
     print_json(json);
   } else {
     print_summary(result, json);
+    if (!memory_warning.empty()) fmt::print("# WARNING: {}\n", memory_warning);
     if (!stored.empty()) fmt::print("# stored as run (kind sim): {}\n", stored);
     if (!flags.timeline.empty()) fmt::print("# timeline (Perfetto/Chrome trace): {}\n", flags.timeline);
   }
@@ -267,9 +299,13 @@ const CommandRegistration kSim(
                      "RANK=SPEED: a GPU running at SPEED x nominal; repeatable");
       app.add_option("--hot-gpu", flags->hot_gpus,
                      "RANK=DEGREES: extra inlet temperature of a GPU; repeatable");
+      app.add_flag(
+          "--allow-oom", flags->allow_oom,
+          "Simulate a layout that does not fit GPU memory (warned in the output and the stored run)");
       app.add_option("--initial-temp", flags->initial_die_c, "Start die temperature in C (default: idle)");
       return [flags, &app] {
         flags->dp_given = app.count("--dp") > 0;
+        flags->gpus_given = app.count("--gpus") > 0;
         return run_sim(*flags);
       };
     });

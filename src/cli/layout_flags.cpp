@@ -1,5 +1,7 @@
 #include "cli/layout_flags.h"
 
+#include <fmt/format.h>
+
 #include <string>
 
 #include "core/error.h"
@@ -79,6 +81,29 @@ std::pair<model::ModelSpec, parallel::Layout> resolve(const LayoutFlags& flags) 
   }
   if (flags.sequence_parallel) layout.sequence_parallel = *flags.sequence_parallel;
   return {model, parallel::resolve_layout(model, layout, flags.sequence_parallel.has_value())};
+}
+
+std::vector<double> per_gpu_values(const std::vector<std::string>& entries, int world, double fallback,
+                                   const std::string& flag) {
+  std::vector<double> values;
+  if (entries.empty()) return values;
+  values.assign(world, fallback);
+  for (const std::string& entry : entries) {
+    const auto equals = entry.find('=');
+    int rank = -1;
+    double value = 0;
+    try {
+      require_input(equals != std::string::npos, "");
+      rank = std::stoi(entry.substr(0, equals));
+      value = std::stod(entry.substr(equals + 1));
+    } catch (const std::exception&) {
+      throw InputError(fmt::format("{} '{}': expected RANK=VALUE, e.g. {} 3=0.9", flag, entry, flag));
+    }
+    require_input(rank >= 0 && rank < world,
+                  fmt::format("{} '{}': rank {} is outside 0..{}", flag, entry, rank, world - 1));
+    values[rank] = value;
+  }
+  return values;
 }
 
 }  // namespace calo::cli

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "model/model_spec.h"
 #include "parallel/layout.h"
@@ -26,5 +27,10 @@ void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional);
 
 /// Loads the model and returns the validated layout (throws InputError naming the flag on bad input).
 std::pair<model::ModelSpec, parallel::Layout> resolve(const LayoutFlags& flags);
+
+/// Parses "RANK=VALUE" entries of --slow-gpu / --hot-gpu into a per-GPU vector of `world` entries (`fallback`
+/// elsewhere; empty when no entry); InputError naming `flag` on a bad entry or a rank outside 0..world-1.
+std::vector<double> per_gpu_values(const std::vector<std::string>& entries, int world, double fallback,
+                                   const std::string& flag);
 
 }  // namespace calo::cli

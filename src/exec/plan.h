@@ -10,9 +10,9 @@
 
 namespace calo::exec {
 
-/// Share of device memory the accounted training state may use; the rest is left for the runtime (CUDA
-/// context, library workspaces, communication buffers, allocator fragmentation). docs/METRICS.md, Execution.
-inline constexpr double kUsableMemoryFraction = 0.90;
+/// Share of device memory the accounted training state may use (defined with the memory model, shared with
+/// `calo sim` and `calo plan`).
+using parallel::kUsableMemoryFraction;
 
 /// Memory plan of the most loaded rank against one device.
 struct MemoryPlan {

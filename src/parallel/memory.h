@@ -6,6 +6,10 @@
 
 namespace calo::parallel {
 
+/// Share of device memory the accounted training state may use; the rest is left for the runtime (CUDA
+/// context, library workspaces, communication buffers, allocator fragmentation). docs/METRICS.md, Execution.
+inline constexpr double kUsableMemoryFraction = 0.90;
+
 /// Bytes per GPU by category, for the most loaded pipeline stage (mixed precision: bf16 weights and
 /// gradients, fp32 master weights + Adam moments = 12 bytes/param, sharded under ZeRO-1 / FSDP).
 struct MemoryBreakdown {

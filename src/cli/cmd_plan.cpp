@@ -1,0 +1,287 @@
+// `calo plan --model M --cluster C --gpus N --gbs B [--seq S] [--objective throughput|energy|pareto]
+// [--power-budget-w W] [--max-peak-power-w W] [--top K] [--json]`: searches the layout space through the
+// simulator and prints the ranking, the Pareto front and the flags to paste (docs/PLANNER.md).
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <memory>
+
+#include "cli/command.h"
+#include "cli/layout_flags.h"
+#include "core/error.h"
+#include "core/table.h"
+#include "model/model_spec.h"
+#include "plan/partition.h"
+#include "plan/search.h"
+
+namespace calo::cli {
+namespace {
+
+struct PlanFlags {
+  std::string model;
+  std::string cluster;
+  int gpus = 0;
+  int global_batch = 0;
+  int seq_length = 0;
+  std::string objective = "throughput";
+  double power_budget_w = 0;
+  double max_peak_power_w = 0;
+  int top = 10;
+  int steps = 1;
+  int threads = 0;
+  bool json = false;
+  bool show_all = false;
+  bool no_prune = false;
+  bool progress = false;
+};
+
+/// Flags of `calo plan partition`.
+struct PartitionFlags {
+  LayoutFlags layout;
+  std::string cluster;
+  int steps = 20;
+  std::vector<std::string> slow_gpus;
+  std::vector<std::string> hot_gpus;
+  std::string from_run;
+  bool json = false;
+};
+
+nlohmann::json to_json(const plan::PartitionFigures& figures) {
+  return {{"layers_per_stage", figures.layers_per_stage},
+          {"iteration_s", figures.iteration_s},
+          {"max_die_c", figures.max_die_c},
+          {"fits", figures.fits}};
+}
+
+int run_partition(const PartitionFlags& flags) {
+  require_input(!flags.cluster.empty(), "--cluster is required (see `calo sim --list`)");
+  plan::PartitionRequest request;
+  auto [model, layout] = resolve(flags.layout);
+  request.model = model;
+  request.layout = layout;
+  request.cluster = sim::load_cluster(flags.cluster);
+  request.options.steps = flags.steps;
+  const int world = layout.world_size();
+  request.options.speed_factors = per_gpu_values(flags.slow_gpus, world, 1.0, "--slow-gpu");
+  request.options.inlet_offset_c = per_gpu_values(flags.hot_gpus, world, 0.0, "--hot-gpu");
+  if (!flags.from_run.empty()) {
+    require_input(flags.slow_gpus.empty() && flags.hot_gpus.empty(),
+                  "--from RUN reads every GPU's speed and heat; drop --slow-gpu / --hot-gpu or --from");
+#ifdef CALO_SIM_HAS_STORE
+    const plan::GpuConditions conditions = plan::conditions_from_run(flags.from_run, world);
+    request.options.speed_factors = conditions.speed_factors;
+    request.options.inlet_offset_c = conditions.inlet_offset_c;
+#else
+    throw InputError("--from RUN needs the run store (this calo was built without it)");
+#endif
+  }
+  const plan::PartitionResult result = plan::plan_partition(request);
+  auto joined = [](const std::vector<int>& layers) { return fmt::format("{}", fmt::join(layers, ",")); };
+  if (flags.json) {
+    print_json({{"uniform", to_json(result.uniform)},
+                {"even_odd", to_json(result.even_odd)},
+                {"best", to_json(result.best)},
+                {"stage_to_gpu", "identity (stage s on the ranks of pipeline index s)"},
+                {"speed_factors", request.options.speed_factors},
+                {"inlet_offset_c", request.options.inlet_offset_c},
+                {"simulated", result.simulated}});
+    return 0;
+  }
+  fmt::print("# calo plan partition: {} {} on {} x {}, {} step(s) per partition, {} simulated\n", model.name,
+             parallel::describe(layout), world, request.cluster.name, flags.steps, result.simulated);
+  core::TextTable table({"partition", "layers per stage", "step", "vs uniform", "hottest die"});
+  table.set_units({"", "", "s", "%", "C"});
+  auto row = [&](const std::string& name, const plan::PartitionFigures& figures) {
+    if (figures.layers_per_stage.empty()) return;
+    table.add_row({name, joined(figures.layers_per_stage), fmt::format("{:.4f}", figures.iteration_s),
+                   fmt::format("{:+.2f}", 100 * (figures.iteration_s / result.uniform.iteration_s - 1)),
+                   fmt::format("{:.1f}", figures.max_die_c)});
+  };
+  row("uniform", result.uniform);
+  row("even/odd (static)", result.even_odd);
+  row("found", result.best);
+  fmt::print("{}", table.render());
+  fmt::print("# use: --layers-per-stage {} (stage s stays on the ranks of pipeline index s)\n",
+             joined(result.best.layers_per_stage));
+  return 0;
+}
+
+nlohmann::json to_json(const plan::Evaluation& evaluation) {
+  const auto& layout = evaluation.candidate.layout;
+  nlohmann::json json = {{"layout", parallel::describe(layout)},
+                         {"layout_json", parallel::to_json(layout)},
+                         {"verdict", plan::to_string(evaluation.verdict)},
+                         {"memory_bytes", evaluation.candidate.memory.total_bytes()},
+                         {"fits", evaluation.candidate.fits},
+                         {"calo_flags", plan::calo_flags(layout)},
+                         {"megatron_flags", plan::megatron_flags(layout)}};
+  if (evaluation.lower_bound_s > 0) json["lower_bound_s"] = evaluation.lower_bound_s;
+  if (evaluation.iteration_s > 0) {
+    json.update({{"iteration_s", evaluation.iteration_s},
+                 {"tokens_per_s", evaluation.tokens_per_s},
+                 {"tokens_per_j", evaluation.tokens_per_j},
+                 {"energy_per_step_j", evaluation.energy_per_step_j},
+                 {"cluster_power_w", evaluation.cluster_power_w},
+                 {"peak_power_w", evaluation.peak_power_w},
+                 {"max_die_c", evaluation.max_die_c},
+                 {"mfu", evaluation.mfu},
+                 {"pareto", evaluation.pareto}});
+  }
+  if (!evaluation.note.empty()) json["note"] = evaluation.note;
+  return json;
+}
+
+void add_row(core::TextTable& table, const std::string& rank, const plan::Evaluation& evaluation) {
+  const bool simulated = evaluation.iteration_s > 0;
+  auto figure = [simulated](double value, int digits) {
+    return simulated ? fmt::format("{:.{}f}", value, digits) : std::string("-");
+  };
+  table.add_row({rank, parallel::describe(evaluation.candidate.layout),
+                 core::format_bytes(evaluation.candidate.memory.total_bytes()),
+                 figure(evaluation.iteration_s, 3), figure(evaluation.tokens_per_s, 0),
+                 figure(evaluation.tokens_per_j, 2), figure(evaluation.cluster_power_w / 1e3, 1),
+                 figure(evaluation.peak_power_w, 0), figure(evaluation.max_die_c, 1),
+                 figure(100 * evaluation.mfu, 1),
+                 evaluation.pareto ? "*" : std::string(plan::to_string(evaluation.verdict))});
+}
+
+core::TextTable make_table() {
+  core::TextTable table({"#", "layout", "memory", "step", "tokens/s", "tokens/J", "cluster power",
+                         "peak power", "hottest die", "MFU", "front"});
+  table.set_units({"", "", "per GPU", "s", "", "", "kW", "W per GPU", "C", "%", ""});
+  return table;
+}
+
+void print_text(const plan::SearchRequest& request, const plan::SearchResult& result,
+                const PlanFlags& flags) {
+  fmt::print("# calo plan: {} on {} x {}, gbs {}, objective {}\n", request.space.model.name,
+             request.space.gpus, request.cluster.name, request.space.global_batch,
+             plan::to_string(request.objective));
+  fmt::print(
+      "# {} layouts: {} invalid combinations skipped, {} do not fit memory, {} pruned by the lower bound, "
+      "{} simulated; {:.2f} s\n",
+      result.evaluations.size(), result.invalid, result.out_of_memory, result.pruned, result.simulated,
+      result.wall_s);
+  core::TextTable table = make_table();
+  const int rows = std::min<int>(flags.top, static_cast<int>(result.ranking.size()));
+  for (int row = 0; row < rows; ++row)
+    add_row(table, std::to_string(row + 1), result.evaluations[result.ranking[row]]);
+  fmt::print("{}", table.render());
+  fmt::print(
+      "# front: * = on the Pareto front over tokens/s, tokens/J (higher), peak power, hottest die (lower)\n");
+  for (int row = 0; row < rows; ++row) {
+    const auto& layout = result.evaluations[result.ranking[row]].candidate.layout;
+    fmt::print("{:>3}. calo sim --model {} --cluster {} --gpus {} {}\n", row + 1, request.space.model.name,
+               request.cluster.name, request.space.gpus, plan::calo_flags(layout));
+    fmt::print("     megatron: {}\n", plan::megatron_flags(layout));
+  }
+  core::TextTable front = make_table();
+  for (std::size_t index : result.pareto) add_row(front, "", result.evaluations[index]);
+  fmt::print("# Pareto front ({} layouts)\n{}", result.pareto.size(), front.render());
+  if (flags.show_all) {
+    core::TextTable all = make_table();
+    for (const auto& evaluation : result.evaluations) add_row(all, "", evaluation);
+    fmt::print("# every candidate (front column: verdict)\n{}", all.render());
+  }
+}
+
+int run_plan(const PlanFlags& flags) {
+  require_input(!flags.model.empty(), "--model is required (see `calo model --list`)");
+  require_input(!flags.cluster.empty(), "--cluster is required (see `calo sim --list`)");
+  require_input(flags.gpus >= 1, fmt::format("--gpus {}: give the number of GPUs (>= 1)", flags.gpus));
+  require_input(flags.global_batch >= 1,
+                fmt::format("--gbs {}: give the global batch in sequences (>= 1)", flags.global_batch));
+  plan::SearchRequest request;
+  request.space.model = model::load_model(flags.model);
+  request.space.gpus = flags.gpus;
+  request.space.global_batch = flags.global_batch;
+  request.space.seq_length = flags.seq_length;
+  request.cluster = sim::load_cluster(flags.cluster);
+  request.objective = plan::parse_objective(flags.objective);
+  request.power_budget_w = flags.power_budget_w;
+  request.max_peak_power_w = flags.max_peak_power_w;
+  request.top = flags.top;
+  request.steps = flags.steps;
+  request.threads = flags.threads;
+  request.prune = !flags.no_prune;
+  if (flags.progress || (!flags.json && isatty(STDERR_FILENO) != 0)) {
+    request.progress = [](std::size_t done, std::size_t total) {
+      constexpr int kWidth = 40;
+      const int filled = static_cast<int>(kWidth * done / std::max<std::size_t>(1, total));
+      fmt::print(stderr, "\r[{:=<{}}{: <{}}] {}/{}", "", filled, "", kWidth - filled, done, total);
+      if (done == total) fmt::print(stderr, "\n");
+    };
+  }
+  const plan::SearchResult result = plan::search_layouts(request);
+  if (flags.json) {
+    nlohmann::json json = {{"model", request.space.model.name},
+                           {"cluster", request.cluster.name},
+                           {"gpus", request.space.gpus},
+                           {"global_batch", request.space.global_batch},
+                           {"objective", flags.objective},
+                           {"invalid", result.invalid},
+                           {"out_of_memory", result.out_of_memory},
+                           {"pruned", result.pruned},
+                           {"simulated", result.simulated},
+                           {"wall_s", result.wall_s}};
+    nlohmann::json ranking = nlohmann::json::array();
+    for (std::size_t row = 0; row < result.ranking.size() && static_cast<int>(row) < flags.top; ++row)
+      ranking.push_back(to_json(result.evaluations[result.ranking[row]]));
+    nlohmann::json front = nlohmann::json::array();
+    for (std::size_t index : result.pareto) front.push_back(to_json(result.evaluations[index]));
+    json["ranking"] = ranking;
+    json["pareto"] = front;
+    if (flags.show_all) {
+      nlohmann::json all = nlohmann::json::array();
+      for (const auto& evaluation : result.evaluations) all.push_back(to_json(evaluation));
+      json["candidates"] = all;
+    }
+    print_json(json);
+  } else {
+    print_text(request, result, flags);
+  }
+  return 0;
+}
+
+const CommandRegistration kPlan(
+    "plan", "find the layout to run: search the layout space through the simulator (ranking, Pareto front)",
+    45, [](CLI::App& app) -> std::function<int()> {
+      auto flags = std::make_shared<PlanFlags>();
+      app.add_option("--model,-m", flags->model, "Model preset name or YAML file");
+      app.add_option("--cluster,-c", flags->cluster, "Cluster preset or YAML file");
+      app.add_option("--gpus,-n", flags->gpus, "GPUs (every layout uses all of them)");
+      app.add_option("--gbs,--global-batch", flags->global_batch, "Global batch in sequences (fixed)");
+      app.add_option("--seq", flags->seq_length, "Sequence length; default the model's");
+      app.add_option("--objective", flags->objective, "Ranking: throughput, energy (tokens/J) or pareto")
+          ->capture_default_str();
+      app.add_option("--power-budget-w", flags->power_budget_w, "Most mean power of all GPUs together (W)");
+      app.add_option("--max-peak-power-w", flags->max_peak_power_w, "Most peak power of any one GPU (W)");
+      app.add_option("--top", flags->top, "Rows of the ranking (pruning keeps these exact)")
+          ->capture_default_str();
+      app.add_option("--steps", flags->steps, "Simulated steps per layout")->capture_default_str();
+      app.add_option("--threads", flags->threads, "Worker threads (default: all cores)");
+      app.add_flag("--json", flags->json, "Print the result as JSON");
+      app.add_flag("--all", flags->show_all, "Also list every candidate with its verdict (oom, pruned, ...)");
+      app.add_flag("--no-prune", flags->no_prune, "Simulate every fitting layout (no lower-bound pruning)");
+      app.add_flag("--progress", flags->progress, "Progress bar on stderr even when it is not a terminal");
+      auto partition = std::make_shared<PartitionFlags>();
+      CLI::App* sub = app.add_subcommand(
+          "partition", "uneven --layers-per-stage for slow or hot GPUs, found by simulation (never hotter)");
+      add_layout_flags(*sub, partition->layout, false);
+      sub->add_option("--cluster,-c", partition->cluster, "Cluster preset or YAML file");
+      sub->add_option("--steps", partition->steps, "Simulated steps per partition (heat builds up)")
+          ->capture_default_str();
+      sub->add_option("--slow-gpu", partition->slow_gpus, "RANK=SPEED: a GPU at SPEED x nominal; repeatable");
+      sub->add_option("--hot-gpu", partition->hot_gpus, "RANK=DEGREES: extra inlet temperature; repeatable");
+      sub->add_option(
+          "--from", partition->from_run,
+          "Run (record, bench or sim) whose GPUs' median clock and hottest temperature set speed and heat");
+      sub->add_flag("--json", partition->json, "Print the result as JSON");
+      return [flags, partition, sub] {
+        if (sub->parsed()) return run_partition(*partition);
+        return run_plan(*flags);
+      };
+    });
+
+}  // namespace
+}  // namespace calo::cli

@@ -1,0 +1,190 @@
+#include "plan/layout_space.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/table.h"
+#include "parallel/validate.h"
+
+namespace calo::plan {
+namespace {
+
+/// Positive divisors of `value` in increasing order.
+std::vector<int> divisors_of(int value) {
+  std::vector<int> result;
+  for (int candidate = 1; candidate <= value; ++candidate) {
+    if (value % candidate == 0) result.push_back(candidate);
+  }
+  return result;
+}
+
+/// The sizes (tp, pp, dp, ep, vpp + schedule) of the space before the per-rank options.
+struct Sizes {
+  int tp = 1, pp = 1, dp = 1, ep = 1, vpp = 1;
+  parallel::Schedule schedule = parallel::Schedule::k1F1B;
+};
+
+std::vector<Sizes> enumerate_sizes(const SpaceRequest& request) {
+  const model::ModelSpec& model = request.model;
+  std::vector<Sizes> result;
+  for (int tp : divisors_of(request.gpus)) {
+    if (tp > request.gpus_per_node || model.num_attention_heads % tp != 0) continue;
+    for (int pp : divisors_of(request.gpus / tp)) {
+      if (pp > model.num_layers) continue;
+      const int dp = request.gpus / (tp * pp);
+      std::vector<int> eps{1};
+      if (model.is_moe()) {
+        eps.clear();
+        for (int ep : divisors_of(dp)) {
+          if (model.num_experts % ep == 0) eps.push_back(ep);
+        }
+      }
+      for (int ep : eps) {
+        result.push_back({tp, pp, dp, ep, 1, parallel::Schedule::k1F1B});
+        if (pp == 1) continue;
+        result.push_back({tp, pp, dp, ep, 1, parallel::Schedule::kGpipe});
+        for (int vpp = 2; pp * vpp <= model.num_layers; ++vpp) {
+          if (model.num_layers % (pp * vpp) != 0) continue;
+          result.push_back({tp, pp, dp, ep, vpp, parallel::Schedule::kInterleaved});
+        }
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace
+
+int LayoutSpace::fitting() const {
+  return static_cast<int>(
+      std::count_if(candidates.begin(), candidates.end(), [](const Candidate& item) { return item.fits; }));
+}
+
+double usable_memory_bytes(double device_bytes) {
+  return device_bytes * parallel::kUsableMemoryFraction;
+}
+
+bool fits_memory(const parallel::MemoryBreakdown& memory, double device_bytes) {
+  return memory.total_bytes() <= usable_memory_bytes(device_bytes);
+}
+
+LayoutSpace enumerate_layouts(const SpaceRequest& request) {
+  require_input(request.gpus >= 1, fmt::format("--gpus {}: need at least 1 GPU", request.gpus));
+  require_input(request.global_batch >= 1,
+                fmt::format("--gbs {}: the global batch must be >= 1 sequence", request.global_batch));
+  LayoutSpace space;
+  for (const Sizes& sizes : enumerate_sizes(request)) {
+    if (request.global_batch % sizes.dp != 0) {
+      ++space.invalid;
+      continue;
+    }
+    for (int micro_batch : divisors_of(request.global_batch / sizes.dp)) {
+      for (auto recompute :
+           {parallel::Recompute::kNone, parallel::Recompute::kSelective, parallel::Recompute::kFull}) {
+        for (int zero_stage : {0, 1, 3}) {
+          if (zero_stage > 0 && sizes.dp == 1) continue;  // nothing to shard over
+          for (bool overlap : {false, true}) {
+            parallel::Layout layout;
+            layout.tp = sizes.tp;
+            layout.pp = sizes.pp;
+            layout.dp = sizes.dp;
+            layout.ep = sizes.ep;
+            layout.virtual_stages = sizes.vpp;
+            layout.schedule = sizes.schedule;
+            layout.micro_batch = micro_batch;
+            layout.global_batch = request.global_batch;
+            layout.seq_length = request.seq_length;
+            layout.recompute = recompute;
+            layout.zero_stage = zero_stage;
+            layout.overlap_tp_comm = overlap && sizes.tp > 1;
+            layout.overlap_grad_reduce = overlap && sizes.dp > 1;
+            layout.overlap_param_gather = overlap && zero_stage >= 1;
+            if (overlap && !layout.overlap_tp_comm && !layout.overlap_grad_reduce) continue;  // same as off
+            try {
+              Candidate candidate;
+              candidate.layout = parallel::resolve_layout(request.model, layout);
+              candidate.memory = parallel::memory_per_gpu(request.model, candidate.layout);
+              candidate.fits = fits_memory(candidate.memory, request.device_memory_bytes);
+              space.candidates.push_back(std::move(candidate));
+            } catch (const InputError&) {
+              ++space.invalid;
+            }
+          }
+        }
+      }
+    }
+  }
+  return space;
+}
+
+int layout_distance(const parallel::Layout& a, const parallel::Layout& b) {
+  const bool overlap_a = a.overlap_tp_comm || a.overlap_grad_reduce || a.overlap_param_gather;
+  const bool overlap_b = b.overlap_tp_comm || b.overlap_grad_reduce || b.overlap_param_gather;
+  return (a.tp != b.tp) + (a.pp != b.pp) + (a.dp != b.dp) + (a.ep != b.ep) +
+         (a.virtual_stages != b.virtual_stages) + (a.schedule != b.schedule) +
+         (a.micro_batch != b.micro_batch) + (a.recompute != b.recompute) + (a.zero_stage != b.zero_stage) +
+         (overlap_a != overlap_b);
+}
+
+std::vector<Candidate> nearest_fitting(const LayoutSpace& space, const parallel::Layout& layout, int limit) {
+  std::vector<Candidate> fitting;
+  for (const Candidate& candidate : space.candidates) {
+    if (candidate.fits) fitting.push_back(candidate);
+  }
+  std::stable_sort(fitting.begin(), fitting.end(), [&layout](const Candidate& a, const Candidate& b) {
+    const int distance_a = layout_distance(a.layout, layout);
+    const int distance_b = layout_distance(b.layout, layout);
+    if (distance_a != distance_b) return distance_a < distance_b;
+    return a.memory.total_bytes() < b.memory.total_bytes();
+  });
+  if (static_cast<int>(fitting.size()) > limit) fitting.resize(limit);
+  return fitting;
+}
+
+std::string calo_flags(const parallel::Layout& layout) {
+  std::string text = fmt::format("--tp {} --pp {} --dp {}", layout.tp, layout.pp, layout.dp);
+  if (layout.ep > 1) text += fmt::format(" --ep {}", layout.ep);
+  if (layout.virtual_stages > 1) text += fmt::format(" --vpp {}", layout.virtual_stages);
+  text += fmt::format(" --schedule {} --mbs {} --gbs {}", parallel::to_string(layout.schedule),
+                      layout.micro_batch, layout.global_batch);
+  if (layout.seq_length > 0) text += fmt::format(" --seq {}", layout.seq_length);
+  text += fmt::format(" --recompute {}", parallel::to_string(layout.recompute));
+  if (layout.zero_stage > 0) text += fmt::format(" --zero {}", layout.zero_stage);
+  if (layout.overlap_tp_comm) text += " --overlap-tp";
+  if (layout.overlap_grad_reduce) text += " --overlap-grad";
+  if (layout.overlap_param_gather) text += " --overlap-param";
+  return text;
+}
+
+std::string megatron_flags(const parallel::Layout& layout) {
+  std::string text =
+      fmt::format("--tensor-model-parallel-size {} --pipeline-model-parallel-size {}", layout.tp, layout.pp);
+  if (layout.ep > 1) text += fmt::format(" --expert-model-parallel-size {}", layout.ep);
+  if (layout.virtual_stages > 1)
+    text += fmt::format(" --num-layers-per-virtual-pipeline-stage {}",
+                        layout.layers_per_stage.empty() ? 0 : layout.layers_per_stage.front());
+  text +=
+      fmt::format(" --micro-batch-size {} --global-batch-size {}", layout.micro_batch, layout.global_batch);
+  if (layout.seq_length > 0) text += fmt::format(" --seq-length {}", layout.seq_length);
+  if (layout.sequence_parallel) text += " --sequence-parallel";
+  if (layout.recompute == parallel::Recompute::kSelective) text += " --recompute-activations";
+  if (layout.recompute == parallel::Recompute::kFull)
+    text += " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
+  if (layout.zero_stage == 1) text += " --use-distributed-optimizer";
+  if (layout.zero_stage == 3) text += " --use-torch-fsdp2";
+  if (layout.overlap_tp_comm) text += " --tp-comm-overlap";
+  if (layout.overlap_grad_reduce) text += " --overlap-grad-reduce";
+  if (layout.overlap_param_gather) text += " --overlap-param-gather";
+  return text;
+}
+
+std::string describe_memory(const parallel::MemoryBreakdown& memory) {
+  return fmt::format("{} (weights {}, gradients {}, optimizer {}, activations {})",
+                     core::format_bytes(memory.total_bytes()), core::format_bytes(memory.weights_bytes),
+                     core::format_bytes(memory.gradients_bytes), core::format_bytes(memory.optimizer_bytes),
+                     core::format_bytes(memory.activations_bytes));
+}
+
+}  // namespace calo::plan

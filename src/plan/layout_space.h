@@ -1,0 +1,70 @@
+// The layout space of a training job: every valid parallel layout for a model on N GPUs at a global batch,
+// each checked against the memory model `calo bench` uses (parallel::memory_per_gpu, kUsableMemoryFraction).
+// One place for layout enumeration and the memory-fit filter: `calo plan` searches it, `calo sim` quotes it
+// when it refuses a layout that does not fit.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/model_spec.h"
+#include "parallel/layout.h"
+#include "parallel/memory.h"
+
+namespace calo::plan {
+
+/// What to enumerate: the job (model, GPUs, batch, sequence) and the hardware limits that bound the space.
+struct SpaceRequest {
+  model::ModelSpec model;          ///< the model
+  int gpus = 0;                    ///< world size; every layout has tp * pp * dp == gpus
+  int global_batch = 0;            ///< sequences per iteration (fixed: every layout trains the same tokens)
+  int seq_length = 0;              ///< tokens per sequence; 0 = the model's default
+  int gpus_per_node = 8;           ///< tp never spans nodes (tp <= gpus_per_node)
+  double device_memory_bytes = 0;  ///< HBM per GPU; a layout fits when its accounted total <= usable share
+};
+
+/// One layout of the space with its memory verdict.
+struct Candidate {
+  parallel::Layout layout;           ///< resolved layout (parallel::resolve_layout)
+  parallel::MemoryBreakdown memory;  ///< accounted memory of the most loaded stage
+  bool fits = false;                 ///< memory.total_bytes() <= usable_memory_bytes(device)
+};
+
+/// The enumerated space.
+struct LayoutSpace {
+  std::vector<Candidate> candidates;  ///< every valid layout, fitting or not
+  int invalid = 0;                    ///< combinations that parallel::resolve_layout rejected
+  /// Number of candidates that fit memory.
+  int fitting() const;
+};
+
+/// Usable bytes of a device of `device_bytes`: device_bytes * kUsableMemoryFraction.
+double usable_memory_bytes(double device_bytes);
+
+/// True when `memory` fits a device of `device_bytes` (the rule `calo bench` applies).
+bool fits_memory(const parallel::MemoryBreakdown& memory, double device_bytes);
+
+/// Enumerates tp (divisors of the heads, <= gpus_per_node), pp (dividing gpus / tp), dp = gpus / (tp pp),
+/// ep (MoE: divisors of dp and experts), vpp with the interleaved schedule (pp > 1), gpipe and 1f1b,
+/// micro-batch (divisors of global_batch / dp), recompute none|selective|full, ZeRO 0|1|3, overlap off|all.
+/// Every combination goes through parallel::resolve_layout; the ones it rejects are counted, not kept.
+/// Throws InputError when gpus < 1 or global_batch < 1.
+LayoutSpace enumerate_layouts(const SpaceRequest& request);
+
+/// Layouts of the space that fit memory, nearest to `layout` first (fewest changed settings, then least
+/// memory); at most `limit`. For the refusal message of `calo sim` and the planner's "nearest feasible".
+std::vector<Candidate> nearest_fitting(const LayoutSpace& space, const parallel::Layout& layout, int limit);
+
+/// Settings in which `a` and `b` differ (tp, pp, dp, ep, vpp, schedule, mbs, recompute, zero, overlap).
+int layout_distance(const parallel::Layout& a, const parallel::Layout& b);
+
+/// Flags that reproduce `layout` with `calo sim` / `calo bench` (e.g. "--tp 8 --pp 4 ... --recompute full").
+std::string calo_flags(const parallel::Layout& layout);
+
+/// The same layout as Megatron-LM pretrain_gpt.py arguments (--tensor-model-parallel-size ...).
+std::string megatron_flags(const parallel::Layout& layout);
+
+/// One-line memory breakdown: "123.4 GiB (weights .., gradients .., optimizer .., activations ..)".
+std::string describe_memory(const parallel::MemoryBreakdown& memory);
+
+}  // namespace calo::plan

@@ -1,0 +1,414 @@
+#include "plan/search.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <mutex>
+#include <thread>
+
+#include "core/error.h"
+#include "core/table.h"
+#include "graph/graph.h"
+#include "sim/cost_model.h"
+#include "sim/simulate.h"
+
+namespace calo::plan {
+namespace {
+
+bool is_comm(graph::OpKind kind) {
+  return kind == graph::OpKind::kCollective || kind == graph::OpKind::kSend || kind == graph::OpKind::kRecv;
+}
+
+/// Objective score, lower is better (step time, or energy per step: tokens per step are fixed by the job).
+double score(const Evaluation& evaluation, Objective objective) {
+  return objective == Objective::kEnergy ? evaluation.energy_per_step_j : evaluation.iteration_s;
+}
+
+/// True when `a` is at least as good as `b` on all four Pareto figures and better on one.
+bool dominates(const Evaluation& a, const Evaluation& b) {
+  const bool no_worse = a.tokens_per_s >= b.tokens_per_s && a.tokens_per_j >= b.tokens_per_j &&
+                        a.peak_power_w <= b.peak_power_w && a.max_die_c <= b.max_die_c;
+  const bool better = a.tokens_per_s > b.tokens_per_s || a.tokens_per_j > b.tokens_per_j ||
+                      a.peak_power_w < b.peak_power_w || a.max_die_c < b.max_die_c;
+  return no_worse && better;
+}
+
+/// Simulates one candidate and fills its figures and verdict (budget checks included).
+void evaluate(Evaluation& evaluation, const graph::Graph& graph, const SearchRequest& request) {
+  sim::SimOptions options;
+  options.steps = request.steps;
+  const sim::SimResult result = sim::simulate(graph, request.cluster, options);
+  double energy_j = 0;
+  double peak_w = 0;
+  double max_die_c = 0;
+  for (const sim::StepResult& step : result.step_results) {
+    energy_j += step.energy_j;
+    peak_w = std::max(peak_w, step.peak_power_w);
+    max_die_c = std::max(max_die_c, step.max_die_c);
+  }
+  evaluation.iteration_s = result.iteration_s;
+  evaluation.tokens_per_s = sim::tokens_per_s(result);
+  evaluation.energy_per_step_j = energy_j / result.steps;
+  evaluation.tokens_per_j = result.tokens_per_step / evaluation.energy_per_step_j;
+  evaluation.cluster_power_w = evaluation.energy_per_step_j / result.iteration_s;
+  evaluation.peak_power_w = peak_w;
+  evaluation.max_die_c = max_die_c;
+  evaluation.mfu = sim::mfu(result);
+  evaluation.verdict = Verdict::kRanked;
+  if (request.power_budget_w > 0 && evaluation.cluster_power_w > request.power_budget_w) {
+    evaluation.verdict = Verdict::kOverBudget;
+    evaluation.note = fmt::format("cluster power {:.0f} W > --power-budget-w {:.0f}",
+                                  evaluation.cluster_power_w, request.power_budget_w);
+  } else if (request.max_peak_power_w > 0 && peak_w > request.max_peak_power_w) {
+    evaluation.verdict = Verdict::kOverBudget;
+    evaluation.note =
+        fmt::format("peak GPU power {:.0f} W > --max-peak-power-w {:.0f}", peak_w, request.max_peak_power_w);
+  }
+}
+
+/// The k best feasible scores seen so far; a candidate whose lower bound exceeds the k-th cannot enter.
+class TopScores {
+ public:
+  explicit TopScores(int keep) : keep_(std::max(1, keep)) {}
+  void add(double value) {
+    std::lock_guard lock(mutex_);
+    scores_.insert(std::upper_bound(scores_.begin(), scores_.end(), value), value);
+    if (static_cast<int>(scores_.size()) > keep_) scores_.pop_back();
+  }
+  /// The k-th best score, or +inf while fewer than k are known.
+  double threshold() const {
+    std::lock_guard lock(mutex_);
+    return static_cast<int>(scores_.size()) < keep_ ? INFINITY : scores_.back();
+  }
+
+ private:
+  int keep_;
+  mutable std::mutex mutex_;
+  std::vector<double> scores_;
+};
+
+/// Runs `work(index)` for index 0..count-1 on `threads` threads (work items taken in index order).
+template <typename Work>
+void parallel_for(std::size_t count, int threads, Work&& work) {
+  std::atomic<std::size_t> next{0};
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+  auto worker = [&] {
+    for (std::size_t index = next++; index < count; index = next++) {
+      try {
+        work(index);
+      } catch (...) {
+        std::lock_guard lock(failure_mutex);
+        if (!failure) failure = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int thread = 1; thread < threads; ++thread) pool.emplace_back(worker);
+  worker();
+  for (auto& thread : pool) thread.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
+/// Progress reporting shared by the workers (callback serialised).
+class Progress {
+ public:
+  Progress(const SearchRequest& request, std::size_t total) : request_(request), total_(total) {}
+  void step() {
+    const std::size_t done = ++done_;
+    if (!request_.progress) return;
+    std::lock_guard lock(mutex_);
+    request_.progress(done, total_);
+  }
+
+ private:
+  const SearchRequest& request_;
+  std::size_t total_;
+  std::atomic<std::size_t> done_{0};
+  std::mutex mutex_;
+};
+
+void check_constraints(const SearchRequest& request) {
+  const double idle_w = request.cluster.gpu.idle_power_w * request.space.gpus;
+  require_input(
+      request.power_budget_w <= 0 || request.power_budget_w > idle_w,
+      fmt::format("--power-budget-w {:.0f} is below the idle power of {} GPUs ({:.0f} W at {:.0f} W each): "
+                  "no layout can meet it; give more than {:.0f} W or fewer --gpus (at most {})",
+                  request.power_budget_w, request.space.gpus, idle_w, request.cluster.gpu.idle_power_w,
+                  idle_w, static_cast<int>(request.power_budget_w / request.cluster.gpu.idle_power_w)));
+  require_input(
+      request.max_peak_power_w <= 0 || request.max_peak_power_w > request.cluster.gpu.idle_power_w,
+      fmt::format("--max-peak-power-w {:.0f} is below a GPU's idle power ({:.0f} W): no layout can meet "
+                  "it; give more than {:.0f} W (the power limit is {:.0f} W)",
+                  request.max_peak_power_w, request.cluster.gpu.idle_power_w,
+                  request.cluster.gpu.idle_power_w, request.cluster.gpu.power_limit_w));
+  require_input(request.top >= 1, fmt::format("--top {}: give 1 or more rows", request.top));
+  require_input(request.steps >= 1, fmt::format("--steps {}: give 1 or more steps", request.steps));
+}
+
+/// Explains an empty space (nothing valid, or nothing fits) with the nearest feasible alternative.
+[[noreturn]] void refuse_empty(const SearchRequest& request, const SpaceRequest& space_request,
+                               const LayoutSpace& space) {
+  const std::vector<int> gpus = nearest_feasible_gpus(space_request, 2);
+  const std::string alternative =
+      gpus.empty()
+          ? std::string(
+                "no GPU count within a factor 2 has one either; give a larger --gpus or a smaller model")
+          : fmt::format("nearest GPU counts that have one: --gpus {}", fmt::join(gpus, " or --gpus "));
+  if (space.candidates.empty()) {
+    throw InputError(fmt::format(
+        "no valid layout of {} on --gpus {} with --gbs {}: tp*pp*dp must equal the GPU count with tp "
+        "dividing "
+        "the {} heads (<= {} per node), pp dividing the {} layers and dp dividing the global batch; {}",
+        request.space.model.name, request.space.gpus, request.space.global_batch,
+        request.space.model.num_attention_heads, request.space.gpus_per_node, request.space.model.num_layers,
+        alternative));
+  }
+  const Candidate* smallest = &space.candidates.front();
+  for (const Candidate& candidate : space.candidates) {
+    if (candidate.memory.total_bytes() < smallest->memory.total_bytes()) smallest = &candidate;
+  }
+  throw InputError(
+      fmt::format("no layout of {} fits {} on --gpus {}: the smallest ({}) needs {} per GPU of {} usable; {}",
+                  request.space.model.name, request.cluster.gpu.name, request.space.gpus,
+                  parallel::describe(smallest->layout), describe_memory(smallest->memory),
+                  core::format_bytes(usable_memory_bytes(request.cluster.gpu.memory_bytes)), alternative));
+}
+
+/// Every simulated layout broke a power constraint: name the one closest to meeting it.
+[[noreturn]] void refuse_over_budget(const SearchRequest& request, const SearchResult& result) {
+  const Evaluation* nearest = nullptr;
+  double nearest_excess = INFINITY;
+  for (const Evaluation& evaluation : result.evaluations) {
+    if (evaluation.verdict != Verdict::kOverBudget) continue;
+    double excess = 0;
+    if (request.power_budget_w > 0)
+      excess += std::max(0.0, evaluation.cluster_power_w / request.power_budget_w - 1);
+    if (request.max_peak_power_w > 0)
+      excess += std::max(0.0, evaluation.peak_power_w / request.max_peak_power_w - 1);
+    if (excess < nearest_excess) {
+      nearest_excess = excess;
+      nearest = &evaluation;
+    }
+  }
+  if (nearest == nullptr) {
+    throw InputError(fmt::format("no layout of {} on --gpus {} could be simulated; the first failure: {}",
+                                 request.space.model.name, request.space.gpus,
+                                 result.evaluations.empty() ? "none" : result.evaluations.front().note));
+  }
+  throw InputError(fmt::format(
+      "no layout meets the power constraints (--power-budget-w {:.0f}, --max-peak-power-w {:.0f}); the "
+      "nearest is "
+      "{} at {:.0f} W cluster power and {:.0f} W peak per GPU: raise the limits to these or use fewer --gpus",
+      request.power_budget_w, request.max_peak_power_w, parallel::describe(nearest->candidate.layout),
+      nearest->cluster_power_w, nearest->peak_power_w));
+}
+
+}  // namespace
+
+Objective parse_objective(const std::string& text) {
+  if (text == "throughput") return Objective::kThroughput;
+  if (text == "energy") return Objective::kEnergy;
+  if (text == "pareto") return Objective::kPareto;
+  throw InputError(fmt::format("--objective '{}': give throughput, energy or pareto", text));
+}
+
+std::string to_string(Objective objective) {
+  switch (objective) {
+    case Objective::kThroughput:
+      return "throughput";
+    case Objective::kEnergy:
+      return "energy";
+    case Objective::kPareto:
+      return "pareto";
+  }
+  return "?";
+}
+
+const char* to_string(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::kRanked:
+      return "ranked";
+    case Verdict::kOutOfMemory:
+      return "oom";
+    case Verdict::kPruned:
+      return "pruned";
+    case Verdict::kOverBudget:
+      return "over-budget";
+    case Verdict::kFailed:
+      return "failed";
+  }
+  return "?";
+}
+
+double step_time_lower_bound_s(const graph::Graph& graph, const sim::ClusterSpec& cluster) {
+  // Per program: the busiest stream's compute (a stream runs its ops one after another), and the pipeline
+  // terms: micro-batch 0's first-chunk forward (`head`, before any micro-batch op of the next stage can
+  // start) and the last micro-batch's first-chunk backward (`tail`, after the next stage's).
+  const int stages = graph.layout.pp;
+  const int last_microbatch = graph.layout.num_microbatches() - 1;
+  std::vector<double> head_s(stages, INFINITY);
+  std::vector<double> tail_s(stages, INFINITY);
+  struct ProgramTerms {
+    int stage = 0;
+    double microbatch_s = 0;  // compute-stream ops of micro-batches (issued after micro-batch 0 arrives)
+    double after_last_s = 0;  // compute-stream ops issued after the last micro-batch's first-chunk backward
+  };
+  std::vector<ProgramTerms> terms;
+  double bound_s = 0;
+  for (const graph::RankProgram& program : graph.programs) {
+    double stream_s[graph::kNumStreams] = {};
+    double head = 0;
+    double tail = 0;
+    ProgramTerms item;
+    item.stage = program.stage;
+    for (const graph::Op& op : program.ops) {
+      if (is_comm(op.kind)) continue;
+      const double duration_s = sim::compute_cost(cluster.gpu, op).duration_s(1.0, 1.0);
+      stream_s[static_cast<int>(op.stream)] += duration_s;
+      if (op.stream != graph::Stream::kCompute) continue;
+      item.after_last_s += duration_s;
+      if (op.microbatch < 0) continue;
+      item.microbatch_s += duration_s;
+      if (op.microbatch == 0 && op.chunk == 0 && op.phase == graph::Phase::kForward) head += duration_s;
+      if (op.microbatch == last_microbatch && op.chunk == 0 && op.phase == graph::Phase::kBackward) {
+        tail += duration_s;
+        item.after_last_s = 0;  // restart: only ops issued after this one count
+      }
+    }
+    bound_s = std::max(bound_s, *std::max_element(std::begin(stream_s), std::end(stream_s)));
+    head_s[program.stage] = std::min(head_s[program.stage], head);
+    tail_s[program.stage] = std::min(tail_s[program.stage], tail);
+    terms.push_back(item);
+  }
+  // Stage k starts its micro-batch ops after stages 0..k-1 forwarded micro-batch 0 (issue order puts it
+  // first everywhere), and once it has sent the last micro-batch's gradient, stages k-1..0 still run that
+  // micro-batch's backward one after another.
+  for (const ProgramTerms& item : terms) {
+    double before_s = 0;
+    double after_s = 0;
+    for (int stage = 0; stage < item.stage; ++stage) {
+      before_s += head_s[stage];
+      after_s += tail_s[stage];
+    }
+    bound_s = std::max(bound_s, before_s + item.microbatch_s);
+    bound_s = std::max(bound_s, before_s + std::max(0.0, item.microbatch_s - item.after_last_s) + after_s);
+  }
+  return bound_s;
+}
+
+std::vector<int> nearest_feasible_gpus(const SpaceRequest& request, int limit) {
+  std::vector<int> found;
+  const int step = request.gpus > request.gpus_per_node ? request.gpus_per_node : 1;
+  constexpr int kMaxTries = 256;
+  for (int offset = 1; offset <= kMaxTries && static_cast<int>(found.size()) < limit; ++offset) {
+    for (int sign : {-1, 1}) {
+      const int gpus = (request.gpus / step + sign * offset) * step;
+      if (gpus < 1 || gpus < request.gpus / 2 || gpus > request.gpus * 2) continue;
+      SpaceRequest other = request;
+      other.gpus = gpus;
+      if (enumerate_layouts(other).fitting() > 0 && static_cast<int>(found.size()) < limit)
+        found.push_back(gpus);
+    }
+  }
+  return found;
+}
+
+SearchResult search_layouts(const SearchRequest& request) {
+  const auto started = std::chrono::steady_clock::now();
+  check_constraints(request);
+  SpaceRequest space_request = request.space;
+  space_request.device_memory_bytes = request.cluster.gpu.memory_bytes;
+  space_request.gpus_per_node = request.cluster.node.gpus;
+  const LayoutSpace space = enumerate_layouts(space_request);
+  if (space.fitting() == 0) refuse_empty(request, space_request, space);
+
+  SearchResult result;
+  result.invalid = space.invalid;
+  std::vector<std::size_t> fitting;
+  for (const Candidate& candidate : space.candidates) {
+    Evaluation evaluation;
+    evaluation.candidate = candidate;
+    if (candidate.fits) {
+      fitting.push_back(result.evaluations.size());
+    } else {
+      ++result.out_of_memory;
+    }
+    result.evaluations.push_back(std::move(evaluation));
+  }
+  const int threads = request.threads > 0
+                          ? request.threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  Progress progress(request, 2 * fitting.size());
+
+  // Chapter 1: the lower bound of every fitting layout (graph build + cost model, no engine).
+  parallel_for(fitting.size(), threads, [&](std::size_t item) {
+    Evaluation& evaluation = result.evaluations[fitting[item]];
+    const graph::Graph graph = graph::build_graph(request.space.model, evaluation.candidate.layout);
+    evaluation.lower_bound_s = step_time_lower_bound_s(graph, request.cluster);
+    progress.step();
+  });
+
+  // Chapter 2: simulate in increasing lower-bound order; skip a layout once its bound (on step time, or on
+  // energy: every GPU draws at least idle power for at least the bound) exceeds the k-th best feasible score.
+  std::stable_sort(fitting.begin(), fitting.end(), [&](std::size_t a, std::size_t b) {
+    return result.evaluations[a].lower_bound_s < result.evaluations[b].lower_bound_s;
+  });
+  TopScores top(request.top);
+  const bool prune = request.prune && request.objective != Objective::kPareto;
+  const double idle_cluster_w = request.cluster.gpu.idle_power_w * request.space.gpus;
+  parallel_for(fitting.size(), threads, [&](std::size_t item) {
+    Evaluation& evaluation = result.evaluations[fitting[item]];
+    const double bound = request.objective == Objective::kEnergy ? evaluation.lower_bound_s * idle_cluster_w
+                                                                 : evaluation.lower_bound_s;
+    if (prune && bound > top.threshold()) {
+      evaluation.verdict = Verdict::kPruned;
+    } else {
+      try {
+        const graph::Graph graph = graph::build_graph(request.space.model, evaluation.candidate.layout);
+        evaluate(evaluation, graph, request);
+        if (evaluation.verdict == Verdict::kRanked) top.add(score(evaluation, request.objective));
+      } catch (const std::exception& error) {
+        evaluation.verdict = Verdict::kFailed;
+        evaluation.note = error.what();
+      }
+    }
+    progress.step();
+  });
+
+  // Chapter 3: ranking and the Pareto front.
+  std::vector<std::size_t> ranked;
+  for (std::size_t index = 0; index < result.evaluations.size(); ++index) {
+    const Verdict verdict = result.evaluations[index].verdict;
+    if (verdict == Verdict::kPruned) ++result.pruned;
+    if (verdict == Verdict::kRanked || verdict == Verdict::kOverBudget || verdict == Verdict::kFailed)
+      ++result.simulated;
+    if (verdict == Verdict::kRanked) ranked.push_back(index);
+  }
+  for (std::size_t index : ranked) {
+    Evaluation& evaluation = result.evaluations[index];
+    evaluation.pareto = std::none_of(ranked.begin(), ranked.end(), [&](std::size_t other) {
+      return dominates(result.evaluations[other], evaluation);
+    });
+    if (evaluation.pareto) result.pareto.push_back(index);
+  }
+  auto by_throughput = [&](std::size_t a, std::size_t b) {
+    return result.evaluations[a].iteration_s < result.evaluations[b].iteration_s;
+  };
+  std::stable_sort(result.pareto.begin(), result.pareto.end(), by_throughput);
+  std::stable_sort(ranked.begin(), ranked.end(), [&](std::size_t a, std::size_t b) {
+    const Evaluation& first = result.evaluations[a];
+    const Evaluation& second = result.evaluations[b];
+    if (request.objective == Objective::kPareto && first.pareto != second.pareto) return first.pareto;
+    return score(first, request.objective) < score(second, request.objective);
+  });
+  result.ranking = std::move(ranked);
+  if (result.ranking.empty()) refuse_over_budget(request, result);
+  result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return result;
+}
+
+}  // namespace calo::plan

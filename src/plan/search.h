@@ -1,0 +1,87 @@
+// Layout search: simulates every layout of the space that fits memory (or proves by a lower bound that it
+// cannot make the top K), ranks them by an objective and marks the Pareto front (docs/PLANNER.md).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+#include "plan/layout_space.h"
+#include "sim/cluster.h"
+
+namespace calo::plan {
+
+/// What the ranking optimises.
+enum class Objective { kThroughput, kEnergy, kPareto };
+
+/// Parses "throughput|energy|pareto"; throws InputError naming --objective otherwise.
+Objective parse_objective(const std::string& text);
+/// Name of an objective.
+std::string to_string(Objective objective);
+
+/// A search request.
+struct SearchRequest {
+  SpaceRequest space;        ///< the job; device_memory_bytes is taken from `cluster`
+  sim::ClusterSpec cluster;  ///< the modeled cluster
+  Objective objective = Objective::kThroughput;
+  double power_budget_w = 0;    ///< > 0: the cluster's mean GPU power (all GPUs) must stay <= this
+  double max_peak_power_w = 0;  ///< > 0: no GPU's peak power sample may exceed this
+  int top = 10;                 ///< rows of the ranking the caller wants; pruning keeps these exact
+  int steps = 1;                ///< simulated steps per layout (temperatures evolve across them)
+  int threads = 0;              ///< worker threads; 0 = std::thread::hardware_concurrency()
+  bool prune = true;            ///< skip layouts whose lower bound proves they cannot make the top K
+  /// Called from worker threads (serialised) with (layouts done, layouts to do) for a progress bar.
+  std::function<void(std::size_t, std::size_t)> progress;
+};
+
+/// What happened to one candidate.
+enum class Verdict { kRanked, kOutOfMemory, kPruned, kOverBudget, kFailed };
+/// Name of a verdict ("ranked", "oom", "pruned", "over-budget", "failed").
+const char* to_string(Verdict verdict);
+
+/// One candidate and its figures (simulated ones only when verdict is kRanked or kOverBudget).
+struct Evaluation {
+  Candidate candidate;  ///< layout and memory
+  Verdict verdict = Verdict::kOutOfMemory;
+  double lower_bound_s = 0;      ///< step time >= this (busiest rank's compute at max clock)
+  double iteration_s = 0;        ///< simulated mean step time
+  double tokens_per_s = 0;       ///< tokens per step / iteration_s
+  double energy_per_step_j = 0;  ///< all GPUs, mean over steps
+  double tokens_per_j = 0;       ///< tokens per step / energy_per_step_j
+  double cluster_power_w = 0;    ///< energy_per_step_j / iteration_s (all GPUs)
+  double peak_power_w = 0;       ///< highest power sample of any GPU
+  double max_die_c = 0;          ///< hottest die at a step end
+  double mfu = 0;                ///< model FLOP utilisation
+  bool pareto = false;  ///< on the Pareto front (tokens/s, tokens/J up; peak power, hottest die down)
+  std::string note;     ///< why over budget / failed
+};
+
+/// The outcome of a search.
+struct SearchResult {
+  std::vector<Evaluation> evaluations;  ///< every candidate of the space, in enumeration order
+  std::vector<std::size_t> ranking;     ///< indices of kRanked evaluations, best first by the objective
+  std::vector<std::size_t> pareto;      ///< indices on the Pareto front, by tokens/s descending
+  int invalid = 0;                      ///< combinations resolve_layout rejected
+  int simulated = 0;                    ///< layouts simulated
+  int pruned = 0;                       ///< layouts skipped by the lower bound
+  int out_of_memory = 0;                ///< layouts that do not fit memory
+  double wall_s = 0;                    ///< host time of the search
+};
+
+/// Lower bound on the step time of `graph` on `cluster`, from compute at the maximum clock and speed 1 (power
+/// cap, heat, slow GPUs, communication and waiting only lengthen it): the busiest stream of any rank, and per
+/// pipeline stage k the forward of micro-batch 0 on stages < k + stage k's micro-batch compute + the
+/// backward of the last micro-batch on stages < k (docs/PLANNER.md, "Pruning").
+double step_time_lower_bound_s(const graph::Graph& graph, const sim::ClusterSpec& cluster);
+
+/// Runs the search. Throws InputError for contradictory constraints (a power budget below the idle power of
+/// all GPUs), for a space without any valid layout and for a space where no layout fits memory, each with
+/// the nearest feasible alternative.
+SearchResult search_layouts(const SearchRequest& request);
+
+/// Nearest GPU counts (below and above `gpus`, within a factor 2) for which the space has a fitting layout.
+std::vector<int> nearest_feasible_gpus(const SpaceRequest& request, int limit);
+
+}  // namespace calo::plan

@@ -1,0 +1,137 @@
+// `calo plan` and `calo sim`'s memory refusal as real processes: exit codes, messages, JSON, stored warning.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#ifdef CALO_SIM_HAS_STORE
+#include "store/run_store.h"
+#endif
+
+namespace calo::plan {
+namespace {
+
+struct Outcome {
+  int exit_code = -1;
+  std::string output;  // stdout + stderr
+};
+
+Outcome run_calo(const std::string& arguments) {
+  const std::string command = std::string(CALO_BINARY) + " " + arguments + " 2>&1";
+  Outcome outcome;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return outcome;
+  char buffer[4096];
+  size_t got = 0;
+  while ((got = fread(buffer, 1, sizeof(buffer), pipe)) > 0) outcome.output.append(buffer, got);
+  const int status = pclose(pipe);
+  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return outcome;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST(CaloSimMemory, RefusesALayoutThatDoesNotFitWithTheBreakdownAndFittingLayouts) {
+  // Issue 13 item 3: GPT3-175B on 8 H100 with TP8 needs ~335 GiB per GPU.
+  Outcome outcome = run_calo("sim --model gpt3-175b --cluster h100-hgx --gpus 8 --tp 8 --gbs 8 --no-store");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "optimizer")) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "usable")) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "--allow-oom")) << outcome.output;
+  // A model that fits only with a different layout: the refusal lists layouts of the same job that fit.
+  outcome = run_calo("sim --model llama3-70b --cluster h100-hgx --gpus 16 --tp 1 --gbs 16 --no-store");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "that fit")) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "--tp ")) << outcome.output;
+}
+
+TEST(CaloSimMemory, AllowOomSimulatesWithAWarningInOutputAndStoredRun) {
+  const auto dir = std::filesystem::temp_directory_path() / "calo_plan_allow_oom";
+  std::filesystem::remove_all(dir);
+  Outcome outcome =
+      run_calo("sim --model gpt3-175b --cluster h100-hgx --gpus 8 --tp 8 --gbs 8 --allow-oom --out " +
+               (dir / "run").string());
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "WARNING")) << outcome.output;
+  outcome = run_calo(
+      "sim --model gpt3-175b --cluster h100-hgx --gpus 8 --tp 8 --gbs 8 --allow-oom --json --no-store");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  const auto start = outcome.output.find('{');
+  ASSERT_NE(start, std::string::npos) << outcome.output;
+  const auto json = nlohmann::json::parse(outcome.output.substr(start));
+  ASSERT_TRUE(json.contains("warnings")) << outcome.output;
+  EXPECT_TRUE(contains(json["warnings"][0].get<std::string>(), "does not fit memory"));
+#ifdef CALO_SIM_HAS_STORE
+  const auto config = nlohmann::json::parse(store::RunReader(dir / "run").run().config_json);
+  ASSERT_TRUE(config.contains("warnings")) << config.dump();
+  EXPECT_TRUE(contains(config["warnings"][0].get<std::string>(), "does not fit memory"));
+#endif
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CaloSimMemory, RejectsZeroGpus) {
+  const Outcome outcome = run_calo("sim --model tiny-dense --cluster h200-hgx --gpus 0 --no-store");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "--gpus 0")) << outcome.output;
+}
+
+TEST(CaloPlan, RanksLayoutsWithPasteableFlagsAndJson) {
+  Outcome outcome = run_calo("plan --model llama3-8b --cluster h200-hgx --gpus 8 --gbs 32 --top 3 --json");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  const auto json = nlohmann::json::parse(outcome.output);
+  ASSERT_EQ(json["ranking"].size(), 3u);
+  const auto& best = json["ranking"][0];
+  EXPECT_GT(best["tokens_per_s"].get<double>(), json["ranking"][2]["tokens_per_s"].get<double>() * 0.999);
+  EXPECT_TRUE(contains(best["megatron_flags"].get<std::string>(), "--tensor-model-parallel-size"));
+  EXPECT_FALSE(json["pareto"].empty());
+  // The calo flags of the best row reproduce its step time in `calo sim`.
+  outcome = run_calo("sim --model llama3-8b --cluster h200-hgx --gpus 8 " +
+                     best["calo_flags"].get<std::string>() + " --json --no-store");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_NEAR(nlohmann::json::parse(outcome.output)["iteration_s"].get<double>(),
+              best["iteration_s"].get<double>(), 1e-9);
+}
+
+TEST(CaloPlan, ImpossibleRequestsExitTwoWithTheNearestFeasible) {
+  Outcome outcome = run_calo("plan --model gpt3-175b --cluster h100-hgx --gpus 8 --gbs 8");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "--gpus")) << outcome.output;
+  outcome = run_calo("plan --model llama3-8b --cluster h200-hgx --gpus 8 --gbs 32 --power-budget-w 500");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "idle")) << outcome.output;
+  outcome = run_calo("plan --model llama3-8b --cluster h200-hgx --gpus 8 --gbs 32 --objective fastest");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+}
+
+TEST(CaloPlanPartition, FromARunReadsEachGpusSpeedAndHeatAndNeverLosesToUniform) {
+#ifdef CALO_SIM_HAS_STORE
+  const auto dir = std::filesystem::temp_directory_path() / "calo_plan_partition_from";
+  std::filesystem::remove_all(dir);
+  const std::string layout = "--model llama3-8b --cluster h200-hgx --pp 4 --gbs 8 --seq 2048";
+  Outcome outcome =
+      run_calo("sim " + layout + " --gpus 4 --hot-gpu 2=15 --steps 20 --out " + (dir / "run").string());
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  outcome = run_calo("plan partition " + layout + " --steps 5 --json --from " + (dir / "run").string());
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  const auto json = nlohmann::json::parse(outcome.output);
+  const auto heat = json["inlet_offset_c"].get<std::vector<double>>();
+  ASSERT_EQ(heat.size(), 4u);
+  EXPECT_GT(heat[2], 10.0);  // the GPU the recorded run ran 15 C hotter reads as the hottest
+  EXPECT_LE(json["best"]["iteration_s"].get<double>(), json["uniform"]["iteration_s"].get<double>());
+  EXPECT_LE(json["best"]["max_die_c"].get<double>(), json["uniform"]["max_die_c"].get<double>() + 1e-6);
+  outcome = run_calo("plan partition --model llama3-8b --cluster h200-hgx --pp 2 --gbs 8 --from " +
+                     (dir / "run").string());
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;  // 4 GPUs recorded, layout of 2
+  std::filesystem::remove_all(dir);
+#else
+  GTEST_SKIP() << "built without the run store";
+#endif
+}
+
+}  // namespace
+}  // namespace calo::plan

@@ -1,0 +1,156 @@
+// Layout space and search on real simulations: enumeration and memory fit, the step-time lower bound against
+// the simulator, pruning that never changes the top K, the Pareto front, and refusals of impossible requests.
+#include "plan/search.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "core/error.h"
+#include "graph/graph.h"
+#include "model/model_spec.h"
+#include "parallel/validate.h"
+#include "sim/simulate.h"
+
+namespace calo::plan {
+namespace {
+
+SearchRequest small_request(int gpus = 8, int global_batch = 16) {
+  SearchRequest request;
+  request.space.model = model::load_model("llama3-8b");
+  request.space.gpus = gpus;
+  request.space.global_batch = global_batch;
+  request.space.seq_length = 2048;
+  request.cluster = sim::load_cluster("h200-hgx");
+  request.top = 5;
+  request.threads = 2;
+  return request;
+}
+
+TEST(LayoutSpace, EveryCandidateIsValidUsesAllGpusAndCarriesTheMemoryVerdict) {
+  SpaceRequest request = small_request().space;
+  request.device_memory_bytes = sim::load_cluster("h200-hgx").gpu.memory_bytes;
+  const LayoutSpace space = enumerate_layouts(request);
+  ASSERT_GT(space.candidates.size(), 100u);
+  std::set<std::string> seen;
+  bool has_interleaved = false, has_zero3 = false, has_full = false, has_overlap = false;
+  for (const Candidate& candidate : space.candidates) {
+    const auto& layout = candidate.layout;
+    EXPECT_EQ(layout.world_size(), 8);
+    EXPECT_EQ(layout.global_batch, 16);
+    EXPECT_NO_THROW(parallel::resolve_layout(request.model, layout));
+    EXPECT_EQ(candidate.fits,
+              fits_memory(parallel::memory_per_gpu(request.model, layout), request.device_memory_bytes));
+    EXPECT_TRUE(seen.insert(calo_flags(layout)).second) << "duplicate " << calo_flags(layout);
+    has_interleaved |= layout.schedule == parallel::Schedule::kInterleaved;
+    has_zero3 |= layout.zero_stage == 3;
+    has_full |= layout.recompute == parallel::Recompute::kFull;
+    has_overlap |= layout.overlap_grad_reduce;
+  }
+  EXPECT_TRUE(has_interleaved && has_zero3 && has_full && has_overlap);
+  EXPECT_GT(space.fitting(), 0);
+  EXPECT_LT(space.fitting(), static_cast<int>(space.candidates.size()));  // some do not fit 141 GB
+}
+
+TEST(LayoutSpace, Gpt3OnEightH100DoesNotFitWithTp8AndNearestFittingFit) {
+  SpaceRequest request;
+  request.model = model::load_model("gpt3-175b");
+  request.gpus = 8;
+  request.global_batch = 8;
+  request.device_memory_bytes = sim::load_cluster("h100-hgx").gpu.memory_bytes;
+  const LayoutSpace space = enumerate_layouts(request);
+  EXPECT_EQ(space.fitting(), 0);  // 175 B parameters x 16 bytes do not fit 8 x 80 GB
+  SpaceRequest bigger = request;
+  bigger.gpus = 64;
+  bigger.global_batch = 64;
+  const LayoutSpace fits = enumerate_layouts(bigger);
+  ASSERT_GT(fits.fitting(), 0);
+  parallel::Layout wanted;
+  wanted.tp = 8;
+  wanted.dp = 8;
+  for (const Candidate& candidate : nearest_fitting(fits, wanted, 5)) EXPECT_TRUE(candidate.fits);
+}
+
+TEST(Search, LowerBoundNeverExceedsTheSimulatedStepTime) {
+  for (const char* model : {"llama3-8b", "tiny-moe"}) {  // dense, and MoE with expert parallelism
+    SearchRequest request = small_request();
+    request.space.model = model::load_model(model);
+    request.space.seq_length = 0;
+    request.prune = false;
+    const SearchResult result = search_layouts(request);
+    ASSERT_GT(result.simulated, 50) << model;
+    for (const Evaluation& evaluation : result.evaluations) {
+      if (evaluation.verdict != Verdict::kRanked) continue;
+      EXPECT_GT(evaluation.lower_bound_s, 0);
+      EXPECT_LE(evaluation.lower_bound_s, evaluation.iteration_s * (1 + 1e-9))
+          << model << " " << parallel::describe(evaluation.candidate.layout);
+    }
+  }
+}
+
+TEST(Search, PruningKeepsTheTopKExactAndSimulatesFewer) {
+  for (Objective objective : {Objective::kThroughput, Objective::kEnergy}) {
+    SearchRequest request = small_request();
+    request.objective = objective;
+    const SearchResult pruned = search_layouts(request);
+    request.prune = false;
+    const SearchResult full = search_layouts(request);
+    EXPECT_GT(pruned.pruned, 0) << to_string(objective);
+    EXPECT_LT(pruned.simulated, full.simulated);
+    ASSERT_GE(pruned.ranking.size(), 5u);
+    for (int row = 0; row < 5; ++row) {
+      const Evaluation& a = pruned.evaluations[pruned.ranking[row]];
+      const Evaluation& b = full.evaluations[full.ranking[row]];
+      EXPECT_DOUBLE_EQ(objective == Objective::kEnergy ? a.energy_per_step_j : a.iteration_s,
+                       objective == Objective::kEnergy ? b.energy_per_step_j : b.iteration_s)
+          << to_string(objective) << " rank " << row + 1;
+    }
+  }
+}
+
+TEST(Search, ParetoFrontIsExactlyTheUndominatedLayouts) {
+  SearchRequest request = small_request();
+  request.objective = Objective::kPareto;
+  const SearchResult result = search_layouts(request);
+  ASSERT_FALSE(result.pareto.empty());
+  auto dominated_by = [](const Evaluation& a, const Evaluation& b) {  // b dominates a
+    return b.tokens_per_s >= a.tokens_per_s && b.tokens_per_j >= a.tokens_per_j &&
+           b.peak_power_w <= a.peak_power_w && b.max_die_c <= a.max_die_c &&
+           (b.tokens_per_s > a.tokens_per_s || b.tokens_per_j > a.tokens_per_j ||
+            b.peak_power_w < a.peak_power_w || b.max_die_c < a.max_die_c);
+  };
+  for (std::size_t index : result.ranking) {
+    const Evaluation& item = result.evaluations[index];
+    bool dominated = false;
+    for (std::size_t other : result.ranking) dominated |= dominated_by(item, result.evaluations[other]);
+    EXPECT_EQ(item.pareto, !dominated) << parallel::describe(item.candidate.layout);
+  }
+  // The fastest and the most efficient layouts are both on the front.
+  const Evaluation& fastest = result.evaluations[result.pareto.front()];
+  EXPECT_TRUE(fastest.pareto);
+}
+
+TEST(Search, PowerBudgetIsRespectedAndAnImpossibleOneRefused) {
+  SearchRequest request = small_request();
+  const SearchResult free = search_layouts(request);
+  const Evaluation& best = free.evaluations[free.ranking.front()];
+  request.power_budget_w = best.cluster_power_w * 0.97;
+  const SearchResult limited = search_layouts(request);
+  for (std::size_t index : limited.ranking)
+    EXPECT_LE(limited.evaluations[index].cluster_power_w, request.power_budget_w);
+  request.power_budget_w = 8 * request.cluster.gpu.idle_power_w * 0.9;  // below idle: contradictory
+  EXPECT_THROW(search_layouts(request), InputError);
+}
+
+TEST(Search, NoLayoutForTheGpuCountIsRefusedWithTheNearestFeasibleCount) {
+  SearchRequest request = small_request(7, 16);  // 7 GPUs: dp = 7 does not divide 16, pp = 7 not 32 layers
+  try {
+    search_layouts(request);
+    FAIL() << "7 GPUs accepted";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("--gpus 8"), std::string::npos) << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace calo::plan

@@ -12,6 +12,7 @@
 #include "core/table.h"
 #include "model/model_spec.h"
 #include "plan/partition.h"
+#include "plan/power_plan.h"
 #include "plan/search.h"
 
 namespace calo::cli {
@@ -46,6 +47,76 @@ struct PartitionFlags {
   bool json = false;
 };
 
+/// Fills the job part of a partition or power request: model, layout, cluster, steps, slow and hot GPUs.
+template <typename Request>
+void set_up_job(const model::ModelSpec& model, const parallel::Layout& layout, const std::string& cluster,
+                int steps, const std::vector<std::string>& slow_gpus,
+                const std::vector<std::string>& hot_gpus, Request& request) {
+  request.model = model;
+  request.layout = layout;
+  request.cluster = sim::load_cluster(cluster);
+  request.options.steps = steps;
+  const int world = layout.world_size();
+  request.options.speed_factors = per_gpu_values(slow_gpus, world, 1.0, "--slow-gpu");
+  request.options.inlet_offset_c = per_gpu_values(hot_gpus, world, 0.0, "--hot-gpu");
+}
+
+/// Flags of `calo plan power`.
+struct PowerFlags {
+  LayoutFlags layout;
+  std::string cluster;
+  int steps = 5;
+  double max_slowdown_pct = 1.0;
+  std::vector<std::string> slow_gpus;
+  std::vector<std::string> hot_gpus;
+  bool json = false;
+};
+
+int run_power(const PowerFlags& flags) {
+  require_input(!flags.cluster.empty(), "--cluster is required (see `calo sim --list`)");
+  plan::PowerPlanRequest request;
+  auto [model, layout] = resolve(flags.layout);
+  set_up_job(model, layout, flags.cluster, flags.steps, flags.slow_gpus, flags.hot_gpus, request);
+  request.max_slowdown = flags.max_slowdown_pct / 100.0;
+  const int world = layout.world_size();
+  const plan::PowerPlanResult result = plan::plan_power(request);
+  if (flags.json) {
+    auto figures = [](const plan::ClockFigures& clocks) {
+      return nlohmann::json{{"stage_clock_mhz", clocks.stage_clock_mhz},
+                            {"iteration_s", clocks.iteration_s},
+                            {"energy_per_step_j", clocks.energy_per_step_j}};
+    };
+    print_json({{"baseline", figures(result.baseline)},
+                {"planned", figures(result.planned)},
+                {"energy_saved", result.energy_saved},
+                {"slowdown", result.slowdown},
+                {"simulated", result.simulated},
+                {"verdict", result.verdict}});
+    return 0;
+  }
+  fmt::print("# calo plan power: {} {} on {} x {}, step time may grow {:.1f} %, {} clock sets simulated\n",
+             model.name, parallel::describe(layout), world, request.cluster.name, flags.max_slowdown_pct,
+             result.simulated);
+  core::TextTable table({"clocks", "highest SM clock per stage", "step", "energy per step"});
+  table.set_units({"", "MHz", "s", "J"});
+  auto row = [&](const std::string& name, const plan::ClockFigures& clocks) {
+    std::vector<std::string> mhz;
+    for (double clock : clocks.stage_clock_mhz) mhz.push_back(fmt::format("{:.0f}", clock));
+    table.add_row({name, fmt::format("{}", fmt::join(mhz, ",")), fmt::format("{:.4f}", clocks.iteration_s),
+                   fmt::format("{:.1f}", clocks.energy_per_step_j)});
+  };
+  row("free (today)", result.baseline);
+  row("planned", result.planned);
+  fmt::print("{}", table.render());
+  fmt::print("{}\n", result.verdict);
+  if (result.energy_saved >= 0.005) {
+    fmt::print(
+        "# advice only (calo changes no GPU setting): on each GPU of stage s, `nvidia-smi -i <gpu> -lgc "
+        "0,<clock of s>` (or the framework's per-rank frequency setting)\n");
+  }
+  return 0;
+}
+
 nlohmann::json to_json(const plan::PartitionFigures& figures) {
   return {{"layers_per_stage", figures.layers_per_stage},
           {"iteration_s", figures.iteration_s},
@@ -57,13 +128,8 @@ int run_partition(const PartitionFlags& flags) {
   require_input(!flags.cluster.empty(), "--cluster is required (see `calo sim --list`)");
   plan::PartitionRequest request;
   auto [model, layout] = resolve(flags.layout);
-  request.model = model;
-  request.layout = layout;
-  request.cluster = sim::load_cluster(flags.cluster);
-  request.options.steps = flags.steps;
+  set_up_job(model, layout, flags.cluster, flags.steps, flags.slow_gpus, flags.hot_gpus, request);
   const int world = layout.world_size();
-  request.options.speed_factors = per_gpu_values(flags.slow_gpus, world, 1.0, "--slow-gpu");
-  request.options.inlet_offset_c = per_gpu_values(flags.hot_gpus, world, 0.0, "--hot-gpu");
   if (!flags.from_run.empty()) {
     require_input(flags.slow_gpus.empty() && flags.hot_gpus.empty(),
                   "--from RUN reads every GPU's speed and heat; drop --slow-gpu / --hot-gpu or --from");
@@ -277,8 +343,24 @@ const CommandRegistration kPlan(
           "--from", partition->from_run,
           "Run (record, bench or sim) whose GPUs' median clock and hottest temperature set speed and heat");
       sub->add_flag("--json", partition->json, "Print the result as JSON");
-      return [flags, partition, sub] {
+      auto power = std::make_shared<PowerFlags>();
+      CLI::App* power_sub = app.add_subcommand(
+          "power",
+          "per-stage clock locks that save the energy of stages waiting on the critical one (advice)");
+      add_layout_flags(*power_sub, power->layout, false);
+      power_sub->add_option("--cluster,-c", power->cluster, "Cluster preset or YAML file");
+      power_sub->add_option("--steps", power->steps, "Simulated steps per cap set")->capture_default_str();
+      power_sub
+          ->add_option("--max-slowdown-pct", power->max_slowdown_pct, "Most step-time growth allowed (%)")
+          ->capture_default_str();
+      power_sub->add_option("--slow-gpu", power->slow_gpus,
+                            "RANK=SPEED: a GPU at SPEED x nominal; repeatable");
+      power_sub->add_option("--hot-gpu", power->hot_gpus,
+                            "RANK=DEGREES: extra inlet temperature; repeatable");
+      power_sub->add_flag("--json", power->json, "Print the result as JSON");
+      return [flags, partition, sub, power, power_sub] {
         if (sub->parsed()) return run_partition(*partition);
+        if (power_sub->parsed()) return run_power(*power);
         return run_plan(*flags);
       };
     });

@@ -103,8 +103,8 @@ class ControllerPass {
       if (request_.power_cap) {
         const double tick_power_w = tick_energy_j / tick_len_s;
         const double response_s = gpu_.power_control.response_s;
-        clock_mhz_ += (gpu_.power_limit_w - tick_power_w) / gpu_.power_limit_w * gpu_.max_sm_mhz *
-                      tick_len_s / response_s;
+        const double limit_w = request_.power_limit_w > 0 ? request_.power_limit_w : gpu_.power_limit_w;
+        clock_mhz_ += (limit_w - tick_power_w) / limit_w * gpu_.max_sm_mhz * tick_len_s / response_s;
         clock_mhz_ = std::clamp(clock_mhz_, gpu_.min_sm_mhz, request_.clock_limit_mhz);
       }
     }
@@ -220,7 +220,7 @@ PowerTrace trace_step_power(const GpuSpec& gpu, const ProgramPower& program,
 std::size_t PowerTraceCache::KeyHash::operator()(const Key& key) const {
   std::size_t hash = static_cast<std::size_t>(key.program) * 0x9E3779B97F4A7C15ULL;
   for (long long part : {key.iteration, key.start_clock, key.clock_limit, key.speed, key.comm_power,
-                         static_cast<long long>(key.power_cap)}) {
+                         key.power_limit, static_cast<long long>(key.power_cap)}) {
     hash ^= static_cast<std::size_t>(part) + 0x9E3779B97F4A7C15ULL + (hash << 6) + (hash >> 2);
   }
   return hash;
@@ -235,6 +235,7 @@ std::shared_ptr<const PowerTrace> PowerTraceCache::get(int program, const StepPo
                 std::llround(request.clock_limit_mhz * 4),
                 std::llround(request.speed * 200.0),
                 std::llround(request.comm_power_w),
+                std::llround(request.power_limit_w),
                 request.power_cap};
   auto found = representatives_.find(key);
   if (found == representatives_.end()) {

@@ -46,14 +46,15 @@ double ProgramPower::power_cap_clock_mhz() {
   return cap_clock_mhz_;
 }
 
-double ProgramPower::power_cap_clock_mhz(double extra_energy_j, double speed) {
+double ProgramPower::power_cap_clock_mhz(double extra_energy_j, double speed, double limit_w) {
+  if (limit_w <= 0) limit_w = gpu_.power_limit_w;
   // Mean busy power rises with the clock: bisect over clock bins for the highest one that fits.
   auto fits = [&](double clock_mhz) {
     const ProgramAtClock& summary = at_clock(clock_mhz);
     if (summary.busy_s <= 0) return true;
     const double power_w =
         gpu_.idle_power_w + speed * (summary.active_energy_j + extra_energy_j) / summary.busy_s;
-    return power_w <= gpu_.power_limit_w;
+    return power_w <= limit_w;
   };
   if (fits(gpu_.max_sm_mhz)) return gpu_.max_sm_mhz;
   const double step = gpu_.clock_step_mhz;

@@ -37,8 +37,9 @@ class ProgramPower {
   /// Highest clock bin (<= max_sm_mhz) whose mean busy power fits under the power limit; min_sm_mhz if none.
   double power_cap_clock_mhz();
   /// Same, counting `extra_energy_j` (communication) in the busy window and a GPU running at `speed`
-  /// (busy window = busy_s / speed): highest bin with idle + speed * (active + extra) / busy <= limit.
-  double power_cap_clock_mhz(double extra_energy_j, double speed);
+  /// (busy window = busy_s / speed): highest bin with idle + speed * (active + extra) / busy <= limit;
+  /// `limit_w` <= 0 means the GPU's power_limit_w (a lower per-GPU cap otherwise).
+  double power_cap_clock_mhz(double extra_energy_j, double speed, double limit_w = -1);
 
  private:
   const GpuSpec& gpu_;

@@ -68,6 +68,8 @@ struct GpuState {
   Coordinates where;             ///< layout coordinates
   int program = 0;               ///< index into Graph::programs
   double speed = 1;              ///< speed factor
+  double power_limit_w = 0;      ///< its power cap
+  double max_clock_mhz = 0;      ///< its clock lock (max_sm_mhz when none)
   double inlet_c = 0;            ///< inlet air temperature
   double r_scale = 1;            ///< thermal resistance multiplier of its slot
   double cap_mhz = 0;            ///< power-cap operating clock (busy-window mean power at the limit)
@@ -91,6 +93,12 @@ void validate_options(const graph::Graph& graph, const SimOptions& options) {
   require_input(options.inlet_offset_c.empty() || static_cast<int>(options.inlet_offset_c.size()) == world,
                 fmt::format("{} inlet offsets given for {} GPUs; give one per GPU or none",
                             options.inlet_offset_c.size(), world));
+  require_input(options.power_limit_w.empty() || static_cast<int>(options.power_limit_w.size()) == world,
+                fmt::format("{} power caps given for {} GPUs; give one per GPU or none",
+                            options.power_limit_w.size(), world));
+  require_input(options.max_clock_mhz.empty() || static_cast<int>(options.max_clock_mhz.size()) == world,
+                fmt::format("{} clock locks given for {} GPUs; give one per GPU or none",
+                            options.max_clock_mhz.size(), world));
   require_input(options.fixed_clock_mhz < 0 || options.fixed_clock_mhz > 0,
                 fmt::format("--fixed-clock-mhz {} must be > 0", options.fixed_clock_mhz));
 }
@@ -143,11 +151,22 @@ std::vector<GpuState> init_gpu_states(const graph::Graph& graph, const ClusterSp
     state.where = coordinates(graph.layout, rank);
     state.program = graph.program_of_rank[rank];
     if (!options.speed_factors.empty()) state.speed = options.speed_factors[rank];
+    state.power_limit_w = options.power_limit_w.empty()
+                              ? gpu.power_limit_w
+                              : std::min(gpu.power_limit_w, options.power_limit_w[rank]);
+    state.max_clock_mhz = options.max_clock_mhz.empty()
+                              ? gpu.max_sm_mhz
+                              : std::clamp(options.max_clock_mhz[rank], gpu.min_sm_mhz, gpu.max_sm_mhz);
+    require_input(state.power_limit_w > gpu.idle_power_w,
+                  fmt::format("power cap {} W of GPU {} is not above its idle power {} W; give a higher cap",
+                              state.power_limit_w, rank, gpu.idle_power_w));
     const int slot = rank % cluster.node.gpus;
     state.inlet_c =
         cluster.slot_inlet_c(slot) + (options.inlet_offset_c.empty() ? 0.0 : options.inlet_offset_c[rank]);
     state.r_scale = cluster.slot_r_scale(slot);
-    state.cap_mhz = options.power_cap ? powers[state.program].power_cap_clock_mhz() : gpu.max_sm_mhz;
+    state.cap_mhz = options.power_cap
+                        ? powers[state.program].power_cap_clock_mhz(0.0, 1.0, state.power_limit_w)
+                        : gpu.max_sm_mhz;
     state.thermal = thermal_steady_state(gpu.thermal, state.inlet_c, state.r_scale, gpu.idle_power_w);
     if (options.initial_die_c >= 0) {
       // A GPU idling at this die temperature: its sink sits P_idle R_die below it.
@@ -191,8 +210,10 @@ class StepRunner {
     const GpuSpec& gpu = cluster_.gpu;
     const double top_mhz = unthrottled_clock_mhz(gpu, options_);
     for (GpuState& state : gpus) {
-      state.thermal_limit_mhz =
-          options_.thermal ? std::min(top_mhz, thermal_clock_limit_mhz(gpu, state.thermal.die_c)) : top_mhz;
+      const double locked_mhz = std::min(top_mhz, state.max_clock_mhz);
+      state.thermal_limit_mhz = options_.thermal
+                                    ? std::min(locked_mhz, thermal_clock_limit_mhz(gpu, state.thermal.die_c))
+                                    : locked_mhz;
       state.clock_mhz = clock_bin_mhz(gpu, std::min(state.cap_mhz, state.thermal_limit_mhz));
     }
     StepOutcome outcome;
@@ -299,6 +320,7 @@ class StepRunner {
       request.speed = state.speed;
       request.comm_power_w = iteration_s > 0 ? active_comm_w * comm_busy_s / iteration_s : 0.0;
       request.power_cap = options_.power_cap;
+      request.power_limit_w = state.power_limit_w;
       outcome.traces[rank] = traces_.get(state.program, request);
       const double next_mhz = std::min(outcome.traces[rank]->effective_clock_mhz, state.thermal_limit_mhz);
       if (std::fabs(next_mhz - state.clock_mhz) > 0.5) {
@@ -311,11 +333,13 @@ class StepRunner {
 
   /// Static power-cap operating point with `comm_energy_j` in the busy window (memoized).
   double cap_clock_mhz(const GpuState& state, double comm_energy_j) {
-    const auto key =
-        std::make_tuple(state.program, std::llround(comm_energy_j * 1e3), std::llround(state.speed * 1e6));
+    const auto key = std::make_tuple(state.program, std::llround(comm_energy_j * 1e3),
+                                     std::llround(state.speed * 1e6), std::llround(state.power_limit_w * 10));
     auto found = cap_cache_.find(key);
     if (found == cap_cache_.end()) {
-      found = cap_cache_.emplace(key, powers_[state.program].power_cap_clock_mhz(comm_energy_j, state.speed))
+      found = cap_cache_
+                  .emplace(key, powers_[state.program].power_cap_clock_mhz(comm_energy_j, state.speed,
+                                                                           state.power_limit_w))
                   .first;
     }
     return found->second;
@@ -330,7 +354,7 @@ class StepRunner {
   std::vector<double> compute_stretch_, memory_stretch_;
   std::vector<EngineEntity> entities_;
   std::map<std::string, EngineResult> engine_cache_;
-  std::map<std::tuple<int, long long, long long>, double> cap_cache_;
+  std::map<std::tuple<int, long long, long long, long long>, double> cap_cache_;
 };
 
 /// Index of `trace` in result.power_traces, adding it the first time it is seen.
@@ -365,8 +389,8 @@ void account_step(const ClusterSpec& cluster, const SimOptions& options, const S
     out.swing_w = std::max(out.swing_w, trace.swing_w);
     out.min_clock_mhz = std::min(out.min_clock_mhz, state.clock_mhz);
     out.busy_s += trace.busy_s;
-    const bool thermal_bound =
-        state.thermal_limit_mhz < gpu.max_sm_mhz && state.cap_mhz > state.thermal_limit_mhz;
+    const bool thermal_bound = state.thermal_limit_mhz < std::min(gpu.max_sm_mhz, state.max_clock_mhz) &&
+                               state.cap_mhz > state.thermal_limit_mhz;
     if (thermal_bound) {
       out.throttle_thermal_s += trace.busy_s;
     } else {

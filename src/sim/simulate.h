@@ -23,6 +23,10 @@ struct SimOptions {
   bool thermal = true;                 ///< temperatures evolve and thermal slowdown applies
   std::vector<double> speed_factors;   ///< per GPU (global rank) speed, 1 = nominal; empty = all 1
   std::vector<double> inlet_offset_c;  ///< per GPU extra inlet temperature (hot spots); empty = none
+  /// Per GPU power cap in W (what `nvidia-smi -pl` would set), <= the GPU's power_limit_w; empty = the limit.
+  std::vector<double> power_limit_w;
+  /// Per GPU highest SM clock in MHz (what `nvidia-smi -lgc` would lock); empty = the GPU's max_sm_mhz.
+  std::vector<double> max_clock_mhz;
   double initial_die_c =
       -1;  ///< start die temperature (sink at idle steady state below it); < 0 = idle steady state
   bool record_timeline = false;  ///< keep every op's begin/end (last step) for small runs

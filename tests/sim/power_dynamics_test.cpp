@@ -9,6 +9,7 @@
 #include <iterator>
 #include <regex>
 
+#include "core/error.h"
 #include "sim/simulate.h"
 #include "sim_test_util.h"
 
@@ -160,6 +161,31 @@ TEST_F(PowerDynamicsTest, AFixedClockReplaysAMeasuredClock) {
   options.fixed_clock_mhz = -1;
   const SimResult fast = simulate(graph, h100_, options);
   EXPECT_GT(slow.iteration_s, fast.iteration_s * 1.15);
+}
+
+}  // namespace
+}  // namespace calo::sim
+
+namespace calo::sim {
+namespace {
+
+TEST(PerGpuSettings, AClockLockAndALowerPowerCapSlowOnlyTheirGpu) {
+  const ClusterSpec cluster = load_cluster("h100-hgx");
+  const graph::Graph graph = testing::make_graph(llama_slice_path(), one_gpu(4, 2048));
+  SimOptions options;
+  options.steps = 2;
+  const SimResult free_run = simulate(graph, cluster, options);
+  options.max_clock_mhz = {1200};
+  const SimResult locked = simulate(graph, cluster, options);
+  EXPECT_LE(locked.clock_mhz.back(), 1200.0);
+  EXPECT_GT(locked.iteration_s, free_run.iteration_s * 1.05);
+  options.max_clock_mhz.clear();
+  options.power_limit_w = {450};
+  const SimResult capped = simulate(graph, cluster, options);
+  EXPECT_LT(capped.gpus[0].mean_power_w, 460.0) << "the controller holds the lower cap";
+  EXPECT_GT(capped.iteration_s, free_run.iteration_s);
+  options.power_limit_w = {50};  // below idle: refused
+  EXPECT_THROW(simulate(graph, cluster, options), InputError);
 }
 
 }  // namespace

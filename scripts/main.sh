@@ -4,8 +4,9 @@
 #     sized to them) or, without a GPU, the CPU backend (tiny-dense TP2-PP2 over 4 MPI ranks).
 #  2. Simulate the same graph (same model file, same layout flags) on a cluster file; the report puts the two
 #     side by side as simulated vs measured with an error column (docs/REPORTS.md).
-#     The cluster file should be calibrated from the bench of step 1: that is the one line marked CALIBRATE
-#     below; until it is enabled the stock cluster file is used (and the error says how far stock is off).
+#     The cluster file is calibrated from the bench of step 1 (`calo calibrate`, per-op spans from --trace-ops):
+#     the CPU host's cpu-host file, or the GPU's preset; where the GPU has no preset of its model, the stock
+#     file is used and the error says how far stock is off.
 #  3. Project: `calo sim` of a large cluster (Llama3-70B TP8-PP4-DP2 on 64 H200), a separate section of the
 #     report ("Projection"), never compared with the measurement (another graph).
 # Runs land in runs/main-<time>/; the report path is printed at the end.
@@ -38,16 +39,20 @@ if ((gpus > 0)); then
     > "$root/llama3-8b-4layers.yaml"
   model="$root/llama3-8b-4layers.yaml"
   layout=(--tp "$tp" --pp 1 --dp "$dp" --mbs 1 --gbs $((8 * dp)) --seq 4096)
-  bench=(--backend cuda --nproc "$gpus" --steps 10 --warmup 3)
+  bench=(--backend cuda --nproc "$gpus" --steps 10 --warmup 3 --trace-ops)
   what="Llama3-8B 4-layer slice, TP$tp-DP$dp on $gpus GPU(s)"
-  stock_cluster=h200x4-nvswitch
+  gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  case "$gpu_name" in
+    *H200*) stock_cluster=h200x4-nvswitch ;;
+    *) stock_cluster=h100-hgx ;;
+  esac
   sim_gpus=$gpus
 else
   model=tiny-dense
   layout=(--tp 2 --pp 2 --dp 1 --mbs 1 --gbs 8 --seq 128)
-  bench=(--backend cpu --nproc 4 --steps 5 --warmup 2 --check)
+  bench=(--backend cpu --nproc 4 --steps 5 --warmup 2 --check --trace-ops)
   what="tiny-dense TP2-PP2 on 4 MPI ranks, CPU backend (no GPU found)"
-  stock_cluster=h100-hgx
+  stock_cluster=cpu-host
   sim_gpus=4
 fi
 
@@ -57,9 +62,13 @@ runs+=("$root/bench")
 echo
 
 cluster=$stock_cluster
-# CALIBRATE — enable this one line once `calo calibrate` fits this bench (the lead's work); the simulation below
-# then runs on the calibrated cluster file instead of the stock one:
-# "$calo" calibrate "$root/bench" --cluster "$stock_cluster" --out "$root/calibrated.yaml" && cluster="$root/calibrated.yaml"
+echo "== 2a. calibrate: fit cluster '$stock_cluster' to the bench (docs/SIMULATOR.md, Calibration) =="
+if "$calo" calibrate "$root/bench" --cluster "$stock_cluster" --out "$root/calibrated.yaml"; then
+  cluster="$root/calibrated.yaml"
+else
+  echo "calo: calibration did not fit this bench (see above); simulating on the stock '$stock_cluster' instead"
+fi
+echo
 echo "== 2. simulate the same graph on cluster '$cluster' =="
 "$calo" sim --model "$model" "${layout[@]}" --cluster "$cluster" --gpus "$sim_gpus" --steps 10 --out "$root/sim"
 runs+=("$root/sim")

@@ -1,5 +1,4 @@
-// Run metrics: one pass per (device, metric) series, parallel over devices (one
-// reader per thread).
+// Run metrics: one pass per (device, metric) series, parallel over devices (one reader per thread).
 #include "analyze/metrics.h"
 
 #include <fmt/format.h>
@@ -153,8 +152,7 @@ class SeriesAccumulator {
   int64_t chart_span_ns_;
   bool keep_values_;
   bool keep_samples_;       // counters: every sample (deltas at the window edges)
-  bool keep_edge_samples_;  // power_sampled_w: the samples near the window edges
-                            // (energy_value_at)
+  bool keep_edge_samples_;  // power_sampled_w: the samples near the window edges (energy_value_at)
   SeriesDigest digest_;
   int64_t window_count_ = 0;
   double sum_ = 0;
@@ -166,8 +164,7 @@ class SeriesAccumulator {
   bool has_previous_ = false;
   double previous_value_ = 0;
   int64_t previous_t_ns_ = 0;
-  std::vector<float> values_;  // float halves memory for hours of 100 Hz power;
-                               // quantiles need no more
+  std::vector<float> values_;  // float halves memory for hours of 100 Hz power; quantiles need no more
   std::vector<store::Sample> samples_;
   std::deque<std::pair<int64_t, double>> max_deque_;
   std::deque<std::pair<int64_t, double>> min_deque_;
@@ -186,8 +183,7 @@ Workload read_workload(const store::RunInfo& run, const std::vector<store::Summa
                        const std::vector<store::DeviceInfo>& devices) {
   nlohmann::json config = nlohmann::json::parse(run.config_json, nullptr, false);
   if (!config.is_object()) config = nlohmann::json::object();
-  // Flatten one level of nesting ({"workload": {...}}) so producers may group
-  // their keys.
+  // Flatten one level of nesting ({"workload": {...}}) so producers may group their keys.
   for (const auto& [key, value] : config.items()) {
     if (!value.is_object()) continue;
     for (const auto& [inner_key, inner_value] : value.items()) {
@@ -224,9 +220,8 @@ int32_t lane_of(const store::Span& span) {
   return span.device_idx >= 0 ? span.device_idx : span.rank;
 }
 
-// Feeds every sample to its series in SQLite storage order. Returns false (and
-// the caller re-reads per series) when a series is not in time order in
-// storage, or a row names an unknown device or metric.
+// Feeds every sample to its series in SQLite storage order. Returns false (and the caller re-reads per
+// series) when a series is not in time order in storage, or a row names an unknown device or metric.
 bool scan_in_storage_order(const std::filesystem::path& run_dir,
                            const std::vector<store::DeviceInfo>& devices,
                            const std::vector<store::MetricInfo>& metrics,
@@ -322,9 +317,8 @@ namespace {
 
 // ---- Stages of analyze_run(), in the order it calls them. ----
 
-// Step spans grouped by step number. Warm-up steps (spans named "warmup", as
-// `calo bench` writes them) are kept apart: marked on the charts, out of the
-// step statistics and the window.
+// Step spans grouped by step number. Warm-up steps (spans named "warmup", as `calo bench` writes them) are
+// kept apart: marked on the charts, out of the step statistics and the window.
 struct StepTable {
   std::map<int64_t, std::pair<int64_t, int64_t>> range;              // step -> (earliest begin, latest end)
   std::map<int64_t, std::vector<std::pair<int32_t, int64_t>>> ends;  // step -> (lane, end)
@@ -364,8 +358,7 @@ void apply_steps(const StepTable& steps, RunAnalysis& analysis) {
   analysis.step_time_s = distribution_of(step_seconds);
 }
 
-// Time ranges: the chart covers the whole run; the analysis window covers the
-// steps if any.
+// Time ranges: the chart covers the whole run; the analysis window covers the steps if any.
 void set_time_ranges(const store::RunReader& reader, const std::vector<store::MetricInfo>& metrics,
                      const StepTable& steps, RunAnalysis& analysis) {
   int64_t run_end_ns =
@@ -390,12 +383,11 @@ void set_time_ranges(const store::RunReader& reader, const std::vector<store::Me
   }
 }
 
-// Reduces every series of every device to its digest and the per-device figures
-// (power, temperature, clocks, energy, throttling). Fast path: one sequential
-// scan of the sample table in storage order (SQLite's rowid order, about 5x
-// cheaper per row than the per-series index walk); valid when every series was
-// appended in time order, which the scan verifies. Otherwise: per-series
-// queries, parallel over devices, one reader per thread.
+// Reduces every series of every device to its digest and the per-device figures (power, temperature, clocks,
+// energy, throttling). Fast path: one sequential scan of the sample table in storage order (SQLite's rowid
+// order, about 5x cheaper per row than the per-series index walk); valid when every series was appended in
+// time order, which the scan verifies. Otherwise: per-series queries, parallel over devices, one reader per
+// thread.
 class SeriesReduction {
  public:
   SeriesReduction(const std::filesystem::path& run_dir, const std::vector<store::MetricInfo>& metrics,
@@ -409,9 +401,8 @@ class SeriesReduction {
         device_metrics_(device_count_),
         samples_read_(device_count_, 0),
         window_s_(static_cast<double>(analysis.t_end_ns - analysis.t_begin_ns) * 1e-9) {
-    // The power figures come from one series: the driver's own 20 ms samples
-    // where recorded (every sample, none missed), else the polled instantaneous
-    // power, else the 1 s average.
+    // The power figures come from one series: the driver's own 20 ms samples where recorded (every sample,
+    // none missed), else the polled instantaneous power, else the 1 s average.
     for (const char* candidate : {"power_sampled_w", "power_instant_w", "power_avg_w"}) {
       if (index_of(candidate)) {
         power_metric_ = candidate;
@@ -422,8 +413,7 @@ class SeriesReduction {
     power_samples_index_ = index_of("power_sampled_w");
   }
 
-  // Reads and reduces every series; returns whether the storage-order scan
-  // served.
+  // Reads and reduces every series; returns whether the storage-order scan served.
   bool run() {
     std::vector<std::vector<SeriesAccumulator>> all_series(device_count_);
     for (auto& accumulators : all_series) accumulators = make_accumulators();
@@ -503,15 +493,13 @@ class SeriesReduction {
       } else if (metric.name == "util_gpu_pct") {
         out.util_mean_pct = digest.time_mean;
       } else if (metric.name == "clock_event_reasons" && std::isnan(out.throttle_fraction[0])) {
-        // NVML clock-event bits: 0x4 SW power cap, 0x20 SW thermal, 0x40 HW
-        // thermal, 0x80 HW power brake.
+        // NVML clock-event bits: 0x4 SW power cap, 0x20 SW thermal, 0x40 HW thermal, 0x80 HW power brake.
         out.throttle_fraction = {digest.bit_fraction[2], digest.bit_fraction[5], digest.bit_fraction[6],
                                  digest.bit_fraction[7]};
       }
       digests_[slot].push_back(std::move(digest));
     }
-    if (energy_index_) {  // the counter, its ends placed with the driver's power
-                          // samples near them
+    if (energy_index_) {  // the counter, its ends placed with the driver's power samples near them
       static const std::vector<store::Sample> kNone;
       const auto& energy = accumulators[*energy_index_].samples();
       const auto& power = power_samples_index_ ? accumulators[*power_samples_index_].samples() : kNone;
@@ -575,8 +563,7 @@ class SeriesReduction {
   std::optional<std::size_t> power_samples_index_;
 };
 
-// Stragglers: which device's step span ends last, and by how much past the
-// median end.
+// Stragglers: which device's step span ends last, and by how much past the median end.
 void find_stragglers(const StepTable& steps, std::vector<DeviceMetrics>& device_metrics,
                      RunAnalysis& analysis) {
   const std::size_t device_count = analysis.devices.size();
@@ -651,8 +638,7 @@ std::vector<ThermalGroup> thermal_groups(const std::vector<DeviceMetrics>& devic
   return groups;
 }
 
-// Run totals: energy and power over devices, throughput and efficiency per step
-// (docs/METRICS.md).
+// Run totals: energy and power over devices, throughput and efficiency per step (docs/METRICS.md).
 void run_totals(const std::vector<DeviceMetrics>& device_metrics, double window_s, RunAnalysis& analysis) {
   double energy = 0;
   bool has_energy = false;
@@ -700,8 +686,7 @@ void run_totals(const std::vector<DeviceMetrics>& device_metrics, double window_
   }
 }
 
-// Kernel breakdown from kernel spans (ingested traces, executor timing); empty
-// without kernel spans.
+// Kernel breakdown from kernel spans (ingested traces, executor timing); empty without kernel spans.
 std::vector<LaneBreakdown> kernels_of(const store::RunReader& reader) {
   auto kernel_spans = reader.spans(store::SpanKind::kKernel);
   if (kernel_spans.empty()) return {};
@@ -722,8 +707,8 @@ std::vector<LaneBreakdown> kernels_of(const store::RunReader& reader) {
 
 }  // namespace
 
-// Stages: read run -> steps -> time ranges -> series (per-device figures) ->
-// stragglers -> thermal groups -> run totals -> kernel breakdown.
+// Stages: read run -> steps -> time ranges -> series (per-device figures) -> stragglers -> thermal groups ->
+// run totals -> kernel breakdown.
 RunAnalysis analyze_run(const std::filesystem::path& run_dir, const AnalyzeOptions& options) {
   store::RunReader reader(run_dir);
   RunAnalysis analysis;

@@ -1,5 +1,4 @@
-// `calo bench` engine: per-rank execution, gathering to rank 0, run store,
-// summary.
+// `calo bench` engine: per-rank execution, gathering to rank 0, run store, summary.
 #include "exec/bench.h"
 
 #include <fmt/format.h>
@@ -15,6 +14,7 @@
 #include "core/table.h"
 #include "core/time.h"
 #include "exec/backend.h"
+#include "exec/bench_stages.h"
 #include "exec/bench_telemetry.h"
 #include "exec/bootstrap.h"
 #include "exec/executor.h"
@@ -36,8 +36,7 @@ std::string host_name() {
   return buffer;
 }
 
-/// Linear-interpolation percentile (q in [0, 1]) of unsorted values; NaN when
-/// empty.
+/// Linear-interpolation percentile (q in [0, 1]) of unsorted values; NaN when empty.
 double percentile(std::vector<double> values, double q) {
   if (values.empty()) return kNaN;
   std::sort(values.begin(), values.end());
@@ -124,8 +123,7 @@ void validate_job(const BenchOptions& options, const LaunchInfo& launch) {
   const int world = options.layout.world_size();
   if (launch.world_size != world) {
     throw InputError(
-        fmt::format("layout {} needs {} ranks but the job has {}; "
-                    "give --nproc {} (or matching "
+        fmt::format("layout {} needs {} ranks but the job has {}; give --nproc {} (or matching "
                     "--tp/--pp/--dp)",
                     parallel::describe(options.layout), world, launch.world_size, world));
   }
@@ -134,8 +132,7 @@ void validate_job(const BenchOptions& options, const LaunchInfo& launch) {
                 fmt::format("--warmup {}: give 0 or more warm-up steps", options.warmup));
 }
 
-// This rank's backend (memory plan checked), graph, bootstrap and prepared
-// executor.
+// This rank's backend (memory plan checked), graph, bootstrap and prepared executor.
 struct RankSetup {
   std::unique_ptr<Backend> backend;
   DeviceDescription device;
@@ -168,8 +165,7 @@ RankSetup set_up_rank(const BenchOptions& options, const LaunchInfo& launch) {
   return setup;
 }
 
-// Rank 0's run store and telemetry, started before the first step so warm-up is
-// recorded too.
+// Rank 0's run store and telemetry, started before the first step so warm-up is recorded too.
 struct BenchStore {
   std::filesystem::path run_dir;
   store::RunInfo info;
@@ -225,8 +221,7 @@ std::vector<StepTiming> run_steps(const BenchOptions& options, RankSetup& setup,
   return steps;
 }
 
-// Everyone gets everyone's timings, counts and checks (so every rank decides
-// the same exit code).
+// Everyone gets everyone's timings, counts and checks (so every rank decides the same exit code).
 std::vector<nlohmann::json> gather_ranks(int rank, const std::vector<StepTiming>& steps, RankSetup& setup) {
   const nlohmann::json mine =
       rank_json(rank, steps, *setup.executor, *setup.backend, core::wall_ns() - core::monotonic_ns());
@@ -242,15 +237,7 @@ std::vector<nlohmann::json> gather_ranks(int rank, const std::vector<StepTiming>
   return ranks;
 }
 
-// Op counts (each rank executed exactly its graph's ops, total_steps times) and
-// --check results of all ranks.
-struct Verification {
-  std::vector<std::string> count_problems;
-  std::int64_t wrong = 0;
-  std::int64_t values_checked = 0;
-  std::int64_t ops_checked = 0;
-  std::vector<std::string> failures;  // the first 10
-};
+}  // namespace
 
 Verification verify_ranks(const std::vector<nlohmann::json>& ranks, const graph::Graph& graph,
                           int total_steps) {
@@ -282,34 +269,6 @@ Verification verify_ranks(const std::vector<nlohmann::json>& ranks, const graph:
   return verification;
 }
 
-// Moves a rank's raw CLOCK_MONOTONIC times onto rank 0's clock: on another host
-// by the difference of the hosts' wall - monotonic relations.
-class LeaderClock {
- public:
-  explicit LeaderClock(const std::vector<nlohmann::json>& ranks)
-      : leader_host_(ranks[0]["host"].get<std::string>()),
-        leader_offset_ns_(ranks[0]["wall_at_monotonic_zero_ns"].get<std::int64_t>()) {}
-  std::int64_t operator()(const nlohmann::json& data, std::int64_t t_ns) const {
-    return data["host"].get<std::string>() == leader_host_
-               ? t_ns
-               : t_ns + data["wall_at_monotonic_zero_ns"].get<std::int64_t>() - leader_offset_ns_;
-  }
-  const std::string& leader_host() const { return leader_host_; }
-
- private:
-  std::string leader_host_;
-  std::int64_t leader_offset_ns_;
-};
-
-// Job step = earliest begin to latest end over ranks (rank 0's clock);
-// durations split warm-up / measured.
-struct JobSteps {
-  std::vector<std::int64_t> begin_ns;
-  std::vector<std::int64_t> end_ns;
-  std::vector<double> measured_s;
-  std::vector<double> warmup_s;
-};
-
 JobSteps job_steps(const std::vector<nlohmann::json>& ranks, const LeaderClock& to_leader_clock, int warmup,
                    int total_steps) {
   JobSteps job;
@@ -332,6 +291,8 @@ JobSteps job_steps(const std::vector<nlohmann::json>& ranks, const LeaderClock& 
   }
   return job;
 }
+
+namespace {
 
 // Tokens, FLOPs and MFU of the measured steps (docs/METRICS.md, Execution).
 struct Throughput {
@@ -412,8 +373,7 @@ nlohmann::json bench_report(const BenchOptions& options, const LaunchInfo& launc
   return report;
 }
 
-// Spans: a job step span per step, per-rank step spans, per-op spans
-// (--trace-ops).
+// Spans: a job step span per step, per-rank step spans, per-op spans (--trace-ops).
 void write_step_spans(store::RunWriter& writer, const BenchOptions& options, const graph::Graph& graph,
                       const std::vector<nlohmann::json>& ranks, const LeaderClock& to_leader_clock,
                       const JobSteps& job, std::int64_t zero_ns) {
@@ -466,8 +426,7 @@ void write_step_spans(store::RunWriter& writer, const BenchOptions& options, con
   writer.flush();
 }
 
-// Telemetry over the measured steps, summed over the devices this node's ranks
-// ran on.
+// Telemetry over the measured steps, summed over the devices this node's ranks ran on.
 struct TelemetryFigures {
   double energy_total_j = kNaN;
   double energy_per_step_j = kNaN;
@@ -590,8 +549,7 @@ void write_bench_summary(store::RunWriter& writer, const JobSteps& job, const Th
   summary("op_counts_match", verification.count_problems.empty() ? 1.0 : 0.0, "bool");
 }
 
-// The human summary (nccl-tests style: # header, table, op counts, #wrong
-// footer).
+// The human summary (nccl-tests style: # header, table, op counts, #wrong footer).
 std::string format_bench_text(const BenchOptions& options, const LaunchInfo& launch, const RankSetup& setup,
                               const std::vector<nlohmann::json>& ranks, const BenchStore& bench_store,
                               const JobSteps& job, const Throughput& throughput,
@@ -644,10 +602,8 @@ std::string format_bench_text(const BenchOptions& options, const LaunchInfo& lau
   }
   text += fmt::format("ops per step on rank 0: {}\n", per_kind);
   text += verification.count_problems.empty()
-              ? fmt::format(
-                    "op counts: every rank executed exactly its "
-                    "graph's ops ({} steps x {} ranks)\n",
-                    total_steps, world)
+              ? fmt::format("op counts: every rank executed exactly its graph's ops ({} steps x {} ranks)\n",
+                            total_steps, world)
               : fmt::format("op counts WRONG: {}\n", fmt::join(verification.count_problems, "; "));
   if (options.check) {
     text += fmt::format("check: {} ops, {} values verified\n", verification.ops_checked,
@@ -669,8 +625,7 @@ void plan_before_launch(const BenchOptions& options, int nproc) {
     const int devices = factory.device_count();
     if (devices > 0 && nproc > devices) {
       throw InputError(
-          fmt::format("--nproc {}: this host has {} {} device(s); "
-                      "use --nproc {} or fewer (and a layout "
+          fmt::format("--nproc {}: this host has {} {} device(s); use --nproc {} or fewer (and a layout "
                       "of that many ranks)",
                       nproc, devices, factory.name, devices));
     }
@@ -680,11 +635,10 @@ void plan_before_launch(const BenchOptions& options, int nproc) {
   require_fits(plan_memory(options.model, options.layout, device), options.model, options.layout, device);
 }
 
-// Stages: validate job -> set up rank (backend, graph, bootstrap, executor) ->
-// open store + telemetry (rank 0)
-// -> run steps -> gather ranks -> verify -> job step times -> throughput ->
-// report; rank 0 then writes spans, summarizes telemetry, writes summary rows
-// and formats the text.
+// Stages: validate job -> set up rank (backend, graph, bootstrap, executor) -> open store + telemetry (rank
+// 0)
+// -> run steps -> gather ranks -> verify -> job step times -> throughput -> report; rank 0 then writes spans,
+// summarizes telemetry, writes summary rows and formats the text.
 BenchOutcome run_bench_rank(const BenchOptions& options, LaunchInfo launch) {
   mpi_init_if_launched(launch);
   validate_job(options, launch);

@@ -214,7 +214,8 @@ const char* to_string(CollectiveKind kind);
 /// Names: "tp", "dp", "pp", "ep", "edp", "embedding".
 /// Short human description of an op, e.g. "gemm qkv fwd m=4096 n=1536 k=4096".
 std::string describe(const Op& op);
-/// Short name of an op as executed-op spans carry it ("gemm.fc1.fwd", "attention.bwd", "elementwise.norm", ...).
+/// Short name of an op as executed-op spans carry it ("gemm.fc1.fwd", "attention.bwd", "elementwise.norm",
+/// ...).
 std::string span_name(const Op& op);
 
 }  // namespace calo::graph

@@ -15,12 +15,16 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../common/run_calo.h"
 #include "core/error.h"
 #include "sim/cluster.h"
 #include "store/run_store.h"
 
 namespace calo::calibrate {
 namespace {
+
+using calo::testing::Outcome;
+using calo::testing::run_calo;
 
 namespace fs = std::filesystem;
 
@@ -187,13 +191,6 @@ TEST(Calibrate, ARunWithoutStepsIsRefused) {
   fs::remove_all(dir);
 }
 
-struct Outcome {
-  int exit_code = -1;
-  std::string output;
-};
-
-Outcome run_calo(const std::string& arguments);
-
 TEST(CalibrateOps, PerOpSpansOfACpuBenchFitTheEfficiencyCurves) {
   // A real CPU-backend bench with one span per op: the compute stage then fits the curves themselves.
   const fs::path dir = fs::temp_directory_path() / ("calo-calibrate-cpu-" + std::to_string(::getpid()));
@@ -235,18 +232,6 @@ TEST(CalibrateOps, PerOpSpansOfACpuBenchFitTheEfficiencyCurves) {
     }
   }
   fs::remove_all(dir);
-}
-
-Outcome run_calo(const std::string& arguments) {
-  const std::string command = std::string(CALO_BINARY) + " " + arguments + " 2>&1";
-  Outcome outcome;
-  FILE* pipe = popen(command.c_str(), "r");
-  char buffer[4096];
-  std::size_t got = 0;
-  while ((got = fread(buffer, 1, sizeof(buffer), pipe)) > 0) outcome.output.append(buffer, got);
-  const int status = pclose(pipe);
-  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return outcome;
 }
 
 TEST(CalibrateCli, WritesAFileThatCaloSimLoads) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "../common/run_calo.h"
 #ifdef CALO_SIM_HAS_STORE
 #include "store/run_store.h"
 #endif
@@ -14,23 +15,8 @@
 namespace calo::plan {
 namespace {
 
-struct Outcome {
-  int exit_code = -1;
-  std::string output;  // stdout + stderr
-};
-
-Outcome run_calo(const std::string& arguments) {
-  const std::string command = std::string(CALO_BINARY) + " " + arguments + " 2>&1";
-  Outcome outcome;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return outcome;
-  char buffer[4096];
-  size_t got = 0;
-  while ((got = fread(buffer, 1, sizeof(buffer), pipe)) > 0) outcome.output.append(buffer, got);
-  const int status = pclose(pipe);
-  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return outcome;
-}
+using calo::testing::Outcome;
+using calo::testing::run_calo;
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;

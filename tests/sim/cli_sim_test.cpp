@@ -8,28 +8,14 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "../common/run_calo.h"
 #include "sim_test_util.h"
 
 namespace calo::sim {
 namespace {
 
-struct Outcome {
-  int exit_code = -1;
-  std::string output;  // stdout + stderr
-};
-
-Outcome run_calo(const std::string& arguments) {
-  const std::string command = std::string(CALO_BINARY) + " " + arguments + " 2>&1";
-  Outcome outcome;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return outcome;
-  char buffer[4096];
-  size_t got = 0;
-  while ((got = fread(buffer, 1, sizeof(buffer), pipe)) > 0) outcome.output.append(buffer, got);
-  const int status = pclose(pipe);
-  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return outcome;
-}
+using calo::testing::Outcome;
+using calo::testing::run_calo;
 
 TEST(CalosimCli, PrintsJsonWithEveryFigure) {
   const Outcome outcome = run_calo(

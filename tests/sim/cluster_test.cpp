@@ -18,7 +18,8 @@ TEST(Cluster, EveryPresetLoadsAndRoundTrips) {
   for (const auto& name : names) {
     const ClusterSpec cluster = load_cluster(name);
     EXPECT_EQ(cluster.name, name);
-    const bool cpu_host = cluster.gpu.name.rfind("CPU", 0) == 0;  // the CPU backend's host: GFLOP/s, not TFLOP/s
+    const bool cpu_host =
+        cluster.gpu.name.rfind("CPU", 0) == 0;  // the CPU backend's host: GFLOP/s, not TFLOP/s
     EXPECT_GT(cluster.gpu.peak_bf16_flops, cpu_host ? 1e9 : 1e14) << name;
     EXPECT_GT(cluster.nic_bandwidth_per_gpu(), 0) << name;
     // to_json gives back an equivalent description.

@@ -1,0 +1,32 @@
+// Runs the `calo` binary under test (CALO_BINARY, set by the suite's CMakeLists) as a real process: its exit code
+// and its stdout + stderr. Shared by the suites that test commands end to end.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+namespace calo::testing {
+
+/// What a finished command left behind.
+struct Outcome {
+  int exit_code = -1;  ///< exit status, -1 if it did not exit normally
+  std::string output;  ///< stdout + stderr
+};
+
+/// Runs `calo ARGUMENTS` through the shell and waits for it.
+inline Outcome run_calo(const std::string& arguments) {
+  const std::string command = std::string(CALO_BINARY) + " " + arguments + " 2>&1";
+  Outcome outcome;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return outcome;
+  char buffer[4096];
+  std::size_t got = 0;
+  while ((got = fread(buffer, 1, sizeof(buffer), pipe)) > 0) outcome.output.append(buffer, got);
+  const int status = pclose(pipe);
+  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return outcome;
+}
+
+}  // namespace calo::testing

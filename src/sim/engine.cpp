@@ -51,6 +51,9 @@ struct EntityState {
   std::vector<double> finish_s;
   std::vector<double> begin_s;
   std::vector<double> chain_start_s;  ///< start of the back-to-back run of transfers an op ends (comm ops)
+  std::vector<double> comm_begin_s;   ///< transfer start of each comm op
+  std::vector<std::int32_t>
+      chain_previous;  ///< the transfer before it in its back-to-back run, -1 at a run's start
   const std::vector<double>* comm_cost = nullptr;
   bool queued = false;
   std::uint64_t done_ops = 0;
@@ -137,6 +140,8 @@ EngineResult Engine::run(const std::vector<EngineEntity>& entities,
     const auto& program = graph_.programs[spec.program];
     state.finish_s.assign(program.ops.size(), kNotDone);
     state.chain_start_s.assign(program.ops.size(), 0.0);
+    state.comm_begin_s.assign(program.ops.size(), 0.0);
+    state.chain_previous.assign(program.ops.size(), -1);
     if (record_timeline) state.begin_s.assign(program.ops.size(), 0.0);
     state.comm_cost = &comm_costs(spec.program, spec.representative);
     for (int kind = 0; kind < graph::kNumGroupKinds; ++kind) {
@@ -240,10 +245,18 @@ EngineResult Engine::run(const std::vector<EngineEntity>& entities,
                 const graph::Op& binding_op = program.ops[binding];
                 if (is_comm(binding_op.kind)) {
                   // Exposed: the part of the idle gap covered by the back-to-back transfers that ended with
-                  // the binding op (waiting for slower members or for the peer's compute is not).
+                  // the binding op (waiting for slower members or for the peer's compute is not), each piece
+                  // counted for the class of the transfer that ran then (a DP reduce-scatter chain that ends
+                  // in a small embedding all-reduce is DP time, not embedding time).
                   const double idle_from =
                       std::max(state.stream_free_s[stream], state.chain_start_s[binding]);
-                  out.exposed_comm_s[comm_class(binding_op)] += std::max(0.0, ready - idle_from);
+                  for (std::int32_t link = binding; link >= 0 && ready > idle_from;
+                       link = state.chain_previous[link]) {
+                    const double from = std::max(state.comm_begin_s[link], idle_from);
+                    const double to = std::min(state.finish_s[link], ready);
+                    if (to > from) out.exposed_comm_s[comm_class(program.ops[link])] += to - from;
+                    if (state.comm_begin_s[link] <= idle_from) break;
+                  }
                 }
               }
             } else {
@@ -317,6 +330,8 @@ EngineResult Engine::run(const std::vector<EngineEntity>& entities,
             const bool continues = cursor > 0 && begin <= state.stream_free_s[stream] + 1e-12 &&
                                    is_comm(program.ops[stream_ops[cursor - 1]].kind);
             state.chain_start_s[op_index] = continues ? state.chain_start_s[stream_ops[cursor - 1]] : begin;
+            state.chain_previous[op_index] = continues ? stream_ops[cursor - 1] : -1;
+            state.comm_begin_s[op_index] = begin;
           }
           state.stream_free_s[stream] = finish;
           state.cursor[stream] += 1;

@@ -18,6 +18,13 @@ add_library(calo_sqlite INTERFACE)
 target_include_directories(calo_sqlite SYSTEM INTERFACE ${SQLITE3_INCLUDE_DIR})
 target_link_libraries(calo_sqlite INTERFACE ${SQLITE3_STATIC_LIB} Threads::Threads ${CMAKE_DL_LIBS} m)
 
+# zlib (gzip-compressed Kineto traces): the static archive from Debian's zlib1g-dev.
+find_path(ZLIB_STATIC_INCLUDE_DIR zlib.h REQUIRED)
+find_library(ZLIB_STATIC_LIB NAMES libz.a REQUIRED)
+add_library(calo_zlib INTERFACE)
+target_include_directories(calo_zlib SYSTEM INTERFACE ${ZLIB_STATIC_INCLUDE_DIR})
+target_link_libraries(calo_zlib INTERFACE ${ZLIB_STATIC_LIB})
+
 # fmt is used header-only (Debian ships only a shared libfmt).
 add_library(calo_fmt INTERFACE)
 target_compile_definitions(calo_fmt INTERFACE FMT_HEADER_ONLY=1)

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <charconv>
@@ -671,6 +672,38 @@ class MappedFile {
   std::size_t size_ = 0;
 };
 
+/// Whether `data` starts with the gzip magic bytes.
+bool is_gzip(const char* data, std::size_t size) {
+  return size >= 2 && static_cast<unsigned char>(data[0]) == 0x1f &&
+         static_cast<unsigned char>(data[1]) == 0x8b;
+}
+
+/// The decompressed contents of a gzip file (PyTorch profiler's usual `.json.gz`). InputError if it is
+/// corrupt.
+std::string gunzip(const std::filesystem::path& path) {
+  gzFile file = gzopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    throw InputError(fmt::format("{}: cannot open gzip trace ({})", path.string(), std::strerror(errno)));
+  }
+  gzbuffer(file, 1 << 20);
+  std::string text;
+  std::vector<char> chunk(1 << 20);
+  while (true) {
+    const int got = gzread(file, chunk.data(), static_cast<unsigned>(chunk.size()));
+    if (got < 0) {
+      int code = 0;
+      const std::string message = gzerror(file, &code);
+      gzclose(file);
+      throw InputError(
+          fmt::format("{}: corrupt gzip trace ({}); re-export it from the profiler", path.string(), message));
+    }
+    if (got == 0) break;
+    text.append(chunk.data(), static_cast<std::size_t>(got));
+  }
+  gzclose(file);
+  return text;
+}
+
 }  // namespace
 
 void parse_kineto_json(const char* text, std::size_t size, const std::string& source_name,
@@ -697,16 +730,18 @@ TraceData ingest_traces(const std::vector<std::filesystem::path>& paths) {
   for (std::size_t index = 0; index < paths.size(); ++index) {
     const auto& path = paths[index];
     std::string source = path.string();
-    if (path.extension() == ".gz") {
-      throw InputError(
-          fmt::format("{}: gzip-compressed; run `gunzip -k {}` and ingest the .json", source, source));
-    }
     MappedFile file(path);
     files[index].source = source;
-    parse_into(file.data(), file.size(), source, files[index].state, names);
+    if (is_gzip(file.data(), file.size())) {
+      const std::string text = gunzip(path);
+      parse_into(text.data(), text.size(), source, files[index].state, names);
+      data.bytes_read += text.size();
+    } else {
+      parse_into(file.data(), file.size(), source, files[index].state, names);
+      data.bytes_read += file.size();
+    }
     auto rank = files[index].state.rank;
     files[index].rank = rank != kUnset ? static_cast<int32_t>(rank) : static_cast<int32_t>(index);
-    data.bytes_read += file.size();
   }
   merge_files(files, data);
   return data;

@@ -1,7 +1,9 @@
 #include "analyze/trace_ingest.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -151,6 +153,39 @@ TEST(TraceIngest, ErrorsNameTheFileAndTheFix) {
   }
   EXPECT_THROW(ingest_traces({kFixtures / "does-not-exist.json"}), InputError);
   EXPECT_THROW(ingest_traces({kFixtures / "trace.json.gz"}), InputError);
+}
+
+TEST(TraceIngest, GzipTracesIngestDirectlyAndEqualTheirJson) {
+  // PyTorch's profiler writes .json.gz by default: gzip the two-rank fixture and ingest both forms.
+  const auto dir = std::filesystem::temp_directory_path() / ("calo-gz-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::vector<std::filesystem::path> gzipped;
+  for (const char* name : {"kineto_rank0.json", "kineto_rank1.json"}) {
+    const auto target = dir / (std::string(name) + ".gz");
+    const std::string command = "gzip -c " + (kFixtures / name).string() + " > " + target.string();
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+    gzipped.push_back(target);
+  }
+  const TraceData plain = ingest_traces({kFixtures / "kineto_rank0.json", kFixtures / "kineto_rank1.json"});
+  const TraceData compressed = ingest_traces(gzipped);
+  ASSERT_EQ(compressed.kernels.size(), plain.kernels.size());
+  ASSERT_FALSE(plain.kernels.empty());
+  for (std::size_t index = 0; index < plain.kernels.size(); ++index) {
+    EXPECT_EQ(compressed.kernels[index].t_begin_ns, plain.kernels[index].t_begin_ns);
+    EXPECT_EQ(compressed.kernels[index].t_end_ns, plain.kernels[index].t_end_ns);
+  }
+  EXPECT_EQ(compressed.bytes_read, plain.bytes_read) << "bytes read counts the decompressed JSON";
+  // A truncated gzip names the file and the fix.
+  const auto truncated = dir / "truncated.json.gz";
+  const std::string cut = "head -c 40 " + gzipped[0].string() + " > " + truncated.string();
+  ASSERT_EQ(std::system(cut.c_str()), 0);
+  try {
+    ingest_traces({truncated});
+    FAIL() << "a truncated gzip must be refused";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("truncated.json.gz"), std::string::npos) << error.what();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(TraceIngest, EscapesArrayFormAndTrailingComma) {

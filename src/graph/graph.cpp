@@ -107,11 +107,15 @@ class ProgramBuilder {
     }
     // Steps between pipeline exchanges: one slot, or under the interleaved schedule a forward followed by a
     // backward (Megatron-LM's steady state exchanges once per forward/backward pair).
+    // Only steady-state forwards pair with a backward: when m == pp every forward is a warm-up one, and
+    // pairing the last with the first backward made its input wait on a gradient that needs its own output
+    // (deadlock).
     std::vector<std::pair<int, int>> steps;  // [first slot, end slot)
     const int slots = static_cast<int>(schedule.size());
+    const int warmup = parallel::warmup_slots(layout_, stage_);
     for (int slot_index = 0; slot_index < slots;) {
-      const bool pair = layout_.schedule == parallel::Schedule::kInterleaved && slot_index + 1 < slots &&
-                        schedule[slot_index].pass == parallel::PassKind::kForward &&
+      const bool pair = layout_.schedule == parallel::Schedule::kInterleaved && slot_index >= warmup &&
+                        slot_index + 1 < slots && schedule[slot_index].pass == parallel::PassKind::kForward &&
                         schedule[slot_index + 1].pass == parallel::PassKind::kBackward;
       const int end = slot_index + (pair ? 2 : 1);
       steps.emplace_back(slot_index, end);

@@ -49,6 +49,13 @@ std::vector<PipelineSlot> one_f_one_b(int pp, int stage, int microbatches) {
   return slots;
 }
 
+/// Warm-up forwards of the interleaved schedule (Megatron: all of them when m == pp).
+int interleaved_warmup(int pp, int stage, int chunks, int microbatches) {
+  const int total = microbatches * chunks;
+  if (microbatches == pp) return total;
+  return std::min((pp - stage - 1) * 2 + (chunks - 1) * pp, total);
+}
+
 /// Interleaved 1F1B (Megatron's forward_backward_pipelining_with_interleaving, micro-batch groups of pp per
 /// chunk): virtual pass k runs chunk (k mod (pp*v)) / pp (reversed for backward) on micro-batch (k /
 /// (pp*v))*pp + k mod pp.
@@ -67,8 +74,7 @@ std::vector<PipelineSlot> interleaved(int pp, int stage, int chunks, int microba
     int microbatch = (virtual_index / group) * pp + virtual_index % pp;
     return PipelineSlot{pass, microbatch, chunk};
   };
-  int warmup = total;  // m == pp: all forwards first, then all backwards (as Megatron)
-  if (microbatches != pp) warmup = std::min((pp - stage - 1) * 2 + (chunks - 1) * pp, total);
+  const int warmup = interleaved_warmup(pp, stage, chunks, microbatches);
   const int steady = total - warmup;
   std::vector<PipelineSlot> slots;
   slots.reserve(2 * total);
@@ -85,6 +91,20 @@ std::vector<PipelineSlot> interleaved(int pp, int stage, int chunks, int microba
 
 int virtual_stage(const Layout& layout, int stage, int chunk) {
   return chunk * layout.pp + stage;
+}
+
+int warmup_slots(const Layout& layout, int stage) {
+  check_stage(layout, stage);
+  const int microbatches = microbatches_of(layout);
+  switch (layout.schedule) {
+    case Schedule::kGpipe:
+      return microbatches;
+    case Schedule::k1F1B:
+      return std::min(layout.pp - stage - 1, microbatches);
+    case Schedule::kInterleaved:
+      return interleaved_warmup(layout.pp, stage, std::max(1, layout.virtual_stages), microbatches);
+  }
+  return 0;
 }
 
 std::vector<PipelineSlot> stage_schedule(const Layout& layout, int stage) {

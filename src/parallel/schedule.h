@@ -26,6 +26,11 @@ int virtual_stage(const Layout& layout, int stage, int chunk);
 /// schedule (GPipe, 1F1B with warm-up pp-stage-1, or Megatron's interleaved 1F1B).
 std::vector<PipelineSlot> stage_schedule(const Layout& layout, int stage);
 
+/// Warm-up forward slots of `stage` (before the steady state's forward/backward pairs) under the layout's
+/// schedule: 1F1B min(pp - stage - 1, m); interleaved (pp - stage - 1) * 2 + (v - 1) * pp, or all m * v when
+/// m == pp; GPipe all m.
+int warmup_slots(const Layout& layout, int stage);
+
 /// Layer ranges per virtual stage: result[v] = {first_layer, layer_count} for virtual stage v, where virtual
 /// stage v = chunk * pp + stage (Megatron's interleaved assignment). Uses layers_per_stage if given, else
 /// uniform.

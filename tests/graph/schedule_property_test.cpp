@@ -1,0 +1,95 @@
+// Property test: every valid layout of a few models over a grid of pipeline shapes builds a graph that passes
+// every checker (collectives, p2p, deadlock, FLOPs, volumes): m = pp and m = 2 pp, uneven --layers-per-stage,
+// vpp > 1 under the interleaved schedule, ep > 1, and a 16384-GPU layout (issue 13 item 2: interleaved with m
+// = pp deadlocked).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "core/error.h"
+#include "graph/check.h"
+#include "graph/graph.h"
+#include "model/model_spec.h"
+#include "parallel/validate.h"
+
+namespace calo::graph {
+namespace {
+
+/// Checks one layout; returns false (and counts nothing) when the layout is invalid for the model.
+bool check_layout(const model::ModelSpec& model, parallel::Layout layout, const std::string& label,
+                  int& checked) {
+  parallel::Layout resolved;
+  try {
+    resolved = parallel::resolve_layout(model, layout);
+  } catch (const InputError&) {
+    return false;  // not a valid layout of this model (e.g. pp does not divide the layers for vpp)
+  }
+  const Graph graph = build_graph(model, resolved);
+  const auto scope = resolved.world_size() <= 64 ? DeadlockScope::kAllRanks : DeadlockScope::kRepresentative;
+  const auto problems = check_graph(graph, scope);
+  std::string text;
+  for (const auto& problem : problems) text += problem.check + ": " + problem.message + "\n";
+  EXPECT_TRUE(problems.empty()) << label << "\n" << text;
+  checked += 1;
+  return true;
+}
+
+TEST(ScheduleProperty, EveryValidLayoutOfTheGridPassesEveryChecker) {
+  int checked = 0;
+  for (const char* name : {"tiny-dense", "tiny-moe", "llama3-8b"}) {
+    const model::ModelSpec model = model::load_model(name);
+    for (const auto schedule :
+         {parallel::Schedule::k1F1B, parallel::Schedule::kInterleaved, parallel::Schedule::kGpipe}) {
+      for (int pp : {2, 4}) {
+        for (int vpp : {1, 2}) {
+          if ((schedule == parallel::Schedule::kInterleaved) != (vpp > 1)) continue;
+          for (int factor : {1, 2, 3}) {  // m = pp, 2 pp, 3 pp
+            for (int ep : {1, 2}) {
+              if (ep > 1 && !model.is_moe()) continue;
+              for (bool uneven : {false, true}) {
+                parallel::Layout layout;
+                layout.pp = pp;
+                layout.dp = ep;
+                layout.ep = ep;
+                layout.schedule = schedule;
+                layout.virtual_stages = vpp;
+                layout.micro_batch = 1;
+                layout.global_batch = factor * pp * layout.dp;
+                layout.seq_length = 128;
+                if (uneven) {
+                  // One layer moves from the last virtual stage to the first (a thermal-aware split).
+                  const int stages = pp * vpp;
+                  if (model.num_layers % stages != 0 || model.num_layers / stages < 2) continue;
+                  layout.layers_per_stage.assign(stages, model.num_layers / stages);
+                  layout.layers_per_stage.front() += 1;
+                  layout.layers_per_stage.back() -= 1;
+                }
+                check_layout(model, layout,
+                             fmt::format("{} pp{} vpp{} m={} ep{} {} {}", name, pp, vpp, factor * pp, ep,
+                                         parallel::to_string(schedule), uneven ? "uneven" : "uniform"),
+                             checked);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 60) << "the grid must actually check layouts";
+  // At scale: GPT3-175B on 16384 GPUs, interleaved with m = pp and m = 2 pp.
+  const model::ModelSpec gpt = model::load_model("gpt3-175b");
+  for (int factor : {1, 2}) {
+    parallel::Layout layout;
+    layout.tp = 8;
+    layout.pp = 16;
+    layout.dp = 128;
+    layout.schedule = parallel::Schedule::kInterleaved;
+    layout.virtual_stages = 2;
+    layout.global_batch = factor * 16 * 128;
+    EXPECT_TRUE(check_layout(gpt, layout, fmt::format("gpt3-175b 16384 GPUs m={}", factor * 16), checked));
+  }
+}
+
+}  // namespace
+}  // namespace calo::graph

@@ -159,21 +159,32 @@ void write_index(const std::filesystem::path& out_dir, const nlohmann::json& ind
   std::filesystem::rename(temp_path, final_path);
 }
 
-/// Headline figures of a point from the JSON its child printed (sim or bench summary).
+/// Headline figures of a point from the JSON its child printed: `calo sim --json` (top level) or `calo bench
+/// --json` (power and heat under "telemetry"). A figure the run did not measure is null, never 0.
 nlohmann::json headline(const nlohmann::json& summary) {
-  auto number = [&summary](const char* key) {
-    return summary.contains(key) && summary[key].is_number() ? summary[key].get<double>() : 0.0;
+  auto number = [&summary](std::initializer_list<const char*> keys) -> nlohmann::json {
+    for (const char* key : keys) {
+      for (const nlohmann::json* object :
+           {&summary, summary.contains("telemetry") ? &summary["telemetry"] : nullptr}) {
+        if (object != nullptr && object->is_object() && object->contains(key) && (*object)[key].is_number())
+          return (*object)[key];
+      }
+    }
+    return nullptr;
   };
-  const double tokens_per_s = number("tokens_per_s");
-  const double iteration_s = number("iteration_s");
-  const double energy_per_step_j = number("energy_per_step_j");
-  const double tokens_per_step = tokens_per_s * iteration_s;
+  nlohmann::json energy_per_token_j = number({"energy_per_token_j"});
+  const nlohmann::json tokens_per_s = number({"tokens_per_s"}), iteration_s = number({"iteration_s"}),
+                       energy_per_step_j = number({"energy_per_step_j"});
+  if (energy_per_token_j.is_null() && !tokens_per_s.is_null() && !iteration_s.is_null() &&
+      !energy_per_step_j.is_null() && tokens_per_s.get<double>() * iteration_s.get<double>() > 0) {
+    energy_per_token_j =
+        energy_per_step_j.get<double>() / (tokens_per_s.get<double>() * iteration_s.get<double>());
+  }
   return {{"tokens_per_s", tokens_per_s},
-          {"mfu", number("mfu")},
-          {"iteration_s", iteration_s},
-          {"energy_per_token_j", tokens_per_step > 0 ? energy_per_step_j / tokens_per_step : 0.0},
-          {"peak_power_w", number("peak_power_w")},
-          {"max_die_c", number("max_die_c")}};
+          {"mfu", number({"mfu"})},
+          {"energy_per_token_j", energy_per_token_j},
+          {"peak_power_w", number({"peak_power_w"})},
+          {"max_temp_c", number({"max_die_c", "peak_temp_c"})}};
 }
 
 /// Starts `calo_bin args...` with stdout to `stdout_path`, stderr to `stderr_path`; returns the child's pid.
@@ -512,16 +523,18 @@ nlohmann::json run_campaign(const Spec& spec, const RunOptions& options) {
 std::string summary_table(const nlohmann::json& index) {
   core::TextTable table(
       {"point", "status", "tokens/s", "MFU %", "energy/token J", "peak power W", "max temp C", "note"});
+  auto cell = [](const nlohmann::json& value, double scale, const char* format) {
+    return value.is_number() ? fmt::format(fmt::runtime(format), value.get<double>() * scale)
+                             : std::string("-");
+  };
   for (const auto& entry : index["points"]) {
     const std::string status = entry.value("status", "");
     if (status == "done") {
       const auto& figures = entry["figures"];
-      table.add_row({entry["name"].get<std::string>(), status,
-                     fmt::format("{:.0f}", figures["tokens_per_s"].get<double>()),
-                     fmt::format("{:.1f}", 100.0 * figures["mfu"].get<double>()),
-                     fmt::format("{:.3f}", figures["energy_per_token_j"].get<double>()),
-                     fmt::format("{:.0f}", figures["peak_power_w"].get<double>()),
-                     fmt::format("{:.1f}", figures["max_die_c"].get<double>()), ""});
+      table.add_row({entry["name"].get<std::string>(), status, cell(figures["tokens_per_s"], 1, "{:.0f}"),
+                     cell(figures["mfu"], 100, "{:.1f}"), cell(figures["energy_per_token_j"], 1, "{:.3f}"),
+                     cell(figures["peak_power_w"], 1, "{:.0f}"), cell(figures["max_temp_c"], 1, "{:.1f}"),
+                     ""});
     } else {
       table.add_row(
           {entry["name"].get<std::string>(), status, "", "", "", "", "", entry.value("reason", "")});

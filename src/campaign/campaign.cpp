@@ -73,6 +73,21 @@ int int_value(const std::string& value, const std::string& where) {
   throw InputError(fmt::format("{}: '{}' is not an integer; write a whole number", where, value));
 }
 
+/// Position of a key in known_keys() (the order of a point's name; the YAML parser does not keep key order).
+std::size_t key_rank(const std::string& key) {
+  const auto& keys = known_keys();
+  return static_cast<std::size_t>(std::find(keys.begin(), keys.end(), key) - keys.begin());
+}
+
+/// The keys of `object` in known_keys() order.
+std::vector<std::string> ordered_keys(const nlohmann::json& object) {
+  std::vector<std::string> keys;
+  for (const auto& [key, unused] : object.items()) keys.push_back(key);
+  std::stable_sort(keys.begin(), keys.end(),
+                   [](const std::string& a, const std::string& b) { return key_rank(a) < key_rank(b); });
+  return keys;
+}
+
 void check_key(const std::string& key, const std::string& where) {
   const auto& keys = known_keys();
   if (std::find(keys.begin(), keys.end(), key) != keys.end()) return;
@@ -221,9 +236,8 @@ std::string format_duration(double seconds) {
 
 const std::vector<std::string>& known_keys() {
   static const std::vector<std::string> keys = [] {
-    std::vector<std::string> all = kFlagKeys;
-    all.push_back("gpus");
-    all.push_back("layout");
+    std::vector<std::string> all = {"layout", "gpus"};
+    all.insert(all.end(), kFlagKeys.begin(), kFlagKeys.end());
     return all;
   }();
   return keys;
@@ -284,7 +298,8 @@ Spec parse_spec(const nlohmann::json& object, const std::string& origin) {
     throw InputError(fmt::format(
         "{}: missing 'axes'; add e.g. `axes: {{mbs: [1, 2, 4]}}` (a key to a list of values)", origin));
   }
-  for (const auto& [key, values] : object["axes"].items()) {
+  for (const std::string& key : ordered_keys(object["axes"])) {
+    const nlohmann::json& values = object["axes"][key];
     const std::string where = fmt::format("{}: axes.{}", origin, key);
     check_key(key, where);
     if (!values.is_array() || values.empty())
@@ -304,7 +319,8 @@ Spec parse_spec(const nlohmann::json& object, const std::string& origin) {
         throw InputError(
             fmt::format("{}: each layout is a mapping of flags, e.g. `- {{tp: 8, pp: 2}}`", where));
       std::string bundle;
-      for (const auto& [flag, flag_value] : value.items()) {
+      for (const std::string& flag : ordered_keys(value)) {
+        const nlohmann::json& flag_value = value[flag];
         check_key(flag, where);
         bundle += (bundle.empty() ? "" : ",") + flag + "=" + scalar_text(flag_value, where + "." + flag);
       }

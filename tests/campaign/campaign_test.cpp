@@ -2,6 +2,7 @@
 // process.
 #include "campaign/campaign.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -10,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "core/config.h"
@@ -104,10 +106,10 @@ TEST(CampaignSpec, BadSpecNamesTheKeyAndTheFix) {
 }
 
 TEST(CampaignSpec, InvalidPointsAreDroppedWithTheReason) {
-  // Llama3-70B on 8 H100: TP8 fits, TP1 (dp 8) does not fit memory, TP3 does not divide the heads or the
+  // Llama3-8B on 8 H100: TP8 fits, TP1 (dp 8) does not fit memory, TP3 does not divide the heads or the
   // GPUs.
   const Spec spec = spec_from(
-      "model: llama3-70b\ncluster: h100-hgx\ngpus: 8\nfixed: {gbs: 64}\n"
+      "model: llama3-8b\ncluster: h100-hgx\ngpus: 8\nfixed: {gbs: 64}\n"
       "axes:\n  layout: [{tp: 8, pp: 1}, {tp: 1, pp: 1}, {tp: 3, pp: 1}, {tp: 2, pp: 2, dp: 1}]\n");
   std::vector<Point> points = expand_grid(spec);
   validate_points(spec, points);

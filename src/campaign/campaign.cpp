@@ -48,6 +48,12 @@ bool is_bool_key(const std::string& key) {
   return std::find(kBoolKeys.begin(), kBoolKeys.end(), key) != kBoolKeys.end();
 }
 
+/// Whether a value is a word (on, full, 1f1b), not a number: names then read "recompute-full", "tp4".
+bool is_word(const std::string& value) {
+  return value.empty() ||
+         !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 /// A scalar YAML value as text; booleans as "on"/"off".
 std::string scalar_text(const nlohmann::json& value, const std::string& where) {
   if (value.is_boolean()) return value.get<bool>() ? "on" : "off";
@@ -361,11 +367,11 @@ std::vector<Point> expand_grid(const Spec& spec) {
             const std::size_t equals = item.find('=');
             const std::string flag = item.substr(0, equals), flag_value = item.substr(equals + 1);
             point.flags.emplace_back(flag, flag_value);
-            part += (part.empty() ? "" : "-") + flag + (is_bool_key(flag) ? "-" : "") + flag_value;
+            part += (part.empty() ? "" : "-") + flag + (is_word(flag_value) ? "-" : "") + flag_value;
           }
         } else {
           point.flags.emplace_back(key, value);
-          part = key + (is_bool_key(key) ? "-" : "") + value;
+          part = key + (is_word(value) ? "-" : "") + value;
         }
         point.name += (point.name.empty() ? "" : "-") + part;
         next.push_back(std::move(point));

@@ -1,0 +1,568 @@
+#include "campaign/campaign.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "core/table.h"
+#include "model/model_spec.h"
+#include "parallel/layout.h"
+#include "parallel/memory.h"
+#include "parallel/validate.h"
+#include "plan/layout_space.h"
+#include "sim/cluster.h"
+
+namespace calo::campaign {
+namespace {
+
+const std::vector<std::string> kFlagKeys = {"tp",
+                                            "pp",
+                                            "dp",
+                                            "ep",
+                                            "mbs",
+                                            "gbs",
+                                            "seq",
+                                            "zero",
+                                            "recompute",
+                                            "schedule",
+                                            "vpp",
+                                            "overlap",
+                                            "overlap-tp",
+                                            "overlap-grad",
+                                            "overlap-param",
+                                            "sequence-parallel"};
+const std::vector<std::string> kBoolKeys = {"overlap", "overlap-tp", "overlap-grad", "overlap-param",
+                                            "sequence-parallel"};
+
+bool is_bool_key(const std::string& key) {
+  return std::find(kBoolKeys.begin(), kBoolKeys.end(), key) != kBoolKeys.end();
+}
+
+/// Whether a value is a word (on, full, 1f1b), not a number: names then read "recompute-full", "tp4".
+bool is_word(const std::string& value) {
+  return value.empty() ||
+         !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+/// A scalar YAML value as text; booleans as "on"/"off".
+std::string scalar_text(const nlohmann::json& value, const std::string& where) {
+  if (value.is_boolean()) return value.get<bool>() ? "on" : "off";
+  if (value.is_number_integer()) return std::to_string(value.get<long long>());
+  if (value.is_string()) return value.get<std::string>();
+  throw InputError(fmt::format("{}: expected a number, a word or on/off, got {}; write one scalar value",
+                               where, value.dump()));
+}
+
+bool flag_on(const std::string& value, const std::string& where) {
+  if (value == "on" || value == "true" || value == "yes" || value == "1") return true;
+  if (value == "off" || value == "false" || value == "no" || value == "0") return false;
+  throw InputError(fmt::format("{}: '{}' is not on/off; write on or off", where, value));
+}
+
+int int_value(const std::string& value, const std::string& where) {
+  try {
+    std::size_t used = 0;
+    const int number = std::stoi(value, &used);
+    if (used == value.size()) return number;
+  } catch (const std::exception&) {
+  }
+  throw InputError(fmt::format("{}: '{}' is not an integer; write a whole number", where, value));
+}
+
+/// Position of a key in known_keys() (the order of a point's name; the YAML parser does not keep key order).
+std::size_t key_rank(const std::string& key) {
+  const auto& keys = known_keys();
+  return static_cast<std::size_t>(std::find(keys.begin(), keys.end(), key) - keys.begin());
+}
+
+/// The keys of `object` in known_keys() order.
+std::vector<std::string> ordered_keys(const nlohmann::json& object) {
+  std::vector<std::string> keys;
+  for (const auto& [key, unused] : object.items()) keys.push_back(key);
+  std::stable_sort(keys.begin(), keys.end(),
+                   [](const std::string& a, const std::string& b) { return key_rank(a) < key_rank(b); });
+  return keys;
+}
+
+void check_key(const std::string& key, const std::string& where) {
+  const auto& keys = known_keys();
+  if (std::find(keys.begin(), keys.end(), key) != keys.end()) return;
+  throw InputError(fmt::format("{}: unknown key '{}'; use one of {}", where, key, fmt::join(keys, ", ")));
+}
+
+/// The layout a point describes, before validation (the mapping `calo sim`'s layout flags apply).
+parallel::Layout point_layout(const Spec& spec, const Point& point, int* gpus) {
+  parallel::Layout layout;
+  bool overlap_all = false;
+  *gpus = spec.gpus;
+  bool dp_given = false;
+  for (const auto& [key, value] : point.flags) {
+    const std::string where = fmt::format("point {} key '{}'", point.name, key);
+    if (key == "gpus")
+      *gpus = int_value(value, where);
+    else if (key == "tp")
+      layout.tp = int_value(value, where);
+    else if (key == "pp")
+      layout.pp = int_value(value, where);
+    else if (key == "dp")
+      layout.dp = int_value(value, where), dp_given = true;
+    else if (key == "ep")
+      layout.ep = int_value(value, where);
+    else if (key == "mbs")
+      layout.micro_batch = int_value(value, where);
+    else if (key == "gbs")
+      layout.global_batch = int_value(value, where);
+    else if (key == "seq")
+      layout.seq_length = int_value(value, where);
+    else if (key == "zero")
+      layout.zero_stage = int_value(value, where);
+    else if (key == "vpp")
+      layout.virtual_stages = int_value(value, where);
+    else if (key == "recompute")
+      layout.recompute = parallel::parse_recompute(value);
+    else if (key == "schedule")
+      layout.schedule = parallel::parse_schedule(value);
+    else if (key == "overlap")
+      overlap_all = flag_on(value, where);
+    else if (key == "overlap-tp")
+      layout.overlap_tp_comm = flag_on(value, where);
+    else if (key == "overlap-grad")
+      layout.overlap_grad_reduce = flag_on(value, where);
+    else if (key == "overlap-param")
+      layout.overlap_param_gather = flag_on(value, where);
+    else if (key == "sequence-parallel")
+      layout.sequence_parallel = flag_on(value, where);
+  }
+  if (overlap_all) {
+    layout.overlap_tp_comm = true;
+    layout.overlap_grad_reduce = true;
+    layout.overlap_param_gather = layout.zero_stage > 0;
+  }
+  if (*gpus > 0 && !dp_given && layout.tp * layout.pp > 0)
+    layout.dp = std::max(1, *gpus / (layout.tp * layout.pp));
+  return layout;
+}
+
+nlohmann::json read_json_file(const std::filesystem::path& path) {
+  std::ifstream file(path);
+  if (!file) return nullptr;
+  std::stringstream text;
+  text << file.rdbuf();
+  try {
+    return nlohmann::json::parse(text.str());
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
+/// Writes `index` to out_dir/campaign.json through a temporary file and a rename (a stop leaves the old or
+/// new).
+void write_index(const std::filesystem::path& out_dir, const nlohmann::json& index) {
+  const std::filesystem::path final_path = out_dir / "campaign.json";
+  const std::filesystem::path temp_path = out_dir / "campaign.json.tmp";
+  {
+    std::ofstream file(temp_path);
+    if (!file)
+      throw InputError(
+          fmt::format("--out: cannot write '{}'; give a writable directory", temp_path.string()));
+    file << index.dump(2) << "\n";
+  }
+  std::filesystem::rename(temp_path, final_path);
+}
+
+/// Headline figures of a point from the JSON its child printed: `calo sim --json` (top level) or `calo bench
+/// --json` (power and heat under "telemetry"). A figure the run did not measure is null, never 0.
+nlohmann::json headline(const nlohmann::json& summary) {
+  auto number = [&summary](std::initializer_list<const char*> keys) -> nlohmann::json {
+    for (const char* key : keys) {
+      for (const nlohmann::json* object :
+           {&summary, summary.contains("telemetry") ? &summary["telemetry"] : nullptr}) {
+        if (object != nullptr && object->is_object() && object->contains(key) && (*object)[key].is_number())
+          return (*object)[key];
+      }
+    }
+    return nullptr;
+  };
+  nlohmann::json energy_per_token_j = number({"energy_per_token_j"});
+  const nlohmann::json tokens_per_s = number({"tokens_per_s"}), iteration_s = number({"iteration_s"}),
+                       energy_per_step_j = number({"energy_per_step_j"});
+  if (energy_per_token_j.is_null() && !tokens_per_s.is_null() && !iteration_s.is_null() &&
+      !energy_per_step_j.is_null() && tokens_per_s.get<double>() * iteration_s.get<double>() > 0) {
+    energy_per_token_j =
+        energy_per_step_j.get<double>() / (tokens_per_s.get<double>() * iteration_s.get<double>());
+  }
+  return {{"tokens_per_s", tokens_per_s},
+          {"mfu", number({"mfu"})},
+          {"energy_per_token_j", energy_per_token_j},
+          {"peak_power_w", number({"peak_power_w"})},
+          {"max_temp_c", number({"max_die_c", "peak_temp_c"})}};
+}
+
+/// Starts `calo_bin args...` with stdout to `stdout_path`, stderr to `stderr_path`; returns the child's pid.
+pid_t spawn(const std::filesystem::path& calo_bin, const std::vector<std::string>& args,
+            const std::filesystem::path& stdout_path, const std::filesystem::path& stderr_path) {
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    const int out = open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int err = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (out < 0 || err < 0) _exit(127);
+    dup2(out, STDOUT_FILENO);
+    dup2(err, STDERR_FILENO);
+    std::vector<char*> argv;
+    std::string program = calo_bin.string();
+    argv.push_back(program.data());
+    std::vector<std::string> copy = args;
+    for (std::string& arg : copy) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    execv(program.c_str(), argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+std::string format_duration(double seconds) {
+  const long long whole = static_cast<long long>(seconds + 0.5);
+  if (whole >= 3600) return fmt::format("{}h{:02}m", whole / 3600, (whole % 3600) / 60);
+  if (whole >= 60) return fmt::format("{}m{:02}s", whole / 60, whole % 60);
+  return fmt::format("{}s", whole);
+}
+
+}  // namespace
+
+const std::vector<std::string>& known_keys() {
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> all = {"layout", "gpus"};
+    all.insert(all.end(), kFlagKeys.begin(), kFlagKeys.end());
+    return all;
+  }();
+  return keys;
+}
+
+Spec parse_spec(const nlohmann::json& object, const std::string& origin) {
+  if (!object.is_object())
+    throw InputError(fmt::format("{}: a campaign spec is a mapping (model:, cluster:, axes:)", origin));
+  Spec spec;
+  spec.source = object;
+  static const std::vector<std::string> top = {"name", "model", "cluster", "gpus", "steps", "fixed", "axes"};
+  for (const auto& [key, value] : object.items()) {
+    if (std::find(top.begin(), top.end(), key) == top.end()) {
+      throw InputError(fmt::format("{}: unknown key '{}'; a spec has {}", origin, key, fmt::join(top, ", ")));
+    }
+  }
+  auto text = [&](const char* key, bool required) {
+    if (!object.contains(key)) {
+      if (required)
+        throw InputError(
+            fmt::format("{}: missing '{}'; add `{}: NAME` (a preset or a YAML path)", origin, key, key));
+      return std::string();
+    }
+    if (!object[key].is_string())
+      throw InputError(fmt::format("{}: '{}' must be a name or path", origin, key));
+    return object[key].get<std::string>();
+  };
+  spec.name = text("name", false);
+  if (spec.name.empty()) spec.name = std::filesystem::path(origin).stem().string();
+  spec.model = text("model", true);
+  spec.cluster = text("cluster", true);
+  if (object.contains("gpus")) {
+    if (!object["gpus"].is_number_integer() || object["gpus"].get<int>() < 1)
+      throw InputError(fmt::format("{}: 'gpus' must be a positive integer, e.g. `gpus: 32`", origin));
+    spec.gpus = object["gpus"].get<int>();
+  }
+  if (object.contains("steps")) {
+    if (!object["steps"].is_number_integer() || object["steps"].get<int>() < 1)
+      throw InputError(fmt::format("{}: 'steps' must be a positive integer, e.g. `steps: 2`", origin));
+    spec.steps = object["steps"].get<int>();
+  }
+  if (object.contains("fixed")) {
+    if (!object["fixed"].is_object())
+      throw InputError(
+          fmt::format("{}: 'fixed' must map flags to values, e.g. `fixed: {{gbs: 128}}`", origin));
+    for (const auto& [key, value] : object["fixed"].items()) {
+      const std::string where = fmt::format("{}: fixed.{}", origin, key);
+      check_key(key, where);
+      if (key == "gpus")
+        throw InputError(fmt::format("{}: give gpus at the top level (`gpus: N`) or as an axis", where));
+      if (key == "layout")
+        throw InputError(fmt::format(
+            "{}: 'layout' is an axis (a list of flag mappings); give its flags under fixed", where));
+      spec.fixed.emplace_back(key, scalar_text(value, where));
+    }
+  }
+  if (!object.contains("axes") || !object["axes"].is_object() || object["axes"].empty()) {
+    throw InputError(fmt::format(
+        "{}: missing 'axes'; add e.g. `axes: {{mbs: [1, 2, 4]}}` (a key to a list of values)", origin));
+  }
+  for (const std::string& key : ordered_keys(object["axes"])) {
+    const nlohmann::json& values = object["axes"][key];
+    const std::string where = fmt::format("{}: axes.{}", origin, key);
+    check_key(key, where);
+    if (!values.is_array() || values.empty())
+      throw InputError(fmt::format("{}: give a non-empty list, e.g. `{}: [1, 2]`", where, key));
+    for (const auto& [fixed_key, unused] : spec.fixed) {
+      if (fixed_key == key)
+        throw InputError(fmt::format("{}: '{}' is both fixed and an axis; remove it from fixed", where, key));
+    }
+    std::vector<std::string> texts;
+    for (const auto& value : values) {
+      if (key != "layout") {
+        texts.push_back(scalar_text(value, where));
+        continue;
+      }
+      // A layout axis: each value is a mapping of flags that move together, e.g. {tp: 8, pp: 2}.
+      if (!value.is_object() || value.empty())
+        throw InputError(
+            fmt::format("{}: each layout is a mapping of flags, e.g. `- {{tp: 8, pp: 2}}`", where));
+      std::string bundle;
+      for (const std::string& flag : ordered_keys(value)) {
+        const nlohmann::json& flag_value = value[flag];
+        check_key(flag, where);
+        bundle += (bundle.empty() ? "" : ",") + flag + "=" + scalar_text(flag_value, where + "." + flag);
+      }
+      texts.push_back(bundle);
+    }
+    spec.axes.emplace_back(key, std::move(texts));
+  }
+  if (spec.gpus == 0) {
+    bool swept = std::any_of(spec.axes.begin(), spec.axes.end(),
+                             [](const auto& axis) { return axis.first == "gpus"; });
+    if (!swept)
+      throw InputError(fmt::format("{}: missing 'gpus'; add `gpus: N` or an axis `gpus: [..]`", origin));
+  }
+  return spec;
+}
+
+Spec load_spec(const std::filesystem::path& path) {
+  std::ifstream file(path);
+  if (!file)
+    throw InputError(
+        fmt::format("campaign spec '{}' not found; give the path of a YAML spec", path.string()));
+  std::stringstream text;
+  text << file.rdbuf();
+  return parse_spec(core::parse_yaml(text.str(), path.string()), path.string());
+}
+
+std::vector<Point> expand_grid(const Spec& spec) {
+  std::vector<Point> points(1);
+  for (const auto& [key, values] : spec.axes) {
+    std::vector<Point> next;
+    for (const Point& base : points) {
+      for (const std::string& value : values) {
+        Point point = base;
+        std::string part;
+        if (key == "layout") {
+          std::stringstream stream(value);
+          for (std::string item; std::getline(stream, item, ',');) {
+            const std::size_t equals = item.find('=');
+            const std::string flag = item.substr(0, equals), flag_value = item.substr(equals + 1);
+            point.flags.emplace_back(flag, flag_value);
+            part += (part.empty() ? "" : "-") + flag + (is_word(flag_value) ? "-" : "") + flag_value;
+          }
+        } else {
+          point.flags.emplace_back(key, value);
+          part = key + (is_word(value) ? "-" : "") + value;
+        }
+        point.name += (point.name.empty() ? "" : "-") + part;
+        next.push_back(std::move(point));
+      }
+    }
+    points = std::move(next);
+  }
+  for (Point& point : points) {
+    std::vector<std::pair<std::string, std::string>> flags = spec.fixed;
+    flags.insert(flags.end(), point.flags.begin(), point.flags.end());
+    point.flags = std::move(flags);
+  }
+  return points;
+}
+
+void validate_points(const Spec& spec, std::vector<Point>& points) {
+  const model::ModelSpec model = model::load_model(spec.model);
+  const sim::ClusterSpec cluster = sim::load_cluster(spec.cluster);
+  for (Point& point : points) {
+    try {
+      int gpus = 0;
+      parallel::Layout layout = point_layout(spec, point, &gpus);
+      if (gpus > 0 && layout.world_size() != gpus) {
+        point.skip_reason = fmt::format("tp*pp*dp = {} is not the {} GPUs", layout.world_size(), gpus);
+        continue;
+      }
+      const bool sp_given = std::any_of(point.flags.begin(), point.flags.end(),
+                                        [](const auto& flag) { return flag.first == "sequence-parallel"; });
+      if (!sp_given) layout.sequence_parallel = layout.tp > 1;
+      const parallel::Layout resolved = parallel::resolve_layout(model, layout, sp_given);
+      const parallel::MemoryBreakdown memory = parallel::memory_per_gpu(model, resolved);
+      if (!plan::fits_memory(memory, cluster.gpu.memory_bytes)) {
+        point.skip_reason =
+            fmt::format("does not fit memory: needs {:.1f} GiB per GPU, {:.1f} GiB usable of a {}",
+                        memory.total_bytes() / 1073741824.0,
+                        plan::usable_memory_bytes(cluster.gpu.memory_bytes) / 1073741824.0, cluster.gpu.name);
+      }
+    } catch (const InputError& error) {
+      point.skip_reason = fmt::format("invalid layout: {}", error.what());
+    }
+  }
+}
+
+std::vector<std::string> point_arguments(const Spec& spec, const Point& point, const std::string& backend,
+                                         const std::filesystem::path& run_dir) {
+  std::vector<std::string> args;
+  if (backend == "sim") {
+    args = {"sim", "--model", spec.model, "--cluster", spec.cluster, "--steps", std::to_string(spec.steps)};
+  } else {
+    args = {"bench",        "--backend", "cpu", "--model", spec.model, "--steps", std::to_string(spec.steps),
+            "--no-progress"};
+  }
+  int gpus = spec.gpus;
+  for (const auto& [key, value] : point.flags) {
+    if (key == "gpus") {
+      gpus = std::stoi(value);
+    } else if (is_bool_key(key)) {
+      if (key == "sequence-parallel")
+        args.push_back(flag_on(value, key) ? "--sequence-parallel" : "--no-sequence-parallel");
+      else if (flag_on(value, key))
+        args.push_back("--" + key);
+    } else {
+      args.push_back("--" + key);
+      args.push_back(value);
+    }
+  }
+  if (backend == "sim" && gpus > 0) {
+    args.push_back("--gpus");
+    args.push_back(std::to_string(gpus));
+  }
+  args.push_back("--json");
+  args.push_back("--out");
+  args.push_back(run_dir.string());
+  return args;
+}
+
+nlohmann::json run_campaign(const Spec& spec, const RunOptions& options) {
+  if (options.backend != "sim" && options.backend != "cpu")
+    throw InputError(fmt::format("--backend '{}': use sim or cpu", options.backend));
+  if (options.jobs < 1) throw InputError("--jobs: give 1 or more");
+  std::vector<Point> points = expand_grid(spec);
+  validate_points(spec, points);
+  const std::filesystem::path index_path = options.out_dir / "campaign.json";
+  nlohmann::json previous = nullptr;
+  if (std::filesystem::exists(index_path)) {
+    if (!options.resume)
+      throw InputError(
+          fmt::format("--out {}: holds a campaign already; add --resume to finish it or give a new --out",
+                      options.out_dir.string()));
+    previous = read_json_file(index_path);
+  }
+  std::filesystem::create_directories(options.out_dir);
+
+  nlohmann::json index = {{"campaign", spec.name},
+                          {"spec", spec.source},
+                          {"backend", options.backend},
+                          {"points", nlohmann::json::array()}};
+  std::vector<std::size_t> pending;
+  for (const Point& point : points) {
+    nlohmann::json flags = nlohmann::json::object();
+    for (const auto& [key, value] : point.flags) flags[key] = value;
+    nlohmann::json entry = {{"name", point.name}, {"flags", flags}, {"run_dir", point.name}};
+    const std::filesystem::path run_dir = options.out_dir / point.name;
+    bool done = false;
+    if (previous.is_object() && previous.contains("points")) {
+      for (const auto& old : previous["points"]) {
+        if (old.value("name", "") == point.name && old.value("status", "") == "done" &&
+            std::filesystem::exists(run_dir)) {
+          entry = old;
+          done = true;
+        }
+      }
+    }
+    if (!point.skip_reason.empty()) {
+      entry["status"] = "skipped";
+      entry["reason"] = point.skip_reason;
+    } else if (!done) {
+      entry["status"] = "pending";
+      if (std::filesystem::exists(run_dir)) std::filesystem::remove_all(run_dir);  // a run cut off mid-way
+      pending.push_back(index["points"].size());
+    }
+    index["points"].push_back(entry);
+  }
+  write_index(options.out_dir, index);
+
+  const auto started = std::chrono::steady_clock::now();
+  std::map<pid_t, std::size_t> running;
+  std::size_t next = 0, finished = 0;
+  auto launch = [&](std::size_t slot) {
+    nlohmann::json& entry = index["points"][slot];
+    const std::string name = entry["name"];
+    const Point& point = points[slot];
+    const std::filesystem::path run_dir = options.out_dir / name;
+    const pid_t pid = spawn(options.calo_bin, point_arguments(spec, point, options.backend, run_dir),
+                            options.out_dir / (name + ".json"), options.out_dir / (name + ".log"));
+    entry["status"] = "running";
+    running[pid] = slot;
+  };
+  while (finished < pending.size()) {
+    while (running.size() < static_cast<std::size_t>(options.jobs) && next < pending.size())
+      launch(pending[next++]);
+    int wait_status = 0;
+    const pid_t pid = waitpid(-1, &wait_status, 0);
+    if (pid < 0) break;
+    auto found = running.find(pid);
+    if (found == running.end()) continue;
+    nlohmann::json& entry = index["points"][found->second];
+    running.erase(found);
+    ++finished;
+    const std::string name = entry["name"];
+    const nlohmann::json summary = read_json_file(options.out_dir / (name + ".json"));
+    const bool ok = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0 && summary.is_object();
+    if (ok) {
+      entry["status"] = "done";
+      entry["figures"] = headline(summary);
+    } else {
+      entry["status"] = "failed";
+      entry["reason"] = fmt::format("exit status {}; see {}.log",
+                                    WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1, name);
+    }
+    write_index(options.out_dir, index);
+    const double elapsed_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    const double eta_s = elapsed_s / finished * (pending.size() - finished);
+    fmt::print(stderr, "[{}/{}] {} {} ({} elapsed, ETA {})\n", finished, pending.size(), name,
+               entry["status"].get<std::string>(), format_duration(elapsed_s), format_duration(eta_s));
+  }
+  return index;
+}
+
+std::string summary_table(const nlohmann::json& index) {
+  core::TextTable table(
+      {"point", "status", "tokens/s", "MFU %", "energy/token J", "peak power W", "max temp C", "note"});
+  auto cell = [](const nlohmann::json& value, double scale, const char* format) {
+    return value.is_number() ? fmt::format(fmt::runtime(format), value.get<double>() * scale)
+                             : std::string("-");
+  };
+  for (const auto& entry : index["points"]) {
+    const std::string status = entry.value("status", "");
+    if (status == "done") {
+      const auto& figures = entry["figures"];
+      table.add_row({entry["name"].get<std::string>(), status, cell(figures["tokens_per_s"], 1, "{:.0f}"),
+                     cell(figures["mfu"], 100, "{:.1f}"), cell(figures["energy_per_token_j"], 1, "{:.3f}"),
+                     cell(figures["peak_power_w"], 1, "{:.0f}"), cell(figures["max_temp_c"], 1, "{:.1f}"),
+                     ""});
+    } else {
+      table.add_row(
+          {entry["name"].get<std::string>(), status, "", "", "", "", "", entry.value("reason", "")});
+    }
+  }
+  return table.render();
+}
+
+}  // namespace calo::campaign

@@ -1,0 +1,72 @@
+// Parameter sweeps ("campaigns"): a YAML spec names a model, a cluster, fixed layout flags and axes of
+// values; the grid is expanded, points that cannot run are dropped with the reason, and each remaining point
+// runs as a normal run under DIR/<point-name>/, indexed in DIR/campaign.json (rewritten atomically after
+// every point).
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace calo::campaign {
+
+/// One sweep as read from its YAML file.
+struct Spec {
+  std::string name;                                        ///< campaign name (file stem unless given)
+  std::string model;                                       ///< model preset or YAML path
+  std::string cluster;                                     ///< cluster preset or YAML path
+  int gpus = 0;                                            ///< world size (0 = tp*pp*dp of each point)
+  int steps = 1;                                           ///< iterations per point
+  std::vector<std::pair<std::string, std::string>> fixed;  ///< layout flags held fixed (key, value)
+  std::vector<std::pair<std::string, std::vector<std::string>>> axes;  ///< swept keys, in spec order
+  nlohmann::json source;  ///< the spec as parsed (stored in the index)
+};
+
+/// One grid point: its name and every flag (fixed and swept) as key/value.
+struct Point {
+  std::string name;                                        ///< e.g. "tp4-pp4" (swept keys only)
+  std::vector<std::pair<std::string, std::string>> flags;  ///< fixed flags then axis values, plus gpus
+  std::string skip_reason;                                 ///< empty when the point can run
+};
+
+/// Keys an axis or a fixed flag may name (layout flags of `calo sim`, and gpus).
+const std::vector<std::string>& known_keys();
+
+/// Parses a spec object; InputError naming the key and the fix on a bad spec. `origin` names the source.
+Spec parse_spec(const nlohmann::json& object, const std::string& origin);
+
+/// Reads and parses a spec file (YAML).
+Spec load_spec(const std::filesystem::path& path);
+
+/// The full grid (cartesian product of the axes, first axis slowest), no validation.
+std::vector<Point> expand_grid(const Spec& spec);
+
+/// Fills `skip_reason` of each point that parallel::resolve_layout rejects or that does not fit the cluster's
+/// GPU memory (parallel::memory_per_gpu against plan::usable_memory_bytes).
+void validate_points(const Spec& spec, std::vector<Point>& points);
+
+/// The `calo` command-line arguments that run `point` (after the program name), for backend "sim" or "cpu",
+/// writing the run to `run_dir`.
+std::vector<std::string> point_arguments(const Spec& spec, const Point& point, const std::string& backend,
+                                         const std::filesystem::path& run_dir);
+
+/// Options of one campaign execution.
+struct RunOptions {
+  std::string backend = "sim";     ///< "sim" or "cpu"
+  std::filesystem::path out_dir;   ///< campaign directory
+  std::filesystem::path calo_bin;  ///< the calo executable that runs each point
+  bool resume = false;             ///< skip points already done in out_dir/campaign.json
+  int jobs = 1;                    ///< points run at once
+};
+
+/// Runs every valid point (children of `calo_bin`), writes the index after each, prints progress with ETA to
+/// stderr. Returns the final index. InputError if out_dir holds a campaign and `resume` is false.
+nlohmann::json run_campaign(const Spec& spec, const RunOptions& options);
+
+/// The summary table of an index: one row per point (status, tokens/s, MFU, energy/token, peak power, max
+/// temp).
+std::string summary_table(const nlohmann::json& index);
+
+}  // namespace calo::campaign

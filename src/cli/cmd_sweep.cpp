@@ -1,0 +1,55 @@
+// `calo sweep SPEC.yaml [--backend sim|cpu] [--out DIR] [--resume] [--jobs N]`: runs a campaign (a grid of
+// layouts from a YAML spec), one normal run per valid point under DIR/<point>/, indexed in DIR/campaign.json.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <memory>
+
+#include "campaign/campaign.h"
+#include "cli/command.h"
+#include "core/error.h"
+
+namespace calo::cli {
+namespace {
+
+struct SweepFlags {
+  std::string spec;
+  std::string backend = "sim";
+  std::string out;
+  bool resume = false;
+  int jobs = 1;
+};
+
+int run_sweep(const SweepFlags& flags) {
+  const campaign::Spec spec = campaign::load_spec(flags.spec);
+  campaign::RunOptions options;
+  options.backend = flags.backend;
+  options.out_dir =
+      flags.out.empty() ? std::filesystem::path("campaigns") / spec.name : std::filesystem::path(flags.out);
+  options.calo_bin = std::filesystem::read_symlink("/proc/self/exe");
+  options.resume = flags.resume;
+  options.jobs = flags.jobs;
+  const nlohmann::json index = campaign::run_campaign(spec, options);
+  fmt::print("# calo sweep: {} ({} backend) -> {}\n", spec.name, flags.backend,
+             (options.out_dir / "campaign.json").string());
+  fmt::print("{}", campaign::summary_table(index));
+  int failed = 0;
+  for (const auto& entry : index["points"]) failed += entry.value("status", "") == "failed" ? 1 : 0;
+  return failed > 0 ? 1 : 0;
+}
+
+const CommandRegistration kSweep(
+    "sweep", "run a campaign: a grid of layouts from a YAML spec, one run per point, resumable", 73,
+    [](CLI::App& app) -> std::function<int()> {
+      auto flags = std::make_shared<SweepFlags>();
+      app.add_option("SPEC", flags->spec, "campaign spec (YAML; see data/campaigns/)")->required();
+      app.add_option("--backend", flags->backend, "sim (simulated runs) or cpu (calo bench --backend cpu)")
+          ->capture_default_str();
+      app.add_option("--out", flags->out, "campaign directory (default campaigns/<name>)");
+      app.add_flag("--resume", flags->resume, "finish a stopped campaign: keep points already done");
+      app.add_option("--jobs", flags->jobs, "points run at once")->capture_default_str();
+      return [flags] { return run_sweep(*flags); };
+    });
+
+}  // namespace
+}  // namespace calo::cli

@@ -39,7 +39,8 @@ if ((gpus > 0)); then
     > "$root/llama3-8b-4layers.yaml"
   model="$root/llama3-8b-4layers.yaml"
   layout=(--tp "$tp" --pp 1 --dp "$dp" --mbs 1 --gbs $((8 * dp)) --seq 4096)
-  bench=(--backend cuda --nproc "$gpus" --steps 10 --warmup 3 --trace-ops)
+  steps=10 warmup=3
+  bench=(--backend cuda --nproc "$gpus" --trace-ops)
   what="Llama3-8B 4-layer slice, TP$tp-DP$dp on $gpus GPU(s)"
   gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
   case "$gpu_name" in
@@ -50,14 +51,15 @@ if ((gpus > 0)); then
 else
   model=tiny-dense
   layout=(--tp 2 --pp 2 --dp 1 --mbs 1 --gbs 8 --seq 128)
-  bench=(--backend cpu --nproc 4 --steps 5 --warmup 2 --check --trace-ops)
+  steps=5 warmup=2
+  bench=(--backend cpu --nproc 4 --check --trace-ops)
   what="tiny-dense TP2-PP2 on 4 MPI ranks, CPU backend (no GPU found)"
   stock_cluster=cpu-host
   sim_gpus=4
 fi
 
 echo "== 1. measure: calo bench, $what =="
-"$calo" bench --model "$model" "${layout[@]}" "${bench[@]}" --out "$root/bench"
+"$calo" bench --model "$model" "${layout[@]}" "${bench[@]}" --steps "$steps" --warmup "$warmup" --out "$root/bench"
 runs+=("$root/bench")
 echo
 
@@ -70,7 +72,9 @@ else
 fi
 echo
 echo "== 2. simulate the same graph on cluster '$cluster' =="
-"$calo" sim --model "$model" "${layout[@]}" --cluster "$cluster" --gpus "$sim_gpus" --steps 10 --out "$root/sim"
+# The same steps as the bench (warm-up included, so heat builds up alike; comparisons skip the warm-up).
+"$calo" sim --model "$model" "${layout[@]}" --cluster "$cluster" --gpus "$sim_gpus" --steps $((steps + warmup)) \
+  --warmup "$warmup" --out "$root/sim"
 runs+=("$root/sim")
 echo
 

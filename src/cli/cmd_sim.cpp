@@ -30,6 +30,7 @@ struct SimFlags {
   std::string cluster;
   int gpus = 0;
   int steps = 1;
+  int warmup = 0;
   bool json = false;
   bool per_gpu = false;
   bool list = false;
@@ -54,6 +55,7 @@ struct SimFlags {
       flags.layout.model, flags.cluster, world, layout.tp, layout.pp, layout.dp, layout.ep,
       layout.micro_batch, layout.global_batch, layout.seq_length, parallel::to_string(layout.schedule),
       parallel::to_string(layout.recompute), flags.steps);
+  if (flags.warmup > 0) text += fmt::format(" --warmup {}", flags.warmup);
   if (layout.virtual_stages > 1) text += fmt::format(" --vpp {}", layout.virtual_stages);
   if (layout.zero_stage > 0) text += fmt::format(" --zero {}", layout.zero_stage);
   if (layout.overlap_tp_comm) text += " --overlap-tp";
@@ -226,6 +228,7 @@ int run_sim(SimFlags& flags) {
 
   sim::SimOptions options;
   options.steps = flags.steps;
+  options.warmup_steps = flags.warmup;
   options.power_cap = !flags.no_power_cap;
   options.thermal = !flags.no_thermal;
   options.speed_factors = per_gpu_values(flags.slow_gpus, world, 1.0, "--slow-gpu");
@@ -285,6 +288,11 @@ const CommandRegistration kSim(
       app.add_option("--cluster,-c", flags->cluster, "Cluster preset (see --list) or YAML file");
       app.add_option("--gpus,-n", flags->gpus, "GPUs; dp = gpus / (tp*pp) unless --dp is given");
       app.add_option("--steps", flags->steps, "Iterations to simulate (temperatures evolve across them)")
+          ->capture_default_str();
+      app.add_option(
+             "--warmup", flags->warmup,
+             "The first K of --steps are warm-up: stored as warm-up steps, which comparisons skip (as for "
+             "calo bench)")
           ->capture_default_str();
       app.add_flag("--json", flags->json, "Print the result as JSON");
       app.add_flag("--per-gpu", flags->per_gpu, "Include per-GPU figures and trajectories in --json");

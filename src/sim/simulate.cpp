@@ -83,6 +83,9 @@ void validate_options(const graph::Graph& graph, const SimOptions& options) {
   const int world = graph.world_size();
   require_input(world >= 1, "the graph has no ranks; give a layout with at least one GPU");
   require_input(options.steps >= 1, fmt::format("--steps {} must be >= 1", options.steps));
+  require_input(options.warmup_steps >= 0 && options.warmup_steps < options.steps,
+                fmt::format("--warmup {} must be in [0, --steps {}): warm-up steps are part of --steps",
+                            options.warmup_steps, options.steps));
   require_input(options.speed_factors.empty() || static_cast<int>(options.speed_factors.size()) == world,
                 fmt::format("{} speed factors given for {} GPUs; give one per GPU or none",
                             options.speed_factors.size(), world));
@@ -111,6 +114,7 @@ SimResult describe_run(const graph::Graph& graph, const ClusterSpec& cluster, co
   result.model = graph.model.name;
   result.world = graph.world_size();
   result.steps = options.steps;
+  result.warmup_steps = options.warmup_steps;
   result.tokens_per_step = static_cast<double>(graph.layout.global_batch) * graph.layout.seq_length;
   result.peak_flops_per_gpu = cluster.gpu.peak_bf16_flops;
   result.power_limit_w = cluster.gpu.power_limit_w;

@@ -18,9 +18,10 @@ namespace calo::sim {
 
 /// Options of a simulation.
 struct SimOptions {
-  int steps = 1;                       ///< training iterations to simulate
-  bool power_cap = true;               ///< the power-cap controller lowers clocks to hold power_limit_w
-  bool thermal = true;                 ///< temperatures evolve and thermal slowdown applies
+  int steps = 1;          ///< training iterations to simulate
+  int warmup_steps = 0;   ///< the first of them are warm-up (stored as such; comparisons skip them)
+  bool power_cap = true;  ///< the power-cap controller lowers clocks to hold power_limit_w
+  bool thermal = true;    ///< temperatures evolve and thermal slowdown applies
   std::vector<double> speed_factors;   ///< per GPU (global rank) speed, 1 = nominal; empty = all 1
   std::vector<double> inlet_offset_c;  ///< per GPU extra inlet temperature (hot spots); empty = none
   /// Per GPU power cap in W (what `nvidia-smi -pl` would set), <= the GPU's power_limit_w; empty = the limit.
@@ -78,6 +79,7 @@ struct SimResult {
   std::string model;                   ///< model name
   int world = 0;                       ///< GPUs
   int steps = 0;                       ///< steps simulated
+  int warmup_steps = 0;                ///< of which the first are warm-up
   double tokens_per_step = 0;          ///< global batch * sequence length
   double model_flops_per_step = 0;     ///< GEMM + attention FLOPs of all ranks, recomputation excluded
   double hardware_flops_per_step = 0;  ///< all compute-op FLOPs of all ranks, recomputation included

@@ -65,7 +65,7 @@ void store_sim_run(const std::filesystem::path& run_dir, const std::string& name
     const StepResult& step_result = result.step_results[step];
     store::Span span;
     span.kind = store::SpanKind::kStep;
-    span.name = "step";
+    span.name = step < result.warmup_steps ? "warmup" : "step";
     span.t_begin_ns = to_ns(t_s);
     span.t_end_ns = to_ns(t_s + step_result.iteration_s);
     span.step = step;

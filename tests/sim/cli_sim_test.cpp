@@ -10,6 +10,9 @@
 
 #include "../common/run_calo.h"
 #include "sim_test_util.h"
+#ifdef CALO_SIM_HAS_STORE
+#include "store/run_store.h"
+#endif
 
 namespace calo::sim {
 namespace {
@@ -65,3 +68,31 @@ TEST(CalosimCli, BadInputExitsWithTwoAndNamesTheFix) {
 
 }  // namespace
 }  // namespace calo::sim
+
+#ifdef CALO_SIM_HAS_STORE
+namespace calo::sim {
+namespace {
+
+TEST(CalosimCli, WarmupStepsAreStoredAsWarmup) {
+  const auto dir = testing::temp_dir("warmup") / "run";
+  const calo::testing::Outcome outcome = calo::testing::run_calo(
+      "sim --model tiny-dense --cluster h200x4-nvswitch --gpus 1 --gbs 2 --steps 4 --warmup 1 --out " +
+      dir.string());
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  store::RunReader reader(dir);
+  int warmup = 0, measured = 0;
+  for (const store::Span& span : reader.spans(store::SpanKind::kStep)) {
+    warmup += span.name == "warmup";
+    measured += span.name == "step";
+  }
+  EXPECT_EQ(warmup, 1);
+  EXPECT_EQ(measured, 3);
+  const calo::testing::Outcome bad = calo::testing::run_calo(
+      "sim --model tiny-dense --cluster h200x4-nvswitch --gpus 1 --steps 2 --warmup 2 --no-store");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--warmup"), std::string::npos) << bad.output;
+}
+
+}  // namespace
+}  // namespace calo::sim
+#endif

@@ -8,6 +8,8 @@ forward+backward time (the figure compared with calo's fwd+bwd time) and, separa
 fp32 master copies of the parameters (calo's optimizer op).
 
 Usage: python3 torch_reference.py [--layers 4] [--seq 8192] [--steps 10] [--warmup 3] [--json out.json]
+                                 [--profile TRACE.json.gz]   (PyTorch profiler, shapes recorded, 2 steps after warm-up:
+                                                              a Kineto trace for `calo ingest` / `calo calibrate`)
 """
 import argparse
 import json
@@ -98,6 +100,19 @@ class Stack(torch.nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), targets.view(-1))
 
 
+def profile_steps(path, fwd_bwd, optimizer, steps=2):
+    """Writes a Kineto trace (input shapes recorded) of `steps` training steps to `path` (.json or .json.gz)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as profiler:
+        for _ in range(steps):
+            fwd_bwd()
+            optimizer.step()
+        torch.cuda.synchronize()
+    profiler.export_chrome_trace(path)
+    print(f"# torch_reference: Kineto trace of {steps} steps written to {path}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--layers", type=int, default=4)
@@ -106,6 +121,7 @@ def main():
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--json", default="")
+    parser.add_argument("--profile", default="", help="write a Kineto trace of 2 steps after the timed ones here")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("# torch_reference: no CUDA device visible; skipped")
@@ -152,6 +168,8 @@ def main():
         if step >= args.warmup:
             fwd_bwd_ms.append(start_evt.elapsed_time(mid_evt))
             opt_ms.append(mid_evt.elapsed_time(end_evt))
+    if args.profile:
+        profile_steps(args.profile, fwd_bwd, optimizer)
     flops_per_token_layer = 2 * (c.hidden * (c.heads + 2 * c.kv_heads) * c.head_dim + c.heads * c.head_dim * c.hidden
                                  + c.hidden * 3 * c.ffn)
     tokens_n = args.mbs * args.seq

@@ -272,15 +272,23 @@ StageFit fit_compute_from_ops(const std::vector<Prepared>& prepared, sim::Cluste
   return stage;
 }
 
+/// Weight of the peak-power error in the power stage's loss (the others: 1, swing 0.25, clock 0.5). Peak
+/// power is what power delivery is planned on and the figure the study's micro-batch finding rests on; at
+/// weight 1 the fit traded it for the mean (peak −3 to −7 %, one of three micro-batch steps the wrong way),
+/// at 3 it is within 3.6 % and every step moves the measured way (docs/SIMULATOR.md, "Calibration").
+constexpr double kPeakPowerWeight = 3.0;
+
 /// Stage 3: active power of heavy (GEMM, attention) and light (elementwise, optimizer) ops and the power-cap
 /// controller's response time, with the cap and heat on: step time, mean and peak power, swing and clock.
 StageFit fit_power(const std::vector<Prepared>& prepared, sim::ClusterSpec& cluster) {
   StageFit stage{"power", {}, {}, ""};
   const sim::GpuSpec base = cluster.gpu;
   struct Knobs {
-    double heavy = 1, light = 1, response_s = 0.05, window_s = 0.02;
+    double heavy = 1, light = 1, response_s = 0.05, window_s = 0.02, average_s = 0.001;
   } knobs;
   knobs.response_s = base.power_control.response_s;
+  // Start the averaging at the driver's 20 ms sample period: from ~0 the descent stays where each tick acts.
+  knobs.average_s = base.power_control.average_s > 0 ? base.power_control.average_s : 0.02;
   knobs.window_s = base.power_control.sample_window_s;
   auto apply = [&](sim::ClusterSpec& target, const Knobs& value) {
     using sim::PowerClass;
@@ -294,18 +302,20 @@ StageFit fit_power(const std::vector<Prepared>& prepared, sim::ClusterSpec& clus
     set(PowerClass::kOptimizer, value.light);
     target.gpu.power_control.response_s = value.response_s;
     target.gpu.power_control.sample_window_s = value.window_s;
+    target.gpu.power_control.average_s = value.average_s;
   };
   sim::ClusterSpec trial = cluster;
   auto loss = [&](const Knobs& value) {
     apply(trial, value);
     double sum = 0;
-    for (const Prepared& item : prepared) {
+    for (std::size_t index = 0; index < prepared.size(); ++index) {
+      const Prepared& item = prepared[index];
       const RunFigures simulated = simulate_run(*item.run, item.graph, trial);
       const RunFigures& measured = item.run->figures;
       sum += squared(figure_error(0, measured.step_time_s, simulated.step_time_s)) +
              squared(figure_error(1, measured.energy_per_step_j, simulated.energy_per_step_j)) +
              squared(figure_error(2, measured.mean_power_w, simulated.mean_power_w)) +
-             squared(figure_error(3, measured.peak_power_w, simulated.peak_power_w)) +
+             kPeakPowerWeight * squared(figure_error(3, measured.peak_power_w, simulated.peak_power_w)) +
              0.25 * squared(figure_error(4, measured.swing_w, simulated.swing_w)) +
              0.5 * squared(figure_error(6, measured.sm_clock_mhz, simulated.sm_clock_mhz));
     }
@@ -342,6 +352,15 @@ StageFit fit_power(const std::vector<Prepared>& prepared, sim::ClusterSpec& clus
           return loss(k);
         },
         0.001, base.power_control.sample_window_s, true, 9, 8);
+    // How long the controller averages power before it acts: short, it flattens each burst; long, bursts of
+    // long kernels stay above the cap while the average holds it.
+    knobs.average_s = minimize_1d(
+        [&](double x) {
+          Knobs k = knobs;
+          k.average_s = x;
+          return loss(k);
+        },
+        0.001, 2.0, true);
   }
   apply(cluster, knobs);
   for (const char* name : {"gemm", "attention", "elementwise", "optimizer"}) {
@@ -355,6 +374,8 @@ StageFit fit_power(const std::vector<Prepared>& prepared, sim::ClusterSpec& clus
                               cluster.gpu.power_control.response_s * 1e3, "ms", "power"});
   stage.parameters.push_back({"gpu.power_control.sample_window_ms", base.power_control.sample_window_s * 1e3,
                               cluster.gpu.power_control.sample_window_s * 1e3, "ms", "power"});
+  stage.parameters.push_back({"gpu.power_control.average_ms", base.power_control.average_s * 1e3,
+                              cluster.gpu.power_control.average_s * 1e3, "ms", "power"});
   for (const Prepared& item : prepared) {
     stage.residuals.emplace_back(
         item.run->label,
@@ -498,6 +519,7 @@ FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSp
                                                     "gpu.active_power_w.communication",
                                                     "gpu.power_control.response_ms",
                                                     "gpu.power_control.sample_window_ms",
+                                                    "gpu.power_control.average_ms",
                                                     "gpu.thermal.r_die_k_per_w",
                                                     "gpu.thermal.r_sink_k_per_w",
                                                     "gpu.thermal.tau_die_s",

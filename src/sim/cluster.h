@@ -46,7 +46,8 @@ struct PowerControlSpec {
   double response_s =
       0.05;  ///< controller time constant: the clock moves by (cap - P)/cap * f_max per response_s
   double sample_window_s =
-      0.02;  ///< each power sample is the mean over this window (the driver's 20 ms samples)
+      0.02;              ///< each power sample is the mean over this window (the driver's 20 ms samples)
+  double average_s = 0;  ///< the controller acts on power averaged with this time constant (0: each tick's)
 };
 
 /// One GPU model.

@@ -104,7 +104,13 @@ class ControllerPass {
         const double tick_power_w = tick_energy_j / tick_len_s;
         const double response_s = gpu_.power_control.response_s;
         const double limit_w = request_.power_limit_w > 0 ? request_.power_limit_w : gpu_.power_limit_w;
-        clock_mhz_ += (limit_w - tick_power_w) / limit_w * gpu_.max_sm_mhz * tick_len_s / response_s;
+        // The controller sees power averaged with time constant average_s (0: this tick's own).
+        if (std::isnan(averaged_w_)) averaged_w_ = limit_w;
+        const double average_s = gpu_.power_control.average_s;
+        averaged_w_ = average_s > 0
+                          ? averaged_w_ + (tick_power_w - averaged_w_) * -std::expm1(-tick_len_s / average_s)
+                          : tick_power_w;
+        clock_mhz_ += (limit_w - averaged_w_) / limit_w * gpu_.max_sm_mhz * tick_len_s / response_s;
         clock_mhz_ = std::clamp(clock_mhz_, gpu_.min_sm_mhz, request_.clock_limit_mhz);
       }
     }
@@ -148,6 +154,7 @@ class ControllerPass {
   double tick_s_;
   double window_s_;
   double clock_mhz_ = 0;
+  double averaged_w_ = std::nan("");  ///< the controller's averaged power, carried from pass to pass
 };
 
 /// Rescales the trace's time axis to exactly `duration_s` (energy kept); the controlled ops may end a little

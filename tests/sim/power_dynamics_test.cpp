@@ -128,6 +128,25 @@ TEST_F(PowerDynamicsTest, AControllerThatReactsWithinAMillisecondHoldsSamplesNea
   EXPECT_GT(peak_with_response_w(0.05), fast_w + 50);
 }
 
+TEST_F(PowerDynamicsTest, AControllerOnAveragedPowerLetsLongHeavyKernelsPeakHigher) {
+  // A controller acting on power averaged over tens of ms barely reacts inside one long GEMM burst, so the 20
+  // ms samples of a large micro-batch (long kernels) rise further above the cap; the step mean still holds
+  // it.
+  const graph::Graph graph = testing::make_graph(llama_slice_path(), one_gpu(8, 2048));
+  SimOptions options;
+  options.steps = 2;
+  auto gpu_with_average = [&](double average_s) {
+    ClusterSpec cluster = h100_;
+    cluster.gpu.power_control.response_s = 0.01;
+    cluster.gpu.power_control.average_s = average_s;
+    return simulate(graph, cluster, options).gpus[0];
+  };
+  const GpuResult instant = gpu_with_average(0);
+  const GpuResult averaged = gpu_with_average(0.05);
+  EXPECT_GT(averaged.peak_power_w, instant.peak_power_w + 20);
+  EXPECT_NEAR(averaged.mean_power_w, instant.mean_power_w, 0.05 * instant.mean_power_w);
+}
+
 TEST_F(PowerDynamicsTest, PeakPowerRisesWithMicroBatchAsMeasured) {
   // Measured on one H100 (shared/fixtures/h100-runs): 848, 864, 879, 911 W for micro-batch 1, 2, 4, 8.
   const std::string slice = llama_slice_path();

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <memory>
+#include <numeric>
 
 #include "cli/command.h"
 #include "cli/layout_flags.h"
@@ -90,6 +91,7 @@ int run_power(const PowerFlags& flags) {
                 {"planned", figures(result.planned)},
                 {"energy_saved", result.energy_saved},
                 {"slowdown", result.slowdown},
+                {"saving_ceiling", result.saving_ceiling},
                 {"simulated", result.simulated},
                 {"verdict", result.verdict}});
     return 0;
@@ -119,9 +121,32 @@ int run_power(const PowerFlags& flags) {
 
 nlohmann::json to_json(const plan::PartitionFigures& figures) {
   return {{"layers_per_stage", figures.layers_per_stage},
+          {"gpu_of_stage", figures.gpu_of_stage},
           {"iteration_s", figures.iteration_s},
           {"max_die_c", figures.max_die_c},
           {"fits", figures.fits}};
+}
+
+/// How to run each stage on the GPUs the order gives it (nothing when it is Megatron's order).
+void print_stage_order(const plan::PartitionRequest& request, const std::vector<int>& gpu_of_stage) {
+  std::vector<int> identity(gpu_of_stage.size());
+  std::iota(identity.begin(), identity.end(), 0);
+  if (gpu_of_stage == identity) {
+    fmt::print("# stage s stays on the GPUs of pipeline position s (Megatron's rank order)\n");
+    return;
+  }
+  fmt::print("# and run stage s on the GPUs of pipeline position {} (stage 0 first)\n",
+             fmt::join(gpu_of_stage, ","));
+  const std::vector<int> slots = plan::placed_options(request, gpu_of_stage).slot_of_rank;
+  const int node_gpus = request.cluster.node.gpus;
+  if (static_cast<int>(slots.size()) <= node_gpus) {
+    fmt::print("#   on one node: CUDA_VISIBLE_DEVICES={} (local rank r uses the r-th listed GPU)\n",
+               fmt::join(slots, ","));
+  } else {
+    fmt::print(
+        "#   per node, list each local rank's GPU in CUDA_VISIBLE_DEVICES; whole-node stages: reorder the "
+        "hosts\n");
+  }
 }
 
 int run_partition(const PartitionFlags& flags) {
@@ -147,7 +172,6 @@ int run_partition(const PartitionFlags& flags) {
     print_json({{"uniform", to_json(result.uniform)},
                 {"even_odd", to_json(result.even_odd)},
                 {"best", to_json(result.best)},
-                {"stage_to_gpu", "identity (stage s on the ranks of pipeline index s)"},
                 {"speed_factors", request.options.speed_factors},
                 {"inlet_offset_c", request.options.inlet_offset_c},
                 {"simulated", result.simulated}});
@@ -155,11 +179,13 @@ int run_partition(const PartitionFlags& flags) {
   }
   fmt::print("# calo plan partition: {} {} on {} x {}, {} step(s) per partition, {} simulated\n", model.name,
              parallel::describe(layout), world, request.cluster.name, flags.steps, result.simulated);
-  core::TextTable table({"partition", "layers per stage", "step", "vs uniform", "hottest die"});
-  table.set_units({"", "", "s", "%", "C"});
+  core::TextTable table({"partition", "layers per stage", "GPUs of stage (pipeline position)", "step",
+                         "vs uniform", "hottest die"});
+  table.set_units({"", "", "", "s", "%", "C"});
   auto row = [&](const std::string& name, const plan::PartitionFigures& figures) {
     if (figures.layers_per_stage.empty()) return;
-    table.add_row({name, joined(figures.layers_per_stage), fmt::format("{:.4f}", figures.iteration_s),
+    table.add_row({name, joined(figures.layers_per_stage), joined(figures.gpu_of_stage),
+                   fmt::format("{:.4f}", figures.iteration_s),
                    fmt::format("{:+.2f}", 100 * (figures.iteration_s / result.uniform.iteration_s - 1)),
                    fmt::format("{:.1f}", figures.max_die_c)});
   };
@@ -167,8 +193,8 @@ int run_partition(const PartitionFlags& flags) {
   row("even/odd (static)", result.even_odd);
   row("found", result.best);
   fmt::print("{}", table.render());
-  fmt::print("# use: --layers-per-stage {} (stage s stays on the ranks of pipeline index s)\n",
-             joined(result.best.layers_per_stage));
+  fmt::print("# use: --layers-per-stage {}\n", joined(result.best.layers_per_stage));
+  print_stage_order(request, result.best.gpu_of_stage);
   return 0;
 }
 

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <functional>
+#include <numeric>
 
 #include "core/error.h"
 #include "graph/graph.h"
@@ -25,6 +27,12 @@ std::vector<int> uniform_layers(int layers, int stages) {
   return result;
 }
 
+std::vector<int> identity_order(int stages) {
+  std::vector<int> order(stages);
+  std::iota(order.begin(), order.end(), 0);
+  return order;
+}
+
 /// True when `candidate` is admissible (fits, not hotter than `reference`) and faster than `incumbent`.
 bool better(const PartitionFigures& candidate, const PartitionFigures& incumbent,
             const PartitionFigures& reference) {
@@ -34,22 +42,115 @@ bool better(const PartitionFigures& candidate, const PartitionFigures& incumbent
 
 }  // namespace
 
-PartitionFigures simulate_partition(const PartitionRequest& request,
-                                    const std::vector<int>& layers_per_stage) {
+sim::SimOptions placed_options(const PartitionRequest& request, const std::vector<int>& gpu_of_stage) {
+  sim::SimOptions options = request.options;
+  if (gpu_of_stage.empty()) return options;
+  const parallel::Layout& layout = request.layout;
+  const int stage_size = layout.world_size() / layout.pp;
+  const int node_gpus = request.cluster.node.gpus;
+  // Rank order is tp-dp-pp, so stage s holds ranks [s * stage_size, (s + 1) * stage_size).
+  auto gpu_of_rank = [&](int rank) {
+    return gpu_of_stage[rank / stage_size] * stage_size + rank % stage_size;
+  };
+  auto place = [&](auto& values) {
+    if (values.empty()) return;
+    auto placed = values;
+    for (int rank = 0; rank < layout.world_size(); ++rank) placed[rank] = values[gpu_of_rank(rank)];
+    values = placed;
+  };
+  place(options.speed_factors);
+  place(options.inlet_offset_c);
+  place(options.power_limit_w);
+  place(options.max_clock_mhz);
+  if (options.slot_of_rank.empty()) {
+    for (int rank = 0; rank < layout.world_size(); ++rank) options.slot_of_rank.push_back(rank % node_gpus);
+  }
+  place(options.slot_of_rank);
+  return options;
+}
+
+bool can_swap_positions(const PartitionRequest& request, int a, int b) {
+  const int stage_size = request.layout.world_size() / request.layout.pp;
+  const int node_gpus = request.cluster.node.gpus;
+  if (stage_size % node_gpus == 0) return true;
+  return stage_size <= node_gpus && a * stage_size / node_gpus == b * stage_size / node_gpus;
+}
+
+PartitionFigures simulate_partition(const PartitionRequest& request, const std::vector<int>& layers_per_stage,
+                                    const std::vector<int>& gpu_of_stage) {
   parallel::Layout layout = request.layout;
   layout.layers_per_stage = layers_per_stage;
   layout = parallel::resolve_layout(request.model, layout, true);
   PartitionFigures figures;
   figures.layers_per_stage = layers_per_stage;
+  figures.gpu_of_stage = gpu_of_stage.empty() ? identity_order(layout.pp) : gpu_of_stage;
   figures.fits =
       fits_memory(parallel::memory_per_gpu(request.model, layout), request.cluster.gpu.memory_bytes);
-  const sim::SimResult result =
-      sim::simulate(graph::build_graph(request.model, layout), request.cluster, request.options);
+  const sim::SimResult result = sim::simulate(graph::build_graph(request.model, layout), request.cluster,
+                                              placed_options(request, gpu_of_stage));
   figures.iteration_s = result.iteration_s;
   for (const sim::GpuResult& gpu : result.gpus)
     figures.max_die_c = std::max(figures.max_die_c, gpu.max_die_c);
   return figures;
 }
+
+namespace {
+
+/// Every neighbour of `current` one search step away: moves of 1 or 2 layers, swaps of two stages' GPUs
+/// (alone or with up to 3 layers moved between the two).
+std::vector<std::pair<std::vector<int>, std::vector<int>>> neighbours(const PartitionRequest& request,
+                                                                      const PartitionFigures& current) {
+  const int stages = request.layout.pp;
+  std::vector<std::pair<std::vector<int>, std::vector<int>>> result;
+  for (int amount : {1, 2}) {
+    for (int from = 0; from < stages; ++from) {
+      if (current.layers_per_stage[from] - amount < 1) continue;
+      for (int to = 0; to < stages; ++to) {
+        if (to == from) continue;
+        std::vector<int> moved = current.layers_per_stage;
+        moved[from] -= amount;
+        moved[to] += amount;
+        result.emplace_back(moved, current.gpu_of_stage);
+      }
+    }
+  }
+  // A swap alone often lands the heavy stage on the hot GPU; a swap with up to 3 layers moved between the
+  // two stages reaches what two separate steps (each worse on its own) would.
+  for (int a = 0; a < stages; ++a) {
+    for (int b = a + 1; b < stages; ++b) {
+      if (!can_swap_positions(request, current.gpu_of_stage[a], current.gpu_of_stage[b])) continue;
+      std::vector<int> order = current.gpu_of_stage;
+      std::swap(order[a], order[b]);
+      result.emplace_back(current.layers_per_stage, order);
+      for (int amount = -3; amount <= 3; ++amount) {
+        std::vector<int> moved = current.layers_per_stage;
+        moved[a] -= amount;
+        moved[b] += amount;
+        if (amount != 0 && moved[a] >= 1 && moved[b] >= 1) result.emplace_back(moved, order);
+      }
+    }
+  }
+  return result;
+}
+
+/// Takes the best neighbour (admissible against `reference`) while it improves; counts simulations.
+PartitionFigures descend(const PartitionRequest& request, PartitionFigures current,
+                         const PartitionFigures& reference, int& simulated) {
+  while (true) {
+    PartitionFigures step_best = current;
+    for (const auto& [layers_per_stage, order] : neighbours(request, current)) {
+      const PartitionFigures figures = simulate_partition(request, layers_per_stage, order);
+      ++simulated;
+      if (better(figures, step_best, reference)) step_best = figures;
+    }
+    if (step_best.layers_per_stage == current.layers_per_stage &&
+        step_best.gpu_of_stage == current.gpu_of_stage)
+      return current;
+    current = step_best;
+  }
+}
+
+}  // namespace
 
 PartitionResult plan_partition(const PartitionRequest& request) {
   const int stages = request.layout.pp;
@@ -67,41 +168,30 @@ PartitionResult plan_partition(const PartitionRequest& request) {
     result.even_odd = simulate_partition(request, even_odd);
     ++result.simulated;
   }
-  result.best = result.uniform;
-  while (true) {
-    PartitionFigures step_best = result.best;
-    for (int amount : {1, 2}) {
-      for (int from = 0; from < stages; ++from) {
-        if (result.best.layers_per_stage[from] - amount < 1) continue;
-        for (int to = 0; to < stages; ++to) {
-          if (to == from) continue;
-          std::vector<int> moved = result.best.layers_per_stage;
-          moved[from] -= amount;
-          moved[to] += amount;
-          const PartitionFigures figures = simulate_partition(request, moved);
-          ++result.simulated;
-          if (better(figures, step_best, result.uniform)) step_best = figures;
-        }
-      }
-    }
-    if (step_best.layers_per_stage == result.best.layers_per_stage) break;
-    result.best = step_best;
+  // Local search from uniform and from the even/odd split: the two starts reach different local optima (a hot
+  // GPU on stage 1 of 4: from uniform 10,10,5,7 at -4 %, while even/odd alone is -8 %).
+  result.best = descend(request, result.uniform, result.uniform, result.simulated);
+  if (!result.even_odd.layers_per_stage.empty() && better(result.even_odd, result.uniform, result.uniform)) {
+    const PartitionFigures from_even_odd =
+        descend(request, result.even_odd, result.uniform, result.simulated);
+    if (better(from_even_odd, result.best, result.uniform)) result.best = from_even_odd;
   }
   return result;
 }
 
-PartitionFigures exhaustive_partition(const PartitionRequest& request, int max_deviation) {
+PartitionFigures exhaustive_partition(const PartitionRequest& request, int max_deviation, bool search_order) {
   const int stages = request.layout.pp;
   const int layers = request.model.num_layers;
   const std::vector<int> uniform = uniform_layers(layers, stages);
   const PartitionFigures reference = simulate_partition(request, uniform);
   PartitionFigures best = reference;
+  std::vector<int> order = identity_order(stages);
   std::vector<int> current(stages, 0);
   std::function<void(int, int)> place = [&](int stage, int remaining) {
     if (stage == stages - 1) {
       if (remaining < 1 || std::abs(remaining - uniform[stage]) > max_deviation) return;
       current[stage] = remaining;
-      const PartitionFigures figures = simulate_partition(request, current);
+      const PartitionFigures figures = simulate_partition(request, current, order);
       if (better(figures, best, reference)) best = figures;
       return;
     }
@@ -112,7 +202,11 @@ PartitionFigures exhaustive_partition(const PartitionRequest& request, int max_d
       place(stage + 1, remaining - count);
     }
   };
-  place(0, layers);
+  do {
+    bool allowed = true;
+    for (int stage = 0; stage < stages; ++stage) allowed &= can_swap_positions(request, stage, order[stage]);
+    if (allowed) place(0, layers);
+  } while (search_order && std::next_permutation(order.begin(), order.end()));
   return best;
 }
 

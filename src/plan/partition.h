@@ -23,9 +23,12 @@ struct PartitionRequest {
 /// One simulated partition.
 struct PartitionFigures {
   std::vector<int> layers_per_stage;  ///< layers of each stage, stage 0 first
-  double iteration_s = 0;             ///< simulated mean step time
-  double max_die_c = 0;               ///< hottest die at any step end
-  bool fits = true;                   ///< fits GPU memory (the rule of `calo bench`)
+  /// Pipeline position whose GPUs run each stage (stage s on the GPUs that rank order gives stage
+  /// gpu_of_stage[s]); identity = Megatron's order.
+  std::vector<int> gpu_of_stage;
+  double iteration_s = 0;  ///< simulated mean step time
+  double max_die_c = 0;    ///< hottest die at any step end
+  bool fits = true;        ///< fits GPU memory (the rule of `calo bench`)
 };
 
 /// The outcome: the reference partitions and the one found.
@@ -36,18 +39,30 @@ struct PartitionResult {
   int simulated = 0;          ///< partitions simulated
 };
 
-/// Simulates `request` with `layers_per_stage`.
-PartitionFigures simulate_partition(const PartitionRequest& request,
-                                    const std::vector<int>& layers_per_stage);
+/// request.options with stage s run by the GPUs of pipeline position gpu_of_stage[s]: each rank takes the
+/// speed, inlet offset, power cap, clock lock and node slot of the GPU it now runs on. Empty = identity.
+sim::SimOptions placed_options(const PartitionRequest& request, const std::vector<int>& gpu_of_stage);
 
-/// Local search from the uniform partition: repeatedly takes the best move of 1 or 2 layers between any two
-/// stages that lowers the step time and keeps the hottest die at or below the uniform partition's; stops when
-/// no move improves. Throws InputError when pp < 2 or vpp > 1.
+/// Whether the GPUs of pipeline positions `a` and `b` may trade stages without changing the network: both in
+/// one node, or each stage filling whole nodes.
+bool can_swap_positions(const PartitionRequest& request, int a, int b);
+
+/// Simulates `request` with `layers_per_stage` and the stage->GPU order `gpu_of_stage` (empty = identity).
+PartitionFigures simulate_partition(const PartitionRequest& request, const std::vector<int>& layers_per_stage,
+                                    const std::vector<int>& gpu_of_stage = {});
+
+/// Local search in Megatron's order from the uniform partition and again from the even/odd split (when that
+/// is admissible and faster than uniform): each round simulates every move of 1 or 2 layers between two
+/// stages and every swap of two stages' GPUs (can_swap_positions), and takes the fastest that keeps the
+/// hottest die at or below the uniform partition's; stops when nothing improves. Throws InputError when pp <
+/// 2 or vpp > 1.
 PartitionResult plan_partition(const PartitionRequest& request);
 
-/// Every partition (each stage >= 1 layer) within `max_deviation` layers of uniform on each stage, best first
-/// by step time among those not hotter than uniform (for tests and small cases).
-PartitionFigures exhaustive_partition(const PartitionRequest& request, int max_deviation);
+/// Every partition (each stage >= 1 layer) within `max_deviation` layers of uniform on each stage, with every
+/// allowed stage->GPU order when `search_order`, best by step time among those not hotter than uniform (for
+/// tests and small cases).
+PartitionFigures exhaustive_partition(const PartitionRequest& request, int max_deviation,
+                                      bool search_order = false);
 
 /// Per-GPU speed and heat read from a recorded, bench or sim run, in the form SimOptions takes them.
 struct GpuConditions {

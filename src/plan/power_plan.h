@@ -38,8 +38,13 @@ struct PowerPlanResult {
   ClockFigures planned;     ///< the clock locks found
   double energy_saved = 0;  ///< 1 - planned energy / baseline energy
   double slowdown = 0;      ///< planned step time / baseline - 1
-  int simulated = 0;        ///< clock sets simulated
-  std::string verdict;      ///< one sentence: what was saved, or why nothing can be
+  /// Ceiling of any clock plan (per stage or per op) that leaves the busiest stage alone, as a fraction of
+  /// the baseline energy: every other GPU's ops at the lowest clock whose busy time still fits the allowed
+  /// step (waits on other stages ignored, so it is an upper bound). Waiting power is idle power, the same at
+  /// any clock, so waiting saves nothing.
+  double saving_ceiling = 0;
+  int simulated = 0;    ///< clock sets simulated
+  std::string verdict;  ///< one sentence: what was saved, or why nothing can be
 };
 
 /// Greedy descent: from every stage free, repeatedly lowers the one stage's clock lock (by
@@ -50,5 +55,8 @@ PowerPlanResult plan_power(const PowerPlanRequest& request);
 
 /// Simulates `request` with per-stage clock locks (every GPU of a stage gets its stage's lock).
 ClockFigures simulate_clocks(const PowerPlanRequest& request, const std::vector<double>& stage_clock_mhz);
+
+/// PowerPlanResult::saving_ceiling of `request` with every stage free (baseline figures from the simulator).
+double saving_ceiling(const PowerPlanRequest& request);
 
 }  // namespace calo::plan

@@ -97,7 +97,7 @@ ComputeEfficiency parse_efficiency(const nlohmann::json& object, const std::stri
 ThermalSpec parse_thermal(const nlohmann::json& object, const std::string& origin) {
   ConfigReader reader(object, origin);
   reader.reject_unknown_keys({"r_die_k_per_w", "r_sink_k_per_w", "tau_die_s", "tau_sink_s", "slowdown_c",
-                              "slowdown_mhz_per_c", "hw_slowdown_c"});
+                              "slowdown_mhz_per_c", "hw_slowdown_c", "leakage_w_per_c", "leakage_ref_c"});
   ThermalSpec thermal;
   thermal.r_die_k_per_w = bounded(reader, origin, "r_die_k_per_w", thermal.r_die_k_per_w, 0, 10);
   thermal.r_sink_k_per_w = bounded(reader, origin, "r_sink_k_per_w", thermal.r_sink_k_per_w, 0, 10);
@@ -107,6 +107,8 @@ ThermalSpec parse_thermal(const nlohmann::json& object, const std::string& origi
   thermal.slowdown_mhz_per_c =
       bounded(reader, origin, "slowdown_mhz_per_c", thermal.slowdown_mhz_per_c, 0, 1e4);
   thermal.hw_slowdown_c = bounded(reader, origin, "hw_slowdown_c", thermal.hw_slowdown_c, 0, 200);
+  thermal.leakage_w_per_c = bounded(reader, origin, "leakage_w_per_c", thermal.leakage_w_per_c, 0, 100);
+  thermal.leakage_ref_c = bounded(reader, origin, "leakage_ref_c", thermal.leakage_ref_c, 0, 200);
   require_input(thermal.hw_slowdown_c >= thermal.slowdown_c,
                 fmt::format("{}: hw_slowdown_c ({}) must be >= slowdown_c ({})", origin,
                             thermal.hw_slowdown_c, thermal.slowdown_c));
@@ -316,7 +318,9 @@ nlohmann::json to_json(const ClusterSpec& cluster) {
           {"tau_sink_s", thermal.tau_sink_s},
           {"slowdown_c", thermal.slowdown_c},
           {"slowdown_mhz_per_c", thermal.slowdown_mhz_per_c},
-          {"hw_slowdown_c", thermal.hw_slowdown_c}}},
+          {"hw_slowdown_c", thermal.hw_slowdown_c},
+          {"leakage_w_per_c", thermal.leakage_w_per_c},
+          {"leakage_ref_c", thermal.leakage_ref_c}}},
         {"power_control",
          {{"response_ms", gpu.power_control.response_s * 1e3},
           {"sample_window_ms", gpu.power_control.sample_window_s * 1e3},

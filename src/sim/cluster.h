@@ -39,6 +39,8 @@ struct ThermalSpec {
   double slowdown_c = 87.0;        ///< software thermal slowdown starts above this die temperature
   double slowdown_mhz_per_c = 60;  ///< clock reduction per degree above slowdown_c
   double hw_slowdown_c = 95.0;     ///< hardware slowdown: clock drops to min_sm_mhz at or above this
+  double leakage_w_per_c = 0;      ///< extra static (leakage) power per degree the die is above leakage_ref_c
+  double leakage_ref_c = 60;  ///< die temperature the active power figures hold at (no extra leakage below)
 };
 
 /// Power-cap controller dynamics and how the driver samples power (docs/SIMULATOR.md, "Power dynamics").

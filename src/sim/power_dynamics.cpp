@@ -58,7 +58,7 @@ class ControllerPass {
     double window_energy_j = 0;
     double window_end_s = window_s_;
     double compute_work_s = 0, compute_time_s = 0;
-    const double base_w = gpu_.idle_power_w + request_.comm_power_w;
+    const double base_w = gpu_.idle_power_w + request_.leakage_w + request_.comm_power_w;
     while (op_index < ops_.size() || t_s < request_.iteration_s - 1e-12) {
       const double tick_end_s = t_s + tick_s_;
       const double applied_mhz = clock_bin_mhz(gpu_, clock_mhz_);
@@ -227,7 +227,7 @@ PowerTrace trace_step_power(const GpuSpec& gpu, const ProgramPower& program,
 std::size_t PowerTraceCache::KeyHash::operator()(const Key& key) const {
   std::size_t hash = static_cast<std::size_t>(key.program) * 0x9E3779B97F4A7C15ULL;
   for (long long part : {key.iteration, key.start_clock, key.clock_limit, key.speed, key.comm_power,
-                         key.power_limit, static_cast<long long>(key.power_cap)}) {
+                         key.power_limit, key.leakage, static_cast<long long>(key.power_cap)}) {
     hash ^= static_cast<std::size_t>(part) + 0x9E3779B97F4A7C15ULL + (hash << 6) + (hash >> 2);
   }
   return hash;
@@ -243,6 +243,7 @@ std::shared_ptr<const PowerTrace> PowerTraceCache::get(int program, const StepPo
                 std::llround(request.speed * 200.0),
                 std::llround(request.comm_power_w),
                 std::llround(request.power_limit_w),
+                std::llround(request.leakage_w * 10.0),
                 request.power_cap};
   auto found = representatives_.find(key);
   if (found == representatives_.end()) {
@@ -250,6 +251,7 @@ std::shared_ptr<const PowerTrace> PowerTraceCache::get(int program, const StepPo
     StepPowerRequest representative = request;
     representative.iteration_s = std::exp(static_cast<double>(key.iteration) / 1000.0);
     representative.speed = static_cast<double>(key.speed) / 200.0;
+    representative.leakage_w = static_cast<double>(key.leakage) / 10.0;
     computed_ += 1;
     found = representatives_
                 .emplace(key, std::make_shared<const PowerTrace>(

@@ -80,11 +80,16 @@ double clock_bin_mhz(const GpuSpec& gpu, double clock_mhz) {
   return gpu.min_sm_mhz + bins * gpu.clock_step_mhz;
 }
 
-double thermal_clock_limit_mhz(const GpuSpec& gpu, double die_c) {
+double thermal_clock_limit_mhz(const GpuSpec& gpu, double die_c, double operating_mhz) {
   const ThermalSpec& thermal = gpu.thermal;
   if (die_c >= thermal.hw_slowdown_c) return gpu.min_sm_mhz;
   if (die_c <= thermal.slowdown_c) return gpu.max_sm_mhz;
-  return std::max(gpu.min_sm_mhz, gpu.max_sm_mhz - (die_c - thermal.slowdown_c) * thermal.slowdown_mhz_per_c);
+  const double from_mhz = operating_mhz < 0 ? gpu.max_sm_mhz : std::min(operating_mhz, gpu.max_sm_mhz);
+  return std::max(gpu.min_sm_mhz, from_mhz - (die_c - thermal.slowdown_c) * thermal.slowdown_mhz_per_c);
+}
+
+double leakage_power_w(const GpuSpec& gpu, double die_c) {
+  return gpu.thermal.leakage_w_per_c * std::max(0.0, die_c - gpu.thermal.leakage_ref_c);
 }
 
 ThermalState thermal_steady_state(const ThermalSpec& thermal, double inlet_c, double r_scale,

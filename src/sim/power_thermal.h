@@ -51,9 +51,14 @@ class ProgramPower {
 /// Rounds a clock down to the GPU's DVFS bin and clamps it to [min_sm_mhz, max_sm_mhz].
 double clock_bin_mhz(const GpuSpec& gpu, double clock_mhz);
 
-/// Highest clock the thermal controller allows at die temperature `die_c`: max_sm_mhz below slowdown_c, minus
-/// slowdown_mhz_per_c per degree above it, min_sm_mhz at or above hw_slowdown_c.
-double thermal_clock_limit_mhz(const GpuSpec& gpu, double die_c);
+/// Highest clock the thermal controller allows at die temperature `die_c`: `operating_mhz` (the clock the
+/// power cap allows; max_sm_mhz when < 0) below slowdown_c, minus slowdown_mhz_per_c per degree above it (the
+/// slowdown takes clocks off whatever the power controller allows), min_sm_mhz at or above hw_slowdown_c.
+double thermal_clock_limit_mhz(const GpuSpec& gpu, double die_c, double operating_mhz = -1);
+
+/// Static power above idle at die temperature `die_c`: leakage_w_per_c per degree above leakage_ref_c
+/// (leakage grows with temperature; below the reference the fitted idle and active figures already hold).
+double leakage_power_w(const GpuSpec& gpu, double die_c);
 
 /// Temperatures of one GPU's two thermal nodes.
 struct ThermalState {

@@ -75,6 +75,7 @@ struct GpuState {
   double cap_mhz = 0;            ///< power-cap operating clock (busy-window mean power at the limit)
   double thermal_limit_mhz = 0;  ///< clock limit of thermal slowdown at this step's start
   double clock_mhz = 0;          ///< effective clock of this step (what the engine stretches compute by)
+  double leakage_w = 0;          ///< static power above idle from its die temperature at this step's start
   ThermalState thermal;          ///< die and sink temperatures
 };
 
@@ -96,6 +97,9 @@ void validate_options(const graph::Graph& graph, const SimOptions& options) {
   require_input(options.inlet_offset_c.empty() || static_cast<int>(options.inlet_offset_c.size()) == world,
                 fmt::format("{} inlet offsets given for {} GPUs; give one per GPU or none",
                             options.inlet_offset_c.size(), world));
+  require_input(options.slot_of_rank.empty() || static_cast<int>(options.slot_of_rank.size()) == world,
+                fmt::format("{} slots given for {} GPUs; give one per GPU or none",
+                            options.slot_of_rank.size(), world));
   require_input(options.power_limit_w.empty() || static_cast<int>(options.power_limit_w.size()) == world,
                 fmt::format("{} power caps given for {} GPUs; give one per GPU or none",
                             options.power_limit_w.size(), world));
@@ -164,7 +168,10 @@ std::vector<GpuState> init_gpu_states(const graph::Graph& graph, const ClusterSp
     require_input(state.power_limit_w > gpu.idle_power_w,
                   fmt::format("power cap {} W of GPU {} is not above its idle power {} W; give a higher cap",
                               state.power_limit_w, rank, gpu.idle_power_w));
-    const int slot = rank % cluster.node.gpus;
+    const int slot = options.slot_of_rank.empty() ? rank % cluster.node.gpus : options.slot_of_rank[rank];
+    require_input(
+        slot >= 0 && slot < cluster.node.gpus,
+        fmt::format("slot {} of GPU {} is outside the node's {} slots", slot, rank, cluster.node.gpus));
     state.inlet_c =
         cluster.slot_inlet_c(slot) + (options.inlet_offset_c.empty() ? 0.0 : options.inlet_offset_c[rank]);
     state.r_scale = cluster.slot_r_scale(slot);
@@ -215,10 +222,14 @@ class StepRunner {
     const double top_mhz = unthrottled_clock_mhz(gpu, options_);
     for (GpuState& state : gpus) {
       const double locked_mhz = std::min(top_mhz, state.max_clock_mhz);
-      state.thermal_limit_mhz = options_.thermal
-                                    ? std::min(locked_mhz, thermal_clock_limit_mhz(gpu, state.thermal.die_c))
-                                    : locked_mhz;
+      // Thermal slowdown takes clocks off what the power cap (and any lock) allows this GPU.
+      state.thermal_limit_mhz =
+          options_.thermal
+              ? std::min(locked_mhz, thermal_clock_limit_mhz(gpu, state.thermal.die_c,
+                                                             std::min(locked_mhz, state.cap_mhz)))
+              : locked_mhz;
       state.clock_mhz = clock_bin_mhz(gpu, std::min(state.cap_mhz, state.thermal_limit_mhz));
+      state.leakage_w = options_.thermal ? leakage_power_w(gpu, state.thermal.die_c) : 0.0;
     }
     StepOutcome outcome;
     const bool timeline = options_.record_timeline && step + 1 == options_.steps;
@@ -325,6 +336,7 @@ class StepRunner {
       request.comm_power_w = iteration_s > 0 ? active_comm_w * comm_busy_s / iteration_s : 0.0;
       request.power_cap = options_.power_cap;
       request.power_limit_w = state.power_limit_w;
+      request.leakage_w = state.leakage_w;
       outcome.traces[rank] = traces_.get(state.program, request);
       const double next_mhz = std::min(outcome.traces[rank]->effective_clock_mhz, state.thermal_limit_mhz);
       if (std::fabs(next_mhz - state.clock_mhz) > 0.5) {
@@ -335,16 +347,18 @@ class StepRunner {
     return changed;
   }
 
-  /// Static power-cap operating point with `comm_energy_j` in the busy window (memoized).
+  /// Static power-cap operating point with `comm_energy_j` in the busy window (memoized); leakage takes its
+  /// share of the cap first.
   double cap_clock_mhz(const GpuState& state, double comm_energy_j) {
+    const double limit_w = state.power_limit_w - state.leakage_w;
     const auto key = std::make_tuple(state.program, std::llround(comm_energy_j * 1e3),
-                                     std::llround(state.speed * 1e6), std::llround(state.power_limit_w * 10));
+                                     std::llround(state.speed * 1e6), std::llround(limit_w * 10));
     auto found = cap_cache_.find(key);
     if (found == cap_cache_.end()) {
-      found = cap_cache_
-                  .emplace(key, powers_[state.program].power_cap_clock_mhz(comm_energy_j, state.speed,
-                                                                           state.power_limit_w))
-                  .first;
+      found =
+          cap_cache_
+              .emplace(key, powers_[state.program].power_cap_clock_mhz(comm_energy_j, state.speed, limit_w))
+              .first;
     }
     return found->second;
   }

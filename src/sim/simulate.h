@@ -24,6 +24,9 @@ struct SimOptions {
   bool thermal = true;    ///< temperatures evolve and thermal slowdown applies
   std::vector<double> speed_factors;   ///< per GPU (global rank) speed, 1 = nominal; empty = all 1
   std::vector<double> inlet_offset_c;  ///< per GPU extra inlet temperature (hot spots); empty = none
+  /// Per GPU the node slot (airflow position) it sits in; empty = rank % GPUs per node. A pipeline stage->GPU
+  /// order moves stages between the slots of a node.
+  std::vector<int> slot_of_rank;
   /// Per GPU power cap in W (what `nvidia-smi -pl` would set), <= the GPU's power_limit_w; empty = the limit.
   std::vector<double> power_limit_w;
   /// Per GPU highest SM clock in MHz (what `nvidia-smi -lgc` would lock); empty = the GPU's max_sm_mhz.

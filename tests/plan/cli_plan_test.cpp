@@ -92,6 +92,29 @@ TEST(CaloPlan, ImpossibleRequestsExitTwoWithTheNearestFeasible) {
   EXPECT_TRUE(contains(outcome.output, "idle")) << outcome.output;
   outcome = run_calo("plan --model llama3-8b --cluster h200-hgx --gpus 8 --gbs 32 --objective fastest");
   EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  // A GPU count no layout divides: the nearest counts that have one.
+  outcome = run_calo("plan --model llama3-8b --cluster h200-hgx --gpus 7 --gbs 32");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "--gpus 8")) << outcome.output;
+  // A peak limit below one GPU's idle power contradicts itself: the smallest value that could be met.
+  outcome = run_calo("plan --model llama3-8b --cluster h200-hgx --gpus 8 --gbs 32 --max-peak-power-w 50");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "117 W")) << outcome.output;
+}
+
+TEST(CaloPlanPartitionAndPower, BadInputExitsTwoNamingTheFlag) {
+  const std::string job = "--model llama3-8b --cluster h200-hgx --gbs 8 --seq 2048";
+  Outcome outcome = run_calo("plan partition " + job + " --pp 1");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "--pp 1")) << outcome.output;
+  outcome = run_calo("plan partition " + job + " --pp 4 --hot-gpu 9=15");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "0..3")) << outcome.output;
+  outcome = run_calo("plan power " + job + " --pp 1");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "--pp >= 2")) << outcome.output;
+  outcome = run_calo("plan power " + job + " --pp 4 --max-slowdown-pct -1");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
 }
 
 TEST(CaloPlanPartition, FromARunReadsEachGpusSpeedAndHeatAndNeverLosesToUniform) {

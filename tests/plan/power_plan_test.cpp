@@ -49,6 +49,22 @@ TEST(PowerPlan, ATighterBoundNeverSavesMore) {
   EXPECT_LE(strict.energy_saved, loose.energy_saved + 1e-12);
 }
 
+TEST(PowerPlan, SavesNoMoreThanItsCeilingWhichTheClockPowerCurveSets) {
+  // With the fitted curve (active power ~ f^1.2: an op's energy ~ f^0.2) even a perfect per-op frequency plan
+  // stays below 10 % on this layout; the ceiling is computed, not assumed, so a steeper curve (active power ~
+  // f^3, strong voltage scaling) raises both the ceiling and what the plan finds.
+  PowerPlanRequest request = request_for({14, 6, 6, 6});
+  const PowerPlanResult fitted = plan_power(request);
+  EXPECT_LE(fitted.energy_saved, fitted.saving_ceiling);
+  EXPECT_LT(fitted.saving_ceiling, 0.10) << fitted.verdict;
+  EXPECT_NE(fitted.verdict.find("can save more than"), std::string::npos) << fitted.verdict;
+  request.cluster.gpu.clock_power_exponent = 3.0;
+  const PowerPlanResult steep = plan_power(request);
+  EXPECT_GT(steep.saving_ceiling, fitted.saving_ceiling * 2) << steep.verdict;
+  EXPECT_GT(steep.energy_saved, fitted.energy_saved) << steep.verdict;
+  EXPECT_LE(steep.slowdown, 0.01 + 1e-9);
+}
+
 TEST(PowerPlan, OneStageIsRefused) {
   EXPECT_THROW(plan_power(request_for({32})), InputError);
 }

@@ -45,6 +45,20 @@ TEST(Thermal, SlowdownLowersTheClockAboveItsThresholds) {
                    gpu.max_sm_mhz - 2 * gpu.thermal.slowdown_mhz_per_c);
   EXPECT_DOUBLE_EQ(thermal_clock_limit_mhz(gpu, gpu.thermal.hw_slowdown_c), gpu.min_sm_mhz);
   EXPECT_DOUBLE_EQ(clock_bin_mhz(gpu, 1477), 1470);  // 600 + 58 bins of 15 MHz
+  // A GPU the power cap already holds at 1470 MHz loses the slowdown from there, not from the max clock (else
+  // a capped GPU would not slow until ~8 C past the threshold).
+  EXPECT_DOUBLE_EQ(thermal_clock_limit_mhz(gpu, gpu.thermal.slowdown_c + 2, 1470),
+                   1470 - 2 * gpu.thermal.slowdown_mhz_per_c);
+  EXPECT_DOUBLE_EQ(thermal_clock_limit_mhz(gpu, gpu.thermal.slowdown_c - 1, 1470), gpu.max_sm_mhz);
+}
+
+TEST(Leakage, StaticPowerRisesAboveTheReferenceTemperatureOnly) {
+  GpuSpec gpu = load_cluster("h200-hgx").gpu;
+  EXPECT_DOUBLE_EQ(leakage_power_w(gpu, gpu.thermal.leakage_ref_c - 10), 0.0);
+  EXPECT_NEAR(leakage_power_w(gpu, gpu.thermal.leakage_ref_c + 15), 15 * gpu.thermal.leakage_w_per_c, 1e-9);
+  EXPECT_GT(gpu.thermal.leakage_w_per_c, 0.0);
+  gpu.thermal.leakage_w_per_c = 0;
+  EXPECT_DOUBLE_EQ(leakage_power_w(gpu, 90), 0.0);
 }
 
 graph::RankProgram gemm_loop(int count) {

@@ -141,6 +141,51 @@ TEST_F(SimulateTest, SteadyStateTemperatureIsInletPlusPowerTimesResistance) {
   }
 }
 
+TEST_F(SimulateTest, SlotOfRankMovesAGpuIntoAnotherSlotsAir) {
+  std::string text = testing::ideal_cluster_yaml(4);
+  text.replace(
+      text.find("  efficiency:"), 0,
+      "  thermal: {r_die_k_per_w: 0.03, r_sink_k_per_w: 0.02, tau_die_s: 1.0e-6, tau_sink_s: 1.0e-6}\n");
+  text.replace(text.find("  nvlink_latency_us: 0\n"), 0,
+               "  inlet_c: 30\n  slot_inlet_offset_c: [0, 1, 2, 3]\n");
+  const ClusterSpec cluster = load_cluster(testing::write_file(dir_ / "fast-thermal.yaml", text));
+  const graph::Graph graph = testing::make_graph(model_path_, layout(1, 2, 2, 2, 8));
+  SimOptions options;
+  options.steps = 2;
+  options.slot_of_rank = {3, 2, 1, 0};
+  const SimResult result = simulate(graph, cluster, options);
+  for (int rank = 0; rank < result.world; ++rank) {
+    const std::size_t index = static_cast<std::size_t>(options.steps - 1) * result.world + rank;
+    EXPECT_NEAR(result.die_c[index], 30 + (3 - rank) + result.power_w[index] * 0.05, 1e-4) << "rank " << rank;
+    EXPECT_EQ(result.gpus[rank].slot, 3 - rank);
+  }
+  options.slot_of_rank = {0, 1, 2, 4};
+  EXPECT_THROW(simulate(graph, cluster, options), InputError);
+}
+
+TEST_F(SimulateTest, AHotterGpuLeaksMoreAndHoldsTheCapAtALowerClock) {
+  // h200-hgx: 0.7 W more static power per degree above 58 C (fitted to the 4 x H200 fixture). Two
+  // data-parallel GPUs under the cap; one breathes 15 C hotter air. Without leakage heat below the slowdown
+  // costs nothing.
+  ClusterSpec cluster = load_cluster("h200-hgx");
+  parallel::Layout heavy = layout(1, 1, 2, 4, 16);
+  heavy.seq_length = 4096;
+  const graph::Graph graph = testing::make_graph("llama3-8b", heavy);
+  SimOptions options;
+  options.steps = 12;
+  options.inlet_offset_c = {0, 15};
+  const SimResult leaky = simulate(graph, cluster, options);
+  cluster.gpu.thermal.leakage_w_per_c = 0;
+  const SimResult ideal = simulate(graph, cluster, options);
+  const std::size_t last = static_cast<std::size_t>(options.steps - 1) * 2;
+  EXPECT_GT(leaky.die_c[last + 1], cluster.gpu.thermal.leakage_ref_c + 5);
+  EXPECT_EQ(ideal.clock_mhz[last + 1], ideal.clock_mhz[last]) << "no leakage: heat below slowdown is free";
+  EXPECT_LT(leaky.clock_mhz[last + 1], leaky.clock_mhz[last])
+      << "the hot GPU leaks more: lower clock at the cap";
+  EXPECT_GT(leaky.iteration_s, ideal.iteration_s);
+  EXPECT_EQ(leaky.gpus[1].throttle_thermal_s, 0) << "below the thermal slowdown";
+}
+
 TEST_F(SimulateTest, HotGpuStragglesItsPipelineAndItsDataParallelGroup) {
   const ClusterSpec cluster = load_cluster("h200x4-nvswitch");
   const graph::Graph graph = testing::make_graph(model_path_, layout(1, 2, 2, 4, 32));

@@ -523,6 +523,33 @@ std::vector<std::string> point_arguments(const Spec& spec, const Point& point, c
   return args;
 }
 
+std::string shell_quote(const std::string& word) {
+  if (!word.empty() &&
+      word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+") ==
+          std::string::npos)
+    return word;
+  std::string quoted = "'";
+  for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+std::vector<std::string> point_commands(const Spec& spec, const std::string& backend,
+                                        const std::filesystem::path& out_dir, const std::string& calo) {
+  std::vector<Point> points = expand_grid(spec);
+  validate_points(spec, points);
+  require_runnable(spec, points);
+  std::vector<std::string> commands;
+  for (const Point& point : points) {
+    if (!point.skip_reason.empty()) continue;
+    std::string command = shell_quote(calo);
+    for (const std::string& arg : point_arguments(spec, point, backend, out_dir / point.name))
+      command += " " + shell_quote(arg);
+    const std::string base = shell_quote((out_dir / point.name).string());
+    commands.push_back(command + " > " + base + ".json 2> " + base + ".log");
+  }
+  return commands;
+}
+
 nlohmann::json run_campaign(const Spec& spec, const RunOptions& options) {
   if (options.backend != "sim" && options.backend != "cpu" && options.backend != "cuda")
     throw InputError(fmt::format("--backend '{}': use sim, cpu or cuda", options.backend));
@@ -563,9 +590,16 @@ nlohmann::json run_campaign(const Spec& spec, const RunOptions& options) {
         }
       }
     }
+    const nlohmann::json made = options.adopt && !done && std::filesystem::exists(run_dir)
+                                    ? read_json_file(options.out_dir / (point.name + ".json"))
+                                    : nlohmann::json();
     if (!point.skip_reason.empty()) {
       entry["status"] = "skipped";
       entry["reason"] = point.skip_reason;
+    } else if (made.is_object()) {
+      entry["status"] = "done";  // run by the printed command elsewhere (--adopt)
+      entry["figures"] = headline(made);
+      entry["adopted"] = true;
     } else if (!done) {
       entry["status"] = "pending";
       if (std::filesystem::exists(run_dir)) std::filesystem::remove_all(run_dir);  // a run cut off mid-way

@@ -66,7 +66,19 @@ struct RunOptions {
   std::filesystem::path calo_bin;  ///< the calo executable that runs each point
   bool resume = false;             ///< skip points already done in out_dir/campaign.json
   int jobs = 1;                    ///< points run at once
+  bool adopt =
+      false;  ///< points whose DIR/<point>.json and run dir exist (made by point_commands) count as done
 };
+
+/// `word` quoted for a POSIX shell when it needs it.
+std::string shell_quote(const std::string& word);
+
+/// One shell command per runnable point (the child `calo ...` run_campaign would start, stdout to
+/// DIR/<point>.json, stderr to DIR/<point>.log) for running the points elsewhere, e.g. one per Slurm job;
+/// index their results with run_campaign and RunOptions::adopt. InputError as run_campaign when no point can
+/// run.
+std::vector<std::string> point_commands(const Spec& spec, const std::string& backend,
+                                        const std::filesystem::path& out_dir, const std::string& calo);
 
 /// Runs every valid point (children of `calo_bin`), writes the index after each, prints progress with ETA to
 /// stderr. Returns the final index. InputError if out_dir holds a campaign and `resume` is false.

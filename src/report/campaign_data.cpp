@@ -58,11 +58,14 @@ std::vector<std::pair<std::string, std::string>> point_axis_values(const nlohman
   return values;
 }
 
-/// The run-scope summary rows a run wrote (the simulator writes its own swing and throttle figures).
+/// The summary rows a run wrote about itself: scope "run" (calo sim: throughput, swing, throttle) and "bench"
+/// (calo bench: throughput, MFU, energy per token); "run" wins where both hold a key.
 std::map<std::string, double> run_summary(const std::filesystem::path& run_dir) {
   std::map<std::string, double> rows;
   store::RunReader reader(run_dir);
-  for (const store::SummaryRow& row : reader.summaries(std::string_view("run"))) rows[row.key] = row.value;
+  for (const char* scope : {"bench", "run"}) {
+    for (const store::SummaryRow& row : reader.summaries(std::string_view(scope))) rows[row.key] = row.value;
+  }
   return rows;
 }
 
@@ -109,9 +112,10 @@ void fill_figures(const std::filesystem::path& run_dir, CampaignPoint& point) {
   point.mfu = from_summary("mfu", run.mfu);
   point.step_time_s = from_summary("iteration_s", run.step_time_s.count > 0 ? run.step_time_s.mean : NAN);
   const double energy_per_step_j = from_summary("energy_per_step_j", run.energy_per_step_j);
-  point.energy_per_token_j = std::isnan(run.energy_per_token_j)
-                                 ? energy_per_step_j / (point.tokens_per_s * point.step_time_s)
-                                 : run.energy_per_token_j;
+  point.energy_per_token_j =
+      from_summary("energy_per_token_j", std::isnan(run.energy_per_token_j)
+                                             ? energy_per_step_j / (point.tokens_per_s * point.step_time_s)
+                                             : run.energy_per_token_j);
   // samples/(s*MJ) = (global batch / step time) / (energy per step / step time / 1e6).
   const auto gbs = point.flags.find("gbs");
   point.samples_per_s_mj = std::isnan(run.samples_per_s_mj) && gbs != point.flags.end()

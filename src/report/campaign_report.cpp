@@ -366,8 +366,9 @@ std::string sim_vs_measured_section(const std::vector<Campaign>& campaigns) {
     out += fmt::format("<tr><td class=\"key\">{}</td>", escape_html(names[row]));
     for (std::size_t figure = 0; figure < kFigures.size(); ++figure) {
       const double real = measured[figure][row], sim = simulated[figure][row];
-      out += fmt::format("<td>{}</td><td>{}</td><td>{:+.1f}</td>", format_number(real), format_number(sim),
-                         (sim - real) / real * 100.0);
+      const double error_pct = (sim - real) / real * 100.0;
+      out += fmt::format("<td>{}</td><td>{}</td><td>{}</td>", format_number(real), format_number(sim),
+                         std::isfinite(error_pct) ? fmt::format("{:+.1f}", error_pct) : "–");
     }
     out += "</tr>\n";
   }
@@ -388,9 +389,13 @@ std::string render_campaign_report(const std::vector<Campaign>& campaigns, const
                 "Campaign report: one section per campaign (calo sweep), figures per point from "
                 "its stored run; definitions in docs/METRICS.md (Campaigns). Blank heatmap cells: "
                 "points skipped, failed or not run.");
+  // Simulated vs measured first when some point was both (the error is the first thing to know), else last.
+  const std::string comparison = sim_vs_measured_section(campaigns);
+  const bool compared = comparison.find("<table class=\"sim-vs-measured\">") != std::string::npos;
+  if (compared) out += comparison;
   for (std::size_t index = 0; index < campaigns.size(); ++index)
     out += campaign_section(campaigns[index], index);
-  out += sim_vs_measured_section(campaigns);
+  if (!compared) out += comparison;
   out += "</body></html>\n";
   return out;
 }

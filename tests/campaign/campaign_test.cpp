@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include "../common/run_calo.h"
@@ -194,9 +195,9 @@ TEST(CampaignSweep, ResumeAfterKillRedoesNothing) {
   fs::remove_all(dir);
 }
 
-// The study's Llama3-70B layouts on 32 H200 with its optimizer (distributed, zero 1) and no recomputation: the
-// three that hold activations of at most 10 layers per stage fit the H200 preset (the GPU the driver reports as
-// 143771 MiB); TP1-PP16 (no tensor split) does not, whatever the reserve.
+// The study's Llama3-70B layouts on 32 H200 with its optimizer (distributed, zero 1) and no recomputation:
+// the three that hold activations of at most 10 layers per stage fit the H200 preset (the GPU the driver
+// reports as 143771 MiB); TP1-PP16 (no tensor split) does not, whatever the reserve.
 TEST(CampaignSpec, StudyLayoutsOfLlama70bOnH200FitExceptTp1) {
   std::vector<Point> points =
       expand_grid(load_spec(fs::path(CALO_SOURCE_DIR) / "data/campaigns/parallelism-llama3-70b-h200.yaml"));
@@ -282,6 +283,40 @@ TEST(CampaignSweep, FailedPointRecordsItsErrorAndTheSweepGoesOn) {
   }
   const nlohmann::json stored = read_index(dir);
   EXPECT_EQ(count_status(stored, "failed"), 3) << stored.dump(1);
+  fs::remove_all(dir);
+}
+
+// Points run elsewhere by the printed commands (here: by sh) are indexed by --adopt without running again.
+TEST(CampaignSweep, PrintedCommandsRunElsewhereAreAdopted) {
+  const fs::path dir = fresh_dir("adopt");
+  const fs::path spec = write_spec(dir.string() + "-spec",
+                                   "model: tiny-dense\ncluster: h100-hgx\ngpus: 4\nfixed: {gbs: 16}\n"
+                                   "axes:\n  mbs: [1, 2, 3]\n");
+  const testing::Outcome printed =
+      testing::run_calo("sweep " + spec.string() + " --out " + dir.string() + " --print-commands");
+  ASSERT_EQ(printed.exit_code, 0) << printed.output;
+  EXPECT_FALSE(fs::exists(dir)) << "--print-commands wrote something";
+  std::stringstream lines(printed.output);
+  int commands = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ASSERT_NE(line.find(" sim "), std::string::npos) << line;
+    ASSERT_EQ(std::system(line.c_str()), 0) << line;
+    ++commands;
+  }
+  EXPECT_EQ(commands, 2) << "mbs 3 does not divide 16 / 4: skipped, no command";
+  const auto stamp = fs::last_write_time(dir / "mbs1.json");
+  const testing::Outcome adopted =
+      testing::run_calo("sweep " + spec.string() + " --out " + dir.string() + " --adopt");
+  ASSERT_EQ(adopted.exit_code, 0) << adopted.output;
+  const nlohmann::json index = read_index(dir);
+  EXPECT_EQ(count_status(index, "done"), 2);
+  EXPECT_EQ(count_status(index, "skipped"), 1);
+  for (const auto& entry : index["points"]) {
+    if (entry["status"] != "done") continue;
+    EXPECT_TRUE(entry.value("adopted", false));
+    EXPECT_GT(entry["figures"]["tokens_per_s"].get<double>(), 0);
+  }
+  EXPECT_EQ(fs::last_write_time(dir / "mbs1.json"), stamp) << "an adopted point ran again";
   fs::remove_all(dir);
 }
 

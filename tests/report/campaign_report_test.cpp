@@ -4,6 +4,7 @@
 // their reason, and headless Chromium must find no empty chart and paint coloured data pixels.
 #include "report/campaign_report.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -200,6 +201,46 @@ TEST_F(CampaignReport, ChromiumDrawsEveryChart) {
   EXPECT_EQ(std::stoi(match[1].str()), count_of(read_text(html_path), "<figure class=\"chart\""));
   EXPECT_NE(dom.find("data-empty-charts=\"0\""), std::string::npos) << "a chart drew nothing";
   EXPECT_NE(dom.find("data-js-errors=\"0\""), std::string::npos);
+}
+
+// The same grid run for real (the CPU backend: tiny-dense, real ranks) and simulated: the page opens with
+// both figures of every point and the error between them.
+TEST(CampaignReportInput, SimulatedAndMeasuredCampaignsAreCompared) {
+  const fs::path dir = fs::temp_directory_path() / ("calo-campaign-pair-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "spec.yaml") << "name: pair\nmodel: tiny-dense\ncluster: cpu-host\ngpus: 1\nsteps: 2\n"
+                                      "fixed: {gbs: 4}\naxes:\n  mbs: [1, 2]\n";
+  int status = 0;
+  std::string output = shell(calo() + " sweep " + (dir / "spec.yaml").string() + " --backend cpu --out " +
+                                 (dir / "measured").string(),
+                             status);
+  ASSERT_EQ(status, 0) << output;
+  output =
+      shell(calo() + " sweep " + (dir / "spec.yaml").string() + " --out " + (dir / "sim").string(), status);
+  ASSERT_EQ(status, 0) << output;
+  const Campaign measured = load_campaign(dir / "measured");
+  const Campaign simulated = load_campaign(dir / "sim");
+  const std::string html = render_campaign_report({simulated, measured});
+  const auto table_at = html.find("<table class=\"sim-vs-measured\">");
+  ASSERT_NE(table_at, std::string::npos);
+  EXPECT_LT(table_at, html.find("<h2 id=\"campaign1\">")) << "the comparison comes first";
+  const std::string table = html.substr(table_at, html.find("</table>", table_at) - table_at);
+  for (std::size_t at = 0; at < 2; ++at) {
+    const CampaignPoint& real = measured.points[at];
+    const CampaignPoint& sim = simulated.points[at];
+    ASSERT_EQ(real.status, "done");
+    ASSERT_FALSE(real.simulated);
+    ASSERT_GT(real.tokens_per_s, 0) << "the measured run's throughput did not reach the report";
+    EXPECT_NE(table.find(fmt::format("<td>{}</td><td>{}</td><td>{:+.1f}</td>",
+                                     format_number(real.tokens_per_s), format_number(sim.tokens_per_s),
+                                     (sim.tokens_per_s - real.tokens_per_s) / real.tokens_per_s * 100)),
+              std::string::npos)
+        << real.name << "\n"
+        << table;
+  }
+  EXPECT_EQ(chart_points(html, "columns").size(), 3u);
+  fs::remove_all(dir);
 }
 
 TEST(CampaignReportInput, NotACampaignNamesTheFileAndTheFix) {

@@ -78,10 +78,27 @@ double max_over_devices(const analyze::RunAnalysis& run, double (*value_of)(cons
   return best;
 }
 
-/// Peak temperature per [node][slot] (NaN where no GPU sits).
-std::vector<std::vector<double>> temperature_grid(const analyze::RunAnalysis& run) {
+/// Hottest die per GPU as the simulator wrote it (summary scope "gpu<idx>", key max_die_c): a one-step
+/// simulation has no temperature sample inside its analysis window. Empty for measured runs.
+std::map<int, double> simulated_die_c(const std::filesystem::path& run_dir) {
+  std::map<int, double> die_c;
+  store::RunReader reader(run_dir);
+  for (const store::SummaryRow& row : reader.summaries()) {
+    if (row.key == "max_die_c" && row.scope.rfind("gpu", 0) == 0 && row.scope.size() > 3 &&
+        row.scope.find_first_not_of("0123456789", 3) == std::string::npos)
+      die_c[std::stoi(row.scope.substr(3))] = row.value;
+  }
+  return die_c;
+}
+
+/// Peak temperature per [node][slot] (NaN where no GPU sits); a GPU without samples takes `fallback_c[idx]`.
+std::vector<std::vector<double>> temperature_grid(const analyze::RunAnalysis& run,
+                                                  const std::map<int, double>& fallback_c) {
   std::vector<std::vector<double>> grid;
-  for (const auto& device : run.device_metrics) {
+  for (const auto& metrics : run.device_metrics) {
+    analyze::DeviceMetrics device = metrics;
+    const auto fallback = fallback_c.find(device.device.idx);
+    if (std::isnan(device.temp_peak_c) && fallback != fallback_c.end()) device.temp_peak_c = fallback->second;
     if (std::isnan(device.temp_peak_c) || device.device.node < 0 || device.device.slot < 0) continue;
     const auto node = static_cast<std::size_t>(device.device.node);
     const auto slot = static_cast<std::size_t>(device.device.slot);
@@ -134,8 +151,13 @@ void fill_figures(const std::filesystem::path& run_dir, CampaignPoint& point) {
   });
   point.throttle_power_cap_s = from_summary("throttle_power_cap_s", cap_fraction * window_s);
   point.throttle_thermal_s = from_summary("throttle_sw_thermal_s", thermal_fraction * window_s);
-  point.max_temp_c = max_over_devices(run, [](const analyze::DeviceMetrics& d) { return d.temp_peak_c; });
-  point.temp_peak_c = temperature_grid(run);
+  point.temp_peak_c = temperature_grid(run, simulated_die_c(run_dir));
+  for (const auto& row : point.temp_peak_c) {
+    for (double temp_c : row) {
+      if (!std::isnan(temp_c) && (std::isnan(point.max_temp_c) || temp_c > point.max_temp_c))
+        point.max_temp_c = temp_c;
+    }
+  }
 }
 
 }  // namespace

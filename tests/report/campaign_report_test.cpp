@@ -71,9 +71,10 @@ class CampaignReport : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_.string() + "-spec");
     spec_ = dir_.string() + "-spec/spec.yaml";
-    // 2 layouts x 2 micro-batches x 2 recompute modes on 8 H100 (nodes of 8: one node, 8 slots), plus a
+    // 2 layouts x 2 micro-batches x 2 recompute modes on 8 H100 (nodes of 8: one node, 8 slots), one step (no
+    // temperature sample inside the analysis window: the simulator's per-GPU hottest die is used), plus a
     // layout that is not valid for 8 GPUs (skipped with its reason).
-    std::ofstream(spec_) << "name: report-test\nmodel: tiny-dense\ncluster: h100-hgx\ngpus: 8\nsteps: 3\n"
+    std::ofstream(spec_) << "name: report-test\nmodel: tiny-dense\ncluster: h100-hgx\ngpus: 8\nsteps: 1\n"
                             "fixed: {gbs: 16}\n"
                             "axes:\n  layout: [{tp: 2, pp: 2}, {tp: 4, pp: 1}, {tp: 3, pp: 1}]\n"
                             "  mbs: [1, 2]\n  recompute: [none, full]\n";

@@ -82,8 +82,8 @@ std::vector<std::string> axis_values(const Campaign& campaign, const std::string
   return values;
 }
 
-/// A heatmap layout of the points: rows = values of the first axis, columns = the other axes' values (one
-/// row per figure and columns = the values when only one axis is swept).
+/// A heatmap layout of the points: columns = values of the last axis, rows = the other axes' values (one row
+/// per combination, so a 3-axis sweep stays as narrow as its last axis); with one axis, a single row.
 struct PointGrid {
   std::vector<std::string> rows;
   std::vector<std::string> columns;
@@ -92,22 +92,21 @@ struct PointGrid {
 
 PointGrid point_grid(const Campaign& campaign) {
   PointGrid grid;
-  const std::string first = campaign.axes.empty() ? "" : campaign.axes.front();
-  grid.rows = axis_values(campaign, first);
-  for (std::string& row : grid.rows) row = axis_label(first, row);
+  const std::string last = campaign.axes.empty() ? "" : campaign.axes.back();
+  grid.columns = axis_values(campaign, last);
+  for (std::string& column : grid.columns) column = axis_label(last, column);
   for (const auto& point : campaign.points) {
-    const std::string column = context_label(point, first);
-    if (std::find(grid.columns.begin(), grid.columns.end(), column) == grid.columns.end())
-      grid.columns.push_back(column);
+    const std::string row = campaign.axes.size() > 1 ? context_label(point, last) : "";
+    if (std::find(grid.rows.begin(), grid.rows.end(), row) == grid.rows.end()) grid.rows.push_back(row);
   }
   grid.cells.assign(grid.rows.size(), std::vector<const CampaignPoint*>(grid.columns.size(), nullptr));
   for (const auto& point : campaign.points) {
-    const auto value = value_of(point, first);
+    const auto value = value_of(point, last);
     if (!value) continue;
-    const auto row =
-        std::find(grid.rows.begin(), grid.rows.end(), axis_label(first, *value)) - grid.rows.begin();
-    const auto column = std::find(grid.columns.begin(), grid.columns.end(), context_label(point, first)) -
-                        grid.columns.begin();
+    const std::string row_label = campaign.axes.size() > 1 ? context_label(point, last) : "";
+    const auto row = std::find(grid.rows.begin(), grid.rows.end(), row_label) - grid.rows.begin();
+    const auto column =
+        std::find(grid.columns.begin(), grid.columns.end(), axis_label(last, *value)) - grid.columns.begin();
     grid.cells[static_cast<std::size_t>(row)][static_cast<std::size_t>(column)] = &point;
   }
   return grid;
@@ -123,13 +122,9 @@ std::string figure_heatmap(const Campaign& campaign, const PointGrid& grid, cons
       if (point != nullptr && done(*point)) values[row][column] = figure_of(*point, figure);
     }
   }
-  if (grid.columns.size() == 1) {
-    // One axis: one row of cells, the axis values across.
-    std::vector<std::vector<double>> strip(1);
-    for (const auto& row : values) strip[0].push_back(row[0]);
-    return grid_heatmap(title, figure.unit, {figure.title}, grid.rows, strip, "campaign-heatmap");
-  }
-  return grid_heatmap(title, figure.unit, grid.rows, grid.columns, values, "campaign-heatmap");
+  std::vector<std::string> rows = grid.rows;
+  if (campaign.axes.size() <= 1) rows = {figure.title};  // one axis: a single row named by the figure
+  return grid_heatmap(title, figure.unit, rows, grid.columns, values, "campaign-heatmap");
 }
 
 std::string points_table(const Campaign& campaign) {

@@ -480,13 +480,17 @@ std::string grouped_bar_chart(const std::string& title, const std::vector<std::s
   for (std::size_t group = 0; group < groups.size(); ++group) {
     double panel_x = 20 + kPanelW * static_cast<double>(group % per_row);
     double panel_y = kPanelTop + (kPanelH + 60) * static_cast<double>(group / per_row);
+    // Bars grow from zero, up for positive values and down for negative ones (e.g. changes in %).
     double hi = 0;
+    double lo = 0;
     for (double value : values[group]) {
-      if (!std::isnan(value)) hi = std::max(hi, value);
+      if (!std::isnan(value)) hi = std::max(hi, value), lo = std::min(lo, value);
     }
+    const double bar_span = kPanelH - 20 - (lo < 0 ? 14 : 0);
+    const double zero_y = hi - lo > 0 ? panel_y + 20 + bar_span * hi / (hi - lo) : panel_y + kPanelH;
     double bar_w = (kPanelW - 30) / static_cast<double>(std::max<std::size_t>(series.size(), 1));
     out += fmt::format("<line class=\"axis\" x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\"/>\n",
-                       panel_x, panel_y + kPanelH, panel_x + kPanelW - 20, panel_y + kPanelH);
+                       panel_x, zero_y, panel_x + kPanelW - 20, zero_y);
     for (std::size_t run = 0; run < series.size() && run < values[group].size(); ++run) {
       double value = values[group][run];
       double x = panel_x + 5 + bar_w * static_cast<double>(run);
@@ -496,13 +500,14 @@ std::string grouped_bar_chart(const std::string& title, const std::vector<std::s
                         x + bar_w / 2, panel_y + kPanelH - 4);
         continue;
       }
-      double h = hi > 0 ? value / hi * (kPanelH - 20) : 0;
+      const double h = hi - lo > 0 ? std::fabs(value) / (hi - lo) * bar_span : 0;
+      const double top = value >= 0 ? zero_y - h : zero_y;
       out += fmt::format(
           "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"><title>{}: {} "
           "{}</title>"
           "</rect><text class=\"cell\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n",
-          x, panel_y + kPanelH - h, bar_w - 4, h, palette_color(run), escape_html(series[run]),
-          format_tick(value), escape_html(group_units[group]), x + (bar_w - 4) / 2, panel_y + kPanelH - h - 4,
+          x, top, bar_w - 4, h, palette_color(run), escape_html(series[run]), format_tick(value),
+          escape_html(group_units[group]), x + (bar_w - 4) / 2, value >= 0 ? top - 4 : top + h + 12,
           format_tick(value));
     }
     out += fmt::format(

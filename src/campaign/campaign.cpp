@@ -550,30 +550,18 @@ std::vector<std::string> point_commands(const Spec& spec, const std::string& bac
   return commands;
 }
 
-nlohmann::json run_campaign(const Spec& spec, const RunOptions& options) {
-  if (options.backend != "sim" && options.backend != "cpu" && options.backend != "cuda")
-    throw InputError(fmt::format("--backend '{}': use sim, cpu or cuda", options.backend));
-  if (options.jobs < 1) throw InputError("--jobs: give 1 or more");
-  std::vector<Point> points = expand_grid(spec);
-  validate_points(spec, points);
-  require_runnable(spec, points);
-  const std::filesystem::path index_path = options.out_dir / "campaign.json";
-  nlohmann::json previous = nullptr;
-  if (std::filesystem::exists(index_path)) {
-    if (!options.resume)
-      throw InputError(
-          fmt::format("--out {}: holds a campaign already; add --resume to finish it or give a new --out",
-                      options.out_dir.string()));
-    previous = read_json_file(index_path);
-  }
-  std::filesystem::create_directories(options.out_dir);
+namespace {
 
+/// The index before anything runs: every point with its status (skipped with the reason; done when `previous`
+/// says so and its run exists, or when --adopt finds its output; pending otherwise, its cut-off run removed).
+/// `pending` receives the positions of the points to run.
+nlohmann::json initial_index(const Spec& spec, const std::vector<Point>& points, const RunOptions& options,
+                             const nlohmann::json& previous, std::vector<std::size_t>& pending) {
   nlohmann::json index = {{"campaign", spec.name},
                           {"spec", spec.source},
                           {"backend", options.backend},
                           {"axes", axis_keys(spec)},
                           {"points", nlohmann::json::array()}};
-  std::vector<std::size_t> pending;
   for (const Point& point : points) {
     nlohmann::json flags = nlohmann::json::object();
     for (const auto& [key, value] : point.flags) flags[key] = value;
@@ -607,6 +595,31 @@ nlohmann::json run_campaign(const Spec& spec, const RunOptions& options) {
     }
     index["points"].push_back(entry);
   }
+  return index;
+}
+
+}  // namespace
+
+nlohmann::json run_campaign(const Spec& spec, const RunOptions& options) {
+  if (options.backend != "sim" && options.backend != "cpu" && options.backend != "cuda")
+    throw InputError(fmt::format("--backend '{}': use sim, cpu or cuda", options.backend));
+  if (options.jobs < 1) throw InputError("--jobs: give 1 or more");
+  std::vector<Point> points = expand_grid(spec);
+  validate_points(spec, points);
+  require_runnable(spec, points);
+  const std::filesystem::path index_path = options.out_dir / "campaign.json";
+  nlohmann::json previous = nullptr;
+  if (std::filesystem::exists(index_path)) {
+    if (!options.resume)
+      throw InputError(
+          fmt::format("--out {}: holds a campaign already; add --resume to finish it or give a new --out",
+                      options.out_dir.string()));
+    previous = read_json_file(index_path);
+  }
+  std::filesystem::create_directories(options.out_dir);
+
+  std::vector<std::size_t> pending;
+  nlohmann::json index = initial_index(spec, points, options, previous, pending);
   write_index(options.out_dir, index);
   fmt::print(
       stderr, "calo sweep {}: {} point(s), {} to run, {} skipped, {} already done ({} at once)\n", spec.name,

@@ -94,6 +94,35 @@ std::vector<std::string> ordered_keys(const nlohmann::json& object) {
   return keys;
 }
 
+/// Throws InputError naming `where` and the valid values when `value` is no value `key` accepts for any
+/// model (a positive integer for sizes, 0-3 for zero, a word of the mode's list, on/off for switches).
+void check_value(const std::string& key, const std::string& value, const std::string& where) {
+  static const std::map<std::string, std::vector<std::string>> kWords = {
+      {"recompute", {"none", "selective", "full"}},
+      {"schedule", {"gpipe", "1f1b", "interleaved"}},
+      {"zero", {"0", "1", "2", "3"}}};
+  if (is_bool_key(key)) {
+    flag_on(value, where);
+    return;
+  }
+  const auto words = kWords.find(key);
+  if (words != kWords.end()) {
+    if (std::find(words->second.begin(), words->second.end(), value) == words->second.end())
+      throw InputError(fmt::format("{}: '{}' is not a valid {}; use one of {}", where, value, key,
+                                   fmt::join(words->second, ", ")));
+    return;
+  }
+  bool positive = false;
+  try {
+    std::size_t used = 0;
+    positive = std::stoi(value, &used) >= 1 && used == value.size();
+  } catch (const std::exception&) {
+  }
+  if (!positive)
+    throw InputError(
+        fmt::format("{}: '{}' is not a valid {}; use a whole number >= 1, e.g. 2", where, value, key));
+}
+
 void check_key(const std::string& key, const std::string& where) {
   const auto& keys = known_keys();
   if (std::find(keys.begin(), keys.end(), key) != keys.end()) return;
@@ -231,6 +260,17 @@ pid_t spawn(const std::filesystem::path& calo_bin, const std::vector<std::string
   return pid;
 }
 
+/// The last non-empty line of a text file (a failed point's error message), at most 300 characters.
+std::string last_line(const std::filesystem::path& path) {
+  std::ifstream file(path);
+  std::string line, last;
+  while (std::getline(file, line)) {
+    if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
+  }
+  if (last.size() > 300) last = last.substr(0, 297) + "...";
+  return last;
+}
+
 std::string format_duration(double seconds) {
   const long long whole = static_cast<long long>(seconds + 0.5);
   if (whole >= 3600) return fmt::format("{}h{:02}m", whole / 3600, (whole % 3600) / 60);
@@ -239,6 +279,12 @@ std::string format_duration(double seconds) {
 }
 
 }  // namespace
+
+std::vector<std::string> axis_keys(const Spec& spec) {
+  std::vector<std::string> keys;
+  for (const auto& [key, unused] : spec.axes) keys.push_back(key);
+  return keys;
+}
 
 const std::vector<std::string>& known_keys() {
   static const std::vector<std::string> keys = [] {
@@ -298,6 +344,7 @@ Spec parse_spec(const nlohmann::json& object, const std::string& origin) {
         throw InputError(fmt::format(
             "{}: 'layout' is an axis (a list of flag mappings); give its flags under fixed", where));
       spec.fixed.emplace_back(key, scalar_text(value, where));
+      check_value(key, spec.fixed.back().second, where);
     }
   }
   if (!object.contains("axes") || !object["axes"].is_object() || object["axes"].empty()) {
@@ -318,6 +365,7 @@ Spec parse_spec(const nlohmann::json& object, const std::string& origin) {
     for (const auto& value : values) {
       if (key != "layout") {
         texts.push_back(scalar_text(value, where));
+        check_value(key, texts.back(), where);
         continue;
       }
       // A layout axis: each value is a mapping of flags that move together, e.g. {tp: 8, pp: 2}.
@@ -328,7 +376,11 @@ Spec parse_spec(const nlohmann::json& object, const std::string& origin) {
       for (const std::string& flag : ordered_keys(value)) {
         const nlohmann::json& flag_value = value[flag];
         check_key(flag, where);
-        bundle += (bundle.empty() ? "" : ",") + flag + "=" + scalar_text(flag_value, where + "." + flag);
+        if (flag == "layout")
+          throw InputError(fmt::format("{}: a layout cannot hold 'layout'; use tp, pp, dp, ep, ...", where));
+        const std::string flag_text = scalar_text(flag_value, where + "." + flag);
+        check_value(flag, flag_text, where + "." + flag);
+        bundle += (bundle.empty() ? "" : ",") + flag + "=" + flag_text;
       }
       texts.push_back(bundle);
     }
@@ -373,6 +425,7 @@ std::vector<Point> expand_grid(const Spec& spec) {
           point.flags.emplace_back(key, value);
           part = key + (is_word(value) ? "-" : "") + value;
         }
+        point.axis_values.emplace_back(key, key == "layout" ? part : value);
         point.name += (point.name.empty() ? "" : "-") + part;
         next.push_back(std::move(point));
       }
@@ -415,14 +468,36 @@ void validate_points(const Spec& spec, std::vector<Point>& points) {
   }
 }
 
+void require_runnable(const Spec& spec, const std::vector<Point>& points) {
+  if (std::any_of(points.begin(), points.end(), [](const Point& point) { return point.skip_reason.empty(); }))
+    return;
+  std::map<std::string, int> reasons;
+  for (const Point& point : points) ++reasons[point.skip_reason];
+  std::string listed;
+  for (const auto& [reason, count] : reasons) listed += fmt::format("\n  {} point(s): {}", count, reason);
+  throw InputError(
+      fmt::format("campaign {}: the spec expands to {} point(s) and none can run; change the axes or fixed "
+                  "flags (e.g. add "
+                  "recompute: full, a larger zero stage or more GPUs):{}",
+                  spec.name, points.size(), listed));
+}
+
 std::vector<std::string> point_arguments(const Spec& spec, const Point& point, const std::string& backend,
                                          const std::filesystem::path& run_dir) {
   std::vector<std::string> args;
   if (backend == "sim") {
-    args = {"sim", "--model", spec.model, "--cluster", spec.cluster, "--steps", std::to_string(spec.steps)};
+    args = {"sim",
+            "--model",
+            spec.model,
+            "--cluster",
+            spec.cluster,
+            "--steps",
+            std::to_string(spec.steps),
+            "--no-op-spans"};
   } else {
-    args = {"bench",        "--backend", "cpu", "--model", spec.model, "--steps", std::to_string(spec.steps),
-            "--no-progress"};
+    args = {
+        "bench",        "--backend", backend, "--model", spec.model, "--steps", std::to_string(spec.steps),
+        "--no-progress"};
   }
   int gpus = spec.gpus;
   for (const auto& [key, value] : point.flags) {
@@ -448,32 +523,50 @@ std::vector<std::string> point_arguments(const Spec& spec, const Point& point, c
   return args;
 }
 
-nlohmann::json run_campaign(const Spec& spec, const RunOptions& options) {
-  if (options.backend != "sim" && options.backend != "cpu")
-    throw InputError(fmt::format("--backend '{}': use sim or cpu", options.backend));
-  if (options.jobs < 1) throw InputError("--jobs: give 1 or more");
+std::string shell_quote(const std::string& word) {
+  if (!word.empty() &&
+      word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+") ==
+          std::string::npos)
+    return word;
+  std::string quoted = "'";
+  for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+std::vector<std::string> point_commands(const Spec& spec, const std::string& backend,
+                                        const std::filesystem::path& out_dir, const std::string& calo) {
   std::vector<Point> points = expand_grid(spec);
   validate_points(spec, points);
-  const std::filesystem::path index_path = options.out_dir / "campaign.json";
-  nlohmann::json previous = nullptr;
-  if (std::filesystem::exists(index_path)) {
-    if (!options.resume)
-      throw InputError(
-          fmt::format("--out {}: holds a campaign already; add --resume to finish it or give a new --out",
-                      options.out_dir.string()));
-    previous = read_json_file(index_path);
+  require_runnable(spec, points);
+  std::vector<std::string> commands;
+  for (const Point& point : points) {
+    if (!point.skip_reason.empty()) continue;
+    std::string command = shell_quote(calo);
+    for (const std::string& arg : point_arguments(spec, point, backend, out_dir / point.name))
+      command += " " + shell_quote(arg);
+    const std::string base = shell_quote((out_dir / point.name).string());
+    commands.push_back(command + " > " + base + ".json 2> " + base + ".log");
   }
-  std::filesystem::create_directories(options.out_dir);
+  return commands;
+}
 
+namespace {
+
+/// The index before anything runs: every point with its status (skipped with the reason; done when `previous`
+/// says so and its run exists, or when --adopt finds its output; pending otherwise, its cut-off run removed).
+/// `pending` receives the positions of the points to run.
+nlohmann::json initial_index(const Spec& spec, const std::vector<Point>& points, const RunOptions& options,
+                             const nlohmann::json& previous, std::vector<std::size_t>& pending) {
   nlohmann::json index = {{"campaign", spec.name},
                           {"spec", spec.source},
                           {"backend", options.backend},
+                          {"axes", axis_keys(spec)},
                           {"points", nlohmann::json::array()}};
-  std::vector<std::size_t> pending;
   for (const Point& point : points) {
     nlohmann::json flags = nlohmann::json::object();
     for (const auto& [key, value] : point.flags) flags[key] = value;
-    nlohmann::json entry = {{"name", point.name}, {"flags", flags}, {"run_dir", point.name}};
+    nlohmann::json entry = {
+        {"name", point.name}, {"flags", flags}, {"axis_values", point.axis_values}, {"run_dir", point.name}};
     const std::filesystem::path run_dir = options.out_dir / point.name;
     bool done = false;
     if (previous.is_object() && previous.contains("points")) {
@@ -485,9 +578,16 @@ nlohmann::json run_campaign(const Spec& spec, const RunOptions& options) {
         }
       }
     }
+    const nlohmann::json made = options.adopt && !done && std::filesystem::exists(run_dir)
+                                    ? read_json_file(options.out_dir / (point.name + ".json"))
+                                    : nlohmann::json();
     if (!point.skip_reason.empty()) {
       entry["status"] = "skipped";
       entry["reason"] = point.skip_reason;
+    } else if (made.is_object()) {
+      entry["status"] = "done";  // run by the printed command elsewhere (--adopt)
+      entry["figures"] = headline(made);
+      entry["adopted"] = true;
     } else if (!done) {
       entry["status"] = "pending";
       if (std::filesystem::exists(run_dir)) std::filesystem::remove_all(run_dir);  // a run cut off mid-way
@@ -495,10 +595,43 @@ nlohmann::json run_campaign(const Spec& spec, const RunOptions& options) {
     }
     index["points"].push_back(entry);
   }
+  return index;
+}
+
+}  // namespace
+
+nlohmann::json run_campaign(const Spec& spec, const RunOptions& options) {
+  if (options.backend != "sim" && options.backend != "cpu" && options.backend != "cuda")
+    throw InputError(fmt::format("--backend '{}': use sim, cpu or cuda", options.backend));
+  if (options.jobs < 1) throw InputError("--jobs: give 1 or more");
+  std::vector<Point> points = expand_grid(spec);
+  validate_points(spec, points);
+  require_runnable(spec, points);
+  const std::filesystem::path index_path = options.out_dir / "campaign.json";
+  nlohmann::json previous = nullptr;
+  if (std::filesystem::exists(index_path)) {
+    if (!options.resume)
+      throw InputError(
+          fmt::format("--out {}: holds a campaign already; add --resume to finish it or give a new --out",
+                      options.out_dir.string()));
+    previous = read_json_file(index_path);
+  }
+  std::filesystem::create_directories(options.out_dir);
+
+  std::vector<std::size_t> pending;
+  nlohmann::json index = initial_index(spec, points, options, previous, pending);
   write_index(options.out_dir, index);
+  fmt::print(
+      stderr, "calo sweep {}: {} point(s), {} to run, {} skipped, {} already done ({} at once)\n", spec.name,
+      points.size(), pending.size(),
+      std::count_if(points.begin(), points.end(), [](const Point& p) { return !p.skip_reason.empty(); }),
+      points.size() - pending.size() -
+          std::count_if(points.begin(), points.end(), [](const Point& p) { return !p.skip_reason.empty(); }),
+      options.jobs);
 
   const auto started = std::chrono::steady_clock::now();
   std::map<pid_t, std::size_t> running;
+  std::map<std::size_t, std::chrono::steady_clock::time_point> launched;
   std::size_t next = 0, finished = 0;
   auto launch = [&](std::size_t slot) {
     nlohmann::json& entry = index["points"][slot];
@@ -509,6 +642,7 @@ nlohmann::json run_campaign(const Spec& spec, const RunOptions& options) {
                             options.out_dir / (name + ".json"), options.out_dir / (name + ".log"));
     entry["status"] = "running";
     running[pid] = slot;
+    launched[slot] = std::chrono::steady_clock::now();
   };
   while (finished < pending.size()) {
     while (running.size() < static_cast<std::size_t>(options.jobs) && next < pending.size())
@@ -519,6 +653,8 @@ nlohmann::json run_campaign(const Spec& spec, const RunOptions& options) {
     auto found = running.find(pid);
     if (found == running.end()) continue;
     nlohmann::json& entry = index["points"][found->second];
+    entry["wall_s"] =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - launched[found->second]).count();
     running.erase(found);
     ++finished;
     const std::string name = entry["name"];
@@ -529,8 +665,11 @@ nlohmann::json run_campaign(const Spec& spec, const RunOptions& options) {
       entry["figures"] = headline(summary);
     } else {
       entry["status"] = "failed";
-      entry["reason"] = fmt::format("exit status {}; see {}.log",
-                                    WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1, name);
+      const std::string exit_text = WIFEXITED(wait_status)
+                                        ? fmt::format("exit status {}", WEXITSTATUS(wait_status))
+                                        : fmt::format("killed by signal {}", WTERMSIG(wait_status));
+      const std::string error = last_line(options.out_dir / (name + ".log"));
+      entry["reason"] = fmt::format("{}{}{}; see {}.log", exit_text, error.empty() ? "" : ": ", error, name);
     }
     write_index(options.out_dir, index);
     const double elapsed_s =

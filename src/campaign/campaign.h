@@ -26,10 +26,14 @@ struct Spec {
 
 /// One grid point: its name and every flag (fixed and swept) as key/value.
 struct Point {
-  std::string name;                                        ///< e.g. "tp4-pp4" (swept keys only)
-  std::vector<std::pair<std::string, std::string>> flags;  ///< fixed flags then axis values, plus gpus
-  std::string skip_reason;                                 ///< empty when the point can run
+  std::string name;                                              ///< e.g. "tp4-pp4" (swept keys only)
+  std::vector<std::pair<std::string, std::string>> flags;        ///< fixed flags then axis values, plus gpus
+  std::string skip_reason;                                       ///< empty when the point can run
+  std::vector<std::pair<std::string, std::string>> axis_values;  ///< (axis key, value label), axis order
 };
+
+/// The swept keys of `spec` in axis order (the index's "axes").
+std::vector<std::string> axis_keys(const Spec& spec);
 
 /// Keys an axis or a fixed flag may name (layout flags of `calo sim`, and gpus).
 const std::vector<std::string>& known_keys();
@@ -47,19 +51,34 @@ std::vector<Point> expand_grid(const Spec& spec);
 /// GPU memory (parallel::memory_per_gpu against plan::usable_memory_bytes).
 void validate_points(const Spec& spec, std::vector<Point>& points);
 
-/// The `calo` command-line arguments that run `point` (after the program name), for backend "sim" or "cpu",
-/// writing the run to `run_dir`.
+/// InputError (exit 2) listing the skip reasons when no point of `points` can run.
+void require_runnable(const Spec& spec, const std::vector<Point>& points);
+
+/// The `calo` command-line arguments that run `point` (after the program name), for backend "sim", "cpu" or
+/// "cuda", writing the run to `run_dir`.
 std::vector<std::string> point_arguments(const Spec& spec, const Point& point, const std::string& backend,
                                          const std::filesystem::path& run_dir);
 
 /// Options of one campaign execution.
 struct RunOptions {
-  std::string backend = "sim";     ///< "sim" or "cpu"
+  std::string backend = "sim";     ///< "sim", "cpu" or "cuda" (the last two run calo bench)
   std::filesystem::path out_dir;   ///< campaign directory
   std::filesystem::path calo_bin;  ///< the calo executable that runs each point
   bool resume = false;             ///< skip points already done in out_dir/campaign.json
   int jobs = 1;                    ///< points run at once
+  bool adopt =
+      false;  ///< points whose DIR/<point>.json and run dir exist (made by point_commands) count as done
 };
+
+/// `word` quoted for a POSIX shell when it needs it.
+std::string shell_quote(const std::string& word);
+
+/// One shell command per runnable point (the child `calo ...` run_campaign would start, stdout to
+/// DIR/<point>.json, stderr to DIR/<point>.log) for running the points elsewhere, e.g. one per Slurm job;
+/// index their results with run_campaign and RunOptions::adopt. InputError as run_campaign when no point can
+/// run.
+std::vector<std::string> point_commands(const Spec& spec, const std::string& backend,
+                                        const std::filesystem::path& out_dir, const std::string& calo);
 
 /// Runs every valid point (children of `calo_bin`), writes the index after each, prints progress with ETA to
 /// stderr. Returns the final index. InputError if out_dir holds a campaign and `resume` is false.

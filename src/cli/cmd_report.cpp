@@ -1,4 +1,6 @@
-// `calo report RUN... [--out FILE.html]`: one self-contained HTML report over one or more runs.
+// `calo report RUN... [--out FILE.html]`: one self-contained HTML report over one or more runs, or, when the
+// first directory is a campaign (campaign.json from `calo sweep`), the campaign report over the campaigns
+// given.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -9,6 +11,7 @@
 #include "analyze/metrics.h"
 #include "cli/command.h"
 #include "core/error.h"
+#include "report/campaign_report.h"
 #include "report/html_report.h"
 
 namespace calo::cli {
@@ -22,7 +25,55 @@ struct ReportFlags {
   bool json = false;
 };
 
+/// Writes `html` to `out` (InputError when the path is not writable).
+void write_html(const std::filesystem::path& out, const std::string& html) {
+  std::ofstream file(out, std::ios::binary);
+  if (!file)
+    throw InputError(fmt::format("--out {}: cannot write here; pass a writable file path", out.string()));
+  file << html;
+  if (!file) throw RuntimeFailure(fmt::format("{}: write failed", out.string()));
+}
+
+/// `calo report CAMPAIGN_DIR...`: the campaign report over every given campaign directory.
+int run_campaign_report(const ReportFlags& flags) {
+  auto started = std::chrono::steady_clock::now();
+  std::vector<report::Campaign> campaigns;
+  int points_done = 0;
+  for (const auto& dir : flags.runs) {
+    if (!report::is_campaign_dir(dir))
+      throw InputError(
+          fmt::format("{}: not a campaign directory (no campaign.json) while {} is one; report campaigns and "
+                      "runs separately",
+                      dir, flags.runs.front()));
+    campaigns.push_back(report::load_campaign(dir));
+    for (const auto& point : campaigns.back().points) points_done += point.status == "done" ? 1 : 0;
+  }
+  report::ReportOptions options{flags.title == "Calorimeter report" ? "Calorimeter campaign report"
+                                                                    : flags.title};
+  const std::string html = report::render_campaign_report(campaigns, options);
+  const std::filesystem::path out = flags.out.empty()
+                                        ? std::filesystem::path(flags.runs.front()) / "report.html"
+                                        : std::filesystem::path(flags.out);
+  write_html(out, html);
+  const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const int charts = report::count_charts(html);
+  if (flags.json) {
+    print_json({{"out", out.string()},
+                {"campaigns", campaigns.size()},
+                {"points_done", points_done},
+                {"charts", charts},
+                {"bytes", html.size()},
+                {"total_s", total_s}});
+  } else {
+    fmt::print("campaign report: {} ({} campaign(s), {} point(s) done, {} charts, {:.1f} KiB) in {:.2f} s\n",
+               out.string(), campaigns.size(), points_done, charts, static_cast<double>(html.size()) / 1024.0,
+               total_s);
+  }
+  return 0;
+}
+
 int run_report(const ReportFlags& flags) {
+  if (report::is_campaign_dir(flags.runs.front())) return run_campaign_report(flags);
   auto started = std::chrono::steady_clock::now();
   std::vector<analyze::RunAnalysis> analyses;
   analyze::AnalyzeOptions options;
@@ -36,13 +87,7 @@ int run_report(const ReportFlags& flags) {
   std::string html = report::render_html_report(analyses, {flags.title});
   std::filesystem::path out = flags.out.empty() ? std::filesystem::path(flags.runs.front()) / "report.html"
                                                 : std::filesystem::path(flags.out);
-  {
-    std::ofstream file(out, std::ios::binary);
-    if (!file)
-      throw InputError(fmt::format("--out {}: cannot write here; pass a writable file path", out.string()));
-    file << html;
-    if (!file) throw RuntimeFailure(fmt::format("{}: write failed", out.string()));
-  }
+  write_html(out, html);
   double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   int charts = report::count_charts(html);
   if (flags.json) {
@@ -66,9 +111,10 @@ const CommandRegistration kReport(
     "per-GPU figures, kernels, projections)",
     80, [](CLI::App& app) -> std::function<int()> {
       auto flags = std::make_shared<ReportFlags>();
-      app.add_option(
-             "RUN", flags->runs,
-             "run directories (a sim run is compared with a measured run of the same model and layout)")
+      app.add_option("RUN", flags->runs,
+                     "run directories (a sim run is compared with a measured run of the same model and "
+                     "layout), or campaign "
+                     "directories (calo sweep --out DIR)")
           ->required()
           ->check(CLI::ExistingDirectory);
       app.add_option("--out", flags->out, "HTML file to write (default: <first run>/report.html)");

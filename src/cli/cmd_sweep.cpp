@@ -1,9 +1,11 @@
-// `calo sweep SPEC.yaml [--backend sim|cpu] [--out DIR] [--resume] [--jobs N]`: runs a campaign (a grid of
-// layouts from a YAML spec), one normal run per valid point under DIR/<point>/, indexed in DIR/campaign.json.
+// `calo sweep SPEC.yaml [--backend sim|cpu|cuda] [--out DIR] [--resume] [--jobs N] [--print-commands|--adopt]`:
+// runs a campaign (a grid of layouts from a YAML spec), one normal run per valid point under DIR/<point>/,
+// indexed in DIR/campaign.json.
 #include <fmt/format.h>
 
 #include <filesystem>
 #include <memory>
+#include <thread>
 
 #include "campaign/campaign.h"
 #include "cli/command.h"
@@ -17,7 +19,9 @@ struct SweepFlags {
   std::string backend = "sim";
   std::string out;
   bool resume = false;
-  int jobs = 1;
+  bool print_commands = false;
+  bool adopt = false;
+  int jobs = 0;  ///< 0: one per core for sim (each point is single-threaded), 1 for cpu and cuda
 };
 
 int run_sweep(const SweepFlags& flags) {
@@ -27,8 +31,18 @@ int run_sweep(const SweepFlags& flags) {
   options.out_dir =
       flags.out.empty() ? std::filesystem::path("campaigns") / spec.name : std::filesystem::path(flags.out);
   options.calo_bin = std::filesystem::read_symlink("/proc/self/exe");
-  options.resume = flags.resume;
-  options.jobs = flags.jobs;
+  options.resume = flags.resume || flags.adopt;
+  options.adopt = flags.adopt;
+  if (flags.print_commands) {
+    for (const std::string& command :
+         campaign::point_commands(spec, flags.backend, options.out_dir, options.calo_bin.string()))
+      fmt::print("mkdir -p {} && {}\n", campaign::shell_quote(options.out_dir.string()), command);
+    return 0;
+  }
+  options.jobs = flags.jobs > 0 ? flags.jobs
+                 : flags.backend == "sim"
+                     ? static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))
+                     : 1;
   const nlohmann::json index = campaign::run_campaign(spec, options);
   fmt::print("# calo sweep: {} ({} backend) -> {}\n", spec.name, flags.backend,
              (options.out_dir / "campaign.json").string());
@@ -43,11 +57,21 @@ const CommandRegistration kSweep(
     [](CLI::App& app) -> std::function<int()> {
       auto flags = std::make_shared<SweepFlags>();
       app.add_option("SPEC", flags->spec, "campaign spec (YAML; see data/campaigns/)")->required();
-      app.add_option("--backend", flags->backend, "sim (simulated runs) or cpu (calo bench --backend cpu)")
+      app.add_option("--backend", flags->backend,
+                     "sim (simulated runs), cpu or cuda (calo bench --backend cpu|cuda)")
           ->capture_default_str();
       app.add_option("--out", flags->out, "campaign directory (default campaigns/<name>)");
       app.add_flag("--resume", flags->resume, "finish a stopped campaign: keep points already done");
-      app.add_option("--jobs", flags->jobs, "points run at once")->capture_default_str();
+      app.add_flag(
+          "--print-commands", flags->print_commands,
+          "print one shell command per runnable point (to run them elsewhere, e.g. on a cluster) and "
+          "exit; nothing written");
+      app.add_flag(
+          "--adopt", flags->adopt,
+          "index points already run by those commands (DIR/<point>.json and DIR/<point>/ present) as "
+          "done; run the rest");
+      app.add_option("--jobs", flags->jobs,
+                     "points run at once (default: one per core for sim, 1 for cpu/cuda)");
       return [flags] { return run_sweep(*flags); };
     });
 

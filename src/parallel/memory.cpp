@@ -157,6 +157,10 @@ MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& la
   return memory;
 }
 
+double usable_memory_bytes(double device_bytes) {
+  return std::max(0.0, device_bytes * (1.0 - kFragmentationFraction) - kRuntimeReserveBytes);
+}
+
 MemoryBreakdown memory_per_gpu(const model::ModelSpec& model, const Layout& layout) {
   MemoryBreakdown most_loaded = memory_for_stage(model, layout, 0);
   for (int stage = 1; stage < layout.pp; ++stage) {

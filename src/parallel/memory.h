@@ -6,9 +6,21 @@
 
 namespace calo::parallel {
 
-/// Share of device memory the accounted training state may use; the rest is left for the runtime (CUDA
-/// context, library workspaces, communication buffers, allocator fragmentation). docs/METRICS.md, Execution.
+/// Share of device memory calo's own executor (`calo bench`) lets the accounted state use; the rest is left
+/// for its runtime and the transients the accounting leaves out (measured on H100: docs/METRICS.md,
+/// Execution).
 inline constexpr double kUsableMemoryFraction = 0.90;
+
+/// Memory a training framework's runtime keeps outside the accounted state whatever the device: CUDA context,
+/// library workspaces, NCCL buffers (docs/METRICS.md, "Fits memory").
+inline constexpr double kRuntimeReserveBytes = 4.0 * 1024 * 1024 * 1024;
+
+/// Share of the device lost to allocator fragmentation, on top of kRuntimeReserveBytes.
+inline constexpr double kFragmentationFraction = 0.03;
+
+/// Bytes of a GPU of `device_bytes` that the accounted training state may use when planning a layout:
+/// device_bytes * (1 - kFragmentationFraction) - kRuntimeReserveBytes, at least 0.
+double usable_memory_bytes(double device_bytes);
 
 /// Bytes per GPU by category, for the most loaded pipeline stage (mixed precision: bf16 weights and
 /// gradients, fp32 master weights + Adam moments = 12 bytes/param, sharded under ZeRO-1 / FSDP).

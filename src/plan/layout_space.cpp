@@ -63,7 +63,7 @@ int LayoutSpace::fitting() const {
 }
 
 double usable_memory_bytes(double device_bytes) {
-  return device_bytes * parallel::kUsableMemoryFraction;
+  return parallel::usable_memory_bytes(device_bytes);
 }
 
 bool fits_memory(const parallel::MemoryBreakdown& memory, double device_bytes) {

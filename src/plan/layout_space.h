@@ -1,7 +1,7 @@
 // The layout space of a training job: every valid parallel layout for a model on N GPUs at a global batch,
-// each checked against the memory model `calo bench` uses (parallel::memory_per_gpu, kUsableMemoryFraction).
-// One place for layout enumeration and the memory-fit filter: `calo plan` searches it, `calo sim` quotes it
-// when it refuses a layout that does not fit.
+// each checked against the memory model `calo bench` uses (parallel::memory_per_gpu,
+// parallel::usable_memory_bytes). One place for layout enumeration and the memory-fit filter: `calo plan`
+// searches it, `calo sim` quotes it when it refuses a layout that does not fit.
 #pragma once
 
 #include <string>
@@ -38,7 +38,7 @@ struct LayoutSpace {
   int fitting() const;
 };
 
-/// Usable bytes of a device of `device_bytes`: device_bytes * kUsableMemoryFraction.
+/// Usable bytes of a device of `device_bytes` (parallel::usable_memory_bytes).
 double usable_memory_bytes(double device_bytes);
 
 /// True when `memory` fits a device of `device_bytes` (the rule `calo bench` applies).

@@ -659,6 +659,10 @@ std::string verdict_section(const std::vector<analyze::RunAnalysis>& runs,
 
 }  // namespace
 
+std::string format_number(double value, const std::string& unit) {
+  return number(value, unit);
+}
+
 int count_charts(const std::string& html) {
   int count = 0;
   for (std::size_t at = html.find("<figure class=\"chart\""); at != std::string::npos;
@@ -668,16 +672,21 @@ int count_charts(const std::string& html) {
   return count;
 }
 
+std::string page_open(const std::string& title, const std::string& note) {
+  return fmt::format(
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title>\n"
+      "<meta name=\"generator\" content=\"calo {}\">\n<style>{}</style>\n<script>{}</script></head>\n<body>\n"
+      "<h1>{}</h1>\n<p class=\"note\">{}</p>\n",
+      escape_html(title), CALO_VERSION, kStyle, kCheckScript, escape_html(title), escape_html(note));
+}
+
 std::string render_html_report(const std::vector<analyze::RunAnalysis>& runs, const ReportOptions& options) {
   auto comparison = analyze::compare_runs(runs);
   std::string out;
   out.reserve(1 << 20);
-  out += fmt::format(
-      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title>\n"
-      "<meta name=\"generator\" content=\"calo {}\">\n<style>{}</style>\n<script>{}</script></head>\n<body>\n"
-      "<h1>{}</h1>\n<p class=\"note\">Self-contained: every chart is inline SVG; metric definitions in "
-      "docs/METRICS.md. Time series are downsampled to one min/max/mean bucket per pixel column.</p>\n",
-      escape_html(options.title), CALO_VERSION, kStyle, kCheckScript, escape_html(options.title));
+  out += page_open(options.title,
+                   "Self-contained: every chart is inline SVG; metric definitions in docs/METRICS.md. Time "
+                   "series are downsampled to one min/max/mean bucket per pixel column.");
   out += verdict_section(runs, comparison);
   // Simulated vs measured: one section per measured run that a sim run of the same graph refers to.
   for (std::size_t measured = 0; measured < runs.size(); ++measured) {

@@ -18,6 +18,13 @@ struct ReportOptions {
 std::string render_html_report(const std::vector<analyze::RunAnalysis>& runs,
                                const ReportOptions& options = {});
 
+/// The page's head (shared style and chart-check script), <body>, the <h1> title and one note paragraph;
+/// close the page with "</body></html>". Shared by the run and the campaign report.
+std::string page_open(const std::string& title, const std::string& note);
+
+/// A number for a table cell: "–" for NaN, 3-4 significant digits otherwise (unit "ratio": 3 decimals).
+std::string format_number(double value, const std::string& unit = "");
+
 /// Number of <figure class="chart"> elements in `html` (used by tests and the benchmark).
 int count_charts(const std::string& html);
 

@@ -480,13 +480,17 @@ std::string grouped_bar_chart(const std::string& title, const std::vector<std::s
   for (std::size_t group = 0; group < groups.size(); ++group) {
     double panel_x = 20 + kPanelW * static_cast<double>(group % per_row);
     double panel_y = kPanelTop + (kPanelH + 60) * static_cast<double>(group / per_row);
+    // Bars grow from zero, up for positive values and down for negative ones (e.g. changes in %).
     double hi = 0;
+    double lo = 0;
     for (double value : values[group]) {
-      if (!std::isnan(value)) hi = std::max(hi, value);
+      if (!std::isnan(value)) hi = std::max(hi, value), lo = std::min(lo, value);
     }
+    const double bar_span = kPanelH - 20 - (lo < 0 ? 14 : 0);
+    const double zero_y = hi - lo > 0 ? panel_y + 20 + bar_span * hi / (hi - lo) : panel_y + kPanelH;
     double bar_w = (kPanelW - 30) / static_cast<double>(std::max<std::size_t>(series.size(), 1));
     out += fmt::format("<line class=\"axis\" x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\"/>\n",
-                       panel_x, panel_y + kPanelH, panel_x + kPanelW - 20, panel_y + kPanelH);
+                       panel_x, zero_y, panel_x + kPanelW - 20, zero_y);
     for (std::size_t run = 0; run < series.size() && run < values[group].size(); ++run) {
       double value = values[group][run];
       double x = panel_x + 5 + bar_w * static_cast<double>(run);
@@ -496,13 +500,14 @@ std::string grouped_bar_chart(const std::string& title, const std::vector<std::s
                         x + bar_w / 2, panel_y + kPanelH - 4);
         continue;
       }
-      double h = hi > 0 ? value / hi * (kPanelH - 20) : 0;
+      const double h = hi - lo > 0 ? std::fabs(value) / (hi - lo) * bar_span : 0;
+      const double top = value >= 0 ? zero_y - h : zero_y;
       out += fmt::format(
           "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"><title>{}: {} "
           "{}</title>"
           "</rect><text class=\"cell\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n",
-          x, panel_y + kPanelH - h, bar_w - 4, h, palette_color(run), escape_html(series[run]),
-          format_tick(value), escape_html(group_units[group]), x + (bar_w - 4) / 2, panel_y + kPanelH - h - 4,
+          x, top, bar_w - 4, h, palette_color(run), escape_html(series[run]), format_tick(value),
+          escape_html(group_units[group]), x + (bar_w - 4) / 2, value >= 0 ? top - 4 : top + h + 12,
           format_tick(value));
     }
     out += fmt::format(
@@ -572,18 +577,20 @@ std::string column_chart(const std::string& title, const std::string& y_label, c
   return out;
 }
 
-std::string node_slot_heatmap(const std::string& title, const std::string& unit,
-                              const std::vector<std::vector<double>>& values) {
-  constexpr double kCellW = 70;
+std::string grid_heatmap(const std::string& title, const std::string& unit,
+                         const std::vector<std::string>& row_labels,
+                         const std::vector<std::string>& column_labels,
+                         const std::vector<std::vector<double>>& values, const std::string& kind) {
   constexpr double kCellH = 22;
-  constexpr double kLabelW = 70;
   constexpr double kHeader = 40;
-  std::size_t slots = 0;
+  double label_w = 60;
+  double cell_w = 70;
+  for (const std::string& label : row_labels) label_w = std::max(label_w, 16.0 + 6.2 * label.size());
+  for (const std::string& label : column_labels) cell_w = std::max(cell_w, 12.0 + 6.2 * label.size());
   double lo = std::numeric_limits<double>::infinity();
   double hi = -lo;
   int64_t points = 0;
   for (const auto& row : values) {
-    slots = std::max(slots, row.size());
     for (double value : row) {
       if (std::isnan(value)) continue;
       lo = std::min(lo, value);
@@ -591,43 +598,55 @@ std::string node_slot_heatmap(const std::string& title, const std::string& unit,
       ++points;
     }
   }
-  double width = std::max(kLabelW + kCellW * static_cast<double>(slots) + 20, 360.0);
-  double height = kHeader + kCellH * static_cast<double>(values.size()) + 34;
-  std::string out = open_figure("node-slot", points, title, width, height);
-  for (std::size_t slot = 0; slot < slots; ++slot) {
-    out += fmt::format(
-        "<text class=\"legend\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">slot {}</text>\n",
-        kLabelW + kCellW * (static_cast<double>(slot) + 0.5), kHeader - 8, slot);
+  const double columns = static_cast<double>(column_labels.size());
+  double width = std::max(label_w + cell_w * columns + 20, 360.0);
+  double height = kHeader + kCellH * static_cast<double>(row_labels.size()) + 34;
+  std::string out = open_figure(kind, points, title, width, height);
+  for (std::size_t column = 0; column < column_labels.size(); ++column) {
+    out += fmt::format("<text class=\"legend\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n",
+                       label_w + cell_w * (static_cast<double>(column) + 0.5), kHeader - 8,
+                       escape_html(column_labels[column]));
   }
-  for (std::size_t node = 0; node < values.size(); ++node) {
-    double y = kHeader + kCellH * static_cast<double>(node);
-    out += fmt::format("<text class=\"tick\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">node {}</text>\n",
-                       kLabelW - 8, y + 15, node);
-    for (std::size_t slot = 0; slot < values[node].size(); ++slot) {
-      double value = values[node][slot];
-      double x = kLabelW + kCellW * static_cast<double>(slot);
+  for (std::size_t row = 0; row < row_labels.size(); ++row) {
+    double y = kHeader + kCellH * static_cast<double>(row);
+    out += fmt::format("<text class=\"tick\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n",
+                       label_w - 8, y + 15, escape_html(row_labels[row]));
+    for (std::size_t column = 0; column < column_labels.size(); ++column) {
+      double value = row < values.size() && column < values[row].size() ? values[row][column] : std::nan("");
+      double x = label_w + cell_w * static_cast<double>(column);
       if (std::isnan(value)) {
         out += fmt::format(
             "<rect class=\"cell-empty\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\"/>\n",
-            x + 1, y + 1, kCellW - 2, kCellH - 2);
+            x + 1, y + 1, cell_w - 2, kCellH - 2);
         continue;
       }
       double share = colour_share(value, lo, hi);
       out += fmt::format(
           "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"rgb({},{},{})\">"
-          "<title>node {} slot {}: {} {}</title></rect><text class=\"cell\" x=\"{:.1f}\" y=\"{:.1f}\" "
+          "<title>{} {}: {} {}</title></rect><text class=\"cell\" x=\"{:.1f}\" y=\"{:.1f}\" "
           "text-anchor=\"middle\"{}>{}</text>\n",
-          x + 1, y + 1, kCellW - 2, kCellH - 2, static_cast<int>(255 - 75 * share),
-          static_cast<int>(245 - 200 * share), static_cast<int>(200 - 170 * share), node, slot,
-          format_cell(value), escape_html(unit), x + kCellW / 2, y + 15, share > 0.6 ? " fill=\"#fff\"" : "",
-          format_cell(value));
+          x + 1, y + 1, cell_w - 2, kCellH - 2, static_cast<int>(255 - 75 * share),
+          static_cast<int>(245 - 200 * share), static_cast<int>(200 - 170 * share),
+          escape_html(row_labels[row]), escape_html(column_labels[column]), format_cell(value),
+          escape_html(unit), x + cell_w / 2, y + 15, share > 0.6 ? " fill=\"#fff\"" : "", format_cell(value));
     }
   }
   out += fmt::format(
       "<text class=\"legend\" x=\"{:.1f}\" y=\"{:.1f}\">{}: light = {}, dark = {} (one scale)</text>\n",
-      kLabelW, height - 10, escape_html(unit), format_cell(lo), format_cell(hi));
+      label_w, height - 10, escape_html(unit), points > 0 ? format_cell(lo) : "-",
+      points > 0 ? format_cell(hi) : "-");
   out += close_figure();
   return out;
+}
+
+std::string node_slot_heatmap(const std::string& title, const std::string& unit,
+                              const std::vector<std::vector<double>>& values) {
+  std::size_t slots = 0;
+  for (const auto& row : values) slots = std::max(slots, row.size());
+  std::vector<std::string> rows, columns;
+  for (std::size_t node = 0; node < values.size(); ++node) rows.push_back(fmt::format("node {}", node));
+  for (std::size_t slot = 0; slot < slots; ++slot) columns.push_back(fmt::format("slot {}", slot));
+  return grid_heatmap(title, unit, rows, columns, values, "node-slot");
 }
 
 std::string xy_chart(const std::string& title, const std::string& x_label, const std::string& x_unit,

@@ -50,6 +50,14 @@ std::string column_chart(const std::string& title, const std::string& y_label, c
                          const std::vector<std::string>& categories, const std::vector<std::string>& series,
                          const std::vector<std::vector<double>>& values);
 
+/// Heatmap of one metric over labelled rows x columns on one colour scale (light = low, dark = high); cells
+/// show the value, the legend the unit and range. `values[row][column]`; NaN: blank cell. `kind` names the
+/// chart in data-chart.
+std::string grid_heatmap(const std::string& title, const std::string& unit,
+                         const std::vector<std::string>& row_labels,
+                         const std::vector<std::string>& column_labels,
+                         const std::vector<std::vector<double>>& values, const std::string& kind = "grid");
+
 /// Heatmap of one metric over node (rows) x slot (columns) on one colour scale; cells show the value.
 /// `values[node][slot]`; NaN: blank cell.
 std::string node_slot_heatmap(const std::string& title, const std::string& unit,

@@ -12,8 +12,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <thread>
 
+#include "../common/run_calo.h"
 #include "core/config.h"
 #include "core/error.h"
 
@@ -191,6 +193,142 @@ TEST(CampaignSweep, ResumeAfterKillRedoesNothing) {
     EXPECT_EQ(fs::last_write_time(dir / (name + ".json")), stamp) << name << " was run again";
   }
   fs::remove_all(dir);
+}
+
+// The study's Llama3-70B layouts on 32 H200 with its optimizer (distributed, zero 1) and no recomputation:
+// the three that hold activations of at most 10 layers per stage fit the H200 preset (the GPU the driver
+// reports as 143771 MiB); TP1-PP16 (no tensor split) does not, whatever the reserve.
+TEST(CampaignSpec, StudyLayoutsOfLlama70bOnH200FitExceptTp1) {
+  std::vector<Point> points =
+      expand_grid(load_spec(fs::path(CALO_SOURCE_DIR) / "data/campaigns/parallelism-llama3-70b-h200.yaml"));
+  const Spec spec = load_spec(fs::path(CALO_SOURCE_DIR) / "data/campaigns/parallelism-llama3-70b-h200.yaml");
+  validate_points(spec, points);
+  ASSERT_EQ(points.size(), 4u);
+  for (const Point& point : points) {
+    if (point.name == "tp1-pp16")
+      EXPECT_NE(point.skip_reason.find("does not fit memory"), std::string::npos) << point.skip_reason;
+    else
+      EXPECT_EQ(point.skip_reason, "") << point.name;
+  }
+}
+
+TEST(CampaignSpec, AxisValueNoModelAcceptsNamesTheKeyAndTheValidValues) {
+  const std::string head = "model: tiny-dense\ncluster: h100-hgx\ngpus: 4\naxes:\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"  recompute: [none, sometimes]\n", "none, selective, full"},
+      {"  schedule: [zigzag]\n", "gpipe, 1f1b, interleaved"},
+      {"  overlap: [maybe]\n", "on or off"},
+      {"  tp: [0, 2]\n", "whole number >= 1"},
+      {"  mbs: [two]\n", "whole number >= 1"},
+      {"  zero: [4]\n", "0, 1, 2, 3"},
+      {"  layout: [{tp: 2, pp: -1}]\n", "whole number >= 1"}};
+  for (const auto& [axis, valid] : cases) {
+    try {
+      spec_from(head + axis);
+      ADD_FAILURE() << "accepted " << axis;
+    } catch (const InputError& error) {
+      const std::string message = error.what();
+      const std::string key = axis.substr(2, axis.find(':') - 2);
+      EXPECT_NE(message.find(key), std::string::npos) << message;
+      EXPECT_NE(message.find(valid), std::string::npos) << message;
+    }
+  }
+  EXPECT_THROW(spec_from("model: tiny-dense\ncluster: h100-hgx\ngpus: 4\nfixed: {recompute: most}\n"
+                         "axes:\n  mbs: [1]\n"),
+               InputError);
+}
+
+TEST(CampaignSweep, SpecWithNoRunnablePointExits2AndWritesNothing) {
+  const fs::path dir = fresh_dir("none");
+  const fs::path spec = write_spec(dir.string() + "-spec",
+                                   "model: llama3-70b\ncluster: h100-hgx\ngpus: 8\nfixed: {gbs: 8}\n"
+                                   "axes:\n  layout: [{tp: 1, pp: 1}, {tp: 3, pp: 1}]\n");
+  const testing::Outcome outcome = testing::run_calo("sweep " + spec.string() + " --out " + dir.string());
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_NE(outcome.output.find("none can run"), std::string::npos) << outcome.output;
+  EXPECT_NE(outcome.output.find("does not fit memory"), std::string::npos) << outcome.output;
+  EXPECT_NE(outcome.output.find("is not the 8 GPUs"), std::string::npos) << outcome.output;
+  EXPECT_FALSE(fs::exists(dir)) << "a refused sweep wrote " << dir;
+}
+
+TEST(CampaignSweep, BadAxisValueExits2NamingTheKey) {
+  const fs::path dir = fresh_dir("badvalue");
+  const fs::path spec = write_spec(dir.string() + "-spec",
+                                   "model: tiny-dense\ncluster: h100-hgx\ngpus: 4\naxes:\n"
+                                   "  recompute: [none, partial]\n");
+  const testing::Outcome outcome = testing::run_calo("sweep " + spec.string() + " --out " + dir.string());
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_NE(outcome.output.find("axes.recompute"), std::string::npos) << outcome.output;
+  EXPECT_NE(outcome.output.find("none, selective, full"), std::string::npos) << outcome.output;
+  EXPECT_FALSE(fs::exists(dir));
+}
+
+// A point whose child fails is recorded as failed with the child's error and the sweep goes on: the child
+// here is /bin/sh, which fails on every point's arguments ("sim ...": no such script) with its own message.
+TEST(CampaignSweep, FailedPointRecordsItsErrorAndTheSweepGoesOn) {
+  const fs::path dir = fresh_dir("failed");
+  const Spec spec =
+      spec_from("model: tiny-dense\ncluster: h100-hgx\ngpus: 4\nfixed: {gbs: 16}\naxes:\n  mbs: [1, 2, 4]\n");
+  RunOptions options;
+  options.out_dir = dir;
+  options.calo_bin = "/bin/sh";
+  const nlohmann::json index = run_campaign(spec, options);
+  ASSERT_EQ(index["points"].size(), 3u);
+  for (const auto& entry : index["points"]) {
+    EXPECT_EQ(entry["status"], "failed") << entry.dump();
+    const std::string reason = entry["reason"];
+    EXPECT_NE(reason.find("exit status"), std::string::npos) << reason;
+    EXPECT_NE(reason.find("sim"), std::string::npos) << "the child's error is missing: " << reason;
+    EXPECT_NE(reason.find(entry["name"].get<std::string>() + ".log"), std::string::npos) << reason;
+  }
+  const nlohmann::json stored = read_index(dir);
+  EXPECT_EQ(count_status(stored, "failed"), 3) << stored.dump(1);
+  fs::remove_all(dir);
+}
+
+// Points run elsewhere by the printed commands (here: by sh) are indexed by --adopt without running again.
+TEST(CampaignSweep, PrintedCommandsRunElsewhereAreAdopted) {
+  const fs::path dir = fresh_dir("adopt");
+  const fs::path spec = write_spec(dir.string() + "-spec",
+                                   "model: tiny-dense\ncluster: h100-hgx\ngpus: 4\nfixed: {gbs: 16}\n"
+                                   "axes:\n  mbs: [1, 2, 3]\n");
+  const testing::Outcome printed =
+      testing::run_calo("sweep " + spec.string() + " --out " + dir.string() + " --print-commands");
+  ASSERT_EQ(printed.exit_code, 0) << printed.output;
+  EXPECT_FALSE(fs::exists(dir)) << "--print-commands wrote something";
+  std::stringstream lines(printed.output);
+  int commands = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ASSERT_NE(line.find(" sim "), std::string::npos) << line;
+    ASSERT_EQ(std::system(line.c_str()), 0) << line;
+    ++commands;
+  }
+  EXPECT_EQ(commands, 2) << "mbs 3 does not divide 16 / 4: skipped, no command";
+  const auto stamp = fs::last_write_time(dir / "mbs1.json");
+  const testing::Outcome adopted =
+      testing::run_calo("sweep " + spec.string() + " --out " + dir.string() + " --adopt");
+  ASSERT_EQ(adopted.exit_code, 0) << adopted.output;
+  const nlohmann::json index = read_index(dir);
+  EXPECT_EQ(count_status(index, "done"), 2);
+  EXPECT_EQ(count_status(index, "skipped"), 1);
+  for (const auto& entry : index["points"]) {
+    if (entry["status"] != "done") continue;
+    EXPECT_TRUE(entry.value("adopted", false));
+    EXPECT_GT(entry["figures"]["tokens_per_s"].get<double>(), 0);
+  }
+  EXPECT_EQ(fs::last_write_time(dir / "mbs1.json"), stamp) << "an adopted point ran again";
+  fs::remove_all(dir);
+}
+
+TEST(CampaignSweep, IndexRecordsAxesAndAxisValuesOfEveryPoint) {
+  const Spec spec = spec_from(
+      "model: tiny-dense\ncluster: h100-hgx\ngpus: 4\nfixed: {gbs: 8}\naxes:\n  mbs: [1, 2]\n"
+      "  layout: [{tp: 2, pp: 2}, {tp: 4, pp: 1}]\n");
+  EXPECT_EQ(axis_keys(spec), (std::vector<std::string>{"layout", "mbs"}));
+  const std::vector<Point> points = expand_grid(spec);
+  ASSERT_EQ(points.size(), 4u);
+  EXPECT_EQ(points[1].axis_values,
+            (std::vector<std::pair<std::string, std::string>>{{"layout", "tp2-pp2"}, {"mbs", "2"}}));
 }
 
 }  // namespace

@@ -110,11 +110,11 @@ TEST(ModelCommand, ListShowsEveryPresetWithItsSize) {
   const std::string listed = squeeze(outcome.output);
   for (const char* line :
        {"llama3-70b 80 8192 - 70.55 B 70.55 B", "mixtral-8x7b 32 4096 8 top-2 46.70 B 12.88 B", "gpt3-175b",
-        "llama3-8b", "llama3-405b", "mixtral-8x22b", "tiny-dense", "tiny-moe"}) {
+        "llama3-8b", "llama3-405b", "mixtral-8x22b", "tiny-dense", "tiny-moe", "llama3-8b-4layers 4 4096"}) {
     EXPECT_NE(listed.find(line), std::string::npos) << line << "\n" << outcome.output;
   }
   const Outcome json = run_calo("model --list --json");
-  EXPECT_EQ(nlohmann::json::parse(json.output).size(), 8u);
+  EXPECT_EQ(nlohmann::json::parse(json.output).size(), 9u);
 }
 
 TEST(ModelCommand, BadModelFileNamesTheKeyAndExitsTwo) {

@@ -25,6 +25,15 @@ struct TraceKernel {
   int64_t t_end_ns = 0;      ///< end, ns since the same origin
   double message_bytes = 0;  ///< NCCL message size in bytes (nccl-tests convention), 0 if unknown
   int32_t group_size = 0;    ///< NCCL group size, 0 if unknown
+  int32_t op = -1;           ///< index into TraceData::ops of the aten op that launched it, -1 if none
+};
+
+/// The innermost aten CPU op that launched kernels, with its recorded inputs (profiler record_shapes=True).
+struct TraceOp {
+  std::string name;                              ///< e.g. "aten::mm"
+  std::vector<std::vector<int64_t>> input_dims;  ///< "Input Dims" per input (empty: scalar or tensor list)
+  std::vector<std::string> input_types;          ///< "Input type" per input ("c10::BFloat16", "Scalar", ...)
+  std::vector<std::string> concrete_inputs;      ///< "Concrete Inputs" per input (scalars as text, else "")
 };
 
 /// One ProfilerStep#N annotation of one rank.
@@ -49,6 +58,7 @@ struct TraceData {
   std::vector<std::string> names;    ///< distinct kernel names
   std::vector<TraceKernel> kernels;  ///< all kernels, ordered by (lane, t_begin_ns)
   std::vector<TraceStep> steps;      ///< ProfilerStep spans, ordered by (lane, t_begin_ns)
+  std::vector<TraceOp> ops;          ///< aten ops that launched a kept kernel (TraceKernel::op)
   int64_t origin_unix_ns = 0;  ///< absolute time (Unix ns when the trace has baseTimeNanoseconds) of t=0
   int64_t end_ns = 0;          ///< latest event end on the merged time base
   uint64_t bytes_read = 0;     ///< JSON bytes scanned

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -167,6 +168,30 @@ TEST(KinetoCalibrate, AnIngestedRunCalibratesAsItsTraces) {
   EXPECT_DOUBLE_EQ(parameter(calibration, "node.nvlink_bandwidth_gb_s")->fitted,
                    parameter(trace_calibration(), "node.nvlink_bandwidth_gb_s")->fitted);
   fs::remove_all(run);
+}
+
+TEST(KinetoCalibrate, ARecordRunBesideTheTracesGivesTheKernelsTheirClock) {
+  // The H100 fixture's recorded PyTorch training (clock samples) beside the H100 Kineto fixture of
+  // tests/analyze (no clock samples).
+  const fs::path unpacked = temp_path("calo-kineto-h100-runs");
+  fs::create_directories(unpacked);
+  const std::string command = "tar -xzf " + std::string(CALO_SOURCE_DIR) +
+                              "/tests/fixtures/h100-runs/runs.tgz -C " + unpacked.string() + " runs/train";
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  const fs::path fixtures = fs::path(CALO_SOURCE_DIR) / "tests/fixtures";
+  const Calibration calibration =
+      calibrate({unpacked / "runs/train", fixtures / "kineto_rank0.json", fixtures / "kineto_rank1.json"},
+                "h100-hgx", {false, {}});
+  ASSERT_EQ(calibration.runs.size(), 1u);
+  const double recorded_mhz = calibration.runs.front().figures.sm_clock_mhz;
+  ASSERT_TRUE(std::isfinite(recorded_mhz));
+  EXPECT_LT(recorded_mhz, 1980) << "the recording ran below the H100's max clock";
+  EXPECT_DOUBLE_EQ(calibration.kineto.clock_mhz, recorded_mhz);
+  EXPECT_NE(calibration.kineto.clock_source.find("train"), std::string::npos)
+      << calibration.kineto.clock_source;
+  ASSERT_FALSE(calibration.kineto.ops.empty());
+  for (const KernelOp& op : calibration.kineto.ops) EXPECT_DOUBLE_EQ(op.timing.clock_mhz, recorded_mhz);
+  fs::remove_all(unpacked);
 }
 
 TEST(KinetoCalibrateBadInput, ATraceOfAnotherGpuThanTheBaseExitsTwoAndWritesNothing) {

@@ -193,7 +193,8 @@ const std::vector<CurveField>& curve_fields() {
 
 }  // namespace
 
-sim::ComputeEfficiency fit_op_curves(const std::vector<OpTiming>& ops, const sim::GpuSpec& gpu) {
+sim::ComputeEfficiency fit_op_curves(const std::vector<OpTiming>& ops, const sim::GpuSpec& gpu,
+                                     const std::vector<std::string>& fixed) {
   sim::GpuSpec trial = gpu;
   auto loss = [&](const sim::ComputeEfficiency& efficiency) {
     trial.efficiency = efficiency;
@@ -207,6 +208,7 @@ sim::ComputeEfficiency fit_op_curves(const std::vector<OpTiming>& ops, const sim
   sim::ComputeEfficiency efficiency = gpu.efficiency;
   for (int sweep = 0; sweep < 3; ++sweep) {
     for (const CurveField& field : curve_fields()) {
+      if (std::find(fixed.begin(), fixed.end(), field.key) != fixed.end()) continue;
       efficiency.*field.member = minimize_1d(
           [&](double x) {
             sim::ComputeEfficiency candidate = efficiency;
@@ -236,7 +238,8 @@ sim::ComputeEfficiency fit_op_curves(const std::vector<OpTiming>& ops, const sim
 
 std::vector<ParameterFit> efficiency_parameters(const sim::ComputeEfficiency& base,
                                                 const sim::ComputeEfficiency& fitted,
-                                                const std::string& stage) {
+                                                const std::string& stage,
+                                                const std::vector<std::string>& fixed) {
   std::vector<ParameterFit> parameters;
   for (const auto& [kind, scale] : fitted.op_time_scale) {
     const auto base_scale = base.op_time_scale.find(kind);
@@ -245,6 +248,7 @@ std::vector<ParameterFit> efficiency_parameters(const sim::ComputeEfficiency& ba
                           stage});
   }
   for (const CurveField& field : curve_fields()) {
+    if (std::find(fixed.begin(), fixed.end(), field.key) != fixed.end()) continue;
     const bool micro = std::string(field.key) == "kernel_overhead_us";
     parameters.push_back({std::string("gpu.efficiency.") + field.key, base.*field.member * (micro ? 1e6 : 1),
                           fitted.*field.member * (micro ? 1e6 : 1), micro ? "us" : "", stage});

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -118,6 +119,40 @@ TEST(KinetoCalibrate, KernelsWithTheirOpShapesFitTheComputeCurves) {
       EXPECT_LT(row["achieved_peak_fraction"].get<double>(), 1) << row.dump();
     }
   }
+}
+
+bool kept(const Calibration& calibration, const std::string& key) {
+  return std::find(calibration.fit.kept.begin(), calibration.fit.kept.end(), key) !=
+         calibration.fit.kept.end();
+}
+
+TEST(KinetoCalibrate, CurvePartsTheKernelsDoNotDetermineKeepTheBase) {
+  // One sequence length (512) cannot place the attention curve's half point.
+  EXPECT_EQ(parameter(trace_calibration(), "gpu.efficiency.attention_half_seq"), nullptr);
+  EXPECT_TRUE(kept(trace_calibration(), "gpu.efficiency.attention_half_seq"));
+  EXPECT_EQ(trace_calibration().fit.cluster.gpu.efficiency.attention_half_seq, 256);
+  // The same traces without their attention kernels: the attention ceiling is not fitted to nothing.
+  const fs::path dir = temp_path("calo-kineto-no-attention");
+  fs::create_directories(dir);
+  std::vector<fs::path> files;
+  for (const char* name : {"rank0.json", "rank1.json"}) {
+    auto trace = nlohmann::json::parse(std::ifstream(kTraces / name));
+    nlohmann::json events = nlohmann::json::array();
+    for (const auto& event : trace["traceEvents"]) {
+      if (event.value("cat", "") == "kernel" && event.value("name", "").find("cudnn") != std::string::npos)
+        continue;
+      events.push_back(event);
+    }
+    trace["traceEvents"] = events;
+    files.push_back(dir / name);
+    std::ofstream(files.back()) << trace.dump();
+  }
+  const Calibration calibration = calibrate(files, "h200-hgx", {false, {}});
+  EXPECT_EQ(parameter(calibration, "gpu.efficiency.attention_max"), nullptr);
+  EXPECT_TRUE(kept(calibration, "gpu.efficiency.attention_max"));
+  EXPECT_EQ(calibration.fit.cluster.gpu.efficiency.attention_max, 0.55) << "h200-hgx's";
+  ASSERT_NE(parameter(calibration, "gpu.efficiency.gemm_max"), nullptr);
+  fs::remove_all(dir);
 }
 
 TEST(KinetoCalibrate, CaloSimWithTheCalibratedFilePredictsTheTracedAllGather) {

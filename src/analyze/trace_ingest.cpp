@@ -293,6 +293,7 @@ struct FileState {
   int64_t world_size = 0;
   int64_t base_ns = 0;
   uint64_t events = 0;
+  bool keep_op_shapes = false;  // parse aten ops' inputs (ingest_traces' keep_op_shapes)
 };
 
 // Interning of kernel names shared by all files.
@@ -432,12 +433,12 @@ void parse_event(Scanner& scan, FileState& state, NameTable& names, std::string&
             meta.group_size = static_cast<int32_t>(std::max<int64_t>(0, scan.integer(scratch_value)));
           } else if (arg == "dtype" && scan.peek() == '"') {
             meta.dtype_bytes = dtype_size_bytes(scan.string(scratch_value));
-          } else if (arg == "Input Dims" && scan.peek() == '[') {
+          } else if (state.keep_op_shapes && arg == "Input Dims" && scan.peek() == '[') {
             inputs.input_dims = parse_dims(scan, scratch_value);
             has_dims = true;
-          } else if (arg == "Input type" && scan.peek() == '[') {
+          } else if (state.keep_op_shapes && arg == "Input type" && scan.peek() == '[') {
             inputs.input_types = parse_strings(scan, scratch_value);
-          } else if (arg == "Concrete Inputs" && scan.peek() == '[') {
+          } else if (state.keep_op_shapes && arg == "Concrete Inputs" && scan.peek() == '[') {
             inputs.concrete_inputs = parse_strings(scan, scratch_value);
           } else {
             scan.skip_value();
@@ -794,7 +795,7 @@ void parse_kineto_json(const char* text, std::size_t size, const std::string& so
   merge_files(files, data);
 }
 
-TraceData ingest_traces(const std::vector<std::filesystem::path>& paths) {
+TraceData ingest_traces(const std::vector<std::filesystem::path>& paths, bool keep_op_shapes) {
   if (paths.empty())
     throw InputError("calo ingest: no trace given; pass one or more PyTorch profiler JSON traces");
   TraceData data;
@@ -806,6 +807,7 @@ TraceData ingest_traces(const std::vector<std::filesystem::path>& paths) {
     std::string source = path.string();
     MappedFile file(path);
     files[index].source = source;
+    files[index].state.keep_op_shapes = keep_op_shapes;
     if (is_gzip(file.data(), file.size())) {
       const std::string text = gunzip(path);
       parse_into(text.data(), text.size(), source, files[index].state, names);

@@ -408,7 +408,7 @@ KinetoInput load_kineto_input(const std::vector<std::filesystem::path>& files, c
   KinetoInput input;
   input.files = files;
   input.label = label;
-  input.data = analyze::ingest_traces(files);
+  input.data = analyze::ingest_traces(files, /*keep_op_shapes=*/true);
   const std::string base_token = gpu_model_token(base_gpu.name);
   for (const auto& file : files) {
     const std::string source = file.string();

@@ -283,7 +283,8 @@ TEST(TraceIngest, RealKernelsLinkToTheAtenOpThatLaunchedThemWithItsShapes) {
   // The 2 x H200 trace (record_shapes=True): every nvjet GEMM kernel was launched by an aten::mm whose inputs
   // are [m,k] x [k,n]; the cuDNN SDPA forward kernels by aten::_cudnn_attention_forward with q [b,h,s,d] and
   // is_causal (its 11th input) True.
-  const TraceData data = ingest_traces({kFixtures / "kineto_real" / "rank1.json"});
+  const TraceData data = ingest_traces({kFixtures / "kineto_real" / "rank1.json"}, /*keep_op_shapes=*/true);
+  EXPECT_TRUE(ingest_traces({kFixtures / "kineto_real" / "rank1.json"}).ops.empty()) << "only when asked";
   int gemms = 0, attention = 0;
   for (const TraceKernel& kernel : data.kernels) {
     const std::string& name = data.names[static_cast<std::size_t>(kernel.name_id)];

@@ -198,7 +198,6 @@ bool fit_nvlink(const std::vector<const CollectiveSample*>& samples, sim::Cluste
   for (int iteration = 0; iteration < 8; ++iteration) {
     trial.node.nvlink_bandwidth_bytes_per_s = bandwidth;
     double aa = 0, ab = 0, bb = 0, a1 = 0, b1 = 0;  // normal equations of sum (a x1 + b x2 - 1)^2
-    std::vector<double> a_column;
     for (const CollectiveSample* sample : samples) {
       constexpr double kStep_s = 1e-6;
       trial.node.nvlink_latency_s = 0;

@@ -1,7 +1,8 @@
 // Benchmark: `calo ingest` throughput on a generated Kineto trace of realistic shape (CPU ops with shapes,
 // runtime calls, flow events, GEMM/attention/elementwise kernels, NCCL kernels with metadata). Compares the
 // hand-rolled scanner with nlohmann::json's SAX parser (no-op handler) on the same bytes. Checks the result.
-// Usage: bench_trace_ingest [--mib 256] [--repeat 3] [--path /tmp/calo_bench_trace.json]
+// Usage: bench_trace_ingest [--mib 256] [--repeat 3] [--path /tmp/calo_bench_trace.json] [--op-shapes 1]
+// (--op-shapes 1: also keep the aten ops with their input shapes, as calo calibrate ingests traces)
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -124,11 +125,13 @@ int main(int argc, char** argv) {
   std::size_t mib = 256;
   int repeat = 3;
   std::string path = "/tmp/calo_bench_trace.json";
+  bool op_shapes = false;
   for (int arg = 1; arg + 1 < argc; arg += 2) {
     std::string flag = argv[arg];
     if (flag == "--mib") mib = std::stoul(argv[arg + 1]);
     if (flag == "--repeat") repeat = std::stoi(argv[arg + 1]);
     if (flag == "--path") path = argv[arg + 1];
+    if (flag == "--op-shapes") op_shapes = std::string(argv[arg + 1]) == "1";
   }
   int64_t kernels_written = write_trace(path, mib << 20);
   std::ifstream probe(path, std::ios::binary | std::ios::ate);
@@ -142,10 +145,11 @@ int main(int argc, char** argv) {
   for (int run = 0; run < repeat; ++run) {
     auto start = std::chrono::steady_clock::now();
     double cpu_start = cpu_seconds();
-    auto data = calo::analyze::ingest_traces({path});
+    auto data = calo::analyze::ingest_traces({path}, op_shapes);
     calo_s.push_back(seconds_since(start));
     calo_cpu_s.push_back(cpu_seconds() - cpu_start);
     if (static_cast<int64_t>(data.kernels.size()) != kernels_written) ++errors;
+    if (op_shapes == data.ops.empty()) ++errors;  // shapes kept exactly when asked
   }
   std::vector<double> sax_s;
   std::vector<double> sax_cpu_s;
@@ -165,8 +169,9 @@ int main(int argc, char** argv) {
   for (auto* list : {&calo_s, &calo_cpu_s, &sax_s, &sax_cpu_s}) std::sort(list->begin(), list->end());
   // Wall time is what a user waits; CPU time is the single-core cost (they differ on a loaded machine).
   fmt::print("{:<24} {:>10} {:>10} {:>12} {:>12}\n", "parser", "wall_s", "cpu_s", "MB/s_wall", "MB/s_cpu");
-  fmt::print("{:<24} {:>10.3f} {:>10.3f} {:>12.1f} {:>12.1f}\n", "calo ingest (full)", calo_s.front(),
-             calo_cpu_s.front(), megabytes / calo_s.front(), megabytes / calo_cpu_s.front());
+  fmt::print("{:<24} {:>10.3f} {:>10.3f} {:>12.1f} {:>12.1f}\n",
+             op_shapes ? "calo ingest (op shapes)" : "calo ingest (full)", calo_s.front(), calo_cpu_s.front(),
+             megabytes / calo_s.front(), megabytes / calo_cpu_s.front());
   fmt::print("{:<24} {:>10.3f} {:>10.3f} {:>12.1f} {:>12.1f}\n", "nlohmann sax (no-op)", sax_s.front(),
              sax_cpu_s.front(), megabytes / sax_s.front(), megabytes / sax_cpu_s.front());
   fmt::print("# errors: {}\n", errors);

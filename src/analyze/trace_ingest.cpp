@@ -287,11 +287,13 @@ struct FileState {
   std::vector<RawStep> steps;
   std::vector<CollectiveMeta> kernel_meta;
   std::unordered_map<int64_t, CollectiveMeta> op_meta;  // External id of a CPU op -> its collective
+  std::unordered_map<int64_t, TraceOp> aten_ops;        // External id of an aten CPU op -> its inputs
   std::map<int64_t, std::string> device_names;
   int64_t rank = kUnset;
   int64_t world_size = 0;
   int64_t base_ns = 0;
   uint64_t events = 0;
+  bool keep_op_shapes = false;  // parse aten ops' inputs (ingest_traces' keep_op_shapes)
 };
 
 // Interning of kernel names shared by all files.
@@ -312,6 +314,53 @@ bool cat_is(std::string_view cat, std::string_view lower, std::string_view legac
   return cat == lower || cat == legacy;
 }
 
+// "Input Dims": one entry per input; a flat list of integers is a tensor's shape, anything else (a scalar's
+// [], a tensor list's nested lists) is kept as an empty shape.
+std::vector<std::vector<int64_t>> parse_dims(Scanner& scan, std::string& scratch) {
+  std::vector<std::vector<int64_t>> dims;
+  scan.expect('[');
+  if (scan.consume(']')) return dims;
+  do {
+    std::vector<int64_t>& shape = dims.emplace_back();
+    if (scan.peek() != '[') {
+      scan.skip_value();
+      continue;
+    }
+    scan.expect('[');
+    if (scan.consume(']')) continue;
+    bool flat = true;
+    do {
+      if (scan.peek() == '[' || scan.peek() == '{' || scan.peek() == '"') {
+        scan.skip_value();
+        flat = false;
+      } else {
+        shape.push_back(scan.integer(scratch));
+      }
+    } while (scan.consume(','));
+    scan.expect(']');
+    if (!flat) shape.clear();
+  } while (scan.consume(','));
+  scan.expect(']');
+  return dims;
+}
+
+// "Input type" / "Concrete Inputs": a list of strings (other values are kept as "").
+std::vector<std::string> parse_strings(Scanner& scan, std::string& scratch) {
+  std::vector<std::string> values;
+  scan.expect('[');
+  if (scan.consume(']')) return values;
+  do {
+    if (scan.peek() == '"') {
+      values.emplace_back(scan.string(scratch));
+    } else {
+      scan.skip_value();
+      values.emplace_back();
+    }
+  } while (scan.consume(','));
+  scan.expect(']');
+  return values;
+}
+
 // Parses one event object (cursor just before '{').
 void parse_event(Scanner& scan, FileState& state, NameTable& names, std::string& scratch_a,
                  std::string& scratch_b) {
@@ -329,6 +378,8 @@ void parse_event(Scanner& scan, FileState& state, NameTable& names, std::string&
   int64_t external_id = kUnset;
   CollectiveMeta meta;
   bool has_meta = false;
+  TraceOp inputs;
+  bool has_dims = false;
   std::string scratch_key;
   std::string scratch_value;
   if (!scan.consume('}')) {
@@ -382,6 +433,13 @@ void parse_event(Scanner& scan, FileState& state, NameTable& names, std::string&
             meta.group_size = static_cast<int32_t>(std::max<int64_t>(0, scan.integer(scratch_value)));
           } else if (arg == "dtype" && scan.peek() == '"') {
             meta.dtype_bytes = dtype_size_bytes(scan.string(scratch_value));
+          } else if (state.keep_op_shapes && arg == "Input Dims" && scan.peek() == '[') {
+            inputs.input_dims = parse_dims(scan, scratch_value);
+            has_dims = true;
+          } else if (state.keep_op_shapes && arg == "Input type" && scan.peek() == '[') {
+            inputs.input_types = parse_strings(scan, scratch_value);
+          } else if (state.keep_op_shapes && arg == "Concrete Inputs" && scan.peek() == '[') {
+            inputs.concrete_inputs = parse_strings(scan, scratch_value);
           } else {
             scan.skip_value();
           }
@@ -415,6 +473,11 @@ void parse_event(Scanner& scan, FileState& state, NameTable& names, std::string&
   }
   if (has_meta && external_id != kUnset) {
     state.op_meta[external_id] = std::move(meta);
+    return;
+  }
+  if (has_dims && external_id != kUnset && name.starts_with("aten::") && cat_is(cat, "cpu_op", "Operator")) {
+    inputs.name = std::string(name);
+    state.aten_ops[external_id] = std::move(inputs);
     return;
   }
   if (external_id != kUnset && (name.starts_with("nccl:") || name.starts_with("c10d::"))) {
@@ -557,7 +620,8 @@ void merge_files(std::vector<PendingFile>& files, TraceData& data) {
   std::vector<TraceKernel> kernels;
   std::vector<TraceStep> steps;
   for (auto& file : files) {
-    const auto& state = file.state;
+    auto& state = file.state;
+    std::unordered_map<int64_t, int32_t> op_index;  // External id -> index into data.ops
     for (const auto& raw : state.kernels) {
       const std::string& name = data.names[static_cast<std::size_t>(raw.name_id)];
       const CollectiveMeta* meta = nullptr;
@@ -586,8 +650,19 @@ void merge_files(std::vector<PendingFile>& files, TraceData& data) {
       }
       kernel.t_begin_ns = state.base_ns + raw.t_begin_ns - origin;
       kernel.t_end_ns = kernel.t_begin_ns + raw.duration_ns;
+      if (raw.external_id != kUnset && !raw.is_memory) {
+        auto linked = op_index.find(raw.external_id);
+        if (linked != op_index.end()) {
+          kernel.op = linked->second;
+        } else if (auto found = state.aten_ops.find(raw.external_id); found != state.aten_ops.end()) {
+          kernel.op = static_cast<int32_t>(data.ops.size());
+          data.ops.push_back(std::move(found->second));
+          op_index.emplace(raw.external_id, kernel.op);
+        }
+      }
       kernels.push_back(kernel);
     }
+    state.aten_ops.clear();
   }
   for (auto& file : files) {
     for (const auto& raw : file.state.steps) {
@@ -720,7 +795,7 @@ void parse_kineto_json(const char* text, std::size_t size, const std::string& so
   merge_files(files, data);
 }
 
-TraceData ingest_traces(const std::vector<std::filesystem::path>& paths) {
+TraceData ingest_traces(const std::vector<std::filesystem::path>& paths, bool keep_op_shapes) {
   if (paths.empty())
     throw InputError("calo ingest: no trace given; pass one or more PyTorch profiler JSON traces");
   TraceData data;
@@ -732,6 +807,7 @@ TraceData ingest_traces(const std::vector<std::filesystem::path>& paths) {
     std::string source = path.string();
     MappedFile file(path);
     files[index].source = source;
+    files[index].state.keep_op_shapes = keep_op_shapes;
     if (is_gzip(file.data(), file.size())) {
       const std::string text = gunzip(path);
       parse_into(text.data(), text.size(), source, files[index].state, names);

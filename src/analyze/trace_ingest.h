@@ -25,6 +25,15 @@ struct TraceKernel {
   int64_t t_end_ns = 0;      ///< end, ns since the same origin
   double message_bytes = 0;  ///< NCCL message size in bytes (nccl-tests convention), 0 if unknown
   int32_t group_size = 0;    ///< NCCL group size, 0 if unknown
+  int32_t op = -1;  ///< index into TraceData::ops of the aten op that launched it, -1 if none/not kept
+};
+
+/// The innermost aten CPU op that launched kernels, with its recorded inputs (profiler record_shapes=True).
+struct TraceOp {
+  std::string name;                              ///< e.g. "aten::mm"
+  std::vector<std::vector<int64_t>> input_dims;  ///< "Input Dims" per input (empty: scalar or tensor list)
+  std::vector<std::string> input_types;          ///< "Input type" per input ("c10::BFloat16", "Scalar", ...)
+  std::vector<std::string> concrete_inputs;      ///< "Concrete Inputs" per input (scalars as text, else "")
 };
 
 /// One ProfilerStep#N annotation of one rank.
@@ -49,6 +58,7 @@ struct TraceData {
   std::vector<std::string> names;    ///< distinct kernel names
   std::vector<TraceKernel> kernels;  ///< all kernels, ordered by (lane, t_begin_ns)
   std::vector<TraceStep> steps;      ///< ProfilerStep spans, ordered by (lane, t_begin_ns)
+  std::vector<TraceOp> ops;          ///< aten ops that launched a kept kernel (with keep_op_shapes)
   int64_t origin_unix_ns = 0;  ///< absolute time (Unix ns when the trace has baseTimeNanoseconds) of t=0
   int64_t end_ns = 0;          ///< latest event end on the merged time base
   uint64_t bytes_read = 0;     ///< JSON bytes scanned
@@ -63,7 +73,9 @@ void parse_kineto_json(const char* text, std::size_t size, const std::string& so
 
 /// Reads the traces at `paths` (memory-mapped), merges them on one time base, classifies kernels and orders
 /// everything. InputError for a missing/unreadable/malformed file (gzip is named with its fix).
-TraceData ingest_traces(const std::vector<std::filesystem::path>& paths);
+/// `keep_op_shapes`: also keep the aten ops that launched kernels with their inputs (TraceData::ops,
+/// TraceKernel::op; calibration needs them, the breakdown does not: 27 % more CPU on a shape-recorded trace).
+TraceData ingest_traces(const std::vector<std::filesystem::path>& paths, bool keep_op_shapes = false);
 
 /// Writes `data` into a run: one device per lane, kernel spans (category as span category), step spans,
 /// and the per-lane breakdown summary rows (scope "rank<r>", docs/METRICS.md "Kernel breakdown").

@@ -97,17 +97,58 @@ nlohmann::json figures_json(const RunFigures& figures) {
 
 }  // namespace
 
+namespace {
+
+/// The SM clock the traces' kernels are taken at: the median measured clock of the runs given beside them,
+/// else the base GPU's max clock (Kineto traces carry no clock samples).
+std::pair<double, std::string> trace_clock(const std::vector<MeasuredRun>& runs, const sim::GpuSpec& gpu) {
+  std::vector<double> clocks;
+  std::vector<std::string> labels;
+  for (const MeasuredRun& run : runs) {
+    if (!std::isfinite(run.figures.sm_clock_mhz)) continue;
+    clocks.push_back(run.figures.sm_clock_mhz);
+    labels.push_back(run.label);
+  }
+  if (clocks.empty())
+    return {gpu.max_sm_mhz, "assumed: the base GPU's max clock (traces carry no clock samples)"};
+  std::sort(clocks.begin(), clocks.end());
+  return {
+      clocks[clocks.size() / 2],
+      fmt::format("median mean SM clock of the run(s) given beside the traces: {}", fmt::join(labels, ", "))};
+}
+
+}  // namespace
+
 Calibration calibrate(const std::vector<std::filesystem::path>& run_dirs, const std::string& base_cluster,
                       const CalibrateOptions& options) {
-  require_input(!run_dirs.empty(), "give at least one measured run directory");
+  require_input(!run_dirs.empty(), "give at least one measured run directory or Kineto trace");
   const sim::ClusterSpec base = sim::load_cluster(base_cluster);
   Calibration calibration;
+  std::vector<std::filesystem::path> trace_files;
   for (const auto& run_dir : run_dirs) {
     if (options.progress) options.progress(fmt::format("reading {}", run_dir.string()));
+    if (is_trace_file(run_dir)) {
+      trace_files.push_back(run_dir);
+      continue;
+    }
+    const auto ingested = ingested_trace_files(run_dir);
+    if (!ingested.empty()) {
+      calibration.traces.push_back(load_kineto_input(ingested, run_dir.filename().string(), base.gpu));
+      continue;
+    }
     calibration.runs.push_back(load_measured_run(run_dir, base.gpu));
+  }
+  if (!trace_files.empty()) {
+    calibration.traces.insert(
+        calibration.traces.begin(),
+        load_kineto_input(trace_files, trace_files.front().filename().string(), base.gpu));
   }
   if (options.progress) options.progress("fitting on all runs");
   calibration.fit = fit_cluster(calibration.runs, base);
+  if (!calibration.traces.empty()) {
+    const auto [clock_mhz, clock_source] = trace_clock(calibration.runs, base.gpu);
+    calibration.kineto = fit_kineto(calibration.traces, clock_mhz, clock_source, calibration.fit);
+  }
   if (options.leave_one_out) calibration.held_out = leave_one_out(calibration.runs, base, options);
   summarize(calibration);
   return calibration;
@@ -120,6 +161,9 @@ nlohmann::json calibrated_cluster_json(const Calibration& calibration, const std
   json["name"] = cluster.name + "-calibrated";
   json["description"] =
       fmt::format("{} fitted by calo calibrate to {} measured run(s)", cluster.name, calibration.runs.size());
+  if (!calibration.traces.empty())
+    json["description"] = fmt::format("{} and {} Kineto trace set(s)", json["description"].get<std::string>(),
+                                      calibration.traces.size());
   nlohmann::json runs = nlohmann::json::array();
   for (const MeasuredRun& run : calibration.runs) {
     runs.push_back({{"path", run.run_dir.string()},
@@ -168,6 +212,8 @@ nlohmann::json calibrated_cluster_json(const Calibration& calibration, const std
                          {"tolerance", tolerance},
                          {"peak_power_direction",
                           {{"pairs", calibration.direction_pairs}, {"right", calibration.direction_right}}}};
+  if (!calibration.traces.empty())
+    json["calibration"]["kineto"] = kineto_provenance(calibration.traces, calibration.kineto);
   return json;
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "calibrate/fit.h"
+#include "calibrate/kineto_input.h"
 #include "calibrate/measurement.h"
 
 namespace calo::calibrate {
@@ -35,6 +36,8 @@ struct Tolerance {
 /// The whole calibration.
 struct Calibration {
   std::vector<MeasuredRun> runs;      ///< as loaded
+  std::vector<KinetoInput> traces;    ///< Kineto traces (given as files, or runs made by calo ingest)
+  KinetoFit kineto;                   ///< what the traces fitted (collectives, kernels)
   FitResult fit;                      ///< fit on all runs
   std::vector<HeldOutRun> held_out;   ///< leave-one-out rows (simulatable runs, when >= 2 of them)
   std::vector<Tolerance> tolerances;  ///< per figure
@@ -48,7 +51,8 @@ struct CalibrateOptions {
   std::function<void(const std::string&)> progress;  ///< one line per stage (may be empty)
 };
 
-/// Loads `run_dirs`, fits `base_cluster` (preset or file) and validates. Throws InputError (exit 2) for bad
+/// Loads `run_dirs` (run directories; Kineto trace files, which together form one job's traces; runs made by
+/// calo ingest), fits `base_cluster` (preset or file) and validates. Throws InputError (exit 2) for bad
 /// input, before anything is written.
 Calibration calibrate(const std::vector<std::filesystem::path>& run_dirs, const std::string& base_cluster,
                       const CalibrateOptions& options = {});

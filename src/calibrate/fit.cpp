@@ -160,7 +160,8 @@ StageFit fit_compute(const std::vector<Prepared>& prepared, sim::ClusterSpec& cl
   return stage;
 }
 
-/// Modeled duration of a measured op on `gpu` at the clock it ran.
+}  // namespace
+
 double modeled_op_s(const sim::GpuSpec& gpu, const OpTiming& timing) {
   const sim::ComputeCost cost = sim::compute_cost(gpu, timing.op);
   const double clock_mhz =
@@ -168,33 +169,18 @@ double modeled_op_s(const sim::GpuSpec& gpu, const OpTiming& timing) {
   return cost.duration_s(gpu.max_sm_mhz / clock_mhz, 1.0);
 }
 
-/// Stage 2 from per-op spans (`calo bench --trace-ops`): the efficiency curves themselves (GEMM ceiling and
-/// half dimension, attention ceiling and half sequence, memory ceiling and half size, kernel overhead), by
-/// least squares of log(modeled / measured) over every op, weighted by the op's measured time; then the time
-/// between op spans joins the kernel overhead so that the step adds up.
-StageFit fit_compute_from_ops(const std::vector<Prepared>& prepared, sim::ClusterSpec& cluster) {
-  StageFit stage{"compute", {}, {}, ""};
-  const sim::ComputeEfficiency base = cluster.gpu.efficiency;
-  sim::GpuSpec trial = cluster.gpu;
-  auto loss = [&](const sim::ComputeEfficiency& efficiency) {
-    trial.efficiency = efficiency;
-    double sum = 0;
-    for (const Prepared& item : prepared) {
-      for (const OpTiming& timing : item.ops) {
-        if (timing.duration_s <= 0) continue;
-        sum += timing.duration_s * squared(std::log(modeled_op_s(trial, timing) / timing.duration_s));
-      }
-    }
-    return sum;
-  };
-  sim::ComputeEfficiency efficiency = base;
-  struct Field {
-    double sim::ComputeEfficiency::*member;
-    double low, high;
-    bool log_scale;
-    const char* key;
-  };
-  const std::vector<Field> fields = {
+namespace {
+
+/// The efficiency-curve fields fit_op_curves() fits, with their search ranges and cluster-file keys.
+struct CurveField {
+  double sim::ComputeEfficiency::*member;
+  double low, high;
+  bool log_scale;
+  const char* key;
+};
+
+const std::vector<CurveField>& curve_fields() {
+  static const std::vector<CurveField> kFields = {
       {&sim::ComputeEfficiency::gemm_max, 0.05, 0.99, false, "gemm_max"},
       {&sim::ComputeEfficiency::gemm_half_dim, 1, 8192, true, "gemm_half_dim"},
       {&sim::ComputeEfficiency::attention_max, 0.02, 0.99, false, "attention_max"},
@@ -202,8 +188,27 @@ StageFit fit_compute_from_ops(const std::vector<Prepared>& prepared, sim::Cluste
       {&sim::ComputeEfficiency::memory_max, 0.02, 0.99, false, "memory_max"},
       {&sim::ComputeEfficiency::memory_half_bytes, 1e3, 1e10, true, "memory_half_bytes"},
       {&sim::ComputeEfficiency::kernel_overhead_s, 1e-7, 1e-3, true, "kernel_overhead_us"}};
+  return kFields;
+}
+
+}  // namespace
+
+sim::ComputeEfficiency fit_op_curves(const std::vector<OpTiming>& ops, const sim::GpuSpec& gpu,
+                                     const std::vector<std::string>& fixed) {
+  sim::GpuSpec trial = gpu;
+  auto loss = [&](const sim::ComputeEfficiency& efficiency) {
+    trial.efficiency = efficiency;
+    double sum = 0;
+    for (const OpTiming& timing : ops) {
+      if (timing.duration_s <= 0) continue;
+      sum += timing.duration_s * squared(std::log(modeled_op_s(trial, timing) / timing.duration_s));
+    }
+    return sum;
+  };
+  sim::ComputeEfficiency efficiency = gpu.efficiency;
   for (int sweep = 0; sweep < 3; ++sweep) {
-    for (const Field& field : fields) {
+    for (const CurveField& field : curve_fields()) {
+      if (std::find(fixed.begin(), fixed.end(), field.key) != fixed.end()) continue;
       efficiency.*field.member = minimize_1d(
           [&](double x) {
             sim::ComputeEfficiency candidate = efficiency;
@@ -218,18 +223,51 @@ StageFit fit_compute_from_ops(const std::vector<Prepared>& prepared, sim::Cluste
   // in closed form. GEMMs keep the curve alone (their shape dependence is what projects to other models).
   trial.efficiency = efficiency;
   std::map<std::string, std::pair<double, double>> log_ratio;  // kind -> (sum w log(measured/modeled), sum w)
-  for (const Prepared& item : prepared) {
-    for (const OpTiming& timing : item.ops) {
-      if (timing.op.kind == graph::OpKind::kGemm || timing.duration_s <= 0) continue;
-      auto& [sum, weight] = log_ratio[graph::span_name(timing.op)];
-      sum += timing.duration_s * std::log(timing.duration_s / modeled_op_s(trial, timing));
-      weight += timing.duration_s;
-    }
+  for (const OpTiming& timing : ops) {
+    if (timing.op.kind == graph::OpKind::kGemm || timing.duration_s <= 0) continue;
+    auto& [sum, weight] = log_ratio[graph::span_name(timing.op)];
+    sum += timing.duration_s * std::log(timing.duration_s / modeled_op_s(trial, timing));
+    weight += timing.duration_s;
   }
   for (const auto& [kind, sums] : log_ratio) {
     if (sums.second > 0)
       efficiency.op_time_scale[kind] = std::clamp(std::exp(sums.first / sums.second), 0.05, 50.0);
   }
+  return efficiency;
+}
+
+std::vector<ParameterFit> efficiency_parameters(const sim::ComputeEfficiency& base,
+                                                const sim::ComputeEfficiency& fitted,
+                                                const std::string& stage,
+                                                const std::vector<std::string>& fixed) {
+  std::vector<ParameterFit> parameters;
+  for (const auto& [kind, scale] : fitted.op_time_scale) {
+    const auto base_scale = base.op_time_scale.find(kind);
+    parameters.push_back({"gpu.efficiency.op_time_scale." + kind,
+                          base_scale == base.op_time_scale.end() ? 1.0 : base_scale->second, scale, "x",
+                          stage});
+  }
+  for (const CurveField& field : curve_fields()) {
+    if (std::find(fixed.begin(), fixed.end(), field.key) != fixed.end()) continue;
+    const bool micro = std::string(field.key) == "kernel_overhead_us";
+    parameters.push_back({std::string("gpu.efficiency.") + field.key, base.*field.member * (micro ? 1e6 : 1),
+                          fitted.*field.member * (micro ? 1e6 : 1), micro ? "us" : "", stage});
+  }
+  return parameters;
+}
+
+namespace {
+
+/// Stage 2 from per-op spans (`calo bench --trace-ops`): the efficiency curves themselves (GEMM ceiling and
+/// half dimension, attention ceiling and half sequence, memory ceiling and half size, kernel overhead), by
+/// least squares of log(modeled / measured) over every op, weighted by the op's measured time
+/// (fit_op_curves); then the time between op spans joins the kernel overhead so that the step adds up.
+StageFit fit_compute_from_ops(const std::vector<Prepared>& prepared, sim::ClusterSpec& cluster) {
+  StageFit stage{"compute", {}, {}, ""};
+  const sim::ComputeEfficiency base = cluster.gpu.efficiency;
+  std::vector<OpTiming> all_ops;
+  for (const Prepared& item : prepared) all_ops.insert(all_ops.end(), item.ops.begin(), item.ops.end());
+  sim::ComputeEfficiency efficiency = fit_op_curves(all_ops, cluster.gpu);
   // Time between op spans (host launch cost, synchronization) belongs to the step too: spread it over the ops
   // as kernel overhead (median over runs of (step - sum of op times) / ops).
   std::vector<double> gaps_s;
@@ -244,18 +282,7 @@ StageFit fit_compute_from_ops(const std::vector<Prepared>& prepared, sim::Cluste
   ops_only.efficiency = efficiency;
   if (gap_s > 0) efficiency.kernel_overhead_s += gap_s;
   cluster.gpu.efficiency = efficiency;
-  for (const auto& [kind, scale] : efficiency.op_time_scale) {
-    const auto base_scale = base.op_time_scale.find(kind);
-    stage.parameters.push_back({"gpu.efficiency.op_time_scale." + kind,
-                                base_scale == base.op_time_scale.end() ? 1.0 : base_scale->second, scale, "x",
-                                "compute"});
-  }
-  for (const Field& field : fields) {
-    const bool micro = std::string(field.key) == "kernel_overhead_us";
-    stage.parameters.push_back({std::string("gpu.efficiency.") + field.key,
-                                base.*field.member * (micro ? 1e6 : 1),
-                                efficiency.*field.member * (micro ? 1e6 : 1), micro ? "us" : "", "compute"});
-  }
+  stage.parameters = efficiency_parameters(base, efficiency, "compute");
   for (const Prepared& item : prepared) {
     // Per op class: relative error of the summed op time; and the whole step at the measured clock.
     std::map<std::string, std::pair<double, double>> by_class;  // class -> (measured, modeled)
@@ -467,7 +494,6 @@ StageFit fit_thermal(const std::vector<MeasuredRun>& runs, sim::ClusterSpec& clu
 }  // namespace
 
 FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSpec& base) {
-  require_input(!runs.empty(), "no runs to fit; give at least one measured run");
   FitResult result;
   result.cluster = base;
   std::vector<Prepared> prepared;

@@ -38,7 +38,22 @@ struct FitResult {
   std::vector<std::string> kept;  ///< parameters no run determined (base values kept)
 };
 
-/// Fits `base` to `runs` (every run loaded against base's GPU). Throws InputError if no run is usable.
+/// Modeled duration of a measured op on `gpu` at the clock it ran (max clock when unknown).
+double modeled_op_s(const sim::GpuSpec& gpu, const OpTiming& timing);
+
+/// The compute efficiency curves (GEMM, attention, memory, kernel overhead) and per-kernel-kind time scales
+/// fitted to measured op timings: least squares of log(modeled / measured), weighted by measured time. Curve
+/// fields named in `fixed` ("gemm_max", "attention_half_seq", ..., "kernel_overhead_us") keep gpu's value.
+sim::ComputeEfficiency fit_op_curves(const std::vector<OpTiming>& ops, const sim::GpuSpec& gpu,
+                                     const std::vector<std::string>& fixed = {});
+
+/// The fitted efficiency parameters as ParameterFit rows of `stage` (kernel overhead in us), less `fixed`.
+std::vector<ParameterFit> efficiency_parameters(const sim::ComputeEfficiency& base,
+                                                const sim::ComputeEfficiency& fitted,
+                                                const std::string& stage,
+                                                const std::vector<std::string>& fixed = {});
+
+/// Fits `base` to `runs` (every run loaded against base's GPU); stages no run informs say so in their note.
 FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSpec& base);
 
 }  // namespace calo::calibrate

@@ -16,14 +16,13 @@
 
 namespace calo::calibrate {
 
-namespace {
-
-/// The product token of a GPU name ("NVIDIA H100 80GB HBM3" -> "H100"); empty if none.
 std::string gpu_model_token(const std::string& name) {
   static const std::regex kToken("\\b(GH|GB|[ABHLV]|MI)[0-9]{2,4}[A-Z]?\\b");
   std::smatch match;
   return std::regex_search(name, match, kToken) ? match.str(0) : std::string();
 }
+
+namespace {
 
 /// Distinct step numbers of the step spans called `name`.
 int count_steps(const std::vector<store::Span>& spans, const std::string& name) {

@@ -58,6 +58,9 @@ struct MeasuredRun {
   bool simulatable() const { return model.has_value(); }
 };
 
+/// The product token of a GPU name ("NVIDIA H100 80GB HBM3" -> "H100"); empty if none.
+std::string gpu_model_token(const std::string& name);
+
 /// True when `gpu` describes a CPU host (its name starts with "CPU"): runs on CPU devices calibrate it.
 bool is_cpu_host(const sim::GpuSpec& gpu);
 

@@ -1,5 +1,6 @@
-// `calo calibrate RUN... --cluster BASE --out FILE.yaml [--json] [--no-loo]`: fits the simulator's cluster
-// file to measured runs and reports each stage's residuals and the leave-one-out error against the targets.
+// `calo calibrate RUN|TRACE... --cluster BASE --out FILE.yaml [--json] [--no-loo]`: fits the simulator's
+// cluster file to measured runs and Kineto traces and reports each stage's residuals and the leave-one-out
+// error against the targets.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/table.h"
+#include "graph/graph.h"
 
 namespace calo::cli {
 namespace {
@@ -93,6 +95,23 @@ void print_leave_one_out(const calibrate::Calibration& calibration) {
   }
 }
 
+void print_kineto(const calibrate::Calibration& calibration) {
+  if (calibration.traces.empty()) return;
+  const calibrate::KinetoFit& kineto = calibration.kineto;
+  core::TextTable table({"collective", "group", "nodes", "bytes", "n", "measured us", "modeled us", "error"});
+  for (const auto& sample : kineto.collectives) {
+    table.add_row({graph::to_string(sample.kind), std::to_string(sample.group_size),
+                   std::to_string(sample.nodes), fmt::format("{:.0f}", sample.bytes),
+                   std::to_string(sample.instances), fmt::format("{:.1f}", sample.measured_s * 1e6),
+                   fmt::format("{:.1f}", sample.modeled_s * 1e6),
+                   error_cell("", (sample.modeled_s - sample.measured_s) / sample.measured_s) +
+                       (sample.fitted ? "" : " (not fitted)")});
+  }
+  fmt::print("# collectives of {} (time on the last-arriving rank, median over instances)\n{}",
+             fmt::join(kineto.labels, ", "), table.render());
+  fmt::print("kernels taken at {:.0f} MHz ({})\n\n", kineto.clock_mhz, kineto.clock_source);
+}
+
 int run_calibrate(const CalibrateFlags& flags) {
   require_input(!flags.out.empty(), "--out FILE.yaml is required (where the calibrated cluster file goes)");
   require_input(!std::filesystem::exists(flags.out) || std::filesystem::is_regular_file(flags.out),
@@ -110,6 +129,7 @@ int run_calibrate(const CalibrateFlags& flags) {
     return 0;
   }
   print_parameters(calibration);
+  print_kineto(calibration);
   print_residuals(calibration);
   print_leave_one_out(calibration);
   fmt::print("\nwrote {} — use it with: calo sim --cluster {} ...\n", flags.out, flags.out);
@@ -118,13 +138,15 @@ int run_calibrate(const CalibrateFlags& flags) {
 
 const CommandRegistration kCalibrate(
     "calibrate",
-    "fit a cluster file to measured runs (compute, power, power-cap controller, heat) with leave-one-out "
-    "error",
+    "fit a cluster file to measured runs and Kineto traces (compute, collectives, power, power-cap "
+    "controller, heat) with leave-one-out error",
     72, [](CLI::App& app) -> std::function<int()> {
       auto flags = std::make_shared<CalibrateFlags>();
-      app.add_option("RUN", flags->runs, "measured run directories (calo bench, calo record)")
+      app.add_option("RUN", flags->runs,
+                     "measured run directories (calo bench, calo record, calo ingest) or Kineto traces "
+                     "(.json/.json.gz, one per rank of one job)")
           ->required()
-          ->check(CLI::ExistingDirectory);
+          ->check(CLI::ExistingPath);
       app.add_option("--cluster", flags->cluster,
                      "base cluster (preset name or YAML file) whose GPU the runs used")
           ->required();

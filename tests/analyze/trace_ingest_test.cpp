@@ -279,5 +279,39 @@ TEST(TraceIngest, RealTraceBreakdownMatchesHandCheckedNumbers) {
   }
 }
 
+TEST(TraceIngest, RealKernelsLinkToTheAtenOpThatLaunchedThemWithItsShapes) {
+  // The 2 x H200 trace (record_shapes=True): every nvjet GEMM kernel was launched by an aten::mm whose inputs
+  // are [m,k] x [k,n]; the cuDNN SDPA forward kernels by aten::_cudnn_attention_forward with q [b,h,s,d] and
+  // is_causal (its 11th input) True.
+  const TraceData data = ingest_traces({kFixtures / "kineto_real" / "rank1.json"}, /*keep_op_shapes=*/true);
+  EXPECT_TRUE(ingest_traces({kFixtures / "kineto_real" / "rank1.json"}).ops.empty()) << "only when asked";
+  int gemms = 0, attention = 0;
+  for (const TraceKernel& kernel : data.kernels) {
+    const std::string& name = data.names[static_cast<std::size_t>(kernel.name_id)];
+    if (name.starts_with("nvjet_sm90")) {
+      ASSERT_GE(kernel.op, 0) << name;
+      const TraceOp& op = data.ops[static_cast<std::size_t>(kernel.op)];
+      EXPECT_EQ(op.name, "aten::mm");
+      ASSERT_EQ(op.input_dims.size(), 2u);
+      ASSERT_EQ(op.input_dims[0].size(), 2u);
+      EXPECT_EQ(op.input_dims[0][1], op.input_dims[1][0]) << "inner dimensions agree";
+      EXPECT_EQ(op.input_types[0], "c10::BFloat16");
+      gemms += 1;
+    } else if (name.find("sdpa_sm90_flash_fprop") != std::string::npos) {
+      ASSERT_GE(kernel.op, 0) << name;
+      const TraceOp& op = data.ops[static_cast<std::size_t>(kernel.op)];
+      EXPECT_EQ(op.name, "aten::_cudnn_attention_forward");
+      EXPECT_EQ(op.input_dims[0], (std::vector<int64_t>{2, 16, 512, 64}));
+      ASSERT_GT(op.concrete_inputs.size(), 10u);
+      EXPECT_EQ(op.concrete_inputs[10], "True");
+      attention += 1;
+    } else if (is_comm(kernel.category)) {
+      EXPECT_EQ(kernel.op, -1) << "NCCL kernels hang off record_param_comms, not an aten op";
+    }
+  }
+  EXPECT_EQ(gemms, 34);
+  EXPECT_EQ(attention, 4);
+}
+
 }  // namespace
 }  // namespace calo::analyze

@@ -1,5 +1,5 @@
-// Runs the `calo` binary under test (CALO_BINARY, set by the suite's CMakeLists) as a real process: its exit code
-// and its stdout + stderr. Shared by the suites that test commands end to end.
+// Runs the `calo` binary under test (CALO_BINARY, set by the suite's CMakeLists) as a real process: its exit
+// code and its stdout + stderr. Shared by the suites that test commands end to end.
 #pragma once
 
 #include <sys/wait.h>
@@ -15,18 +15,24 @@ struct Outcome {
   std::string output;  ///< stdout + stderr
 };
 
-/// Runs `calo ARGUMENTS` through the shell and waits for it.
-inline Outcome run_calo(const std::string& arguments) {
-  const std::string command = std::string(CALO_BINARY) + " " + arguments + " 2>&1";
+/// Runs `command` through the shell and waits for it (the output is what the command sends to stdout).
+inline Outcome run_shell(const std::string& command) {
   Outcome outcome;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return outcome;
-  char buffer[4096];
+  char buffer[65536];
   std::size_t got = 0;
   while ((got = fread(buffer, 1, sizeof(buffer), pipe)) > 0) outcome.output.append(buffer, got);
   const int status = pclose(pipe);
   outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return outcome;
 }
+
+#ifdef CALO_BINARY
+/// Runs `calo ARGUMENTS` through the shell and waits for it.
+inline Outcome run_calo(const std::string& arguments) {
+  return run_shell(std::string(CALO_BINARY) + " " + arguments + " 2>&1");
+}
+#endif
 
 }  // namespace calo::testing

@@ -15,6 +15,7 @@
 #include <regex>
 #include <sstream>
 
+#include "../common/run_calo.h"
 #include "report/html_report.h"
 
 namespace calo::report {
@@ -23,18 +24,9 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string shell(const std::string& command, int& status) {
-  std::string output;
-  std::FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) {
-    status = -1;
-    return output;
-  }
-  char buffer[65536];
-  std::size_t got = 0;
-  while ((got = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, got);
-  const int raw = ::pclose(pipe);
-  status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return output;
+  const testing::Outcome outcome = testing::run_shell(command + " 2>&1");
+  status = outcome.exit_code;
+  return outcome.output;
 }
 
 std::string calo() {

@@ -11,6 +11,7 @@
 #include <regex>
 #include <sstream>
 
+#include "../common/run_calo.h"
 #include "analyze/metrics.h"
 #include "report/html_report.h"
 #include "synthetic_run.h"
@@ -19,18 +20,9 @@ namespace calo::report {
 namespace {
 
 std::string run_command(const std::string& command, int& status) {
-  std::string output;
-  std::FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    status = -1;
-    return output;
-  }
-  char buffer[65536];
-  std::size_t got = 0;
-  while ((got = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, got);
-  int raw = ::pclose(pipe);
-  status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return output;
+  const testing::Outcome outcome = testing::run_shell(command);
+  status = outcome.exit_code;
+  return outcome.output;
 }
 
 std::string chromium_binary() {

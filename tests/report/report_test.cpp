@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "../common/run_calo.h"
 #include "report/export.h"
 #include "report/html_report.h"
 #include "report/svg_chart.h"
@@ -24,18 +25,9 @@ std::string read_file(const std::filesystem::path& path) {
 
 // Runs `command`, returns its stdout and sets `status` to the exit code.
 std::string run_command(const std::string& command, int& status) {
-  std::string output;
-  std::FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    status = -1;
-    return output;
-  }
-  char buffer[65536];
-  std::size_t got = 0;
-  while ((got = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, got);
-  int raw = ::pclose(pipe);
-  status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return output;
+  const testing::Outcome outcome = testing::run_shell(command);
+  status = outcome.exit_code;
+  return outcome.output;
 }
 
 std::string chromium_binary() {

@@ -50,6 +50,7 @@ class SimulateTest : public ::testing::Test {
     result.global_batch = global_batch;
     return result;
   }
+  ClusterSpec fast_thermal_cluster() const;
   std::filesystem::path dir_;
   std::string model_path_;
   ClusterSpec ideal_;
@@ -122,14 +123,19 @@ TEST_F(SimulateTest, PowerNeverExceedsTheCapInSteadyState) {
   EXPECT_GT(uncapped.gpus[0].peak_power_w, result.gpus[0].peak_power_w);
 }
 
-TEST_F(SimulateTest, SteadyStateTemperatureIsInletPlusPowerTimesResistance) {
+/// Four GPUs whose die settles within a microsecond: inlet 30 C + slot offsets 0..3, 0.05 K/W die to air.
+ClusterSpec SimulateTest::fast_thermal_cluster() const {
   std::string text = testing::ideal_cluster_yaml(4);
   text.replace(
       text.find("  efficiency:"), 0,
       "  thermal: {r_die_k_per_w: 0.03, r_sink_k_per_w: 0.02, tau_die_s: 1.0e-6, tau_sink_s: 1.0e-6}\n");
   text.replace(text.find("  nvlink_latency_us: 0\n"), 0,
                "  inlet_c: 30\n  slot_inlet_offset_c: [0, 1, 2, 3]\n");
-  const ClusterSpec cluster = load_cluster(testing::write_file(dir_ / "fast-thermal.yaml", text));
+  return load_cluster(testing::write_file(dir_ / "fast-thermal.yaml", text));
+}
+
+TEST_F(SimulateTest, SteadyStateTemperatureIsInletPlusPowerTimesResistance) {
+  const ClusterSpec cluster = fast_thermal_cluster();
   const graph::Graph graph = testing::make_graph(model_path_, layout(1, 2, 2, 2, 8));
   SimOptions options;
   options.steps = 3;
@@ -142,13 +148,7 @@ TEST_F(SimulateTest, SteadyStateTemperatureIsInletPlusPowerTimesResistance) {
 }
 
 TEST_F(SimulateTest, SlotOfRankMovesAGpuIntoAnotherSlotsAir) {
-  std::string text = testing::ideal_cluster_yaml(4);
-  text.replace(
-      text.find("  efficiency:"), 0,
-      "  thermal: {r_die_k_per_w: 0.03, r_sink_k_per_w: 0.02, tau_die_s: 1.0e-6, tau_sink_s: 1.0e-6}\n");
-  text.replace(text.find("  nvlink_latency_us: 0\n"), 0,
-               "  inlet_c: 30\n  slot_inlet_offset_c: [0, 1, 2, 3]\n");
-  const ClusterSpec cluster = load_cluster(testing::write_file(dir_ / "fast-thermal.yaml", text));
+  const ClusterSpec cluster = fast_thermal_cluster();
   const graph::Graph graph = testing::make_graph(model_path_, layout(1, 2, 2, 2, 8));
   SimOptions options;
   options.steps = 2;

@@ -678,29 +678,44 @@ bool is_gzip(const char* data, std::size_t size) {
          static_cast<unsigned char>(data[1]) == 0x8b;
 }
 
-/// The decompressed contents of a gzip file (PyTorch profiler's usual `.json.gz`). InputError if it is
-/// corrupt.
-std::string gunzip(const std::filesystem::path& path) {
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    throw InputError(fmt::format("{}: cannot open gzip trace ({})", path.string(), std::strerror(errno)));
-  }
-  gzbuffer(file, 1 << 20);
+/// The decompressed contents of gzip data (PyTorch profiler's usual `.json.gz`; concatenated members are
+/// joined as gzip(1) does). InputError naming `source` if it is corrupt or truncated.
+std::string gunzip(const char* data, std::size_t size, const std::string& source) {
+  z_stream stream{};
+  if (inflateInit2(&stream, 16 + MAX_WBITS) != Z_OK)
+    throw RuntimeFailure(fmt::format("{}: zlib could not start ({})", source, stream.msg ? stream.msg : "?"));
   std::string text;
   std::vector<char> chunk(1 << 20);
+  const auto* next = reinterpret_cast<const Bytef*>(data);
+  std::size_t left = size;
+  int status = Z_OK;
   while (true) {
-    const int got = gzread(file, chunk.data(), static_cast<unsigned>(chunk.size()));
-    if (got < 0) {
-      int code = 0;
-      const std::string message = gzerror(file, &code);
-      gzclose(file);
-      throw InputError(
-          fmt::format("{}: corrupt gzip trace ({}); re-export it from the profiler", path.string(), message));
+    const auto feed = static_cast<uInt>(std::min<std::size_t>(left, 1u << 30));
+    stream.next_in = const_cast<Bytef*>(next);
+    stream.avail_in = feed;
+    stream.next_out = reinterpret_cast<Bytef*>(chunk.data());
+    stream.avail_out = static_cast<uInt>(chunk.size());
+    status = inflate(&stream, Z_NO_FLUSH);
+    const std::size_t used = feed - stream.avail_in;
+    next += used;
+    left -= used;
+    text.append(chunk.data(), chunk.size() - stream.avail_out);
+    if (status == Z_STREAM_END) {
+      if (left == 0) break;
+      if (left < 2 || static_cast<unsigned char>(next[0]) != 0x1f ||
+          static_cast<unsigned char>(next[1]) != 0x8b)
+        break;  // trailing bytes that are no gzip member are ignored, as gzip(1) does
+      inflateReset(&stream);
+      continue;
     }
-    if (got == 0) break;
-    text.append(chunk.data(), static_cast<std::size_t>(got));
+    if (status != Z_OK) break;  // Z_BUF_ERROR: no progress with input and output room, i.e. truncated data
   }
-  gzclose(file);
+  const std::string message =
+      stream.msg != nullptr ? stream.msg : (status == Z_BUF_ERROR ? "unexpected end of data" : "");
+  inflateEnd(&stream);
+  if (status != Z_STREAM_END)
+    throw InputError(fmt::format("{}: corrupt gzip trace ({}); re-export it from the profiler", source,
+                                 message.empty() ? "zlib error " + std::to_string(status) : message));
   return text;
 }
 
@@ -714,6 +729,12 @@ void parse_kineto_json(const char* text, std::size_t size, const std::string& so
     names.ids.emplace(data.names[id], static_cast<int32_t>(id));
   std::vector<PendingFile> files(1);
   files[0].source = source_name;
+  std::string inflated;
+  if (is_gzip(text, size)) {
+    inflated = gunzip(text, size, source_name);
+    text = inflated.data();
+    size = inflated.size();
+  }
   parse_into(text, size, source_name, files[0].state, names);
   files[0].rank = files[0].state.rank != kUnset ? static_cast<int32_t>(files[0].state.rank) : default_rank;
   data.bytes_read += size;
@@ -733,7 +754,7 @@ TraceData ingest_traces(const std::vector<std::filesystem::path>& paths) {
     MappedFile file(path);
     files[index].source = source;
     if (is_gzip(file.data(), file.size())) {
-      const std::string text = gunzip(path);
+      const std::string text = gunzip(file.data(), file.size(), source);
       parse_into(text.data(), text.size(), source, files[index].state, names);
       data.bytes_read += text.size();
     } else {

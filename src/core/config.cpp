@@ -66,9 +66,49 @@ bool looks_like_path(const std::string& text) {
   return ends_with(".yaml") || ends_with(".yml") || ends_with(".json") || text.find('/') != std::string::npos;
 }
 
+// Offset of the first byte of `text` that is not well-formed UTF-8 (RFC 3629: no overlong forms, surrogates
+// or code points above U+10FFFF), or npos. JSON strings must be UTF-8: one bad byte in a name would otherwise
+// surface later as a json::type_error while printing or storing it.
+size_t invalid_utf8_offset(const std::string& text) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t size = text.size();
+  for (size_t at = 0; at < size;) {
+    const unsigned char lead = bytes[at];
+    if (lead < 0x80) {
+      ++at;
+      continue;
+    }
+    size_t length = 0;
+    unsigned char low = 0x80, high = 0xBF;  // allowed range of the second byte
+    if (lead >= 0xC2 && lead <= 0xDF) {
+      length = 2;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+      length = 3;
+      if (lead == 0xE0) low = 0xA0;   // overlong
+      if (lead == 0xED) high = 0x9F;  // UTF-16 surrogates
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      length = 4;
+      if (lead == 0xF0) low = 0x90;   // overlong
+      if (lead == 0xF4) high = 0x8F;  // above U+10FFFF
+    } else {
+      return at;
+    }
+    if (at + length > size || bytes[at + 1] < low || bytes[at + 1] > high) return at;
+    for (size_t next = 2; next < length; ++next)
+      if ((bytes[at + next] & 0xC0) != 0x80) return at;
+    at += length;
+  }
+  return std::string::npos;
+}
+
 }  // namespace
 
 nlohmann::json parse_yaml(const std::string& text, const std::string& origin) {
+  if (const size_t bad = invalid_utf8_offset(text); bad != std::string::npos) {
+    const auto line = std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad), '\n') + 1;
+    throw InputError(origin + ": not valid UTF-8 (line " + std::to_string(line) + ", byte " +
+                     std::to_string(bad) + "); save the file as UTF-8");
+  }
   try {
     return yaml_to_json(YAML::Load(text));
   } catch (const YAML::Exception& error) {

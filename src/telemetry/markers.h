@@ -128,7 +128,6 @@ class LinePattern {
  private:
   std::string kind_;
   std::vector<std::regex> patterns_;
-  bool elapsed_in_seconds_ = false;  // NeMo's train_step_timing is in s
 };
 
 /// Listens on a unix datagram socket; each datagram holds one or more marker lines.

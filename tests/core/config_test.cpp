@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+
 #include "core/error.h"
 #include "core/table.h"
 
@@ -26,6 +29,29 @@ TEST(Config, MalformedYamlNamesOriginAndLine) {
     EXPECT_NE(std::string(error.what()).find("broken.yaml"), std::string::npos);
     EXPECT_NE(std::string(error.what()).find("line"), std::string::npos);
   }
+}
+
+// Fuzzing finding (tests/fuzz/regressions/model_yaml/invalid-utf8-in-value.yaml): a byte that is not UTF-8 in
+// a value escaped as json::type_error 316 from the error message's dump() instead of an InputError.
+TEST(Config, InvalidUtf8IsBadInputNamingLineAndByte) {
+  std::ifstream file(
+      std::string(CALO_SOURCE_DIR) + "/tests/fuzz/regressions/model_yaml/invalid-utf8-in-value.yaml",
+      std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(text.empty());
+  try {
+    parse_yaml(text, "model.yaml");
+    FAIL() << "expected InputError";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("model.yaml: not valid UTF-8 (line "), std::string::npos)
+        << error.what();
+  }
+  EXPECT_THROW(parse_yaml("name: \xC0\xAF\n", "x"), InputError);          // overlong '/'
+  EXPECT_THROW(parse_yaml("name: \xED\xA0\x80\n", "x"), InputError);      // UTF-16 surrogate
+  EXPECT_THROW(parse_yaml("name: \xF4\x90\x80\x80\n", "x"), InputError);  // above U+10FFFF
+  EXPECT_THROW(parse_yaml("name: \xE2\x82", "x"), InputError);            // truncated at the end
+  EXPECT_EQ(parse_yaml("name: \"\xE2\x82\xAC \xF0\x9F\x94\xA5\"\n", "x")["name"],
+            "\xE2\x82\xAC \xF0\x9F\x94\xA5");
 }
 
 TEST(Config, UnknownPresetListsAvailableOnes) {

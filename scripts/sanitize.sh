@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# ASan+UBSan build (clang, CUDA off, every report fatal) of the library, the unit and integration tests and the
+# libFuzzer targets in ./build-san, then the tests in it (docs/FUZZING.md "Sanitizers"). Idempotent, incremental.
+# Usage: scripts/sanitize.sh [ctest args...]   (default: every test except the gpu/multigpu ones)
+# Environment: CALO_SAN_BUILD_DIR (default build-san), CALO_WERROR (ON in CI), CALO_SAN_BUILD_ONLY=1 (build and
+# stop: scripts/fuzz.sh uses it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir=${CALO_SAN_BUILD_DIR:-build-san}
+werror=${CALO_WERROR:-OFF}
+[ "${CI:-}" = "true" ] && werror=ON
+clang_cxx=$(command -v clang++-14 || command -v clang++ || true)
+clang_c=$(command -v clang-14 || command -v clang || true)
+if [ -z "$clang_cxx" ]; then
+  echo "calo sanitize: clang++ not found; run scripts/install_deps.sh (installs clang-14)" >&2
+  exit 2
+fi
+launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+fi
+# The project's Release flags (-O2); reports name functions (add -DCMAKE_CXX_FLAGS=-g by hand for file:line).
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_C_COMPILER="$clang_c" -DCMAKE_CXX_COMPILER="$clang_cxx" \
+  -DCMAKE_BUILD_TYPE=Release -DCALO_SANITIZE=ON \
+  -DCALO_FUZZ=ON -DCALO_CUDA=OFF -DCALO_BUILD_BENCH=OFF -DCALO_WERROR="$werror" "${launcher[@]}" >/dev/null
+cmake --build "$build_dir" -j "$(nproc)"
+[ "${CALO_SAN_BUILD_ONLY:-0}" = "1" ] && exit 0
+
+# halt_on_error/abort: the first report fails the test; detect_leaks: LeakSanitizer runs at each exit.
+export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+if [ $# -eq 0 ]; then
+  set -- -LE 'gpu|multigpu'
+fi
+ctest --test-dir "$build_dir" --output-on-failure -j "$(nproc)" "$@"

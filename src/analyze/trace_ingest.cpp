@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -26,6 +27,9 @@ namespace calo::analyze {
 namespace {
 
 constexpr int64_t kUnset = std::numeric_limits<int64_t>::min();
+// Largest time a trace may give (ts, dur, baseTimeNanoseconds): 3e18 ns, Unix time in 2065. With ts >= 0 and
+// base >= 0, base + ts - origin + dur <= 9e18 < INT64_MAX, so the merge arithmetic cannot overflow.
+constexpr int64_t kMaxTraceTimeNs = 3'000'000'000'000'000'000;
 
 // Cursor over one JSON text. Strings without escapes are returned as views into the text.
 class Scanner {
@@ -35,8 +39,8 @@ class Scanner {
 
   [[noreturn]] void fail(std::string_view what) const {
     throw InputError(
-        fmt::format("{}: malformed JSON at byte {}: {}; pass an uncompressed PyTorch profiler "
-                    "trace (torch.profiler export_chrome_trace)",
+        fmt::format("{}: malformed JSON at byte {}: {}; pass a PyTorch profiler trace as written "
+                    "(torch.profiler export_chrome_trace, JSON or .json.gz)",
                     source_, pos_ - begin_, what));
   }
 
@@ -171,16 +175,21 @@ class Scanner {
     return value;
   }
 
-  // Microseconds with an optional fraction ("1700000000123.456") as exact ns.
+  // Microseconds with an optional fraction ("1700000000123.456") as exact ns, in [-kMaxTraceTimeNs,
+  // kMaxTraceTimeNs] (fails beyond: a longer number would overflow int64).
   int64_t microseconds_as_ns() {
     std::string_view text = scalar_token();
     const char* cursor = text.data();
     const char* stop = cursor + text.size();
     bool negative = cursor < stop && *cursor == '-';
     if (negative) ++cursor;
+    constexpr int64_t kMaxWholeUs = kMaxTraceTimeNs / 1000;
     int64_t whole = 0;
     const char* digits_begin = cursor;
-    while (cursor < stop && *cursor >= '0' && *cursor <= '9') whole = whole * 10 + (*cursor++ - '0');
+    while (cursor < stop && *cursor >= '0' && *cursor <= '9') {
+      whole = whole * 10 + (*cursor++ - '0');
+      if (whole > kMaxWholeUs) fail(fmt::format("time '{}' us is out of range", text));
+    }
     if (cursor == digits_begin) fail(fmt::format("expected a number, found '{}'", text));
     int64_t fraction_ns = 0;
     if (cursor < stop && *cursor == '.') {
@@ -193,9 +202,13 @@ class Scanner {
     }
     if (cursor < stop) {  // exponent or other notation: take the slow path
       std::string copy(text);
-      return static_cast<int64_t>(std::strtod(copy.c_str(), nullptr) * 1000.0);
+      const double ns = std::strtod(copy.c_str(), nullptr) * 1000.0;
+      if (!(std::fabs(ns) <= static_cast<double>(kMaxTraceTimeNs)))  // also NaN
+        fail(fmt::format("time '{}' us is out of range", text));
+      return static_cast<int64_t>(ns);
     }
     int64_t ns = whole * 1000 + fraction_ns;
+    if (ns > kMaxTraceTimeNs) fail(fmt::format("time '{}' us is out of range", text));
     return negative ? -ns : ns;
   }
 
@@ -353,6 +366,7 @@ void parse_event(Scanner& scan, FileState& state, NameTable& names, std::string&
         }
       } else if (key == "ts") {
         ts_ns = scan.microseconds_as_ns();
+        if (ts_ns < 0) scan.fail("negative ts");
       } else if (key == "dur") {
         dur_ns = scan.microseconds_as_ns();
       } else if (key == "pid") {
@@ -514,6 +528,8 @@ void parse_into(const char* text, std::size_t size, const std::string& source, F
           parse_device_properties(scan, state, scratch);
         } else if (key == "baseTimeNanoseconds") {
           int64_t base = scan.integer(scratch);
+          if (base != kUnset && (base < 0 || base > kMaxTraceTimeNs))
+            scan.fail(fmt::format("baseTimeNanoseconds {} is out of range", base));
           state.base_ns = base == kUnset ? 0 : base;
         } else {
           scan.skip_value();

@@ -13,7 +13,7 @@ int marker_lines(const uint8_t* data, std::size_t size) {
   telemetry::StepSourceFilter filter([&](const telemetry::MarkerSpan& span) { spans.push_back(span); }, 5);
   telemetry::SpanAssembler assembler([&](const telemetry::MarkerSpan& span) { filter.offer(span); });
   std::istringstream stream(text_of(data, size));
-  int64_t now_ns = 1'000'000'000;
+  int64_t now_ns = 1'000'000'000'000'000;  // 11 days of uptime
   for (std::string line; std::getline(stream, line); now_ns += 1'000) {
     std::string error;
     if (auto command = telemetry::parse_marker_line(line, &error)) {

@@ -31,6 +31,9 @@ struct Point {
   std::string skip_reason;                                 ///< empty when the point can run
 };
 
+/// Most points a spec's grid may have (each is a run).
+inline constexpr int kMaxGridPoints = 10000;
+
 /// Keys an axis or a fixed flag may name (layout flags of `calo sim`, and gpus).
 const std::vector<std::string>& known_keys();
 

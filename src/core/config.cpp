@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -33,7 +34,8 @@ nlohmann::json yaml_to_json(const YAML::Node& node) {
       try {
         size_t used = 0;
         double as_double = std::stod(text, &used);
-        if (used == text.size()) return as_double;
+        // "inf" and "nan" stay text: no setting takes a non-finite number, and JSON has none.
+        if (used == text.size() && std::isfinite(as_double)) return as_double;
       } catch (const std::exception&) {
       }
       return text;

@@ -54,6 +54,15 @@ TEST(Config, InvalidUtf8IsBadInputNamingLineAndByte) {
             "\xE2\x82\xAC \xF0\x9F\x94\xA5");
 }
 
+TEST(Config, NonFiniteNumbersStayText) {
+  auto json = parse_yaml("a: inf\nb: nan\nc: -infinity\nd: 1e999\ne: 1e308\n", "test");
+  EXPECT_TRUE(json["a"].is_string());
+  EXPECT_TRUE(json["b"].is_string());
+  EXPECT_TRUE(json["c"].is_string());
+  EXPECT_TRUE(json["d"].is_string());  // out of double's range
+  EXPECT_DOUBLE_EQ(json["e"].get<double>(), 1e308);
+}
+
 TEST(Config, UnknownPresetListsAvailableOnes) {
   try {
     load_preset_or_file("models", "no-such-model");

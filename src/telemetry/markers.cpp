@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <limits>
@@ -224,6 +225,10 @@ void SpanAssembler::apply(const MarkerCommand& command, int64_t arrival_ns, cons
         span.t_begin_ns = open->second;
         state.open_phases.erase(open);
       }
+      if (span.t_end_ns < span.t_begin_ns) {  // sender times out of order: no negative-length span
+        ++rejected_;
+        return;
+      }
       on_span_(span);
       return;
     }
@@ -232,7 +237,11 @@ void SpanAssembler::apply(const MarkerCommand& command, int64_t arrival_ns, cons
         span.is_step = false;
         span.name = state.current_phase->first;
         span.t_begin_ns = state.current_phase->second;
-        on_span_(span);
+        if (span.t_end_ns >= span.t_begin_ns) {
+          on_span_(span);
+        } else {
+          ++rejected_;
+        }
       }
       // "phase end" (or "phase none") closes the current phase without opening another.
       if (command.name == "end" || command.name == "none") {
@@ -319,7 +328,7 @@ int SpanAssembler::close_all(int64_t end_ns) {
       span.name = name;
       span.rank = rank_id;
       span.t_begin_ns = begin_ns;
-      span.t_end_ns = end_ns;
+      span.t_end_ns = std::max(end_ns, begin_ns);  // a sender's clock may run up to 10 s ahead
       span.source = "socket";
       on_span_(span);
       ++closed;

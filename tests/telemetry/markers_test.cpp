@@ -143,6 +143,24 @@ TEST(SpanAssembler, AbsurdElapsedTimeIsIgnored) {
   EXPECT_EQ(spans[2].t_begin_ns, 3'000'000'000);
 }
 
+// Sender times may be out of order (each within 10 s of arrival): an end before its begin is rejected, not
+// written as a negative-length span; a phase still open at the end closes no earlier than it began.
+TEST(SpanAssembler, EndBeforeBeginIsRejected) {
+  std::vector<MarkerSpan> spans;
+  SpanAssembler assembler([&](const MarkerSpan& span) { spans.push_back(span); });
+  const int64_t now = 100'000'000'000;
+  assembler.apply(*parse_marker_line("begin step 1 t_ns 100000005000"), now, "socket");
+  assembler.apply(*parse_marker_line("end step 1 t_ns 100000001000"), now, "socket");
+  assembler.apply(*parse_marker_line("phase forward t_ns 100000009000"), now, "socket");
+  assembler.apply(*parse_marker_line("phase backward t_ns 100000002000"), now, "socket");
+  assembler.apply(*parse_marker_line("begin phase io t_ns 100000009000"), now, "socket");
+  EXPECT_TRUE(spans.empty());
+  EXPECT_EQ(assembler.rejected(), 2u);
+  EXPECT_EQ(assembler.close_all(now), 2);  // backward and io
+  ASSERT_EQ(spans.size(), 2u);
+  for (const auto& span : spans) EXPECT_GE(span.t_end_ns, span.t_begin_ns) << span.name;
+}
+
 TEST(MarkerProtocol, RankBeyondInt32IsRejected) {
   std::string error;
   EXPECT_FALSE(parse_marker_line("begin step 1 rank 4294967296", &error));  // was silently rank 0

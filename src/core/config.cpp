@@ -14,6 +14,50 @@
 namespace calo::core {
 namespace {
 
+// Offset of the first byte of `text` that is not well-formed UTF-8 (RFC 3629: no overlong forms, surrogates
+// or code points above U+10FFFF) or, with `printable_only`, not a character YAML allows in a file (tab, line
+// breaks and printable characters: no other C0/C1 control, DEL, U+FFFE/U+FFFF); npos if none. JSON strings
+// must be UTF-8: one bad byte in a name would surface later as a json::type_error while printing it; and
+// yaml-cpp turns a NUL byte in a plain scalar into a lone 0xA0 byte.
+size_t invalid_text_offset(const std::string& text, bool printable_only) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t size = text.size();
+  for (size_t at = 0; at < size;) {
+    const unsigned char lead = bytes[at];
+    if (lead < 0x80) {
+      if (printable_only && ((lead < 0x20 && lead != '\t' && lead != '\n' && lead != '\r') || lead == 0x7F))
+        return at;
+      ++at;
+      continue;
+    }
+    size_t length = 0;
+    unsigned char low = 0x80, high = 0xBF;  // allowed range of the second byte
+    if (lead >= 0xC2 && lead <= 0xDF) {
+      length = 2;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+      length = 3;
+      if (lead == 0xE0) low = 0xA0;   // overlong
+      if (lead == 0xED) high = 0x9F;  // UTF-16 surrogates
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      length = 4;
+      if (lead == 0xF0) low = 0x90;   // overlong
+      if (lead == 0xF4) high = 0x8F;  // above U+10FFFF
+    } else {
+      return at;
+    }
+    if (at + length > size || bytes[at + 1] < low || bytes[at + 1] > high) return at;
+    for (size_t next = 2; next < length; ++next)
+      if ((bytes[at + next] & 0xC0) != 0x80) return at;
+    if (printable_only) {
+      const bool c1_control = lead == 0xC2 && bytes[at + 1] <= 0x9F && bytes[at + 1] != 0x85;
+      const bool non_character = lead == 0xEF && bytes[at + 1] == 0xBF && bytes[at + 2] >= 0xBE;
+      if (c1_control || non_character) return at;
+    }
+    at += length;
+  }
+  return std::string::npos;
+}
+
 nlohmann::json yaml_to_json(const YAML::Node& node) {
   switch (node.Type()) {
     case YAML::NodeType::Null:
@@ -47,7 +91,12 @@ nlohmann::json yaml_to_json(const YAML::Node& node) {
     }
     case YAML::NodeType::Map: {
       nlohmann::json object = nlohmann::json::object();
-      for (const auto& entry : node) object[entry.first.as<std::string>()] = yaml_to_json(entry.second);
+      for (const auto& entry : node) {
+        if (!entry.first.IsScalar())
+          throw InputError("a key must be a plain value, not a list or mapping (line " +
+                           std::to_string(entry.first.Mark().line + 1) + ")");
+        object[entry.first.Scalar()] = yaml_to_json(entry.second);
+      }
       return object;
     }
   }
@@ -68,51 +117,19 @@ bool looks_like_path(const std::string& text) {
   return ends_with(".yaml") || ends_with(".yml") || ends_with(".json") || text.find('/') != std::string::npos;
 }
 
-// Offset of the first byte of `text` that is not well-formed UTF-8 (RFC 3629: no overlong forms, surrogates
-// or code points above U+10FFFF), or npos. JSON strings must be UTF-8: one bad byte in a name would otherwise
-// surface later as a json::type_error while printing or storing it.
-size_t invalid_utf8_offset(const std::string& text) {
-  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
-  const size_t size = text.size();
-  for (size_t at = 0; at < size;) {
-    const unsigned char lead = bytes[at];
-    if (lead < 0x80) {
-      ++at;
-      continue;
-    }
-    size_t length = 0;
-    unsigned char low = 0x80, high = 0xBF;  // allowed range of the second byte
-    if (lead >= 0xC2 && lead <= 0xDF) {
-      length = 2;
-    } else if (lead >= 0xE0 && lead <= 0xEF) {
-      length = 3;
-      if (lead == 0xE0) low = 0xA0;   // overlong
-      if (lead == 0xED) high = 0x9F;  // UTF-16 surrogates
-    } else if (lead >= 0xF0 && lead <= 0xF4) {
-      length = 4;
-      if (lead == 0xF0) low = 0x90;   // overlong
-      if (lead == 0xF4) high = 0x8F;  // above U+10FFFF
-    } else {
-      return at;
-    }
-    if (at + length > size || bytes[at + 1] < low || bytes[at + 1] > high) return at;
-    for (size_t next = 2; next < length; ++next)
-      if ((bytes[at + next] & 0xC0) != 0x80) return at;
-    at += length;
-  }
-  return std::string::npos;
-}
-
 }  // namespace
 
 nlohmann::json parse_yaml(const std::string& text, const std::string& origin) {
-  if (const size_t bad = invalid_utf8_offset(text); bad != std::string::npos) {
+  if (const size_t bad = invalid_text_offset(text, true); bad != std::string::npos) {
     const auto line = std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad), '\n') + 1;
-    throw InputError(origin + ": not valid UTF-8 (line " + std::to_string(line) + ", byte " +
-                     std::to_string(bad) + "); save the file as UTF-8");
+    throw InputError(origin + ": not valid UTF-8 YAML text (line " + std::to_string(line) + ", byte " +
+                     std::to_string(bad) +
+                     ": a control character or broken UTF-8); save the file as UTF-8 text");
   }
   try {
     return yaml_to_json(YAML::Load(text));
+  } catch (const InputError& error) {  // from yaml_to_json, which does not know the origin
+    throw InputError(origin + ": " + error.what());
   } catch (const YAML::Exception& error) {
     throw InputError(origin + ": not valid YAML/JSON (line " + std::to_string(error.mark.line + 1) +
                      "): " + error.msg);

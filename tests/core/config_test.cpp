@@ -31,27 +31,43 @@ TEST(Config, MalformedYamlNamesOriginAndLine) {
   }
 }
 
-// Fuzzing finding (tests/fuzz/regressions/model_yaml/invalid-utf8-in-value.yaml): a byte that is not UTF-8 in
-// a value escaped as json::type_error 316 from the error message's dump() instead of an InputError.
-TEST(Config, InvalidUtf8IsBadInputNamingLineAndByte) {
-  std::ifstream file(
-      std::string(CALO_SOURCE_DIR) + "/tests/fuzz/regressions/model_yaml/invalid-utf8-in-value.yaml",
-      std::ios::binary);
-  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  ASSERT_FALSE(text.empty());
+std::string read_regression(const std::string& name) {
+  std::ifstream file(std::string(CALO_SOURCE_DIR) + "/tests/fuzz/regressions/model_yaml/" + name,
+                     std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+}
+
+void expect_bad_text(const std::string& text, const std::string& expected) {
   try {
     parse_yaml(text, "model.yaml");
     FAIL() << "expected InputError";
   } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find("model.yaml: not valid UTF-8 (line "), std::string::npos)
-        << error.what();
+    EXPECT_NE(std::string(error.what()).find(expected), std::string::npos) << error.what();
   }
-  EXPECT_THROW(parse_yaml("name: \xC0\xAF\n", "x"), InputError);          // overlong '/'
-  EXPECT_THROW(parse_yaml("name: \xED\xA0\x80\n", "x"), InputError);      // UTF-16 surrogate
-  EXPECT_THROW(parse_yaml("name: \xF4\x90\x80\x80\n", "x"), InputError);  // above U+10FFFF
-  EXPECT_THROW(parse_yaml("name: \xE2\x82", "x"), InputError);            // truncated at the end
-  EXPECT_EQ(parse_yaml("name: \"\xE2\x82\xAC \xF0\x9F\x94\xA5\"\n", "x")["name"],
-            "\xE2\x82\xAC \xF0\x9F\x94\xA5");
+}
+
+// Fuzzing findings (tests/fuzz/regressions/model_yaml/): a byte that is not UTF-8 in a value, and a NUL byte
+// in a plain scalar or key (which yaml-cpp turns into a lone 0xA0 byte), escaped as json::type_error 316 from
+// an error message's dump() instead of an InputError.
+TEST(Config, InvalidUtf8AndControlCharactersAreBadInputNamingLineAndByte) {
+  for (const char* name :
+       {"invalid-utf8-in-value.yaml", "nul-byte-in-plain-scalar.yaml", "nul-byte-in-key.yaml"}) {
+    SCOPED_TRACE(name);
+    const std::string text = read_regression(name);
+    ASSERT_FALSE(text.empty());
+    expect_bad_text(text, "model.yaml: not valid UTF-8 YAML text (line ");
+  }
+  expect_bad_text("name: \xC0\xAF\n", "byte 6");                                       // overlong '/'
+  expect_bad_text("name: \xED\xA0\x80\n", "line 1");                                   // UTF-16 surrogate
+  expect_bad_text("name: \xF4\x90\x80\x80\n", "line 1");                               // above U+10FFFF
+  expect_bad_text("name: \xE2\x82", "line 1");                                         // truncated at the end
+  expect_bad_text(std::string("a: 1\nname: x\0y\n", 15), "line 2");                    // NUL
+  expect_bad_text("name: x\x7Fy\n", "line 1");                                         // DEL
+  expect_bad_text("name: x\xC2\x80y\n", "line 1");                                     // C1 control
+  expect_bad_text("name: \"\\ud800\"\n", "model.yaml: not valid YAML/JSON (line 1)");  // escaped surrogate
+  EXPECT_EQ(parse_yaml("name: \"\xE2\x82\xAC \xF0\x9F\x94\xA5\tx\"\n", "x")["name"],
+            "\xE2\x82\xAC \xF0\x9F\x94\xA5\tx");
+  expect_bad_text("? [1, 2]\n: 3\n", "model.yaml: a key must be a plain value");
 }
 
 TEST(Config, NonFiniteNumbersStayText) {

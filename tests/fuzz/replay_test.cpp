@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@ struct NamedTarget {
   std::string name;  // the folder of its inputs under tests/fuzz/corpus/ and tests/fuzz/regressions/
   Target run;
 };
+
+void PrintTo(const NamedTarget& target, std::ostream* out) {
+  *out << target.name;
+}
 
 const std::vector<NamedTarget> kTargets = {{"model_yaml", model_yaml},
                                            {"cluster_yaml", cluster_yaml},

@@ -56,7 +56,9 @@ TEST_P(FuzzReplay, EveryCommittedInputParsesOrIsRejectedAsBadInput) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Targets, FuzzReplay, testing::ValuesIn(kTargets),
-                         [](const testing::TestParamInfo<NamedTarget>& info) { return info.param.name; });
+                         [](const testing::TestParamInfo<NamedTarget>& target_info) {
+                           return target_info.param.name;
+                         });
 
 }  // namespace
 }  // namespace calo::fuzz

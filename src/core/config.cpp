@@ -58,13 +58,23 @@ size_t invalid_text_offset(const std::string& text, bool printable_only) {
   return std::string::npos;
 }
 
+// A scalar or key's text; InputError if yaml-cpp's unescaping made it invalid UTF-8: yaml-cpp 0.7 writes the
+// escapes "\_" (no-break space) and "\N" (next line) as the single Latin-1 bytes 0xA0 and 0x85.
+const std::string& checked_scalar(const YAML::Node& node) {
+  if (invalid_text_offset(node.Scalar(), false) != std::string::npos) {
+    throw InputError("not valid UTF-8 after unescaping (line " + std::to_string(node.Mark().line + 1) +
+                     "); write the character itself instead of a \\_ or \\N escape");
+  }
+  return node.Scalar();
+}
+
 nlohmann::json yaml_to_json(const YAML::Node& node) {
   switch (node.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined:
       return nullptr;
     case YAML::NodeType::Scalar: {
-      const std::string& text = node.Scalar();
+      const std::string& text = checked_scalar(node);
       if (node.Tag() == "!") return text;  // quoted scalar: keep as string
       if (text == "true" || text == "True") return true;
       if (text == "false" || text == "False") return false;
@@ -95,7 +105,7 @@ nlohmann::json yaml_to_json(const YAML::Node& node) {
         if (!entry.first.IsScalar())
           throw InputError("a key must be a plain value, not a list or mapping (line " +
                            std::to_string(entry.first.Mark().line + 1) + ")");
-        object[entry.first.Scalar()] = yaml_to_json(entry.second);
+        object[checked_scalar(entry.first)] = yaml_to_json(entry.second);
       }
       return object;
     }

@@ -65,6 +65,13 @@ TEST(Config, InvalidUtf8AndControlCharactersAreBadInputNamingLineAndByte) {
   expect_bad_text("name: x\x7Fy\n", "line 1");                                         // DEL
   expect_bad_text("name: x\xC2\x80y\n", "line 1");                                     // C1 control
   expect_bad_text("name: \"\\ud800\"\n", "model.yaml: not valid YAML/JSON (line 1)");  // escaped surrogate
+  // yaml-cpp unescapes \_ and \N to lone Latin-1 bytes (fuzz finding
+  // regressions/model_yaml/nbsp-escape-in-quoted-key.yaml).
+  expect_bad_text(read_regression("nbsp-escape-in-quoted-key.yaml"),
+                  "model.yaml: not valid UTF-8 after unescaping (line ");
+  expect_bad_text("a: 1\nname: \"x\\_y\"\n", "model.yaml: not valid UTF-8 after unescaping (line 2)");
+  expect_bad_text("\"x\\Ny\": 1\n", "model.yaml: not valid UTF-8 after unescaping (line 1)");
+  EXPECT_EQ(parse_yaml("name: \"x\\u00A0y\\x41\"\n", "x")["name"], "x\xC2\xA0yA");  // \u escapes are UTF-8
   EXPECT_EQ(parse_yaml("name: \"\xE2\x82\xAC \xF0\x9F\x94\xA5\tx\"\n", "x")["name"],
             "\xE2\x82\xAC \xF0\x9F\x94\xA5\tx");
   expect_bad_text("? [1, 2]\n: 3\n", "model.yaml: a key must be a plain value");

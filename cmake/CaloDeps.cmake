@@ -40,9 +40,19 @@ target_compile_options(calo_warnings INTERFACE
   # -O2/-O3 (GCC bugs 105329, 106199, 105651; fixed in 13); other compilers keep the warnings.
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:GNU>,$<VERSION_LESS:$<CXX_COMPILER_VERSION>,13>>:-Wno-restrict
   -Wno-stringop-overflow -Wno-array-bounds>)
+# Sanitizers (scripts/sanitize.sh): every undefined-behaviour report is fatal (-fno-sanitize-recover=all).
 if(CALO_SANITIZE)
-  target_compile_options(calo_warnings INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer)
-  target_link_options(calo_warnings INTERFACE -fsanitize=address,undefined)
+  target_compile_options(calo_warnings INTERFACE -fsanitize=address,undefined -fno-sanitize-recover=all
+    -fno-omit-frame-pointer)
+  target_link_options(calo_warnings INTERFACE -fsanitize=address,undefined -fno-sanitize-recover=all)
+endif()
+# libFuzzer targets (tests/fuzz/, clang only): the project's code gets coverage instrumentation; the targets
+# link libFuzzer's main. With CALO_SANITIZE the same build serves the sanitizer tests and the fuzzers.
+if(CALO_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "CALO_FUZZ=ON needs clang (libFuzzer): configure with -DCMAKE_CXX_COMPILER=clang++-14")
+  endif()
+  target_compile_options(calo_warnings INTERFACE -fsanitize=fuzzer-no-link)
 endif()
 
 # MPI for the CPU backend (dynamic: it is the system's own).

@@ -4,7 +4,8 @@
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libcli11-dev libyaml-cpp-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
   libsqlite3-dev libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin libopenblas-dev python3 python3-pip
-  chromium fonts-dejavu-core libpng-dev python3-pandas python3-pytest prometheus zlib1g-dev)
+  chromium fonts-dejavu-core libpng-dev python3-pandas python3-pytest prometheus zlib1g-dev
+  clang-14 libclang-rt-14-dev llvm-14 ccache)
 missing=()
 for package in "${packages[@]}"; do
   dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")

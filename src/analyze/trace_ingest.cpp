@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -26,6 +27,9 @@ namespace calo::analyze {
 namespace {
 
 constexpr int64_t kUnset = std::numeric_limits<int64_t>::min();
+// Largest time a trace may give (ts, dur, baseTimeNanoseconds): 3e18 ns, Unix time in 2065. With ts >= 0 and
+// base >= 0, base + ts - origin + dur <= 9e18 < INT64_MAX, so the merge arithmetic cannot overflow.
+constexpr int64_t kMaxTraceTimeNs = 3'000'000'000'000'000'000;
 
 // Cursor over one JSON text. Strings without escapes are returned as views into the text.
 class Scanner {
@@ -35,8 +39,8 @@ class Scanner {
 
   [[noreturn]] void fail(std::string_view what) const {
     throw InputError(
-        fmt::format("{}: malformed JSON at byte {}: {}; pass an uncompressed PyTorch profiler "
-                    "trace (torch.profiler export_chrome_trace)",
+        fmt::format("{}: malformed JSON at byte {}: {}; pass a PyTorch profiler trace as written "
+                    "(torch.profiler export_chrome_trace, JSON or .json.gz)",
                     source_, pos_ - begin_, what));
   }
 
@@ -171,16 +175,21 @@ class Scanner {
     return value;
   }
 
-  // Microseconds with an optional fraction ("1700000000123.456") as exact ns.
+  // Microseconds with an optional fraction ("1700000000123.456") as exact ns, in [-kMaxTraceTimeNs,
+  // kMaxTraceTimeNs] (fails beyond: a longer number would overflow int64).
   int64_t microseconds_as_ns() {
     std::string_view text = scalar_token();
     const char* cursor = text.data();
     const char* stop = cursor + text.size();
     bool negative = cursor < stop && *cursor == '-';
     if (negative) ++cursor;
+    constexpr int64_t kMaxWholeUs = kMaxTraceTimeNs / 1000;
     int64_t whole = 0;
     const char* digits_begin = cursor;
-    while (cursor < stop && *cursor >= '0' && *cursor <= '9') whole = whole * 10 + (*cursor++ - '0');
+    while (cursor < stop && *cursor >= '0' && *cursor <= '9') {
+      whole = whole * 10 + (*cursor++ - '0');
+      if (whole > kMaxWholeUs) fail(fmt::format("time '{}' us is out of range", text));
+    }
     if (cursor == digits_begin) fail(fmt::format("expected a number, found '{}'", text));
     int64_t fraction_ns = 0;
     if (cursor < stop && *cursor == '.') {
@@ -193,9 +202,13 @@ class Scanner {
     }
     if (cursor < stop) {  // exponent or other notation: take the slow path
       std::string copy(text);
-      return static_cast<int64_t>(std::strtod(copy.c_str(), nullptr) * 1000.0);
+      const double ns = std::strtod(copy.c_str(), nullptr) * 1000.0;
+      if (!(std::fabs(ns) <= static_cast<double>(kMaxTraceTimeNs)))  // also NaN
+        fail(fmt::format("time '{}' us is out of range", text));
+      return static_cast<int64_t>(ns);
     }
     int64_t ns = whole * 1000 + fraction_ns;
+    if (ns > kMaxTraceTimeNs) fail(fmt::format("time '{}' us is out of range", text));
     return negative ? -ns : ns;
   }
 
@@ -404,6 +417,7 @@ void parse_event(Scanner& scan, FileState& state, NameTable& names, std::string&
         }
       } else if (key == "ts") {
         ts_ns = scan.microseconds_as_ns();
+        if (ts_ns < 0) scan.fail("negative ts");
       } else if (key == "dur") {
         dur_ns = scan.microseconds_as_ns();
       } else if (key == "pid") {
@@ -577,6 +591,8 @@ void parse_into(const char* text, std::size_t size, const std::string& source, F
           parse_device_properties(scan, state, scratch);
         } else if (key == "baseTimeNanoseconds") {
           int64_t base = scan.integer(scratch);
+          if (base != kUnset && (base < 0 || base > kMaxTraceTimeNs))
+            scan.fail(fmt::format("baseTimeNanoseconds {} is out of range", base));
           state.base_ns = base == kUnset ? 0 : base;
         } else {
           scan.skip_value();
@@ -753,29 +769,44 @@ bool is_gzip(const char* data, std::size_t size) {
          static_cast<unsigned char>(data[1]) == 0x8b;
 }
 
-/// The decompressed contents of a gzip file (PyTorch profiler's usual `.json.gz`). InputError if it is
-/// corrupt.
-std::string gunzip(const std::filesystem::path& path) {
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    throw InputError(fmt::format("{}: cannot open gzip trace ({})", path.string(), std::strerror(errno)));
-  }
-  gzbuffer(file, 1 << 20);
+/// The decompressed contents of gzip data (PyTorch profiler's usual `.json.gz`; concatenated members are
+/// joined as gzip(1) does). InputError naming `source` if it is corrupt or truncated.
+std::string gunzip(const char* data, std::size_t size, const std::string& source) {
+  z_stream stream{};
+  if (inflateInit2(&stream, 16 + MAX_WBITS) != Z_OK)
+    throw RuntimeFailure(fmt::format("{}: zlib could not start ({})", source, stream.msg ? stream.msg : "?"));
   std::string text;
   std::vector<char> chunk(1 << 20);
+  const auto* next = reinterpret_cast<const Bytef*>(data);
+  std::size_t left = size;
+  int status = Z_OK;
   while (true) {
-    const int got = gzread(file, chunk.data(), static_cast<unsigned>(chunk.size()));
-    if (got < 0) {
-      int code = 0;
-      const std::string message = gzerror(file, &code);
-      gzclose(file);
-      throw InputError(
-          fmt::format("{}: corrupt gzip trace ({}); re-export it from the profiler", path.string(), message));
+    const auto feed = static_cast<uInt>(std::min<std::size_t>(left, 1u << 30));
+    stream.next_in = const_cast<Bytef*>(next);
+    stream.avail_in = feed;
+    stream.next_out = reinterpret_cast<Bytef*>(chunk.data());
+    stream.avail_out = static_cast<uInt>(chunk.size());
+    status = inflate(&stream, Z_NO_FLUSH);
+    const std::size_t used = feed - stream.avail_in;
+    next += used;
+    left -= used;
+    text.append(chunk.data(), chunk.size() - stream.avail_out);
+    if (status == Z_STREAM_END) {
+      if (left == 0) break;
+      if (left < 2 || static_cast<unsigned char>(next[0]) != 0x1f ||
+          static_cast<unsigned char>(next[1]) != 0x8b)
+        break;  // trailing bytes that are no gzip member are ignored, as gzip(1) does
+      inflateReset(&stream);
+      continue;
     }
-    if (got == 0) break;
-    text.append(chunk.data(), static_cast<std::size_t>(got));
+    if (status != Z_OK) break;  // Z_BUF_ERROR: no progress with input and output room, i.e. truncated data
   }
-  gzclose(file);
+  const std::string message =
+      stream.msg != nullptr ? stream.msg : (status == Z_BUF_ERROR ? "unexpected end of data" : "");
+  inflateEnd(&stream);
+  if (status != Z_STREAM_END)
+    throw InputError(fmt::format("{}: corrupt gzip trace ({}); re-export it from the profiler", source,
+                                 message.empty() ? "zlib error " + std::to_string(status) : message));
   return text;
 }
 
@@ -789,6 +820,12 @@ void parse_kineto_json(const char* text, std::size_t size, const std::string& so
     names.ids.emplace(data.names[id], static_cast<int32_t>(id));
   std::vector<PendingFile> files(1);
   files[0].source = source_name;
+  std::string inflated;
+  if (is_gzip(text, size)) {
+    inflated = gunzip(text, size, source_name);
+    text = inflated.data();
+    size = inflated.size();
+  }
   parse_into(text, size, source_name, files[0].state, names);
   files[0].rank = files[0].state.rank != kUnset ? static_cast<int32_t>(files[0].state.rank) : default_rank;
   data.bytes_read += size;
@@ -809,7 +846,7 @@ TraceData ingest_traces(const std::vector<std::filesystem::path>& paths, bool ke
     files[index].source = source;
     files[index].state.keep_op_shapes = keep_op_shapes;
     if (is_gzip(file.data(), file.size())) {
-      const std::string text = gunzip(path);
+      const std::string text = gunzip(file.data(), file.size(), source);
       parse_into(text.data(), text.size(), source, files[index].state, names);
       data.bytes_read += text.size();
     } else {

@@ -66,8 +66,9 @@ struct TraceData {
   int32_t world_size = 0;      ///< distributedInfo.world_size, 0 if absent
 };
 
-/// Parses one Kineto JSON text held in memory (used by the file reader, tests and the benchmark) and
-/// appends to `data`; `source_name` names it in errors; `default_rank` is used without distributedInfo.
+/// Parses one Kineto JSON text held in memory, or its gzip compression (used by tests, the fuzzer and the
+/// benchmark), and appends to `data`; `source_name` names it in errors; `default_rank` is used without
+/// distributedInfo.
 void parse_kineto_json(const char* text, std::size_t size, const std::string& source_name,
                        int32_t default_rank, TraceData& data);
 

@@ -9,8 +9,10 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
+#include <string_view>
 
 #include "core/config.h"
 #include "core/error.h"
@@ -321,16 +323,17 @@ Spec parse_spec(const nlohmann::json& object, const std::string& origin) {
   if (spec.name.empty()) spec.name = std::filesystem::path(origin).stem().string();
   spec.model = text("model", true);
   spec.cluster = text("cluster", true);
-  if (object.contains("gpus")) {
-    if (!object["gpus"].is_number_integer() || object["gpus"].get<int>() < 1)
-      throw InputError(fmt::format("{}: 'gpus' must be a positive integer, e.g. `gpus: 32`", origin));
-    spec.gpus = object["gpus"].get<int>();
-  }
-  if (object.contains("steps")) {
-    if (!object["steps"].is_number_integer() || object["steps"].get<int>() < 1)
-      throw InputError(fmt::format("{}: 'steps' must be a positive integer, e.g. `steps: 2`", origin));
-    spec.steps = object["steps"].get<int>();
-  }
+  // Checked as int64 before narrowing to int (gpus: 4294967297 used to pass as 1).
+  auto positive_int = [&](const char* key) {
+    const nlohmann::json& value = object[key];
+    if (!value.is_number_integer() || value.get<int64_t>() < 1 ||
+        value.get<int64_t>() > std::numeric_limits<int>::max())
+      throw InputError(fmt::format("{}: '{}' must be a positive integer, e.g. `{}: {}`", origin, key, key,
+                                   std::string_view(key) == "gpus" ? 32 : 2));
+    return static_cast<int>(value.get<int64_t>());
+  };
+  if (object.contains("gpus")) spec.gpus = positive_int("gpus");
+  if (object.contains("steps")) spec.steps = positive_int("steps");
   if (object.contains("fixed")) {
     if (!object["fixed"].is_object())
       throw InputError(
@@ -386,6 +389,13 @@ Spec parse_spec(const nlohmann::json& object, const std::string& origin) {
     }
     spec.axes.emplace_back(key, std::move(texts));
   }
+  // Every point is a run: a larger grid is a mistake, and expanding one that a few lines describe (20 axes of
+  // 10 values) would exhaust memory.
+  double grid_points = 1;
+  for (const auto& axis : spec.axes) grid_points *= static_cast<double>(axis.second.size());
+  if (grid_points > kMaxGridPoints)
+    throw InputError(fmt::format("{}: the axes make {:.0f} points; at most {} (split the sweep)", origin,
+                                 grid_points, kMaxGridPoints));
   if (spec.gpus == 0) {
     bool swept = std::any_of(spec.axes.begin(), spec.axes.end(),
                              [](const auto& axis) { return axis.first == "gpus"; });

@@ -35,6 +35,9 @@ struct Point {
 /// The swept keys of `spec` in axis order (the index's "axes").
 std::vector<std::string> axis_keys(const Spec& spec);
 
+/// Most points a spec's grid may have (each is a run).
+inline constexpr int kMaxGridPoints = 10000;
+
 /// Keys an axis or a fixed flag may name (layout flags of `calo sim`, and gpus).
 const std::vector<std::string>& known_keys();
 

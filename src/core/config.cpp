@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -13,13 +14,67 @@
 namespace calo::core {
 namespace {
 
+// Offset of the first byte of `text` that is not well-formed UTF-8 (RFC 3629: no overlong forms, surrogates
+// or code points above U+10FFFF) or, with `printable_only`, not a character YAML allows in a file (tab, line
+// breaks and printable characters: no other C0/C1 control, DEL, U+FFFE/U+FFFF); npos if none. JSON strings
+// must be UTF-8: one bad byte in a name would surface later as a json::type_error while printing it; and
+// yaml-cpp turns a NUL byte in a plain scalar into a lone 0xA0 byte.
+size_t invalid_text_offset(const std::string& text, bool printable_only) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t size = text.size();
+  for (size_t at = 0; at < size;) {
+    const unsigned char lead = bytes[at];
+    if (lead < 0x80) {
+      if (printable_only && ((lead < 0x20 && lead != '\t' && lead != '\n' && lead != '\r') || lead == 0x7F))
+        return at;
+      ++at;
+      continue;
+    }
+    size_t length = 0;
+    unsigned char low = 0x80, high = 0xBF;  // allowed range of the second byte
+    if (lead >= 0xC2 && lead <= 0xDF) {
+      length = 2;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+      length = 3;
+      if (lead == 0xE0) low = 0xA0;   // overlong
+      if (lead == 0xED) high = 0x9F;  // UTF-16 surrogates
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      length = 4;
+      if (lead == 0xF0) low = 0x90;   // overlong
+      if (lead == 0xF4) high = 0x8F;  // above U+10FFFF
+    } else {
+      return at;
+    }
+    if (at + length > size || bytes[at + 1] < low || bytes[at + 1] > high) return at;
+    for (size_t next = 2; next < length; ++next)
+      if ((bytes[at + next] & 0xC0) != 0x80) return at;
+    if (printable_only) {
+      const bool c1_control = lead == 0xC2 && bytes[at + 1] <= 0x9F && bytes[at + 1] != 0x85;
+      const bool non_character = lead == 0xEF && bytes[at + 1] == 0xBF && bytes[at + 2] >= 0xBE;
+      if (c1_control || non_character) return at;
+    }
+    at += length;
+  }
+  return std::string::npos;
+}
+
+// A scalar or key's text; InputError if yaml-cpp's unescaping made it invalid UTF-8: yaml-cpp 0.7 writes the
+// escapes "\_" (no-break space) and "\N" (next line) as the single Latin-1 bytes 0xA0 and 0x85.
+const std::string& checked_scalar(const YAML::Node& node) {
+  if (invalid_text_offset(node.Scalar(), false) != std::string::npos) {
+    throw InputError("not valid UTF-8 after unescaping (line " + std::to_string(node.Mark().line + 1) +
+                     "); write the character itself instead of a \\_ or \\N escape");
+  }
+  return node.Scalar();
+}
+
 nlohmann::json yaml_to_json(const YAML::Node& node) {
   switch (node.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined:
       return nullptr;
     case YAML::NodeType::Scalar: {
-      const std::string& text = node.Scalar();
+      const std::string& text = checked_scalar(node);
       if (node.Tag() == "!") return text;  // quoted scalar: keep as string
       if (text == "true" || text == "True") return true;
       if (text == "false" || text == "False") return false;
@@ -33,7 +88,8 @@ nlohmann::json yaml_to_json(const YAML::Node& node) {
       try {
         size_t used = 0;
         double as_double = std::stod(text, &used);
-        if (used == text.size()) return as_double;
+        // "inf" and "nan" stay text: no setting takes a non-finite number, and JSON has none.
+        if (used == text.size() && std::isfinite(as_double)) return as_double;
       } catch (const std::exception&) {
       }
       return text;
@@ -45,7 +101,12 @@ nlohmann::json yaml_to_json(const YAML::Node& node) {
     }
     case YAML::NodeType::Map: {
       nlohmann::json object = nlohmann::json::object();
-      for (const auto& entry : node) object[entry.first.as<std::string>()] = yaml_to_json(entry.second);
+      for (const auto& entry : node) {
+        if (!entry.first.IsScalar())
+          throw InputError("a key must be a plain value, not a list or mapping (line " +
+                           std::to_string(entry.first.Mark().line + 1) + ")");
+        object[checked_scalar(entry.first)] = yaml_to_json(entry.second);
+      }
       return object;
     }
   }
@@ -69,8 +130,16 @@ bool looks_like_path(const std::string& text) {
 }  // namespace
 
 nlohmann::json parse_yaml(const std::string& text, const std::string& origin) {
+  if (const size_t bad = invalid_text_offset(text, true); bad != std::string::npos) {
+    const auto line = std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad), '\n') + 1;
+    throw InputError(origin + ": not valid UTF-8 YAML text (line " + std::to_string(line) + ", byte " +
+                     std::to_string(bad) +
+                     ": a control character or broken UTF-8); save the file as UTF-8 text");
+  }
   try {
     return yaml_to_json(YAML::Load(text));
+  } catch (const InputError& error) {  // from yaml_to_json, which does not know the origin
+    throw InputError(origin + ": " + error.what());
   } catch (const YAML::Exception& error) {
     throw InputError(origin + ": not valid YAML/JSON (line " + std::to_string(error.mark.line + 1) +
                      "): " + error.msg);

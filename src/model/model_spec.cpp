@@ -72,8 +72,15 @@ ModelSpec parse_model_spec(const nlohmann::json& object, const std::string& orig
       {{"learned", PositionEmbedding::kLearned}, {"rope", PositionEmbedding::kRope}});
   spec.tied_embeddings = reader.get_bool("tied_embeddings", false);
   spec.linear_bias = reader.get_bool("linear_bias", false);
-  spec.num_experts = static_cast<int>(reader.get_int("num_experts", 0));
-  spec.moe_top_k = static_cast<int>(reader.get_int("moe_top_k", spec.num_experts > 0 ? 2 : 0));
+  auto count = [&](const char* key, long long fallback) {  // was cast to int unchecked: 2^32 + 2 became 2
+    long long value = reader.get_int(key, fallback);
+    require_input(
+        value >= 0 && value < (1LL << 31),
+        origin + ": '" + key + "' must be an integer in 0..2147483647, got " + std::to_string(value));
+    return static_cast<int>(value);
+  };
+  spec.num_experts = count("num_experts", 0);
+  spec.moe_top_k = count("moe_top_k", spec.num_experts > 0 ? 2 : 0);
   spec.dropout = reader.get_double("dropout", 0.0);
   spec.bytes_dtype = reader.get_string("dtype", "bf16");
 

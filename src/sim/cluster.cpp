@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <limits>
+#include <optional>
+
 #include "core/config.h"
 #include "core/error.h"
 
@@ -31,6 +34,16 @@ double bounded(const ConfigReader& reader, const std::string& origin, const std:
       value >= low && value <= high,
       fmt::format("{}: '{}' = {} is out of range; use a value in [{}, {}]", origin, key, value, low, high));
   return value;
+}
+
+/// Reads an integer in [low, high] at `key` (required when `fallback` is empty). Checked before it is
+/// narrowed to int: 4294967304 GPUs per node used to become 8.
+int integer_in(const ConfigReader& reader, const std::string& origin, const std::string& key,
+               std::optional<long long> fallback, long long low, long long high) {
+  const long long value = fallback ? reader.get_int(key, *fallback) : reader.get_int(key);
+  require_input(value >= low && value <= high,
+                fmt::format("{}: '{}' = {} is out of range; use {}..{}", origin, key, value, low, high));
+  return static_cast<int>(value);
 }
 
 const nlohmann::json& section(const nlohmann::json& object, const std::string& origin, const std::string& key,
@@ -176,9 +189,7 @@ NodeSpec parse_node(const nlohmann::json& object, const std::string& origin) {
   reader.reject_unknown_keys({"gpus", "nvlink_bandwidth_gb_s", "nvlink_latency_us", "pcie_bandwidth_gb_s",
                               "inlet_c", "slot_inlet_offset_c", "slot_r_scale"});
   NodeSpec node;
-  node.gpus = static_cast<int>(reader.get_int("gpus"));
-  require_input(node.gpus >= 1 && node.gpus <= 64,
-                fmt::format("{}: 'gpus' = {} is out of range; use 1..64 GPUs per node", origin, node.gpus));
+  node.gpus = integer_in(reader, origin, "gpus", std::nullopt, 1, 64);  // GPUs per node
   node.nvlink_bandwidth_bytes_per_s = positive(reader, origin, "nvlink_bandwidth_gb_s") * kGiga;
   node.nvlink_latency_s = bounded(reader, origin, "nvlink_latency_us", 3, 0, 1e4) * kMicro;
   node.pcie_bandwidth_bytes_per_s = positive(reader, origin, "pcie_bandwidth_gb_s", 64) * kGiga;
@@ -196,18 +207,15 @@ NetworkSpec parse_network(const nlohmann::json& object, const std::string& origi
   reader.reject_unknown_keys({"nics_per_node", "nic_bandwidth_gbit_s", "latency_us", "topology",
                               "nodes_per_leaf", "oversubscription"});
   NetworkSpec network;
-  network.nics_per_node = static_cast<int>(reader.get_int("nics_per_node"));
-  require_input(network.nics_per_node >= 1,
-                fmt::format("{}: 'nics_per_node' must be >= 1, got {}", origin, network.nics_per_node));
+  network.nics_per_node = integer_in(reader, origin, "nics_per_node", std::nullopt, 1, 1024);
   network.nic_bandwidth_bytes_per_s = positive(reader, origin, "nic_bandwidth_gbit_s") * kGiga / 8.0;
   network.latency_s = bounded(reader, origin, "latency_us", 5, 0, 1e5) * kMicro;
   network.topology = reader.get_string("topology", network.topology);
   require_input(
       network.topology == "rail-optimized-fat-tree",
       fmt::format("{}: topology '{}' is not modeled; use rail-optimized-fat-tree", origin, network.topology));
-  network.nodes_per_leaf = static_cast<int>(reader.get_int("nodes_per_leaf", network.nodes_per_leaf));
-  require_input(network.nodes_per_leaf >= 1,
-                fmt::format("{}: 'nodes_per_leaf' must be >= 1, got {}", origin, network.nodes_per_leaf));
+  network.nodes_per_leaf = integer_in(reader, origin, "nodes_per_leaf", network.nodes_per_leaf, 1,
+                                      std::numeric_limits<int>::max());
   network.oversubscription = bounded(reader, origin, "oversubscription", 1.0, 1.0, 64.0);
   return network;
 }

@@ -92,7 +92,8 @@ MergeResult merge_runs(const std::vector<std::filesystem::path>& inputs, const s
     for (const MetricInfo& metric : metrics) {
       metric_map[metric.id] = writer.metric_id(metric.name, metric.unit, metric.kind);
     }
-    for (const auto& [old_device, new_device] : device_map) {
+    for (const auto& [old_device, mapped_device] : device_map) {
+      const int32_t new_device = mapped_device;  // a copy: clang 14 cannot capture a structured binding
       for (const MetricInfo& metric : metrics) {
         batch.clear();
         reader.for_each_sample(old_device, metric.id, [&](const Sample& sample) {

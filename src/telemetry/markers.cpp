@@ -8,9 +8,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <limits>
 #include <sstream>
+#include <string_view>
 
 #include "core/error.h"
 #include "core/time.h"
@@ -43,6 +46,86 @@ std::string strip_ansi(const std::string& line) {
     plain.push_back(line[position]);
   }
   return plain;
+}
+
+// The built-in patterns are scanned by hand: libstdc++'s std::regex recurses once per character that `.*`
+// consumes, so a long output line (a config dump) overflowed the stack of `calo record` (100 KB did).
+bool is_space(char c) {
+  return std::isspace(static_cast<unsigned char>(c)) != 0;
+}
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+// Advances `at` over characters of `line` satisfying `pred`; returns how many.
+template <typename Pred>
+size_t skip(std::string_view line, size_t& at, Pred pred) {
+  const size_t start = at;
+  while (at < line.size() && pred(line[at])) ++at;
+  return at - start;
+}
+
+// The step digits of a Megatron/NeMo header "iteration\s+(\d+)\s*/\s*\d+\s*\|" starting at `at`, and the
+// position after its '|'; nullopt if the text there is no header.
+std::optional<std::pair<std::string_view, size_t>> megatron_header(std::string_view line, size_t at) {
+  at += std::string_view("iteration").size();
+  if (skip(line, at, is_space) == 0) return std::nullopt;
+  const size_t digits = at;
+  if (skip(line, at, is_digit) == 0) return std::nullopt;
+  const std::string_view step = line.substr(digits, at - digits);
+  skip(line, at, is_space);
+  if (at >= line.size() || line[at] != '/') return std::nullopt;
+  ++at;
+  skip(line, at, is_space);
+  if (skip(line, at, is_digit) == 0) return std::nullopt;
+  skip(line, at, is_space);
+  if (at >= line.size() || line[at] != '|') return std::nullopt;
+  return std::make_pair(step, at + 1);
+}
+
+// The regex "iteration\s+(\d+)\s*/\s*\d+\s*\|.*KEY\s*([0-9.]+)" with std::regex_search's choice of
+// match (leftmost header; greedy `.*`, so the last KEY followed by a number): {step digits, number text}.
+std::optional<std::pair<std::string_view, std::string_view>> match_megatron(std::string_view line,
+                                                                            std::string_view key) {
+  for (size_t found = line.find("iteration"); found != std::string_view::npos;
+       found = line.find("iteration", found + 1)) {
+    const auto header = megatron_header(line, found);
+    if (!header) continue;
+    const std::string_view rest = line.substr(header->second);
+    for (size_t at = rest.rfind(key); at != std::string_view::npos;
+         at = at == 0 ? std::string_view::npos : rest.rfind(key, at - 1)) {
+      size_t cursor = at + key.size();
+      skip(rest, cursor, is_space);
+      const size_t number = cursor;
+      if (skip(rest, cursor, [](char c) { return is_digit(c) || c == '.'; }) > 0)
+        return std::make_pair(header->first, rest.substr(number, cursor - number));
+    }
+  }
+  return std::nullopt;
+}
+
+// TorchTitan's "\bstep:\s*(\d+)\s+loss:" (leftmost match): the step digits.
+std::optional<std::string_view> match_torchtitan(std::string_view line) {
+  auto is_word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; };
+  for (size_t found = line.find("step:"); found != std::string_view::npos;
+       found = line.find("step:", found + 1)) {
+    if (found > 0 && is_word(line[found - 1])) continue;
+    size_t at = found + 5;
+    skip(line, at, is_space);
+    const size_t digits = at;
+    if (skip(line, at, is_digit) == 0) continue;
+    const std::string_view step = line.substr(digits, at - digits);
+    if (skip(line, at, is_space) == 0) continue;
+    if (line.substr(at, 5) == "loss:") return step;
+  }
+  return std::nullopt;
+}
+
+double parse_ms(std::string_view text) {
+  try {
+    return std::stod(std::string(text));
+  } catch (const std::exception&) {
+    return 0;
+  }
 }
 
 constexpr int64_t kMaxSenderClockSkewNs = 10'000'000'000;  // a sender t_ns further off than this is ignored
@@ -87,7 +170,8 @@ std::optional<MarkerCommand> parse_marker_line(const std::string& line, std::str
     int64_t value = 0;
     if (!parse_int64(words[next + 1], value)) return fail("'" + words[next] + "' needs an integer");
     if (words[next] == "rank") {
-      if (value < 0) return fail("rank must be >= 0");
+      if (value < 0 || value > std::numeric_limits<int32_t>::max())
+        return fail("rank must be in 0..2147483647");
       command.rank = static_cast<int32_t>(value);
     } else if (words[next] == "t_ns") {
       command.t_ns = value;
@@ -141,6 +225,10 @@ void SpanAssembler::apply(const MarkerCommand& command, int64_t arrival_ns, cons
         span.t_begin_ns = open->second;
         state.open_phases.erase(open);
       }
+      if (span.t_end_ns < span.t_begin_ns) {  // sender times out of order: no negative-length span
+        ++rejected_;
+        return;
+      }
       on_span_(span);
       return;
     }
@@ -149,7 +237,11 @@ void SpanAssembler::apply(const MarkerCommand& command, int64_t arrival_ns, cons
         span.is_step = false;
         span.name = state.current_phase->first;
         span.t_begin_ns = state.current_phase->second;
-        on_span_(span);
+        if (span.t_end_ns >= span.t_begin_ns) {
+          on_span_(span);
+        } else {
+          ++rejected_;
+        }
       }
       // "phase end" (or "phase none") closes the current phase without opening another.
       if (command.name == "end" || command.name == "none") {
@@ -170,16 +262,17 @@ void SpanAssembler::log_step(int64_t step, int64_t end_ns, double elapsed_ms, co
   span.t_end_ns = end_ns;
   span.source = source;
   bool emit = false;
-  if (elapsed_ms > 0) {
-    span.t_begin_ns = end_ns - static_cast<int64_t>(elapsed_ms * 1e6);
-    // Megatron prints the mean over its log interval: the span covers the steps since the last line.
-    span.steps_covered = last_log_step_ >= 0 && step > last_log_step_ ? step - last_log_step_ : 1;
-    span.t_begin_ns =
-        end_ns - static_cast<int64_t>(elapsed_ms * 1e6 * static_cast<double>(span.steps_covered));
+  const int64_t covered = last_log_step_ >= 0 && step > last_log_step_ ? step - last_log_step_ : 1;
+  // Megatron prints the mean over its log interval: the span covers the steps since the last line. A time
+  // longer than the clock has run (a garbled or absurd number) is ignored, as if none were given.
+  const double span_ns = elapsed_ms * 1e6 * static_cast<double>(covered);
+  if (elapsed_ms > 0 && span_ns <= static_cast<double>(end_ns)) {
+    span.steps_covered = covered;
+    span.t_begin_ns = end_ns - static_cast<int64_t>(span_ns);
     emit = true;
   } else if (last_log_step_ >= 0 && step > last_log_step_) {
     span.t_begin_ns = last_log_end_ns_;
-    span.steps_covered = step - last_log_step_;
+    span.steps_covered = covered;
     emit = true;
   }
   last_log_step_ = step;
@@ -235,7 +328,7 @@ int SpanAssembler::close_all(int64_t end_ns) {
       span.name = name;
       span.rank = rank_id;
       span.t_begin_ns = begin_ns;
-      span.t_end_ns = end_ns;
+      span.t_end_ns = std::max(end_ns, begin_ns);  // a sender's clock may run up to 10 s ahead
       span.source = "socket";
       on_span_(span);
       ++closed;
@@ -248,21 +341,15 @@ int SpanAssembler::close_all(int64_t end_ns) {
 }
 
 LinePattern::LinePattern(const std::string& spec) {
-  const auto flags = std::regex::ECMAScript | std::regex::optimize;
-  if (spec == "megatron") {
-    kind_ = "megatron";
-    // Megatron-LM: " iteration       10/     100 | ... | elapsed time per iteration (ms): 1234.5 | ..."
-    patterns_.emplace_back(
-        R"(iteration\s+(\d+)\s*/\s*\d+\s*\|.*elapsed time per iteration \(ms\):\s*([0-9.]+))", flags);
-    // NeMo 2 / Lightning: "... iteration 5/99 | ... | train_step_timing in s: 1.23"
-    patterns_.emplace_back(R"(iteration\s+(\d+)\s*/\s*\d+\s*\|.*train_step_timing in s:\s*([0-9.]+))", flags);
-  } else if (spec == "torchtitan") {
-    kind_ = "torchtitan";
-    patterns_.emplace_back(R"(\bstep:\s*(\d+)\s+loss:)", flags);
+  if (spec == "megatron" || spec == "torchtitan") {
+    // Megatron-LM: " iteration       10/     100 | ... | elapsed time per iteration (ms): 1234.5 | ...";
+    // NeMo 2 / Lightning: "... iteration 5/99 | ... | train_step_timing in s: 1.23"; TorchTitan:
+    // "... step: 10  loss:  7.9 ..." (scanned by hand in match()).
+    kind_ = spec;
   } else if (spec.rfind("regex:", 0) == 0) {
     kind_ = "regex";
     try {
-      patterns_.emplace_back(spec.substr(6), flags);
+      patterns_.emplace_back(spec.substr(6), std::regex::ECMAScript | std::regex::optimize);
     } catch (const std::regex_error& error) {
       throw InputError(
           fmt::format("--markers {}: invalid regular expression ({}); group 1 must capture the step "
@@ -281,27 +368,33 @@ LinePattern::LinePattern(const std::string& spec) {
   }
 }
 
-std::optional<std::pair<int64_t, double>> LinePattern::match(const std::string& raw_line) const {
-  if (kind_ == "megatron" && raw_line.find("iteration") == std::string::npos) return std::nullopt;
-  if (kind_ == "torchtitan" && raw_line.find("step") == std::string::npos) return std::nullopt;
-  const std::string line = kind_ == "torchtitan" ? strip_ansi(raw_line) : raw_line;
-  for (size_t index = 0; index < patterns_.size(); ++index) {
-    std::smatch match;
-    if (!std::regex_search(line, match, patterns_[index])) continue;
-    int64_t step = 0;
-    if (!parse_int64(match[1].str(), step)) continue;
-    double elapsed_ms = 0;
-    if (match.size() > 2 && match[2].matched) {
-      try {
-        elapsed_ms = std::stod(match[2].str());
-      } catch (const std::exception&) {
-        elapsed_ms = 0;
-      }
-      if (kind_ == "megatron" && index == 1) elapsed_ms *= 1000.0;  // NeMo reports seconds
+std::optional<std::pair<int64_t, double>> LinePattern::match(const std::string& line) const {
+  int64_t step = 0;
+  if (kind_ == "megatron") {
+    if (line.find("iteration") == std::string::npos) return std::nullopt;
+    if (const auto hit = match_megatron(line, "elapsed time per iteration (ms):")) {
+      if (parse_int64(std::string(hit->first), step)) return std::make_pair(step, parse_ms(hit->second));
     }
-    return std::make_pair(step, elapsed_ms);
+    if (const auto hit = match_megatron(line, "train_step_timing in s:")) {  // NeMo reports seconds
+      if (parse_int64(std::string(hit->first), step))
+        return std::make_pair(step, parse_ms(hit->second) * 1000.0);
+    }
+    return std::nullopt;
   }
-  return std::nullopt;
+  if (kind_ == "torchtitan") {
+    if (line.find("step") == std::string::npos) return std::nullopt;
+    const std::string plain = strip_ansi(line);  // outlives `hit`, a view into it
+    const auto hit = match_torchtitan(plain);
+    if (hit && parse_int64(std::string(*hit), step)) return std::make_pair(step, 0.0);
+    return std::nullopt;
+  }
+  // A user's regex sees the first kMaxRegexLineBytes of the line (std::regex's recursion, see above).
+  const std::string head = line.substr(0, kMaxRegexLineBytes);
+  std::smatch match;
+  if (!std::regex_search(head, match, patterns_.front())) return std::nullopt;
+  if (!parse_int64(match[1].str(), step)) return std::nullopt;
+  const double elapsed_ms = match.size() > 2 && match[2].matched ? parse_ms(match[2].str()) : 0.0;
+  return std::make_pair(step, elapsed_ms);
 }
 
 MarkerSocket::MarkerSocket(std::string path, SpanAssembler& assembler)

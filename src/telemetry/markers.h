@@ -117,6 +117,8 @@ class StepSourceFilter {
 /// Output-line step patterns.
 class LinePattern {
  public:
+  /// Bytes of a line a "regex:" pattern sees (std::regex recurses per character; longer lines are cut).
+  static constexpr size_t kMaxRegexLineBytes = 4096;
   /// "megatron" (Megatron-LM and NeMo), "torchtitan", or "regex:PATTERN" (group 1 = step number, optional
   /// group 2 = step time in ms). Throws InputError naming the valid choices.
   explicit LinePattern(const std::string& spec);
@@ -127,8 +129,7 @@ class LinePattern {
 
  private:
   std::string kind_;
-  std::vector<std::regex> patterns_;
-  bool elapsed_in_seconds_ = false;  // NeMo's train_step_timing is in s
+  std::vector<std::regex> patterns_;  // the "regex:" pattern (the built-in ones are scanned by hand)
 };
 
 /// Listens on a unix datagram socket; each datagram holds one or more marker lines.

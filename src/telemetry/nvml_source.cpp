@@ -18,11 +18,6 @@
 
 namespace calo::telemetry {
 
-namespace {
-constexpr int64_t kMs = 1'000'000;
-constexpr int64_t kUs = 1'000;
-}  // namespace
-
 #if !defined(CALO_HAVE_NVML_H)
 
 struct NvmlSource::Impl {
@@ -50,6 +45,9 @@ void NvmlSource::read_batch(size_t, std::span<const size_t>, std::span<Reading> 
 #else
 
 namespace {
+
+constexpr int64_t kMs = 1'000'000;  // sampling periods and query costs below are in ns
+constexpr int64_t kUs = 1'000;
 
 enum class Query {
   kField,

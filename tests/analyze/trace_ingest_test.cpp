@@ -5,6 +5,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "analyze/breakdown.h"
@@ -185,6 +187,64 @@ TEST(TraceIngest, GzipTracesIngestDirectlyAndEqualTheirJson) {
   } catch (const InputError& error) {
     EXPECT_NE(std::string(error.what()).find("truncated.json.gz"), std::string::npos) << error.what();
   }
+  std::filesystem::remove_all(dir);
+}
+
+// Times beyond int64 ns (tests/fuzz/regressions/kineto_trace/ts-overflows-int64.json) overflowed the digit
+// loop and then base + ts - origin + dur (undefined behaviour); they are refused, naming the value.
+TEST(TraceIngest, TimesOutOfRangeAreBadInput) {
+  std::ifstream file(std::string(CALO_SOURCE_DIR) +
+                     "/tests/fuzz/regressions/kineto_trace/ts-overflows-int64.json");
+  const std::string overflow((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(overflow.empty());
+  const std::string event =
+      R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": TS, "dur": 1}]})";
+  auto with_ts = [&](const std::string& ts) {
+    return event.substr(0, event.find("TS")) + ts + event.substr(event.find("TS") + 2);
+  };
+  for (const std::string& text : {overflow, with_ts("-5"), with_ts("1e300"), with_ts("-1e300"),
+                                  with_ts("NaN"), with_ts("3000000000000001")}) {
+    TraceData data;
+    try {
+      parse_kineto_json(text.data(), text.size(), "t.json", 0, data);
+      FAIL() << "accepted " << text;
+    } catch (const InputError& error) {
+      EXPECT_NE(std::string(error.what()).find("t.json"), std::string::npos) << error.what();
+    }
+  }
+  const std::string base = R"({"baseTimeNanoseconds": -1, "traceEvents": []})";
+  TraceData data;
+  EXPECT_THROW(parse_kineto_json(base.data(), base.size(), "b.json", 0, data), InputError);
+  // The largest accepted time still merges exactly (3e18 ns: Unix time in 2065).
+  const std::string edge = with_ts("2999999999999999.5");
+  TraceData ok;
+  parse_kineto_json(edge.data(), edge.size(), "edge.json", 0, ok);
+  ASSERT_EQ(ok.kernels.size(), 1u);
+  EXPECT_EQ(ok.origin_unix_ns, 2'999'999'999'999'999'500);
+  EXPECT_EQ(ok.kernels[0].t_end_ns, 1000);
+}
+
+// parse_kineto_json takes gzip bytes too (the fuzzer feeds both forms); concatenated gzip members are one
+// trace, as gzip(1) reads them.
+TEST(TraceIngest, GzipBytesInMemoryIncludingConcatenatedMembers) {
+  const std::string json =
+      R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 5, "dur": 2}]})";
+  const auto dir = std::filesystem::temp_directory_path() / ("calo-gzm-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto half = json.size() / 2;
+  {
+    std::ofstream(dir / "a") << json.substr(0, half);
+    std::ofstream(dir / "b") << json.substr(half);
+  }
+  const std::string command = "cd " + dir.string() + " && gzip -c a > t.gz && gzip -c b >> t.gz";
+  ASSERT_EQ(std::system(command.c_str()), 0);
+  std::ifstream file(dir / "t.gz", std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  TraceData data;
+  parse_kineto_json(bytes.data(), bytes.size(), "t.json.gz", 0, data);
+  ASSERT_EQ(data.kernels.size(), 1u);
+  EXPECT_EQ(data.kernels[0].t_end_ns - data.kernels[0].t_begin_ns, 2000);
+  EXPECT_EQ(data.bytes_read, json.size());
   std::filesystem::remove_all(dir);
 }
 

@@ -107,6 +107,26 @@ TEST(CampaignSpec, BadSpecNamesTheKeyAndTheFix) {
       InputError);
 }
 
+// Found while writing the campaign_spec fuzz target: gpus/steps were narrowed to int before the check
+// (4294967297 GPUs passed as 1), and a few lines of axes could ask expand_grid for 10^20 points.
+TEST(CampaignSpec, HugeCountsAndGridsAreBadInput) {
+  const std::string head = "model: tiny-dense\ncluster: h100-hgx\n";
+  EXPECT_THROW(spec_from(head + "gpus: 4294967297\naxes: {mbs: [1]}\n"), InputError);
+  EXPECT_THROW(spec_from(head + "gpus: 4\nsteps: 4294967297\naxes: {mbs: [1]}\n"), InputError);
+  EXPECT_THROW(spec_from(head + "gpus: 18446744073709551615\naxes: {mbs: [1]}\n"), InputError);
+  std::string axes = "axes:\n";
+  for (const char* key : {"mbs", "gbs", "tp", "pp", "dp"})
+    axes += std::string("  ") + key + ": [1, 2, 3, 4, 5, 6, 7]\n";
+  try {
+    spec_from(head + "gpus: 8\n" + axes);  // 7^5 = 16807 points
+    FAIL() << "a 16807-point grid was accepted";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("16807 points; at most 10000"), std::string::npos)
+        << error.what();
+  }
+  EXPECT_EQ(expand_grid(spec_from(head + "gpus: 8\naxes: {mbs: [1, 2, 4, 8], gbs: [8, 16]}\n")).size(), 8u);
+}
+
 TEST(CampaignSpec, InvalidPointsAreDroppedWithTheReason) {
   // Llama3-8B on 8 H100: TP8 fits, TP1 (dp 8) does not fit memory, TP3 does not divide the heads or the
   // GPUs.

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+
 #include "core/error.h"
 #include "core/table.h"
 
@@ -26,6 +29,61 @@ TEST(Config, MalformedYamlNamesOriginAndLine) {
     EXPECT_NE(std::string(error.what()).find("broken.yaml"), std::string::npos);
     EXPECT_NE(std::string(error.what()).find("line"), std::string::npos);
   }
+}
+
+std::string read_regression(const std::string& name) {
+  std::ifstream file(std::string(CALO_SOURCE_DIR) + "/tests/fuzz/regressions/model_yaml/" + name,
+                     std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+}
+
+void expect_bad_text(const std::string& text, const std::string& expected) {
+  try {
+    parse_yaml(text, "model.yaml");
+    FAIL() << "expected InputError";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find(expected), std::string::npos) << error.what();
+  }
+}
+
+// Fuzzing findings (tests/fuzz/regressions/model_yaml/): a byte that is not UTF-8 in a value, and a NUL byte
+// in a plain scalar or key (which yaml-cpp turns into a lone 0xA0 byte), escaped as json::type_error 316 from
+// an error message's dump() instead of an InputError.
+TEST(Config, InvalidUtf8AndControlCharactersAreBadInputNamingLineAndByte) {
+  for (const char* name :
+       {"invalid-utf8-in-value.yaml", "nul-byte-in-plain-scalar.yaml", "nul-byte-in-key.yaml"}) {
+    SCOPED_TRACE(name);
+    const std::string text = read_regression(name);
+    ASSERT_FALSE(text.empty());
+    expect_bad_text(text, "model.yaml: not valid UTF-8 YAML text (line ");
+  }
+  expect_bad_text("name: \xC0\xAF\n", "byte 6");                                       // overlong '/'
+  expect_bad_text("name: \xED\xA0\x80\n", "line 1");                                   // UTF-16 surrogate
+  expect_bad_text("name: \xF4\x90\x80\x80\n", "line 1");                               // above U+10FFFF
+  expect_bad_text("name: \xE2\x82", "line 1");                                         // truncated at the end
+  expect_bad_text(std::string("a: 1\nname: x\0y\n", 15), "line 2");                    // NUL
+  expect_bad_text("name: x\x7Fy\n", "line 1");                                         // DEL
+  expect_bad_text("name: x\xC2\x80y\n", "line 1");                                     // C1 control
+  expect_bad_text("name: \"\\ud800\"\n", "model.yaml: not valid YAML/JSON (line 1)");  // escaped surrogate
+  // yaml-cpp unescapes \_ and \N to lone Latin-1 bytes (fuzz finding
+  // regressions/model_yaml/nbsp-escape-in-quoted-key.yaml).
+  expect_bad_text(read_regression("nbsp-escape-in-quoted-key.yaml"),
+                  "model.yaml: not valid UTF-8 after unescaping (line ");
+  expect_bad_text("a: 1\nname: \"x\\_y\"\n", "model.yaml: not valid UTF-8 after unescaping (line 2)");
+  expect_bad_text("\"x\\Ny\": 1\n", "model.yaml: not valid UTF-8 after unescaping (line 1)");
+  EXPECT_EQ(parse_yaml("name: \"x\\u00A0y\\x41\"\n", "x")["name"], "x\xC2\xA0yA");  // \u escapes are UTF-8
+  EXPECT_EQ(parse_yaml("name: \"\xE2\x82\xAC \xF0\x9F\x94\xA5\tx\"\n", "x")["name"],
+            "\xE2\x82\xAC \xF0\x9F\x94\xA5\tx");
+  expect_bad_text("? [1, 2]\n: 3\n", "model.yaml: a key must be a plain value");
+}
+
+TEST(Config, NonFiniteNumbersStayText) {
+  auto json = parse_yaml("a: inf\nb: nan\nc: -infinity\nd: 1e999\ne: 1e308\n", "test");
+  EXPECT_TRUE(json["a"].is_string());
+  EXPECT_TRUE(json["b"].is_string());
+  EXPECT_TRUE(json["c"].is_string());
+  EXPECT_TRUE(json["d"].is_string());  // out of double's range
+  EXPECT_DOUBLE_EQ(json["e"].get<double>(), 1e308);
 }
 
 TEST(Config, UnknownPresetListsAvailableOnes) {

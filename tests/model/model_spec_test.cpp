@@ -88,6 +88,10 @@ TEST(ModelSpec, MoeSettingsAreChecked) {
   expect_error_naming(std::string(kValid) + "num_experts: 4\nmoe_top_k: 5\n", "'moe_top_k'");
   expect_error_naming(std::string(kValid) + "moe_top_k: 2\n", "'moe_top_k'");
   expect_error_naming(std::string(kValid) + "num_experts: -1\n", "'num_experts'");
+  // Counts beyond int were cast unchecked: 4294967298 experts became 2 (found while writing the model_yaml
+  // fuzz target).
+  expect_error_naming(std::string(kValid) + "num_experts: 4294967298\nmoe_top_k: 2\n", "'num_experts'");
+  expect_error_naming(std::string(kValid) + "num_experts: 8\nmoe_top_k: 4294967298\n", "'moe_top_k'");
   const ModelSpec moe =
       parse_model_spec(core::parse_yaml(std::string(kValid) + "num_experts: 4\n", "ok.yaml"), "ok.yaml");
   EXPECT_EQ(moe.moe_top_k, 2);  // Mixtral's top-2 by default

@@ -71,5 +71,25 @@ TEST(Cluster, RejectsTyposAndBadValuesWithTheKeyNamed) {
   EXPECT_THROW(load_cluster("no-such-cluster"), InputError);
 }
 
+// Counts were narrowed to int before the range check (4294967304 GPUs per node passed as 8), and "inf" was
+// read as a number (an infinite bandwidth passed `> 0`); both are bad input now, naming the key.
+TEST(Cluster, CountsBeyondIntAndNonFiniteNumbersAreRejected) {
+  const std::string text = testing::ideal_cluster_yaml(8);
+  auto rejects = [&](const std::string& from, const std::string& to, const std::string& key) {
+    std::string changed = text;
+    ASSERT_NE(changed.find(from), std::string::npos) << from;
+    changed.replace(changed.find(from), from.size(), to);
+    try {
+      parse_cluster(core::parse_yaml(changed, "c.yaml"), "c.yaml");
+      FAIL() << "accepted " << to;
+    } catch (const InputError& error) {
+      EXPECT_NE(std::string(error.what()).find(key), std::string::npos) << error.what();
+    }
+  };
+  rejects("gpus: 8", "gpus: 4294967304", "'gpus'");
+  rejects("nics_per_node: ", "nics_per_node: 4294967297 #", "'nics_per_node'");
+  rejects("nvlink_bandwidth_gb_s: ", "nvlink_bandwidth_gb_s: inf #", "'nvlink_bandwidth_gb_s'");
+}
+
 }  // namespace
 }  // namespace calo::sim

@@ -124,6 +124,70 @@ TEST(SpanAssembler, LoggedStepsWithoutElapsedSpanTheLogInterval) {
   EXPECT_EQ(spans[0].step, 11);
 }
 
+// An elapsed time longer than the clock has run (e.g. "elapsed time per iteration (ms): 999...9", 300 digits)
+// made a float-to-int64 conversion overflow (undefined behaviour, found by review of the marker_lines fuzz
+// target); such a time is ignored and the span runs from the previous logged step.
+TEST(SpanAssembler, AbsurdElapsedTimeIsIgnored) {
+  std::vector<MarkerSpan> spans;
+  SpanAssembler assembler([&](const MarkerSpan& span) { spans.push_back(span); });
+  LinePattern megatron("megatron");
+  const auto absurd =
+      megatron.match(" iteration 2/ 10 | elapsed time per iteration (ms): " + std::string(300, '9'));
+  ASSERT_TRUE(absurd);
+  assembler.log_step(1, 1'000'000'000, 100.0, "megatron");  // first line: 100 ms
+  assembler.log_step(absurd->first, 3'000'000'000, absurd->second, "megatron");
+  assembler.log_step(3, 4'000'000'000, 1e300, "megatron");
+  ASSERT_EQ(spans.size(), 3u);
+  EXPECT_EQ(spans[0].t_begin_ns, 900'000'000);
+  EXPECT_EQ(spans[1].t_begin_ns, 1'000'000'000);  // from the previous line
+  EXPECT_EQ(spans[2].t_begin_ns, 3'000'000'000);
+}
+
+// Sender times may be out of order (each within 10 s of arrival): an end before its begin is rejected, not
+// written as a negative-length span; a phase still open at the end closes no earlier than it began.
+TEST(SpanAssembler, EndBeforeBeginIsRejected) {
+  std::vector<MarkerSpan> spans;
+  SpanAssembler assembler([&](const MarkerSpan& span) { spans.push_back(span); });
+  const int64_t now = 100'000'000'000;
+  assembler.apply(*parse_marker_line("begin step 1 t_ns 100000005000"), now, "socket");
+  assembler.apply(*parse_marker_line("end step 1 t_ns 100000001000"), now, "socket");
+  assembler.apply(*parse_marker_line("phase forward t_ns 100000009000"), now, "socket");
+  assembler.apply(*parse_marker_line("phase backward t_ns 100000002000"), now, "socket");
+  assembler.apply(*parse_marker_line("begin phase io t_ns 100000009000"), now, "socket");
+  EXPECT_TRUE(spans.empty());
+  EXPECT_EQ(assembler.rejected(), 2u);
+  EXPECT_EQ(assembler.close_all(now), 2);  // backward and io
+  ASSERT_EQ(spans.size(), 2u);
+  for (const auto& span : spans) EXPECT_GE(span.t_end_ns, span.t_begin_ns) << span.name;
+}
+
+TEST(MarkerProtocol, RankBeyondInt32IsRejected) {
+  std::string error;
+  EXPECT_FALSE(parse_marker_line("begin step 1 rank 4294967296", &error));  // was silently rank 0
+  EXPECT_NE(error.find("rank must be in 0..2147483647"), std::string::npos) << error;
+  const auto top = parse_marker_line("begin step 1 rank 2147483647");
+  ASSERT_TRUE(top);
+  EXPECT_EQ(top->rank, 2147483647);
+}
+
+// A program may print very long lines (a config dump, a tensor): matching one must not exhaust the stack.
+TEST(LinePattern, VeryLongLinesAreSafe) {
+  LinePattern megatron("megatron");
+  LinePattern titan("torchtitan");
+  const std::string long_line = " iteration 3/ 10 | " + std::string(1 << 20, 'x') + " step: 4 loss:";
+  EXPECT_FALSE(megatron.match(long_line));
+  const auto hit = titan.match(long_line);
+  ASSERT_TRUE(hit);
+  EXPECT_EQ(hit->first, 4);
+  // A "regex:" pattern sees the line's first LinePattern::kMaxRegexLineBytes bytes.
+  LinePattern custom("regex:it=(\\d+).*took ([0-9.]+)ms");
+  EXPECT_FALSE(custom.match("it=5 " + std::string(1 << 20, 'x') + " took 3ms"));
+  const auto near = custom.match("it=5 " + std::string(3000, 'x') + " took 3ms");
+  ASSERT_TRUE(near);
+  EXPECT_EQ(near->first, 5);
+  EXPECT_DOUBLE_EQ(near->second, 3.0);
+}
+
 // A program that prints Megatron lines and sends socket markers: each step once, from the socket.
 TEST(StepSourceFilter, SocketStepsWinOverOutputLines) {
   std::vector<MarkerSpan> kept;

@@ -47,7 +47,13 @@ class ControllerPass {
  public:
   ControllerPass(const GpuSpec& gpu, const std::vector<TraceOp>& ops, const StepPowerRequest& request,
                  double tick_s, double window_s)
-      : gpu_(gpu), ops_(ops), request_(request), tick_s_(tick_s), window_s_(window_s) {}
+      : gpu_(gpu),
+        ops_(ops),
+        request_(request),
+        tick_s_(tick_s),
+        window_s_(window_s),
+        limit_w_(request.power_limit_w > 0 ? request.power_limit_w : gpu.power_limit_w),
+        averaged_w_(limit_w_) {}
 
   /// Runs from `clock_mhz`; returns the end clock. With `trace`, records the windows and figures.
   double run(double clock_mhz, PowerTrace* trace) {
@@ -103,14 +109,12 @@ class ControllerPass {
       if (request_.power_cap) {
         const double tick_power_w = tick_energy_j / tick_len_s;
         const double response_s = gpu_.power_control.response_s;
-        const double limit_w = request_.power_limit_w > 0 ? request_.power_limit_w : gpu_.power_limit_w;
         // The controller sees power averaged with time constant average_s (0: this tick's own).
-        if (std::isnan(averaged_w_)) averaged_w_ = limit_w;
         const double average_s = gpu_.power_control.average_s;
         averaged_w_ = average_s > 0
                           ? averaged_w_ + (tick_power_w - averaged_w_) * -std::expm1(-tick_len_s / average_s)
                           : tick_power_w;
-        clock_mhz_ += (limit_w - averaged_w_) / limit_w * gpu_.max_sm_mhz * tick_len_s / response_s;
+        clock_mhz_ += (limit_w_ - averaged_w_) / limit_w_ * gpu_.max_sm_mhz * tick_len_s / response_s;
         clock_mhz_ = std::clamp(clock_mhz_, gpu_.min_sm_mhz, request_.clock_limit_mhz);
       }
     }
@@ -154,7 +158,8 @@ class ControllerPass {
   double tick_s_;
   double window_s_;
   double clock_mhz_ = 0;
-  double averaged_w_ = std::nan("");  ///< the controller's averaged power, carried from pass to pass
+  double limit_w_;     ///< the cap the controller holds
+  double averaged_w_;  ///< the controller's averaged power, carried from pass to pass (starts at the cap)
 };
 
 /// Rescales the trace's time axis to exactly `duration_s` (energy kept); the controlled ops may end a little

@@ -42,9 +42,11 @@ const std::vector<std::string> kFlagKeys = {"tp",
                                             "overlap-tp",
                                             "overlap-grad",
                                             "overlap-param",
-                                            "sequence-parallel"};
-const std::vector<std::string> kBoolKeys = {"overlap", "overlap-tp", "overlap-grad", "overlap-param",
-                                            "sequence-parallel"};
+                                            "sequence-parallel",
+                                            "attention",
+                                            "pp-scatter-gather"};
+const std::vector<std::string> kBoolKeys = {"overlap",       "overlap-tp",        "overlap-grad",
+                                            "overlap-param", "sequence-parallel", "pp-scatter-gather"};
 
 bool is_bool_key(const std::string& key) {
   return std::find(kBoolKeys.begin(), kBoolKeys.end(), key) != kBoolKeys.end();
@@ -102,7 +104,8 @@ void check_value(const std::string& key, const std::string& value, const std::st
   static const std::map<std::string, std::vector<std::string>> kWords = {
       {"recompute", {"none", "selective", "full"}},
       {"schedule", {"gpipe", "1f1b", "interleaved"}},
-      {"zero", {"0", "1", "2", "3"}}};
+      {"zero", {"0", "1", "2", "3"}},
+      {"attention", {"fused", "unfused"}}};
   if (is_bool_key(key)) {
     flag_on(value, where);
     return;
@@ -173,6 +176,10 @@ parallel::Layout point_layout(const Spec& spec, const Point& point, int* gpus) {
       layout.overlap_param_gather = flag_on(value, where);
     else if (key == "sequence-parallel")
       layout.sequence_parallel = flag_on(value, where);
+    else if (key == "attention")
+      layout.attention = parallel::parse_attention(value, where);
+    else if (key == "pp-scatter-gather")
+      layout.pipeline_scatter_gather = flag_on(value, where);
   }
   if (overlap_all) {
     layout.overlap_tp_comm = true;
@@ -516,7 +523,9 @@ std::vector<std::string> point_arguments(const Spec& spec, const Point& point, c
     } else if (is_bool_key(key)) {
       if (key == "sequence-parallel")
         args.push_back(flag_on(value, key) ? "--sequence-parallel" : "--no-sequence-parallel");
-      else if (flag_on(value, key))
+      else if (key == "pp-scatter-gather") {
+        if (!flag_on(value, key)) args.push_back("--no-pp-scatter-gather");
+      } else if (flag_on(value, key))
         args.push_back("--" + key);
     } else {
       args.push_back("--" + key);

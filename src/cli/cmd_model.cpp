@@ -96,7 +96,8 @@ int show_model(const ModelFlags& flags) {
   const double recompute_flops = model::recompute_flops_per_token(spec, seq, layout.recompute);
   auto activations = [&](model::Recompute mode) {
     return model::activation_bytes_per_layer(spec, seq, layout.micro_batch, layout.tp,
-                                             layout.sequence_parallel, mode);
+                                             layout.sequence_parallel, mode,
+                                             layout.attention == parallel::AttentionImpl::kFused);
   };
   std::vector<parallel::MemoryBreakdown> stages;
   for (int stage = 0; stage < layout.pp; ++stage)
@@ -172,8 +173,9 @@ int show_model(const ModelFlags& flags) {
         {"recompute " + parallel::to_string(mode) + (mode == layout.recompute ? " *" : ""),
          core::format_bytes(activations(mode))});
   }
-  fmt::print("{}(per micro-batch of {} on one tp rank; flash attention, bf16)\n\n", activation_table.render(),
-             layout.micro_batch);
+  fmt::print("{}(per micro-batch of {} on one tp rank; {} attention, bf16)\n\n", activation_table.render(),
+             layout.micro_batch,
+             layout.attention == parallel::AttentionImpl::kFused ? "flash" : "unfused (softmax kept)");
 
   core::TextTable memory_table(
       {"stage", "weights", "gradients", "optimizer", "activations", "total", "in-flight"});

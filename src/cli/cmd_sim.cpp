@@ -50,18 +50,12 @@ struct SimFlags {
 
 /// The command line that reproduces this simulation (from the resolved values; CLI11 does not keep argv).
 [[maybe_unused]] std::string command_line(const SimFlags& flags, const parallel::Layout& layout, int world) {
-  std::string text = fmt::format(
-      "calo sim --model {} --cluster {} --gpus {} --tp {} --pp {} --dp {} --ep {} --mbs {} "
-      "--gbs {} --seq {} --schedule {} --recompute {} --steps {}",
-      flags.layout.model, flags.cluster, world, layout.tp, layout.pp, layout.dp, layout.ep,
-      layout.micro_batch, layout.global_batch, layout.seq_length, parallel::to_string(layout.schedule),
-      parallel::to_string(layout.recompute), flags.steps);
+  std::string text =
+      fmt::format("calo sim --model {} --cluster {} --gpus {} {} --steps {}", flags.layout.model,
+                  flags.cluster, world, plan::calo_flags(layout), flags.steps);
   if (flags.warmup > 0) text += fmt::format(" --warmup {}", flags.warmup);
-  if (layout.virtual_stages > 1) text += fmt::format(" --vpp {}", layout.virtual_stages);
-  if (layout.zero_stage > 0) text += fmt::format(" --zero {}", layout.zero_stage);
-  if (layout.overlap_tp_comm) text += " --overlap-tp";
-  if (layout.overlap_grad_reduce) text += " --overlap-grad";
-  if (layout.overlap_param_gather) text += " --overlap-param";
+  // calo_flags names only unfused attention; a cluster file may make unfused the default, so say fused too.
+  if (layout.attention == parallel::AttentionImpl::kFused) text += " --attention fused";
   for (const auto& entry : flags.slow_gpus) text += " --slow-gpu " + entry;
   for (const auto& entry : flags.hot_gpus) text += " --hot-gpu " + entry;
   if (flags.no_power_cap) text += " --no-power-cap";
@@ -91,6 +85,7 @@ std::string check_memory(const model::ModelSpec& model, const parallel::Layout& 
   request.global_batch = layout.global_batch;
   request.seq_length = layout.seq_length;
   request.gpus_per_node = cluster.node.gpus;
+  request.attention = layout.attention;
   request.device_memory_bytes = cluster.gpu.memory_bytes;
   const std::vector<plan::Candidate> fitting =
       plan::nearest_fitting(plan::enumerate_layouts(request), layout, 5);
@@ -220,6 +215,8 @@ int run_sim(SimFlags& flags) {
                                 flags.gpus, layout.world_size(), flags.gpus / model_parallel));
     }
   }
+  // The attention core is the cluster file's unless --attention says otherwise.
+  if (flags.layout.attention.empty()) flags.layout.attention = parallel::to_string(cluster.attention);
   auto [model, resolved] = resolve(flags.layout);
   const std::string memory_warning = check_memory(model, resolved, cluster, flags.allow_oom);
   if (!memory_warning.empty()) fmt::print(stderr, "warning: {}\n", memory_warning);

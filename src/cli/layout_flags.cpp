@@ -47,6 +47,14 @@ void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional) 
   app.add_flag("--overlap-tp", layout.overlap_tp_comm, "Overlap tensor-parallel communication with GEMMs");
   app.add_flag("--overlap-grad", layout.overlap_grad_reduce, "Overlap gradient reduction with backward");
   app.add_flag("--overlap-param", layout.overlap_param_gather, "Overlap parameter all-gather with forward");
+  app.add_option(
+      "--attention", flags.attention,
+      "Attention core: fused (flash-style kernel) or unfused (GEMM + softmax + GEMM); default fused "
+      "(calo sim: the cluster file's `attention`)");
+  app.add_flag_callback(
+      "--no-pp-scatter-gather", [&layout] { layout.pipeline_scatter_gather = false; },
+      "Send whole stage activations instead of Megatron-LM's 1/tp scatter + TP all-gather (which applies "
+      "when tp > 1 without sequence parallel)");
 }
 
 std::pair<model::ModelSpec, parallel::Layout> resolve(const LayoutFlags& flags) {
@@ -54,6 +62,7 @@ std::pair<model::ModelSpec, parallel::Layout> resolve(const LayoutFlags& flags) 
   parallel::Layout layout = flags.layout;
   layout.recompute = parallel::parse_recompute(flags.recompute);
   layout.schedule = parallel::parse_schedule(flags.schedule);
+  if (!flags.attention.empty()) layout.attention = parallel::parse_attention(flags.attention);
   if (flags.overlap_all) {
     // Parameters are gathered only when sharded (ZeRO-1 / FSDP); without that --overlap covers the rest.
     layout.overlap_tp_comm = layout.overlap_grad_reduce = true;

@@ -20,6 +20,7 @@ struct LayoutFlags {
   std::string layers_per_stage;           ///< --layers-per-stage "10,12,12,10"
   std::optional<bool> sequence_parallel;  ///< --sequence-parallel / --no-sequence-parallel
   bool overlap_all = false;               ///< --overlap: all three overlap flags
+  std::string attention;  ///< --attention fused|unfused; empty = the default (or the cluster's)
 };
 
 /// Adds --model (unless `model_positional`, then a positional MODEL) and all layout flags to `app`.

@@ -294,9 +294,9 @@ class CpuBackend final : public Backend {
     switch (op.kind) {
       case OpKind::kGemm: {
         const auto& shape = op.gemm;
-        prepared->buffers = {shared("gemm.a", shape.m * shape.k, seed),
-                             shared("gemm.b", shape.k * shape.n, seed + 1),
-                             shared("gemm.c", shape.m * shape.n, seed + 2)};
+        prepared->buffers = {shared("gemm.a", shape.batch * shape.m * shape.k, seed),
+                             shared("gemm.b", shape.batch * shape.k * shape.n, seed + 1),
+                             shared("gemm.c", shape.batch * shape.m * shape.n, seed + 2)};
         break;
       }
       case OpKind::kAttention: {
@@ -317,10 +317,16 @@ class CpuBackend final : public Backend {
         break;
       }
       case OpKind::kElementwise: {
-        // Reads half of the op's bytes and writes the other half (fp32 elements).
-        prepared->elements = std::max<std::int64_t>(1, static_cast<std::int64_t>(op.bytes / 8.0));
+        // Reads half of the op's bytes and writes the other half (fp32 elements); the unfused attention's
+        // softmax works on its s x s scores per (sequence, head) instead.
+        const auto& shape = op.attention;
+        prepared->elements = op.elementwise == graph::ElementwiseKind::kSoftmax
+                                 ? std::int64_t{shape.batch} * shape.heads * shape.seq * shape.seq
+                                 : std::max<std::int64_t>(1, static_cast<std::int64_t>(op.bytes / 8.0));
         prepared->buffers = {shared("elementwise.in", prepared->elements, seed),
                              shared("elementwise.out", prepared->elements, seed + 1)};
+        if (op.elementwise == graph::ElementwiseKind::kSoftmax && shape.backward)
+          prepared->buffers.push_back(shared("elementwise.dprob", prepared->elements, seed + 2));
         break;
       }
       case OpKind::kCollective:
@@ -533,7 +539,11 @@ class CpuBackend final : public Backend {
     const auto m = static_cast<blasint>(shape.m);
     const auto n = static_cast<blasint>(shape.n);
     const auto k = static_cast<blasint>(shape.k);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);
+    // A batched GEMM (the unfused attention core) is `batch` independent products of packed matrices.
+    const std::int64_t a_size = shape.m * shape.k, b_size = shape.k * shape.n, c_size = shape.m * shape.n;
+    for (std::int64_t product = 0; product < shape.batch; ++product)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a + product * a_size, k,
+                  b + product * b_size, n, 0.0f, c + product * c_size, n);
     if (inject("gemm")) c[0] += 1.0f;
     if (!config_.check) return;
     Random random(static_cast<std::uint64_t>(prepared.index) + 17);
@@ -541,18 +551,23 @@ class CpuBackend final : public Backend {
     std::string failure;
     constexpr int kSpots = 8;
     for (int spot = 0; spot < kSpots; ++spot) {
-      const std::int64_t row =
-          spot == 0 ? 0 : static_cast<std::int64_t>(random.next() % static_cast<std::uint64_t>(shape.m));
-      const std::int64_t column =
-          spot == 0 ? 0 : static_cast<std::int64_t>(random.next() % static_cast<std::uint64_t>(shape.n));
+      const auto pick = [&](std::int64_t size) {
+        return spot == 0 ? 0 : static_cast<std::int64_t>(random.next() % static_cast<std::uint64_t>(size));
+      };
+      const std::int64_t product = pick(shape.batch);
+      const std::int64_t row = pick(shape.m);
+      const std::int64_t column = pick(shape.n);
+      const float* a_product = a + product * a_size;
+      const float* b_product = b + product * b_size;
       double want = 0;
       double magnitude = 0;
       for (std::int64_t inner = 0; inner < shape.k; ++inner) {
-        const double product = static_cast<double>(a[row * shape.k + inner]) * b[inner * shape.n + column];
-        want += product;
-        magnitude += std::abs(product);
+        const double product_value =
+            static_cast<double>(a_product[row * shape.k + inner]) * b_product[inner * shape.n + column];
+        want += product_value;
+        magnitude += std::abs(product_value);
       }
-      const double got = c[row * shape.n + column];
+      const double got = c[product * c_size + row * shape.n + column];
       const double tolerance = (static_cast<double>(shape.k) * 1.2e-7 + 1e-6) * magnitude + 1e-6;
       if (std::abs(got - want) > tolerance) {
         ++wrong;
@@ -770,8 +785,72 @@ class CpuBackend final : public Backend {
     checks_.add(values, wrong, failure);
   }
 
+  /// Row r of the unfused attention's scores (query position r % s) sees keys [0, r % s] when causal.
+  static std::int64_t softmax_visible(const graph::AttentionShape& shape, std::int64_t row) {
+    return shape.causal ? row % shape.seq + 1 : shape.seq;
+  }
+
+  /// Softmax of one row over its visible keys (masked keys 0); backward: out = P (dP - rowsum(P dP)) with
+  /// P = in. Computed in `Real` (float to execute, double for the check's reference).
+  template <typename Real>
+  static void softmax_row(const float* in, const float* dprob, float* out, std::int64_t visible,
+                          std::int64_t columns, std::vector<Real>& row) {
+    row.assign(static_cast<size_t>(columns), Real(0));
+    if (dprob == nullptr) {
+      Real max_score = in[0];
+      for (std::int64_t col = 1; col < visible; ++col) max_score = std::max<Real>(max_score, in[col]);
+      Real sum = 0;
+      for (std::int64_t col = 0; col < visible; ++col) sum += row[col] = std::exp(Real(in[col]) - max_score);
+      for (std::int64_t col = 0; col < visible; ++col) row[col] /= sum;
+    } else {
+      Real dot = 0;
+      for (std::int64_t col = 0; col < visible; ++col) dot += Real(in[col]) * Real(dprob[col]);
+      for (std::int64_t col = 0; col < visible; ++col) row[col] = Real(in[col]) * (Real(dprob[col]) - dot);
+    }
+    if (out != nullptr)
+      for (std::int64_t col = 0; col < columns; ++col) out[col] = static_cast<float>(row[col]);
+  }
+
+  /// The unfused attention's softmax (forward) or its backward over every score row; --check recomputes the
+  /// first and last row in double.
+  void run_softmax(CpuOp& prepared) {
+    const auto& shape = prepared.rank_op.op.attention;
+    const std::int64_t s = shape.seq;
+    const std::int64_t rows = prepared.elements / s;
+    const float* in = prepared.buffers[0]->data();
+    float* out = prepared.buffers[1]->data();
+    const float* dprob = shape.backward ? prepared.buffers[2]->data() : nullptr;
+    std::vector<float> row;
+    for (std::int64_t at = 0; at < rows; ++at)
+      softmax_row(in + at * s, dprob == nullptr ? nullptr : dprob + at * s, out + at * s,
+                  softmax_visible(shape, at), s, row);
+    if (inject("softmax")) out[0] += 1.0f;
+    if (!config_.check) return;
+    std::int64_t wrong = 0;
+    std::string failure;
+    std::vector<double> reference;
+    for (std::int64_t at : {std::int64_t{0}, rows - 1}) {
+      softmax_row(in + at * s, dprob == nullptr ? nullptr : dprob + at * s, nullptr,
+                  softmax_visible(shape, at), s, reference);
+      for (std::int64_t col = 0; col < s; ++col) {
+        const double want = reference[static_cast<size_t>(col)], got = out[at * s + col];
+        if (std::abs(got - want) <= 1e-5 * (1.0 + std::abs(want))) continue;
+        ++wrong;
+        if (failure.empty())
+          failure = fmt::format("op {} ({}): row {} key {} = {} but the reference says {}", prepared.index,
+                                graph::describe(prepared.rank_op.op), at, col, got, want);
+        break;
+      }
+    }
+    checks_.add(2, wrong, failure);
+  }
+
   void run_elementwise(CpuOp& prepared) {
     const auto kind = prepared.rank_op.op.elementwise;
+    if (kind == graph::ElementwiseKind::kSoftmax) {
+      run_softmax(prepared);
+      return;
+    }
     const float* in = prepared.buffers[0]->data();
     float* out = prepared.buffers[1]->data();
     const std::int64_t count = prepared.elements;

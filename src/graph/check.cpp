@@ -348,8 +348,9 @@ FlopTotals flop_totals(const Graph& graph) {
   const auto counts = ranks_per_program(graph);
   for (std::size_t program = 0; program < graph.programs.size(); ++program) {
     for (const Op& op : graph.programs[program].ops) {
-      if (op.kind == OpKind::kGemm) totals.gemm += op.flops * counts[program];
-      if (op.kind == OpKind::kAttention) totals.attention += op.flops * counts[program];
+      if (op.kind == OpKind::kGemm && !is_attention_gemm(op)) totals.gemm += op.flops * counts[program];
+      if (op.kind == OpKind::kAttention || is_attention_gemm(op))
+        totals.attention += op.flops * counts[program];
     }
   }
   const auto& layout = graph.layout;
@@ -361,7 +362,13 @@ FlopTotals flop_totals(const Graph& graph) {
   if (layout.recompute == model::Recompute::kFull) recompute_attention = per_token.attention_forward;
   const double gemm_forward = per_token.forward - per_token.attention_forward;
   totals.expected_gemm = tokens * (3.0 * gemm_forward + (recompute - recompute_attention));
-  totals.expected_attention = tokens * (3.0 * per_token.attention_forward + recompute_attention);
+  // The unfused core multiplies the full s x s scores (the causal mask is applied in its softmax).
+  const double attention_forward =
+      layout.attention == parallel::AttentionImpl::kUnfused
+          ? model::attention_flops_per_token(graph.model, layout.seq_length, /*causal=*/false)
+          : per_token.attention_forward;
+  const double recomputed = layout.recompute == model::Recompute::kNone ? 0.0 : attention_forward;
+  totals.expected_attention = tokens * (3.0 * attention_forward + recomputed);
   return totals;
 }
 
@@ -478,6 +485,11 @@ CommVolumes expected_comm_volumes(const model::ModelSpec& model, const parallel:
 
   // Pipeline: every virtual-stage boundary carries one activation forward and one gradient backward.
   if (pp > 1) volumes.pp_bytes = ranks_per_stage * m * 2.0 * (virtual_stages - 1) * 2.0 * tokens_local * h;
+  // Scatter/gather: each rank sends 1/t of it, and every receiving rank all-gathers the whole activation.
+  if (layout.scatter_gather_in_effect()) {
+    volumes.tp_bytes += volumes.pp_bytes;
+    volumes.pp_bytes /= t;
+  }
 
   // Expert parallel: dispatch + combine all-to-all in forward, both again in backward (and in recompute).
   if (model.is_moe() && layout.ep > 1)

@@ -28,6 +28,10 @@ constexpr double kFp32Bytes = 4.0;
 constexpr double kAdamBytesPerParam = 30.0;
 /// AdamW FLOPs per parameter (moments, bias correction, sqrt, division, decay, update).
 constexpr double kAdamFlopsPerParam = 12.0;
+/// Unfused softmax FLOPs per score: scale, mask, max, subtract, exp, sum, divide.
+constexpr double kSoftmaxFlopsPerScore = 7.0;
+/// Softmax backward FLOPs per score: dS = P (dP - rowsum(dP o P)).
+constexpr double kSoftmaxBackwardFlopsPerScore = 4.0;
 
 /// Shapes of one micro-batch on one rank.
 struct Dims {
@@ -241,13 +245,14 @@ class ProgramBuilder {
   // ---- op constructors
   // ----------------------------------------------------------------------------------------
 
-  int gemm(GemmWeight weight, GemmPass pass, std::int64_t m, std::int64_t n, std::int64_t k,
-           int expert = -1) {
+  int gemm(GemmWeight weight, GemmPass pass, std::int64_t m, std::int64_t n, std::int64_t k, int expert = -1,
+           std::int64_t batch = 1) {
     Op op;
     op.kind = OpKind::kGemm;
-    op.gemm = GemmShape{m, n, k, DType::kBf16, weight, pass, expert};
-    op.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-    op.bytes = kBf16Bytes * static_cast<double>(m * k + k * n + m * n);
+    op.gemm = GemmShape{m, n, k, DType::kBf16, weight, pass, expert, batch};
+    const auto products = static_cast<double>(batch);
+    op.flops = products * 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+    op.bytes = products * kBf16Bytes * static_cast<double>(m * k + k * n + m * n);
     return compute(op);
   }
 
@@ -260,10 +265,51 @@ class ProgramBuilder {
     return compute(op);
   }
 
-  int attention(bool backward) {
-    Op op;
-    op.kind = OpKind::kAttention;
-    AttentionShape& shape = op.attention;
+  /// The attention core as the layout runs it: one fused op, or batched GEMM + softmax + batched GEMM.
+  void attention(bool backward) {
+    if (layout_.attention == parallel::AttentionImpl::kFused) {
+      fused_attention(backward);
+    } else {
+      unfused_attention(backward);
+    }
+  }
+
+  /// Unfused attention (Megatron-LM's CoreAttention with FusedScaleMaskSoftmax): full s x s products per
+  /// (sequence, head) — the causal mask is applied in the softmax, so nothing is skipped — K and V expanded
+  /// to every query head, and the softmax output kept for backward (the s^2 activations).
+  void unfused_attention(bool backward) {
+    const std::int64_t s = dims_.seq;
+    const std::int64_t d = model_.head_dim;
+    const std::int64_t products = dims_.batch * (model_.num_attention_heads / dims_.tp);
+    const double scores = static_cast<double>(products) * static_cast<double>(s) * static_cast<double>(s);
+    const bool dropout = model_.dropout > 0.0;
+    // The softmax carries the attention shape so executors know its rows (s keys per query position).
+    AttentionShape shape = attention_shape(backward);
+    shape.kv_heads = shape.heads;
+    if (!backward) {
+      gemm(GemmWeight::kAttnScore, GemmPass::kForward, s, s, d, -1, products);
+      // Read S, write P (bf16); with dropout also the mask (1 byte) and the dropped-out P.
+      const int softmax = elementwise(ElementwiseKind::kSoftmax,
+                                      scores * (2.0 * kBf16Bytes + (dropout ? 1.0 + kBf16Bytes : 0.0)),
+                                      kSoftmaxFlopsPerScore * scores);
+      program_.ops[softmax].attention = shape;
+      gemm(GemmWeight::kAttnContext, GemmPass::kForward, s, d, s, -1, products);
+      return;
+    }
+    gemm(GemmWeight::kAttnContext, GemmPass::kDgrad, s, s, d, -1, products);
+    gemm(GemmWeight::kAttnContext, GemmPass::kWgrad, s, d, s, -1, products);
+    // Read P and dP, write dS (bf16); with dropout also read the mask.
+    const int softmax =
+        elementwise(ElementwiseKind::kSoftmax, scores * (3.0 * kBf16Bytes + (dropout ? 1.0 : 0.0)),
+                    kSoftmaxBackwardFlopsPerScore * scores);
+    program_.ops[softmax].attention = shape;
+    gemm(GemmWeight::kAttnScore, GemmPass::kDgrad, s, d, s, -1, products);
+    gemm(GemmWeight::kAttnScore, GemmPass::kWgrad, s, d, s, -1, products);
+  }
+
+  /// The attention core's shape on this rank (heads divided by tp).
+  AttentionShape attention_shape(bool backward) const {
+    AttentionShape shape;
     shape.batch = static_cast<std::int32_t>(dims_.batch);
     shape.heads = static_cast<std::int32_t>(model_.num_attention_heads / dims_.tp);
     shape.kv_heads = static_cast<std::int32_t>(std::max<std::int64_t>(1, model_.num_kv_heads / dims_.tp));
@@ -271,6 +317,14 @@ class ProgramBuilder {
     shape.head_dim = model_.head_dim;
     shape.causal = true;
     shape.backward = backward;
+    return shape;
+  }
+
+  int fused_attention(bool backward) {
+    Op op;
+    op.kind = OpKind::kAttention;
+    op.attention = attention_shape(backward);
+    const AttentionShape& shape = op.attention;
     const double forward_flops = 4.0 * static_cast<double>(dims_.batch) * static_cast<double>(dims_.seq) *
                                  static_cast<double>(dims_.seq) * shape.heads * shape.head_dim *
                                  (shape.causal ? 0.5 : 1.0);
@@ -748,7 +802,13 @@ class ProgramBuilder {
   // ---- pipeline point-to-point
   // ---------------------------------------------------------------------------------
 
+  /// Bytes of one stage-boundary activation (or its gradient) on one rank.
   double p2p_bytes() const { return kBf16Bytes * static_cast<double>(dims_.tokens_local * dims_.hidden); }
+
+  /// Bytes each rank sends across a stage boundary: 1/tp of the activation under pipeline scatter/gather.
+  double p2p_sent_bytes() const {
+    return layout_.scatter_gather_in_effect() ? p2p_bytes() / static_cast<double>(dims_.tp) : p2p_bytes();
+  }
 
   /// Tag of the message crossing boundary (v, v+1) for `microbatch`; direction 0 forward, 1 backward.
   int tag(int microbatch, int boundary, int direction) const {
@@ -806,7 +866,7 @@ class ProgramBuilder {
     Op op;
     op.kind = p2p.send ? OpKind::kSend : OpKind::kRecv;
     op.stream = Stream::kPpComm;
-    op.bytes = p2p_bytes();
+    op.bytes = p2p_sent_bytes();
     op.peer_stage = p2p.peer_stage;
     op.tag = p2p.tag;
     op.p2p_batch = p2p_batch_;
@@ -818,6 +878,13 @@ class ProgramBuilder {
     op.phase = (p2p.tag % 2 == 0) ? Phase::kForward : Phase::kBackward;
     if (p2p.send) {
       add(op, {last_compute_});
+    } else if (layout_.scatter_gather_in_effect()) {
+      // Megatron-LM's gather_split_1d_tensor: the received 1/tp slices are all-gathered over the TP group
+      // before the stage uses them.
+      const int receive = add(op, {});
+      waits_.push_back(add(
+          collective_op(CollectiveKind::kAllGather, GroupKind::kTp, p2p_bytes(), Stream::kTpComm, op.phase),
+          {receive}));
     } else {
       waits_.push_back(add(op, {}));
     }
@@ -986,6 +1053,17 @@ std::vector<RankOp> materialize(const Graph& graph, int rank) {
   return ops;
 }
 
+bool is_attention_gemm(const Op& op) {
+  return op.kind == OpKind::kGemm &&
+         (op.gemm.weight == GemmWeight::kAttnScore || op.gemm.weight == GemmWeight::kAttnContext);
+}
+
+double model_flops(const Op& op) {
+  if (op.phase == Phase::kRecompute) return 0.0;
+  if (is_attention_gemm(op)) return 0.5 * op.flops;  // every core in the zoo is causal
+  return op.kind == OpKind::kGemm || op.kind == OpKind::kAttention ? op.flops : 0.0;
+}
+
 const char* to_string(OpKind kind) {
   switch (kind) {
     case OpKind::kGemm:
@@ -1058,6 +1136,10 @@ const char* to_string(GemmWeight weight) {
       return "expert_fc1";
     case GemmWeight::kExpertFc2:
       return "expert_fc2";
+    case GemmWeight::kAttnScore:
+      return "attn_score";
+    case GemmWeight::kAttnContext:
+      return "attn_context";
   }
   return "?";
 }
@@ -1090,6 +1172,8 @@ const char* to_string(ElementwiseKind kind) {
       return "cross_entropy";
     case ElementwiseKind::kRouting:
       return "routing";
+    case ElementwiseKind::kSoftmax:
+      return "softmax";
   }
   return "?";
 }
@@ -1128,6 +1212,7 @@ std::string describe(const Op& op) {
     case OpKind::kGemm: {
       std::string text = fmt::format("gemm {} {} m={} n={} k={}", to_string(op.gemm.weight),
                                      to_string(op.gemm.pass), op.gemm.m, op.gemm.n, op.gemm.k);
+      if (op.gemm.batch > 1) text += fmt::format(" batch={}", op.gemm.batch);
       if (op.gemm.expert >= 0) text += fmt::format(" expert={}", op.gemm.expert);
       return text;
     }

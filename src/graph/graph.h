@@ -42,16 +42,18 @@ enum class Phase : std::uint8_t { kForward, kBackward, kRecompute, kOptimizer };
 /// Element type of a GEMM's operands.
 enum class DType : std::uint8_t { kBf16, kFp32 };
 
-/// Which weight a GEMM multiplies with.
+/// Which weight a GEMM multiplies with (or, for the unfused attention core, which product it is).
 enum class GemmWeight : std::uint8_t {
-  kQkv,        ///< fused query/key/value projection (column parallel)
-  kProj,       ///< attention output projection (row parallel)
-  kFc1,        ///< dense FFN first matrix (GELU: up; SwiGLU: fused gate+up), column parallel
-  kFc2,        ///< dense FFN second matrix (down), row parallel
-  kLogits,     ///< output projection to the vocabulary (column parallel over the vocabulary)
-  kRouter,     ///< MoE router (hidden -> experts), replicated
-  kExpertFc1,  ///< one expert's first matrix (gate+up for SwiGLU)
-  kExpertFc2,  ///< one expert's second matrix
+  kQkv,          ///< fused query/key/value projection (column parallel)
+  kProj,         ///< attention output projection (row parallel)
+  kFc1,          ///< dense FFN first matrix (GELU: up; SwiGLU: fused gate+up), column parallel
+  kFc2,          ///< dense FFN second matrix (down), row parallel
+  kLogits,       ///< output projection to the vocabulary (column parallel over the vocabulary)
+  kRouter,       ///< MoE router (hidden -> experts), replicated
+  kExpertFc1,    ///< one expert's first matrix (gate+up for SwiGLU)
+  kExpertFc2,    ///< one expert's second matrix
+  kAttnScore,    ///< unfused attention S = Q K^T (batched over sequences x heads); dgrad dQ, wgrad dK
+  kAttnContext,  ///< unfused attention O = P V (batched); dgrad dP = dO V^T, wgrad dV = P^T dO
 };
 
 /// Forward product, or one of the two backward products.
@@ -72,6 +74,7 @@ struct GemmShape {
   /// Global expert index for expert GEMMs, else -1. In a program shared by all EP indices
   /// (RankProgram::ep_index = -1) it is the index for EP index 0; materialize() gives each rank its own.
   std::int32_t expert = -1;
+  std::int64_t batch = 1;  ///< independent products of this shape (batched GEMM: the unfused attention core)
 };
 
 /// Shape of an attention-core op (per rank: heads are already divided by tp).
@@ -94,6 +97,7 @@ enum class ElementwiseKind : std::uint8_t {
   kEmbedding,     ///< embedding lookup (+ learned positions) or its gradient scatter-add
   kCrossEntropy,  ///< vocabulary-parallel softmax cross entropy (and its gradient)
   kRouting,       ///< MoE top-k selection, permutation and weighted combine
+  kSoftmax,       ///< unfused attention: scale, causal mask, softmax (+ dropout) over the s x s scores
 };
 
 /// Collective operation. `Op::bytes` is the full buffer: all-reduce buffer, all-gather output, reduce-scatter
@@ -117,7 +121,7 @@ struct Op {
   double bytes = 0;  ///< compute ops: bytes read+written; comm ops: message bytes (see CollectiveKind)
 
   GemmShape gemm;                                          ///< kGemm
-  AttentionShape attention;                                ///< kAttention
+  AttentionShape attention;                                ///< kAttention, and kElementwise kSoftmax
   ElementwiseKind elementwise = ElementwiseKind::kNorm;    ///< kElementwise
   CollectiveKind collective = CollectiveKind::kAllReduce;  ///< kCollective
   GroupKind group = GroupKind::kTp;  ///< kCollective (group kind; the instance comes from Graph::group_id)
@@ -195,6 +199,12 @@ struct RankOp {
 /// The full op list of one rank, with groups and peers resolved (for printing, executors and tests).
 std::vector<RankOp> materialize(const Graph& graph, int rank);
 
+/// Whether a GEMM is part of the unfused attention core (kAttnScore / kAttnContext).
+bool is_attention_gemm(const Op& op);
+/// The op's share of the model FLOPs (MFU's numerator): GEMMs and the attention core outside recompute; the
+/// unfused core multiplies the masked half of causal scores too, which the model does not count.
+double model_flops(const Op& op);
+
 /// Names: "gemm", "attention", "elementwise", "collective", "send", "recv", "optimizer".
 const char* to_string(OpKind kind);
 /// Names: "compute", "tp-comm", "dp-comm", "pp-comm", "ep-comm".
@@ -203,11 +213,12 @@ const char* to_string(Stream stream);
 const char* to_string(Phase phase);
 /// Names: "bf16", "fp32".
 const char* to_string(DType dtype);
-/// Names: "qkv", "proj", "fc1", "fc2", "logits", "router", "expert_fc1", "expert_fc2".
+/// Names: "qkv", "proj", "fc1", "fc2", "logits", "router", "expert_fc1", "expert_fc2", "attn_score",
+/// "attn_context".
 const char* to_string(GemmWeight weight);
 /// Names: "fwd", "dgrad", "wgrad".
 const char* to_string(GemmPass pass);
-/// Names: "norm", "activation", "rope", "residual_add", "embedding", "cross_entropy", "routing".
+/// Names: "norm", "activation", "rope", "residual_add", "embedding", "cross_entropy", "routing", "softmax".
 const char* to_string(ElementwiseKind kind);
 /// Names: "all_reduce", "all_gather", "reduce_scatter", "all_to_all".
 const char* to_string(CollectiveKind kind);

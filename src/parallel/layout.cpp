@@ -20,6 +20,18 @@ Schedule parse_schedule(const std::string& text) {
   throw InputError("--schedule: '" + text + "' is not a schedule; use gpipe, 1f1b or interleaved");
 }
 
+AttentionImpl parse_attention(const std::string& text, const std::string& what) {
+  if (text == "fused") return AttentionImpl::kFused;
+  if (text == "unfused") return AttentionImpl::kUnfused;
+  throw InputError(what + ": '" + text +
+                   "' is not an attention implementation; use fused (flash-style kernel) or unfused (GEMM + "
+                   "softmax + GEMM)");
+}
+
+std::string to_string(AttentionImpl attention) {
+  return attention == AttentionImpl::kUnfused ? "unfused" : "fused";
+}
+
 std::string to_string(Recompute recompute) {
   switch (recompute) {
     case Recompute::kNone:
@@ -62,7 +74,9 @@ nlohmann::json to_json(const Layout& layout) {
           {"overlap_param_gather", layout.overlap_param_gather},
           {"schedule", to_string(layout.schedule)},
           {"virtual_stages", layout.virtual_stages},
-          {"layers_per_stage", layout.layers_per_stage}};
+          {"layers_per_stage", layout.layers_per_stage},
+          {"attention", to_string(layout.attention)},
+          {"pipeline_scatter_gather", layout.pipeline_scatter_gather}};
 }
 
 Layout layout_from_json(const nlohmann::json& object) {
@@ -84,6 +98,8 @@ Layout layout_from_json(const nlohmann::json& object) {
   layout.schedule = parse_schedule(object.value("schedule", std::string("1f1b")));
   layout.virtual_stages = number("virtual_stages", 1);
   layout.layers_per_stage = object.value("layers_per_stage", std::vector<int>{});
+  layout.attention = parse_attention(object.value("attention", std::string("fused")), "layout.attention");
+  layout.pipeline_scatter_gather = object.value("pipeline_scatter_gather", true);
   return layout;
 }
 
@@ -96,6 +112,8 @@ std::string describe(const Layout& layout) {
   if (layout.zero_stage == 1) text += " zero1";
   if (layout.recompute != Recompute::kNone) text += " recompute-" + to_string(layout.recompute);
   if (layout.overlap_tp_comm || layout.overlap_grad_reduce || layout.overlap_param_gather) text += " overlap";
+  if (layout.attention == AttentionImpl::kUnfused) text += " unfused-attn";
+  if (layout.scatter_gather_in_effect()) text += " pp-scatter-gather";
   return text;
 }
 

@@ -13,6 +13,9 @@ namespace calo::parallel {
 using model::Recompute;
 /// Pipeline schedule: GPipe (all forwards then all backwards), 1F1B, or interleaved 1F1B with virtual stages.
 enum class Schedule { kGpipe, k1F1B, kInterleaved };
+/// Attention core implementation: fused flash-style kernel (causal half of s^2, no s^2 activations) or
+/// unfused batched GEMM + softmax + batched GEMM (full s^2 products, softmax output kept for backward).
+enum class AttentionImpl { kFused, kUnfused };
 
 /// A parallel layout. world = tp * pp * dp; ep divides dp (expert parallel is carved out of data parallel,
 /// as in Megatron-LM); ranks are ordered tp-cp-ep-dp-pp (tp fastest). cp (context parallel) is fixed at 1.
@@ -33,11 +36,19 @@ struct Layout {
   Schedule schedule = Schedule::k1F1B;
   int virtual_stages = 1;             ///< model chunks per pipeline rank (interleaved schedule)
   std::vector<int> layers_per_stage;  ///< explicit partition (size pp * virtual_stages); empty = uniform
+  AttentionImpl attention = AttentionImpl::kFused;  ///< attention core implementation
+  /// Megatron-LM's pipeline scatter/gather: without sequence parallel and with tp > 1, each TP rank sends
+  /// 1/tp of the stage boundary activation and the receivers all-gather it over the TP group.
+  bool pipeline_scatter_gather = true;
 
   /// Total ranks: tp * pp * dp.
   int world_size() const { return tp * pp * dp; }
   /// Micro-batches per iteration per pipeline: global_batch / (micro_batch * dp).
   int num_microbatches() const { return global_batch / (micro_batch * dp); }
+  /// Whether pipeline scatter/gather is in effect: asked for, pp > 1, tp > 1 and sequence parallel off.
+  bool scatter_gather_in_effect() const {
+    return pipeline_scatter_gather && pp > 1 && tp > 1 && !sequence_parallel;
+  }
 };
 
 /// Layout as JSON (for --json output and the run store's config).
@@ -54,5 +65,9 @@ Schedule parse_schedule(const std::string& text);
 std::string to_string(Recompute recompute);
 /// Name of a schedule ("gpipe", "1f1b", "interleaved").
 std::string to_string(Schedule schedule);
+/// Parses "fused|unfused"; throws InputError naming `what` (the flag or key) on anything else.
+AttentionImpl parse_attention(const std::string& text, const std::string& what = "--attention");
+/// Name of an attention implementation ("fused", "unfused").
+std::string to_string(AttentionImpl attention);
 
 }  // namespace calo::parallel

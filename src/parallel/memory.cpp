@@ -73,7 +73,8 @@ std::vector<double> chunk_activation_bytes(const model::ModelSpec& model, const 
                                            const std::vector<int>& layers) {
   const int seq_length = layout.seq_length > 0 ? layout.seq_length : model.seq_length;
   const double per_layer = model::activation_bytes_per_layer(model, seq_length, layout.micro_batch, layout.tp,
-                                                             layout.sequence_parallel, layout.recompute);
+                                                             layout.sequence_parallel, layout.recompute,
+                                                             layout.attention == AttentionImpl::kFused);
   const int virtual_count = layout.pp * layout.virtual_stages;
   std::vector<double> bytes(layout.virtual_stages, 0.0);
   for (int chunk = 0; chunk < layout.virtual_stages; ++chunk) {

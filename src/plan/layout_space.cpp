@@ -98,6 +98,7 @@ LayoutSpace enumerate_layouts(const SpaceRequest& request) {
             layout.seq_length = request.seq_length;
             layout.recompute = recompute;
             layout.zero_stage = zero_stage;
+            layout.attention = request.attention;
             layout.overlap_tp_comm = overlap && sizes.tp > 1;
             layout.overlap_grad_reduce = overlap && sizes.dp > 1;
             layout.overlap_param_gather = overlap && zero_stage >= 1;
@@ -155,6 +156,9 @@ std::string calo_flags(const parallel::Layout& layout) {
   if (layout.overlap_tp_comm) text += " --overlap-tp";
   if (layout.overlap_grad_reduce) text += " --overlap-grad";
   if (layout.overlap_param_gather) text += " --overlap-param";
+  if (layout.tp > 1 && !layout.sequence_parallel) text += " --no-sequence-parallel";
+  if (layout.attention == parallel::AttentionImpl::kUnfused) text += " --attention unfused";
+  if (!layout.pipeline_scatter_gather) text += " --no-pp-scatter-gather";
   return text;
 }
 
@@ -177,6 +181,8 @@ std::string megatron_flags(const parallel::Layout& layout) {
   if (layout.overlap_tp_comm) text += " --tp-comm-overlap";
   if (layout.overlap_grad_reduce) text += " --overlap-grad-reduce";
   if (layout.overlap_param_gather) text += " --overlap-param-gather";
+  if (layout.attention == parallel::AttentionImpl::kFused) text += " --use-flash-attn";
+  if (!layout.pipeline_scatter_gather) text += " --no-scatter-gather-tensors-in-pipeline";
   return text;
 }
 

@@ -21,6 +21,7 @@ struct SpaceRequest {
   int seq_length = 0;              ///< tokens per sequence; 0 = the model's default
   int gpus_per_node = 8;           ///< tp never spans nodes (tp <= gpus_per_node)
   double device_memory_bytes = 0;  ///< HBM per GPU; a layout fits when its accounted total <= usable share
+  parallel::AttentionImpl attention = parallel::AttentionImpl::kFused;  ///< attention core of every layout
 };
 
 /// One layout of the space with its memory verdict.

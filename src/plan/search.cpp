@@ -323,6 +323,7 @@ SearchResult search_layouts(const SearchRequest& request) {
   SpaceRequest space_request = request.space;
   space_request.device_memory_bytes = request.cluster.gpu.memory_bytes;
   space_request.gpus_per_node = request.cluster.node.gpus;
+  space_request.attention = request.cluster.attention;
   const LayoutSpace space = enumerate_layouts(space_request);
   if (space.fitting() == 0) refuse_empty(request, space_request, space);
 

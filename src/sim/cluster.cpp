@@ -267,7 +267,8 @@ double ClusterSpec::nic_bandwidth_per_gpu() const {
 
 ClusterSpec parse_cluster(const nlohmann::json& object, const std::string& origin) {
   ConfigReader reader(object, origin);
-  reader.reject_unknown_keys({"name", "description", "gpu", "node", "network", "collective", "calibration"});
+  reader.reject_unknown_keys(
+      {"name", "description", "gpu", "node", "network", "collective", "attention", "calibration"});
   ClusterSpec cluster;
   cluster.name = reader.get_string("name", origin);
   cluster.description = reader.get_string("description", "");
@@ -276,6 +277,8 @@ ClusterSpec parse_cluster(const nlohmann::json& object, const std::string& origi
   cluster.network = parse_network(section(object, origin, "network", true), origin + ": network");
   cluster.collective =
       parse_collective(section(object, origin, "collective", false), origin + ": collective");
+  cluster.attention =
+      parallel::parse_attention(reader.get_string("attention", "fused"), origin + ": attention");
   auto calibration = object.find("calibration");
   if (calibration != object.end() && !calibration->is_null()) cluster.calibration = *calibration;
   return cluster;
@@ -353,6 +356,7 @@ nlohmann::json to_json(const ClusterSpec& cluster) {
         {"bw_efficiency_max", cluster.collective.bw_efficiency_max},
         {"bw_half_bytes", cluster.collective.bw_half_bytes}}},
   };
+  json["attention"] = parallel::to_string(cluster.attention);
   if (!cluster.calibration.is_null()) json["calibration"] = cluster.calibration;
   return json;
 }

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "parallel/layout.h"
+
 namespace calo::sim {
 
 /// Op classes that draw different active power (docs/SIMULATOR.md, "Power").
@@ -101,12 +103,15 @@ struct CollectiveSpec {
 
 /// A cluster: GPU, node, network, collectives.
 struct ClusterSpec {
-  std::string name;            ///< preset or file name
-  std::string description;     ///< one line
-  GpuSpec gpu;                 ///< every GPU is this model
-  NodeSpec node;               ///< every node is this
-  NetworkSpec network;         ///< the scale-out fabric
-  CollectiveSpec collective;   ///< collective algorithms
+  std::string name;           ///< preset or file name
+  std::string description;    ///< one line
+  GpuSpec gpu;                ///< every GPU is this model
+  NodeSpec node;              ///< every node is this
+  NetworkSpec network;        ///< the scale-out fabric
+  CollectiveSpec collective;  ///< collective algorithms
+  /// Attention core the trainings on this cluster run (`attention: fused|unfused`); a layout's --attention
+  /// overrides it.
+  parallel::AttentionImpl attention = parallel::AttentionImpl::kFused;
   nlohmann::json calibration;  ///< provenance of fitted parameters (`calo calibrate`); null for presets
 
   /// Inlet air temperature of the GPU in `slot` (0 .. gpus-1).

@@ -69,7 +69,7 @@ ComputeCost compute_cost(const GpuSpec& gpu, const graph::Op& op) {
       const double m = static_cast<double>(shape.m);
       const double n = static_cast<double>(shape.n);
       const double k = static_cast<double>(shape.k);
-      if (bytes <= 0) bytes = 2.0 * (m * k + k * n + m * n);
+      if (bytes <= 0) bytes = 2.0 * static_cast<double>(shape.batch) * (m * k + k * n + m * n);
       if (shape.dtype == graph::DType::kFp32) peak_flops = gpu.peak_fp32_flops;
       flop_efficiency = gemm_efficiency(efficiency, m, n, k);
       cost.power_class = PowerClass::kGemm;

@@ -34,11 +34,6 @@ Coordinates coordinates(const parallel::Layout& layout, int rank) {
   return result;
 }
 
-bool counts_as_model_flops(const graph::Op& op) {
-  return (op.kind == graph::OpKind::kGemm || op.kind == graph::OpKind::kAttention) &&
-         op.phase != graph::Phase::kRecompute;
-}
-
 bool is_comm(graph::OpKind kind) {
   return kind == graph::OpKind::kCollective || kind == graph::OpKind::kSend || kind == graph::OpKind::kRecv;
 }
@@ -134,7 +129,7 @@ std::vector<ProgramPower> cost_programs(const graph::Graph& graph, const GpuSpec
   for (int rank = 0; rank < graph.world_size(); ++rank) ranks_per_program[graph.program_of_rank[rank]] += 1;
   for (std::size_t index = 0; index < graph.programs.size(); ++index) {
     for (const auto& op : graph.programs[index].ops) {
-      if (counts_as_model_flops(op)) result.model_flops_per_step += op.flops * ranks_per_program[index];
+      result.model_flops_per_step += graph::model_flops(op) * ranks_per_program[index];
       if (!is_comm(op.kind)) result.hardware_flops_per_step += op.flops * ranks_per_program[index];
     }
   }

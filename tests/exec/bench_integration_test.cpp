@@ -113,6 +113,32 @@ TEST(BenchCpu, ExpertAndTensorParallelMoe) {
   expect_clean(bench_json("ep2tp2", {"--model", "tiny-moe", "--tp", "2", "--dp", "2", "--ep", "2"}), 4);
 }
 
+TEST(BenchCpu, UnfusedAttentionAndPipelineScatterGatherRunAndCheck) {
+  // Without sequence parallel, TP2 x PP2 sends 1/2 of each activation and all-gathers it on arrival; the
+  // unfused core runs batched GEMMs and a real causal softmax whose rows --check recomputes.
+  const auto report = bench_json("unfused-sg", {"--model", "tiny-dense", "--tp", "2", "--pp", "2", "--gbs",
+                                                "4", "--no-sequence-parallel", "--attention", "unfused"});
+  expect_clean(report, 4);
+  store::RunReader reader(report["run_dir"].get<std::string>());
+  std::set<std::string> names;
+  for (const auto& span : reader.spans())
+    if (span.kind == store::SpanKind::kOp) names.insert(span.name);
+  for (const char* name : {"gemm.attn_score.fwd", "gemm.attn_context.wgrad", "elementwise.softmax"})
+    EXPECT_TRUE(names.count(name)) << name;
+  EXPECT_FALSE(names.count("attention.fwd"));
+  EXPECT_TRUE(names.count("all_gather.tp"));
+}
+
+TEST(BenchCpu, AWrongSoftmaxFailsTheRun) {
+  const fs::path out = fresh_dir("softmax-fault");
+  const Outcome outcome =
+      run_calo({"bench", "--backend", "cpu", "--model", "tiny-dense", "--attention", "unfused", "--steps",
+                "1", "--warmup", "0", "--check", "--out", out.string()},
+               "CALO_CPU_INJECT_FAULT=softmax");
+  EXPECT_EQ(outcome.exit_code, 1) << outcome.output;
+  EXPECT_NE(outcome.output.find("softmax"), std::string::npos) << outcome.output;
+}
+
 TEST(BenchCpu, WrongCollectiveResultsFailTheRun) {
   const fs::path out = fresh_dir("fault");
   const Outcome outcome = run_calo({"bench", "--backend", "cpu", "--model", "tiny-dense", "--tp", "2",

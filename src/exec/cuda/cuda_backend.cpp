@@ -31,6 +31,7 @@
 #include "exec/cuda/norm.cuh"
 #include "exec/cuda/pointwise.cuh"
 #include "exec/cuda/routing.cuh"
+#include "exec/cuda/softmax.cuh"
 #include "exec/verify.h"
 
 namespace calo::exec {
@@ -281,9 +282,9 @@ class CudaBackend final : public Backend {
       case OpKind::kGemm: {
         const auto& shape = op.gemm;
         prepared->gemm = cuda::gemm_call_for(shape);
-        prepared->buffers = {shared("gemm.a", shape.m * shape.k, seed),
-                             shared("gemm.b", shape.k * shape.n, seed + 1),
-                             shared("gemm.c", shape.m * shape.n, seed + 2)};
+        prepared->buffers = {shared("gemm.a", shape.batch * shape.m * shape.k, seed),
+                             shared("gemm.b", shape.batch * shape.k * shape.n, seed + 1),
+                             shared("gemm.c", shape.batch * shape.m * shape.n, seed + 2)};
         break;
       }
       case OpKind::kAttention:
@@ -620,6 +621,21 @@ class CudaBackend final : public Backend {
             shared("ce.grad", count, seed + 2), shared_f32("ce.loss", prepared.rows, seed + 3, 1.0f, true)};
         break;
       }
+      case ElementwiseKind::kSoftmax: {  // unfused attention: rows of s scores per (sequence, head)
+        const auto& shape = op.attention;
+        const std::int64_t matrices = std::int64_t{shape.batch} * shape.heads;
+        const std::int64_t scores = matrices * shape.seq * shape.seq;
+        prepared.rows = matrices;
+        prepared.width = shape.seq;
+        prepared.buffers = {shared("softmax.scores", scores, seed)};
+        if (shape.backward) {
+          const std::int64_t rows = matrices * shape.seq * shape.head_dim;
+          prepared.buffers.push_back(shared("softmax.dprob", scores, seed + 1));
+          prepared.buffers.push_back(shared("softmax.dout", rows, seed + 2));
+          prepared.buffers.push_back(shared("softmax.out", rows, seed + 3));
+        }
+        break;
+      }
       case ElementwiseKind::kRouting: {  // top-k and permuted copy of token rows
         const std::int64_t values = static_cast<std::int64_t>(op.bytes / 4.0);
         prepared.width = std::min(hidden, std::max<std::int64_t>(1, values));
@@ -843,6 +859,22 @@ class CudaBackend final : public Backend {
         cuda::cross_entropy(bf(0), static_cast<const std::int32_t*>(buffers[1]), bf(2),
                             static_cast<float*>(buffers[3]), prepared.rows, prepared.width, stream);
         break;
+      case ElementwiseKind::kSoftmax: {
+        const auto& shape = prepared.rank_op.op.attention;
+        cuda::ScoreBlock block;
+        block.batch = prepared.rows;
+        block.batch_stride = std::int64_t{shape.seq} * shape.seq;
+        block.rows = block.columns = block.ld = shape.seq;
+        block.causal = shape.causal;
+        if (!shape.backward) {
+          cuda::causal_softmax(bf(0), block, stream);
+        } else {
+          cuda::softmax_backward(bf(0), bf(1), bf(2), bf(3), std::int64_t{shape.seq} * shape.head_dim,
+                                 shape.head_dim, 1.0f / std::sqrt(static_cast<float>(shape.head_dim)), block,
+                                 stream);
+        }
+        break;
+      }
       case ElementwiseKind::kRouting:
         cuda::route_tokens(bf(0), bf(1), bf(2), prepared.rows, prepared.width,
                            static_cast<int>(prepared.elements), std::max(1, graph_->model.moe_top_k), stream);

@@ -25,6 +25,15 @@ GemmCall gemm_call_for(const graph::GemmShape& shape) {
   call.k = shape.k;
   call.transpose_a = shape.pass == graph::GemmPass::kWgrad;
   call.transpose_b = shape.pass == graph::GemmPass::kForward;
+  // Unfused attention: O = P V and dP = dO V^T read V [s, d] as stored, so their B transposes flip.
+  if (shape.weight == graph::GemmWeight::kAttnContext && shape.pass != graph::GemmPass::kWgrad)
+    call.transpose_b = shape.pass == graph::GemmPass::kDgrad;
+  if (shape.batch > 1) {
+    call.batch = shape.batch;
+    call.stride_a = shape.m * shape.k;
+    call.stride_b = shape.k * shape.n;
+    call.stride_c = shape.m * shape.n;
+  }
   return call;
 }
 

@@ -32,7 +32,8 @@ struct GemmCall {
 };
 
 /// Transposes of a graph GEMM by pass (weights stored [out, in] as in PyTorch): forward Y = X W^T
-/// (B transposed), dgrad dX = dY W (none), wgrad dW = dY^T X in graph terms C = X^T dY (A transposed).
+/// (B transposed), dgrad dX = dY W (none), wgrad dW = dY^T X in graph terms C = X^T dY (A transposed);
+/// the unfused attention's O = P V (none) and dP = dO V^T (B transposed); packed strides for batched shapes.
 GemmCall gemm_call_for(const graph::GemmShape& shape);
 
 /// A cuBLASLt handle, a workspace and the algorithm cache of one device.

@@ -165,6 +165,7 @@ TEST(CudaBackend, RunsUnfusedAttentionAndChecksClean) {
   layout.attention = parallel::AttentionImpl::kUnfused;
   const StepRun run = run_single("tiny-dense", true, 2, layout);
   EXPECT_EQ(run.per_step[static_cast<size_t>(graph::OpKind::kAttention)], 0);
+  EXPECT_EQ(run.attention_impl, cuda::kAttentionImplUnfused);
   EXPECT_EQ(run.check.wrong, 0) << (run.check.first_failures.empty() ? "" : run.check.first_failures[0]);
   const StepRun fused = run_single("tiny-dense", false, 1);
   // Per layer (tiny-dense has 4) 2 forward + 4 backward attention GEMMs replace the fused ops.

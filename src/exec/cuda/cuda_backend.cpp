@@ -628,6 +628,7 @@ class CudaBackend final : public Backend {
         prepared.rows = matrices;
         prepared.width = shape.seq;
         prepared.buffers = {shared("softmax.scores", scores, seed)};
+        device_.attention_impl = cuda::kAttentionImplUnfused;
         if (shape.backward) {
           const std::int64_t rows = matrices * shape.seq * shape.head_dim;
           prepared.buffers.push_back(shared("softmax.dprob", scores, seed + 1));

@@ -33,6 +33,8 @@ AttentionMode attention_mode_from_env();
 inline constexpr const char* kAttentionImplCudnn = "cudnn-sdpa";
 /// Implementation name reported by `calo bench` (device.attention_impl) for the fallback path.
 inline constexpr const char* kAttentionImplFallback = "cublaslt-fallback";
+/// Attention implementation name when the graph runs the unfused core (`--attention unfused`).
+inline constexpr const char* kAttentionImplUnfused = "unfused-cublaslt";
 
 /// True when this binary was built with cuDNN and cudnn_frontend (CALO_EXEC_HAVE_CUDNN).
 bool cudnn_attention_built();

@@ -246,12 +246,44 @@ struct NameHash {
 
 // NCCL metadata of a collective (on a kernel's args or on the CPU op that launched it).
 struct CollectiveMeta {
-  std::string name;         // "Collective name"
-  int64_t in_nelems = 0;    // "In msg nelems"
-  int64_t out_nelems = 0;   // "Out msg nelems"
-  int32_t group_size = 0;   // "Group size"
-  int32_t dtype_bytes = 0;  // size of "dtype"
+  std::string name;                  // "Collective name"
+  int64_t in_nelems = 0;             // "In msg nelems"
+  int64_t out_nelems = 0;            // "Out msg nelems"
+  int32_t group_size = 0;            // "Group size"
+  int32_t dtype_bytes = 0;           // size of "dtype"
+  std::vector<int32_t> group_ranks;  // "Process Group Ranks" ("[0, 1, 2, 3]"), empty if absent or malformed
 };
+
+/// The global ranks of a "Process Group Ranks" string such as "[0, 1, 2, 3]"; empty when it is anything else
+/// (a malformed list is no placement, not an error: the group size still says how many ranks there are).
+std::vector<int32_t> parse_group_ranks(std::string_view text) {
+  std::vector<int32_t> ranks;
+  std::size_t at = 0;
+  auto skip_spaces = [&] {
+    while (at < text.size() && text[at] == ' ') ++at;
+  };
+  skip_spaces();
+  if (at >= text.size() || text[at] != '[') return {};
+  ++at;
+  skip_spaces();
+  if (at < text.size() && text[at] == ']') return {};
+  while (at < text.size()) {
+    skip_spaces();
+    int64_t value = 0;
+    const std::size_t digits_begin = at;
+    while (at < text.size() && text[at] >= '0' && text[at] <= '9' && value <= INT32_MAX)
+      value = value * 10 + (text[at++] - '0');
+    if (at == digits_begin || value > INT32_MAX) return {};
+    ranks.push_back(static_cast<int32_t>(value));
+    skip_spaces();
+    if (at < text.size() && text[at] == ',') {
+      ++at;
+      continue;
+    }
+    return at + 1 == text.size() && text[at] == ']' ? ranks : std::vector<int32_t>{};
+  }
+  return {};
+}
 
 int32_t dtype_size_bytes(std::string_view dtype) {
   static const std::map<std::string_view, int32_t> sizes = {
@@ -445,6 +477,8 @@ void parse_event(Scanner& scan, FileState& state, NameTable& names, std::string&
             meta.out_nelems = std::max<int64_t>(0, scan.integer(scratch_value));
           } else if (arg == "Group size") {
             meta.group_size = static_cast<int32_t>(std::max<int64_t>(0, scan.integer(scratch_value)));
+          } else if (arg == "Process Group Ranks" && scan.peek() == '"') {
+            meta.group_ranks = parse_group_ranks(scan.string(scratch_value));
           } else if (arg == "dtype" && scan.peek() == '"') {
             meta.dtype_bytes = dtype_size_bytes(scan.string(scratch_value));
           } else if (state.keep_op_shapes && arg == "Input Dims" && scan.peek() == '[') {
@@ -605,11 +639,48 @@ void parse_into(const char* text, std::size_t size, const std::string& source, F
 }
 
 // Fixes lanes, the time origin and categories; appends to `data`.
+/// Traces given together are the ranks of one job: each rank once, one world size, every rank inside it.
+void require_one_job(const std::vector<PendingFile>& files) {
+  std::map<int32_t, const PendingFile*> by_rank;
+  const PendingFile* sized = nullptr;
+  for (const PendingFile& file : files) {
+    auto [other, added] = by_rank.emplace(file.rank, &file);
+    if (!added)
+      throw InputError(
+          fmt::format("calo ingest: {} and {} both hold rank {}{}: traces given together must be the ranks "
+                      "of one job, one "
+                      "file per rank; give each job's traces separately",
+                      other->second->source, file.source, file.rank,
+                      file.state.rank != kUnset ? " (distributedInfo.rank)"
+                                                : " (no distributedInfo: the position in the list)"));
+    const int64_t world = file.state.world_size;
+    if (world <= 0) continue;
+    if (file.state.rank != kUnset && file.state.rank >= world)
+      throw InputError(fmt::format("calo ingest: {} says rank {} of a world of {}; the trace is malformed",
+                                   file.source, file.state.rank, world));
+    if (sized != nullptr && sized->state.world_size != world)
+      throw InputError(
+          fmt::format("calo ingest: {} is from a job of {} ranks but {} from one of {} "
+                      "(distributedInfo.world_size); give "
+                      "each job's traces separately",
+                      sized->source, sized->state.world_size, file.source, world));
+    sized = &file;
+  }
+}
+
 void merge_files(std::vector<PendingFile>& files, TraceData& data) {
   KernelClassifier classifier;
   std::vector<int8_t> name_category(data.names.size(), -1);
   std::map<std::pair<int32_t, int32_t>, int32_t> lane_of;  // (rank, device) -> provisional lane
   std::vector<TraceLane> lanes;
+  std::map<std::vector<int32_t>, int32_t> group_of;  // rank list -> index into data.groups
+  for (std::size_t index = 0; index < data.groups.size(); ++index)
+    group_of.emplace(data.groups[index], static_cast<int32_t>(index));
+  auto group_index = [&](const std::vector<int32_t>& ranks) {
+    auto [found, added] = group_of.emplace(ranks, static_cast<int32_t>(data.groups.size()));
+    if (added) data.groups.push_back(ranks);
+    return found->second;
+  };
   int64_t origin = std::numeric_limits<int64_t>::max();
   for (auto& file : files) {
     for (const auto& kernel : file.state.kernels)
@@ -663,6 +734,8 @@ void merge_files(std::vector<PendingFile>& files, TraceData& data) {
       if (meta != nullptr && is_comm(kernel.category)) {
         kernel.message_bytes = message_bytes(kernel.category, *meta);
         kernel.group_size = meta->group_size;
+        if (!meta->group_ranks.empty() && static_cast<int32_t>(meta->group_ranks.size()) == meta->group_size)
+          kernel.group = group_index(meta->group_ranks);
       }
       kernel.t_begin_ns = state.base_ns + raw.t_begin_ns - origin;
       kernel.t_end_ns = kernel.t_begin_ns + raw.duration_ns;
@@ -856,6 +929,7 @@ TraceData ingest_traces(const std::vector<std::filesystem::path>& paths, bool ke
     auto rank = files[index].state.rank;
     files[index].rank = rank != kUnset ? static_cast<int32_t>(rank) : static_cast<int32_t>(index);
   }
+  require_one_job(files);
   merge_files(files, data);
   return data;
 }

@@ -25,6 +25,7 @@ struct TraceKernel {
   int64_t t_end_ns = 0;      ///< end, ns since the same origin
   double message_bytes = 0;  ///< NCCL message size in bytes (nccl-tests convention), 0 if unknown
   int32_t group_size = 0;    ///< NCCL group size, 0 if unknown
+  int32_t group = -1;        ///< index into TraceData::groups ("Process Group Ranks"), -1 if not recorded
   int32_t op = -1;  ///< index into TraceData::ops of the aten op that launched it, -1 if none/not kept
 };
 
@@ -64,6 +65,8 @@ struct TraceData {
   uint64_t bytes_read = 0;     ///< JSON bytes scanned
   uint64_t events_seen = 0;    ///< trace events scanned (all kinds)
   int32_t world_size = 0;      ///< distributedInfo.world_size, 0 if absent
+  /// Distinct process groups of the collectives ("Process Group Ranks": global ranks, in the recorded order).
+  std::vector<std::vector<int32_t>> groups;
 };
 
 /// Parses one Kineto JSON text held in memory, or its gzip compression (used by tests, the fuzzer and the
@@ -73,9 +76,11 @@ void parse_kineto_json(const char* text, std::size_t size, const std::string& so
                        int32_t default_rank, TraceData& data);
 
 /// Reads the traces at `paths` (memory-mapped), merges them on one time base, classifies kernels and orders
-/// everything. InputError for a missing/unreadable/malformed file (gzip is named with its fix).
-/// `keep_op_shapes`: also keep the aten ops that launched kernels with their inputs (TraceData::ops,
-/// TraceKernel::op; calibration needs them, the breakdown does not: 27 % more CPU on a shape-recorded trace).
+/// everything. InputError for a missing/unreadable/malformed file (gzip is named with its fix), and for
+/// traces that cannot be ranks of one job: two files with the same distributedInfo.rank, different world
+/// sizes, or a rank outside its world. `keep_op_shapes`: also keep the aten ops that launched kernels with
+/// their inputs (TraceData::ops, TraceKernel::op; calibration needs them, the breakdown does not: 27 % more
+/// CPU on a shape-recorded trace).
 TraceData ingest_traces(const std::vector<std::filesystem::path>& paths, bool keep_op_shapes = false);
 
 /// Writes `data` into a run: one device per lane, kernel spans (category as span category), step spans,

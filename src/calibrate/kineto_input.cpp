@@ -1,6 +1,7 @@
 #include "calibrate/kineto_input.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -39,19 +40,32 @@ std::optional<graph::CollectiveKind> collective_kind(analyze::KernelCategory cat
   }
 }
 
-/// Where a group of `size` ranks sits on `cluster` (ranks placed in order: 0 .. size-1).
-sim::GroupPlacement placement_of(const sim::ClusterSpec& cluster, int size) {
-  std::vector<std::int32_t> ranks(static_cast<std::size_t>(size));
-  for (int rank = 0; rank < size; ++rank) ranks[static_cast<std::size_t>(rank)] = rank;
-  return sim::place_group(cluster, ranks);
+/// The global ranks of a kernel's group: as recorded, else the first `group_size` ranks.
+std::vector<std::int32_t> group_ranks(const analyze::TraceData& data, const analyze::TraceKernel& kernel) {
+  if (kernel.group >= 0) return data.groups[static_cast<std::size_t>(kernel.group)];
+  std::vector<std::int32_t> ranks(static_cast<std::size_t>(kernel.group_size));
+  for (int rank = 0; rank < kernel.group_size; ++rank) ranks[static_cast<std::size_t>(rank)] = rank;
+  return ranks;
+}
+
+/// Where the sample's ranks sit on `cluster` (sim::place_group: rank r on node r / GPUs per node).
+sim::GroupPlacement placement_of(const sim::ClusterSpec& cluster, const CollectiveSample& sample) {
+  std::vector<std::int32_t> sorted = sample.ranks;
+  std::sort(sorted.begin(), sorted.end());
+  return sim::place_group(cluster, sorted);
 }
 
 double modeled_collective_s(const sim::ClusterSpec& cluster, const CollectiveSample& sample) {
-  return sim::collective_time_s(cluster, sample.kind, sample.bytes, placement_of(cluster, sample.group_size));
+  return sim::collective_time_s(cluster, sample.kind, sample.bytes, placement_of(cluster, sample));
 }
 
 std::string sample_key(const CollectiveSample& sample) {
-  return fmt::format("{} n={} {:.0f} B", graph::to_string(sample.kind), sample.group_size, sample.bytes);
+  // Groups of one size on different ranks are different samples; name the ranks (a long list by its ends).
+  const auto& ranks = sample.ranks;
+  const std::string members = ranks.size() <= 8 ? fmt::format("{}", fmt::join(ranks, ","))
+                                                : fmt::format("{},...,{}", ranks.front(), ranks.back());
+  return fmt::format("{} n={} ranks {} {:.0f} B", graph::to_string(sample.kind), sample.group_size, members,
+                     sample.bytes);
 }
 
 /// Bytes of one element of a profiler "Input type" ("c10::BFloat16", "float", ...); 0 if not a tensor type.
@@ -436,13 +450,15 @@ KinetoInput load_kineto_input(const std::vector<std::filesystem::path>& files, c
 
 std::vector<CollectiveSample> collective_samples(const analyze::TraceData& data,
                                                  const sim::ClusterSpec& cluster) {
-  // (kind, group size, bytes) -> per lane, the kernel durations in time order.
-  std::map<std::tuple<int, int, double>, std::map<int32_t, std::vector<double>>> by_shape;
+  // (kind, group ranks, bytes) -> per lane, the kernel durations in time order. Groups of equal size on
+  // different ranks are different samples: they may span different nodes.
+  std::map<std::tuple<int, std::vector<std::int32_t>, double>, std::map<int32_t, std::vector<double>>>
+      by_shape;
   for (const analyze::TraceKernel& kernel : data.kernels) {
     const auto kind = collective_kind(kernel.category);
     if (!kind || kernel.message_bytes <= 0 || kernel.group_size < 2) continue;
-    by_shape[{static_cast<int>(*kind), kernel.group_size, kernel.message_bytes}][kernel.lane].push_back(
-        static_cast<double>(kernel.t_end_ns - kernel.t_begin_ns) * 1e-9);
+    by_shape[{static_cast<int>(*kind), group_ranks(data, kernel), kernel.message_bytes}][kernel.lane]
+        .push_back(static_cast<double>(kernel.t_end_ns - kernel.t_begin_ns) * 1e-9);
   }
   std::vector<CollectiveSample> samples;
   for (const auto& [key, lanes] : by_shape) {
@@ -456,11 +472,12 @@ std::vector<CollectiveSample> collective_samples(const analyze::TraceData& data,
     }
     CollectiveSample sample;
     sample.kind = static_cast<graph::CollectiveKind>(std::get<0>(key));
-    sample.group_size = std::get<1>(key);
+    sample.ranks = std::get<1>(key);
+    sample.group_size = static_cast<int>(sample.ranks.size());
     sample.bytes = std::get<2>(key);
     sample.instances = static_cast<int>(instances);
     sample.measured_s = median(last_arrival_s);
-    sample.nodes = placement_of(cluster, sample.group_size).nodes;
+    sample.nodes = placement_of(cluster, sample).nodes;
     sample.fitted = sample.nodes == 1 && sample.measured_s > 0;
     samples.push_back(sample);
   }
@@ -527,6 +544,7 @@ nlohmann::json kineto_provenance(const std::vector<KinetoInput>& inputs, const K
   for (const CollectiveSample& sample : kineto.collectives) {
     collectives.push_back({{"collective", graph::to_string(sample.kind)},
                            {"group_size", sample.group_size},
+                           {"ranks", sample.ranks},
                            {"nodes", sample.nodes},
                            {"bytes", sample.bytes},
                            {"instances", sample.instances},

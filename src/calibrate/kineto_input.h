@@ -42,7 +42,10 @@ KinetoInput load_kineto_input(const std::vector<std::filesystem::path>& files, c
 struct CollectiveSample {
   graph::CollectiveKind kind = graph::CollectiveKind::kAllReduce;  ///< collective
   int group_size = 0;                                              ///< members
-  int nodes = 1;           ///< nodes the group spans (ranks placed in order on base's nodes)
+  /// Global ranks of the group ("Process Group Ranks"; 0 .. size-1 where the trace does not record them).
+  std::vector<std::int32_t> ranks;
+  int nodes =
+      1;  ///< nodes the group spans (rank r on node r / base's GPUs per node, as torchrun places them)
   double bytes = 0;        ///< message size as graph::Op::bytes defines it (nccl-tests "size")
   int instances = 0;       ///< kernels of this shape per rank
   double measured_s = 0;   ///< median over instances of the minimum over ranks

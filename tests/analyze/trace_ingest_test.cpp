@@ -373,5 +373,73 @@ TEST(TraceIngest, RealKernelsLinkToTheAtenOpThatLaunchedThemWithItsShapes) {
   EXPECT_EQ(attention, 4);
 }
 
+/// `text` with every `from` replaced by `to`, written to a fresh temporary file.
+std::filesystem::path rewritten_copy(const std::filesystem::path& source, const std::string& name,
+                                     const std::vector<std::pair<std::string, std::string>>& edits) {
+  std::ifstream in(source);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const auto& [from, to] : edits) {
+    for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+      text.replace(at, from.size(), to);
+  }
+  const auto path =
+      std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()) + ".json");
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(TraceIngest, CollectivesKeepTheRanksOfTheirProcessGroup) {
+  // The 2 x H200 trace's record_param_comms carry "Process Group Ranks": "[0, 1]" (and "[]" on barriers).
+  const auto data =
+      ingest_traces({kFixtures / "kineto_real" / "rank0.json", kFixtures / "kineto_real" / "rank1.json"});
+  ASSERT_EQ(data.groups.size(), 1u);
+  EXPECT_EQ(data.groups[0], (std::vector<int32_t>{0, 1}));
+  int grouped = 0;
+  for (const auto& kernel : data.kernels) {
+    if (kernel.group < 0) continue;
+    ++grouped;
+    EXPECT_EQ(kernel.group, 0);
+    EXPECT_EQ(kernel.group_size, 2);
+  }
+  EXPECT_EQ(grouped, 2 * 22)
+      << "the 16 all-reduces, 2 all-gathers, 2 reduce-scatters, 2 all-to-alls per rank";
+  // Ranks 0 and 8 of a 16-rank job (one rank per node of 8 GPUs) stay as recorded.
+  const auto far =
+      rewritten_copy(kFixtures / "kineto_real" / "rank0.json", "far-group",
+                     {{"\"[0, 1]\"", "\"[0, 8]\""}, {"\"world_size\": 2", "\"world_size\": 16"}});
+  const auto far_data = ingest_traces({far});
+  ASSERT_EQ(far_data.groups.size(), 1u);
+  EXPECT_EQ(far_data.groups[0], (std::vector<int32_t>{0, 8}));
+  std::filesystem::remove(far);
+}
+
+TEST(TraceIngest, TracesOfDifferentJobsAreRefusedNamingBothFiles) {
+  const auto rank0 = kFixtures / "kineto_real" / "rank0.json";
+  const auto rank1 = kFixtures / "kineto_real" / "rank1.json";
+  auto message_of = [](const std::vector<std::filesystem::path>& paths) {
+    try {
+      ingest_traces(paths);
+    } catch (const InputError& error) {
+      return std::string(error.what());
+    }
+    return std::string("accepted");
+  };
+  // The same rank twice: two jobs' rank-0 traces (here literally the same file).
+  std::string message = message_of({rank0, rank0});
+  EXPECT_NE(message.find("both hold rank 0 (distributedInfo.rank)"), std::string::npos) << message;
+  EXPECT_NE(message.find("one file per rank"), std::string::npos) << message;
+  // Rank 1 of a 4-rank job beside rank 0 of a 2-rank job.
+  const auto other_job = rewritten_copy(rank1, "other-job", {{"\"world_size\": 2", "\"world_size\": 4"}});
+  message = message_of({rank0, other_job});
+  EXPECT_NE(message.find("a job of 2 ranks but " + other_job.string() + " from one of 4"), std::string::npos)
+      << message;
+  // A rank outside its world.
+  const auto outside = rewritten_copy(rank1, "outside", {{"\"rank\": 1,", "\"rank\": 5,"}});
+  message = message_of({rank0, outside});
+  EXPECT_NE(message.find("rank 5 of a world of 2"), std::string::npos) << message;
+  for (const auto& path : {other_job, outside}) std::filesystem::remove(path);
+  EXPECT_EQ(ingest_traces({rank0, rank1}).lanes.size(), 2u);  // the real pair still reads
+}
+
 }  // namespace
 }  // namespace calo::analyze

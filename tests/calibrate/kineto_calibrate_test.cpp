@@ -14,7 +14,9 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/run_calo.h"
+#include "analyze/trace_ingest.h"
 #include "calibrate/calibrate.h"
+#include "calibrate/kineto_input.h"
 #include "core/error.h"
 #include "sim/cluster.h"
 #include "store/run_store.h"
@@ -88,6 +90,33 @@ TEST(KinetoCalibrate, TheFittedCollectiveModelReproducesTheMeasuredNcclTimes) {
   ASSERT_NE(parameter(calibration, "node.nvlink_latency_us"), nullptr);
   for (const std::string& kept : calibration.fit.kept)
     EXPECT_NE(kept, "node (NVLink, slots)") << "NVLink was fitted, not kept";
+}
+
+TEST(KinetoCalibrate, AGroupAcrossNodesIsPlacedThereAndNotFittedAsNvlink) {
+  // The same collectives recorded as ranks 0 and 8 of a 16-rank job: on h200-hgx (8 GPUs per node) the group
+  // spans 2 nodes, so its samples are modelled on the network and kept out of the NVLink fit.
+  auto rewritten = [](const fs::path& source, const std::string& rank_from, const std::string& rank_to) {
+    std::ifstream in(source);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+             {"\"[0, 1]\"", "\"[0, 8]\""}, {"\"world_size\": 2", "\"world_size\": 16"}, {rank_from, rank_to}})
+      for (auto at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+        text.replace(at, from.size(), to);
+    const fs::path path = temp_path("far-" + source.filename().string());
+    std::ofstream(path) << text;
+    return path;
+  };
+  const fs::path rank0 = rewritten(kTraces / "rank0.json", "\"rank\": 0,", "\"rank\": 0,");
+  const fs::path rank8 = rewritten(kTraces / "rank1.json", "\"rank\": 1,", "\"rank\": 8,");
+  const analyze::TraceData data = analyze::ingest_traces({rank0, rank8});
+  const auto samples = collective_samples(data, sim::load_cluster("h200-hgx"));
+  ASSERT_EQ(samples.size(), 7u);
+  for (const CollectiveSample& sample : samples) {
+    EXPECT_EQ(sample.ranks, (std::vector<std::int32_t>{0, 8}));
+    EXPECT_EQ(sample.nodes, 2);
+    EXPECT_FALSE(sample.fitted) << "a 2-node group says nothing about NVLink";
+  }
+  for (const fs::path& path : {rank0, rank8}) fs::remove(path);
 }
 
 TEST(KinetoCalibrate, KernelsWithTheirOpShapesFitTheComputeCurves) {

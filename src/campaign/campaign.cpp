@@ -35,6 +35,8 @@ const std::vector<std::string> kFlagKeys = {"tp",
                                             "gbs",
                                             "seq",
                                             "zero",
+                                            "fsdp-shard-group",
+                                            "fsdp-reshard-after-forward",
                                             "recompute",
                                             "schedule",
                                             "vpp",
@@ -102,7 +104,8 @@ void check_value(const std::string& key, const std::string& value, const std::st
   static const std::map<std::string, std::vector<std::string>> kWords = {
       {"recompute", {"none", "selective", "full"}},
       {"schedule", {"gpipe", "1f1b", "interleaved"}},
-      {"zero", {"0", "1", "2", "3"}}};
+      {"zero", {"0", "1", "2", "3"}},
+      {"fsdp-reshard-after-forward", {"on", "off"}}};
   if (is_bool_key(key)) {
     flag_on(value, where);
     return;
@@ -157,6 +160,10 @@ parallel::Layout point_layout(const Spec& spec, const Point& point, int* gpus) {
       layout.seq_length = int_value(value, where);
     else if (key == "zero")
       layout.zero_stage = int_value(value, where);
+    else if (key == "fsdp-shard-group")
+      layout.fsdp_shard_size = int_value(value, where);
+    else if (key == "fsdp-reshard-after-forward")
+      layout.reshard_after_forward = value == "on";
     else if (key == "vpp")
       layout.virtual_stages = int_value(value, where);
     else if (key == "recompute")

@@ -59,6 +59,8 @@ struct SimFlags {
   if (flags.warmup > 0) text += fmt::format(" --warmup {}", flags.warmup);
   if (layout.virtual_stages > 1) text += fmt::format(" --vpp {}", layout.virtual_stages);
   if (layout.zero_stage > 0) text += fmt::format(" --zero {}", layout.zero_stage);
+  if (layout.hybrid_sharding()) text += fmt::format(" --fsdp-shard-group {}", layout.shard_size());
+  if (layout.zero_stage == 3 && !layout.reshard_after_forward) text += " --fsdp-reshard-after-forward off";
   if (layout.overlap_tp_comm) text += " --overlap-tp";
   if (layout.overlap_grad_reduce) text += " --overlap-grad";
   if (layout.overlap_param_gather) text += " --overlap-param";

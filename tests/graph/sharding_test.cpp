@@ -98,8 +98,11 @@ TEST(ZeroTwo, ReduceScattersEveryMicrobatchAndGathersOnceAfterTheStep) {
   EXPECT_DOUBLE_EQ(comm_volumes(zero1).dp_bytes, 2 * 2 * 2 * kTinyParams);
   EXPECT_EQ(problems_text(zero2), "");
   // The optimizer updates the 1/dp shard, as under ZeRO-1.
-  for (const Op& op : program.ops)
-    if (op.kind == OpKind::kOptimizer) EXPECT_DOUBLE_EQ(op.parameters, kTinyParams / 2);
+  for (const Op& op : program.ops) {
+    if (op.kind == OpKind::kOptimizer) {
+      EXPECT_DOUBLE_EQ(op.parameters, kTinyParams / 2);
+    }
+  }
 }
 
 TEST(HybridSharding, GathersAndReduceScattersInTheShardGroupAndAllReducesTheShardAcrossGroups) {
@@ -140,8 +143,11 @@ TEST(HybridSharding, GathersAndReduceScattersInTheShardGroupAndAllReducesTheShar
   EXPECT_DOUBLE_EQ(volumes.dp_bytes, 4 * (3 * 2 * kTinyParams + 2 * kTinyParams / 2));
   EXPECT_DOUBLE_EQ(volumes.dp_replicate_bytes, 4 * 2 * kTinyParams / 2);
   // The optimizer updates 1/S of the parameters.
-  for (const Op& op : program.ops)
-    if (op.kind == OpKind::kOptimizer) EXPECT_DOUBLE_EQ(op.parameters, kTinyParams / 2);
+  for (const Op& op : program.ops) {
+    if (op.kind == OpKind::kOptimizer) {
+      EXPECT_DOUBLE_EQ(op.parameters, kTinyParams / 2);
+    }
+  }
   EXPECT_EQ(problems_text(graph), "");
 }
 

@@ -47,7 +47,9 @@ TEST(SimulateSharding, HybridShardGroupStaysInANodeAndCutsInterNodeTraffic) {
   // Every shard group is one node; every replicate group has one member on each of the 4 nodes.
   for (const graph::CommGroup& group : hybrid.groups) {
     const GroupPlacement placement = place_group(cluster, group.ranks);
-    if (group.kind == graph::GroupKind::kDpShard) EXPECT_EQ(placement.nodes, 1);
+    if (group.kind == graph::GroupKind::kDpShard) {
+      EXPECT_EQ(placement.nodes, 1);
+    }
     if (group.kind == graph::GroupKind::kDpReplicate) {
       EXPECT_EQ(placement.nodes, 4);
       EXPECT_EQ(placement.per_node, 1);

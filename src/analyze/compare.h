@@ -30,7 +30,8 @@ struct Comparison {
   std::vector<ComparisonRow> rows;      ///< figures in run_figures order
 };
 
-/// True when both runs ran the same graph: equal "model" and "layout" objects in their config_json.
+/// True when both runs ran the same graph: equal "model" objects and equal layouts in their config_json (read
+/// with parallel::layout_from_json, so a layout key added after a run was stored takes its default).
 bool same_graph(const RunAnalysis& a, const RunAnalysis& b);
 
 /// Compares `runs` (at least one). A sim run is compared (sim_error) with the first non-sim run of the same

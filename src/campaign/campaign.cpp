@@ -35,6 +35,8 @@ const std::vector<std::string> kFlagKeys = {"tp",
                                             "gbs",
                                             "seq",
                                             "zero",
+                                            "fsdp-shard-group",
+                                            "fsdp-reshard-after-forward",
                                             "recompute",
                                             "schedule",
                                             "vpp",
@@ -105,7 +107,8 @@ void check_value(const std::string& key, const std::string& value, const std::st
       {"recompute", {"none", "selective", "full"}},
       {"schedule", {"gpipe", "1f1b", "interleaved"}},
       {"zero", {"0", "1", "2", "3"}},
-      {"attention", {"fused", "unfused"}}};
+      {"attention", {"fused", "unfused"}},
+      {"fsdp-reshard-after-forward", {"on", "off"}}};
   if (is_bool_key(key)) {
     flag_on(value, where);
     return;
@@ -160,6 +163,10 @@ parallel::Layout point_layout(const Spec& spec, const Point& point, int* gpus) {
       layout.seq_length = int_value(value, where);
     else if (key == "zero")
       layout.zero_stage = int_value(value, where);
+    else if (key == "fsdp-shard-group")
+      layout.fsdp_shard_size = int_value(value, where);
+    else if (key == "fsdp-reshard-after-forward")
+      layout.reshard_after_forward = value == "on";
     else if (key == "vpp")
       layout.virtual_stages = int_value(value, where);
     else if (key == "recompute")

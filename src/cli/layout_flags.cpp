@@ -24,7 +24,14 @@ void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional) 
       ->capture_default_str();
   app.add_option("--gbs,--global-batch", layout.global_batch, "Global batch (sequences); default mbs*dp");
   app.add_option("--seq", layout.seq_length, "Sequence length; default the model's");
-  app.add_option("--zero", layout.zero_stage, "ZeRO stage: 0, 1 (sharded optimizer) or 3 (FSDP)")
+  app.add_option("--zero", layout.zero_stage,
+                 "ZeRO stage: 0, 1 (sharded optimizer), 2 (+ sharded gradients) or 3 (FSDP)")
+      ->capture_default_str();
+  app.add_option("--fsdp-shard-group", layout.fsdp_shard_size,
+                 "Hybrid sharding (HSDP, --zero 3): shard over S neighbouring dp ranks, replicate over dp/S; "
+                 "default dp (full sharding)");
+  app.add_option("--fsdp-reshard-after-forward", flags.reshard_after_forward,
+                 "--zero 3: free gathered parameters after forward (on) or keep them for backward (off)")
       ->capture_default_str();
   app.add_flag(
       "--fsdp", [&layout](int64_t) { layout.zero_stage = 3; }, "Fully sharded data parallel (= --zero 3)");
@@ -63,8 +70,12 @@ std::pair<model::ModelSpec, parallel::Layout> resolve(const LayoutFlags& flags) 
   layout.recompute = parallel::parse_recompute(flags.recompute);
   layout.schedule = parallel::parse_schedule(flags.schedule);
   if (!flags.attention.empty()) layout.attention = parallel::parse_attention(flags.attention);
+  if (flags.reshard_after_forward != "on" && flags.reshard_after_forward != "off")
+    throw InputError("--fsdp-reshard-after-forward: '" + flags.reshard_after_forward +
+                     "' is not on/off; write on or off");
+  layout.reshard_after_forward = flags.reshard_after_forward == "on";
   if (flags.overlap_all) {
-    // Parameters are gathered only when sharded (ZeRO-1 / FSDP); without that --overlap covers the rest.
+    // Parameters are gathered only when sharded (ZeRO-1/2/3); without that --overlap covers the rest.
     layout.overlap_tp_comm = layout.overlap_grad_reduce = true;
     if (layout.zero_stage >= 1) layout.overlap_param_gather = true;
   }

@@ -13,14 +13,15 @@ namespace calo::cli {
 
 /// Raw flag values as typed by the user; `resolve()` turns them into a validated model + layout.
 struct LayoutFlags {
-  std::string model = "tiny-dense";       ///< preset name or YAML path
-  parallel::Layout layout;                ///< sizes and options as given
-  std::string recompute = "none";         ///< --recompute
-  std::string schedule = "1f1b";          ///< --schedule
-  std::string layers_per_stage;           ///< --layers-per-stage "10,12,12,10"
-  std::optional<bool> sequence_parallel;  ///< --sequence-parallel / --no-sequence-parallel
-  bool overlap_all = false;               ///< --overlap: all three overlap flags
-  std::string attention;  ///< --attention fused|unfused; empty = the default (or the cluster's)
+  std::string model = "tiny-dense";          ///< preset name or YAML path
+  parallel::Layout layout;                   ///< sizes and options as given
+  std::string recompute = "none";            ///< --recompute
+  std::string schedule = "1f1b";             ///< --schedule
+  std::string layers_per_stage;              ///< --layers-per-stage "10,12,12,10"
+  std::optional<bool> sequence_parallel;     ///< --sequence-parallel / --no-sequence-parallel
+  bool overlap_all = false;                  ///< --overlap: all three overlap flags
+  std::string reshard_after_forward = "on";  ///< --fsdp-reshard-after-forward on|off
+  std::string attention;  ///< --attention fused|unfused; empty = the default (or, for calo sim, the cluster's)
 };
 
 /// Adds --model (unless `model_positional`, then a positional MODEL) and all layout flags to `app`.

@@ -67,10 +67,11 @@ void require_fits(const MemoryPlan& plan, const model::ModelSpec& model, const p
     variant.pp = layout.pp * factor;
     consider(fmt::format("--pp {} (--nproc {})", variant.pp, variant.world_size()), variant);
   }
-  if (layout.zero_stage == 0 && layout.dp > 1) {
+  // Sharding more state over dp: the next ZeRO stages (hybrid sharding's shard group kept as given).
+  for (int stage = layout.zero_stage + 1; stage <= 3 && layout.dp > 1; ++stage) {
     parallel::Layout variant = layout;
-    variant.zero_stage = 1;
-    consider("--zero-stage 1", variant);
+    variant.zero_stage = stage;
+    consider(fmt::format("--zero {}", stage), variant);
   }
   for (int layers = model.num_layers - 1; layers >= 1; --layers) {
     if (layers % (layout.pp * layout.virtual_stages) != 0) continue;

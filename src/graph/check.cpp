@@ -405,7 +405,12 @@ CommVolumes comm_volumes(const Graph& graph) {
         case GroupKind::kDp:
         case GroupKind::kExpertDp:
         case GroupKind::kEmbedding:
+        case GroupKind::kDpShard:
           volumes.dp_bytes += bytes;
+          break;
+        case GroupKind::kDpReplicate:
+          volumes.dp_bytes += bytes;
+          volumes.dp_replicate_bytes += bytes;
           break;
         case GroupKind::kPp:
           volumes.pp_bytes += bytes;
@@ -455,11 +460,20 @@ CommVolumes expected_comm_volumes(const model::ModelSpec& model, const parallel:
     volumes.tp_bytes = ranks_per_stage * m * per_rank;
   }
 
-  // Data parallel: per-rank dense and expert parameters of each stage.
+  // Data parallel: per-rank dense and expert parameters of each virtual stage, times the collectives each
+  // parameter byte takes part in per iteration (buffer bytes: all-reduce, all-gather output, reduce-scatter
+  // input): all-reduce 1; ZeRO-1 reduce-scatter + all-gather 2; ZeRO-2 a reduce-scatter per micro-batch +
+  // one all-gather, m + 1; FSDP a reduce-scatter per micro-batch plus its gathers G (2m when resharding after
+  // forward, else the passes that find the chunk freed: FSDP2 frees after every backward). Hybrid sharding
+  // runs the dense ones over the shard group of S ranks and all-reduces each reduce-scattered shard (1/S of
+  // the bytes) over the replicate group.
   const int pp = layout.pp;
+  const double shard = layout.shard_size();
   for (int stage = 0; stage < pp; ++stage) {
-    double dense = 0, expert = 0;
+    const auto schedule = parallel::stage_schedule(layout, stage);
     for (int virtual_stage = stage; virtual_stage < virtual_stages; virtual_stage += pp) {
+      const int chunk = virtual_stage / pp;
+      double dense = 0, expert = 0;
       const double layers = partition[virtual_stage].count;
       if (model.is_moe()) {
         dense += layers * (counts.per_layer_attention / t + counts.per_layer_norm + counts.per_layer_router);
@@ -472,14 +486,31 @@ CommVolumes expected_comm_volumes(const model::ModelSpec& model, const parallel:
         const double output = model.tied_embeddings ? (pp > 1 ? word : 0.0) : counts.output;
         dense += output / t + counts.final_norm;
       }
+      double gathers = 2.0 * m;
+      if (layout.zero_stage == 3 && !layout.reshard_after_forward) {
+        gathers = 0;
+        bool previous_forward = false;
+        for (const auto& slot : schedule) {
+          if (slot.chunk != chunk) continue;
+          if (!previous_forward) ++gathers;
+          previous_forward = slot.pass == parallel::PassKind::kForward;
+        }
+      }
+      const double passes = layout.zero_stage == 3   ? gathers + m
+                            : layout.zero_stage == 2 ? m + 1.0
+                            : layout.zero_stage == 1 ? 2.0
+                                                     : 1.0;
+      double per_rank = 0;
+      if (layout.hybrid_sharding()) {
+        if (shard > 1) per_rank += passes * 2.0 * dense;
+        per_rank += m * 2.0 * dense / shard;
+        volumes.dp_replicate_bytes += ranks_per_stage * m * 2.0 * dense / shard;
+      } else if (layout.dp > 1) {
+        per_rank += passes * 2.0 * dense;
+      }
+      if (layout.dp / layout.ep > 1) per_rank += passes * 2.0 * expert;
+      volumes.dp_bytes += ranks_per_stage * per_rank;
     }
-    // Collectives per parameter byte: all-reduce 1, ZeRO-1 reduce-scatter + all-gather 2, FSDP 3 per
-    // micro-batch.
-    const double passes = layout.zero_stage == 3 ? 3.0 * m : layout.zero_stage == 1 ? 2.0 : 1.0;
-    double per_rank = 0;
-    if (layout.dp > 1) per_rank += passes * 2.0 * dense;
-    if (layout.dp / layout.ep > 1) per_rank += passes * 2.0 * expert;
-    volumes.dp_bytes += ranks_per_stage * per_rank;
   }
   if (model.tied_embeddings && pp > 1) volumes.dp_bytes += 2.0 * ranks_per_stage * 2.0 * word / t;
 
@@ -507,6 +538,7 @@ std::vector<Problem> check_comm_volumes(const Graph& graph) {
       {"dp", actual.dp_bytes, expected.dp_bytes},
       {"pp", actual.pp_bytes, expected.pp_bytes},
       {"ep", actual.ep_bytes, expected.ep_bytes},
+      {"dp_replicate", actual.dp_replicate_bytes, expected.dp_replicate_bytes},
   };
   for (const auto& [name, got, want] : rows) {
     if (!close(got, want))

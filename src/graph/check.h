@@ -50,10 +50,11 @@ std::vector<Problem> check_flops(const Graph& graph);
 /// Communication bytes of one iteration summed over all ranks, per class (collective bytes as in
 /// CollectiveKind; point-to-point counts sent bytes).
 struct CommVolumes {
-  double tp_bytes = 0;  ///< tensor-parallel collectives
-  double dp_bytes = 0;  ///< data-parallel, expert-data-parallel and tied-embedding collectives
-  double pp_bytes = 0;  ///< pipeline sends
-  double ep_bytes = 0;  ///< expert-parallel all-to-all
+  double tp_bytes = 0;            ///< tensor-parallel collectives
+  double dp_bytes = 0;            ///< data-parallel, expert-data-parallel and tied-embedding collectives
+  double pp_bytes = 0;            ///< pipeline sends
+  double ep_bytes = 0;            ///< expert-parallel all-to-all
+  double dp_replicate_bytes = 0;  ///< part of dp_bytes over hybrid sharding's replicate groups (all-reduce)
 };
 
 /// Sums the graph's communication bytes per class.

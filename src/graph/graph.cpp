@@ -86,6 +86,8 @@ class ProgramBuilder {
     num_virtual_ = layout.pp * layout.virtual_stages;
     dp_reduce_ = layout.dp > 1;
     edp_reduce_ = layout.dp / layout.ep > 1;
+    hybrid_ = layout.hybrid_sharding();
+    chunk_gathered_.assign(layout.virtual_stages, false);
     expert_tokens_ = expert_token_counts();
   }
 
@@ -100,10 +102,10 @@ class ProgramBuilder {
       if (slot.pass == parallel::PassKind::kForward && first_forward[slot.chunk] < 0)
         first_forward[slot.chunk] = slot_index;
     }
-    const bool zero1 = layout_.zero_stage == 1;
-    const bool fsdp = layout_.zero_stage == 3;
-    // ZeRO-1 with overlapped parameter gather: the previous step's all-gathers run at the start of this one.
-    if (zero1 && layout_.overlap_param_gather) {
+    // ZeRO-1/2 gather the updated parameters after the optimizer step (FSDP gathers per unit before use).
+    const bool gather_after_step = layout_.zero_stage == 1 || layout_.zero_stage == 2;
+    // ZeRO-1 overlapped parameter gather: the previous step's all-gathers run at the start of this one.
+    if (gather_after_step && layout_.overlap_param_gather) {
       for (int chunk = 0; chunk < layout_.virtual_stages; ++chunk)
         for (int unit : forward_units(chunk))
           param_gather_op_[{chunk, unit}] =
@@ -145,11 +147,13 @@ class ProgramBuilder {
       // Exchange with the neighbours: this step's outputs, the next step's inputs.
       emit_exchange(slots_of(step), slots_of(step + 1));
     }
-    // Gradient reduction when not overlapped with backward: all buckets after the last backward.
-    if (!fsdp && !layout_.overlap_grad_reduce) {
+    // Gradient reduction when not overlapped with backward: all buckets after the last backward (ZeRO-2/3
+    // reduce every micro-batch's gradients in its backward instead).
+    if (layout_.zero_stage < 2 && !layout_.overlap_grad_reduce) {
       for (const auto& [chunk, unit] : grad_units_in_order_) {
-        auto ids = emit_param_collectives(zero1 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce,
-                                          chunk, unit, -1, Phase::kBackward, {last_compute_});
+        auto ids = emit_param_collectives(
+            layout_.zero_stage == 1 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce, chunk,
+            unit, -1, Phase::kBackward, {last_compute_});
         grad_ops_.insert(grad_ops_.end(), ids.begin(), ids.end());
       }
     }
@@ -172,7 +176,9 @@ class ProgramBuilder {
       }
     double shard = total.dense + total.expert;
     if (layout_.zero_stage >= 1) {
-      shard = total.dense / layout_.dp + total.expert / (layout_.dp / layout_.ep);
+      // Dense state is sharded over dp, or over the shard group under hybrid sharding.
+      const double dense_shards = layout_.zero_stage == 3 ? layout_.shard_size() : layout_.dp;
+      shard = total.dense / dense_shards + total.expert / (layout_.dp / layout_.ep);
     }
     Op optimizer;
     optimizer.kind = OpKind::kOptimizer;
@@ -186,8 +192,8 @@ class ProgramBuilder {
     deps.push_back(last_compute_);
     const int optimizer_index = add(optimizer, deps);
     last_compute_ = optimizer_index;
-    // ZeRO-1 without overlap: gather the updated parameters right after the step.
-    if (zero1 && !layout_.overlap_param_gather) {
+    // ZeRO-1/2 without overlap: gather the updated parameters right after the step.
+    if (gather_after_step && !layout_.overlap_param_gather) {
       for (int chunk = 0; chunk < layout_.virtual_stages; ++chunk)
         for (int unit : forward_units(chunk))
           emit_param_collectives(CollectiveKind::kAllGather, chunk, unit, -1, Phase::kOptimizer,
@@ -676,7 +682,9 @@ class ProgramBuilder {
     return params;
   }
 
-  /// Emits the dp (dense) and expert-dp (expert) collectives of one unit; returns their indices.
+  /// Emits the dp (dense) and expert-dp (expert) collectives of one unit; returns their indices. Under hybrid
+  /// sharding the dense collective runs over the shard group, and a gradient reduce-scatter is followed by
+  /// an all-reduce of the resulting shard over the replicate group.
   std::vector<std::int32_t> emit_param_collectives(CollectiveKind kind, int chunk, int unit, int microbatch,
                                                    Phase phase, const std::vector<std::int32_t>& deps) {
     const int saved_layer = current_layer_, saved_microbatch = current_microbatch_,
@@ -686,7 +694,22 @@ class ProgramBuilder {
     current_chunk_ = chunk;
     std::vector<std::int32_t> ids;
     const UnitParams params = unit_params(unit);
-    if (dp_reduce_ && params.dense > 0) {
+    if (hybrid_ && params.dense > 0) {
+      std::vector<std::int32_t> after = deps;
+      if (layout_.shard_size() > 1) {
+        Op op = collective_op(kind, GroupKind::kDpShard, params.dense * kBf16Bytes, Stream::kDpComm, phase);
+        op.parameters = params.dense;
+        ids.push_back(add(op, deps));
+        after = {ids.back()};
+      }
+      if (kind == CollectiveKind::kReduceScatter) {
+        const double shard = params.dense / layout_.shard_size();
+        Op op = collective_op(CollectiveKind::kAllReduce, GroupKind::kDpReplicate, shard * kBf16Bytes,
+                              Stream::kDpComm, phase);
+        op.parameters = shard;
+        ids.push_back(add(op, after));
+      }
+    } else if (dp_reduce_ && params.dense > 0) {
       Op op = collective_op(kind, GroupKind::kDp, params.dense * kBf16Bytes, Stream::kDpComm, phase);
       op.parameters = params.dense;
       ids.push_back(add(op, deps));
@@ -702,10 +725,11 @@ class ProgramBuilder {
     return ids;
   }
 
-  /// FSDP: gather a unit's parameters before its forward/backward. Overlapped: the gather of the next unit is
-  /// issued while this one computes (one unit of prefetch); else each gather blocks compute.
+  /// FSDP: gather a unit's parameters before its forward/backward when the pass needs it (gather_now_).
+  /// Overlapped: the gather of the next unit is issued while this one computes (one unit of prefetch); else
+  /// each gather blocks compute.
   void fsdp_gather(int chunk, int unit, int next_unit, bool has_next) {
-    if (layout_.zero_stage != 3) return;
+    if (layout_.zero_stage != 3 || !gather_now_) return;
     const bool overlap = layout_.overlap_param_gather;
     auto gather = [&](int which) {
       return emit_param_collectives(CollectiveKind::kAllGather, chunk, which, current_microbatch_, phase_,
@@ -747,6 +771,10 @@ class ProgramBuilder {
     current_microbatch_ = microbatch;
     current_chunk_ = chunk;
     phase_ = Phase::kForward;
+    // FSDP (PyTorch FSDP2 semantics): a pass gathers its chunk's units unless they are still held; forward
+    // frees them after use when resharding after forward, backward always frees them.
+    gather_now_ = !chunk_gathered_[chunk];
+    chunk_gathered_[chunk] = !layout_.reshard_after_forward;
     const auto units = forward_units(chunk);
     for (std::size_t position = 0; position < units.size(); ++position) {
       const int unit = units[position];
@@ -768,15 +796,18 @@ class ProgramBuilder {
     phase_ = Phase::kBackward;
     auto units = forward_units(chunk);
     std::reverse(units.begin(), units.end());
-    const bool fsdp = layout_.zero_stage == 3;
+    gather_now_ = !chunk_gathered_[chunk];
+    chunk_gathered_[chunk] = false;
+    // ZeRO-2 and FSDP reduce-scatter every micro-batch's gradients (they keep no full gradient buffer).
+    const bool reduce_per_microbatch = layout_.zero_stage >= 2;
     for (std::size_t position = 0; position < units.size(); ++position) {
       const int unit = units[position];
       fsdp_gather(chunk, unit, position + 1 < units.size() ? units[position + 1] : 0,
                   position + 1 < units.size());
       run_unit_backward(unit);
       phase_ = Phase::kBackward;
-      if (fsdp) {
-        // FSDP reduce-scatters each micro-batch's gradients of the unit.
+      if (reduce_per_microbatch) {
+        // Each micro-batch's gradients of the unit are reduce-scattered (one bucket per unit).
         auto ids = emit_param_collectives(CollectiveKind::kReduceScatter, chunk, unit, microbatch,
                                           Phase::kBackward, {last_compute_});
         if (layout_.overlap_grad_reduce) {
@@ -935,6 +966,9 @@ class ProgramBuilder {
   int num_virtual_ = 1;
   bool dp_reduce_ = false;
   bool edp_reduce_ = false;
+  bool hybrid_ = false;               // hybrid sharding: dense collectives over the shard/replicate groups
+  std::vector<bool> chunk_gathered_;  // FSDP: the chunk's units are gathered (held from an earlier pass)
+  bool gather_now_ = true;            // FSDP: the current pass gathers its units
   std::vector<std::int64_t> expert_tokens_;
 
   Phase phase_ = Phase::kForward;
@@ -953,12 +987,16 @@ class ProgramBuilder {
 void build_groups(Graph& graph) {
   const parallel::Layout& layout = graph.layout;
   const int world = layout.world_size();
-  graph.group_of_rank.assign(world, {-1, -1, -1, -1, -1, -1});
+  std::array<std::int32_t, kNumGroupKinds> none;
+  none.fill(-1);
+  graph.group_of_rank.assign(world, none);
   const parallel::RankMap rank_map(layout);
   for (int slot = 0; slot < kNumGroupKinds; ++slot) {
     const auto kind = static_cast<GroupKind>(slot);
     if ((kind == GroupKind::kEp || kind == GroupKind::kExpertDp) && !graph.model.is_moe()) continue;
     if (kind == GroupKind::kEmbedding && !graph.model.tied_embeddings) continue;
+    if ((kind == GroupKind::kDpShard || kind == GroupKind::kDpReplicate) && !layout.hybrid_sharding())
+      continue;
     // The rank map enumerates the groups (one home for the tp-cp-ep-dp-pp order).
     for (std::vector<int>& ranks : rank_map.all_groups(kind)) {
       CommGroup group;

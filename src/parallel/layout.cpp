@@ -64,6 +64,8 @@ nlohmann::json to_json(const Layout& layout) {
           {"world_size", layout.world_size()},
           {"sequence_parallel", layout.sequence_parallel},
           {"zero_stage", layout.zero_stage},
+          {"fsdp_shard_size", layout.fsdp_shard_size},
+          {"reshard_after_forward", layout.reshard_after_forward},
           {"micro_batch", layout.micro_batch},
           {"global_batch", layout.global_batch},
           {"num_microbatches", layout.global_batch > 0 ? layout.num_microbatches() : 0},
@@ -88,6 +90,8 @@ Layout layout_from_json(const nlohmann::json& object) {
   layout.ep = number("ep", 1);
   layout.sequence_parallel = object.value("sequence_parallel", false);
   layout.zero_stage = number("zero_stage", 0);
+  layout.fsdp_shard_size = number("fsdp_shard_size", 0);
+  layout.reshard_after_forward = object.value("reshard_after_forward", true);
   layout.micro_batch = number("micro_batch", 1);
   layout.global_batch = number("global_batch", 0);
   layout.seq_length = number("seq_length", 0);
@@ -109,7 +113,9 @@ std::string describe(const Layout& layout) {
   text += fmt::format(" mbs{} gbs{} {}", layout.micro_batch, layout.global_batch, to_string(layout.schedule));
   if (layout.virtual_stages > 1) text += fmt::format(" vpp{}", layout.virtual_stages);
   if (layout.zero_stage == 3) text += " fsdp";
-  if (layout.zero_stage == 1) text += " zero1";
+  if (layout.hybrid_sharding()) text += fmt::format(" shard{}", layout.shard_size());
+  if (layout.zero_stage == 3 && !layout.reshard_after_forward) text += " no-reshard";
+  if (layout.zero_stage == 1 || layout.zero_stage == 2) text += fmt::format(" zero{}", layout.zero_stage);
   if (layout.recompute != Recompute::kNone) text += " recompute-" + to_string(layout.recompute);
   if (layout.overlap_tp_comm || layout.overlap_grad_reduce || layout.overlap_param_gather) text += " overlap";
   if (layout.attention == AttentionImpl::kUnfused) text += " unfused-attn";

@@ -25,10 +25,17 @@ struct Layout {
   int dp = 1;                      ///< data-parallel size (replicas of the dense part)
   int ep = 1;                      ///< expert-parallel size (MoE only); divides dp
   bool sequence_parallel = false;  ///< split norm/dropout activations over tp (default on when tp > 1)
-  int zero_stage = 0;              ///< 0 none, 1 optimizer state sharded (ZeRO-1), 3 fully sharded (FSDP)
-  int micro_batch = 1;             ///< sequences per micro-batch per data-parallel rank
-  int global_batch = 0;            ///< sequences per iteration; 0 = micro_batch * dp (one micro-batch)
-  int seq_length = 0;              ///< tokens per sequence; 0 = the model's default
+  int zero_stage = 0;  ///< 0 none, 1 optimizer state sharded, 2 + gradients sharded, 3 fully sharded (FSDP)
+  /// ZeRO-3 shard group size S (hybrid sharding, HSDP): parameters are sharded over S consecutive dp ranks
+  /// and replicated over dp / S such groups; 0 = dp (full sharding).
+  int fsdp_shard_size = 0;
+  /// ZeRO-3: free gathered parameters after each unit's forward and gather them again for its backward
+  /// (PyTorch FSDP reshard_after_forward=True); false keeps them until the unit's backward (ZeRO-2-like
+  /// FSDP).
+  bool reshard_after_forward = true;
+  int micro_batch = 1;   ///< sequences per micro-batch per data-parallel rank
+  int global_batch = 0;  ///< sequences per iteration; 0 = micro_batch * dp (one micro-batch)
+  int seq_length = 0;    ///< tokens per sequence; 0 = the model's default
   Recompute recompute = Recompute::kNone;
   bool overlap_tp_comm = false;       ///< TP collectives overlap with GEMMs (comm on its own stream)
   bool overlap_grad_reduce = false;   ///< DP gradient reduction overlaps with backward
@@ -49,6 +56,10 @@ struct Layout {
   bool scatter_gather_in_effect() const {
     return pipeline_scatter_gather && pp > 1 && tp > 1 && !sequence_parallel;
   }
+  /// ZeRO-3 shard group size: fsdp_shard_size, or dp when 0.
+  int shard_size() const { return fsdp_shard_size > 0 ? fsdp_shard_size : dp; }
+  /// True under hybrid sharding: ZeRO-3 with a shard group smaller than dp.
+  bool hybrid_sharding() const { return zero_stage == 3 && shard_size() < dp; }
 };
 
 /// Layout as JSON (for --json output and the run store's config).

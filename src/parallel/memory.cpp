@@ -31,7 +31,7 @@ std::vector<int> virtual_stage_layers(const Layout& layout, int num_layers) {
 struct StageParameters {
   double dense = 0;
   double expert = 0;
-  double largest_layer = 0;  // dense + expert parameters of one layer on this rank (ZeRO-3 gather unit)
+  double largest_unit = 0;  // largest gather/reduce unit on this rank: a layer, the embedding or the head
 };
 
 StageParameters stage_parameters(const model::ModelSpec& model, const Layout& layout, int stage,
@@ -50,19 +50,24 @@ StageParameters stage_parameters(const model::ModelSpec& model, const Layout& la
     const int layer_count = layers[virtual_stage];
     params.dense += layer_count * dense_per_layer;
     params.expert += layer_count * expert_per_layer;
-    if (layer_count > 0) params.largest_layer = dense_per_layer + expert_per_layer;
+    if (layer_count > 0)
+      params.largest_unit = std::max(params.largest_unit, dense_per_layer + expert_per_layer);
     if (virtual_stage == 0) {
       // Word embedding is vocabulary-parallel over tp; learned positions are replicated.
-      params.dense += (counts.embedding - counts.positions) / tp + counts.positions;
+      const double embedding = (counts.embedding - counts.positions) / tp + counts.positions;
+      params.dense += embedding;
+      params.largest_unit = std::max(params.largest_unit, embedding);
     }
     if (virtual_stage == virtual_count - 1) {
-      params.dense += counts.final_norm;
+      double head = counts.final_norm;
       const double vocab_matrix = static_cast<double>(model.vocab_size) * model.hidden_size / tp;
       if (!model.tied_embeddings) {
-        params.dense += vocab_matrix;
+        head += vocab_matrix;
       } else if (layout.pp > 1) {
-        params.dense += vocab_matrix;  // Megatron keeps a copy of the tied embedding on the last stage
+        head += vocab_matrix;  // Megatron keeps a copy of the tied embedding on the last stage
       }
+      params.dense += head;
+      params.largest_unit = std::max(params.largest_unit, head);
     }
   }
   return params;
@@ -132,25 +137,37 @@ MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& la
                 "memory needs a resolved layout (global batch set); got " + describe(layout));
   const std::vector<int> layers = virtual_stage_layers(layout, model.num_layers);
   const StageParameters params = stage_parameters(model, layout, stage, layers);
-  const double dense_shards = layout.dp;
+  // Dense state is sharded over the dp group, or over the shard group of S ranks under hybrid sharding (the
+  // dp / S shard groups replicate it); expert state over the expert-dp group.
+  const double dense_shards = layout.zero_stage == 3 ? layout.shard_size() : layout.dp;
   const double expert_shards = static_cast<double>(layout.dp) / layout.ep;
   const bool shard_weights = layout.zero_stage >= 3;
+  const bool shard_gradients = layout.zero_stage >= 2;
   const bool shard_optimizer = layout.zero_stage >= 1;
-  const double sharded_params = params.dense / (shard_weights ? dense_shards : 1.0) +
-                                params.expert / (shard_weights ? expert_shards : 1.0);
-  const double optimizer_params = params.dense / (shard_optimizer ? dense_shards : 1.0) +
-                                  params.expert / (shard_optimizer ? expert_shards : 1.0);
+  auto held = [&](bool sharded) {
+    return params.dense / (sharded ? dense_shards : 1.0) + params.expert / (sharded ? expert_shards : 1.0);
+  };
 
   MemoryBreakdown memory;
   memory.stage = stage;
-  memory.weights_bytes = kWeightBytesPerParam * sharded_params;
+  memory.weights_bytes = kWeightBytesPerParam * held(shard_weights);
   if (shard_weights) {
-    // FSDP gathers one layer's parameters before use (two with prefetch when the gather overlaps).
+    // FSDP gathers one unit's parameters before use (two with prefetch when the gather overlaps); without
+    // resharding after forward every gathered unit of the stage stays until its backward, so the peak holds
+    // them all.
     const double gathered_layers = layout.overlap_param_gather ? 2.0 : 1.0;
-    memory.weights_bytes += kWeightBytesPerParam * gathered_layers * params.largest_layer;
+    const double gathered =
+        layout.reshard_after_forward ? gathered_layers * params.largest_unit : params.dense + params.expert;
+    memory.weights_bytes += kWeightBytesPerParam * gathered;
   }
-  memory.gradients_bytes = kGradientBytesPerParam * sharded_params;
-  memory.optimizer_bytes = kOptimizerBytesPerParam * optimizer_params;
+  memory.gradients_bytes = kGradientBytesPerParam * held(shard_gradients);
+  if (shard_gradients) {
+    // ZeRO-2/3 keep only their gradient shard; a unit's full gradient lives from its backward until its
+    // reduce-scatter (two units when the reduce-scatter overlaps the next unit's backward).
+    const double buckets = layout.overlap_grad_reduce ? 2.0 : 1.0;
+    memory.gradients_bytes += kGradientBytesPerParam * buckets * params.largest_unit;
+  }
+  memory.optimizer_bytes = kOptimizerBytesPerParam * held(shard_optimizer);
   const ActivationPeak peak =
       peak_activations(layout, stage, chunk_activation_bytes(model, layout, stage, layers));
   memory.activations_bytes = peak.bytes;

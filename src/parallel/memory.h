@@ -23,10 +23,11 @@ inline constexpr double kFragmentationFraction = 0.03;
 double usable_memory_bytes(double device_bytes);
 
 /// Bytes per GPU by category, for the most loaded pipeline stage (mixed precision: bf16 weights and
-/// gradients, fp32 master weights + Adam moments = 12 bytes/param, sharded under ZeRO-1 / FSDP).
+/// gradients, fp32 master weights + Adam moments = 12 bytes/param; ZeRO-1 shards the optimizer state, ZeRO-2
+/// also the gradients, ZeRO-3 (FSDP) also the weights, over dp or the hybrid-sharding shard group).
 struct MemoryBreakdown {
-  double weights_bytes = 0;      ///< bf16 parameters held by the rank
-  double gradients_bytes = 0;    ///< gradient buffers (bf16; fp32 under distributed optimizer if configured)
+  double weights_bytes = 0;      ///< bf16 parameters held by the rank (ZeRO-3: shard + gathered units)
+  double gradients_bytes = 0;    ///< bf16 gradient buffers (ZeRO-2/3: shard + the units awaiting reduction)
   double optimizer_bytes = 0;    ///< fp32 master weights + Adam m and v, after sharding
   double activations_bytes = 0;  ///< activations of all in-flight micro-batches (pipeline depth included)
   double total_bytes() const { return weights_bytes + gradients_bytes + optimizer_bytes + activations_bytes; }

@@ -9,10 +9,13 @@
 
 namespace calo::parallel {
 
-RankMap::RankMap(const Layout& layout) : tp_(layout.tp), dp_(layout.dp), pp_(layout.pp), ep_(layout.ep) {
+RankMap::RankMap(const Layout& layout)
+    : tp_(layout.tp), dp_(layout.dp), pp_(layout.pp), ep_(layout.ep), shard_(layout.shard_size()) {
   require_input(tp_ >= 1 && dp_ >= 1 && pp_ >= 1 && ep_ >= 1,
                 fmt::format("rank map: sizes must be >= 1 (tp={}, dp={}, pp={}, ep={})", tp_, dp_, pp_, ep_));
   require_input(dp_ % ep_ == 0, fmt::format("rank map: ep={} does not divide dp={}", ep_, dp_));
+  require_input(shard_ >= 1 && dp_ % shard_ == 0,
+                fmt::format("rank map: shard group {} does not divide dp={}", shard_, dp_));
 }
 
 RankCoord RankMap::coord(int rank) const {
@@ -25,6 +28,8 @@ RankCoord RankMap::coord(int rank) const {
   result.pp = rank / (tp_ * dp_);
   result.ep = result.dp % ep_;
   result.edp = result.dp / ep_;
+  result.shard = result.dp % shard_;
+  result.replicate = result.dp / shard_;
   return result;
 }
 
@@ -50,6 +55,10 @@ int RankMap::group_size(GroupKind kind) const {
       return dp_ / ep_;
     case GroupKind::kEmbedding:
       return pp_ > 1 ? 2 : 1;
+    case GroupKind::kDpShard:
+      return shard_;
+    case GroupKind::kDpReplicate:
+      return dp_ / shard_;
   }
   throw std::logic_error("unknown group kind");
 }
@@ -84,6 +93,16 @@ std::vector<int> RankMap::group(GroupKind kind, int rank) const {
         if (pp_ > 1) members.push_back(rank_of(at.tp, at.dp, pp_ - 1));
       }
       break;
+    case GroupKind::kDpShard:
+      // Same replicate index: dp indices replicate*S .. replicate*S + S-1 (consecutive).
+      for (int index = 0; index < shard_; ++index)
+        members.push_back(rank_of(at.tp, at.replicate * shard_ + index, at.pp));
+      break;
+    case GroupKind::kDpReplicate:
+      // Same shard index: dp indices shard + S*k (strided by S).
+      for (int index = 0; index < dp_ / shard_; ++index)
+        members.push_back(rank_of(at.tp, at.shard + shard_ * index, at.pp));
+      break;
   }
   return members;  // ascending by construction: the varying index is the only one that changes
 }
@@ -103,6 +122,10 @@ int RankMap::index_in_group(GroupKind kind, int rank) const {
       return at.edp;
     case GroupKind::kEmbedding:
       return at.pp == 0 ? 0 : (at.pp == pp_ - 1 ? 1 : -1);
+    case GroupKind::kDpShard:
+      return at.shard;
+    case GroupKind::kDpReplicate:
+      return at.replicate;
   }
   throw std::logic_error("unknown group kind");
 }
@@ -131,6 +154,10 @@ const char* to_string(GroupKind kind) {
       return "edp";
     case GroupKind::kEmbedding:
       return "embedding";
+    case GroupKind::kDpShard:
+      return "dp_shard";
+    case GroupKind::kDpReplicate:
+      return "dp_replicate";
   }
   return "?";
 }

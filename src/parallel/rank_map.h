@@ -17,21 +17,27 @@ enum class GroupKind : std::uint8_t {
   kExpertDp,   ///< expert data-parallel group (size dp / ep): gradient reduction of expert weights
   kEmbedding,  ///< first and last pipeline stage of one (tp, dp) position (tied embedding gradient); pp > 1
                ///< only
+  kDpShard,    ///< hybrid sharding: S consecutive dp ranks that shard the parameters (size S = shard_size())
+  kDpReplicate,  ///< hybrid sharding: the dp / S ranks holding the same shard (gradient all-reduce)
 };
 /// Number of GroupKind values.
-inline constexpr int kNumGroupKinds = 6;
+inline constexpr int kNumGroupKinds = 8;
 
 /// Coordinates of one rank in the layout.
 struct RankCoord {
-  int tp = 0;   ///< index within the tensor-parallel group
-  int dp = 0;   ///< data-parallel replica index (0 .. dp-1)
-  int ep = 0;   ///< expert-parallel index: dp % ep
-  int edp = 0;  ///< expert data-parallel index: dp / ep
-  int pp = 0;   ///< pipeline stage
+  int tp = 0;         ///< index within the tensor-parallel group
+  int dp = 0;         ///< data-parallel replica index (0 .. dp-1)
+  int ep = 0;         ///< expert-parallel index: dp % ep
+  int edp = 0;        ///< expert data-parallel index: dp / ep
+  int pp = 0;         ///< pipeline stage
+  int shard = 0;      ///< index within the hybrid-sharding shard group: dp % S
+  int replicate = 0;  ///< index of the shard group (within the replicate group): dp / S
 };
 
 /// Maps global ranks to coordinates and groups. rank = tp + tp_size*(dp + dp_size*pp); within dp, ep is the
-/// faster-varying part (dp = ep + ep_size*edp), matching Megatron-LM's tp-cp-ep-dp-pp generator.
+/// faster-varying part (dp = ep + ep_size*edp), matching Megatron-LM's tp-cp-ep-dp-pp generator. Under hybrid
+/// sharding the shard index varies fastest within dp (dp = shard + S*replicate), as TorchTitan's
+/// [dp_replicate, dp_shard] mesh: a shard group is S neighbouring dp ranks (one node when tp * S fits it).
 class RankMap {
  public:
   /// Builds the map for a resolved layout.
@@ -47,7 +53,7 @@ class RankMap {
   int index_in_group(GroupKind kind, int rank) const;
   /// Number of ranks.
   int world_size() const { return tp_ * dp_ * pp_; }
-  /// Size of every `kind` group (tp, dp, pp, ep, dp / ep, or 2 for kEmbedding: 1 when pp = 1).
+  /// Size of every `kind` group (tp, dp, pp, ep, dp / ep, 2 for kEmbedding (1 when pp = 1), S, dp / S).
   int group_size(GroupKind kind) const;
   /// All `kind` groups, each sorted, ordered by their smallest rank; together they partition the world
   /// (except kEmbedding: the first and last stages only, and no group when pp = 1).
@@ -55,9 +61,10 @@ class RankMap {
 
  private:
   int tp_, dp_, pp_, ep_;
+  int shard_;  ///< hybrid-sharding shard group size S (dp when not hybrid)
 };
 
-/// Name of a group kind ("tp", "dp", "pp", "ep", "edp", "embedding").
+/// Name of a group kind ("tp", "dp", "pp", "ep", "edp", "embedding", "dp_shard", "dp_replicate").
 const char* to_string(GroupKind kind);
 
 }  // namespace calo::parallel

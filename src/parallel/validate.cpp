@@ -22,15 +22,17 @@ std::vector<int> divisors(int value) {
 
 /// "try A or B" with the nearest valid values below and above `wanted` (one of them if only one exists).
 std::string nearby(const std::vector<int>& valid_values, int wanted, const std::string& prefix = "") {
+  // Flags, not 0 as "none": 0 is a valid value (zero stage 0).
+  bool has_below = false, has_above = false;
   int below = 0;
   int above = 0;
   for (int value : valid_values) {
-    if (value < wanted) below = value;
-    if (value > wanted && above == 0) above = value;
+    if (value < wanted) below = value, has_below = true;
+    if (value > wanted && !has_above) above = value, has_above = true;
   }
-  if (below > 0 && above > 0) return fmt::format("try {}{} or {}{}", prefix, below, prefix, above);
-  if (below > 0) return fmt::format("try {}{}", prefix, below);
-  if (above > 0) return fmt::format("try {}{}", prefix, above);
+  if (has_below && has_above) return fmt::format("try {}{} or {}{}", prefix, below, prefix, above);
+  if (has_below) return fmt::format("try {}{}", prefix, below);
+  if (has_above) return fmt::format("try {}{}", prefix, above);
   return "no value fits";
 }
 
@@ -65,10 +67,34 @@ void check_sizes(const Layout& layout) {
                 fmt::format("sequence length {} is negative; give a positive number of "
                             "tokens, or 0 for the model's default",
                             layout.seq_length));
-  require_input(layout.zero_stage == 0 || layout.zero_stage == 1 || layout.zero_stage == 3,
-                fmt::format("zero stage {} is not supported: use 0 (none), 1 (sharded optimizer state) or 3 "
-                            "(fully sharded, FSDP); {}",
-                            layout.zero_stage, nearby({0, 1, 3}, layout.zero_stage)));
+  require_input(layout.zero_stage >= 0 && layout.zero_stage <= 3,
+                fmt::format("zero stage {} is not supported: use 0 (none), 1 (sharded optimizer state), 2 "
+                            "(sharded optimizer state and gradients) or 3 (fully sharded, FSDP); {}",
+                            layout.zero_stage, nearby({0, 1, 2, 3}, layout.zero_stage)));
+}
+
+void check_sharding(const Layout& layout) {
+  require_input(layout.fsdp_shard_size >= 0,
+                fmt::format("--fsdp-shard-group {} is negative; give a divisor of dp={}, or 0 for dp (full "
+                            "sharding)",
+                            layout.fsdp_shard_size, layout.dp));
+  if (layout.fsdp_shard_size > 0) {
+    require_input(
+        layout.zero_stage == 3,
+        fmt::format("hybrid sharding (--fsdp-shard-group {}) shards parameters, which needs --zero 3 "
+                    "(zero stage is {}); add --zero 3 or drop --fsdp-shard-group",
+                    layout.fsdp_shard_size, layout.zero_stage));
+    require_input(layout.dp % layout.fsdp_shard_size == 0,
+                  fmt::format("--fsdp-shard-group {} does not divide dp={} (the shard groups tile the "
+                              "data-parallel ranks); {}",
+                              layout.fsdp_shard_size, layout.dp,
+                              nearby(divisors(layout.dp), layout.fsdp_shard_size, "--fsdp-shard-group ")));
+  }
+  require_input(
+      layout.reshard_after_forward || layout.zero_stage == 3,
+      fmt::format("--fsdp-reshard-after-forward off keeps gathered parameters, which needs --zero 3 "
+                  "(zero stage is {}); add --zero 3 or drop the flag",
+                  layout.zero_stage));
 }
 
 void check_tensor_parallel(const model::ModelSpec& model, const Layout& layout) {
@@ -196,16 +222,16 @@ void check_batch(Layout& layout) {
 }
 
 void check_overlap(const Layout& layout) {
-  require_input(
-      !layout.overlap_param_gather || layout.zero_stage >= 1,
-      "overlapping the parameter all-gather needs sharded state: use --zero 1 or --zero 3 (fsdp), or "
-      "drop --overlap-param");
+  require_input(!layout.overlap_param_gather || layout.zero_stage >= 1,
+                "overlapping the parameter all-gather needs sharded state: use --zero 1, 2 or 3 (fsdp), or "
+                "drop --overlap-param");
 }
 
 }  // namespace
 
 Layout resolve_layout(const model::ModelSpec& model, Layout layout, bool sequence_parallel_explicit) {
   check_sizes(layout);
+  check_sharding(layout);
   check_tensor_parallel(model, layout);
   // Sequence parallel only splits activations over tp; with tp = 1 there is nothing to split, so it is turned
   // off (Megatron-LM does the same). Without an explicit choice it follows tp > 1.

@@ -55,6 +55,25 @@ std::vector<Sizes> enumerate_sizes(const SpaceRequest& request) {
   return result;
 }
 
+/// A ZeRO stage with its shard group size (0: dp).
+struct Sharding {
+  int zero_stage = 0;
+  int shard_size = 0;
+};
+
+/// ZeRO 0, and with dp > 1 ZeRO 1, 2, 3 and hybrid sharding (ZeRO-3 sharded within the dp ranks of one node,
+/// S = gpus_per_node / tp, replicated across nodes) when that S lies strictly between 1 and dp and divides
+/// it.
+std::vector<Sharding> shardings(const Sizes& sizes, int gpus_per_node) {
+  std::vector<Sharding> result = {{0, 0}};
+  if (sizes.dp == 1) return result;  // nothing to shard over
+  for (int zero_stage : {1, 2, 3}) result.push_back({zero_stage, 0});
+  const int node_shard = gpus_per_node / sizes.tp;
+  if (node_shard > 1 && node_shard < sizes.dp && sizes.dp % node_shard == 0)
+    result.push_back({3, node_shard});
+  return result;
+}
+
 }  // namespace
 
 int LayoutSpace::fitting() const {
@@ -83,8 +102,8 @@ LayoutSpace enumerate_layouts(const SpaceRequest& request) {
     for (int micro_batch : divisors_of(request.global_batch / sizes.dp)) {
       for (auto recompute :
            {parallel::Recompute::kNone, parallel::Recompute::kSelective, parallel::Recompute::kFull}) {
-        for (int zero_stage : {0, 1, 3}) {
-          if (zero_stage > 0 && sizes.dp == 1) continue;  // nothing to shard over
+        for (const Sharding& sharding : shardings(sizes, request.gpus_per_node)) {
+          const int zero_stage = sharding.zero_stage;
           for (bool overlap : {false, true}) {
             parallel::Layout layout;
             layout.tp = sizes.tp;
@@ -99,6 +118,7 @@ LayoutSpace enumerate_layouts(const SpaceRequest& request) {
             layout.recompute = recompute;
             layout.zero_stage = zero_stage;
             layout.attention = request.attention;
+            layout.fsdp_shard_size = sharding.shard_size;
             layout.overlap_tp_comm = overlap && sizes.tp > 1;
             layout.overlap_grad_reduce = overlap && sizes.dp > 1;
             layout.overlap_param_gather = overlap && zero_stage >= 1;
@@ -126,6 +146,7 @@ int layout_distance(const parallel::Layout& a, const parallel::Layout& b) {
   return (a.tp != b.tp) + (a.pp != b.pp) + (a.dp != b.dp) + (a.ep != b.ep) +
          (a.virtual_stages != b.virtual_stages) + (a.schedule != b.schedule) +
          (a.micro_batch != b.micro_batch) + (a.recompute != b.recompute) + (a.zero_stage != b.zero_stage) +
+         (a.shard_size() != b.shard_size()) + (a.reshard_after_forward != b.reshard_after_forward) +
          (overlap_a != overlap_b);
 }
 
@@ -153,6 +174,8 @@ std::string calo_flags(const parallel::Layout& layout) {
   if (layout.seq_length > 0) text += fmt::format(" --seq {}", layout.seq_length);
   text += fmt::format(" --recompute {}", parallel::to_string(layout.recompute));
   if (layout.zero_stage > 0) text += fmt::format(" --zero {}", layout.zero_stage);
+  if (layout.hybrid_sharding()) text += fmt::format(" --fsdp-shard-group {}", layout.shard_size());
+  if (layout.zero_stage == 3 && !layout.reshard_after_forward) text += " --fsdp-reshard-after-forward off";
   if (layout.overlap_tp_comm) text += " --overlap-tp";
   if (layout.overlap_grad_reduce) text += " --overlap-grad";
   if (layout.overlap_param_gather) text += " --overlap-param";
@@ -177,7 +200,17 @@ std::string megatron_flags(const parallel::Layout& layout) {
   if (layout.recompute == parallel::Recompute::kFull)
     text += " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
   if (layout.zero_stage == 1) text += " --use-distributed-optimizer";
-  if (layout.zero_stage == 3) text += " --use-torch-fsdp2";
+  // ZeRO-2 and hybrid sharding are Megatron-FSDP's strategies (optim_grads; optim_grads_params within each of
+  // dp / S distributed-optimizer instances, replicated across them).
+  if (layout.zero_stage == 2)
+    text += " --use-distributed-optimizer --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads";
+  if (layout.zero_stage == 3 && !layout.hybrid_sharding()) text += " --use-torch-fsdp2";
+  if (layout.hybrid_sharding())
+    text += fmt::format(
+        " --use-distributed-optimizer --use-megatron-fsdp --data-parallel-sharding-strategy "
+        "optim_grads_params"
+        " --num-distributed-optimizer-instances {} --outer-dp-sharding-strategy no_shard",
+        layout.dp / layout.shard_size());
   if (layout.overlap_tp_comm) text += " --tp-comm-overlap";
   if (layout.overlap_grad_reduce) text += " --overlap-grad-reduce";
   if (layout.overlap_param_gather) text += " --overlap-param-gather";

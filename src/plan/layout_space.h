@@ -47,7 +47,9 @@ bool fits_memory(const parallel::MemoryBreakdown& memory, double device_bytes);
 
 /// Enumerates tp (divisors of the heads, <= gpus_per_node), pp (dividing gpus / tp), dp = gpus / (tp pp),
 /// ep (MoE: divisors of dp and experts), vpp with the interleaved schedule (pp > 1), gpipe and 1f1b,
-/// micro-batch (divisors of global_batch / dp), recompute none|selective|full, ZeRO 0|1|3, overlap off|all.
+/// micro-batch (divisors of global_batch / dp), recompute none|selective|full, ZeRO 0|1|2|3 and hybrid
+/// sharding within a node (ZeRO-3 with S = gpus_per_node / tp when 1 < S < dp divides dp; parameters
+/// resharded after forward), overlap off|all.
 /// Every combination goes through parallel::resolve_layout; the ones it rejects are counted, not kept.
 /// Throws InputError when gpus < 1 or global_batch < 1.
 LayoutSpace enumerate_layouts(const SpaceRequest& request);
@@ -56,7 +58,8 @@ LayoutSpace enumerate_layouts(const SpaceRequest& request);
 /// memory); at most `limit`. For the refusal message of `calo sim` and the planner's "nearest feasible".
 std::vector<Candidate> nearest_fitting(const LayoutSpace& space, const parallel::Layout& layout, int limit);
 
-/// Settings in which `a` and `b` differ (tp, pp, dp, ep, vpp, schedule, mbs, recompute, zero, overlap).
+/// Settings in which `a` and `b` differ (tp, pp, dp, ep, vpp, schedule, mbs, recompute, zero, shard group,
+/// reshard after forward, overlap).
 int layout_distance(const parallel::Layout& a, const parallel::Layout& b);
 
 /// Flags that reproduce `layout` with `calo sim` / `calo bench` (e.g. "--tp 8 --pp 4 ... --recompute full").

@@ -46,7 +46,7 @@ struct EntityState {
   std::int32_t pending[graph::kNumStreams] = {-1, -1, -1, -1, -1};
   double pending_ready_s[graph::kNumStreams] = {};  ///< arrival time of the pending op of each stream
   std::int64_t collective_count[graph::kNumGroupKinds] = {};
-  std::int32_t sync_set[graph::kNumGroupKinds] = {-1, -1, -1, -1, -1, -1};
+  std::int32_t sync_set[graph::kNumGroupKinds] = {};  ///< set id per group kind (set for kinds the rank has)
   std::int32_t sync_size[graph::kNumGroupKinds] = {};
   std::vector<double> finish_s;
   std::vector<double> begin_s;
@@ -59,9 +59,11 @@ struct EntityState {
   std::uint64_t done_ops = 0;
 };
 
-/// Key of the `sequence`-th collective of group kind `group_kind` over sync set `sync_set` (sets < 2^25).
+/// Key of the `sequence`-th collective of group kind `group_kind` over sync set `sync_set` (sets < 2^24,
+/// kinds < 32, sequences < 2^35).
 std::uint64_t collective_key(std::int32_t sync_set, int group_kind, std::int64_t sequence) {
-  return (static_cast<std::uint64_t>(sync_set) << 39) | (static_cast<std::uint64_t>(group_kind) << 36) |
+  static_assert(graph::kNumGroupKinds <= 32, "collective_key holds 5 bits of group kind");
+  return (static_cast<std::uint64_t>(sync_set) << 40) | (static_cast<std::uint64_t>(group_kind) << 35) |
          static_cast<std::uint64_t>(sequence);
 }
 

@@ -258,6 +258,34 @@ TEST(CampaignSpec, AxisValueNoModelAcceptsNamesTheKeyAndTheValidValues) {
                InputError);
 }
 
+TEST(CampaignSpec, ShardingKeysSweepZeroTwoAndHybridSharding) {
+  const Spec spec = spec_from(
+      "model: tiny-dense\ncluster: h100-hgx\ngpus: 4\nfixed: {gbs: 8}\n"
+      "axes:\n  zero: [2, 3]\n  fsdp-shard-group: [2]\n  fsdp-reshard-after-forward: [on, off]\n");
+  std::vector<Point> points = expand_grid(spec);
+  validate_points(spec, points);
+  ASSERT_EQ(points.size(), 4u);
+  int runnable = 0;
+  for (const Point& point : points) {
+    bool zero3 = false;
+    for (const auto& [key, value] : point.flags) zero3 = zero3 || (key == "zero" && value == "3");
+    if (zero3) {
+      EXPECT_EQ(point.skip_reason, "") << point.name;
+      ++runnable;
+    } else {
+      EXPECT_NE(point.skip_reason.find("needs --zero 3"), std::string::npos) << point.skip_reason;
+    }
+  }
+  EXPECT_EQ(runnable, 2);
+  try {
+    spec_from(
+        "model: tiny-dense\ncluster: h100-hgx\ngpus: 4\naxes:\n  fsdp-reshard-after-forward: [maybe]\n");
+    ADD_FAILURE() << "accepted fsdp-reshard-after-forward: maybe";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("use one of on, off"), std::string::npos) << error.what();
+  }
+}
+
 TEST(CampaignSweep, SpecWithNoRunnablePointExits2AndWritesNothing) {
   const fs::path dir = fresh_dir("none");
   const fs::path spec = write_spec(dir.string() + "-spec",

@@ -107,7 +107,16 @@ const BadLayout kBadLayouts[] = {
      "global batch 100 is not a multiple of micro-batch × dp = 1 × 8 = 8; try 96 or 104"},
     {{"model", "tiny-dense", "--tp", "0"},
      "tp=0 is not a valid tensor-parallel size: sizes must be >= 1; try tp=1"},
-    {{"model", "tiny-dense", "--zero", "2"}, "zero stage 2 is not supported"},
+    {{"model", "tiny-dense", "--zero", "4"}, "zero stage 4 is not supported"},
+    {{"model", "tiny-dense", "--dp", "4", "--zero", "3", "--fsdp-shard-group", "3"},
+     "--fsdp-shard-group 3 does not divide dp=4 (the shard groups tile the data-parallel ranks); try "
+     "--fsdp-shard-group 2 or --fsdp-shard-group 4"},
+    {{"model", "tiny-dense", "--dp", "4", "--zero", "2", "--fsdp-shard-group", "2"},
+     "hybrid sharding (--fsdp-shard-group 2) shards parameters, which needs --zero 3 (zero stage is 2)"},
+    {{"model", "tiny-dense", "--dp", "4", "--fsdp-reshard-after-forward", "off"},
+     "--fsdp-reshard-after-forward off keeps gathered parameters, which needs --zero 3 (zero stage is 0)"},
+    {{"model", "tiny-dense", "--dp", "4", "--zero", "3", "--fsdp-reshard-after-forward", "maybe"},
+     "--fsdp-reshard-after-forward: 'maybe' is not on/off; write on or off"},
     {{"model", "tiny-dense", "--pp", "8"},
      "pp=8 × vpp=1 = 8 stages exceed the 4 layers of tiny-dense; try pp=4"},
     {{"model", "tiny-dense", "--pp", "3"},
@@ -163,7 +172,10 @@ TEST(CliLayout, ValidLayoutsExitZero) {
         std::vector<std::string>{"model", "tiny-dense", "--overlap"},
         std::vector<std::string>{"model", "tiny-dense", "--pp", "2", "--vpp", "2", "--schedule",
                                  "interleaved", "--gbs", "4"},
-        std::vector<std::string>{"graph", "--model", "tiny-dense", "--dp", "4", "--gbs", "8"}}) {
+        std::vector<std::string>{"graph", "--model", "tiny-dense", "--dp", "4", "--gbs", "8"},
+        std::vector<std::string>{"model", "tiny-dense", "--dp", "4", "--zero", "2"},
+        std::vector<std::string>{"model", "tiny-dense", "--dp", "4", "--zero", "3", "--fsdp-shard-group", "2",
+                                 "--fsdp-reshard-after-forward", "off"}}) {
     Outcome outcome = run_calo(args);
     EXPECT_EQ(outcome.exit_code, 0) << args[0] << " " << args[1] << ": " << outcome.stderr_text;
   }

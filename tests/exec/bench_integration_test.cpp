@@ -137,6 +137,37 @@ TEST(BenchCpu, AWrongSoftmaxFailsTheRun) {
                "CALO_CPU_INJECT_FAULT=softmax");
   EXPECT_EQ(outcome.exit_code, 1) << outcome.output;
   EXPECT_NE(outcome.output.find("softmax"), std::string::npos) << outcome.output;
+// ZeRO-2: a reduce-scatter per micro-batch (m = 2) and the all-gather after the step, overlapped.
+TEST(BenchCpu, ZeroTwoWithOverlap) {
+  expect_clean(
+      bench_json("zero2", {"--model", "tiny-dense", "--dp", "4", "--zero", "2", "--gbs", "8", "--overlap"}),
+      4);
+}
+
+// Hybrid sharding: shard groups {0,1} {2,3} gather and reduce-scatter, replicate groups {0,2} {1,3}
+// all-reduce the shard; --check verifies every collective's result.
+TEST(BenchCpu, HybridShardingDp4ShardGroup2) {
+  const auto report = bench_json(
+      "hsdp", {"--model", "tiny-dense", "--dp", "4", "--zero", "3", "--fsdp-shard-group", "2", "--gbs", "8"});
+  expect_clean(report, 4);
+  // Collectives per step on rank 0: 6 units x 2 micro-batches x (forward gather, backward gather,
+  // reduce-scatter, replicate all-reduce).
+  EXPECT_EQ(report["ops_per_step_rank0"][3].get<int>(), 6 * 2 * 4);
+  EXPECT_EQ(report["layout"].get<std::string>(), "TP1-PP1-DP4 mbs1 gbs8 1f1b fsdp shard2");
+}
+
+// Hybrid sharding of a MoE model: dense parameters over the shard group, experts over expert-dp.
+TEST(BenchCpu, HybridShardingMoeWithExpertParallel) {
+  expect_clean(bench_json("hsdp-moe", {"--model", "tiny-moe", "--dp", "4", "--ep", "2", "--zero", "3",
+                                       "--fsdp-shard-group", "2", "--overlap"}),
+               4);
+}
+
+// FSDP keeping parameters after forward, pipelined: backward gathers only where a backward freed the units.
+TEST(BenchCpu, FsdpWithoutReshardAfterForwardPipelined) {
+  expect_clean(bench_json("noreshard", {"--model", "tiny-dense", "--pp", "2", "--dp", "2", "--zero", "3",
+                                        "--fsdp-reshard-after-forward", "off", "--gbs", "8"}),
+               4);
 }
 
 TEST(BenchCpu, WrongCollectiveResultsFailTheRun) {

@@ -12,6 +12,7 @@
 #include "exec/bootstrap.h"
 #include "exec/launch.h"
 #include "exec/plan.h"
+#include "parallel/memory.h"
 #include "model/model_spec.h"
 #include "parallel/validate.h"
 
@@ -144,6 +145,34 @@ TEST(MemoryPlan, RefusesALayoutThatDoesNotFitWithBreakdownAndFixes) {
     EXPECT_NE(message.find("activations"), std::string::npos) << message;
     EXPECT_NE(message.find("--layers"), std::string::npos) << message;
   }
+}
+
+TEST(MemoryPlan, SuggestsEachHigherZeroStageThatFits) {
+  // Llama3-8B over dp 8 on an 80 GB GPU without ZeRO: 16 bytes per parameter do not fit; each of --zero 1, 2,
+  // 3 is suggested exactly when its accounted total fits.
+  const model::ModelSpec spec = model::load_model("llama3-8b");
+  parallel::Layout layout;
+  layout.dp = 8;
+  layout = parallel::resolve_layout(spec, layout);
+  const DeviceDescription device = gpu_with(80e9);
+  const MemoryPlan plan = plan_memory(spec, layout, device);
+  ASSERT_FALSE(plan.fits());
+  std::string message;
+  try {
+    require_fits(plan, spec, layout, device);
+  } catch (const InputError& error) {
+    message = error.what();
+  }
+  int suggested = 0;
+  for (int stage : {1, 2, 3}) {
+    parallel::Layout variant = layout;
+    variant.zero_stage = stage;
+    const bool fits = parallel::memory_per_gpu(spec, variant).total_bytes() <= plan.usable_bytes;
+    const bool listed = message.find("--zero " + std::to_string(stage) + " (") != std::string::npos;
+    EXPECT_EQ(listed, fits) << "zero " << stage << ": " << message;
+    suggested += listed;
+  }
+  EXPECT_GE(suggested, 1) << message;
 }
 
 TEST(MemoryPlan, ASliceOfTheSameShapesFits) {

@@ -1,6 +1,7 @@
 // `calo bench --backend cuda` with several local ranks: NCCL collectives, pipeline p2p batches (1F1B and
-// interleaved, which deadlock unless a batch is posted as one NCCL group) and expert all-to-all, all with
-// --check (zero wrong, exit 0). Skips with a reason when fewer GPUs than ranks are visible.
+// interleaved, which deadlock unless a batch is posted as one NCCL group), expert all-to-all, ZeRO-2, hybrid
+// sharding and FSDP keeping parameters after forward, all with --check (zero wrong, exit 0). Skips with a
+// reason when fewer GPUs than ranks are visible.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -75,6 +76,21 @@ TEST(CudaMultiGpu, TpPpDpMixed) {
 
 TEST(CudaMultiGpu, ExpertParallelAllToAll) {
   expect_clean(4, "--model tiny-moe --dp 4 --ep 4 --gbs 4 --nproc 4");
+}
+
+TEST(CudaMultiGpu, ZeroTwoReduceScatterPerMicrobatch) {
+  expect_clean(2, "--model tiny-dense --dp 2 --zero 2 --gbs 4 --overlap --nproc 2");
+}
+
+TEST(CudaMultiGpu, HybridShardingShardGroupOfTwo) {
+  // Shard groups {0,1} {2,3} (NCCL communicators split from the graph's dp_shard groups), replicate {0,2}
+  // {1,3}.
+  expect_clean(4, "--model tiny-dense --dp 4 --zero 3 --fsdp-shard-group 2 --gbs 8 --nproc 4");
+}
+
+TEST(CudaMultiGpu, FsdpKeepingParametersPipelined) {
+  expect_clean(
+      4, "--model tiny-dense --pp 2 --dp 2 --zero 3 --fsdp-reshard-after-forward off --gbs 8 --nproc 4");
 }
 
 }  // namespace

@@ -65,7 +65,7 @@ std::vector<Case> small_cases() {
     for (int tp : {1, 2}) {
       for (int pp : {1, 2, 4}) {
         for (int dp : {1, 2, 4}) {
-          for (int zero : {0, 1, 3}) {
+          for (int zero : {0, 1, 2, 3}) {
             for (auto recompute :
                  {model::Recompute::kNone, model::Recompute::kSelective, model::Recompute::kFull}) {
               for (bool overlap : {false, true}) {

@@ -91,5 +91,50 @@ TEST(ScheduleProperty, EveryValidLayoutOfTheGridPassesEveryChecker) {
   }
 }
 
+// ZeRO 1/2/3 and hybrid sharding (S = 1, 2, dp) with and without resharding after forward, over every
+// schedule, with and without overlap, on dense and MoE models.
+TEST(ScheduleProperty, EveryShardingOfTheGridPassesEveryChecker) {
+  struct Sharding {
+    int zero_stage;
+    int shard_size;
+    bool reshard;
+  };
+  const Sharding shardings[] = {{1, 0, true}, {2, 0, true}, {3, 0, true}, {3, 0, false},
+                                {3, 1, true}, {3, 2, true}, {3, 2, false}};
+  int checked = 0;
+  for (const char* name : {"tiny-dense", "tiny-moe"}) {
+    const model::ModelSpec model = model::load_model(name);
+    for (const auto schedule :
+         {parallel::Schedule::k1F1B, parallel::Schedule::kInterleaved, parallel::Schedule::kGpipe}) {
+      for (int pp : {1, 2}) {
+        const int vpp = schedule == parallel::Schedule::kInterleaved ? 2 : 1;
+        if (schedule == parallel::Schedule::kInterleaved && pp == 1) continue;
+        for (const Sharding& sharding : shardings) {
+          for (bool overlap : {false, true}) {
+            parallel::Layout layout;
+            layout.pp = pp;
+            layout.dp = 4;
+            layout.ep = model.is_moe() ? 2 : 1;
+            layout.schedule = schedule;
+            layout.virtual_stages = vpp;
+            layout.global_batch = 2 * pp * layout.dp;
+            layout.seq_length = 128;
+            layout.zero_stage = sharding.zero_stage;
+            layout.fsdp_shard_size = sharding.shard_size;
+            layout.reshard_after_forward = sharding.reshard;
+            layout.overlap_grad_reduce = layout.overlap_param_gather = overlap;
+            EXPECT_TRUE(check_layout(model, layout,
+                                     fmt::format("{} pp{} {} zero{} S{} reshard {} overlap {}", name, pp,
+                                                 parallel::to_string(schedule), sharding.zero_stage,
+                                                 sharding.shard_size, sharding.reshard, overlap),
+                                     checked));
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 2 * 5 * 7 * 2);
+}
+
 }  // namespace
 }  // namespace calo::graph

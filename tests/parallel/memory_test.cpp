@@ -50,14 +50,90 @@ TEST(Memory, ZeroOneShardsOnlyTheOptimizerAndZeroThreeShardsEverything) {
 
   layout.zero_stage = 3;
   memory = memory_per_gpu(model, resolved(model, layout));
-  // Sharded weights plus one gathered layer.
+  // Sharded weights plus one gathered layer; sharded gradients plus the layer awaiting its reduce-scatter.
   EXPECT_DOUBLE_EQ(memory.weights_bytes, 2 * kTinyParams / 4 + 2 * kTinyLayerParams);
-  EXPECT_DOUBLE_EQ(memory.gradients_bytes, 2 * kTinyParams / 4);
+  EXPECT_DOUBLE_EQ(memory.gradients_bytes, 2 * kTinyParams / 4 + 2 * kTinyLayerParams);
   EXPECT_DOUBLE_EQ(memory.optimizer_bytes, 12 * kTinyParams / 4);
 
   layout.overlap_param_gather = true;  // prefetch: two gathered layers
   memory = memory_per_gpu(model, resolved(model, layout));
   EXPECT_DOUBLE_EQ(memory.weights_bytes, 2 * kTinyParams / 4 + 4 * kTinyLayerParams);
+}
+
+TEST(Memory, ZeroTwoShardsGradientsBeyondTheBucketInFlight) {
+  const model::ModelSpec model = model::load_model("tiny-dense");
+  Layout layout;
+  layout.dp = 4;
+  layout.zero_stage = 2;
+  MemoryBreakdown memory = memory_per_gpu(model, resolved(model, layout));
+  EXPECT_DOUBLE_EQ(memory.weights_bytes, 2 * kTinyParams);
+  // The 1/dp gradient shard plus the full gradient of the unit being reduced (the largest unit: a layer).
+  EXPECT_DOUBLE_EQ(memory.gradients_bytes, 2 * kTinyParams / 4 + 2 * kTinyLayerParams);
+  EXPECT_DOUBLE_EQ(memory.optimizer_bytes, 12 * kTinyParams / 4);
+  layout.overlap_grad_reduce = true;  // one unit reduces while the next one's gradient is computed
+  memory = memory_per_gpu(model, resolved(model, layout));
+  EXPECT_DOUBLE_EQ(memory.gradients_bytes, 2 * kTinyParams / 4 + 4 * kTinyLayerParams);
+  // Against ZeRO-1 at dp 4: 2N - (N/2 + 2 layer) = 1.5 N - 2 layer bytes saved.
+  layout.zero_stage = 1;
+  const MemoryBreakdown zero1 = memory_per_gpu(model, resolved(model, layout));
+  EXPECT_DOUBLE_EQ(zero1.gradients_bytes - memory.gradients_bytes, 1.5 * kTinyParams - 4 * kTinyLayerParams);
+}
+
+TEST(Memory, HybridShardingShardsOverTheShardGroupOnly) {
+  const model::ModelSpec model = model::load_model("tiny-dense");
+  Layout layout;
+  layout.dp = 8;
+  layout.zero_stage = 3;
+  layout.fsdp_shard_size = 2;
+  const MemoryBreakdown memory = memory_per_gpu(model, resolved(model, layout));
+  EXPECT_DOUBLE_EQ(memory.weights_bytes, 2 * kTinyParams / 2 + 2 * kTinyLayerParams);
+  EXPECT_DOUBLE_EQ(memory.gradients_bytes, 2 * kTinyParams / 2 + 2 * kTinyLayerParams);
+  EXPECT_DOUBLE_EQ(memory.optimizer_bytes, 12 * kTinyParams / 2);
+}
+
+TEST(Memory, KeepingParametersAfterForwardHoldsEveryGatheredUnitOfTheStage) {
+  const model::ModelSpec model = model::load_model("tiny-dense");
+  Layout layout;
+  layout.dp = 4;
+  layout.zero_stage = 3;
+  layout.reshard_after_forward = false;
+  MemoryBreakdown memory = memory_per_gpu(model, resolved(model, layout));
+  EXPECT_DOUBLE_EQ(memory.weights_bytes, 2 * kTinyParams / 4 + 2 * kTinyParams);
+  // Stage 1 of pp 2 holds its own units only: layers 2, 3 and the head (262,144 + final norm 256).
+  layout.pp = 2;
+  layout.global_batch = 8;
+  memory = memory_for_stage(model, resolved(model, layout), 1);
+  const double stage1 = 2 * kTinyLayerParams + 262144 + 256;
+  EXPECT_DOUBLE_EQ(memory.weights_bytes, 2 * stage1 / 4 + 2 * stage1);
+}
+
+// Llama3-70B on nodes of 8 H100 (80 GB), tp 1, pp 1, dp 64 (8 nodes). Hybrid sharding within a node (S = 8)
+// keeps 16 bytes / 8 = 2 bytes of weights, gradients and optimizer per parameter: 141 GB of state, more than
+// an H100 holds; full sharding (S = 64) needs 17.6 GB. The largest unit (gathered once, reduced once) is the
+// output head: the 128256 x 8192 matrix plus the final norm's 8192.
+TEST(Memory, Llama70bHybridShardingWithinANodeDoesNotFitAnH100AndFullShardingDoes) {
+  const model::ModelSpec model = model::load_model("llama3-70b");
+  const double params = model::count_parameters(model).total;
+  const double head = 128256.0 * 8192 + 8192;
+  Layout layout;
+  layout.dp = 64;
+  layout.zero_stage = 3;
+  layout.fsdp_shard_size = 8;
+  layout.recompute = Recompute::kFull;
+  layout.seq_length = 8192;
+  const MemoryBreakdown hybrid = memory_per_gpu(model, resolved(model, layout));
+  EXPECT_DOUBLE_EQ(hybrid.weights_bytes, 2 * params / 8 + 2 * head);
+  EXPECT_DOUBLE_EQ(hybrid.gradients_bytes, 2 * params / 8 + 2 * head);
+  EXPECT_DOUBLE_EQ(hybrid.optimizer_bytes, 12 * params / 8);
+  EXPECT_NEAR(params / 1e9, 70.55, 0.01);
+  EXPECT_NEAR((hybrid.weights_bytes + hybrid.gradients_bytes + hybrid.optimizer_bytes) / 1e9, 145.3, 0.1);
+  const double h100_bytes = 80.0 * 1024 * 1024 * 1024;
+  EXPECT_GT(hybrid.total_bytes(), usable_memory_bytes(h100_bytes));
+  layout.fsdp_shard_size = 0;  // full sharding over 64
+  const MemoryBreakdown full = memory_per_gpu(model, resolved(model, layout));
+  EXPECT_DOUBLE_EQ(full.optimizer_bytes, 12 * params / 64);
+  EXPECT_NEAR((full.weights_bytes + full.gradients_bytes + full.optimizer_bytes) / 1e9, 21.84, 0.01);
+  EXPECT_LT(full.total_bytes(), usable_memory_bytes(h100_bytes));
 }
 
 TEST(Memory, TensorParallelSplitsMatricesButNotNorms) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <iterator>
 #include <set>
 #include <vector>
 
@@ -185,6 +186,68 @@ TEST(RankMap, MatchesMegatronRankGenerator) {
           EXPECT_EQ(as_set(map.all_groups(GroupKind::kExpertDp)),
                     as_set(masked_orthogonal_groups(expert, {false, false, false, true, false})));
         }
+      }
+    }
+  }
+}
+
+TEST(RankMap, HybridShardGroupsAreNeighbouringDpRanks) {
+  Layout layout = make_layout(2, 2, 4);  // rank = tp + 2 * (dp + 4 * pp); dp = shard + 2 * replicate
+  layout.zero_stage = 3;
+  layout.fsdp_shard_size = 2;
+  RankMap map(layout);
+  EXPECT_EQ(map.group_size(GroupKind::kDpShard), 2);
+  EXPECT_EQ(map.group_size(GroupKind::kDpReplicate), 2);
+  EXPECT_EQ(map.all_groups(GroupKind::kDpShard),
+            (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
+  EXPECT_EQ(map.all_groups(GroupKind::kDpReplicate),
+            (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
+  const RankCoord at = map.coord(6);  // tp 0, dp 3, pp 0
+  EXPECT_EQ(at.shard, 1);
+  EXPECT_EQ(at.replicate, 1);
+  EXPECT_STREQ(to_string(GroupKind::kDpShard), "dp_shard");
+  EXPECT_STREQ(to_string(GroupKind::kDpReplicate), "dp_replicate");
+  // Megatron's generator with dp split into (shard fastest, replicate): the same groups.
+  const std::vector<int> sizes = {2, 1, 1, 2, 2, 2};  // tp, cp, ep, shard, replicate, pp
+  EXPECT_EQ(as_set(map.all_groups(GroupKind::kDpShard)),
+            as_set(masked_orthogonal_groups(sizes, {false, false, false, true, false, false})));
+  EXPECT_EQ(as_set(map.all_groups(GroupKind::kDpReplicate)),
+            as_set(masked_orthogonal_groups(sizes, {false, false, false, false, true, false})));
+  // Without hybrid sharding the shard group is the dp group and replicate groups are single ranks.
+  RankMap full(make_layout(2, 1, 4));
+  EXPECT_EQ(full.all_groups(GroupKind::kDpShard), full.all_groups(GroupKind::kDp));
+  EXPECT_EQ(full.group_size(GroupKind::kDpReplicate), 1);
+}
+
+TEST(RankMap, ShardGroupsPartitionTheWorld) {
+  for (int dp : {2, 4, 8, 12}) {
+    for (int shard = 1; shard <= dp; ++shard) {
+      if (dp % shard != 0) continue;
+      Layout layout = make_layout(2, 3, dp);
+      layout.zero_stage = 3;
+      layout.fsdp_shard_size = shard;
+      RankMap map(layout);
+      for (GroupKind kind : {GroupKind::kDpShard, GroupKind::kDpReplicate}) {
+        SCOPED_TRACE(testing::Message() << "dp" << dp << " S" << shard << " " << to_string(kind));
+        std::vector<int> seen(map.world_size(), 0);
+        for (const auto& members : map.all_groups(kind)) {
+          ASSERT_EQ(static_cast<int>(members.size()), map.group_size(kind));
+          for (size_t position = 0; position < members.size(); ++position) {
+            ++seen[members[position]];
+            EXPECT_EQ(map.group(kind, members[position]), members);
+            EXPECT_EQ(map.index_in_group(kind, members[position]), static_cast<int>(position));
+          }
+        }
+        for (int count : seen) EXPECT_EQ(count, 1);
+      }
+      // A shard group and a replicate group of one rank meet in that rank only; together they span dp.
+      for (int rank = 0; rank < map.world_size(); ++rank) {
+        std::vector<int> both;
+        const auto shard_members = map.group(GroupKind::kDpShard, rank);
+        const auto replicate_members = map.group(GroupKind::kDpReplicate, rank);
+        std::set_intersection(shard_members.begin(), shard_members.end(), replicate_members.begin(),
+                              replicate_members.end(), std::back_inserter(both));
+        EXPECT_EQ(both, std::vector<int>{rank});
       }
     }
   }

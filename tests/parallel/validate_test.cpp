@@ -103,13 +103,61 @@ TEST(Validate, SequenceLengthMustBePositiveAfterDefaults) {
   EXPECT_EQ(resolve_layout(model, layout).seq_length, 2048);
 }
 
-TEST(Validate, ZeroStageMustBeZeroOneOrThree) {
+TEST(Validate, ZeroStageMustBeZeroToThree) {
   Layout layout;
+  layout.zero_stage = 4;
+  EXPECT_EQ(error_of(dense_model(), layout),
+            "zero stage 4 is not supported: use 0 (none), 1 (sharded optimizer state), 2 (sharded optimizer "
+            "state and gradients) or 3 (fully sharded, FSDP); try 3");
+  layout.zero_stage = -1;
+  EXPECT_EQ(error_of(dense_model(), layout),
+            "zero stage -1 is not supported: use 0 (none), 1 (sharded optimizer state), 2 (sharded optimizer "
+            "state and gradients) or 3 (fully sharded, FSDP); try 0");
+  for (int stage : {0, 1, 2, 3}) {
+    layout.zero_stage = stage;
+    EXPECT_EQ(error_of(dense_model(), layout), "(accepted)") << "zero " << stage;
+  }
+}
+
+TEST(Validate, ShardGroupMustDivideDataParallel) {
+  Layout layout;
+  layout.dp = 12;
+  layout.zero_stage = 3;
+  layout.fsdp_shard_size = 5;
+  EXPECT_EQ(error_of(dense_model(), layout),
+            "--fsdp-shard-group 5 does not divide dp=12 (the shard groups tile the data-parallel ranks); try "
+            "--fsdp-shard-group 4 or --fsdp-shard-group 6");
+  layout.fsdp_shard_size = -2;
+  EXPECT_EQ(error_of(dense_model(), layout),
+            "--fsdp-shard-group -2 is negative; give a divisor of dp=12, or 0 for dp (full sharding)");
+  layout.fsdp_shard_size = 4;
+  EXPECT_EQ(error_of(dense_model(), layout), "(accepted)");
+  EXPECT_TRUE(resolve_layout(dense_model(), layout).hybrid_sharding());
+  layout.fsdp_shard_size = 12;  // S = dp: full sharding, no replicate group
+  EXPECT_FALSE(resolve_layout(dense_model(), layout).hybrid_sharding());
+}
+
+TEST(Validate, HybridShardingNeedsZeroThree) {
+  Layout layout;
+  layout.dp = 8;
+  layout.fsdp_shard_size = 4;
   layout.zero_stage = 2;
   EXPECT_EQ(
       error_of(dense_model(), layout),
-      "zero stage 2 is not supported: use 0 (none), 1 (sharded optimizer state) or 3 (fully sharded, FSDP); "
-      "try 1 or 3");
+      "hybrid sharding (--fsdp-shard-group 4) shards parameters, which needs --zero 3 (zero stage is 2); "
+      "add --zero 3 or drop --fsdp-shard-group");
+  layout.zero_stage = 3;
+  EXPECT_EQ(error_of(dense_model(), layout), "(accepted)");
+}
+
+TEST(Validate, KeepingGatheredParametersNeedsZeroThree) {
+  Layout layout;
+  layout.dp = 8;
+  layout.reshard_after_forward = false;
+  layout.zero_stage = 1;
+  EXPECT_EQ(error_of(dense_model(), layout),
+            "--fsdp-reshard-after-forward off keeps gathered parameters, which needs --zero 3 (zero stage is "
+            "1); add --zero 3 or drop the flag");
   layout.zero_stage = 3;
   EXPECT_EQ(error_of(dense_model(), layout), "(accepted)");
 }
@@ -293,10 +341,9 @@ TEST(Validate, OverlapParamGatherNeedsShardedState) {
   Layout layout;
   layout.dp = 4;
   layout.overlap_param_gather = true;
-  EXPECT_EQ(
-      error_of(dense_model(), layout),
-      "overlapping the parameter all-gather needs sharded state: use --zero 1 or --zero 3 (fsdp), or drop "
-      "--overlap-param");
+  EXPECT_EQ(error_of(dense_model(), layout),
+            "overlapping the parameter all-gather needs sharded state: use --zero 1, 2 or 3 (fsdp), or drop "
+            "--overlap-param");
   layout.zero_stage = 1;
   EXPECT_EQ(error_of(dense_model(), layout), "(accepted)");
 }

@@ -52,6 +52,34 @@ TEST(LayoutSpace, EveryCandidateIsValidUsesAllGpusAndCarriesTheMemoryVerdict) {
   EXPECT_LT(space.fitting(), static_cast<int>(space.candidates.size()));  // some do not fit 141 GB
 }
 
+TEST(LayoutSpace, ZeroTwoAndHybridShardingWithinANodeAreCandidates) {
+  // Llama3-8B on 4 nodes of 8: hybrid sharding with S = 8 / tp for every tp with 1 < S < dp.
+  SpaceRequest request = small_request(32, 32).space;
+  request.device_memory_bytes = sim::load_cluster("h100-hgx").gpu.memory_bytes;
+  request.gpus_per_node = 8;
+  const LayoutSpace space = enumerate_layouts(request);
+  std::set<std::pair<int, int>> hybrid_tp_shard;
+  bool has_zero2 = false;
+  for (const Candidate& candidate : space.candidates) {
+    const auto& layout = candidate.layout;
+    has_zero2 |= layout.zero_stage == 2;
+    if (layout.hybrid_sharding()) {
+      hybrid_tp_shard.insert({layout.tp, layout.shard_size()});
+      EXPECT_EQ(layout.tp * layout.shard_size(), 8) << calo_flags(layout);
+      EXPECT_NE(calo_flags(layout).find("--zero 3 --fsdp-shard-group " + std::to_string(layout.shard_size())),
+                std::string::npos)
+          << calo_flags(layout);
+      EXPECT_NE(megatron_flags(layout).find("--num-distributed-optimizer-instances " +
+                                            std::to_string(layout.dp / layout.shard_size())),
+                std::string::npos)
+          << megatron_flags(layout);
+    }
+  }
+  EXPECT_TRUE(has_zero2);
+  // tp 1 (S 8), 2 (S 4), 4 (S 2); tp 8 leaves S = 1 (no sharding) and is not enumerated.
+  EXPECT_EQ(hybrid_tp_shard, (std::set<std::pair<int, int>>{{1, 8}, {2, 4}, {4, 2}}));
+}
+
 TEST(LayoutSpace, Gpt3OnEightH100DoesNotFitWithTp8AndNearestFittingFit) {
   SpaceRequest request;
   request.model = model::load_model("gpt3-175b");

@@ -28,6 +28,7 @@ namespace calo::campaign {
 namespace {
 
 const std::vector<std::string> kFlagKeys = {"tp",
+                                            "cp",
                                             "pp",
                                             "dp",
                                             "ep",
@@ -143,6 +144,8 @@ parallel::Layout point_layout(const Spec& spec, const Point& point, int* gpus) {
       *gpus = int_value(value, where);
     else if (key == "tp")
       layout.tp = int_value(value, where);
+    else if (key == "cp")
+      layout.cp = int_value(value, where);
     else if (key == "pp")
       layout.pp = int_value(value, where);
     else if (key == "dp")
@@ -179,8 +182,8 @@ parallel::Layout point_layout(const Spec& spec, const Point& point, int* gpus) {
     layout.overlap_grad_reduce = true;
     layout.overlap_param_gather = layout.zero_stage > 0;
   }
-  if (*gpus > 0 && !dp_given && layout.tp * layout.pp > 0)
-    layout.dp = std::max(1, *gpus / (layout.tp * layout.pp));
+  if (*gpus > 0 && !dp_given && layout.tp * layout.cp * layout.pp > 0)
+    layout.dp = std::max(1, *gpus / (layout.tp * layout.cp * layout.pp));
   return layout;
 }
 
@@ -458,7 +461,7 @@ void validate_points(const Spec& spec, std::vector<Point>& points) {
       int gpus = 0;
       parallel::Layout layout = point_layout(spec, point, &gpus);
       if (gpus > 0 && layout.world_size() != gpus) {
-        point.skip_reason = fmt::format("tp*pp*dp = {} is not the {} GPUs", layout.world_size(), gpus);
+        point.skip_reason = fmt::format("tp*cp*pp*dp = {} is not the {} GPUs", layout.world_size(), gpus);
         continue;
       }
       const bool sp_given = std::any_of(point.flags.begin(), point.flags.end(),

@@ -178,8 +178,8 @@ int show_graph(const GraphFlags& flags) {
   const graph::Graph graph = graph::build_graph(spec, layout, options);
   const double build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   require_input(flags.rank >= 0 && flags.rank < graph.world_size(),
-                fmt::format("--rank {} is outside 0..{} (tp*pp*dp = {})", flags.rank, graph.world_size() - 1,
-                            graph.world_size()));
+                fmt::format("--rank {} is outside 0..{} (tp*cp*pp*dp = {})", flags.rank,
+                            graph.world_size() - 1, graph.world_size()));
   if (!flags.export_path.empty()) {
     std::ofstream out(flags.export_path);
     if (!out)

@@ -17,6 +17,10 @@ void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional) 
   }
   auto& layout = flags.layout;
   app.add_option("--tp", layout.tp, "Tensor-parallel size")->capture_default_str();
+  app.add_option("--cp", layout.cp,
+                 "Context-parallel size: each sequence split over cp ranks, ring attention (K/V passed "
+                 "over the cp group)")
+      ->capture_default_str();
   app.add_option("--pp", layout.pp, "Pipeline-parallel size (stages)")->capture_default_str();
   app.add_option("--dp", layout.dp, "Data-parallel size")->capture_default_str();
   app.add_option("--ep", layout.ep, "Expert-parallel size (MoE; divides dp)")->capture_default_str();

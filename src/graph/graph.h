@@ -24,17 +24,18 @@ enum class OpKind : std::uint8_t {
   kAttention,    ///< fused attention core (QK^T, softmax, AV), forward or backward
   kElementwise,  ///< norm / activation / rope / residual / loss: memory-bound, carries bytes and FLOPs
   kCollective,   ///< all-reduce, all-gather, reduce-scatter or all-to-all over a group
-  kSend,         ///< point-to-point send to a pipeline peer
-  kRecv,         ///< point-to-point receive from a pipeline peer
+  kSend,         ///< point-to-point send to a pipeline peer or a context-parallel ring neighbour
+  kRecv,         ///< point-to-point receive from a pipeline peer or a context-parallel ring neighbour
   kOptimizer,    ///< AdamW step over the rank's parameter shard
 };
 /// Number of OpKind values.
 inline constexpr int kNumOpKinds = 7;
 
-/// Execution stream of an op; ops of one stream run in order, streams of a rank run concurrently.
-enum class Stream : std::uint8_t { kCompute, kTpComm, kDpComm, kPpComm, kEpComm };
+/// Execution stream of an op; ops of one stream run in order, streams of a rank run concurrently. kCpComm
+/// carries the context-parallel ring's K/V (and dK/dV) exchanges, overlapped with the attention chunks.
+enum class Stream : std::uint8_t { kCompute, kTpComm, kDpComm, kPpComm, kEpComm, kCpComm };
 /// Number of Stream values.
-inline constexpr int kNumStreams = 5;
+inline constexpr int kNumStreams = 6;
 
 /// Part of the iteration an op belongs to.
 enum class Phase : std::uint8_t { kForward, kBackward, kRecompute, kOptimizer };
@@ -74,15 +75,23 @@ struct GemmShape {
   std::int32_t expert = -1;
 };
 
-/// Shape of an attention-core op (per rank: heads are already divided by tp).
+/// Shape of an attention-core op (per rank: heads are already divided by tp). Under context parallelism one
+/// op is one ring step: `seq` query rows against `kv_seq` keys (see docs/METRICS.md, "Context parallel").
 struct AttentionShape {
   std::int32_t batch = 0;     ///< sequences (micro-batch size)
   std::int32_t heads = 0;     ///< query heads on this rank
   std::int32_t kv_heads = 0;  ///< key/value heads on this rank
-  std::int32_t seq = 0;       ///< sequence length
+  std::int32_t seq = 0;       ///< query rows (sequence length; the rank's query tokens under cp)
   std::int32_t head_dim = 0;  ///< per-head width
-  bool causal = true;         ///< causal mask (half of the s^2 products)
+  bool causal = true;         ///< causal mask over seq x kv_seq (square only: half of the s^2 products)
   bool backward = false;      ///< backward pass (2x the forward FLOPs)
+  std::int32_t kv_seq = 0;    ///< key/value rows; 0 = seq (no context parallel)
+  /// Context-parallel ring step (0 = the diagonal, causal step; -1 = no cp). In a program shared by the cp
+  /// ranks, steps > 0 have the shape of cp index 0 (seq/2cp queries against 2 chunks of keys);
+  /// materialize() gives ranks whose K/V source precedes them theirs (2 chunks of queries against one).
+  std::int32_t cp_step = -1;
+  /// Key rows of this op (kv_seq, or seq when 0).
+  std::int32_t keys() const { return kv_seq > 0 ? kv_seq : seq; }
 };
 
 /// What a memory-bound op computes.
@@ -120,8 +129,13 @@ struct Op {
   AttentionShape attention;                                ///< kAttention
   ElementwiseKind elementwise = ElementwiseKind::kNorm;    ///< kElementwise
   CollectiveKind collective = CollectiveKind::kAllReduce;  ///< kCollective
-  GroupKind group = GroupKind::kTp;  ///< kCollective (group kind; the instance comes from Graph::group_id)
-  std::int32_t peer_stage = -1;      ///< kSend/kRecv: pipeline stage of the peer (same tp and dp index)
+  /// kCollective: group kind (the instance comes from Graph::group_id); kSend/kRecv: kPp for pipeline
+  /// messages, kCp for the context-parallel ring.
+  GroupKind group = GroupKind::kTp;
+  std::int32_t peer_stage = -1;  ///< kSend/kRecv (pipeline): stage of the peer (same tp, cp and dp index)
+  /// kSend/kRecv over the context-parallel ring (`group` = kCp): the peer's cp index is this rank's plus
+  /// peer_offset (mod cp), same tp, dp and stage; 0 for pipeline messages.
+  std::int32_t peer_offset = 0;
   std::int32_t tag = -1;  ///< kSend/kRecv: matches a send to its receive (microbatch, chunk, direction)
   /// kSend/kRecv: ops of one rank with equal batch form one batched isend/irecv (NCCL group): they are issued
   /// together and complete in any order; batches run in stream order.
@@ -184,6 +198,10 @@ struct Graph {
 Graph build_graph(const model::ModelSpec& model, const parallel::Layout& layout,
                   const GraphOptions& options = {});
 
+/// Gives a context-parallel ring step (cp_step > 0) of a shared program the shape rank `cp_index` runs
+/// (c x 2c or 2c x c; docs/METRICS.md, "Context parallel"); other ops are left as they are.
+void resolve_ring_step(AttentionShape& shape, int cp_index, int cp);
+
 /// One op of a materialized rank with its concrete group or peer.
 struct RankOp {
   Op op;                           ///< the op (dep indices refer to `deps`)
@@ -197,7 +215,7 @@ std::vector<RankOp> materialize(const Graph& graph, int rank);
 
 /// Names: "gemm", "attention", "elementwise", "collective", "send", "recv", "optimizer".
 const char* to_string(OpKind kind);
-/// Names: "compute", "tp-comm", "dp-comm", "pp-comm", "ep-comm".
+/// Names: "compute", "tp-comm", "dp-comm", "pp-comm", "ep-comm", "cp-comm".
 const char* to_string(Stream stream);
 /// Names: "fwd", "bwd", "recompute", "optimizer".
 const char* to_string(Phase phase);

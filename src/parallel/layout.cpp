@@ -46,6 +46,7 @@ std::string to_string(Schedule schedule) {
 
 nlohmann::json to_json(const Layout& layout) {
   return {{"tp", layout.tp},
+          {"cp", layout.cp},
           {"pp", layout.pp},
           {"dp", layout.dp},
           {"ep", layout.ep},
@@ -69,6 +70,7 @@ Layout layout_from_json(const nlohmann::json& object) {
   Layout layout;
   auto number = [&](const char* key, int fallback) { return object.value(key, fallback); };
   layout.tp = number("tp", 1);
+  layout.cp = number("cp", 1);
   layout.pp = number("pp", 1);
   layout.dp = number("dp", 1);
   layout.ep = number("ep", 1);
@@ -88,7 +90,9 @@ Layout layout_from_json(const nlohmann::json& object) {
 }
 
 std::string describe(const Layout& layout) {
-  std::string text = fmt::format("TP{}-PP{}-DP{}", layout.tp, layout.pp, layout.dp);
+  std::string text = layout.cp > 1
+                         ? fmt::format("TP{}-CP{}-PP{}-DP{}", layout.tp, layout.cp, layout.pp, layout.dp)
+                         : fmt::format("TP{}-PP{}-DP{}", layout.tp, layout.pp, layout.dp);
   if (layout.ep > 1) text += fmt::format("-EP{}", layout.ep);
   text += fmt::format(" mbs{} gbs{} {}", layout.micro_batch, layout.global_batch, to_string(layout.schedule));
   if (layout.virtual_stages > 1) text += fmt::format(" vpp{}", layout.virtual_stages);

@@ -14,10 +14,12 @@ using model::Recompute;
 /// Pipeline schedule: GPipe (all forwards then all backwards), 1F1B, or interleaved 1F1B with virtual stages.
 enum class Schedule { kGpipe, k1F1B, kInterleaved };
 
-/// A parallel layout. world = tp * pp * dp; ep divides dp (expert parallel is carved out of data parallel,
-/// as in Megatron-LM); ranks are ordered tp-cp-ep-dp-pp (tp fastest). cp (context parallel) is fixed at 1.
+/// A parallel layout. world = tp * cp * pp * dp; ep divides dp (expert parallel is carved out of data
+/// parallel, as in Megatron-LM); ranks are ordered tp-cp-ep-dp-pp (tp fastest). Context parallel (cp) splits
+/// each sequence over cp ranks that hold the same parameters; gradients are reduced over dp*cp ranks.
 struct Layout {
   int tp = 1;                      ///< tensor-parallel size
+  int cp = 1;                      ///< context-parallel size (sequence split, ring attention)
   int pp = 1;                      ///< pipeline-parallel size (stages)
   int dp = 1;                      ///< data-parallel size (replicas of the dense part)
   int ep = 1;                      ///< expert-parallel size (MoE only); divides dp
@@ -34,8 +36,10 @@ struct Layout {
   int virtual_stages = 1;             ///< model chunks per pipeline rank (interleaved schedule)
   std::vector<int> layers_per_stage;  ///< explicit partition (size pp * virtual_stages); empty = uniform
 
-  /// Total ranks: tp * pp * dp.
-  int world_size() const { return tp * pp * dp; }
+  /// Total ranks: tp * cp * pp * dp.
+  int world_size() const { return tp * cp * pp * dp; }
+  /// Ranks that hold the same parameter shard (gradient-reduction and ZeRO group size): dp * cp.
+  int grad_reduce_size() const { return dp * cp; }
   /// Micro-batches per iteration per pipeline: global_batch / (micro_batch * dp).
   int num_microbatches() const { return global_batch / (micro_batch * dp); }
 };

@@ -9,9 +9,11 @@
 
 namespace calo::parallel {
 
-RankMap::RankMap(const Layout& layout) : tp_(layout.tp), dp_(layout.dp), pp_(layout.pp), ep_(layout.ep) {
-  require_input(tp_ >= 1 && dp_ >= 1 && pp_ >= 1 && ep_ >= 1,
-                fmt::format("rank map: sizes must be >= 1 (tp={}, dp={}, pp={}, ep={})", tp_, dp_, pp_, ep_));
+RankMap::RankMap(const Layout& layout)
+    : tp_(layout.tp), cp_(layout.cp), dp_(layout.dp), pp_(layout.pp), ep_(layout.ep) {
+  require_input(tp_ >= 1 && cp_ >= 1 && dp_ >= 1 && pp_ >= 1 && ep_ >= 1,
+                fmt::format("rank map: sizes must be >= 1 (tp={}, cp={}, dp={}, pp={}, ep={})", tp_, cp_, dp_,
+                            pp_, ep_));
   require_input(dp_ % ep_ == 0, fmt::format("rank map: ep={} does not divide dp={}", ep_, dp_));
 }
 
@@ -21,19 +23,21 @@ RankCoord RankMap::coord(int rank) const {
   }
   RankCoord result;
   result.tp = rank % tp_;
-  result.dp = (rank / tp_) % dp_;
-  result.pp = rank / (tp_ * dp_);
+  result.cp = (rank / tp_) % cp_;
+  result.dp = (rank / (tp_ * cp_)) % dp_;
+  result.pp = rank / (tp_ * cp_ * dp_);
   result.ep = result.dp % ep_;
   result.edp = result.dp / ep_;
   return result;
 }
 
-int RankMap::rank_of(int tp_index, int dp_index, int pp_index) const {
-  if (tp_index < 0 || tp_index >= tp_ || dp_index < 0 || dp_index >= dp_ || pp_index < 0 || pp_index >= pp_) {
-    throw std::out_of_range(fmt::format("coordinates tp={} dp={} pp={} outside tp{} dp{} pp{}", tp_index,
-                                        dp_index, pp_index, tp_, dp_, pp_));
+int RankMap::rank_of(int tp_index, int cp_index, int dp_index, int pp_index) const {
+  if (tp_index < 0 || tp_index >= tp_ || cp_index < 0 || cp_index >= cp_ || dp_index < 0 || dp_index >= dp_ ||
+      pp_index < 0 || pp_index >= pp_) {
+    throw std::out_of_range(fmt::format("coordinates tp={} cp={} dp={} pp={} outside tp{} cp{} dp{} pp{}",
+                                        tp_index, cp_index, dp_index, pp_index, tp_, cp_, dp_, pp_));
   }
-  return tp_index + tp_ * (dp_index + dp_ * pp_index);
+  return tp_index + tp_ * (cp_index + cp_ * (dp_index + dp_ * pp_index));
 }
 
 int RankMap::group_size(GroupKind kind) const {
@@ -50,6 +54,10 @@ int RankMap::group_size(GroupKind kind) const {
       return dp_ / ep_;
     case GroupKind::kEmbedding:
       return pp_ > 1 ? 2 : 1;
+    case GroupKind::kCp:
+      return cp_;
+    case GroupKind::kDpCp:
+      return dp_ * cp_;
   }
   throw std::logic_error("unknown group kind");
 }
@@ -60,29 +68,37 @@ std::vector<int> RankMap::group(GroupKind kind, int rank) const {
   members.reserve(group_size(kind));
   switch (kind) {
     case GroupKind::kTp:
-      for (int index = 0; index < tp_; ++index) members.push_back(rank_of(index, at.dp, at.pp));
+      for (int index = 0; index < tp_; ++index) members.push_back(rank_of(index, at.cp, at.dp, at.pp));
       break;
     case GroupKind::kDp:
-      for (int index = 0; index < dp_; ++index) members.push_back(rank_of(at.tp, index, at.pp));
+      for (int index = 0; index < dp_; ++index) members.push_back(rank_of(at.tp, at.cp, index, at.pp));
       break;
     case GroupKind::kPp:
-      for (int index = 0; index < pp_; ++index) members.push_back(rank_of(at.tp, at.dp, index));
+      for (int index = 0; index < pp_; ++index) members.push_back(rank_of(at.tp, at.cp, at.dp, index));
       break;
     case GroupKind::kEp:
       // Same expert-data-parallel index: dp indices edp*ep .. edp*ep + ep-1 (consecutive).
       for (int index = 0; index < ep_; ++index)
-        members.push_back(rank_of(at.tp, at.edp * ep_ + index, at.pp));
+        members.push_back(rank_of(at.tp, at.cp, at.edp * ep_ + index, at.pp));
       break;
     case GroupKind::kExpertDp:
       // Same expert-parallel index: dp indices ep_index + ep*k (strided by ep).
       for (int index = 0; index < dp_ / ep_; ++index)
-        members.push_back(rank_of(at.tp, at.ep + ep_ * index, at.pp));
+        members.push_back(rank_of(at.tp, at.cp, at.ep + ep_ * index, at.pp));
       break;
     case GroupKind::kEmbedding:
       if (at.pp == 0 || at.pp == pp_ - 1) {
-        members.push_back(rank_of(at.tp, at.dp, 0));
-        if (pp_ > 1) members.push_back(rank_of(at.tp, at.dp, pp_ - 1));
+        members.push_back(rank_of(at.tp, at.cp, at.dp, 0));
+        if (pp_ > 1) members.push_back(rank_of(at.tp, at.cp, at.dp, pp_ - 1));
       }
+      break;
+    case GroupKind::kCp:
+      for (int index = 0; index < cp_; ++index) members.push_back(rank_of(at.tp, index, at.dp, at.pp));
+      break;
+    case GroupKind::kDpCp:
+      // cp varies faster than dp in the rank order, so (dp, cp) in this nesting is ascending.
+      for (int dp_index = 0; dp_index < dp_; ++dp_index)
+        for (int index = 0; index < cp_; ++index) members.push_back(rank_of(at.tp, index, dp_index, at.pp));
       break;
   }
   return members;  // ascending by construction: the varying index is the only one that changes
@@ -103,6 +119,10 @@ int RankMap::index_in_group(GroupKind kind, int rank) const {
       return at.edp;
     case GroupKind::kEmbedding:
       return at.pp == 0 ? 0 : (at.pp == pp_ - 1 ? 1 : -1);
+    case GroupKind::kCp:
+      return at.cp;
+    case GroupKind::kDpCp:
+      return at.cp + cp_ * at.dp;
   }
   throw std::logic_error("unknown group kind");
 }
@@ -131,6 +151,10 @@ const char* to_string(GroupKind kind) {
       return "edp";
     case GroupKind::kEmbedding:
       return "embedding";
+    case GroupKind::kCp:
+      return "cp";
+    case GroupKind::kDpCp:
+      return "dp-cp";
   }
   return "?";
 }

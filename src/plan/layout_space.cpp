@@ -22,7 +22,7 @@ std::vector<int> divisors_of(int value) {
 
 /// The sizes (tp, pp, dp, ep, vpp + schedule) of the space before the per-rank options.
 struct Sizes {
-  int tp = 1, pp = 1, dp = 1, ep = 1, vpp = 1;
+  int tp = 1, pp = 1, dp = 1, ep = 1, vpp = 1, cp = 1;
   parallel::Schedule schedule = parallel::Schedule::k1F1B;
 };
 
@@ -31,23 +31,25 @@ std::vector<Sizes> enumerate_sizes(const SpaceRequest& request) {
   std::vector<Sizes> result;
   for (int tp : divisors_of(request.gpus)) {
     if (tp > request.gpus_per_node || model.num_attention_heads % tp != 0) continue;
-    for (int pp : divisors_of(request.gpus / tp)) {
-      if (pp > model.num_layers) continue;
-      const int dp = request.gpus / (tp * pp);
-      std::vector<int> eps{1};
-      if (model.is_moe()) {
-        eps.clear();
-        for (int ep : divisors_of(dp)) {
-          if (model.num_experts % ep == 0) eps.push_back(ep);
+    for (int cp = 1; cp <= request.max_cp && (request.gpus / tp) % cp == 0; cp *= 2) {
+      for (int pp : divisors_of(request.gpus / (tp * cp))) {
+        if (pp > model.num_layers) continue;
+        const int dp = request.gpus / (tp * cp * pp);
+        std::vector<int> eps{1};
+        if (model.is_moe()) {
+          eps.clear();
+          for (int ep : divisors_of(dp)) {
+            if (model.num_experts % ep == 0) eps.push_back(ep);
+          }
         }
-      }
-      for (int ep : eps) {
-        result.push_back({tp, pp, dp, ep, 1, parallel::Schedule::k1F1B});
-        if (pp == 1) continue;
-        result.push_back({tp, pp, dp, ep, 1, parallel::Schedule::kGpipe});
-        for (int vpp = 2; pp * vpp <= model.num_layers; ++vpp) {
-          if (model.num_layers % (pp * vpp) != 0) continue;
-          result.push_back({tp, pp, dp, ep, vpp, parallel::Schedule::kInterleaved});
+        for (int ep : eps) {
+          result.push_back({tp, pp, dp, ep, 1, cp, parallel::Schedule::k1F1B});
+          if (pp == 1) continue;
+          result.push_back({tp, pp, dp, ep, 1, cp, parallel::Schedule::kGpipe});
+          for (int vpp = 2; pp * vpp <= model.num_layers; ++vpp) {
+            if (model.num_layers % (pp * vpp) != 0) continue;
+            result.push_back({tp, pp, dp, ep, vpp, cp, parallel::Schedule::kInterleaved});
+          }
         }
       }
     }
@@ -84,10 +86,11 @@ LayoutSpace enumerate_layouts(const SpaceRequest& request) {
       for (auto recompute :
            {parallel::Recompute::kNone, parallel::Recompute::kSelective, parallel::Recompute::kFull}) {
         for (int zero_stage : {0, 1, 3}) {
-          if (zero_stage > 0 && sizes.dp == 1) continue;  // nothing to shard over
+          if (zero_stage > 0 && sizes.dp * sizes.cp == 1) continue;  // nothing to shard over
           for (bool overlap : {false, true}) {
             parallel::Layout layout;
             layout.tp = sizes.tp;
+            layout.cp = sizes.cp;
             layout.pp = sizes.pp;
             layout.dp = sizes.dp;
             layout.ep = sizes.ep;
@@ -99,7 +102,7 @@ LayoutSpace enumerate_layouts(const SpaceRequest& request) {
             layout.recompute = recompute;
             layout.zero_stage = zero_stage;
             layout.overlap_tp_comm = overlap && sizes.tp > 1;
-            layout.overlap_grad_reduce = overlap && sizes.dp > 1;
+            layout.overlap_grad_reduce = overlap && sizes.dp * sizes.cp > 1;
             layout.overlap_param_gather = overlap && zero_stage >= 1;
             if (overlap && !layout.overlap_tp_comm && !layout.overlap_grad_reduce) continue;  // same as off
             try {
@@ -122,7 +125,7 @@ LayoutSpace enumerate_layouts(const SpaceRequest& request) {
 int layout_distance(const parallel::Layout& a, const parallel::Layout& b) {
   const bool overlap_a = a.overlap_tp_comm || a.overlap_grad_reduce || a.overlap_param_gather;
   const bool overlap_b = b.overlap_tp_comm || b.overlap_grad_reduce || b.overlap_param_gather;
-  return (a.tp != b.tp) + (a.pp != b.pp) + (a.dp != b.dp) + (a.ep != b.ep) +
+  return (a.tp != b.tp) + (a.cp != b.cp) + (a.pp != b.pp) + (a.dp != b.dp) + (a.ep != b.ep) +
          (a.virtual_stages != b.virtual_stages) + (a.schedule != b.schedule) +
          (a.micro_batch != b.micro_batch) + (a.recompute != b.recompute) + (a.zero_stage != b.zero_stage) +
          (overlap_a != overlap_b);
@@ -145,6 +148,7 @@ std::vector<Candidate> nearest_fitting(const LayoutSpace& space, const parallel:
 
 std::string calo_flags(const parallel::Layout& layout) {
   std::string text = fmt::format("--tp {} --pp {} --dp {}", layout.tp, layout.pp, layout.dp);
+  if (layout.cp > 1) text += fmt::format(" --cp {}", layout.cp);
   if (layout.ep > 1) text += fmt::format(" --ep {}", layout.ep);
   if (layout.virtual_stages > 1) text += fmt::format(" --vpp {}", layout.virtual_stages);
   text += fmt::format(" --schedule {} --mbs {} --gbs {}", parallel::to_string(layout.schedule),
@@ -161,6 +165,7 @@ std::string calo_flags(const parallel::Layout& layout) {
 std::string megatron_flags(const parallel::Layout& layout) {
   std::string text =
       fmt::format("--tensor-model-parallel-size {} --pipeline-model-parallel-size {}", layout.tp, layout.pp);
+  if (layout.cp > 1) text += fmt::format(" --context-parallel-size {}", layout.cp);
   if (layout.ep > 1) text += fmt::format(" --expert-model-parallel-size {}", layout.ep);
   if (layout.virtual_stages > 1)
     text += fmt::format(" --num-layers-per-virtual-pipeline-stage {}",

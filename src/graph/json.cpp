@@ -32,6 +32,10 @@ nlohmann::json to_json(const Op& op, std::span<const std::int32_t> deps) {
       json["head_dim"] = op.attention.head_dim;
       json["causal"] = op.attention.causal;
       json["backward"] = op.attention.backward;
+      if (op.attention.cp_step >= 0) {
+        json["kv_seq"] = op.attention.keys();
+        json["cp_step"] = op.attention.cp_step;
+      }
       break;
     case OpKind::kElementwise:
       json["op"] = to_string(op.elementwise);
@@ -43,7 +47,12 @@ nlohmann::json to_json(const Op& op, std::span<const std::int32_t> deps) {
       break;
     case OpKind::kSend:
     case OpKind::kRecv:
-      json["peer_stage"] = op.peer_stage;
+      if (op.group == GroupKind::kCp) {
+        json["group"] = to_string(op.group);
+        json["peer_offset"] = op.peer_offset;
+      } else {
+        json["peer_stage"] = op.peer_stage;
+      }
       json["tag"] = op.tag;
       json["p2p_batch"] = op.p2p_batch;
       break;

@@ -29,6 +29,7 @@ namespace {
 
 const std::vector<std::string> kFlagKeys = {"tp",
                                             "cp",
+                                            "cp-comm",
                                             "pp",
                                             "dp",
                                             "ep",
@@ -166,6 +167,8 @@ parallel::Layout point_layout(const Spec& spec, const Point& point, int* gpus) {
       layout.recompute = parallel::parse_recompute(value);
     else if (key == "schedule")
       layout.schedule = parallel::parse_schedule(value);
+    else if (key == "cp-comm")
+      layout.cp_comm = parallel::parse_cp_comm(value);
     else if (key == "overlap")
       overlap_all = flag_on(value, where);
     else if (key == "overlap-tp")

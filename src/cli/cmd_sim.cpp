@@ -57,6 +57,8 @@ struct SimFlags {
       layout.micro_batch, layout.global_batch, layout.seq_length, parallel::to_string(layout.schedule),
       parallel::to_string(layout.recompute), flags.steps);
   if (flags.warmup > 0) text += fmt::format(" --warmup {}", flags.warmup);
+  if (layout.cp > 1)
+    text += fmt::format(" --cp {} --cp-comm {}", layout.cp, parallel::to_string(layout.cp_comm));
   if (layout.virtual_stages > 1) text += fmt::format(" --vpp {}", layout.virtual_stages);
   if (layout.zero_stage > 0) text += fmt::format(" --zero {}", layout.zero_stage);
   if (layout.overlap_tp_comm) text += " --overlap-tp";

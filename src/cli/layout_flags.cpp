@@ -21,6 +21,9 @@ void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional) 
                  "Context-parallel size: each sequence split over cp ranks, ring attention (K/V passed "
                  "over the cp group)")
       ->capture_default_str();
+  app.add_option("--cp-comm", flags.cp_comm,
+                 "Context-parallel K/V exchange: p2p (ring overlapped with attention) or allgather")
+      ->capture_default_str();
   app.add_option("--pp", layout.pp, "Pipeline-parallel size (stages)")->capture_default_str();
   app.add_option("--dp", layout.dp, "Data-parallel size")->capture_default_str();
   app.add_option("--ep", layout.ep, "Expert-parallel size (MoE; divides dp)")->capture_default_str();
@@ -58,6 +61,7 @@ std::pair<model::ModelSpec, parallel::Layout> resolve(const LayoutFlags& flags) 
   parallel::Layout layout = flags.layout;
   layout.recompute = parallel::parse_recompute(flags.recompute);
   layout.schedule = parallel::parse_schedule(flags.schedule);
+  layout.cp_comm = parallel::parse_cp_comm(flags.cp_comm);
   if (flags.overlap_all) {
     // Parameters are gathered only when sharded (ZeRO-1 / FSDP); without that --overlap covers the rest.
     layout.overlap_tp_comm = layout.overlap_grad_reduce = true;

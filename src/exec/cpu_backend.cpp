@@ -585,6 +585,8 @@ class CpuBackend final : public Backend {
     const auto& shape = prepared.rank_op.op.attention;
     const std::int64_t sq = shape.seq;
     const std::int64_t sk = shape.keys();
+    const std::int64_t shift =
+        shape.causal ? sk - sq : 0;  // bottom-right causal: row r sees keys <= shift + r
     const std::int64_t d = shape.head_dim;
     const std::int64_t group = std::max(1, shape.heads / std::max(1, shape.kv_heads));
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -612,12 +614,12 @@ class CpuBackend final : public Backend {
         for (std::int64_t first_row = 0; first_row < sq; first_row += kAttentionBlockRows) {
           const std::int64_t end_row = std::min(sq, first_row + kAttentionBlockRows);
           const auto rows = static_cast<blasint>(end_row - first_row);
-          const std::int64_t keys = shape.causal ? end_row : sk;  // keys any row of this block can see
+          const std::int64_t keys = shape.causal ? shift + end_row : sk;  // keys any row of this block sees
           const auto K = static_cast<blasint>(keys);
           float* score_rows = scores + first_row * sk;
           float* prob_rows = probs + first_row * sk;
           attention_probabilities(q, k, score_rows, prob_rows, first_row, end_row, keys, sk, d, scale,
-                                  shape.causal);
+                                  shape.causal, shift);
           if (!shape.backward) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, K, 1.0f, prob_rows, SK, v, D,
                         0.0f, o + first_row * d, D);
@@ -650,17 +652,19 @@ class CpuBackend final : public Backend {
     if (config_.check) check_attention(prepared);
   }
 
-  /// Rows [first_row, end_row) of P = softmax(Q K^T * scale) over keys [0, keys) (row r sees keys [0, r] when
-  /// causal); scores and probs point at row first_row of `stride`-wide buffers; masked entries of P are 0.
+  /// Rows [first_row, end_row) of P = softmax(Q K^T * scale) over keys [0, keys) (row r sees keys
+  /// [0, shift + r] when causal); scores and probs point at row first_row of `stride`-wide buffers; masked
+  /// entries of P are 0.
   static void attention_probabilities(const float* q, const float* k, float* scores, float* probs,
                                       std::int64_t first_row, std::int64_t end_row, std::int64_t keys,
-                                      std::int64_t stride, std::int64_t d, float scale, bool causal) {
+                                      std::int64_t stride, std::int64_t d, float scale, bool causal,
+                                      std::int64_t shift) {
     const auto S = static_cast<blasint>(stride);
     const auto D = static_cast<blasint>(d);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(end_row - first_row),
                 static_cast<blasint>(keys), D, scale, q + first_row * d, D, k, D, 0.0f, scores, S);
     for (std::int64_t row = 0; row < end_row - first_row; ++row) {
-      const std::int64_t visible = causal ? first_row + row + 1 : keys;
+      const std::int64_t visible = causal ? shift + first_row + row + 1 : keys;
       float max_score = -INFINITY;
       for (std::int64_t col = 0; col < visible; ++col)
         max_score = std::max(max_score, scores[row * stride + col]);
@@ -680,6 +684,7 @@ class CpuBackend final : public Backend {
     const auto& shape = prepared.rank_op.op.attention;
     const std::int64_t sq = shape.seq;
     const std::int64_t sk = shape.keys();
+    const std::int64_t shift = shape.causal ? sk - sq : 0;
     const std::int64_t d = shape.head_dim;
     const std::int64_t group = std::max(1, shape.heads / std::max(1, shape.kv_heads));
     const std::int64_t batch = shape.batch - 1;
@@ -692,7 +697,7 @@ class CpuBackend final : public Backend {
     const float* o = prepared.buffers[3]->data() + ((batch * shape.heads + head) * sq * d);
     auto probabilities_of = [&](const float* queries, std::int64_t row) {
       std::vector<double> p(static_cast<size_t>(sk), 0.0);
-      const std::int64_t visible = shape.causal ? row + 1 : sk;
+      const std::int64_t visible = shape.causal ? shift + row + 1 : sk;
       double max_score = -INFINITY;
       for (std::int64_t col = 0; col < visible; ++col) {
         double dot = 0;
@@ -760,7 +765,7 @@ class CpuBackend final : public Backend {
         const float* q_member = prepared.buffers[0]->data() + offset;
         const float* o_member = prepared.buffers[3]->data() + offset;
         const float* d_out = prepared.buffers[6]->data() + offset;
-        for (std::int64_t row = shape.causal ? key : 0; row < sq; ++row) {
+        for (std::int64_t row = shape.causal ? key - shift : 0; row < sq; ++row) {
           const auto p = probabilities_of(q_member, row);
           double row_dot = 0;
           double dp = 0;

@@ -431,11 +431,14 @@ double expected_cp_attention_flops_per_rank(const model::ModelSpec& model, const
 
 double expected_cp_bytes_per_layer(const model::ModelSpec& model, const parallel::Layout& layout) {
   if (layout.cp == 1) return 0.0;
-  // K and V of the rank's T = b s / cp tokens, kv heads split over tp, bf16: sent cp-1 times forward, and
-  // (with dK, dV) 2 (cp-1) times backward; recomputation (selective or full) runs the forward ring again.
+  // K and V of the rank's T = b s / cp tokens, kv heads split over tp, bf16: the ring sends them cp-1 times
+  // forward and (with dK, dV) 2 (cp-1) times backward; recomputation (selective or full) runs it again.
   const double tokens = static_cast<double>(layout.micro_batch) * layout.seq_length / layout.cp;
   const double kv = 2.0 * tokens * static_cast<double>(model.kv_size() / layout.tp) * 2.0;
   const double passes = 3.0 + (layout.recompute != model::Recompute::kNone ? 1.0 : 0.0);
+  // All-gather variant, bytes as the collectives count them (all-gather output, reduce-scatter input): a
+  // gather of cp K/V forward, a gather and a reduce-scatter backward, a gather again when recomputed.
+  if (layout.cp_comm == parallel::CpComm::kAllGather) return layout.cp * kv * passes;
   return (layout.cp - 1) * kv * passes;
 }
 

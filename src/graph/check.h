@@ -65,8 +65,9 @@ CommVolumes comm_volumes(const Graph& graph);
 double expected_cp_attention_flops_per_rank(const model::ModelSpec& model, const parallel::Layout& layout,
                                             bool backward);
 
-/// Bytes one rank sends over the context-parallel ring per layer and micro-batch, forward + backward (+ the
-/// recomputed forward): (cp-1) (3 + R) x 2 T kv_size/tp x 2 B, T = b s / cp, R = 1 with any recompute.
+/// Context-parallel bytes of one rank per layer and micro-batch, forward + backward (+ the recomputed
+/// forward): ring (p2p) (cp-1) (3 + R) x K sent, all-gather cp (3 + R) x K (collective buffers), with
+/// K = 2 T kv_size/tp x 2 B, T = b s / cp, R = 1 with any recompute.
 double expected_cp_bytes_per_layer(const model::ModelSpec& model, const parallel::Layout& layout);
 
 /// Closed-form volumes (docs/METRICS.md, "Execution graph"), computed from model and layout alone.

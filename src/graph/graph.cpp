@@ -266,7 +266,8 @@ class ProgramBuilder {
   }
 
   /// One attention-core op: `queries` rows against `keys` rows (causal only when square).
-  int attention_op(bool backward, std::int64_t queries, std::int64_t keys, bool causal, int cp_step) {
+  int attention_op(bool backward, std::int64_t queries, std::int64_t keys, bool causal, int cp_step,
+                   int cp_gathered = 0) {
     Op op;
     op.kind = OpKind::kAttention;
     AttentionShape& shape = op.attention;
@@ -274,14 +275,17 @@ class ProgramBuilder {
     shape.heads = static_cast<std::int32_t>(model_.num_attention_heads / dims_.tp);
     shape.kv_heads = static_cast<std::int32_t>(std::max<std::int64_t>(1, model_.num_kv_heads / dims_.tp));
     shape.seq = static_cast<std::int32_t>(queries);
-    shape.kv_seq = cp_step >= 0 ? static_cast<std::int32_t>(keys) : 0;
+    shape.kv_seq = cp_step >= 0 || cp_gathered > 0 ? static_cast<std::int32_t>(keys) : 0;
+    shape.cp_gathered = static_cast<std::int8_t>(cp_gathered);
     shape.head_dim = model_.head_dim;
     shape.causal = causal;
     shape.backward = backward;
     shape.cp_step = cp_step;
-    const double forward_flops = 4.0 * static_cast<double>(dims_.batch) * static_cast<double>(queries) *
-                                 static_cast<double>(keys) * shape.heads * shape.head_dim *
-                                 (shape.causal ? 0.5 : 1.0);
+    // Query-key pairs: q k, or under the (bottom-right) causal mask q (k - q) + q^2 / 2.
+    const double q = static_cast<double>(queries), k = static_cast<double>(keys);
+    const double pairs = causal ? q * (k - q) + 0.5 * q * q : q * k;
+    const double forward_flops =
+        4.0 * static_cast<double>(dims_.batch) * pairs * shape.heads * shape.head_dim;
     op.flops = backward ? 2.0 * forward_flops : forward_flops;
     // Flash attention traffic: q, o (+ do, dq) per query row, k, v (+ dk, dv) per key row.
     const double qkvo =
@@ -292,8 +296,27 @@ class ProgramBuilder {
   }
 
   int attention(bool backward) {
+    if (dims_.cp > 1 && layout_.cp_comm == parallel::CpComm::kAllGather) return gathered_attention(backward);
     if (dims_.cp > 1) return ring_attention(backward);
     return attention_op(backward, dims_.seq, dims_.seq, true, -1);
+  }
+
+  /// All-gather context parallel (TransformerEngine's AttnFuncWithCPAndKVAllGather, Megatron-LM
+  /// --cp-comm-type all_gather): gather every rank's K/V over the cp group (again in backward: only the
+  /// local K/V is kept), run the early query chunk i against keys of chunks 0..i and the late chunk 2cp-1-i
+  /// against chunks 0..2cp-1-i (bottom-right causal; 2cp c^2 pairs per rank, as the ring), and in backward
+  /// reduce-scatter the gathered dK/dV back to their owners. The collectives block the attention they feed.
+  int gathered_attention(bool backward) {
+    const std::int64_t chunk = dims_.seq / 2;
+    const double gathered = static_cast<double>(dims_.cp) * kv_bytes();
+    blocking(collective_op(CollectiveKind::kAllGather, GroupKind::kCp, gathered, Stream::kCpComm, phase_));
+    // cp index 0's key ranges: the early chunk sees 1 chunk, the late one all 2cp.
+    attention_op(backward, chunk, chunk, true, -1, 1);
+    const int last = attention_op(backward, chunk, 2 * chunk * dims_.cp, true, -1, 2);
+    if (backward)
+      blocking(
+          collective_op(CollectiveKind::kReduceScatter, GroupKind::kCp, gathered, Stream::kCpComm, phase_));
+    return last;
   }
 
   /// Bytes of this rank's K and V for one micro-batch (bf16, heads split over tp, the rank's seq/cp tokens).
@@ -989,6 +1012,11 @@ void build_groups(Graph& graph) {
 }  // namespace
 
 void resolve_ring_step(AttentionShape& shape, int cp_index, int cp) {
+  if (shape.cp_gathered > 0) {
+    const std::int32_t chunk = shape.seq;  // c: one query chunk
+    shape.kv_seq = shape.cp_gathered == 1 ? (cp_index + 1) * chunk : (2 * cp - cp_index) * chunk;
+    return;
+  }
   if (shape.cp_step <= 0) return;
   // Forward: the K/V of step j comes from cp index i - j; backward runs the ring the other way (i + j).
   const int source =
@@ -1087,8 +1115,7 @@ std::vector<RankOp> materialize(const Graph& graph, int rank) {
       rank_op.op.gemm.expert += expert_offset;
     if (rank_op.op.kind == OpKind::kSend || rank_op.op.kind == OpKind::kRecv)
       rank_op.peer_rank = graph.peer_rank(rank, rank_op.op);
-    if (rank_op.op.kind == OpKind::kAttention && rank_op.op.attention.cp_step > 0)
-      resolve_ring_step(rank_op.op.attention, cp_index, layout.cp);
+    if (rank_op.op.kind == OpKind::kAttention) resolve_ring_step(rank_op.op.attention, cp_index, layout.cp);
     ops.push_back(std::move(rank_op));
   }
   return ops;
@@ -1248,6 +1275,9 @@ std::string describe(const Op& op) {
                       op.attention.head_dim, op.attention.causal ? " causal" : "");
       if (op.attention.cp_step >= 0)
         text += fmt::format(" keys={} cp-step={}", op.attention.keys(), op.attention.cp_step);
+      if (op.attention.cp_gathered > 0)
+        text += fmt::format(" keys={} cp-{}-chunk", op.attention.keys(),
+                            op.attention.cp_gathered == 1 ? "early" : "late");
       return text;
     }
     case OpKind::kElementwise:

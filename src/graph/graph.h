@@ -83,13 +83,19 @@ struct AttentionShape {
   std::int32_t kv_heads = 0;  ///< key/value heads on this rank
   std::int32_t seq = 0;       ///< query rows (sequence length; the rank's query tokens under cp)
   std::int32_t head_dim = 0;  ///< per-head width
-  bool causal = true;         ///< causal mask over seq x kv_seq (square only: half of the s^2 products)
-  bool backward = false;      ///< backward pass (2x the forward FLOPs)
-  std::int32_t kv_seq = 0;    ///< key/value rows; 0 = seq (no context parallel)
+  /// Causal mask; with more keys than queries it is bottom-right aligned (query row r sees keys up to
+  /// kv_seq - seq + r: the queries are the last rows of the key range), as flash attention defines it.
+  bool causal = true;
+  bool backward = false;    ///< backward pass (2x the forward FLOPs)
+  std::int32_t kv_seq = 0;  ///< key/value rows; 0 = seq (no context parallel)
   /// Context-parallel ring step (0 = the diagonal, causal step; -1 = no cp). In a program shared by the cp
   /// ranks, steps > 0 have the shape of cp index 0 (seq/2cp queries against 2 chunks of keys);
   /// materialize() gives ranks whose K/V source precedes them theirs (2 chunks of queries against one).
   std::int32_t cp_step = -1;
+  /// All-gather context parallel: 1 = the rank's early query chunk, 2 = its late one (0 = not all-gather).
+  /// In a shared program the key range is cp index 0's (early: 1 chunk, late: all 2cp chunks); materialize()
+  /// gives rank i its own ((i+1) and (2cp-i) chunks).
+  std::int8_t cp_gathered = 0;
   /// Key rows of this op (kv_seq, or seq when 0).
   std::int32_t keys() const { return kv_seq > 0 ? kv_seq : seq; }
 };
@@ -198,8 +204,9 @@ struct Graph {
 Graph build_graph(const model::ModelSpec& model, const parallel::Layout& layout,
                   const GraphOptions& options = {});
 
-/// Gives a context-parallel ring step (cp_step > 0) of a shared program the shape rank `cp_index` runs
-/// (c x 2c or 2c x c; docs/METRICS.md, "Context parallel"); other ops are left as they are.
+/// Gives a context-parallel attention op of a shared program the shape rank `cp_index` runs: a ring step
+/// (cp_step > 0: c x 2c or 2c x c) or an all-gather chunk (cp_gathered: its key range); docs/METRICS.md,
+/// "Context parallel". Other ops are left as they are.
 void resolve_ring_step(AttentionShape& shape, int cp_index, int cp);
 
 /// One op of a materialized rank with its concrete group or peer.

@@ -36,6 +36,10 @@ nlohmann::json to_json(const Op& op, std::span<const std::int32_t> deps) {
         json["kv_seq"] = op.attention.keys();
         json["cp_step"] = op.attention.cp_step;
       }
+      if (op.attention.cp_gathered > 0) {
+        json["kv_seq"] = op.attention.keys();
+        json["cp_chunk"] = op.attention.cp_gathered == 1 ? "early" : "late";
+      }
       break;
     case OpKind::kElementwise:
       json["op"] = to_string(op.elementwise);

@@ -13,6 +13,10 @@ namespace calo::parallel {
 using model::Recompute;
 /// Pipeline schedule: GPipe (all forwards then all backwards), 1F1B, or interleaved 1F1B with virtual stages.
 enum class Schedule { kGpipe, k1F1B, kInterleaved };
+/// How context-parallel attention moves K/V (Megatron-LM --cp-comm-type): a p2p ring overlapped with the
+/// attention steps (TransformerEngine's default), or one all-gather of K/V before attention and a
+/// reduce-scatter of dK/dV after its backward (as Llama 3 trained).
+enum class CpComm { kP2p, kAllGather };
 
 /// A parallel layout. world = tp * cp * pp * dp; ep divides dp (expert parallel is carved out of data
 /// parallel, as in Megatron-LM); ranks are ordered tp-cp-ep-dp-pp (tp fastest). Context parallel (cp) splits
@@ -20,6 +24,7 @@ enum class Schedule { kGpipe, k1F1B, kInterleaved };
 struct Layout {
   int tp = 1;                      ///< tensor-parallel size
   int cp = 1;                      ///< context-parallel size (sequence split, ring attention)
+  CpComm cp_comm = CpComm::kP2p;   ///< K/V exchange of context-parallel attention
   int pp = 1;                      ///< pipeline-parallel size (stages)
   int dp = 1;                      ///< data-parallel size (replicas of the dense part)
   int ep = 1;                      ///< expert-parallel size (MoE only); divides dp
@@ -54,6 +59,10 @@ std::string describe(const Layout& layout);
 Recompute parse_recompute(const std::string& text);
 /// Parses "gpipe|1f1b|interleaved"; throws InputError naming the flag on anything else.
 Schedule parse_schedule(const std::string& text);
+/// Parses "p2p|allgather"; throws InputError naming --cp-comm on anything else.
+CpComm parse_cp_comm(const std::string& text);
+/// Name of a cp communication kind ("p2p", "allgather").
+std::string to_string(CpComm comm);
 /// Name of a recompute mode ("none", "selective", "full").
 std::string to_string(Recompute recompute);
 /// Name of a schedule ("gpipe", "1f1b", "interleaved").

@@ -149,6 +149,7 @@ std::vector<Candidate> nearest_fitting(const LayoutSpace& space, const parallel:
 std::string calo_flags(const parallel::Layout& layout) {
   std::string text = fmt::format("--tp {} --pp {} --dp {}", layout.tp, layout.pp, layout.dp);
   if (layout.cp > 1) text += fmt::format(" --cp {}", layout.cp);
+  if (layout.cp > 1 && layout.cp_comm == parallel::CpComm::kAllGather) text += " --cp-comm allgather";
   if (layout.ep > 1) text += fmt::format(" --ep {}", layout.ep);
   if (layout.virtual_stages > 1) text += fmt::format(" --vpp {}", layout.virtual_stages);
   text += fmt::format(" --schedule {} --mbs {} --gbs {}", parallel::to_string(layout.schedule),
@@ -165,7 +166,9 @@ std::string calo_flags(const parallel::Layout& layout) {
 std::string megatron_flags(const parallel::Layout& layout) {
   std::string text =
       fmt::format("--tensor-model-parallel-size {} --pipeline-model-parallel-size {}", layout.tp, layout.pp);
-  if (layout.cp > 1) text += fmt::format(" --context-parallel-size {}", layout.cp);
+  if (layout.cp > 1)
+    text += fmt::format(" --context-parallel-size {} --cp-comm-type {}", layout.cp,
+                        layout.cp_comm == parallel::CpComm::kAllGather ? "all_gather" : "p2p");
   if (layout.ep > 1) text += fmt::format(" --expert-model-parallel-size {}", layout.ep);
   if (layout.virtual_stages > 1)
     text += fmt::format(" --num-layers-per-virtual-pipeline-stage {}",

@@ -133,6 +133,14 @@ TEST(BenchCpu, ContextParallelFourRankRing) {
   expect_clean(bench_json("cp4", {"--model", "tiny-dense", "--cp", "4", "--zero", "1", "--overlap"}), 4);
 }
 
+TEST(BenchCpu, ContextParallelAllGatherVariant) {
+  // K/V all-gathered over the cp group (MPI_Iallgather), bottom-right causal chunk attention, dK/dV
+  // reduce-scattered: every op checked.
+  const auto report = bench_json("cp2ag", {"--model", "tiny-dense", "--cp", "2", "--dp", "2", "--cp-comm",
+                                           "allgather", "--recompute", "full"});
+  expect_clean(report, 4);
+}
+
 TEST(BenchCpu, ContextParallelWrongRingDataFailsTheRun) {
   for (const char* fault : {"p2p", "attention"}) {
     const fs::path out = fresh_dir(std::string("cp-fault-") + fault);

@@ -17,11 +17,13 @@ namespace calo::graph {
 namespace {
 
 Graph build_cp(const char* model_name, int tp, int cp, int dp = 1, int pp = 1,
-               model::Recompute recompute = model::Recompute::kNone) {
+               model::Recompute recompute = model::Recompute::kNone,
+               parallel::CpComm comm = parallel::CpComm::kP2p) {
   const model::ModelSpec model = model::load_model(model_name);
   parallel::Layout layout;
   layout.tp = tp;
   layout.cp = cp;
+  layout.cp_comm = comm;
   layout.dp = dp;
   layout.pp = pp;
   layout.recompute = recompute;
@@ -300,6 +302,87 @@ TEST(ContextParallel, RingChunkShapesComposeToExactCausalAttention) {
           for (int x = 0; x < d; ++x)
             EXPECT_NEAR(out[row * d + x], full.out[mine[row] * d + x], 1e-12)
                 << "cp " << cp << " rank " << rank << " position " << mine[row];
+      }
+    }
+  }
+}
+
+TEST(ContextParallel, AllGatherVariantGathersKvAndScattersTheirGradients) {
+  // tiny-dense, cp 4, all-gather: per layer forward one all-gather of the 4 ranks' K/V (4 x 16384 B) and two
+  // attention chunks; backward gathers again, runs both chunks and reduce-scatters dK/dV.
+  const Graph graph =
+      build_cp("tiny-dense", 1, 4, 1, 1, model::Recompute::kNone, parallel::CpComm::kAllGather);
+  for (int rank = 0; rank < 4; ++rank) {
+    int gathers = 0, scatters = 0, chunks = 0;
+    double forward = 0, backward = 0;
+    for (const RankOp& op : materialize(graph, rank)) {
+      if (op.op.layer != 1) continue;
+      if (op.op.kind == OpKind::kCollective && op.op.group == GroupKind::kCp) {
+        EXPECT_DOUBLE_EQ(op.op.bytes, 4 * 16384.0);
+        EXPECT_EQ(op.op.stream, Stream::kCpComm);
+        gathers += op.op.collective == CollectiveKind::kAllGather;
+        scatters += op.op.collective == CollectiveKind::kReduceScatter;
+      }
+      if (op.op.kind == OpKind::kAttention) {
+        ++chunks;
+        const AttentionShape& shape = op.op.attention;
+        EXPECT_TRUE(shape.causal);
+        EXPECT_EQ(shape.seq, 16);  // one chunk: 128 / 8
+        // Rank i: the early chunk sees chunks 0..i, the late one 0..7-i.
+        EXPECT_EQ(shape.keys(), shape.cp_gathered == 1 ? 16 * (rank + 1) : 16 * (8 - rank));
+        (shape.backward ? backward : forward) += op.op.flops;
+      }
+    }
+    EXPECT_EQ(gathers, 2);
+    EXPECT_EQ(scatters, 1);
+    EXPECT_EQ(chunks, 4);
+    const model::ModelSpec model = model::load_model("tiny-dense");
+    EXPECT_DOUBLE_EQ(forward, expected_cp_attention_flops_per_rank(model, graph.layout, false));
+    EXPECT_DOUBLE_EQ(backward, expected_cp_attention_flops_per_rank(model, graph.layout, true));
+  }
+  EXPECT_DOUBLE_EQ(expected_cp_bytes_per_layer(model::load_model("tiny-dense"), graph.layout),
+                   3 * 4 * 16384.0);
+  for (auto recompute : {model::Recompute::kNone, model::Recompute::kSelective, model::Recompute::kFull}) {
+    const Graph checked = build_cp("tiny-dense", 2, 2, 2, 2, recompute, parallel::CpComm::kAllGather);
+    const auto problems = check_graph(checked, DeadlockScope::kAllRanks);
+    std::string text;
+    for (const auto& problem : problems) text += problem.check + ": " + problem.message + "\n";
+    EXPECT_TRUE(problems.empty()) << text;
+  }
+}
+
+TEST(ContextParallel, GatheredChunkShapesAreExactCausalAttention) {
+  // resolve_ring_step's key range for the all-gather chunks, with the bottom-right causal mask (the queries
+  // are the last rows of the key range), gives exactly the rows of causal attention over the sequence.
+  const int d = 4;
+  for (int cp : {2, 3, 4}) {
+    const int c = 3;
+    const int s = 2 * cp * c;
+    std::mt19937 random(11 + cp);
+    std::normal_distribution<double> normal;
+    std::vector<double> q(s * d), k(s * d), v(s * d);
+    for (auto* data : {&q, &k, &v})
+      for (double& value : *data) value = normal(random);
+    std::vector<int> all(s);
+    for (int position = 0; position < s; ++position) all[position] = position;
+    const Partial full = attend(q, k, v, all, all, d, true);
+    for (int rank = 0; rank < cp; ++rank) {
+      for (int which : {1, 2}) {
+        AttentionShape shape;
+        shape.seq = c;
+        shape.kv_seq = which == 1 ? c : 2 * cp * c;
+        shape.cp_gathered = static_cast<std::int8_t>(which);
+        resolve_ring_step(shape, rank, cp);
+        std::vector<int> keys(shape.keys());
+        for (int position = 0; position < shape.keys(); ++position) keys[position] = position;
+        std::vector<int> queries;
+        for (int row = 0; row < c; ++row) queries.push_back(shape.keys() - c + row);  // bottom-right rows
+        const int chunk = which == 1 ? rank : 2 * cp - 1 - rank;
+        EXPECT_EQ(queries.front(), chunk * c) << "cp " << cp << " rank " << rank;
+        const Partial part = attend(q, k, v, queries, keys, d, true);
+        for (int row = 0; row < c; ++row)
+          for (int x = 0; x < d; ++x)
+            EXPECT_NEAR(part.out[row * d + x], full.out[queries[row] * d + x], 1e-12);
       }
     }
   }

@@ -109,6 +109,9 @@ TEST(ScheduleProperty, EveryValidContextParallelLayoutOfTheGridPassesEveryChecke
                   parallel::Layout layout;
                   layout.tp = tp;
                   layout.cp = cp;
+                  // Alternate the K/V exchange so both variants cover the grid.
+                  layout.cp_comm =
+                      (zero + tp + pp) % 2 == 0 ? parallel::CpComm::kP2p : parallel::CpComm::kAllGather;
                   layout.pp = pp;
                   layout.dp = dp;
                   layout.recompute = recompute;

@@ -233,6 +233,15 @@ EngineResult Engine::run(const std::vector<EngineEntity>& entities,
             state.pending[stream] = -1;
           } else {
             double ready = state.stream_free_s[stream];
+            // A context-parallel ring exchange is one batched isend/irecv over a full-duplex link: its
+            // receive starts with its send, not after it (pipeline batches keep the serialized model).
+            if (op.group == graph::GroupKind::kCp && is_comm(op.kind) && op.p2p_batch >= 0 &&
+                state.cursor[stream] > 0) {
+              const std::int32_t previous = stream_ops[state.cursor[stream] - 1];
+              const graph::Op& before = program.ops[previous];
+              if (before.p2p_batch == op.p2p_batch && before.group == graph::GroupKind::kCp)
+                ready = state.comm_begin_s[previous];
+            }
             std::int32_t binding = -1;
             bool blocked = false;
             for (std::int32_t dep : program.deps_of(op_index)) {

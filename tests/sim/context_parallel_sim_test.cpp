@@ -3,6 +3,7 @@
 // rank order tp-cp-ep-dp-pp), and a 128K-token Llama 3 70B layout that only fits with cp simulates.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -68,11 +69,19 @@ TEST(ContextParallelSim, RingMessagesCrossNodesWhenTpFillsTheNode) {
     const SimResult result = simulate(graph, cluster, quiet_options());
     const int peer = tp;  // cp index 1, tp index 0
     bool seen = false;
+    std::map<int, double> send_begin_of_batch;
     for (const OpSpan& span : result.timeline[0]) {
       const graph::Op& op = graph.program(0).ops[span.op];
-      if (op.kind != graph::OpKind::kSend || op.group != graph::GroupKind::kCp) continue;
-      EXPECT_NEAR(span.end_s - span.begin_s, p2p_time_s(cluster, op.bytes, 0, peer), 1e-12);
-      seen = true;
+      if (op.group != graph::GroupKind::kCp) continue;
+      if (op.kind == graph::OpKind::kSend) {
+        EXPECT_NEAR(span.end_s - span.begin_s, p2p_time_s(cluster, op.bytes, 0, peer), 1e-12);
+        send_begin_of_batch[op.p2p_batch] = span.begin_s;
+        seen = true;
+      } else if (op.kind == graph::OpKind::kRecv) {
+        // Full duplex: the exchange's receive runs beside its send (the ranks are symmetric).
+        ASSERT_TRUE(send_begin_of_batch.contains(op.p2p_batch));
+        EXPECT_NEAR(span.begin_s, send_begin_of_batch[op.p2p_batch], 1e-12);
+      }
     }
     EXPECT_TRUE(seen);
     const bool same_node = 0 / cluster.node.gpus == peer / cluster.node.gpus;

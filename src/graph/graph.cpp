@@ -265,7 +265,8 @@ class ProgramBuilder {
     return compute(op);
   }
 
-  /// One attention-core op: `queries` rows against `keys` rows (causal only when square).
+  /// One attention-core op: `queries` rows against `keys` rows; the causal mask is bottom-right aligned when
+  /// there are more keys than queries. cp_step / cp_gathered mark context-parallel ops (AttentionShape).
   int attention_op(bool backward, std::int64_t queries, std::int64_t keys, bool causal, int cp_step,
                    int cp_gathered = 0) {
     Op op;

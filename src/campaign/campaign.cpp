@@ -104,6 +104,7 @@ void check_value(const std::string& key, const std::string& value, const std::st
   static const std::map<std::string, std::vector<std::string>> kWords = {
       {"recompute", {"none", "selective", "full"}},
       {"schedule", {"gpipe", "1f1b", "interleaved"}},
+      {"cp-comm", {"p2p", "allgather"}},
       {"zero", {"0", "1", "2", "3"}}};
   if (is_bool_key(key)) {
     flag_on(value, where);

@@ -43,9 +43,24 @@ double calibrated_tolerance(const RunAnalysis& run, const std::string& key) {
 
 }  // namespace
 
+/// A stored layout with every key a current layout has (keys added later, e.g. "cp", take their defaults),
+/// so runs stored before a layout option existed still match runs stored after; unchanged if unparsable.
+static nlohmann::json canonical_layout(const nlohmann::json& layout) {
+  if (!layout.is_object()) return layout;
+  try {
+    return parallel::to_json(parallel::layout_from_json(layout));
+  } catch (const std::exception&) {
+    return layout;
+  }
+}
+
 bool same_graph(const RunAnalysis& a, const RunAnalysis& b) {
   auto config_a = nlohmann::json::parse(a.run.config_json, nullptr, false);
   auto config_b = nlohmann::json::parse(b.run.config_json, nullptr, false);
+  if (config_a.is_object() && config_a.contains("layout"))
+    config_a["layout"] = canonical_layout(config_a["layout"]);
+  if (config_b.is_object() && config_b.contains("layout"))
+    config_b["layout"] = canonical_layout(config_b["layout"]);
   for (const char* key : {"model", "layout"}) {
     if (!config_a.is_object() || !config_b.is_object() || !config_a.contains(key) || !config_b.contains(key))
       return false;

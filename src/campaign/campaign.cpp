@@ -28,6 +28,8 @@ namespace calo::campaign {
 namespace {
 
 const std::vector<std::string> kFlagKeys = {"tp",
+                                            "cp",
+                                            "cp-comm",
                                             "pp",
                                             "dp",
                                             "ep",
@@ -106,6 +108,7 @@ void check_value(const std::string& key, const std::string& value, const std::st
   static const std::map<std::string, std::vector<std::string>> kWords = {
       {"recompute", {"none", "selective", "full"}},
       {"schedule", {"gpipe", "1f1b", "interleaved"}},
+      {"cp-comm", {"p2p", "allgather"}},
       {"zero", {"0", "1", "2", "3"}},
       {"attention", {"fused", "unfused"}},
       {"fsdp-reshard-after-forward", {"on", "off"}}};
@@ -149,6 +152,8 @@ parallel::Layout point_layout(const Spec& spec, const Point& point, int* gpus) {
       *gpus = int_value(value, where);
     else if (key == "tp")
       layout.tp = int_value(value, where);
+    else if (key == "cp")
+      layout.cp = int_value(value, where);
     else if (key == "pp")
       layout.pp = int_value(value, where);
     else if (key == "dp")
@@ -173,6 +178,8 @@ parallel::Layout point_layout(const Spec& spec, const Point& point, int* gpus) {
       layout.recompute = parallel::parse_recompute(value);
     else if (key == "schedule")
       layout.schedule = parallel::parse_schedule(value);
+    else if (key == "cp-comm")
+      layout.cp_comm = parallel::parse_cp_comm(value);
     else if (key == "overlap")
       overlap_all = flag_on(value, where);
     else if (key == "overlap-tp")
@@ -193,8 +200,8 @@ parallel::Layout point_layout(const Spec& spec, const Point& point, int* gpus) {
     layout.overlap_grad_reduce = true;
     layout.overlap_param_gather = layout.zero_stage > 0;
   }
-  if (*gpus > 0 && !dp_given && layout.tp * layout.pp > 0)
-    layout.dp = std::max(1, *gpus / (layout.tp * layout.pp));
+  if (*gpus > 0 && !dp_given && layout.tp * layout.cp * layout.pp > 0)
+    layout.dp = std::max(1, *gpus / (layout.tp * layout.cp * layout.pp));
   return layout;
 }
 
@@ -472,7 +479,7 @@ void validate_points(const Spec& spec, std::vector<Point>& points) {
       int gpus = 0;
       parallel::Layout layout = point_layout(spec, point, &gpus);
       if (gpus > 0 && layout.world_size() != gpus) {
-        point.skip_reason = fmt::format("tp*pp*dp = {} is not the {} GPUs", layout.world_size(), gpus);
+        point.skip_reason = fmt::format("tp*cp*pp*dp = {} is not the {} GPUs", layout.world_size(), gpus);
         continue;
       }
       const bool sp_given = std::any_of(point.flags.begin(), point.flags.end(),

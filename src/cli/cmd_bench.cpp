@@ -99,8 +99,8 @@ int run_bench(const BenchFlags& flags) {
   const int nproc = flags.nproc.value_or(layout.world_size());
   if (nproc != layout.world_size()) {
     throw InputError(
-        fmt::format("--nproc {}: layout {} has {} ranks; give --nproc {} or change --tp/--pp/--dp", nproc,
-                    parallel::describe(layout), layout.world_size(), layout.world_size()));
+        fmt::format("--nproc {}: layout {} has {} ranks; give --nproc {} or change --tp/--cp/--pp/--dp",
+                    nproc, parallel::describe(layout), layout.world_size(), layout.world_size()));
   }
 
   if (!exec::is_child_rank()) {

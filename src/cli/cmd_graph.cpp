@@ -154,15 +154,17 @@ int run_checks(const graph::Graph& graph, bool json) {
                 {"tp_bytes", volumes.tp_bytes},
                 {"dp_bytes", volumes.dp_bytes},
                 {"pp_bytes", volumes.pp_bytes},
-                {"ep_bytes", volumes.ep_bytes}});
+                {"ep_bytes", volumes.ep_bytes},
+                {"cp_bytes", volumes.cp_bytes}});
   } else {
     fmt::print("# checks: collectives, p2p, deadlock, flops, comm-volume ({:.3f} s)\n", check_s);
     fmt::print("GEMM FLOPs {} (model {}), attention {} (model {})\n", core::format_flops(flops.gemm),
                core::format_flops(flops.expected_gemm), core::format_flops(flops.attention),
                core::format_flops(flops.expected_attention));
-    fmt::print("communication per iteration: tp {}, dp {}, pp {}, ep {}\n",
+    fmt::print("communication per iteration: tp {}, dp {}, pp {}, ep {}{}\n",
                core::format_bytes(volumes.tp_bytes), core::format_bytes(volumes.dp_bytes),
-               core::format_bytes(volumes.pp_bytes), core::format_bytes(volumes.ep_bytes));
+               core::format_bytes(volumes.pp_bytes), core::format_bytes(volumes.ep_bytes),
+               graph.layout.cp > 1 ? ", cp " + core::format_bytes(volumes.cp_bytes) : std::string());
     for (const auto& problem : problems) fmt::print("PROBLEM {}: {}\n", problem.check, problem.message);
     fmt::print("{}\n",
                problems.empty() ? "OK: all checks passed" : fmt::format("{} problems", problems.size()));
@@ -178,8 +180,8 @@ int show_graph(const GraphFlags& flags) {
   const graph::Graph graph = graph::build_graph(spec, layout, options);
   const double build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   require_input(flags.rank >= 0 && flags.rank < graph.world_size(),
-                fmt::format("--rank {} is outside 0..{} (tp*pp*dp = {})", flags.rank, graph.world_size() - 1,
-                            graph.world_size()));
+                fmt::format("--rank {} is outside 0..{} (tp*cp*pp*dp = {})", flags.rank,
+                            graph.world_size() - 1, graph.world_size()));
   if (!flags.export_path.empty()) {
     std::ofstream out(flags.export_path);
     if (!out)

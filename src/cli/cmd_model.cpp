@@ -95,7 +95,7 @@ int show_model(const ModelFlags& flags) {
   const model::FlopsPerToken flops = model::flops_per_token(spec, seq);
   const double recompute_flops = model::recompute_flops_per_token(spec, seq, layout.recompute);
   auto activations = [&](model::Recompute mode) {
-    return model::activation_bytes_per_layer(spec, seq, layout.micro_batch, layout.tp,
+    return model::activation_bytes_per_layer(spec, seq / layout.cp, layout.micro_batch, layout.tp,
                                              layout.sequence_parallel, mode,
                                              layout.attention == parallel::AttentionImpl::kFused);
   };

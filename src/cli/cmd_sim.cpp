@@ -87,6 +87,8 @@ std::string check_memory(const model::ModelSpec& model, const parallel::Layout& 
   request.gpus_per_node = cluster.node.gpus;
   request.attention = layout.attention;
   request.device_memory_bytes = cluster.gpu.memory_bytes;
+  // Long sequences: suggest context-parallel layouts too (cp up to 16, or the layout's own).
+  request.max_cp = std::max(layout.cp, layout.seq_length >= 32768 ? 16 : 1);
   const std::vector<plan::Candidate> fitting =
       plan::nearest_fitting(plan::enumerate_layouts(request), layout, 5);
   message += ".\n";
@@ -200,18 +202,18 @@ int run_sim(SimFlags& flags) {
   const sim::ClusterSpec cluster = sim::load_cluster(flags.cluster);
   auto& layout = flags.layout.layout;
   require_input(!flags.gpus_given || flags.gpus >= 1,
-                fmt::format("--gpus {}: give 1 or more GPUs (or leave it out: tp*pp*dp)", flags.gpus));
+                fmt::format("--gpus {}: give 1 or more GPUs (or leave it out: tp*cp*pp*dp)", flags.gpus));
   if (flags.gpus > 0) {
-    const int model_parallel = layout.tp * layout.pp;
+    const int model_parallel = layout.tp * layout.cp * layout.pp;
     require_input(
         model_parallel > 0 && flags.gpus % model_parallel == 0,
-        fmt::format("--gpus {} is not a multiple of tp*pp = {}; use a multiple such as {}", flags.gpus,
+        fmt::format("--gpus {} is not a multiple of tp*cp*pp = {}; use a multiple such as {}", flags.gpus,
                     model_parallel, model_parallel * std::max(1, flags.gpus / std::max(1, model_parallel))));
     if (!flags.dp_given) {
       layout.dp = flags.gpus / model_parallel;
     } else {
       require_input(layout.world_size() == flags.gpus,
-                    fmt::format("--gpus {} does not equal tp*pp*dp = {}; drop --dp to derive it ({})",
+                    fmt::format("--gpus {} does not equal tp*cp*pp*dp = {}; drop --dp to derive it ({})",
                                 flags.gpus, layout.world_size(), flags.gpus / model_parallel));
     }
   }

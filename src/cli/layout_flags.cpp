@@ -17,6 +17,13 @@ void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional) 
   }
   auto& layout = flags.layout;
   app.add_option("--tp", layout.tp, "Tensor-parallel size")->capture_default_str();
+  app.add_option("--cp", layout.cp,
+                 "Context-parallel size: each sequence split over cp ranks, ring attention (K/V passed "
+                 "over the cp group)")
+      ->capture_default_str();
+  app.add_option("--cp-comm", flags.cp_comm,
+                 "Context-parallel K/V exchange: p2p (ring overlapped with attention) or allgather")
+      ->capture_default_str();
   app.add_option("--pp", layout.pp, "Pipeline-parallel size (stages)")->capture_default_str();
   app.add_option("--dp", layout.dp, "Data-parallel size")->capture_default_str();
   app.add_option("--ep", layout.ep, "Expert-parallel size (MoE; divides dp)")->capture_default_str();
@@ -74,6 +81,7 @@ std::pair<model::ModelSpec, parallel::Layout> resolve(const LayoutFlags& flags) 
     throw InputError("--fsdp-reshard-after-forward: '" + flags.reshard_after_forward +
                      "' is not on/off; write on or off");
   layout.reshard_after_forward = flags.reshard_after_forward == "on";
+  layout.cp_comm = parallel::parse_cp_comm(flags.cp_comm);
   if (flags.overlap_all) {
     // Parameters are gathered only when sharded (ZeRO-1/2/3); without that --overlap covers the rest.
     layout.overlap_tp_comm = layout.overlap_grad_reduce = true;

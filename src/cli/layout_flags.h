@@ -17,6 +17,7 @@ struct LayoutFlags {
   parallel::Layout layout;                   ///< sizes and options as given
   std::string recompute = "none";            ///< --recompute
   std::string schedule = "1f1b";             ///< --schedule
+  std::string cp_comm = "p2p";               ///< --cp-comm
   std::string layers_per_stage;              ///< --layers-per-stage "10,12,12,10"
   std::optional<bool> sequence_parallel;     ///< --sequence-parallel / --no-sequence-parallel
   bool overlap_all = false;                  ///< --overlap: all three overlap flags

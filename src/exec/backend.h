@@ -146,6 +146,8 @@ struct BackendFactory {
   std::function<DeviceDescription(int local_index, int local_world_size)> describe;
   /// (optional) Number of devices visible on this host (0 = no limit, e.g. CPU); --nproc above it is refused.
   std::function<int()> device_count;
+  /// Whether the backend runs context-parallel ring ops (layouts with cp > 1); others refuse such layouts.
+  bool context_parallel = false;
 };
 
 /// The backends compiled into this binary.

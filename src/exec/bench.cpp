@@ -28,6 +28,14 @@
 namespace calo::exec {
 namespace {
 
+/// Refuses a layout the backend cannot run (context parallel on a backend without the ring).
+void require_backend_supports(const BackendFactory& factory, const parallel::Layout& layout) {
+  require_input(layout.cp == 1 || factory.context_parallel,
+                fmt::format("--cp {}: the {} backend does not run context parallelism (its K/V ring is not "
+                            "built); use --backend cpu, or model the layout with calo sim",
+                            layout.cp, factory.name));
+}
+
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 std::string host_name() {
@@ -143,6 +151,7 @@ struct RankSetup {
 
 RankSetup set_up_rank(const BenchOptions& options, const LaunchInfo& launch) {
   const BackendFactory& factory = BackendRegistry::instance().select(options.backend);
+  require_backend_supports(factory, options.layout);
   BackendConfig config;
   config.rank = launch.rank;
   config.world_size = launch.world_size;
@@ -621,6 +630,7 @@ std::string format_bench_text(const BenchOptions& options, const LaunchInfo& lau
 
 void plan_before_launch(const BenchOptions& options, int nproc) {
   const BackendFactory& factory = BackendRegistry::instance().select(options.backend);
+  require_backend_supports(factory, options.layout);
   if (factory.device_count) {
     const int devices = factory.device_count();
     if (devices > 0 && nproc > devices) {

@@ -177,6 +177,7 @@ struct CpuOp final : PreparedOp {
   std::vector<int> recv_offsets;
   std::vector<std::int64_t> peer_send_offset_to_me;  // all-to-all check: where my block sits in each sender
   std::int64_t elements = 0;                         // main element count (see prepare)
+  bool last_of_batch = true;  // send/recv: completes its p2p batch (context-parallel ring ops are batched)
 #ifdef CALO_EXEC_HAVE_MPI
   MPI_Comm comm = MPI_COMM_NULL;
 #endif
@@ -227,6 +228,7 @@ class CpuBackend final : public Backend {
       std::lock_guard lock(mpi_mutex());
       for (auto& [group_id, comm] : comms_) MPI_Comm_free(&comm);
       if (p2p_comm_ != MPI_COMM_NULL) MPI_Comm_free(&p2p_comm_);
+      if (ring_comm_ != MPI_COMM_NULL) MPI_Comm_free(&ring_comm_);
     }
 #endif
   }
@@ -256,6 +258,7 @@ class CpuBackend final : public Backend {
         comms_[group_id] = comm;
       }
       MPI_Comm_dup(MPI_COMM_WORLD, &p2p_comm_);
+      MPI_Comm_dup(MPI_COMM_WORLD, &ring_comm_);  // context-parallel ring: own tag space
       int* tag_upper_bound = nullptr;
       int found = 0;
       MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_upper_bound, &found);
@@ -303,8 +306,8 @@ class CpuBackend final : public Backend {
         const auto& shape = op.attention;
         const std::int64_t q_elements = std::int64_t{shape.batch} * shape.heads * shape.seq * shape.head_dim;
         const std::int64_t kv_elements =
-            std::int64_t{shape.batch} * shape.kv_heads * shape.seq * shape.head_dim;
-        const std::int64_t scores = std::int64_t{shape.seq} * shape.seq;
+            std::int64_t{shape.batch} * shape.kv_heads * shape.keys() * shape.head_dim;
+        const std::int64_t scores = std::int64_t{shape.seq} * shape.keys();
         prepared->buffers = {shared("attn.q", q_elements, seed),      shared("attn.k", kv_elements, seed + 1),
                              shared("attn.v", kv_elements, seed + 2), shared("attn.o", q_elements, seed + 3),
                              shared("attn.s", scores, seed + 4),      shared("attn.p", scores, seed + 5)};
@@ -336,6 +339,14 @@ class CpuBackend final : public Backend {
       case OpKind::kRecv: {
         prepared->elements = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(op.bytes / 4.0)));
         prepared->buffers = {owned(prepared->elements, seed)};
+        // Ring ops of one batch are consecutive in issue order; the last one waits for the batch.
+        const auto& program_ops = graph_->program(rank_).ops;
+        const auto next = static_cast<size_t>(op_index) + 1;
+        if (op.group == graph::GroupKind::kCp && op.p2p_batch >= 0 && next < program_ops.size()) {
+          const graph::Op& following = program_ops[next];
+          prepared->last_of_batch = !((following.kind == OpKind::kSend || following.kind == OpKind::kRecv) &&
+                                      following.p2p_batch == op.p2p_batch && following.stream == op.stream);
+        }
         break;
       }
       case OpKind::kOptimizer: {
@@ -583,119 +594,125 @@ class CpuBackend final : public Backend {
   /// recomputes P and forms dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO o O)), dQ = dS K, dK = dS^T Q.
   /// Query rows go in blocks of kAttentionBlockRows; with the causal mask block [r0, r1) multiplies only keys
   /// [0, r1), so the masked half of S is never computed (half the FLOPs of a full s×s at long sequences).
+  /// A context-parallel ring step attends `seq` query rows to `keys()` key rows without a mask (or, on the
+  /// diagonal step, with the causal mask of the square block).
   void run_attention(CpuOp& prepared) {
     const auto& shape = prepared.rank_op.op.attention;
-    const std::int64_t s = shape.seq;
+    const std::int64_t sq = shape.seq;
+    const std::int64_t sk = shape.keys();
+    const std::int64_t shift =
+        shape.causal ? sk - sq : 0;  // bottom-right causal: row r sees keys <= shift + r
     const std::int64_t d = shape.head_dim;
     const std::int64_t group = std::max(1, shape.heads / std::max(1, shape.kv_heads));
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
     float* scores = prepared.buffers[4]->data();
     float* probs = prepared.buffers[5]->data();
-    const auto S = static_cast<blasint>(s);
+    const auto SK = static_cast<blasint>(sk);
     const auto D = static_cast<blasint>(d);
     for (std::int64_t batch = 0; batch < shape.batch; ++batch) {
       for (std::int64_t head = 0; head < shape.heads; ++head) {
         const std::int64_t kv_head = head / group;
-        const float* q = prepared.buffers[0]->data() + ((batch * shape.heads + head) * s * d);
-        const float* k = prepared.buffers[1]->data() + ((batch * shape.kv_heads + kv_head) * s * d);
-        const float* v = prepared.buffers[2]->data() + ((batch * shape.kv_heads + kv_head) * s * d);
-        float* o = prepared.buffers[3]->data() + ((batch * shape.heads + head) * s * d);
-        const float* d_out =
-            shape.backward ? prepared.buffers[6]->data() + ((batch * shape.heads + head) * s * d) : nullptr;
-        float* d_q =
-            shape.backward ? prepared.buffers[7]->data() + ((batch * shape.heads + head) * s * d) : nullptr;
-        float* d_k = shape.backward
-                         ? prepared.buffers[8]->data() + ((batch * shape.kv_heads + kv_head) * s * d)
-                         : nullptr;
-        float* d_v = shape.backward
-                         ? prepared.buffers[9]->data() + ((batch * shape.kv_heads + kv_head) * s * d)
-                         : nullptr;
+        const std::int64_t q_offset = (batch * shape.heads + head) * sq * d;
+        const std::int64_t kv_offset = (batch * shape.kv_heads + kv_head) * sk * d;
+        const float* q = prepared.buffers[0]->data() + q_offset;
+        const float* k = prepared.buffers[1]->data() + kv_offset;
+        const float* v = prepared.buffers[2]->data() + kv_offset;
+        float* o = prepared.buffers[3]->data() + q_offset;
+        const float* d_out = shape.backward ? prepared.buffers[6]->data() + q_offset : nullptr;
+        float* d_q = shape.backward ? prepared.buffers[7]->data() + q_offset : nullptr;
+        float* d_k = shape.backward ? prepared.buffers[8]->data() + kv_offset : nullptr;
+        float* d_v = shape.backward ? prepared.buffers[9]->data() + kv_offset : nullptr;
         if (shape.backward && head % group == 0) {  // GQA: the heads of a group sum into dK, dV
-          std::fill(d_k, d_k + s * d, 0.0f);
-          std::fill(d_v, d_v + s * d, 0.0f);
+          std::fill(d_k, d_k + sk * d, 0.0f);
+          std::fill(d_v, d_v + sk * d, 0.0f);
         }
-        for (std::int64_t first_row = 0; first_row < s; first_row += kAttentionBlockRows) {
-          const std::int64_t end_row = std::min(s, first_row + kAttentionBlockRows);
+        for (std::int64_t first_row = 0; first_row < sq; first_row += kAttentionBlockRows) {
+          const std::int64_t end_row = std::min(sq, first_row + kAttentionBlockRows);
           const auto rows = static_cast<blasint>(end_row - first_row);
-          const std::int64_t keys = shape.causal ? end_row : s;  // keys any row of this block can see
+          const std::int64_t keys = shape.causal ? shift + end_row : sk;  // keys any row of this block sees
           const auto K = static_cast<blasint>(keys);
-          float* score_rows = scores + first_row * s;
-          float* prob_rows = probs + first_row * s;
-          attention_probabilities(q, k, score_rows, prob_rows, first_row, end_row, keys, s, d, scale,
-                                  shape.causal);
+          float* score_rows = scores + first_row * sk;
+          float* prob_rows = probs + first_row * sk;
+          attention_probabilities(q, k, score_rows, prob_rows, first_row, end_row, keys, sk, d, scale,
+                                  shape.causal, shift);
           if (!shape.backward) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, K, 1.0f, prob_rows, S, v, D, 0.0f,
-                        o + first_row * d, D);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, K, 1.0f, prob_rows, SK, v, D,
+                        0.0f, o + first_row * d, D);
             continue;
           }
           const float* d_out_rows = d_out + first_row * d;
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, D, rows, 1.0f, prob_rows, S, d_out_rows, D,
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, D, rows, 1.0f, prob_rows, SK, d_out_rows, D,
                       1.0f, d_v, D);
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, K, D, 1.0f, d_out_rows, D, v, D, 0.0f,
-                      score_rows, S);
+                      score_rows, SK);
           for (std::int64_t row = first_row; row < end_row; ++row) {
             double dot = 0;
             for (std::int64_t col = 0; col < d; ++col)
               dot += static_cast<double>(d_out[row * d + col]) * o[row * d + col];
             for (std::int64_t col = 0; col < keys; ++col)
-              scores[row * s + col] =
-                  probs[row * s + col] * (scores[row * s + col] - static_cast<float>(dot)) * scale;
+              scores[row * sk + col] =
+                  probs[row * sk + col] * (scores[row * sk + col] - static_cast<float>(dot)) * scale;
           }
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, K, 1.0f, score_rows, S, k, D, 0.0f,
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, K, 1.0f, score_rows, SK, k, D, 0.0f,
                       d_q + first_row * d, D);
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, D, rows, 1.0f, score_rows, S,
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, D, rows, 1.0f, score_rows, SK,
                       q + first_row * d, D, 1.0f, d_k, D);
         }
       }
     }
     if (inject("attention")) {  // corrupt row 0 of the last (batch, head): the one check_attention verifies
       const std::int64_t checked_head = std::int64_t{shape.batch} * shape.heads - 1;
-      prepared.buffers[shape.backward ? 7 : 3]->at(static_cast<size_t>(checked_head * s * d)) += 1.0f;
+      prepared.buffers[shape.backward ? 7 : 3]->at(static_cast<size_t>(checked_head * sq * d)) += 1.0f;
     }
     if (config_.check) check_attention(prepared);
   }
 
-  /// Rows [first_row, end_row) of P = softmax(Q K^T * scale) over keys [0, keys) (row r sees keys [0, r] when
-  /// causal); scores and probs point at row first_row of s-wide buffers; masked entries of P are 0.
+  /// Rows [first_row, end_row) of P = softmax(Q K^T * scale) over keys [0, keys) (row r sees keys
+  /// [0, shift + r] when causal); scores and probs point at row first_row of `stride`-wide buffers; masked
+  /// entries of P are 0.
   static void attention_probabilities(const float* q, const float* k, float* scores, float* probs,
                                       std::int64_t first_row, std::int64_t end_row, std::int64_t keys,
-                                      std::int64_t s, std::int64_t d, float scale, bool causal) {
-    const auto S = static_cast<blasint>(s);
+                                      std::int64_t stride, std::int64_t d, float scale, bool causal,
+                                      std::int64_t shift) {
+    const auto S = static_cast<blasint>(stride);
     const auto D = static_cast<blasint>(d);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(end_row - first_row),
                 static_cast<blasint>(keys), D, scale, q + first_row * d, D, k, D, 0.0f, scores, S);
     for (std::int64_t row = 0; row < end_row - first_row; ++row) {
-      const std::int64_t visible = causal ? first_row + row + 1 : keys;
+      const std::int64_t visible = causal ? shift + first_row + row + 1 : keys;
       float max_score = -INFINITY;
-      for (std::int64_t col = 0; col < visible; ++col) max_score = std::max(max_score, scores[row * s + col]);
+      for (std::int64_t col = 0; col < visible; ++col)
+        max_score = std::max(max_score, scores[row * stride + col]);
       double sum = 0;
       for (std::int64_t col = 0; col < visible; ++col) {
-        probs[row * s + col] = std::exp(scores[row * s + col] - max_score);
-        sum += probs[row * s + col];
+        probs[row * stride + col] = std::exp(scores[row * stride + col] - max_score);
+        sum += probs[row * stride + col];
       }
       const auto inverse = static_cast<float>(1.0 / sum);
-      for (std::int64_t col = 0; col < visible; ++col) probs[row * s + col] *= inverse;
-      for (std::int64_t col = visible; col < keys; ++col) probs[row * s + col] = 0.0f;
+      for (std::int64_t col = 0; col < visible; ++col) probs[row * stride + col] *= inverse;
+      for (std::int64_t col = visible; col < keys; ++col) probs[row * stride + col] = 0.0f;
     }
   }
 
   /// Recomputes two output rows of the last (batch, head) in double and compares (O forward, dQ backward).
   void check_attention(CpuOp& prepared) {
     const auto& shape = prepared.rank_op.op.attention;
-    const std::int64_t s = shape.seq;
+    const std::int64_t sq = shape.seq;
+    const std::int64_t sk = shape.keys();
+    const std::int64_t shift = shape.causal ? sk - sq : 0;
     const std::int64_t d = shape.head_dim;
     const std::int64_t group = std::max(1, shape.heads / std::max(1, shape.kv_heads));
     const std::int64_t batch = shape.batch - 1;
     const std::int64_t head = shape.heads - 1;
     const std::int64_t kv_head = head / group;
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-    const float* q = prepared.buffers[0]->data() + ((batch * shape.heads + head) * s * d);
-    const float* k = prepared.buffers[1]->data() + ((batch * shape.kv_heads + kv_head) * s * d);
-    const float* v = prepared.buffers[2]->data() + ((batch * shape.kv_heads + kv_head) * s * d);
-    const float* o = prepared.buffers[3]->data() + ((batch * shape.heads + head) * s * d);
+    const float* q = prepared.buffers[0]->data() + ((batch * shape.heads + head) * sq * d);
+    const float* k = prepared.buffers[1]->data() + ((batch * shape.kv_heads + kv_head) * sk * d);
+    const float* v = prepared.buffers[2]->data() + ((batch * shape.kv_heads + kv_head) * sk * d);
+    const float* o = prepared.buffers[3]->data() + ((batch * shape.heads + head) * sq * d);
     auto probabilities_of = [&](const float* queries, std::int64_t row) {
-      std::vector<double> p(static_cast<size_t>(s), 0.0);
-      const std::int64_t visible = shape.causal ? row + 1 : s;
+      std::vector<double> p(static_cast<size_t>(sk), 0.0);
+      const std::int64_t visible = shape.causal ? shift + row + 1 : sk;
       double max_score = -INFINITY;
       for (std::int64_t col = 0; col < visible; ++col) {
         double dot = 0;
@@ -718,7 +735,8 @@ class CpuBackend final : public Backend {
       for (std::int64_t x = 0; x < d; ++x) {
         ++values;
         const double expected = want[static_cast<size_t>(x)];
-        if (std::abs(got[x] - expected) > 1e-3 * (1.0 + std::abs(expected)) + 1e-4 * static_cast<double>(s)) {
+        if (std::abs(got[x] - expected) >
+            1e-3 * (1.0 + std::abs(expected)) + 1e-4 * static_cast<double>(sk)) {
           ++wrong;
           if (failure.empty())
             failure = fmt::format("op {} ({}): {} col {} = {} but the reference says {}", prepared.index,
@@ -726,43 +744,43 @@ class CpuBackend final : public Backend {
         }
       }
     };
-    for (std::int64_t row : {std::int64_t{0}, s - 1}) {
+    for (std::int64_t row : {std::int64_t{0}, sq - 1}) {
       const auto p = probabilities(row);
       std::vector<double> want(static_cast<size_t>(d), 0.0);
       const float* got = nullptr;
       if (!shape.backward) {
-        for (std::int64_t col = 0; col < s; ++col)
+        for (std::int64_t col = 0; col < sk; ++col)
           for (std::int64_t x = 0; x < d; ++x)
             want[static_cast<size_t>(x)] += p[static_cast<size_t>(col)] * v[col * d + x];
         got = o + row * d;
       } else {
-        const float* d_out = prepared.buffers[6]->data() + ((batch * shape.heads + head) * s * d);
+        const float* d_out = prepared.buffers[6]->data() + ((batch * shape.heads + head) * sq * d);
         double row_dot = 0;
         for (std::int64_t x = 0; x < d; ++x)
           row_dot += static_cast<double>(d_out[row * d + x]) * o[row * d + x];
-        for (std::int64_t col = 0; col < s; ++col) {
+        for (std::int64_t col = 0; col < sk; ++col) {
           double dp = 0;
           for (std::int64_t x = 0; x < d; ++x) dp += static_cast<double>(d_out[row * d + x]) * v[col * d + x];
           const double ds = p[static_cast<size_t>(col)] * (dp - row_dot) * scale;
           for (std::int64_t x = 0; x < d; ++x) want[static_cast<size_t>(x)] += ds * k[col * d + x];
         }
-        got = prepared.buffers[7]->data() + ((batch * shape.heads + head) * s * d) + row * d;
+        got = prepared.buffers[7]->data() + ((batch * shape.heads + head) * sq * d) + row * d;
       }
       compare_row(got, want, fmt::format("row {}", row));
     }
     if (shape.backward) {
       // dK and dV of key row s-1 of the last kv head: summed over the heads of its group and over the query
       // rows that see that key (only row s-1 under the causal mask).
-      const std::int64_t key = s - 1;
+      const std::int64_t key = sk - 1;
       std::vector<double> want_dk(static_cast<size_t>(d), 0.0);
       std::vector<double> want_dv(static_cast<size_t>(d), 0.0);
       for (std::int64_t member = kv_head * group;
            member < std::min<std::int64_t>((kv_head + 1) * group, shape.heads); ++member) {
-        const std::int64_t offset = (batch * shape.heads + member) * s * d;
+        const std::int64_t offset = (batch * shape.heads + member) * sq * d;
         const float* q_member = prepared.buffers[0]->data() + offset;
         const float* o_member = prepared.buffers[3]->data() + offset;
         const float* d_out = prepared.buffers[6]->data() + offset;
-        for (std::int64_t row = shape.causal ? key : 0; row < s; ++row) {
+        for (std::int64_t row = shape.causal ? key - shift : 0; row < sq; ++row) {
           const auto p = probabilities_of(q_member, row);
           double row_dot = 0;
           double dp = 0;
@@ -778,7 +796,7 @@ class CpuBackend final : public Backend {
           }
         }
       }
-      const std::int64_t kv_offset = (batch * shape.kv_heads + kv_head) * s * d + key * d;
+      const std::int64_t kv_offset = (batch * shape.kv_heads + kv_head) * sk * d + key * d;
       compare_row(prepared.buffers[8]->data() + kv_offset, want_dk, fmt::format("dK row {}", key));
       compare_row(prepared.buffers[9]->data() + kv_offset, want_dv, fmt::format("dV row {}", key));
     }
@@ -1023,6 +1041,10 @@ class CpuBackend final : public Backend {
     checks_.add(check);
   }
 
+  /// Sends or receives one p2p op. Pipeline messages complete one at a time (the graph orders each stage's
+  /// exchanges so that this cannot deadlock). The context-parallel ring's ops are batched like an NCCL group:
+  /// every op of one p2p_batch is posted, and the last one waits for all of them (every rank sends before it
+  /// receives on the ring, so completing them one by one would deadlock once messages pass the eager limit).
   void run_point_to_point(CpuOp& prepared) {
     const graph::Op& op = prepared.rank_op.op;
     float* buffer = prepared.buffers[0]->data();
@@ -1039,18 +1061,36 @@ class CpuBackend final : public Backend {
     MPI_Request request = MPI_REQUEST_NULL;
     {
       std::lock_guard lock(mpi_mutex());
+      MPI_Comm comm = op.group == graph::GroupKind::kCp ? ring_comm_ : p2p_comm_;
       if (sending) {
-        MPI_Isend(buffer, count, MPI_FLOAT, peer, op.tag, p2p_comm_, &request);
+        MPI_Isend(buffer, count, MPI_FLOAT, peer, op.tag, comm, &request);
       } else {
-        MPI_Irecv(buffer, count, MPI_FLOAT, peer, op.tag, p2p_comm_, &request);
+        MPI_Irecv(buffer, count, MPI_FLOAT, peer, op.tag, comm, &request);
       }
     }
+    if (!prepared.last_of_batch) {
+      pending_p2p_[static_cast<size_t>(op.stream)].emplace_back(&prepared, request);
+      return;
+    }
+    auto& pending = pending_p2p_[static_cast<size_t>(op.stream)];
+    for (auto& [earlier, earlier_request] : pending) wait_request(earlier_request);
     wait_request(request);
+    for (auto& [earlier, earlier_request] : pending) verify_received(*earlier);
+    pending.clear();
 #else
     (void)peer;
     throw RuntimeFailure("send/recv needs MPI (calo built without MPI)");
 #endif
-    if (sending || !config_.check) return;
+    verify_received(prepared);
+  }
+
+  /// --check: a completed receive holds exactly what its peer's send wrote (check_value(peer, tag + index)).
+  void verify_received(CpuOp& prepared) {
+    const graph::Op& op = prepared.rank_op.op;
+    if (op.kind != OpKind::kRecv || !config_.check) return;
+    float* buffer = prepared.buffers[0]->data();
+    const auto count = static_cast<int>(prepared.elements);
+    const int peer = prepared.rank_op.peer_rank;
     if (inject("p2p")) buffer[0] += 1.0f;
     std::int64_t wrong = 0;
     std::string failure;
@@ -1087,6 +1127,9 @@ class CpuBackend final : public Backend {
 #ifdef CALO_EXEC_HAVE_MPI
   std::map<int, MPI_Comm> comms_;
   MPI_Comm p2p_comm_ = MPI_COMM_NULL;
+  MPI_Comm ring_comm_ = MPI_COMM_NULL;
+  /// Posted, not yet completed ring ops of the open p2p batch, per stream (touched by that stream's thread).
+  std::array<std::vector<std::pair<CpuOp*, MPI_Request>>, graph::kNumStreams> pending_p2p_;
 #endif
 };
 
@@ -1120,6 +1163,7 @@ void register_cpu_backend(BackendRegistry& registry) {
   BackendFactory factory;
   factory.name = "cpu";
   factory.auto_priority = 0;
+  factory.context_parallel = true;
   factory.unavailable_reason = [] { return std::string(); };
   factory.create = [](const BackendConfig& config) -> std::unique_ptr<Backend> {
     return std::make_unique<CpuBackend>(config);

@@ -66,6 +66,9 @@ void require_fits(const MemoryPlan& plan, const model::ModelSpec& model, const p
     variant = layout;
     variant.pp = layout.pp * factor;
     consider(fmt::format("--pp {} (--nproc {})", variant.pp, variant.world_size()), variant);
+    variant = layout;
+    variant.cp = layout.cp * factor;  // long sequences: split them (activations / cp)
+    consider(fmt::format("--cp {} (--nproc {})", variant.cp, variant.world_size()), variant);
   }
   // Sharding more state over dp: the next ZeRO stages (hybrid sharding's shard group kept as given).
   for (int stage = layout.zero_stage + 1; stage <= 3 && layout.dp > 1; ++stage) {

@@ -196,10 +196,12 @@ std::vector<Problem> check_deadlock(const Graph& graph, DeadlockScope scope) {
     // One rank per distinct program role of every stage: tp index 0, dp indices covering every role.
     bool by_ep = false;
     for (const auto& program : graph.programs) by_ep = by_ep || program.ep_index >= 0;
+    // Every cp index of the representative replica: the ring needs all its members.
     const int dp_indices = by_ep ? layout.ep : 1;
     for (int stage = 0; stage < layout.pp; ++stage)
       for (int dp_index = 0; dp_index < dp_indices; ++dp_index)
-        ranks.push_back(layout.tp * (dp_index + layout.dp * stage));
+        for (int cp_index = 0; cp_index < layout.cp; ++cp_index)
+          ranks.push_back(layout.tp * (cp_index + layout.cp * (dp_index + layout.dp * stage)));
   }
   std::vector<int> slot_of_rank(world, -1);
   std::vector<SimRank> sims(ranks.size());
@@ -396,13 +398,15 @@ CommVolumes comm_volumes(const Graph& graph) {
   for (std::size_t program = 0; program < graph.programs.size(); ++program) {
     for (const Op& op : graph.programs[program].ops) {
       const double bytes = op.bytes * counts[program];
-      if (op.kind == OpKind::kSend) volumes.pp_bytes += bytes;
+      if (op.kind == OpKind::kSend)
+        (op.group == GroupKind::kCp ? volumes.cp_bytes : volumes.pp_bytes) += bytes;
       if (op.kind != OpKind::kCollective) continue;
       switch (op.group) {
         case GroupKind::kTp:
           volumes.tp_bytes += bytes;
           break;
         case GroupKind::kDp:
+        case GroupKind::kDpCp:
         case GroupKind::kExpertDp:
         case GroupKind::kEmbedding:
         case GroupKind::kDpShard:
@@ -411,6 +415,9 @@ CommVolumes comm_volumes(const Graph& graph) {
         case GroupKind::kDpReplicate:
           volumes.dp_bytes += bytes;
           volumes.dp_replicate_bytes += bytes;
+          break;
+        case GroupKind::kCp:
+          volumes.cp_bytes += bytes;
           break;
         case GroupKind::kPp:
           volumes.pp_bytes += bytes;
@@ -424,16 +431,40 @@ CommVolumes comm_volumes(const Graph& graph) {
   return volumes;
 }
 
+double expected_cp_attention_flops_per_rank(const model::ModelSpec& model, const parallel::Layout& layout,
+                                            bool backward) {
+  // Each rank runs cp steps of 2 c^2 query-key pairs (c = s / 2cp): b s^2 / (2 cp) pairs, the causal
+  // s^2 / 2 pairs of cp = 1 divided by cp; 4 FLOPs per pair and head dimension (QK^T and PV), x2 backward.
+  const double s = layout.seq_length, b = layout.micro_batch;
+  const double heads = static_cast<double>(model.num_attention_heads / layout.tp);
+  const double forward = 4.0 * b * heads * model.head_dim * s * s / (2.0 * layout.cp);
+  return backward ? 2.0 * forward : forward;
+}
+
+double expected_cp_bytes_per_layer(const model::ModelSpec& model, const parallel::Layout& layout) {
+  if (layout.cp == 1) return 0.0;
+  // K and V of the rank's T = b s / cp tokens, kv heads split over tp, bf16: the ring sends them cp-1 times
+  // forward and (with dK, dV) 2 (cp-1) times backward; recomputation (selective or full) runs it again.
+  const double tokens = static_cast<double>(layout.micro_batch) * layout.seq_length / layout.cp;
+  const double kv = 2.0 * tokens * static_cast<double>(model.kv_size() / layout.tp) * 2.0;
+  const double passes = 3.0 + (layout.recompute != model::Recompute::kNone ? 1.0 : 0.0);
+  // All-gather variant, bytes as the collectives count them (all-gather output, reduce-scatter input): a
+  // gather of cp K/V forward, a gather and a reduce-scatter backward, a gather again when recomputed.
+  if (layout.cp_comm == parallel::CpComm::kAllGather) return layout.cp * kv * passes;
+  return (layout.cp - 1) * kv * passes;
+}
+
 CommVolumes expected_comm_volumes(const model::ModelSpec& model, const parallel::Layout& layout) {
-  // Symbols as in docs/METRICS.md: T = b s tokens per micro-batch, T_l = T/t under sequence parallel,
-  // m micro-batches, C = t d ranks per stage, R = 1 with full recompute else 0. All volumes in bytes.
+  // Symbols as in docs/METRICS.md: T = b s / c tokens per micro-batch on a rank (c = cp), T_l = T/t under
+  // sequence parallel, m micro-batches, C = t c d ranks per stage, R = 1 with full recompute else 0. All
+  // volumes in bytes.
   CommVolumes volumes;
-  const double t = layout.tp, d = layout.dp, e = layout.ep, m = layout.num_microbatches();
+  const double t = layout.tp, c = layout.cp, d = layout.dp, e = layout.ep, m = layout.num_microbatches();
   const double h = model.hidden_size;
-  const double tokens = static_cast<double>(layout.micro_batch) * layout.seq_length;
+  const double tokens = static_cast<double>(layout.micro_batch) * layout.seq_length / c;
   const bool sp = layout.sequence_parallel && layout.tp > 1;
   const double tokens_local = sp ? tokens / t : tokens;
-  const double ranks_per_stage = t * d;
+  const double ranks_per_stage = t * c * d;
   const double full = layout.recompute == model::Recompute::kFull ? 1.0 : 0.0;
   const double act = 2.0 * tokens * h;  // bf16 activation of one micro-batch, T x h
   const double k = model.is_moe() ? model.moe_top_k : 0;
@@ -505,7 +536,7 @@ CommVolumes expected_comm_volumes(const model::ModelSpec& model, const parallel:
         if (shard > 1) per_rank += passes * 2.0 * dense;
         per_rank += m * 2.0 * dense / shard;
         volumes.dp_replicate_bytes += ranks_per_stage * m * 2.0 * dense / shard;
-      } else if (layout.dp > 1) {
+      } else if (layout.grad_reduce_size() > 1) {  // dp * cp ranks hold the dense parameters
         per_rank += passes * 2.0 * dense;
       }
       if (layout.dp / layout.ep > 1) per_rank += passes * 2.0 * expert;
@@ -521,6 +552,8 @@ CommVolumes expected_comm_volumes(const model::ModelSpec& model, const parallel:
     volumes.tp_bytes += volumes.pp_bytes;
     volumes.pp_bytes /= t;
   }
+
+  volumes.cp_bytes = expected_cp_bytes_per_layer(model, layout) * ranks_per_stage * m * model.num_layers;
 
   // Expert parallel: dispatch + combine all-to-all in forward, both again in backward (and in recompute).
   if (model.is_moe() && layout.ep > 1)
@@ -539,6 +572,7 @@ std::vector<Problem> check_comm_volumes(const Graph& graph) {
       {"pp", actual.pp_bytes, expected.pp_bytes},
       {"ep", actual.ep_bytes, expected.ep_bytes},
       {"dp_replicate", actual.dp_replicate_bytes, expected.dp_replicate_bytes},
+      {"cp", actual.cp_bytes, expected.cp_bytes},
   };
   for (const auto& [name, got, want] : rows) {
     if (!close(got, want))

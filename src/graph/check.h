@@ -55,10 +55,21 @@ struct CommVolumes {
   double pp_bytes = 0;            ///< pipeline sends
   double ep_bytes = 0;            ///< expert-parallel all-to-all
   double dp_replicate_bytes = 0;  ///< part of dp_bytes over hybrid sharding's replicate groups (all-reduce)
+  double cp_bytes = 0;            ///< context-parallel ring sends (K/V forward; K/V and dK/dV backward)
 };
 
 /// Sums the graph's communication bytes per class.
 CommVolumes comm_volumes(const Graph& graph);
+
+/// Attention-core FLOPs of one rank for one layer and micro-batch under context parallelism (all ring steps):
+/// the cp = 1 causal attention FLOPs divided by cp (docs/METRICS.md, "Context parallel").
+double expected_cp_attention_flops_per_rank(const model::ModelSpec& model, const parallel::Layout& layout,
+                                            bool backward);
+
+/// Context-parallel bytes of one rank per layer and micro-batch, forward + backward (+ the recomputed
+/// forward): ring (p2p) (cp-1) (3 + R) x K sent, all-gather cp (3 + R) x K (collective buffers), with
+/// K = 2 T kv_size/tp x 2 B, T = b s / cp, R = 1 with any recompute.
+double expected_cp_bytes_per_layer(const model::ModelSpec& model, const parallel::Layout& layout);
 
 /// Closed-form volumes (docs/METRICS.md, "Execution graph"), computed from model and layout alone.
 CommVolumes expected_comm_volumes(const model::ModelSpec& model, const parallel::Layout& layout);

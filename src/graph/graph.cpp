@@ -36,8 +36,9 @@ constexpr double kSoftmaxBackwardFlopsPerScore = 4.0;
 /// Shapes of one micro-batch on one rank.
 struct Dims {
   std::int64_t batch = 0;         // sequences per micro-batch
-  std::int64_t seq = 0;           // tokens per sequence
+  std::int64_t seq = 0;           // tokens per sequence on this rank (seq_length / cp)
   std::int64_t tokens = 0;        // T = batch * seq (tokens inside the tensor-parallel region)
+  std::int64_t cp = 1;            // context-parallel size
   std::int64_t tokens_local = 0;  // T / tp under sequence parallel, else T
   std::int64_t hidden = 0;
   std::int64_t q_size = 0;
@@ -71,7 +72,8 @@ class ProgramBuilder {
         program_(program) {
     counts_ = model::count_parameters(model);
     dims_.batch = layout.micro_batch;
-    dims_.seq = layout.seq_length;
+    dims_.cp = layout.cp;
+    dims_.seq = layout.seq_length / layout.cp;
     dims_.tokens = dims_.batch * dims_.seq;
     dims_.tp = layout.tp;
     dims_.sp = layout.sequence_parallel && layout.tp > 1;
@@ -84,7 +86,10 @@ class ProgramBuilder {
     dims_.vocab = model.vocab_size;
     partition_ = parallel::layer_partition(layout, model.num_layers);
     num_virtual_ = layout.pp * layout.virtual_stages;
-    dp_reduce_ = layout.dp > 1;
+    // Parameters are replicated over the cp ranks of a replica: gradients are reduced (and ZeRO shards
+    // spread) over the dp*cp ranks, Megatron-LM's data-parallel group with context parallel.
+    dp_group_ = layout.cp > 1 ? GroupKind::kDpCp : GroupKind::kDp;
+    dp_reduce_ = layout.grad_reduce_size() > 1;
     edp_reduce_ = layout.dp / layout.ep > 1;
     hybrid_ = layout.hybrid_sharding();
     chunk_gathered_.assign(layout.virtual_stages, false);
@@ -176,8 +181,8 @@ class ProgramBuilder {
       }
     double shard = total.dense + total.expert;
     if (layout_.zero_stage >= 1) {
-      // Dense state is sharded over dp, or over the shard group under hybrid sharding.
-      const double dense_shards = layout_.zero_stage == 3 ? layout_.shard_size() : layout_.dp;
+      // Dense state is sharded over the shard group under hybrid sharding, else over dp * cp ranks.
+      const double dense_shards = layout_.hybrid_sharding() ? layout_.shard_size() : layout_.grad_reduce_size();
       shard = total.dense / dense_shards + total.expert / (layout_.dp / layout_.ep);
     }
     Op optimizer;
@@ -271,15 +276,6 @@ class ProgramBuilder {
     return compute(op);
   }
 
-  /// The attention core as the layout runs it: one fused op, or batched GEMM + softmax + batched GEMM.
-  void attention(bool backward) {
-    if (layout_.attention == parallel::AttentionImpl::kFused) {
-      fused_attention(backward);
-    } else {
-      unfused_attention(backward);
-    }
-  }
-
   /// Unfused attention (Megatron-LM's CoreAttention with FusedScaleMaskSoftmax): full s x s products per
   /// (sequence, head) — the causal mask is applied in the softmax, so nothing is skipped — K and V expanded
   /// to every query head, and the softmax output kept for backward (the s^2 activations).
@@ -290,8 +286,14 @@ class ProgramBuilder {
     const double scores = static_cast<double>(products) * static_cast<double>(s) * static_cast<double>(s);
     const bool dropout = model_.dropout > 0.0;
     // The softmax carries the attention shape so executors know its rows (s keys per query position).
-    AttentionShape shape = attention_shape(backward);
-    shape.kv_heads = shape.heads;
+    AttentionShape shape;
+    shape.batch = static_cast<std::int32_t>(dims_.batch);
+    shape.heads = static_cast<std::int32_t>(products / dims_.batch);
+    shape.kv_heads = shape.heads;  // expanded to every query head
+    shape.seq = static_cast<std::int32_t>(s);
+    shape.head_dim = static_cast<std::int32_t>(d);
+    shape.causal = true;
+    shape.backward = backward;
     if (!backward) {
       gemm(GemmWeight::kAttnScore, GemmPass::kForward, s, s, d, -1, products);
       // Read S, write P (bf16); with dropout also the mask (1 byte) and the dropped-out P.
@@ -313,33 +315,126 @@ class ProgramBuilder {
     gemm(GemmWeight::kAttnScore, GemmPass::kWgrad, s, d, s, -1, products);
   }
 
-  /// The attention core's shape on this rank (heads divided by tp).
-  AttentionShape attention_shape(bool backward) const {
-    AttentionShape shape;
+  /// One attention-core op: `queries` rows against `keys` rows; the causal mask is bottom-right aligned when
+  /// there are more keys than queries. cp_step / cp_gathered mark context-parallel ops (AttentionShape).
+  int attention_op(bool backward, std::int64_t queries, std::int64_t keys, bool causal, int cp_step,
+                   int cp_gathered = 0) {
+    Op op;
+    op.kind = OpKind::kAttention;
+    AttentionShape& shape = op.attention;
     shape.batch = static_cast<std::int32_t>(dims_.batch);
     shape.heads = static_cast<std::int32_t>(model_.num_attention_heads / dims_.tp);
     shape.kv_heads = static_cast<std::int32_t>(std::max<std::int64_t>(1, model_.num_kv_heads / dims_.tp));
-    shape.seq = static_cast<std::int32_t>(dims_.seq);
+    shape.seq = static_cast<std::int32_t>(queries);
+    shape.kv_seq = cp_step >= 0 || cp_gathered > 0 ? static_cast<std::int32_t>(keys) : 0;
+    shape.cp_gathered = static_cast<std::int8_t>(cp_gathered);
     shape.head_dim = model_.head_dim;
-    shape.causal = true;
+    shape.causal = causal;
     shape.backward = backward;
-    return shape;
-  }
-
-  int fused_attention(bool backward) {
-    Op op;
-    op.kind = OpKind::kAttention;
-    op.attention = attention_shape(backward);
-    const AttentionShape& shape = op.attention;
-    const double forward_flops = 4.0 * static_cast<double>(dims_.batch) * static_cast<double>(dims_.seq) *
-                                 static_cast<double>(dims_.seq) * shape.heads * shape.head_dim *
-                                 (shape.causal ? 0.5 : 1.0);
+    shape.cp_step = cp_step;
+    // Query-key pairs: q k, or under the (bottom-right) causal mask q (k - q) + q^2 / 2.
+    const double q = static_cast<double>(queries), k = static_cast<double>(keys);
+    const double pairs = causal ? q * (k - q) + 0.5 * q * q : q * k;
+    const double forward_flops =
+        4.0 * static_cast<double>(dims_.batch) * pairs * shape.heads * shape.head_dim;
     op.flops = backward ? 2.0 * forward_flops : forward_flops;
-    // Flash attention traffic: q, k, v, o (+ do, dq, dk, dv in backward).
-    const double qkvo = kBf16Bytes * static_cast<double>(dims_.batch * dims_.seq) * shape.head_dim *
-                        (2.0 * shape.heads + 2.0 * shape.kv_heads);
+    // Flash attention traffic: q, o (+ do, dq) per query row, k, v (+ dk, dv) per key row.
+    const double qkvo =
+        kBf16Bytes * static_cast<double>(dims_.batch) * shape.head_dim *
+        (2.0 * shape.heads * static_cast<double>(queries) + 2.0 * shape.kv_heads * static_cast<double>(keys));
     op.bytes = backward ? 2.0 * qkvo : qkvo;
     return compute(op);
+  }
+
+  /// The attention core as the layout runs it: batched GEMM + softmax + batched GEMM (unfused; validation
+  /// keeps it to cp = 1), the context-parallel all-gather or ring, or one fused op.
+  int attention(bool backward) {
+    if (layout_.attention == parallel::AttentionImpl::kUnfused) {
+      unfused_attention(backward);
+      return last_compute_;
+    }
+    if (dims_.cp > 1 && layout_.cp_comm == parallel::CpComm::kAllGather) return gathered_attention(backward);
+    if (dims_.cp > 1) return ring_attention(backward);
+    return attention_op(backward, dims_.seq, dims_.seq, true, -1);
+  }
+
+  /// All-gather context parallel (TransformerEngine's AttnFuncWithCPAndKVAllGather, Megatron-LM
+  /// --cp-comm-type all_gather): gather every rank's K/V over the cp group (again in backward: only the
+  /// local K/V is kept), run the early query chunk i against keys of chunks 0..i and the late chunk 2cp-1-i
+  /// against chunks 0..2cp-1-i (bottom-right causal; 2cp c^2 pairs per rank, as the ring), and in backward
+  /// reduce-scatter the gathered dK/dV back to their owners. The collectives block the attention they feed.
+  int gathered_attention(bool backward) {
+    const std::int64_t chunk = dims_.seq / 2;
+    const double gathered = static_cast<double>(dims_.cp) * kv_bytes();
+    blocking(collective_op(CollectiveKind::kAllGather, GroupKind::kCp, gathered, Stream::kCpComm, phase_));
+    // cp index 0's key ranges: the early chunk sees 1 chunk, the late one all 2cp.
+    attention_op(backward, chunk, chunk, true, -1, 1);
+    const int last = attention_op(backward, chunk, 2 * chunk * dims_.cp, true, -1, 2);
+    if (backward)
+      blocking(
+          collective_op(CollectiveKind::kReduceScatter, GroupKind::kCp, gathered, Stream::kCpComm, phase_));
+    return last;
+  }
+
+  /// Bytes of this rank's K and V for one micro-batch (bf16, heads split over tp, the rank's seq/cp tokens).
+  double kv_bytes() const {
+    return 2.0 * kBf16Bytes * static_cast<double>(dims_.tokens) *
+           static_cast<double>(dims_.kv_size / dims_.tp);
+  }
+
+  /// One ring exchange on the cp stream: send to the next ring neighbour, receive from the previous one
+  /// (forward: cp index +1 / -1; backward runs the ring the other way, as TransformerEngine does). The send
+  /// waits for `after_compute` (what it carries was produced by then). Returns the receive's index.
+  int ring_exchange(double bytes, bool backward, int after_compute) {
+    const int tag = cp_tag_++;
+    Op send;
+    send.kind = OpKind::kSend;
+    send.stream = Stream::kCpComm;
+    send.phase = phase_;
+    send.group = GroupKind::kCp;
+    send.peer_offset = backward ? -1 : 1;
+    send.bytes = bytes;
+    send.tag = tag;
+    send.p2p_batch = p2p_batch_;
+    Op recv = send;
+    recv.kind = OpKind::kRecv;
+    recv.peer_offset = -send.peer_offset;
+    add(send, {after_compute});
+    const int received = add(recv, {});
+    ++p2p_batch_;
+    return received;
+  }
+
+  /// Context-parallel attention as Megatron-LM / TransformerEngine run it (p2p ring, causal load balance):
+  /// the sequence is cut into 2cp chunks of c tokens and rank i holds chunks i and 2cp-1-i. Step 0 is the
+  /// local causal block (2c x 2c, causal); each later step attends to the K/V of another rank: c queries x
+  /// 2c keys or 2c queries x c keys, 2c^2 pairs either way, so every step costs the same. While a step
+  /// computes, the K/V of the next step travels over the cp group (forward: cp-1 exchanges of K,V; backward:
+  /// cp exchanges carrying K,V (all but the last) and the accumulated dK,dV (all but the first)).
+  int ring_attention(bool backward) {
+    const std::int64_t chunk = dims_.seq / 2;  // c = seq_length / (2 cp) tokens
+    const int steps = static_cast<int>(dims_.cp);
+    int last = -1;
+    int received = -1;
+    for (int step = 0; step < steps; ++step) {
+      double bytes = 0;
+      if (!backward) {
+        if (step + 1 < steps) bytes = kv_bytes();
+      } else {
+        bytes = (step + 1 < steps ? kv_bytes() : 0.0) + (step > 0 ? kv_bytes() : 0.0);
+      }
+      // This step's K/V came with the previous exchange.
+      if (received >= 0) waits_.push_back(received);
+      received = bytes > 0 ? ring_exchange(bytes, backward, last_compute_) : -1;
+      if (step == 0) {
+        last = attention_op(backward, 2 * chunk, 2 * chunk, true, 0);
+      } else {
+        last = attention_op(backward, chunk, 2 * chunk, false, step);
+      }
+    }
+    // Backward: the last exchange brings this rank's own dK, dV home; what follows needs it.
+    if (received >= 0) waits_.push_back(received);
+    return last;
   }
 
   // ---- tensor-parallel linears (Megatron-LM ColumnParallelLinear / RowParallelLinear)
@@ -710,7 +805,7 @@ class ProgramBuilder {
         ids.push_back(add(op, after));
       }
     } else if (dp_reduce_ && params.dense > 0) {
-      Op op = collective_op(kind, GroupKind::kDp, params.dense * kBf16Bytes, Stream::kDpComm, phase);
+      Op op = collective_op(kind, dp_group_, params.dense * kBf16Bytes, Stream::kDpComm, phase);
       op.parameters = params.dense;
       ids.push_back(add(op, deps));
     }
@@ -897,6 +992,7 @@ class ProgramBuilder {
     Op op;
     op.kind = p2p.send ? OpKind::kSend : OpKind::kRecv;
     op.stream = Stream::kPpComm;
+    op.group = GroupKind::kPp;
     op.bytes = p2p_sent_bytes();
     op.peer_stage = p2p.peer_stage;
     op.tag = p2p.tag;
@@ -964,11 +1060,13 @@ class ProgramBuilder {
   Dims dims_;
   std::vector<parallel::LayerRange> partition_;
   int num_virtual_ = 1;
+  GroupKind dp_group_ = GroupKind::kDp;
   bool dp_reduce_ = false;
   bool edp_reduce_ = false;
   bool hybrid_ = false;               // hybrid sharding: dense collectives over the shard/replicate groups
   std::vector<bool> chunk_gathered_;  // FSDP: the chunk's units are gathered (held from an earlier pass)
   bool gather_now_ = true;            // FSDP: the current pass gathers its units
+  int cp_tag_ = 0;  // next tag of a context-parallel ring message (one per exchange)
   std::vector<std::int64_t> expert_tokens_;
 
   Phase phase_ = Phase::kForward;
@@ -997,6 +1095,8 @@ void build_groups(Graph& graph) {
     if (kind == GroupKind::kEmbedding && !graph.model.tied_embeddings) continue;
     if ((kind == GroupKind::kDpShard || kind == GroupKind::kDpReplicate) && !layout.hybrid_sharding())
       continue;
+    // Without context parallel the cp groups are single ranks and dp-cp is dp: not built.
+    if ((kind == GroupKind::kCp || kind == GroupKind::kDpCp) && layout.cp == 1) continue;
     // The rank map enumerates the groups (one home for the tp-cp-ep-dp-pp order).
     for (std::vector<int>& ranks : rank_map.all_groups(kind)) {
       CommGroup group;
@@ -1011,11 +1111,39 @@ void build_groups(Graph& graph) {
 
 }  // namespace
 
+void resolve_ring_step(AttentionShape& shape, int cp_index, int cp) {
+  if (shape.cp_gathered > 0) {
+    const std::int32_t chunk = shape.seq;  // c: one query chunk
+    shape.kv_seq = shape.cp_gathered == 1 ? (cp_index + 1) * chunk : (2 * cp - cp_index) * chunk;
+    return;
+  }
+  if (shape.cp_step <= 0) return;
+  // Forward: the K/V of step j comes from cp index i - j; backward runs the ring the other way (i + j).
+  const int source =
+      shape.backward ? (cp_index + shape.cp_step) % cp : ((cp_index - shape.cp_step) % cp + cp) % cp;
+  const std::int32_t chunk = std::min(shape.seq, shape.kv_seq);  // c
+  if (source < cp_index) {
+    // Both of my query chunks come after the source's first chunk and before its second: 2c x c.
+    shape.seq = 2 * chunk;
+    shape.kv_seq = chunk;
+  } else {
+    // Only my second (late) query chunk sees the source's two chunks: c x 2c.
+    shape.seq = chunk;
+    shape.kv_seq = 2 * chunk;
+  }
+}
+
 int Graph::peer_rank(int rank, const Op& op) const {
-  const int tp = layout.tp, dp = layout.dp;
+  const int tp = layout.tp, cp = layout.cp, dp = layout.dp;
   const int tp_index = rank % tp;
-  const int dp_index = (rank / tp) % dp;
-  return tp_index + tp * (dp_index + dp * op.peer_stage);
+  const int cp_index = (rank / tp) % cp;
+  const int dp_index = (rank / (tp * cp)) % dp;
+  const int stage = rank / (tp * cp * dp);
+  if (op.group == GroupKind::kCp) {
+    const int peer_cp = ((cp_index + op.peer_offset) % cp + cp) % cp;
+    return tp_index + tp * (peer_cp + cp * (dp_index + dp * stage));
+  }
+  return tp_index + tp * (cp_index + cp * (dp_index + dp * op.peer_stage));
 }
 
 Graph build_graph(const model::ModelSpec& model, const parallel::Layout& layout,
@@ -1056,8 +1184,8 @@ Graph build_graph(const model::ModelSpec& model, const parallel::Layout& layout,
   const int world = layout.world_size();
   graph.program_of_rank.resize(world);
   for (int rank = 0; rank < world; ++rank) {
-    const int stage = rank / (layout.tp * layout.dp);
-    const int dp_index = (rank / layout.tp) % layout.dp;
+    const int stage = rank / (layout.tp * layout.cp * layout.dp);
+    const int dp_index = (rank / (layout.tp * layout.cp)) % layout.dp;
     const int role = by_ep ? dp_index % layout.ep : 0;
     graph.program_of_rank[rank] = stage * roles_per_stage + role;
   }
@@ -1070,7 +1198,8 @@ std::vector<RankOp> materialize(const Graph& graph, int rank) {
                 fmt::format("--rank {} is outside 0..{}", rank, graph.world_size() - 1));
   const RankProgram& program = graph.program(rank);
   const auto& layout = graph.layout;
-  const int ep_index = ((rank / layout.tp) % layout.dp) % layout.ep;
+  const int ep_index = ((rank / (layout.tp * layout.cp)) % layout.dp) % layout.ep;
+  const int cp_index = (rank / layout.tp) % layout.cp;
   const int expert_offset = graph.model.is_moe() ? ep_index * (graph.model.num_experts / layout.ep) : 0;
   std::vector<RankOp> ops;
   ops.reserve(program.ops.size());
@@ -1086,6 +1215,7 @@ std::vector<RankOp> materialize(const Graph& graph, int rank) {
       rank_op.op.gemm.expert += expert_offset;
     if (rank_op.op.kind == OpKind::kSend || rank_op.op.kind == OpKind::kRecv)
       rank_op.peer_rank = graph.peer_rank(rank, rank_op.op);
+    if (rank_op.op.kind == OpKind::kAttention) resolve_ring_step(rank_op.op.attention, cp_index, layout.cp);
     ops.push_back(std::move(rank_op));
   }
   return ops;
@@ -1134,6 +1264,8 @@ const char* to_string(Stream stream) {
       return "pp-comm";
     case Stream::kEpComm:
       return "ep-comm";
+    case Stream::kCpComm:
+      return "cp-comm";
   }
   return "?";
 }
@@ -1254,18 +1386,29 @@ std::string describe(const Op& op) {
       if (op.gemm.expert >= 0) text += fmt::format(" expert={}", op.gemm.expert);
       return text;
     }
-    case OpKind::kAttention:
-      return fmt::format("attention {} b={} heads={} kv={} s={} d={}{}",
-                         op.attention.backward ? "bwd" : "fwd", op.attention.batch, op.attention.heads,
-                         op.attention.kv_heads, op.attention.seq, op.attention.head_dim,
-                         op.attention.causal ? " causal" : "");
+    case OpKind::kAttention: {
+      std::string text =
+          fmt::format("attention {} b={} heads={} kv={} s={} d={}{}", op.attention.backward ? "bwd" : "fwd",
+                      op.attention.batch, op.attention.heads, op.attention.kv_heads, op.attention.seq,
+                      op.attention.head_dim, op.attention.causal ? " causal" : "");
+      if (op.attention.cp_step >= 0)
+        text += fmt::format(" keys={} cp-step={}", op.attention.keys(), op.attention.cp_step);
+      if (op.attention.cp_gathered > 0)
+        text += fmt::format(" keys={} cp-{}-chunk", op.attention.keys(),
+                            op.attention.cp_gathered == 1 ? "early" : "late");
+      return text;
+    }
     case OpKind::kElementwise:
       return fmt::format("elementwise {} bytes={:.0f}", to_string(op.elementwise), op.bytes);
     case OpKind::kCollective:
       return fmt::format("{} {} bytes={:.0f}", to_string(op.collective), to_string(op.group), op.bytes);
     case OpKind::kSend:
+      if (op.group == GroupKind::kCp)
+        return fmt::format("send to cp {:+d} tag={} bytes={:.0f}", op.peer_offset, op.tag, op.bytes);
       return fmt::format("send to stage {} tag={} bytes={:.0f}", op.peer_stage, op.tag, op.bytes);
     case OpKind::kRecv:
+      if (op.group == GroupKind::kCp)
+        return fmt::format("recv from cp {:+d} tag={} bytes={:.0f}", op.peer_offset, op.tag, op.bytes);
       return fmt::format("recv from stage {} tag={} bytes={:.0f}", op.peer_stage, op.tag, op.bytes);
     case OpKind::kOptimizer:
       return fmt::format("optimizer adamw params={:.0f}", op.parameters);

@@ -24,17 +24,18 @@ enum class OpKind : std::uint8_t {
   kAttention,    ///< fused attention core (QK^T, softmax, AV), forward or backward
   kElementwise,  ///< norm / activation / rope / residual / loss: memory-bound, carries bytes and FLOPs
   kCollective,   ///< all-reduce, all-gather, reduce-scatter or all-to-all over a group
-  kSend,         ///< point-to-point send to a pipeline peer
-  kRecv,         ///< point-to-point receive from a pipeline peer
+  kSend,         ///< point-to-point send to a pipeline peer or a context-parallel ring neighbour
+  kRecv,         ///< point-to-point receive from a pipeline peer or a context-parallel ring neighbour
   kOptimizer,    ///< AdamW step over the rank's parameter shard
 };
 /// Number of OpKind values.
 inline constexpr int kNumOpKinds = 7;
 
-/// Execution stream of an op; ops of one stream run in order, streams of a rank run concurrently.
-enum class Stream : std::uint8_t { kCompute, kTpComm, kDpComm, kPpComm, kEpComm };
+/// Execution stream of an op; ops of one stream run in order, streams of a rank run concurrently. kCpComm
+/// carries the context-parallel ring's K/V (and dK/dV) exchanges, overlapped with the attention chunks.
+enum class Stream : std::uint8_t { kCompute, kTpComm, kDpComm, kPpComm, kEpComm, kCpComm };
 /// Number of Stream values.
-inline constexpr int kNumStreams = 5;
+inline constexpr int kNumStreams = 6;
 
 /// Part of the iteration an op belongs to.
 enum class Phase : std::uint8_t { kForward, kBackward, kRecompute, kOptimizer };
@@ -77,15 +78,29 @@ struct GemmShape {
   std::int64_t batch = 1;  ///< independent products of this shape (batched GEMM: the unfused attention core)
 };
 
-/// Shape of an attention-core op (per rank: heads are already divided by tp).
+/// Shape of an attention-core op (per rank: heads are already divided by tp). Under context parallelism one
+/// op is one ring step: `seq` query rows against `kv_seq` keys (see docs/METRICS.md, "Context parallel").
 struct AttentionShape {
   std::int32_t batch = 0;     ///< sequences (micro-batch size)
   std::int32_t heads = 0;     ///< query heads on this rank
   std::int32_t kv_heads = 0;  ///< key/value heads on this rank
-  std::int32_t seq = 0;       ///< sequence length
+  std::int32_t seq = 0;       ///< query rows (sequence length; the rank's query tokens under cp)
   std::int32_t head_dim = 0;  ///< per-head width
-  bool causal = true;         ///< causal mask (half of the s^2 products)
-  bool backward = false;      ///< backward pass (2x the forward FLOPs)
+  /// Causal mask; with more keys than queries it is bottom-right aligned (query row r sees keys up to
+  /// kv_seq - seq + r: the queries are the last rows of the key range), as flash attention defines it.
+  bool causal = true;
+  bool backward = false;    ///< backward pass (2x the forward FLOPs)
+  std::int32_t kv_seq = 0;  ///< key/value rows; 0 = seq (no context parallel)
+  /// Context-parallel ring step (0 = the diagonal, causal step; -1 = no cp). In a program shared by the cp
+  /// ranks, steps > 0 have the shape of cp index 0 (seq/2cp queries against 2 chunks of keys);
+  /// materialize() gives ranks whose K/V source precedes them theirs (2 chunks of queries against one).
+  std::int32_t cp_step = -1;
+  /// All-gather context parallel: 1 = the rank's early query chunk, 2 = its late one (0 = not all-gather).
+  /// In a shared program the key range is cp index 0's (early: 1 chunk, late: all 2cp chunks); materialize()
+  /// gives rank i its own ((i+1) and (2cp-i) chunks).
+  std::int8_t cp_gathered = 0;
+  /// Key rows of this op (kv_seq, or seq when 0).
+  std::int32_t keys() const { return kv_seq > 0 ? kv_seq : seq; }
 };
 
 /// What a memory-bound op computes.
@@ -124,8 +139,13 @@ struct Op {
   AttentionShape attention;                                ///< kAttention, and kElementwise kSoftmax
   ElementwiseKind elementwise = ElementwiseKind::kNorm;    ///< kElementwise
   CollectiveKind collective = CollectiveKind::kAllReduce;  ///< kCollective
-  GroupKind group = GroupKind::kTp;  ///< kCollective (group kind; the instance comes from Graph::group_id)
-  std::int32_t peer_stage = -1;      ///< kSend/kRecv: pipeline stage of the peer (same tp and dp index)
+  /// kCollective: group kind (the instance comes from Graph::group_id); kSend/kRecv: kPp for pipeline
+  /// messages, kCp for the context-parallel ring.
+  GroupKind group = GroupKind::kTp;
+  std::int32_t peer_stage = -1;  ///< kSend/kRecv (pipeline): stage of the peer (same tp, cp and dp index)
+  /// kSend/kRecv over the context-parallel ring (`group` = kCp): the peer's cp index is this rank's plus
+  /// peer_offset (mod cp), same tp, dp and stage; 0 for pipeline messages.
+  std::int32_t peer_offset = 0;
   std::int32_t tag = -1;  ///< kSend/kRecv: matches a send to its receive (microbatch, chunk, direction)
   /// kSend/kRecv: ops of one rank with equal batch form one batched isend/irecv (NCCL group): they are issued
   /// together and complete in any order; batches run in stream order.
@@ -188,6 +208,11 @@ struct Graph {
 Graph build_graph(const model::ModelSpec& model, const parallel::Layout& layout,
                   const GraphOptions& options = {});
 
+/// Gives a context-parallel attention op of a shared program the shape rank `cp_index` runs: a ring step
+/// (cp_step > 0: c x 2c or 2c x c) or an all-gather chunk (cp_gathered: its key range); docs/METRICS.md,
+/// "Context parallel". Other ops are left as they are.
+void resolve_ring_step(AttentionShape& shape, int cp_index, int cp);
+
 /// One op of a materialized rank with its concrete group or peer.
 struct RankOp {
   Op op;                           ///< the op (dep indices refer to `deps`)
@@ -207,7 +232,7 @@ double model_flops(const Op& op);
 
 /// Names: "gemm", "attention", "elementwise", "collective", "send", "recv", "optimizer".
 const char* to_string(OpKind kind);
-/// Names: "compute", "tp-comm", "dp-comm", "pp-comm", "ep-comm".
+/// Names: "compute", "tp-comm", "dp-comm", "pp-comm", "ep-comm", "cp-comm".
 const char* to_string(Stream stream);
 /// Names: "fwd", "bwd", "recompute", "optimizer".
 const char* to_string(Phase phase);

@@ -33,6 +33,14 @@ nlohmann::json to_json(const Op& op, std::span<const std::int32_t> deps) {
       json["head_dim"] = op.attention.head_dim;
       json["causal"] = op.attention.causal;
       json["backward"] = op.attention.backward;
+      if (op.attention.cp_step >= 0) {
+        json["kv_seq"] = op.attention.keys();
+        json["cp_step"] = op.attention.cp_step;
+      }
+      if (op.attention.cp_gathered > 0) {
+        json["kv_seq"] = op.attention.keys();
+        json["cp_chunk"] = op.attention.cp_gathered == 1 ? "early" : "late";
+      }
       break;
     case OpKind::kElementwise:
       json["op"] = to_string(op.elementwise);
@@ -44,7 +52,12 @@ nlohmann::json to_json(const Op& op, std::span<const std::int32_t> deps) {
       break;
     case OpKind::kSend:
     case OpKind::kRecv:
-      json["peer_stage"] = op.peer_stage;
+      if (op.group == GroupKind::kCp) {
+        json["group"] = to_string(op.group);
+        json["peer_offset"] = op.peer_offset;
+      } else {
+        json["peer_stage"] = op.peer_stage;
+      }
       json["tag"] = op.tag;
       json["p2p_batch"] = op.p2p_batch;
       break;

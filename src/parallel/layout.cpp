@@ -32,6 +32,16 @@ std::string to_string(AttentionImpl attention) {
   return attention == AttentionImpl::kUnfused ? "unfused" : "fused";
 }
 
+CpComm parse_cp_comm(const std::string& text) {
+  if (text == "p2p") return CpComm::kP2p;
+  if (text == "allgather") return CpComm::kAllGather;
+  throw InputError("--cp-comm: '" + text + "' is not a context-parallel communication; use p2p or allgather");
+}
+
+std::string to_string(CpComm comm) {
+  return comm == CpComm::kAllGather ? "allgather" : "p2p";
+}
+
 std::string to_string(Recompute recompute) {
   switch (recompute) {
     case Recompute::kNone:
@@ -58,6 +68,8 @@ std::string to_string(Schedule schedule) {
 
 nlohmann::json to_json(const Layout& layout) {
   return {{"tp", layout.tp},
+          {"cp", layout.cp},
+          {"cp_comm", to_string(layout.cp_comm)},
           {"pp", layout.pp},
           {"dp", layout.dp},
           {"ep", layout.ep},
@@ -85,6 +97,8 @@ Layout layout_from_json(const nlohmann::json& object) {
   Layout layout;
   auto number = [&](const char* key, int fallback) { return object.value(key, fallback); };
   layout.tp = number("tp", 1);
+  layout.cp = number("cp", 1);
+  layout.cp_comm = parse_cp_comm(object.value("cp_comm", std::string("p2p")));
   layout.pp = number("pp", 1);
   layout.dp = number("dp", 1);
   layout.ep = number("ep", 1);
@@ -108,8 +122,11 @@ Layout layout_from_json(const nlohmann::json& object) {
 }
 
 std::string describe(const Layout& layout) {
-  std::string text = fmt::format("TP{}-PP{}-DP{}", layout.tp, layout.pp, layout.dp);
+  std::string text = layout.cp > 1
+                         ? fmt::format("TP{}-CP{}-PP{}-DP{}", layout.tp, layout.cp, layout.pp, layout.dp)
+                         : fmt::format("TP{}-PP{}-DP{}", layout.tp, layout.pp, layout.dp);
   if (layout.ep > 1) text += fmt::format("-EP{}", layout.ep);
+  if (layout.cp > 1 && layout.cp_comm == CpComm::kAllGather) text += " cp-allgather";
   text += fmt::format(" mbs{} gbs{} {}", layout.micro_batch, layout.global_batch, to_string(layout.schedule));
   if (layout.virtual_stages > 1) text += fmt::format(" vpp{}", layout.virtual_stages);
   if (layout.zero_stage == 3) text += " fsdp";

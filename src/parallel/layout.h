@@ -16,11 +16,18 @@ enum class Schedule { kGpipe, k1F1B, kInterleaved };
 /// Attention core implementation: fused flash-style kernel (causal half of s^2, no s^2 activations) or
 /// unfused batched GEMM + softmax + batched GEMM (full s^2 products, softmax output kept for backward).
 enum class AttentionImpl { kFused, kUnfused };
+/// How context-parallel attention moves K/V (Megatron-LM --cp-comm-type): a p2p ring overlapped with the
+/// attention steps (TransformerEngine's default), or one all-gather of K/V before attention and a
+/// reduce-scatter of dK/dV after its backward (as Llama 3 trained).
+enum class CpComm { kP2p, kAllGather };
 
-/// A parallel layout. world = tp * pp * dp; ep divides dp (expert parallel is carved out of data parallel,
-/// as in Megatron-LM); ranks are ordered tp-cp-ep-dp-pp (tp fastest). cp (context parallel) is fixed at 1.
+/// A parallel layout. world = tp * cp * pp * dp; ep divides dp (expert parallel is carved out of data
+/// parallel, as in Megatron-LM); ranks are ordered tp-cp-ep-dp-pp (tp fastest). Context parallel (cp) splits
+/// each sequence over cp ranks that hold the same parameters; gradients are reduced over dp*cp ranks.
 struct Layout {
   int tp = 1;                      ///< tensor-parallel size
+  int cp = 1;                      ///< context-parallel size (sequence split, ring attention)
+  CpComm cp_comm = CpComm::kP2p;   ///< K/V exchange of context-parallel attention
   int pp = 1;                      ///< pipeline-parallel size (stages)
   int dp = 1;                      ///< data-parallel size (replicas of the dense part)
   int ep = 1;                      ///< expert-parallel size (MoE only); divides dp
@@ -48,8 +55,10 @@ struct Layout {
   /// 1/tp of the stage boundary activation and the receivers all-gather it over the TP group.
   bool pipeline_scatter_gather = true;
 
-  /// Total ranks: tp * pp * dp.
-  int world_size() const { return tp * pp * dp; }
+  /// Total ranks: tp * cp * pp * dp.
+  int world_size() const { return tp * cp * pp * dp; }
+  /// Ranks that hold the same parameter shard (gradient-reduction and ZeRO group size): dp * cp.
+  int grad_reduce_size() const { return dp * cp; }
   /// Micro-batches per iteration per pipeline: global_batch / (micro_batch * dp).
   int num_microbatches() const { return global_batch / (micro_batch * dp); }
   /// Whether pipeline scatter/gather is in effect: asked for, pp > 1, tp > 1 and sequence parallel off.
@@ -72,6 +81,10 @@ std::string describe(const Layout& layout);
 Recompute parse_recompute(const std::string& text);
 /// Parses "gpipe|1f1b|interleaved"; throws InputError naming the flag on anything else.
 Schedule parse_schedule(const std::string& text);
+/// Parses "p2p|allgather"; throws InputError naming --cp-comm on anything else.
+CpComm parse_cp_comm(const std::string& text);
+/// Name of a cp communication kind ("p2p", "allgather").
+std::string to_string(CpComm comm);
 /// Name of a recompute mode ("none", "selective", "full").
 std::string to_string(Recompute recompute);
 /// Name of a schedule ("gpipe", "1f1b", "interleaved").

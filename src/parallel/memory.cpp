@@ -76,7 +76,9 @@ StageParameters stage_parameters(const model::ModelSpec& model, const Layout& la
 // Per-micro-batch activation bytes of each model chunk on `stage`.
 std::vector<double> chunk_activation_bytes(const model::ModelSpec& model, const Layout& layout, int stage,
                                            const std::vector<int>& layers) {
-  const int seq_length = layout.seq_length > 0 ? layout.seq_length : model.seq_length;
+  // Context parallel splits every sequence over cp ranks: each keeps the activations of seq / cp tokens
+  // (attention is flash-style, linear in the tokens; the ring's K/V receive buffers are transient).
+  const int seq_length = (layout.seq_length > 0 ? layout.seq_length : model.seq_length) / layout.cp;
   const double per_layer = model::activation_bytes_per_layer(model, seq_length, layout.micro_batch, layout.tp,
                                                              layout.sequence_parallel, layout.recompute,
                                                              layout.attention == AttentionImpl::kFused);
@@ -130,7 +132,7 @@ ActivationPeak peak_activations(const Layout& layout, int stage, const std::vect
 MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& layout, int stage) {
   require_input(stage >= 0 && stage < layout.pp,
                 "stage " + std::to_string(stage) + " is outside 0.." + std::to_string(layout.pp - 1));
-  require_input(layout.tp >= 1 && layout.pp >= 1 && layout.dp >= 1 && layout.ep >= 1 &&
+  require_input(layout.tp >= 1 && layout.cp >= 1 && layout.pp >= 1 && layout.dp >= 1 && layout.ep >= 1 &&
                     layout.virtual_stages >= 1 && layout.dp % layout.ep == 0,
                 "memory needs a resolved layout (sizes >= 1, ep divides dp); got " + describe(layout));
   require_input(layout.global_batch > 0,
@@ -138,8 +140,10 @@ MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& la
   const std::vector<int> layers = virtual_stage_layers(layout, model.num_layers);
   const StageParameters params = stage_parameters(model, layout, stage, layers);
   // Dense state is sharded over the dp group, or over the shard group of S ranks under hybrid sharding (the
-  // dp / S shard groups replicate it); expert state over the expert-dp group.
-  const double dense_shards = layout.zero_stage == 3 ? layout.shard_size() : layout.dp;
+  // dp / S shard groups replicate it); with context parallel over dp * cp ranks (cp ranks of a replica hold the
+  // same weights), as Megatron-LM's distributed optimizer does over its dp-cp group. Expert state over the
+  // expert-dp group.
+  const double dense_shards = layout.hybrid_sharding() ? layout.shard_size() : layout.grad_reduce_size();
   const double expert_shards = static_cast<double>(layout.dp) / layout.ep;
   const bool shard_weights = layout.zero_stage >= 3;
   const bool shard_gradients = layout.zero_stage >= 2;

@@ -10,9 +10,11 @@
 namespace calo::parallel {
 
 RankMap::RankMap(const Layout& layout)
-    : tp_(layout.tp), dp_(layout.dp), pp_(layout.pp), ep_(layout.ep), shard_(layout.shard_size()) {
-  require_input(tp_ >= 1 && dp_ >= 1 && pp_ >= 1 && ep_ >= 1,
-                fmt::format("rank map: sizes must be >= 1 (tp={}, dp={}, pp={}, ep={})", tp_, dp_, pp_, ep_));
+    : tp_(layout.tp),
+      cp_(layout.cp), dp_(layout.dp), pp_(layout.pp), ep_(layout.ep), shard_(layout.shard_size()) {
+  require_input(tp_ >= 1 && cp_ >= 1 && dp_ >= 1 && pp_ >= 1 && ep_ >= 1,
+                fmt::format("rank map: sizes must be >= 1 (tp={}, cp={}, dp={}, pp={}, ep={})", tp_, cp_, dp_,
+                            pp_, ep_));
   require_input(dp_ % ep_ == 0, fmt::format("rank map: ep={} does not divide dp={}", ep_, dp_));
   require_input(shard_ >= 1 && dp_ % shard_ == 0,
                 fmt::format("rank map: shard group {} does not divide dp={}", shard_, dp_));
@@ -24,8 +26,9 @@ RankCoord RankMap::coord(int rank) const {
   }
   RankCoord result;
   result.tp = rank % tp_;
-  result.dp = (rank / tp_) % dp_;
-  result.pp = rank / (tp_ * dp_);
+  result.cp = (rank / tp_) % cp_;
+  result.dp = (rank / (tp_ * cp_)) % dp_;
+  result.pp = rank / (tp_ * cp_ * dp_);
   result.ep = result.dp % ep_;
   result.edp = result.dp / ep_;
   result.shard = result.dp % shard_;
@@ -33,12 +36,13 @@ RankCoord RankMap::coord(int rank) const {
   return result;
 }
 
-int RankMap::rank_of(int tp_index, int dp_index, int pp_index) const {
-  if (tp_index < 0 || tp_index >= tp_ || dp_index < 0 || dp_index >= dp_ || pp_index < 0 || pp_index >= pp_) {
-    throw std::out_of_range(fmt::format("coordinates tp={} dp={} pp={} outside tp{} dp{} pp{}", tp_index,
-                                        dp_index, pp_index, tp_, dp_, pp_));
+int RankMap::rank_of(int tp_index, int cp_index, int dp_index, int pp_index) const {
+  if (tp_index < 0 || tp_index >= tp_ || cp_index < 0 || cp_index >= cp_ || dp_index < 0 || dp_index >= dp_ ||
+      pp_index < 0 || pp_index >= pp_) {
+    throw std::out_of_range(fmt::format("coordinates tp={} cp={} dp={} pp={} outside tp{} cp{} dp{} pp{}",
+                                        tp_index, cp_index, dp_index, pp_index, tp_, cp_, dp_, pp_));
   }
-  return tp_index + tp_ * (dp_index + dp_ * pp_index);
+  return tp_index + tp_ * (cp_index + cp_ * (dp_index + dp_ * pp_index));
 }
 
 int RankMap::group_size(GroupKind kind) const {
@@ -59,6 +63,10 @@ int RankMap::group_size(GroupKind kind) const {
       return shard_;
     case GroupKind::kDpReplicate:
       return dp_ / shard_;
+    case GroupKind::kCp:
+      return cp_;
+    case GroupKind::kDpCp:
+      return dp_ * cp_;
   }
   throw std::logic_error("unknown group kind");
 }
@@ -69,39 +77,46 @@ std::vector<int> RankMap::group(GroupKind kind, int rank) const {
   members.reserve(group_size(kind));
   switch (kind) {
     case GroupKind::kTp:
-      for (int index = 0; index < tp_; ++index) members.push_back(rank_of(index, at.dp, at.pp));
+      for (int index = 0; index < tp_; ++index) members.push_back(rank_of(index, at.cp, at.dp, at.pp));
       break;
     case GroupKind::kDp:
-      for (int index = 0; index < dp_; ++index) members.push_back(rank_of(at.tp, index, at.pp));
+      for (int index = 0; index < dp_; ++index) members.push_back(rank_of(at.tp, at.cp, index, at.pp));
       break;
     case GroupKind::kPp:
-      for (int index = 0; index < pp_; ++index) members.push_back(rank_of(at.tp, at.dp, index));
+      for (int index = 0; index < pp_; ++index) members.push_back(rank_of(at.tp, at.cp, at.dp, index));
       break;
     case GroupKind::kEp:
       // Same expert-data-parallel index: dp indices edp*ep .. edp*ep + ep-1 (consecutive).
       for (int index = 0; index < ep_; ++index)
-        members.push_back(rank_of(at.tp, at.edp * ep_ + index, at.pp));
+        members.push_back(rank_of(at.tp, at.cp, at.edp * ep_ + index, at.pp));
       break;
     case GroupKind::kExpertDp:
       // Same expert-parallel index: dp indices ep_index + ep*k (strided by ep).
       for (int index = 0; index < dp_ / ep_; ++index)
-        members.push_back(rank_of(at.tp, at.ep + ep_ * index, at.pp));
+        members.push_back(rank_of(at.tp, at.cp, at.ep + ep_ * index, at.pp));
       break;
     case GroupKind::kEmbedding:
       if (at.pp == 0 || at.pp == pp_ - 1) {
-        members.push_back(rank_of(at.tp, at.dp, 0));
-        if (pp_ > 1) members.push_back(rank_of(at.tp, at.dp, pp_ - 1));
+        members.push_back(rank_of(at.tp, at.cp, at.dp, 0));
+        if (pp_ > 1) members.push_back(rank_of(at.tp, at.cp, at.dp, pp_ - 1));
       }
       break;
     case GroupKind::kDpShard:
       // Same replicate index: dp indices replicate*S .. replicate*S + S-1 (consecutive).
       for (int index = 0; index < shard_; ++index)
-        members.push_back(rank_of(at.tp, at.replicate * shard_ + index, at.pp));
+        members.push_back(rank_of(at.tp, at.cp, at.replicate * shard_ + index, at.pp));
       break;
     case GroupKind::kDpReplicate:
       // Same shard index: dp indices shard + S*k (strided by S).
       for (int index = 0; index < dp_ / shard_; ++index)
-        members.push_back(rank_of(at.tp, at.shard + shard_ * index, at.pp));
+        members.push_back(rank_of(at.tp, at.cp, at.shard + shard_ * index, at.pp));
+    case GroupKind::kCp:
+      for (int index = 0; index < cp_; ++index) members.push_back(rank_of(at.tp, index, at.dp, at.pp));
+      break;
+    case GroupKind::kDpCp:
+      // cp varies faster than dp in the rank order, so (dp, cp) in this nesting is ascending.
+      for (int dp_index = 0; dp_index < dp_; ++dp_index)
+        for (int index = 0; index < cp_; ++index) members.push_back(rank_of(at.tp, index, dp_index, at.pp));
       break;
   }
   return members;  // ascending by construction: the varying index is the only one that changes
@@ -126,6 +141,10 @@ int RankMap::index_in_group(GroupKind kind, int rank) const {
       return at.shard;
     case GroupKind::kDpReplicate:
       return at.replicate;
+    case GroupKind::kCp:
+      return at.cp;
+    case GroupKind::kDpCp:
+      return at.cp + cp_ * at.dp;
   }
   throw std::logic_error("unknown group kind");
 }
@@ -158,6 +177,10 @@ const char* to_string(GroupKind kind) {
       return "dp_shard";
     case GroupKind::kDpReplicate:
       return "dp_replicate";
+    case GroupKind::kCp:
+      return "cp";
+    case GroupKind::kDpCp:
+      return "dp-cp";
   }
   return "?";
 }

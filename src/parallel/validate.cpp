@@ -51,7 +51,7 @@ void check_sizes(const Layout& layout) {
     int value;
   };
   for (const SizeRule& rule :
-       {SizeRule{"tp", "tensor-parallel size", layout.tp},
+       {SizeRule{"tp", "tensor-parallel size", layout.tp}, SizeRule{"cp", "context-parallel size", layout.cp},
         SizeRule{"pp", "pipeline-parallel size", layout.pp}, SizeRule{"dp", "data-parallel size", layout.dp},
         SizeRule{"ep", "expert-parallel size", layout.ep},
         SizeRule{"micro-batch", "micro-batch size", layout.micro_batch},
@@ -119,13 +119,48 @@ void check_sequence(const Layout& layout) {
   require_input(
       layout.seq_length > 0,
       "sequence length must be positive: the model gives none; set it with --seq (e.g. --seq 2048)");
-  if (layout.sequence_parallel) {
-    require_input(
-        layout.seq_length % layout.tp == 0,
-        fmt::format("sequence parallel splits each sequence of {} tokens over tp={}, which does not "
-                    "divide it; {} (sequence length) or --no-sequence-parallel",
-                    layout.seq_length, layout.tp, nearby_multiples(layout.seq_length, layout.tp)));
+  if (layout.cp > 1) {
+    // The causal load-balanced ring (Megatron-LM / TransformerEngine) cuts each sequence into 2*cp chunks and
+    // gives rank i chunks i and 2cp-1-i, so cp must divide the sequence and so must 2*cp.
+    const int chunks = 2 * layout.cp;
+    std::vector<int> valid_cp;
+    for (int candidate = 1; 2 * candidate <= layout.seq_length; ++candidate)
+      if (layout.seq_length % (2 * candidate) == 0) valid_cp.push_back(candidate);
+    require_input(layout.seq_length % chunks == 0,
+                  fmt::format("cp={} needs the sequence length {} to be a multiple of 2*cp = {} (each rank "
+                              "holds 2 of the 2*cp chunks of the causal load-balanced ring); {}, or {}",
+                              layout.cp, layout.seq_length, chunks, nearby(valid_cp, layout.cp, "cp="),
+                              nearby_multiples(layout.seq_length, chunks, "--seq ")));
   }
+  if (layout.sequence_parallel) {
+    const int local = layout.seq_length / layout.cp;
+    require_input(
+        local % layout.tp == 0,
+        layout.cp > 1
+            ? fmt::format("sequence parallel splits each rank's {} tokens (sequence {} / cp={}) over tp={}, "
+                          "which does not divide them; {} (sequence length) or --no-sequence-parallel",
+                          local, layout.seq_length, layout.cp, layout.tp,
+                          nearby_multiples(layout.seq_length, layout.tp * 2 * layout.cp))
+            : fmt::format("sequence parallel splits each sequence of {} tokens over tp={}, which does not "
+                          "divide it; {} (sequence length) or --no-sequence-parallel",
+                          layout.seq_length, layout.tp, nearby_multiples(layout.seq_length, layout.tp)));
+  }
+}
+
+void check_context_parallel(const model::ModelSpec& model, const Layout& layout) {
+  if (layout.cp == 1) return;
+  require_input(!model.is_moe(),
+                fmt::format("cp={} with the mixture-of-experts model {} is not supported (expert groups with "
+                            "context parallel are not modelled); use --cp 1 for MoE models",
+                            layout.cp, model.name));
+  require_input(layout.attention == AttentionImpl::kFused,
+                fmt::format("cp={} needs the fused attention core (context parallelism runs flash-attention "
+                            "chunks against each K/V block); use --attention fused or --cp 1",
+                            layout.cp));
+  require_input(!layout.hybrid_sharding(),
+                fmt::format("cp={} with hybrid sharding (--fsdp-shard-group {}) is not modelled (parameters "
+                            "would shard over part of the dp-cp group); drop --fsdp-shard-group or use --cp 1",
+                            layout.cp, layout.fsdp_shard_size));
 }
 
 void check_pipeline(const model::ModelSpec& model, Layout& layout) {
@@ -239,6 +274,7 @@ Layout resolve_layout(const model::ModelSpec& model, Layout layout, bool sequenc
   if (layout.tp == 1) layout.sequence_parallel = false;
   if (layout.seq_length == 0) layout.seq_length = model.seq_length;
   check_sequence(layout);
+  check_context_parallel(model, layout);
   check_pipeline(model, layout);
   check_experts(model, layout);
   check_batch(layout);

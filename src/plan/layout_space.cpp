@@ -22,7 +22,7 @@ std::vector<int> divisors_of(int value) {
 
 /// The sizes (tp, pp, dp, ep, vpp + schedule) of the space before the per-rank options.
 struct Sizes {
-  int tp = 1, pp = 1, dp = 1, ep = 1, vpp = 1;
+  int tp = 1, pp = 1, dp = 1, ep = 1, vpp = 1, cp = 1;
   parallel::Schedule schedule = parallel::Schedule::k1F1B;
 };
 
@@ -31,23 +31,25 @@ std::vector<Sizes> enumerate_sizes(const SpaceRequest& request) {
   std::vector<Sizes> result;
   for (int tp : divisors_of(request.gpus)) {
     if (tp > request.gpus_per_node || model.num_attention_heads % tp != 0) continue;
-    for (int pp : divisors_of(request.gpus / tp)) {
-      if (pp > model.num_layers) continue;
-      const int dp = request.gpus / (tp * pp);
-      std::vector<int> eps{1};
-      if (model.is_moe()) {
-        eps.clear();
-        for (int ep : divisors_of(dp)) {
-          if (model.num_experts % ep == 0) eps.push_back(ep);
+    for (int cp = 1; cp <= request.max_cp && (request.gpus / tp) % cp == 0; cp *= 2) {
+      for (int pp : divisors_of(request.gpus / (tp * cp))) {
+        if (pp > model.num_layers) continue;
+        const int dp = request.gpus / (tp * cp * pp);
+        std::vector<int> eps{1};
+        if (model.is_moe()) {
+          eps.clear();
+          for (int ep : divisors_of(dp)) {
+            if (model.num_experts % ep == 0) eps.push_back(ep);
+          }
         }
-      }
-      for (int ep : eps) {
-        result.push_back({tp, pp, dp, ep, 1, parallel::Schedule::k1F1B});
-        if (pp == 1) continue;
-        result.push_back({tp, pp, dp, ep, 1, parallel::Schedule::kGpipe});
-        for (int vpp = 2; pp * vpp <= model.num_layers; ++vpp) {
-          if (model.num_layers % (pp * vpp) != 0) continue;
-          result.push_back({tp, pp, dp, ep, vpp, parallel::Schedule::kInterleaved});
+        for (int ep : eps) {
+          result.push_back({tp, pp, dp, ep, 1, cp, parallel::Schedule::k1F1B});
+          if (pp == 1) continue;
+          result.push_back({tp, pp, dp, ep, 1, cp, parallel::Schedule::kGpipe});
+          for (int vpp = 2; pp * vpp <= model.num_layers; ++vpp) {
+            if (model.num_layers % (pp * vpp) != 0) continue;
+            result.push_back({tp, pp, dp, ep, vpp, cp, parallel::Schedule::kInterleaved});
+          }
         }
       }
     }
@@ -66,8 +68,9 @@ struct Sharding {
 /// it.
 std::vector<Sharding> shardings(const Sizes& sizes, int gpus_per_node) {
   std::vector<Sharding> result = {{0, 0}};
-  if (sizes.dp == 1) return result;  // nothing to shard over
+  if (sizes.dp * sizes.cp == 1) return result;  // nothing to shard over (ZeRO shards over dp * cp ranks)
   for (int zero_stage : {1, 2, 3}) result.push_back({zero_stage, 0});
+  if (sizes.cp > 1) return result;  // hybrid sharding with context parallel is not modelled
   const int node_shard = gpus_per_node / sizes.tp;
   if (node_shard > 1 && node_shard < sizes.dp && sizes.dp % node_shard == 0)
     result.push_back({3, node_shard});
@@ -107,6 +110,7 @@ LayoutSpace enumerate_layouts(const SpaceRequest& request) {
           for (bool overlap : {false, true}) {
             parallel::Layout layout;
             layout.tp = sizes.tp;
+            layout.cp = sizes.cp;
             layout.pp = sizes.pp;
             layout.dp = sizes.dp;
             layout.ep = sizes.ep;
@@ -120,7 +124,7 @@ LayoutSpace enumerate_layouts(const SpaceRequest& request) {
             layout.attention = request.attention;
             layout.fsdp_shard_size = sharding.shard_size;
             layout.overlap_tp_comm = overlap && sizes.tp > 1;
-            layout.overlap_grad_reduce = overlap && sizes.dp > 1;
+            layout.overlap_grad_reduce = overlap && sizes.dp * sizes.cp > 1;
             layout.overlap_param_gather = overlap && zero_stage >= 1;
             if (overlap && !layout.overlap_tp_comm && !layout.overlap_grad_reduce) continue;  // same as off
             try {
@@ -143,7 +147,7 @@ LayoutSpace enumerate_layouts(const SpaceRequest& request) {
 int layout_distance(const parallel::Layout& a, const parallel::Layout& b) {
   const bool overlap_a = a.overlap_tp_comm || a.overlap_grad_reduce || a.overlap_param_gather;
   const bool overlap_b = b.overlap_tp_comm || b.overlap_grad_reduce || b.overlap_param_gather;
-  return (a.tp != b.tp) + (a.pp != b.pp) + (a.dp != b.dp) + (a.ep != b.ep) +
+  return (a.tp != b.tp) + (a.cp != b.cp) + (a.pp != b.pp) + (a.dp != b.dp) + (a.ep != b.ep) +
          (a.virtual_stages != b.virtual_stages) + (a.schedule != b.schedule) +
          (a.micro_batch != b.micro_batch) + (a.recompute != b.recompute) + (a.zero_stage != b.zero_stage) +
          (a.shard_size() != b.shard_size()) + (a.reshard_after_forward != b.reshard_after_forward) +
@@ -167,6 +171,8 @@ std::vector<Candidate> nearest_fitting(const LayoutSpace& space, const parallel:
 
 std::string calo_flags(const parallel::Layout& layout) {
   std::string text = fmt::format("--tp {} --pp {} --dp {}", layout.tp, layout.pp, layout.dp);
+  if (layout.cp > 1) text += fmt::format(" --cp {}", layout.cp);
+  if (layout.cp > 1 && layout.cp_comm == parallel::CpComm::kAllGather) text += " --cp-comm allgather";
   if (layout.ep > 1) text += fmt::format(" --ep {}", layout.ep);
   if (layout.virtual_stages > 1) text += fmt::format(" --vpp {}", layout.virtual_stages);
   text += fmt::format(" --schedule {} --mbs {} --gbs {}", parallel::to_string(layout.schedule),
@@ -188,6 +194,9 @@ std::string calo_flags(const parallel::Layout& layout) {
 std::string megatron_flags(const parallel::Layout& layout) {
   std::string text =
       fmt::format("--tensor-model-parallel-size {} --pipeline-model-parallel-size {}", layout.tp, layout.pp);
+  if (layout.cp > 1)
+    text += fmt::format(" --context-parallel-size {} --cp-comm-type {}", layout.cp,
+                        layout.cp_comm == parallel::CpComm::kAllGather ? "all_gather" : "p2p");
   if (layout.ep > 1) text += fmt::format(" --expert-model-parallel-size {}", layout.ep);
   if (layout.virtual_stages > 1)
     text += fmt::format(" --num-layers-per-virtual-pipeline-stage {}",

@@ -22,6 +22,7 @@ struct SpaceRequest {
   int gpus_per_node = 8;           ///< tp never spans nodes (tp <= gpus_per_node)
   double device_memory_bytes = 0;  ///< HBM per GPU; a layout fits when its accounted total <= usable share
   parallel::AttentionImpl attention = parallel::AttentionImpl::kFused;  ///< attention core of every layout
+  int max_cp = 1;  ///< context-parallel sizes enumerated: powers of two up to max_cp (1 = no cp)
 };
 
 /// One layout of the space with its memory verdict.
@@ -45,11 +46,11 @@ double usable_memory_bytes(double device_bytes);
 /// True when `memory` fits a device of `device_bytes` (the rule `calo bench` applies).
 bool fits_memory(const parallel::MemoryBreakdown& memory, double device_bytes);
 
-/// Enumerates tp (divisors of the heads, <= gpus_per_node), pp (dividing gpus / tp), dp = gpus / (tp pp),
-/// ep (MoE: divisors of dp and experts), vpp with the interleaved schedule (pp > 1), gpipe and 1f1b,
-/// micro-batch (divisors of global_batch / dp), recompute none|selective|full, ZeRO 0|1|2|3 and hybrid
-/// sharding within a node (ZeRO-3 with S = gpus_per_node / tp when 1 < S < dp divides dp; parameters
-/// resharded after forward), overlap off|all.
+/// Enumerates tp (divisors of the heads, <= gpus_per_node), cp (powers of two up to max_cp dividing gpus /
+/// tp), pp (dividing gpus / (tp cp)), dp = gpus / (tp cp pp), ep (MoE: divisors of dp and experts), vpp with
+/// the interleaved schedule (pp > 1), gpipe and 1f1b, micro-batch (divisors of global_batch / dp), recompute
+/// none|selective|full, ZeRO 0|1|2|3 and, without cp, hybrid sharding within a node (ZeRO-3 with
+/// S = gpus_per_node / tp when 1 < S < dp divides dp; parameters resharded after forward), overlap off|all.
 /// Every combination goes through parallel::resolve_layout; the ones it rejects are counted, not kept.
 /// Throws InputError when gpus < 1 or global_batch < 1.
 LayoutSpace enumerate_layouts(const SpaceRequest& request);

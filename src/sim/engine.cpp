@@ -26,7 +26,13 @@ bool is_comm(graph::OpKind kind) {
 
 int comm_class(const graph::Op& op) {
   if (op.kind == graph::OpKind::kCollective) return static_cast<int>(op.group);
-  return static_cast<int>(graph::GroupKind::kPp);
+  // Messages: the context-parallel ring's are cp time, the pipeline's pp time.
+  return static_cast<int>(op.group == graph::GroupKind::kCp ? graph::GroupKind::kCp : graph::GroupKind::kPp);
+}
+
+/// Which peer a message goes to, relative to the sender: (group, pipeline stage, ring offset).
+std::tuple<int, int, int> peer_key(const graph::Op& op) {
+  return {static_cast<int>(op.group), op.peer_stage, op.peer_offset};
 }
 
 /// A collective instance (one call of one group) or a point-to-point message.
@@ -43,7 +49,7 @@ struct Instance {
 struct EntityState {
   std::int32_t cursor[graph::kNumStreams] = {};
   double stream_free_s[graph::kNumStreams] = {};
-  std::int32_t pending[graph::kNumStreams] = {-1, -1, -1, -1, -1};
+  std::int32_t pending[graph::kNumStreams];
   double pending_ready_s[graph::kNumStreams] = {};  ///< arrival time of the pending op of each stream
   std::int64_t collective_count[graph::kNumGroupKinds] = {};
   std::int32_t sync_set[graph::kNumGroupKinds] = {};  ///< set id per group kind (set for kinds the rank has)
@@ -57,6 +63,10 @@ struct EntityState {
   const std::vector<double>* comm_cost = nullptr;
   bool queued = false;
   std::uint64_t done_ops = 0;
+  EntityState() {
+    std::fill(std::begin(pending), std::end(pending), -1);
+    std::fill(std::begin(sync_set), std::end(sync_set), -1);
+  }
 };
 
 /// Key of the `sequence`-th collective of group kind `group_kind` over sync set `sync_set` (sets < 2^24,
@@ -102,15 +112,17 @@ const std::vector<double>& Engine::comm_costs(int program, int representative) {
                        placement.cross_leaf);
   }
   const auto& ops = graph_.programs[program].ops;
-  std::map<int, int> peer_of_stage;  // peer stage -> peer rank (for node placement of messages)
+  // Peer (pipeline stage or cp ring neighbour) -> peer rank, for the node placement of messages.
+  std::map<std::tuple<int, int, int>, int> peer_of;
   for (const auto& op : ops) {
     if ((op.kind == graph::OpKind::kSend || op.kind == graph::OpKind::kRecv) &&
-        !peer_of_stage.contains(op.peer_stage)) {
+        !peer_of.contains(peer_key(op))) {
       const int peer = graph_.peer_rank(representative, op);
-      peer_of_stage[op.peer_stage] = peer;
+      peer_of[peer_key(op)] = peer;
       const int node_gpus = cluster_.node.gpus;
       const int leaf_nodes = cluster_.network.nodes_per_leaf;
-      key += fmt::format("|p{}:{},{}", op.peer_stage, representative / node_gpus == peer / node_gpus,
+      key += fmt::format("|p{},{},{}:{},{}", static_cast<int>(op.group), op.peer_stage, op.peer_offset,
+                         representative / node_gpus == peer / node_gpus,
                          representative / node_gpus / leaf_nodes == peer / node_gpus / leaf_nodes);
     }
   }
@@ -123,7 +135,7 @@ const std::vector<double>& Engine::comm_costs(int program, int representative) {
       (*costs)[index] =
           collective_time_s(cluster_, op.collective, op.bytes, placements[static_cast<int>(op.group)]);
     } else if (op.kind == graph::OpKind::kSend || op.kind == graph::OpKind::kRecv) {
-      (*costs)[index] = p2p_time_s(cluster_, op.bytes, representative, peer_of_stage[op.peer_stage]);
+      (*costs)[index] = p2p_time_s(cluster_, op.bytes, representative, peer_of[peer_key(op)]);
     }
   }
   return *comm_cost_cache_.emplace(key, std::move(costs)).first->second;
@@ -223,6 +235,15 @@ EngineResult Engine::run(const std::vector<EngineEntity>& entities,
             state.pending[stream] = -1;
           } else {
             double ready = state.stream_free_s[stream];
+            // A context-parallel ring exchange is one batched isend/irecv over a full-duplex link: its
+            // receive starts with its send, not after it (pipeline batches keep the serialized model).
+            if (op.group == graph::GroupKind::kCp && is_comm(op.kind) && op.p2p_batch >= 0 &&
+                state.cursor[stream] > 0) {
+              const std::int32_t previous = stream_ops[state.cursor[stream] - 1];
+              const graph::Op& before = program.ops[previous];
+              if (before.p2p_batch == op.p2p_batch && before.group == graph::GroupKind::kCp)
+                ready = state.comm_begin_s[previous];
+            }
             std::int32_t binding = -1;
             bool blocked = false;
             for (std::int32_t dep : program.deps_of(op_index)) {

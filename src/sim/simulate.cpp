@@ -16,10 +16,11 @@ namespace calo::sim {
 
 namespace {
 
-/// Where a rank sits in the layout (Megatron order tp-cp-ep-dp-pp: rank = tp + tp_size*(dp + dp_size*pp)).
+/// Where a rank sits in the layout (Megatron order tp-cp-ep-dp-pp: rank = tp + tp_size*(cp + cp_size*(dp +
+/// dp_size*pp))).
 struct Coordinates {
   int tp_group = 0;  ///< rank / tp: index of its tensor-parallel group
-  int unit = 0;      ///< replica group: dp_index / ep (the ep replicas that exchange tokens)
+  int unit = 0;      ///< replica unit: cp_index + cp * (dp_index / ep) (ep replicas exchange tokens)
   int ep_index = 0;  ///< dp_index % ep
   int stage = 0;     ///< pipeline stage
 };
@@ -27,11 +28,19 @@ struct Coordinates {
 Coordinates coordinates(const parallel::Layout& layout, int rank) {
   Coordinates result;
   result.tp_group = rank / layout.tp;
-  const int dp_index = result.tp_group % layout.dp;
-  result.stage = result.tp_group / layout.dp;
+  const int cp_index = result.tp_group % layout.cp;
+  const int dp_index = (result.tp_group / layout.cp) % layout.dp;
+  result.stage = result.tp_group / (layout.cp * layout.dp);
   result.ep_index = dp_index % layout.ep;
-  result.unit = dp_index / layout.ep;
+  result.unit = cp_index + layout.cp * (dp_index / layout.ep);
   return result;
+}
+
+/// Index of the tensor-parallel group of replica unit `unit` (Coordinates::unit) at (ep_index, stage).
+int tp_group_of(const parallel::Layout& layout, int unit, int ep_index, int stage) {
+  const int cp_index = unit % layout.cp;
+  const int dp_index = (unit / layout.cp) * layout.ep + ep_index;
+  return cp_index + layout.cp * (dp_index + layout.dp * stage);
 }
 
 bool is_comm(graph::OpKind kind) {
@@ -244,7 +253,7 @@ class StepRunner {
   std::string fold_replicas(const std::vector<GpuState>& gpus, StepOutcome& outcome) {
     const parallel::Layout& layout = graph_.layout;
     const int world = graph_.world_size();
-    const int units = layout.dp / layout.ep, ep = layout.ep, pp = layout.pp;
+    const int units = layout.cp * (layout.dp / layout.ep), ep = layout.ep, pp = layout.pp;
     compute_stretch_.assign(world / layout.tp, 0.0);
     memory_stretch_.assign(world / layout.tp, 0.0);
     for (const GpuState& state : gpus) {
@@ -261,7 +270,7 @@ class StepRunner {
       std::string key;
       for (int stage = 0; stage < pp; ++stage) {
         for (int ep_index = 0; ep_index < ep; ++ep_index) {
-          const int group = (unit * ep + ep_index) + layout.dp * stage;
+          const int group = tp_group_of(layout, unit, ep_index, stage);
           key += fmt::format("{},{};", std::llround(compute_stretch_[group] * 1e4),
                              std::llround(memory_stretch_[group] * 1e4));
         }
@@ -278,7 +287,7 @@ class StepRunner {
     for (int klass = 0; klass < classes; ++klass) {
       for (int ep_index = 0; ep_index < ep; ++ep_index) {
         for (int stage = 0; stage < pp; ++stage) {
-          const int group = (first_unit_of_class[klass] * ep + ep_index) + layout.dp * stage;
+          const int group = tp_group_of(layout, first_unit_of_class[klass], ep_index, stage);
           EngineEntity& entity = entities_[(klass * ep + ep_index) * pp + stage];
           entity.representative = group * layout.tp;
           entity.program = graph_.program_of_rank[entity.representative];

@@ -119,7 +119,7 @@ double model_flops_per_gpu(const SimResult& result);
 /// Model FLOP utilization: model_flops_per_gpu / peak_flops_per_gpu.
 double mfu(const SimResult& result);
 
-/// Names of the exposed-communication classes ("tp", "dp", "pp", "ep", "edp", "embedding").
+/// Names of the exposed-communication classes ("tp", "dp", "pp", "ep", "edp", "embedding", "cp", "dp-cp").
 const char* comm_class_name(int comm_class);
 
 /// Summary (and, when `per_gpu`, per-GPU figures and trajectories) as JSON.

@@ -142,6 +142,23 @@ TEST(CampaignSpec, InvalidPointsAreDroppedWithTheReason) {
   EXPECT_NE(points[3].skip_reason.find("is not the 8 GPUs"), std::string::npos) << points[3].skip_reason;
 }
 
+TEST(CampaignSpec, ContextParallelIsALayoutKey) {
+  // Llama3-8B at 32K tokens on 8 H100: cp 2 x tp 4 fits and derives dp 1; a 1002-token cp 2 point breaks the
+  // sequence rule (4 chunks); the point's arguments carry --cp and --cp-comm through to calo sim.
+  const Spec spec = spec_from(
+      "model: llama3-8b\ncluster: h100-hgx\ngpus: 8\nfixed: {gbs: 4, seq: 32768, recompute: full}\n"
+      "axes:\n  layout: [{tp: 4, cp: 2, cp-comm: allgather}, {tp: 4, cp: 2, seq: 1002}]\n");
+  std::vector<Point> points = expand_grid(spec);
+  validate_points(spec, points);
+  ASSERT_EQ(points.size(), 2u);
+  EXPECT_EQ(points[0].skip_reason, "");
+  EXPECT_NE(points[1].skip_reason.find("multiple of 2*cp"), std::string::npos) << points[1].skip_reason;
+  std::string arguments;
+  for (const std::string& word : point_arguments(spec, points[0], "sim", "")) arguments += word + " ";
+  EXPECT_NE(arguments.find("--cp 2"), std::string::npos) << arguments;
+  EXPECT_NE(arguments.find("--cp-comm allgather"), std::string::npos) << arguments;
+}
+
 TEST(CampaignSpec, ShippedSpecsParseAndHaveRunnablePoints) {
   for (const auto& entry : fs::directory_iterator(fs::path(CALO_SOURCE_DIR) / "data" / "campaigns")) {
     const Spec spec = load_spec(entry.path());

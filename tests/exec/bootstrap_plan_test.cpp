@@ -190,6 +190,24 @@ TEST(MemoryPlan, ASliceOfTheSameShapesFits) {
   EXPECT_NO_THROW(require_fits(plan, slice, layout, gpu_with(141e9)));
 }
 
+TEST(MemoryPlan, LongSequencesAreOfferedContextParallel) {
+  // Llama3-8B slice of 4 layers at 64K tokens on an 80 GB GPU: activations do not fit one rank; splitting the
+  // sequence over cp ranks is among the suggested fixes (with the rank count it needs).
+  const model::ModelSpec slice = slice_model(model::load_model("llama3-8b"), 4);
+  parallel::Layout layout;
+  layout.seq_length = 65536;
+  layout = parallel::resolve_layout(slice, layout);
+  const MemoryPlan plan = plan_memory(slice, layout, gpu_with(80e9));
+  ASSERT_FALSE(plan.fits()) << plan.breakdown.total_bytes();
+  try {
+    require_fits(plan, slice, layout, gpu_with(80e9));
+    FAIL() << "expected InputError";
+  } catch (const InputError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("--cp 4 (--nproc 4)"), std::string::npos) << message;
+  }
+}
+
 TEST(Slice, NamesAndBounds) {
   EXPECT_EQ(parse_slice_name("llama3-70b-slice"), std::make_pair(std::string("llama3-70b"), true));
   EXPECT_EQ(parse_slice_name("llama3-70b"), std::make_pair(std::string("llama3-70b"), false));

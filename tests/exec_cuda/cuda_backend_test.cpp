@@ -148,6 +148,28 @@ StepRun run_single(const std::string& model_name, bool check, int steps,
   return run;
 }
 
+TEST(CudaBackend, RefusesContextParallelWithAClearMessage) {
+  // The NCCL K/V ring with cuDNN attention per chunk is not built: a cp > 1 graph is refused at connect()
+  // (before any communicator), naming --cp and the alternatives, instead of running a partial path.
+  CALO_REQUIRE_GPU();
+  const model::ModelSpec spec = model::load_model("tiny-dense");
+  parallel::Layout layout;
+  layout.cp = 2;
+  const graph::Graph graph = graph::build_graph(spec, parallel::resolve_layout(spec, layout));
+  auto backend = BackendRegistry::instance().select("cuda").create(BackendConfig{});
+  EXPECT_FALSE(BackendRegistry::instance().select("cuda").context_parallel);
+  LaunchInfo launch;
+  auto bootstrap = make_bootstrap(launch);
+  try {
+    backend->connect(graph, 0, *bootstrap);
+    ADD_FAILURE() << "cp = 2 was accepted by the cuda backend";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("--cp 2: the cuda backend does not run context parallelism"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
 TEST(CudaBackend, RunsEveryOpOfTinyDenseAndChecksClean) {
   CALO_REQUIRE_GPU();
   const StepRun run = run_single("tiny-dense", true, 2);

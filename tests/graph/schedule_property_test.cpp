@@ -137,4 +137,52 @@ TEST(ScheduleProperty, EveryShardingOfTheGridPassesEveryChecker) {
 }
 
 }  // namespace
+TEST(ScheduleProperty, EveryValidContextParallelLayoutOfTheGridPassesEveryChecker) {
+  // cp 2 and 4 against tp, pp (1F1B and interleaved), dp, recompute, ZeRO and overlap: the ring's sends and
+  // receives must match, never deadlock, keep the attention FLOPs of cp = 1 and the closed-form cp volume.
+  int checked = 0;
+  for (const char* name : {"tiny-dense", "llama3-8b"}) {
+    const model::ModelSpec model = model::load_model(name);
+    for (int cp : {2, 4}) {
+      for (int tp : {1, 2}) {
+        for (int pp : {1, 2}) {
+          for (int dp : {1, 2}) {
+            for (const auto recompute :
+                 {model::Recompute::kNone, model::Recompute::kSelective, model::Recompute::kFull}) {
+              for (int zero : {0, 1, 3}) {
+                for (bool interleaved : {false, true}) {
+                  if (interleaved && pp == 1) continue;
+                  parallel::Layout layout;
+                  layout.tp = tp;
+                  layout.cp = cp;
+                  // Alternate the K/V exchange so both variants cover the grid.
+                  layout.cp_comm =
+                      (zero + tp + pp) % 2 == 0 ? parallel::CpComm::kP2p : parallel::CpComm::kAllGather;
+                  layout.pp = pp;
+                  layout.dp = dp;
+                  layout.recompute = recompute;
+                  layout.zero_stage = zero;
+                  layout.overlap_grad_reduce = zero != 0;
+                  layout.overlap_tp_comm = zero == 1;
+                  layout.schedule =
+                      interleaved ? parallel::Schedule::kInterleaved : parallel::Schedule::k1F1B;
+                  layout.virtual_stages = interleaved ? 2 : 1;
+                  layout.global_batch = 2 * pp * dp;
+                  layout.seq_length = 128;
+                  check_layout(
+                      model, layout,
+                      fmt::format("{} tp{} cp{} pp{} dp{} recompute {} zero{}{}", name, tp, cp, pp, dp,
+                                  parallel::to_string(recompute), zero, interleaved ? " interleaved" : ""),
+                      checked);
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 300) << "the grid must actually check layouts";
+}
+
 }  // namespace calo::graph

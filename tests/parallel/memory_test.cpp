@@ -333,4 +333,37 @@ TEST(Memory, RejectsStageOutsideThePipeline) {
 }
 
 }  // namespace
+TEST(Memory, ContextParallelSplitsActivationsNotWeights) {
+  // cp = 2: each rank keeps the activations of 64 of the 128 tokens (flash attention: linear in tokens);
+  // weights, gradients and optimizer state are replicated over the cp ranks, as over dp ranks.
+  const model::ModelSpec model = model::load_model("tiny-dense");
+  Layout layout;
+  layout.cp = 2;
+  MemoryBreakdown memory = memory_per_gpu(model, resolved(model, layout));
+  EXPECT_DOUBLE_EQ(memory.weights_bytes, 2 * kTinyParams);
+  EXPECT_DOUBLE_EQ(memory.gradients_bytes, 2 * kTinyParams);
+  EXPECT_DOUBLE_EQ(memory.optimizer_bytes, 12 * kTinyParams);
+  EXPECT_DOUBLE_EQ(memory.activations_bytes, (4 * kTinyLayerActivations + kTinyOutputActivations) / 2);
+  layout.cp = 4;
+  memory = memory_per_gpu(model, resolved(model, layout));
+  EXPECT_DOUBLE_EQ(memory.activations_bytes, (4 * kTinyLayerActivations + kTinyOutputActivations) / 4);
+}
+
+TEST(Memory, ZeroShardsOverDataTimesContextParallelRanks) {
+  // Megatron-LM's distributed optimizer shards over the dp-cp group: dp 2 x cp 2 = 4 shards.
+  const model::ModelSpec model = model::load_model("tiny-dense");
+  Layout layout;
+  layout.cp = 2;
+  layout.dp = 2;
+  layout.zero_stage = 1;
+  MemoryBreakdown memory = memory_per_gpu(model, resolved(model, layout));
+  EXPECT_DOUBLE_EQ(memory.weights_bytes, 2 * kTinyParams);
+  EXPECT_DOUBLE_EQ(memory.optimizer_bytes, 12 * kTinyParams / 4);
+  layout.zero_stage = 3;
+  memory = memory_per_gpu(model, resolved(model, layout));
+  EXPECT_DOUBLE_EQ(memory.weights_bytes, 2 * kTinyParams / 4 + 2 * kTinyLayerParams);
+  EXPECT_DOUBLE_EQ(memory.gradients_bytes, 2 * kTinyParams / 4);
+  EXPECT_DOUBLE_EQ(memory.optimizer_bytes, 12 * kTinyParams / 4);
+}
+
 }  // namespace calo::parallel

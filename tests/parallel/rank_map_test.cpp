@@ -257,5 +257,67 @@ TEST(RankMap, RejectsEpNotDividingDp) {
   EXPECT_THROW(RankMap(make_layout(1, 1, 6, 4)), InputError);
 }
 
+Layout make_cp_layout(int tp, int cp, int pp, int dp) {
+  Layout layout = make_layout(tp, pp, dp);
+  layout.cp = cp;
+  return layout;
+}
+
 }  // namespace
+TEST(RankMap, ContextParallelMatchesMegatronRankGenerator) {
+  // Megatron-LM's dense generator with cp: order tp-cp-ep-dp-pp; "dp-cp" is the data-parallel group with
+  // context parallel (gradient reduction), "cp" the ring.
+  for (int tp : {1, 2, 4}) {
+    for (int cp : {2, 3, 4}) {
+      for (int pp : {1, 2}) {
+        for (int dp : {1, 2, 3}) {
+          SCOPED_TRACE(testing::Message() << "tp" << tp << " cp" << cp << " pp" << pp << " dp" << dp);
+          RankMap map(make_cp_layout(tp, cp, pp, dp));
+          EXPECT_EQ(map.world_size(), tp * cp * pp * dp);
+          const std::vector<int> dense = {tp, cp, 1, dp, pp};
+          EXPECT_EQ(as_set(map.all_groups(GroupKind::kTp)),
+                    as_set(masked_orthogonal_groups(dense, {true, false, false, false, false})));
+          EXPECT_EQ(as_set(map.all_groups(GroupKind::kCp)),
+                    as_set(masked_orthogonal_groups(dense, {false, true, false, false, false})));
+          EXPECT_EQ(as_set(map.all_groups(GroupKind::kDp)),
+                    as_set(masked_orthogonal_groups(dense, {false, false, false, true, false})));
+          EXPECT_EQ(as_set(map.all_groups(GroupKind::kDpCp)),
+                    as_set(masked_orthogonal_groups(dense, {false, true, false, true, false})));
+          EXPECT_EQ(as_set(map.all_groups(GroupKind::kPp)),
+                    as_set(masked_orthogonal_groups(dense, {false, false, false, false, true})));
+          for (GroupKind kind : {GroupKind::kCp, GroupKind::kDpCp}) {
+            std::vector<int> seen(map.world_size(), 0);
+            for (const auto& members : map.all_groups(kind)) {
+              ASSERT_EQ(static_cast<int>(members.size()), map.group_size(kind));
+              EXPECT_TRUE(std::is_sorted(members.begin(), members.end()));
+              for (size_t position = 0; position < members.size(); ++position) {
+                ++seen[members[position]];
+                EXPECT_EQ(map.index_in_group(kind, members[position]), static_cast<int>(position));
+                EXPECT_EQ(map.group(kind, members[position]), members);
+              }
+            }
+            for (int count : seen) EXPECT_EQ(count, 1);
+          }
+          for (int rank = 0; rank < map.world_size(); ++rank) {
+            const RankCoord at = map.coord(rank);
+            EXPECT_EQ(map.rank_of(at.tp, at.cp, at.dp, at.pp), rank);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(RankMap, ContextParallelRankOrderByHand) {
+  // tp2 cp2 dp2 pp1: rank = tp + 2 (cp + 2 dp): the cp ring of rank 1 is {1, 3}; its dp-cp group {1, 3, 5,
+  // 7}.
+  RankMap map(make_cp_layout(2, 2, 1, 2));
+  EXPECT_EQ(map.group(GroupKind::kCp, 1), (std::vector<int>{1, 3}));
+  EXPECT_EQ(map.group(GroupKind::kDp, 1), (std::vector<int>{1, 5}));
+  EXPECT_EQ(map.group(GroupKind::kDpCp, 1), (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(map.group(GroupKind::kTp, 6), (std::vector<int>{6, 7}));
+  EXPECT_STREQ(to_string(GroupKind::kCp), "cp");
+  EXPECT_STREQ(to_string(GroupKind::kDpCp), "dp-cp");
+}
+
 }  // namespace calo::parallel

@@ -80,6 +80,51 @@ TEST(Validate, EverySizeMustBeAtLeastOne) {
             "vpp=0 is not a valid number of model chunks per stage: sizes must be >= 1; try vpp=1");
 }
 
+TEST(Validate, ContextParallelSizeMustBeAtLeastOne) {
+  Layout layout;
+  layout.cp = 0;
+  EXPECT_EQ(error_of(dense_model(), layout),
+            "cp=0 is not a valid context-parallel size: sizes must be >= 1; try cp=1");
+}
+
+TEST(Validate, ContextParallelNeedsSequenceMultipleOfTwoCp) {
+  Layout layout;
+  layout.cp = 3;  // 4096 tokens: 2*cp = 6 does not divide them
+  EXPECT_EQ(error_of(dense_model(), layout),
+            "cp=3 needs the sequence length 4096 to be a multiple of 2*cp = 6 (each rank holds 2 of the 2*cp "
+            "chunks of the causal load-balanced ring); try cp=2 or cp=4, or try --seq 4092 or --seq 4098");
+  layout.seq_length = 4098;  // 4098 = 6 * 683: accepted
+  EXPECT_EQ(error_of(dense_model(), layout), "(accepted)");
+  layout.seq_length = 4095;  // cp=3 divides 4095 but 2*cp = 6 does not
+  EXPECT_EQ(error_of(dense_model(), layout).substr(0, 60),
+            "cp=3 needs the sequence length 4095 to be a multiple of 2*cp");
+}
+
+TEST(Validate, ContextParallelWithSequenceParallelNeedsLocalTokensDivisibleByTp) {
+  Layout layout;
+  layout.cp = 2;
+  layout.tp = 8;
+  layout.seq_length = 4104;  // 4 chunks of 1026: each rank's 2052 tokens are not a multiple of tp = 8
+  EXPECT_EQ(
+      error_of(dense_model(), layout),
+      "sequence parallel splits each rank's 2052 tokens (sequence 4104 / cp=2) over tp=8, which does not "
+      "divide them; try 4096 or 4128 (sequence length) or --no-sequence-parallel");
+  layout.seq_length = 131072;
+  layout.cp = 16;
+  const Layout resolved = resolve_layout(dense_model(), layout);
+  EXPECT_EQ(resolved.world_size(), 8 * 16);
+  EXPECT_EQ(resolved.grad_reduce_size(), 16);
+  EXPECT_EQ(resolved.global_batch, 1);  // cp does not multiply the sequences per step
+}
+
+TEST(Validate, ContextParallelRejectsMixtureOfExperts) {
+  Layout layout;
+  layout.cp = 2;
+  EXPECT_EQ(error_of(moe_model(), layout),
+            "cp=2 with the mixture-of-experts model moe-8e is not supported (expert groups with context "
+            "parallel are not modelled); use --cp 1 for MoE models");
+}
+
 TEST(Validate, GlobalBatchAndSequenceLengthMustNotBeNegative) {
   Layout layout;
   layout.dp = 4;

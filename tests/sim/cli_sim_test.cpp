@@ -60,7 +60,7 @@ TEST(CalosimCli, BadInputExitsWithTwoAndNamesTheFix) {
   EXPECT_NE(outcome.output.find("h200-hgx"), std::string::npos) << outcome.output;  // lists the presets
   outcome = run_calo("sim --cluster h200-hgx --gpus 6 --tp 4 --no-store");
   EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
-  EXPECT_NE(outcome.output.find("multiple of tp*pp"), std::string::npos) << outcome.output;
+  EXPECT_NE(outcome.output.find("multiple of tp*cp*pp"), std::string::npos) << outcome.output;
   outcome = run_calo("sim --cluster h200-hgx --gpus 4 --slow-gpu 9=0.5 --no-store");
   EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
   EXPECT_NE(outcome.output.find("--slow-gpu"), std::string::npos) << outcome.output;

@@ -212,6 +212,10 @@ class CudaBackend final : public Backend {
   const DeviceDescription& device() const override { return device_; }
 
   void connect(const graph::Graph& graph, int rank, Bootstrap& bootstrap) override {
+    require_input(graph.layout.cp == 1,
+                  fmt::format("--cp {}: the cuda backend does not run context parallelism (the NCCL K/V ring "
+                              "with cuDNN attention per chunk is not built); use --backend cpu or calo sim",
+                              graph.layout.cp));
     graph_ = &graph;
     rank_ = rank;
     ops_ = graph::materialize(graph, rank);

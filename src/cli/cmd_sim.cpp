@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -89,8 +90,16 @@ std::string check_memory(const model::ModelSpec& model, const parallel::Layout& 
   request.device_memory_bytes = cluster.gpu.memory_bytes;
   // Long sequences: suggest context-parallel layouts too (cp up to 16, or the layout's own).
   request.max_cp = std::max(layout.cp, layout.seq_length >= 32768 ? 16 : 1);
-  const std::vector<plan::Candidate> fitting =
-      plan::nearest_fitting(plan::enumerate_layouts(request), layout, 5);
+  const plan::LayoutSpace space = plan::enumerate_layouts(request);
+  std::vector<plan::Candidate> fitting = plan::nearest_fitting(space, layout, 5);
+  // At long sequences keep the nearest context-parallel layout in view even when five others are nearer.
+  const auto has_cp = [](const plan::Candidate& candidate) { return candidate.layout.cp > 1; };
+  if (request.max_cp > 1 && std::none_of(fitting.begin(), fitting.end(), has_cp)) {
+    const std::vector<plan::Candidate> all =
+        plan::nearest_fitting(space, layout, static_cast<int>(space.candidates.size()));
+    const auto nearest_cp = std::find_if(all.begin(), all.end(), has_cp);
+    if (nearest_cp != all.end()) fitting.push_back(*nearest_cp);
+  }
   message += ".\n";
   if (fitting.empty()) {
     const std::vector<int> gpus = plan::nearest_feasible_gpus(request, 2);

@@ -110,6 +110,7 @@ std::vector<int> RankMap::group(GroupKind kind, int rank) const {
       // Same shard index: dp indices shard + S*k (strided by S).
       for (int index = 0; index < dp_ / shard_; ++index)
         members.push_back(rank_of(at.tp, at.cp, at.shard + shard_ * index, at.pp));
+      break;
     case GroupKind::kCp:
       for (int index = 0; index < cp_; ++index) members.push_back(rank_of(at.tp, index, at.dp, at.pp));
       break;

@@ -361,8 +361,9 @@ TEST(Memory, ZeroShardsOverDataTimesContextParallelRanks) {
   EXPECT_DOUBLE_EQ(memory.optimizer_bytes, 12 * kTinyParams / 4);
   layout.zero_stage = 3;
   memory = memory_per_gpu(model, resolved(model, layout));
+  // As with dp 4 alone: the shard plus one gathered layer, and the layer awaiting its reduce-scatter.
   EXPECT_DOUBLE_EQ(memory.weights_bytes, 2 * kTinyParams / 4 + 2 * kTinyLayerParams);
-  EXPECT_DOUBLE_EQ(memory.gradients_bytes, 2 * kTinyParams / 4);
+  EXPECT_DOUBLE_EQ(memory.gradients_bytes, 2 * kTinyParams / 4 + 2 * kTinyLayerParams);
   EXPECT_DOUBLE_EQ(memory.optimizer_bytes, 12 * kTinyParams / 4);
 }
 

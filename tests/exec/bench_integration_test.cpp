@@ -137,6 +137,8 @@ TEST(BenchCpu, AWrongSoftmaxFailsTheRun) {
                "CALO_CPU_INJECT_FAULT=softmax");
   EXPECT_EQ(outcome.exit_code, 1) << outcome.output;
   EXPECT_NE(outcome.output.find("softmax"), std::string::npos) << outcome.output;
+}
+
 // ZeRO-2: a reduce-scatter per micro-batch (m = 2) and the all-gather after the step, overlapped.
 TEST(BenchCpu, ZeroTwoWithOverlap) {
   expect_clean(

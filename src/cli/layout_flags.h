@@ -22,7 +22,8 @@ struct LayoutFlags {
   std::optional<bool> sequence_parallel;     ///< --sequence-parallel / --no-sequence-parallel
   bool overlap_all = false;                  ///< --overlap: all three overlap flags
   std::string reshard_after_forward = "on";  ///< --fsdp-reshard-after-forward on|off
-  std::string attention;  ///< --attention fused|unfused; empty = the default (or, for calo sim, the cluster's)
+  /// --attention fused|unfused; empty = the default (or, for calo sim, the cluster's)
+  std::string attention;
 };
 
 /// Adds --model (unless `model_positional`, then a positional MODEL) and all layout flags to `app`.

@@ -12,8 +12,8 @@
 #include "exec/bootstrap.h"
 #include "exec/launch.h"
 #include "exec/plan.h"
-#include "parallel/memory.h"
 #include "model/model_spec.h"
+#include "parallel/memory.h"
 #include "parallel/validate.h"
 
 namespace calo::exec {

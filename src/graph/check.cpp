@@ -12,6 +12,12 @@
 
 namespace calo::graph {
 
+std::string to_text(const std::vector<Problem>& problems) {
+  std::string text;
+  for (const auto& problem : problems) text += problem.check + ": " + problem.message + "\n";
+  return text;
+}
+
 namespace {
 
 constexpr double kRelativeTolerance = 1e-9;

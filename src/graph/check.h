@@ -15,6 +15,9 @@ struct Problem {
   std::string message;  ///< what is wrong, naming ranks/groups/ops
 };
 
+/// The problems one per line as "check: message" (for errors and test failure messages).
+std::string to_text(const std::vector<Problem>& problems);
+
 /// Every collective is issued by all members of its group, in the same order, with the same kind and size.
 std::vector<Problem> check_collectives(const Graph& graph);
 

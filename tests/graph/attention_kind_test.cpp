@@ -20,12 +20,6 @@ parallel::Layout resolved(const model::ModelSpec& model, parallel::Layout layout
   return parallel::resolve_layout(model, layout, sp_explicit);
 }
 
-std::string problems_text(const std::vector<Problem>& problems) {
-  std::string text;
-  for (const auto& problem : problems) text += problem.check + ": " + problem.message + "\n";
-  return text;
-}
-
 TEST(AttentionKind, UnfusedCoreIsBatchedGemmSoftmaxGemmOverEverySequenceAndHead) {
   const model::ModelSpec model = model::load_model("llama3-8b");
   parallel::Layout layout;
@@ -91,7 +85,7 @@ TEST(AttentionKind, UnfusedDoesTheFullScoresSoAttentionFlopsDoubleAndEveryChecke
         << parallel::to_string(recompute);
     EXPECT_NEAR(unfused_flops.gemm, fused_flops.gemm, 1e-9 * fused_flops.gemm);
     EXPECT_TRUE(check_graph(unfused, DeadlockScope::kAllRanks).empty())
-        << problems_text(check_graph(unfused, DeadlockScope::kAllRanks));
+        << to_text(check_graph(unfused, DeadlockScope::kAllRanks));
   }
 }
 
@@ -176,7 +170,7 @@ TEST(PipelineScatterGather, WithoutSequenceParallelEachTpRankSendsASliceAndGathe
   EXPECT_EQ(first.gathers_after_receive, 4);  // the 4 gradients it receives
   EXPECT_EQ(traffic(graph, graph.world_size() - 1).gathers_after_receive, 4);
   EXPECT_TRUE(check_graph(graph, DeadlockScope::kAllRanks).empty())
-      << problems_text(check_graph(graph, DeadlockScope::kAllRanks));
+      << to_text(check_graph(graph, DeadlockScope::kAllRanks));
 
   layout.pipeline_scatter_gather = false;
   const Graph off = build_graph(model, resolved(model, layout, true));
@@ -231,7 +225,7 @@ TEST(PipelineScatterGather, EveryLayoutOfAGridPassesEveryCheckerWithEitherAttent
               }
               const Graph graph = build_graph(model, valid);
               const auto problems = check_graph(graph, DeadlockScope::kAllRanks);
-              EXPECT_TRUE(problems.empty()) << parallel::describe(valid) << "\n" << problems_text(problems);
+              EXPECT_TRUE(problems.empty()) << parallel::describe(valid) << "\n" << to_text(problems);
               ++checked;
             }
           }

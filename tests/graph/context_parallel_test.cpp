@@ -170,9 +170,7 @@ TEST(ContextParallel, EveryCheckerPassesAndVolumesMatchTheClosedForms) {
   for (auto recompute : {model::Recompute::kNone, model::Recompute::kSelective, model::Recompute::kFull}) {
     const Graph graph = build_cp("tiny-dense", 2, 4, 2, 2, recompute);
     const auto problems = check_graph(graph, DeadlockScope::kAllRanks);
-    std::string text;
-    for (const auto& problem : problems) text += problem.check + ": " + problem.message + "\n";
-    EXPECT_TRUE(problems.empty()) << text;
+    EXPECT_TRUE(problems.empty()) << to_text(problems);
     const CommVolumes volumes = comm_volumes(graph);
     EXPECT_GT(volumes.cp_bytes, 0);
     // t c d = 16 ranks per stage x 4 layers x 2 micro-batches, each (cp-1)(3 + R) K/V units of
@@ -345,9 +343,7 @@ TEST(ContextParallel, AllGatherVariantGathersKvAndScattersTheirGradients) {
   for (auto recompute : {model::Recompute::kNone, model::Recompute::kSelective, model::Recompute::kFull}) {
     const Graph checked = build_cp("tiny-dense", 2, 2, 2, 2, recompute, parallel::CpComm::kAllGather);
     const auto problems = check_graph(checked, DeadlockScope::kAllRanks);
-    std::string text;
-    for (const auto& problem : problems) text += problem.check + ": " + problem.message + "\n";
-    EXPECT_TRUE(problems.empty()) << text;
+    EXPECT_TRUE(problems.empty()) << to_text(problems);
   }
 }
 

@@ -32,12 +32,6 @@ Graph build(const Case& test_case) {
   return build_graph(spec, layout, options);
 }
 
-std::string format_problems(const std::vector<Problem>& problems) {
-  std::string text;
-  for (const auto& problem : problems) text += problem.check + ": " + problem.message + "\n";
-  return text;
-}
-
 parallel::Layout make_layout(int tp, int pp, int dp, int micro_batch, int global_batch) {
   parallel::Layout layout;
   layout.tp = tp;
@@ -131,7 +125,7 @@ TEST(GraphChecks, SmallLayoutsPassEveryChecker) {
       continue;
     }
     const auto problems = check_graph(graph, DeadlockScope::kAllRanks);
-    EXPECT_TRUE(problems.empty()) << label(test_case) << "\n" << format_problems(problems);
+    EXPECT_TRUE(problems.empty()) << label(test_case) << "\n" << to_text(problems);
     ++checked;
   }
   EXPECT_GT(checked, 600);
@@ -167,7 +161,7 @@ TEST(GraphChecks, LargeModelsPassWithSharedPrograms) {
     const Graph graph = build(test_case);
     EXPECT_LE(graph.programs.size(), static_cast<std::size_t>(graph.layout.pp * graph.layout.ep));
     const auto problems = check_graph(graph, DeadlockScope::kRepresentative);
-    EXPECT_TRUE(problems.empty()) << label(test_case) << "\n" << format_problems(problems);
+    EXPECT_TRUE(problems.empty()) << label(test_case) << "\n" << to_text(problems);
   }
 }
 
@@ -205,7 +199,7 @@ TEST(GraphCheckers, CollectiveOfDifferentSizeOnOneMemberIsReported) {
   ASSERT_GE(index, 0);
   program.ops[index].bytes += 2;
   const auto problems = check_collectives(graph);
-  ASSERT_EQ(problems.size(), 1u) << format_problems(problems);
+  ASSERT_EQ(problems.size(), 1u) << to_text(problems);
   EXPECT_NE(problems[0].message.find("rank 3"), std::string::npos) << problems[0].message;
 }
 

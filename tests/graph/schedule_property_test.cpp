@@ -28,9 +28,7 @@ bool check_layout(const model::ModelSpec& model, parallel::Layout layout, const 
   const Graph graph = build_graph(model, resolved);
   const auto scope = resolved.world_size() <= 64 ? DeadlockScope::kAllRanks : DeadlockScope::kRepresentative;
   const auto problems = check_graph(graph, scope);
-  std::string text;
-  for (const auto& problem : problems) text += problem.check + ": " + problem.message + "\n";
-  EXPECT_TRUE(problems.empty()) << label << "\n" << text;
+  EXPECT_TRUE(problems.empty()) << label << "\n" << to_text(problems);
   checked += 1;
   return true;
 }

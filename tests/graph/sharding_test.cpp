@@ -50,10 +50,7 @@ int count(const RankProgram& program, CollectiveKind kind, GroupKind group, Phas
 }
 
 std::string problems_text(const Graph& graph) {
-  std::string text;
-  for (const auto& problem : check_graph(graph, DeadlockScope::kAllRanks))
-    text += problem.check + ": " + problem.message + "\n";
-  return text;
+  return to_text(check_graph(graph, DeadlockScope::kAllRanks));
 }
 
 TEST(ZeroTwo, WithOneMicrobatchAndOverlapItIsZeroOnesOpSequence) {

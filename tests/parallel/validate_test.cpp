@@ -432,4 +432,24 @@ TEST(Validate, AcceptsLargeRealisticLayouts) {
 }
 
 }  // namespace
+TEST(Validate, ContextParallelNeedsTheFusedCoreAndFullSharding) {
+  Layout layout;
+  layout.cp = 2;
+  layout.attention = AttentionImpl::kUnfused;
+  EXPECT_EQ(
+      error_of(dense_model(), layout),
+      "cp=2 needs the fused attention core (context parallelism runs flash-attention chunks against each "
+      "K/V block); use --attention fused or --cp 1");
+  layout.attention = AttentionImpl::kFused;
+  layout.dp = 4;
+  layout.zero_stage = 3;
+  layout.fsdp_shard_size = 2;
+  EXPECT_EQ(
+      error_of(dense_model(), layout),
+      "cp=2 with hybrid sharding (--fsdp-shard-group 2) is not modelled (parameters would shard over part of "
+      "the dp-cp group); drop --fsdp-shard-group or use --cp 1");
+  layout.fsdp_shard_size = 0;  // full sharding over dp * cp is modelled
+  EXPECT_EQ(error_of(dense_model(), layout), "(accepted)");
+}
+
 }  // namespace calo::parallel

@@ -629,6 +629,7 @@ std::string format_bench_text(const BenchOptions& options, const LaunchInfo& lau
 }  // namespace
 
 void plan_before_launch(const BenchOptions& options, int nproc) {
+  if (!options.out_dir.empty()) store::require_no_run(options.out_dir);
   const BackendFactory& factory = BackendRegistry::instance().select(options.backend);
   require_backend_supports(factory, options.layout);
   if (factory.device_count) {

@@ -190,6 +190,14 @@ struct RunWriter::Impl {
   void commit_batch(std::vector<Sample>& samples, std::vector<MiscItem>& misc, uint64_t dropped_total);
 };
 
+void require_no_run(const std::filesystem::path& run_dir) {
+  const std::filesystem::path db_path = run_dir / kRunDbName;
+  if (std::filesystem::exists(db_path)) {
+    throw InputError(fmt::format("{} already holds a run ({} exists); choose a new --out directory",
+                                 run_dir.string(), db_path.string()));
+  }
+}
+
 RunWriter::RunWriter(const std::filesystem::path& run_dir, RunInfo info, WriterOptions options)
     : impl_(std::make_unique<Impl>()) {
   impl_->run_dir = run_dir;
@@ -206,11 +214,8 @@ RunWriter::RunWriter(const std::filesystem::path& run_dir, RunInfo info, WriterO
     throw InputError(fmt::format("run directory {} is not writable; pass --out with a writable directory",
                                  run_dir.string()));
   }
-  std::filesystem::path db_path = run_dir / kRunDbName;
-  if (std::filesystem::exists(db_path)) {
-    throw InputError(fmt::format("{} already holds a run ({} exists); choose a new --out directory",
-                                 run_dir.string(), db_path.string()));
-  }
+  require_no_run(run_dir);
+  const std::filesystem::path db_path = run_dir / kRunDbName;
   // NOMUTEX: the connection is used by one thread at a time (constructor, writer thread, then finish()).
   impl_->db =
       std::make_unique<Database>(db_path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX);

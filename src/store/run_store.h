@@ -152,6 +152,11 @@ struct WriterStats {
 /// writable.
 std::filesystem::path make_run_dir(const std::filesystem::path& parent, std::string_view name);
 
+/// Throws InputError (naming the fix) when `run_dir` already holds a run; RunWriter checks the same on open,
+/// and multi-rank commands call this before any rank starts (a rank that fails alone would leave its peers
+/// waiting).
+void require_no_run(const std::filesystem::path& run_dir);
+
 /// `info` as stored by a file of schema `schema_version` (PRAGMA user_version), in today's meaning: schema-1
 /// `record` and `bench` runs held the wall-clock time at the host's CLOCK_MONOTONIC zero in wall_offset_ns,
 /// which becomes the wall-clock time at t_ns = 0 (+ started_ns). RunReader::run() applies it.

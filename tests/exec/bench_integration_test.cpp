@@ -211,6 +211,19 @@ TEST(BenchCpu, ContextParallelWrongRingDataFailsTheRun) {
   }
 }
 
+TEST(BenchCpu, AnOutDirectoryHoldingARunExitsTwoBeforeAnyRankStarts) {
+  // Rank 0 alone used to find the old run after its peers had started: they waited for it forever.
+  const fs::path out = fresh_dir("taken");
+  const std::vector<std::string> args = {"bench", "--backend", "cpu", "--model", "tiny-dense", "--steps",
+                                         "1",     "--warmup",  "0",   "--out",   out.string()};
+  ASSERT_EQ(run_calo(args).exit_code, 0);
+  std::vector<std::string> two_ranks = args;
+  two_ranks.insert(two_ranks.end(), {"--tp", "2"});
+  const Outcome outcome = run_calo(two_ranks, "timeout 60");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_NE(outcome.output.find("already holds a run"), std::string::npos) << outcome.output;
+}
+
 TEST(BenchCpu, WrongCollectiveResultsFailTheRun) {
   const fs::path out = fresh_dir("fault");
   const Outcome outcome = run_calo({"bench", "--backend", "cpu", "--model", "tiny-dense", "--tp", "2",

@@ -28,12 +28,9 @@ while [ $# -gt 0 ]; do
   targets+=("$1")
   shift
 done
-if compgen -G "$bin_dir/*.xz" >/dev/null; then
-  unpacked="$(mktemp -d /tmp/fuzz-bin.XXXXXX)"
-  for packed in "$bin_dir"/*.xz; do xz -dc "$packed" >"$unpacked/$(basename "$packed" .xz)"; done
-  chmod +x "$unpacked"/*
-  bin_dir="$unpacked"
-fi
+# shellcheck source=bench/gpu/unpack_carry.sh
+source "$repo/bench/gpu/unpack_carry.sh"
+bin_dir="$(unpack_carry "$bin_dir" fuzz-bin)"
 out="${OUT:-$repo/build-san/fuzz-long}"
 work="$(mktemp -d /tmp/fuzz-long.XXXXXX)"
 mkdir -p "$out"

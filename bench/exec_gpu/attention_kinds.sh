@@ -20,10 +20,9 @@ if [ "${1:-}" = "stage" ]; then
   du -sh "$carry"
   exit 0
 fi
-bin_dir="$(cd "${1:-$repo/.carry/attention-kinds}" && pwd)"
-bin="$(mktemp -d /tmp/attention-kinds.XXXXXX)"
-for packed in "$bin_dir"/*.xz; do xz -dc "$packed" >"$bin/$(basename "$packed" .xz)"; done
-chmod +x "$bin"/*
+# shellcheck source=bench/gpu/unpack_carry.sh
+source "$repo/bench/gpu/unpack_carry.sh"
+bin="$(unpack_carry "$(cd "${1:-$repo/.carry/attention-kinds}" && pwd)" attention-kinds)"
 out="${OUT:-$repo/attention-kinds-out}"
 work="$(mktemp -d /tmp/attention-kinds-work.XXXXXX)"
 mkdir -p "$out"

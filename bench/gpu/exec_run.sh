@@ -42,13 +42,9 @@ if [ "${1:-}" = "stage" ]; then
   exit 0
 fi
 
-bin="$(cd "${1:-$repo/.carry/exec-cuda-bin}" && pwd)"
-if compgen -G "$bin/*.xz" >/dev/null; then  # staged compressed (stage): unpack into /tmp
-  unpacked="$(mktemp -d /tmp/exec-cuda-bin.XXXXXX)"
-  for packed in "$bin"/*.xz; do xz -dc "$packed" >"$unpacked/$(basename "$packed" .xz)"; done
-  chmod +x "$unpacked"/*
-  bin="$unpacked"
-fi
+# shellcheck source=bench/gpu/unpack_carry.sh
+source "$repo/bench/gpu/unpack_carry.sh"
+bin="$(unpack_carry "$(cd "${1:-$repo/.carry/exec-cuda-bin}" && pwd)" exec-cuda-bin)"
 out="${OUT:-$repo/exec-cuda-out}"
 mkdir -p "$out"
 logs="$(mktemp -d /tmp/exec-cuda-logs.XXXXXX)"

@@ -40,19 +40,21 @@ std::optional<graph::CollectiveKind> collective_kind(analyze::KernelCategory cat
   }
 }
 
-/// The global ranks of a kernel's group: as recorded, else the first `group_size` ranks.
+/// The global ranks of a kernel's group, sorted: as recorded, else the first `group_size` ranks.
 std::vector<std::int32_t> group_ranks(const analyze::TraceData& data, const analyze::TraceKernel& kernel) {
-  if (kernel.group >= 0) return data.groups[static_cast<std::size_t>(kernel.group)];
   std::vector<std::int32_t> ranks(static_cast<std::size_t>(kernel.group_size));
-  for (int rank = 0; rank < kernel.group_size; ++rank) ranks[static_cast<std::size_t>(rank)] = rank;
+  if (kernel.group >= 0) {
+    ranks = data.groups[static_cast<std::size_t>(kernel.group)];
+    std::sort(ranks.begin(), ranks.end());
+  } else {
+    for (int rank = 0; rank < kernel.group_size; ++rank) ranks[static_cast<std::size_t>(rank)] = rank;
+  }
   return ranks;
 }
 
 /// Where the sample's ranks sit on `cluster` (sim::place_group: rank r on node r / GPUs per node).
 sim::GroupPlacement placement_of(const sim::ClusterSpec& cluster, const CollectiveSample& sample) {
-  std::vector<std::int32_t> sorted = sample.ranks;
-  std::sort(sorted.begin(), sorted.end());
-  return sim::place_group(cluster, sorted);
+  return sim::place_group(cluster, sample.ranks);
 }
 
 double modeled_collective_s(const sim::ClusterSpec& cluster, const CollectiveSample& sample) {

@@ -42,7 +42,8 @@ KinetoInput load_kineto_input(const std::vector<std::filesystem::path>& files, c
 struct CollectiveSample {
   graph::CollectiveKind kind = graph::CollectiveKind::kAllReduce;  ///< collective
   int group_size = 0;                                              ///< members
-  /// Global ranks of the group ("Process Group Ranks"; 0 .. size-1 where the trace does not record them).
+  /// Global ranks of the group, sorted ("Process Group Ranks"; 0 .. size-1 where the trace does not record
+  /// them).
   std::vector<std::int32_t> ranks;
   int nodes =
       1;  ///< nodes the group spans (rank r on node r / base's GPUs per node, as torchrun places them)

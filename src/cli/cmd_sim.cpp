@@ -91,14 +91,15 @@ std::string check_memory(const model::ModelSpec& model, const parallel::Layout& 
   // Long sequences: suggest context-parallel layouts too (cp up to 16, or the layout's own).
   request.max_cp = std::max(layout.cp, layout.seq_length >= 32768 ? 16 : 1);
   const plan::LayoutSpace space = plan::enumerate_layouts(request);
-  std::vector<plan::Candidate> fitting = plan::nearest_fitting(space, layout, 5);
+  const std::vector<plan::Candidate> nearest =
+      plan::nearest_fitting(space, layout, static_cast<int>(space.candidates.size()));
+  std::vector<plan::Candidate> fitting(nearest.begin(),
+                                       nearest.begin() + std::min<std::size_t>(5, nearest.size()));
   // At long sequences keep the nearest context-parallel layout in view even when five others are nearer.
   const auto has_cp = [](const plan::Candidate& candidate) { return candidate.layout.cp > 1; };
   if (request.max_cp > 1 && std::none_of(fitting.begin(), fitting.end(), has_cp)) {
-    const std::vector<plan::Candidate> all =
-        plan::nearest_fitting(space, layout, static_cast<int>(space.candidates.size()));
-    const auto nearest_cp = std::find_if(all.begin(), all.end(), has_cp);
-    if (nearest_cp != all.end()) fitting.push_back(*nearest_cp);
+    const auto nearest_cp = std::find_if(nearest.begin(), nearest.end(), has_cp);
+    if (nearest_cp != nearest.end()) fitting.push_back(*nearest_cp);
   }
   message += ".\n";
   if (fitting.empty()) {

@@ -182,7 +182,8 @@ class ProgramBuilder {
     double shard = total.dense + total.expert;
     if (layout_.zero_stage >= 1) {
       // Dense state is sharded over the shard group under hybrid sharding, else over dp * cp ranks.
-      const double dense_shards = layout_.hybrid_sharding() ? layout_.shard_size() : layout_.grad_reduce_size();
+      const double dense_shards =
+          layout_.hybrid_sharding() ? layout_.shard_size() : layout_.grad_reduce_size();
       shard = total.dense / dense_shards + total.expert / (layout_.dp / layout_.ep);
     }
     Op optimizer;
@@ -332,17 +333,10 @@ class ProgramBuilder {
     shape.causal = causal;
     shape.backward = backward;
     shape.cp_step = cp_step;
-    // Query-key pairs: q k, or under the (bottom-right) causal mask q (k - q) + q^2 / 2.
-    const double q = static_cast<double>(queries), k = static_cast<double>(keys);
-    const double pairs = causal ? q * (k - q) + 0.5 * q * q : q * k;
-    const double forward_flops =
-        4.0 * static_cast<double>(dims_.batch) * pairs * shape.heads * shape.head_dim;
-    op.flops = backward ? 2.0 * forward_flops : forward_flops;
-    // Flash attention traffic: q, o (+ do, dq) per query row, k, v (+ dk, dv) per key row.
-    const double qkvo =
-        kBf16Bytes * static_cast<double>(dims_.batch) * shape.head_dim *
-        (2.0 * shape.heads * static_cast<double>(queries) + 2.0 * shape.kv_heads * static_cast<double>(keys));
-    op.bytes = backward ? 2.0 * qkvo : qkvo;
+    AttentionShape counted = shape;  // the FLOPs of these rows (kv_seq is 0 outside cp)
+    counted.kv_seq = static_cast<std::int32_t>(keys);
+    op.flops = attention_flops(counted);
+    op.bytes = attention_bytes(counted);
     return compute(op);
   }
 
@@ -1066,7 +1060,7 @@ class ProgramBuilder {
   bool hybrid_ = false;               // hybrid sharding: dense collectives over the shard/replicate groups
   std::vector<bool> chunk_gathered_;  // FSDP: the chunk's units are gathered (held from an earlier pass)
   bool gather_now_ = true;            // FSDP: the current pass gathers its units
-  int cp_tag_ = 0;  // next tag of a context-parallel ring message (one per exchange)
+  int cp_tag_ = 0;                    // next tag of a context-parallel ring message (one per exchange)
   std::vector<std::int64_t> expert_tokens_;
 
   Phase phase_ = Phase::kForward;
@@ -1110,6 +1104,22 @@ void build_groups(Graph& graph) {
 }
 
 }  // namespace
+
+double attention_flops(const AttentionShape& shape) {
+  // Query-key pairs: q k, or under the (bottom-right) causal mask q (k - q) + q^2 / 2.
+  const double q = shape.seq, k = shape.keys();
+  const double pairs = shape.causal ? q * (k - q) + 0.5 * q * q : q * k;
+  const double forward_flops = 4.0 * shape.batch * pairs * shape.heads * shape.head_dim;
+  return shape.backward ? 2.0 * forward_flops : forward_flops;
+}
+
+double attention_bytes(const AttentionShape& shape) {
+  // Flash attention traffic: q, o (+ do, dq) per query row, k, v (+ dk, dv) per key row.
+  const double qkvo = kBf16Bytes * shape.batch * shape.head_dim *
+                      (2.0 * shape.heads * static_cast<double>(shape.seq) +
+                       2.0 * shape.kv_heads * static_cast<double>(shape.keys()));
+  return shape.backward ? 2.0 * qkvo : qkvo;
+}
 
 void resolve_ring_step(AttentionShape& shape, int cp_index, int cp) {
   if (shape.cp_gathered > 0) {
@@ -1215,7 +1225,11 @@ std::vector<RankOp> materialize(const Graph& graph, int rank) {
       rank_op.op.gemm.expert += expert_offset;
     if (rank_op.op.kind == OpKind::kSend || rank_op.op.kind == OpKind::kRecv)
       rank_op.peer_rank = graph.peer_rank(rank, rank_op.op);
-    if (rank_op.op.kind == OpKind::kAttention) resolve_ring_step(rank_op.op.attention, cp_index, layout.cp);
+    if (rank_op.op.kind == OpKind::kAttention) {  // this rank's ring step or gathered chunk, and its cost
+      resolve_ring_step(rank_op.op.attention, cp_index, layout.cp);
+      rank_op.op.flops = attention_flops(rank_op.op.attention);
+      rank_op.op.bytes = attention_bytes(rank_op.op.attention);
+    }
     ops.push_back(std::move(rank_op));
   }
   return ops;

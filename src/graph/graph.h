@@ -213,6 +213,14 @@ Graph build_graph(const model::ModelSpec& model, const parallel::Layout& layout,
 /// "Context parallel". Other ops are left as they are.
 void resolve_ring_step(AttentionShape& shape, int cp_index, int cp);
 
+/// FLOPs of an attention-core op of `shape` on one rank: 4 b h d per query-key pair forward, twice that
+/// backward; pairs = seq keys(), or seq (keys() - seq) + seq^2 / 2 under the bottom-right causal mask.
+double attention_flops(const AttentionShape& shape);
+
+/// Bytes an attention-core op of `shape` reads and writes (flash attention: q, o per query row and k, v per
+/// key row in bf16; backward twice that with the gradients).
+double attention_bytes(const AttentionShape& shape);
+
 /// One op of a materialized rank with its concrete group or peer.
 struct RankOp {
   Op op;                           ///< the op (dep indices refer to `deps`)

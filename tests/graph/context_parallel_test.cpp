@@ -329,6 +329,13 @@ TEST(ContextParallel, AllGatherVariantGathersKvAndScattersTheirGradients) {
         // Rank i: the early chunk sees chunks 0..i, the late one 0..7-i.
         EXPECT_EQ(shape.keys(), shape.cp_gathered == 1 ? 16 * (rank + 1) : 16 * (8 - rank));
         (shape.backward ? backward : forward) += op.op.flops;
+        // The op's cost is its own key range's, not cp index 0's: rank 3's late chunk is 16 queries against
+        // 80 keys, 16 (80 - 16) + 16^2 / 2 pairs x 4 x 8 heads x 32 (cp index 0's would be 16 x 128 keys).
+        if (rank == 3 && shape.cp_gathered == 2 && !shape.backward) {
+          EXPECT_DOUBLE_EQ(op.op.flops, 4.0 * (16 * 64 + 0.5 * 16 * 16) * 8 * 32) << describe(op.op);
+        }
+        EXPECT_DOUBLE_EQ(op.op.flops, attention_flops(shape)) << describe(op.op);
+        EXPECT_DOUBLE_EQ(op.op.bytes, attention_bytes(shape)) << describe(op.op);
       }
     }
     EXPECT_EQ(gathers, 2);

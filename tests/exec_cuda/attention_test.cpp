@@ -1,5 +1,7 @@
 // Attention on one GPU: cuDNN SDPA (forward and backward, causal, GQA, bf16) against the cuBLASLt fallback
-// and a double-precision host reference on a small shape, and against the fallback on the Llama3-8B shape.
+// and a double-precision host reference on a small shape and on every context-parallel ring step and
+// all-gathered chunk shape a cp graph gives its ranks (more or fewer keys than queries, bottom-right causal),
+// and against the fallback on the Llama3-8B shape.
 // Skips with the reason when no GPU is visible or the binary was built without cuDNN.
 #include "exec/cuda/attention.h"
 
@@ -19,6 +21,10 @@
 #include "exec/cuda/gemm.h"
 #include "exec/cuda/init.cuh"
 #include "gpu_test.h"
+#include "graph/graph.h"
+#include "model/model_spec.h"
+#include "parallel/layout.h"
+#include "parallel/validate.h"
 
 namespace calo::exec::cuda {
 namespace {
@@ -71,13 +77,16 @@ std::vector<double> widen(const std::vector<float>& values) {
   return {values.begin(), values.end()};
 }
 
-/// Double-precision causal GQA attention: forward o, backward d_q, d_k, d_v ([b, heads, s, d] layouts).
+/// Double-precision causal GQA attention: forward o, backward d_q, d_k, d_v ([b, heads, rows, d] layouts;
+/// keys() key rows, the causal mask bottom-right aligned: query row r sees keys [0, keys() - seq + r]).
 struct HostAttention {
   std::vector<double> o, d_q, d_k, d_v;
 
   HostAttention(const graph::AttentionShape& shape, const std::vector<float>& q, const std::vector<float>& k,
                 const std::vector<float>& v, const std::vector<float>& d_out) {
     const std::int64_t s = shape.seq;
+    const std::int64_t keys = shape.keys();
+    const std::int64_t shift = keys - s;
     const std::int64_t d = shape.head_dim;
     const std::int64_t group = shape.heads / shape.kv_heads;
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
@@ -85,14 +94,14 @@ struct HostAttention {
     d_q.assign(q.size(), 0.0);
     d_k.assign(k.size(), 0.0);
     d_v.assign(v.size(), 0.0);
-    std::vector<double> p(static_cast<size_t>(s));
-    std::vector<double> d_p(static_cast<size_t>(s));
+    std::vector<double> p(static_cast<size_t>(keys));
+    std::vector<double> d_p(static_cast<size_t>(keys));
     for (std::int64_t batch = 0; batch < shape.batch; ++batch) {
       for (std::int64_t head = 0; head < shape.heads; ++head) {
         const std::int64_t q_base = (batch * shape.heads + head) * s * d;
-        const std::int64_t kv_base = (batch * shape.kv_heads + head / group) * s * d;
+        const std::int64_t kv_base = (batch * shape.kv_heads + head / group) * keys * d;
         for (std::int64_t row = 0; row < s; ++row) {
-          const std::int64_t visible = shape.causal ? row + 1 : s;
+          const std::int64_t visible = shape.causal ? shift + row + 1 : keys;
           const auto at = [&](std::int64_t base, std::int64_t r, std::int64_t x) {
             return static_cast<size_t>(base + r * d + x);
           };
@@ -145,7 +154,7 @@ struct AttentionRun {
   explicit AttentionRun(const graph::AttentionShape& attention)
       : shape(attention),
         q_values(std::int64_t{attention.batch} * attention.heads * attention.seq * attention.head_dim),
-        kv_values(std::int64_t{attention.batch} * attention.kv_heads * attention.seq * attention.head_dim),
+        kv_values(std::int64_t{attention.batch} * attention.kv_heads * attention.keys() * attention.head_dim),
         q(static_cast<size_t>(q_values) * 2),
         k(static_cast<size_t>(kv_values) * 2),
         v(static_cast<size_t>(kv_values) * 2),
@@ -207,13 +216,13 @@ graph::AttentionShape make_shape(int batch, int heads, int kv_heads, int seq, in
   return shape;
 }
 
-TEST(CudnnAttention, ForwardAndBackwardMatchFallbackAndHostReference) {
-  CALO_REQUIRE_GPU_AND_CUDNN();
-  const graph::AttentionShape shape = make_shape(1, 8, 2, 256, 128);
+/// Runs `shape` forward and backward through cuDNN and the fallback on the same bf16 inputs (uniform in
+/// [-1, 1), seeded) and expects both within bf16 tolerance of the host reference and of each other.
+void expect_cudnn_and_fallback_match_host_reference(const graph::AttentionShape& shape, unsigned seed) {
+  const std::string label = describe_attention_shape(shape);
   AttentionRun with_cudnn(shape);
   AttentionRun with_fallback(shape);
-  // Inputs uniform in [-1, 1), rounded to bf16; both runs get the same values.
-  std::mt19937 random(11);
+  std::mt19937 random(seed);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   auto upload = [&](std::int64_t count, void* first, void* second) {
     std::vector<std::uint16_t> bits(static_cast<size_t>(count));
@@ -250,12 +259,60 @@ TEST(CudnnAttention, ForwardAndBackwardMatchFallbackAndHostReference) {
     const double fallback_error = normwise_error(got_fallback, output.reference);
     const double between = normwise_error(got_cudnn, widen(got_fallback));
     // bf16 outputs (2^-9 relative rounding) plus bf16 scores/probabilities in the fallback.
-    EXPECT_LT(cudnn_error, 2e-2) << output.name << ": cuDNN vs host reference";
-    EXPECT_LT(fallback_error, 3e-2) << output.name << ": fallback vs host reference";
-    EXPECT_LT(between, 4e-2) << output.name << ": cuDNN vs fallback";
-    std::printf("# %s: max error / max |value|: cuDNN %.2e, fallback %.2e, cuDNN vs fallback %.2e\n",
-                output.name, cudnn_error, fallback_error, between);
+    EXPECT_LT(cudnn_error, 2e-2) << label << " " << output.name << ": cuDNN vs host reference";
+    EXPECT_LT(fallback_error, 3e-2) << label << " " << output.name << ": fallback vs host reference";
+    EXPECT_LT(between, 4e-2) << label << " " << output.name << ": cuDNN vs fallback";
+    std::printf("# %s %s: max error / max |value|: cuDNN %.2e, fallback %.2e, cuDNN vs fallback %.2e\n",
+                label.c_str(), output.name, cudnn_error, fallback_error, between);
   }
+}
+
+TEST(CudnnAttention, ForwardAndBackwardMatchFallbackAndHostReference) {
+  CALO_REQUIRE_GPU_AND_CUDNN();
+  expect_cudnn_and_fallback_match_host_reference(make_shape(1, 8, 2, 256, 128), 11);
+}
+
+/// The distinct attention shapes (forward and backward) that ranks of `layout` execute.
+std::vector<graph::AttentionShape> attention_shapes_of(const model::ModelSpec& spec,
+                                                       const parallel::Layout& layout) {
+  const graph::Graph graph = graph::build_graph(spec, parallel::resolve_layout(spec, layout));
+  std::vector<graph::AttentionShape> shapes;
+  for (int rank = 0; rank < graph.world_size(); ++rank) {
+    for (const graph::RankOp& rank_op : graph::materialize(graph, rank)) {
+      if (rank_op.op.kind != graph::OpKind::kAttention) continue;
+      graph::AttentionShape shape = rank_op.op.attention;
+      shape.backward = false;  // AttentionRun runs both passes of a shape
+      const auto same = [&](const graph::AttentionShape& seen) {
+        return describe_attention_shape(seen) == describe_attention_shape(shape);
+      };
+      if (std::none_of(shapes.begin(), shapes.end(), same)) shapes.push_back(shape);
+    }
+  }
+  return shapes;
+}
+
+TEST(CudnnAttention, ContextParallelRingStepsAndGatheredChunksMatchHostReference) {
+  // Every attention op a cp = 2 graph hands its ranks (tiny-dense, sequence 256): the ring's diagonal
+  // (causal, square), its off-diagonal steps (c queries x 2c keys and 2c queries x c keys, no mask), and the
+  // all-gather variant's chunks (c queries against (i+1)c or (2cp-i)c keys, bottom-right causal). These are
+  // the shapes `calo bench --backend cuda --cp 2` runs on each GPU; the ring's NCCL side needs two GPUs
+  // (multigpu_test.cpp).
+  CALO_REQUIRE_GPU_AND_CUDNN();
+  model::ModelSpec spec = model::load_model("tiny-dense");
+  spec.seq_length = 256;
+  parallel::Layout ring;
+  ring.cp = 2;
+  parallel::Layout gathered = ring;
+  gathered.cp_comm = parallel::CpComm::kAllGather;
+  int unequal = 0;
+  unsigned seed = 21;
+  for (const parallel::Layout& layout : {ring, gathered}) {
+    for (const graph::AttentionShape& shape : attention_shapes_of(spec, layout)) {
+      unequal += shape.keys() != shape.seq ? 1 : 0;
+      expect_cudnn_and_fallback_match_host_reference(shape, seed++);
+    }
+  }
+  EXPECT_GE(unequal, 3) << "the cp graphs should hold ring steps and gathered chunks with keys != queries";
 }
 
 TEST(CudnnAttention, Llama3_8bShapeMatchesFallback) {

@@ -1,7 +1,8 @@
 // `calo bench --backend cuda` with several local ranks: NCCL collectives, pipeline p2p batches (1F1B and
 // interleaved, which deadlock unless a batch is posted as one NCCL group), expert all-to-all, ZeRO-2, hybrid
-// sharding and FSDP keeping parameters after forward, all with --check (zero wrong, exit 0). Skips with a
-// reason when fewer GPUs than ranks are visible.
+// sharding, FSDP keeping parameters after forward, and context parallelism (the NCCL K/V ring batched like
+// an NCCL group, and the all-gather variant), all with --check (zero wrong, exit 0). Skips with a reason when
+// fewer GPUs than ranks are visible.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -91,6 +92,21 @@ TEST(CudaMultiGpu, HybridShardingShardGroupOfTwo) {
 TEST(CudaMultiGpu, FsdpKeepingParametersPipelined) {
   expect_clean(
       4, "--model tiny-dense --pp 2 --dp 2 --zero 3 --fsdp-reshard-after-forward off --gbs 8 --nproc 4");
+}
+
+TEST(CudaMultiGpu, ContextParallelRing) {
+  // Load-balanced causal ring: each rank sends its K/V to cp+1 and receives from cp-1 every step, in one
+  // NCCL group per step (otherwise the two sends deadlock past NCCL's eager size).
+  expect_clean(2, "--model tiny-dense --seq 256 --cp 2 --gbs 2 --nproc 2");
+}
+
+TEST(CudaMultiGpu, ContextParallelAllGather) {
+  expect_clean(2, "--model tiny-dense --seq 256 --cp 2 --cp-comm allgather --gbs 2 --nproc 2");
+}
+
+TEST(CudaMultiGpu, ContextParallelWithTensorParallel) {
+  // Rank order tp-cp-...: tp pairs {0,1} {2,3}, cp rings {0,2} {1,3}.
+  expect_clean(4, "--model tiny-dense --seq 256 --tp 2 --cp 2 --gbs 2 --nproc 4");
 }
 
 }  // namespace

@@ -17,21 +17,24 @@ std::int64_t attention_block_rows(std::int64_t seq) {
 }
 
 std::int64_t attention_score_block_values(const graph::AttentionShape& shape) {
-  return static_cast<std::int64_t>(std::max(1, shape.kv_heads)) * attention_block_rows(shape.seq) * shape.seq;
+  return static_cast<std::int64_t>(std::max(1, shape.kv_heads)) * attention_block_rows(shape.seq) *
+         shape.keys();
 }
 
 void run_attention(GemmRunner& gemm, const graph::AttentionShape& shape, const AttentionBuffers& buffers,
                    cudaStream_t stream) {
-  const std::int64_t s = shape.seq;
+  const std::int64_t s = shape.seq;        // query rows
+  const std::int64_t keys = shape.keys();  // key rows (more or fewer than s on a context-parallel step)
+  const std::int64_t shift = keys - s;     // bottom-right causal: query row r sees keys [0, shift + r]
   const std::int64_t d = shape.head_dim;
   const std::int64_t kv_heads = std::max(1, shape.kv_heads);
   const std::int64_t group = std::max<std::int64_t>(1, shape.heads / kv_heads);
   const std::int64_t block_rows = attention_block_rows(s);
   const std::int64_t blocks = s / block_rows;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const std::int64_t score_stride = block_rows * s;  // per kv head in the score block
+  const std::int64_t score_stride = block_rows * keys;  // per kv head in the score block
   if (shape.backward) {
-    const std::size_t kv_bytes = static_cast<std::size_t>(shape.batch) * kv_heads * s * d * sizeof(bf16);
+    const std::size_t kv_bytes = static_cast<std::size_t>(shape.batch) * kv_heads * keys * d * sizeof(bf16);
     CALO_CUDA(cudaMemsetAsync(buffers.d_k, 0, kv_bytes, stream));
     CALO_CUDA(cudaMemsetAsync(buffers.d_v, 0, kv_bytes, stream));
   }
@@ -39,19 +42,19 @@ void run_attention(GemmRunner& gemm, const graph::AttentionShape& shape, const A
     for (std::int64_t member = 0; member < group; ++member) {
       // Matrix b of a batched call is kv head b; its query head is b * group + member.
       const std::int64_t q_base = ((batch * shape.heads + member) * s) * d;
-      const std::int64_t kv_base = (batch * kv_heads * s) * d;
+      const std::int64_t kv_base = (batch * kv_heads * keys) * d;
       const std::int64_t q_stride = group * s * d;
-      const std::int64_t kv_stride = s * d;
+      const std::int64_t kv_stride = keys * d;
       for (std::int64_t block = 0; block < blocks; ++block) {
         const std::int64_t first_row = block * block_rows;
-        const std::int64_t columns = shape.causal ? first_row + block_rows : s;
+        const std::int64_t columns = shape.causal ? shift + first_row + block_rows : keys;
         ScoreBlock geometry;
         geometry.batch = kv_heads;
         geometry.batch_stride = score_stride;
         geometry.rows = block_rows;
         geometry.columns = columns;
-        geometry.ld = s;
-        geometry.first_row = first_row;
+        geometry.ld = keys;
+        geometry.first_row = shift + first_row;  // key position of the block's first query row
         geometry.causal = shape.causal;
         const std::int64_t row_offset = first_row * d;
         // S = scale * Q_blk K^T
@@ -62,7 +65,7 @@ void run_attention(GemmRunner& gemm, const graph::AttentionShape& shape, const A
         scores.transpose_b = true;
         scores.lda = d;
         scores.ldb = d;
-        scores.ldc = s;
+        scores.ldc = keys;
         scores.batch = kv_heads;
         scores.stride_a = q_stride;
         scores.stride_b = kv_stride;
@@ -77,7 +80,7 @@ void run_attention(GemmRunner& gemm, const graph::AttentionShape& shape, const A
           output.m = block_rows;
           output.n = d;
           output.k = columns;
-          output.lda = s;
+          output.lda = keys;
           output.ldb = d;
           output.ldc = d;
           output.batch = kv_heads;
@@ -94,7 +97,7 @@ void run_attention(GemmRunner& gemm, const graph::AttentionShape& shape, const A
         d_v.n = d;
         d_v.k = block_rows;
         d_v.transpose_a = true;
-        d_v.lda = s;
+        d_v.lda = keys;
         d_v.ldb = d;
         d_v.ldc = d;
         d_v.batch = kv_heads;
@@ -111,7 +114,7 @@ void run_attention(GemmRunner& gemm, const graph::AttentionShape& shape, const A
         d_prob.transpose_b = true;
         d_prob.lda = d;
         d_prob.ldb = d;
-        d_prob.ldc = s;
+        d_prob.ldc = keys;
         d_prob.batch = kv_heads;
         d_prob.stride_a = q_stride;
         d_prob.stride_b = kv_stride;
@@ -126,7 +129,7 @@ void run_attention(GemmRunner& gemm, const graph::AttentionShape& shape, const A
         d_q.m = block_rows;
         d_q.n = d;
         d_q.k = columns;
-        d_q.lda = s;
+        d_q.lda = keys;
         d_q.ldb = d;
         d_q.ldc = d;
         d_q.batch = kv_heads;
@@ -140,7 +143,7 @@ void run_attention(GemmRunner& gemm, const graph::AttentionShape& shape, const A
         d_k.n = d;
         d_k.k = block_rows;
         d_k.transpose_a = true;
-        d_k.lda = s;
+        d_k.lda = keys;
         d_k.ldb = d;
         d_k.ldc = d;
         d_k.batch = kv_heads;

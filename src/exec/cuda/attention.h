@@ -15,7 +15,8 @@
 namespace calo::exec::cuda {
 
 /// Device buffers of one attention op; q/o/d_out/d_q are [batch, heads, seq, head_dim], k/v/d_k/d_v are
-/// [batch, kv_heads, seq, head_dim], scores/dscores hold one score block (fallback only).
+/// [batch, kv_heads, keys(), head_dim] (keys() = seq outside context parallelism), scores/dscores hold one
+/// score block (fallback only).
 struct AttentionBuffers {
   const bf16* q = nullptr;      ///< queries
   const bf16* k = nullptr;      ///< keys
@@ -36,7 +37,8 @@ std::int64_t attention_block_rows(std::int64_t seq);
 /// Values in one score block of `shape`.
 std::int64_t attention_score_block_values(const graph::AttentionShape& shape);
 
-/// Enqueues forward (shape.backward false) or backward attention on `stream`.
+/// Enqueues forward (shape.backward false) or backward attention on `stream`; with keys() != seq the causal
+/// mask is bottom-right aligned (query row r sees keys [0, keys() - seq + r]).
 void run_attention(GemmRunner& gemm, const graph::AttentionShape& shape, const AttentionBuffers& buffers,
                    cudaStream_t stream);
 

@@ -212,10 +212,6 @@ class CudaBackend final : public Backend {
   const DeviceDescription& device() const override { return device_; }
 
   void connect(const graph::Graph& graph, int rank, Bootstrap& bootstrap) override {
-    require_input(graph.layout.cp == 1,
-                  fmt::format("--cp {}: the cuda backend does not run context parallelism (the NCCL K/V ring "
-                              "with cuDNN attention per chunk is not built); use --backend cpu or calo sim",
-                              graph.layout.cp));
     graph_ = &graph;
     rank_ = rank;
     ops_ = graph::materialize(graph, rank);
@@ -241,8 +237,8 @@ class CudaBackend final : public Backend {
       for (const graph::Op& op : program.ops) {
         if (op.kind == OpKind::kCollective)
           used.emplace(static_cast<int>(op.group), static_cast<int>(op.stream));
-        if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv)
-          used.emplace(static_cast<int>(graph::GroupKind::kPp), static_cast<int>(op.stream));
+        if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv)  // pipeline or context-parallel ring
+          used.emplace(static_cast<int>(op.group), static_cast<int>(op.stream));
         if (op.kind == OpKind::kGemm && op.gemm.weight == graph::GemmWeight::kExpertFc1 &&
             op.gemm.pass == graph::GemmPass::kForward && op.gemm.expert >= 0)
           expert_tokens_.emplace(op.gemm.expert, op.gemm.m);
@@ -492,7 +488,7 @@ class CudaBackend final : public Backend {
   void prepare_attention(CudaOp& prepared, std::uint64_t seed) {
     const auto& shape = prepared.rank_op.op.attention;
     const std::int64_t q_values = std::int64_t{shape.batch} * shape.heads * shape.seq * shape.head_dim;
-    const std::int64_t kv_values = std::int64_t{shape.batch} * shape.kv_heads * shape.seq * shape.head_dim;
+    const std::int64_t kv_values = std::int64_t{shape.batch} * shape.kv_heads * shape.keys() * shape.head_dim;
     prepared.cudnn_attention = choose_cudnn_attention(shape);
     prepared.buffers.assign(11, nullptr);
     prepared.buffers[0] = shared("attn.q", q_values, seed);
@@ -742,17 +738,19 @@ class CudaBackend final : public Backend {
 
   void prepare_point_to_point(CudaOp& prepared, std::uint64_t seed) {
     const graph::Op& op = prepared.rank_op.op;
-    const int group_id = graph_->group_id(rank_, graph::GroupKind::kPp);
+    // Pipeline messages go over the pp group's communicator, context-parallel ring steps over the cp group's.
+    const int group_id = graph_->group_id(rank_, op.group);
     const auto found = comms_.find({group_id, static_cast<int>(op.stream)});
     if (group_id < 0 || found == comms_.end())
-      throw RuntimeFailure(
-          fmt::format("rank {}: send/recv op {} without a pipeline communicator", rank_, prepared.index));
+      throw RuntimeFailure(fmt::format("rank {}: send/recv op {} without a {} communicator", rank_,
+                                       prepared.index, graph::to_string(op.group)));
     prepared.comm = found->second;
     const auto& ranks = graph_->groups[static_cast<size_t>(group_id)].ranks;
     const auto peer = std::find(ranks.begin(), ranks.end(), prepared.rank_op.peer_rank);
     if (peer == ranks.end()) {
-      throw RuntimeFailure(fmt::format("rank {}: peer {} of op {} is not in the pipeline group", rank_,
-                                       prepared.rank_op.peer_rank, prepared.index));
+      throw RuntimeFailure(fmt::format("rank {}: peer {} of op {} is not in the {} group", rank_,
+                                       prepared.rank_op.peer_rank, prepared.index,
+                                       graph::to_string(op.group)));
     }
     prepared.peer_in_comm = static_cast<int>(peer - ranks.begin());
     prepared.elements = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(op.bytes / 2.0)));
@@ -1173,22 +1171,24 @@ class CudaBackend final : public Backend {
   void verify_attention(CudaOp& op) {
     const auto& shape = op.rank_op.op.attention;
     const std::int64_t s = shape.seq;
+    const std::int64_t keys = shape.keys();
+    const std::int64_t shift = keys - s;  // bottom-right causal: row r sees keys [0, shift + r]
     const std::int64_t d = shape.head_dim;
     const std::int64_t group = std::max(1, shape.heads / std::max(1, shape.kv_heads));
     const std::int64_t head = shape.heads - 1;
     const std::int64_t batch = shape.batch - 1;
     const std::int64_t kv_head = head / group;
     const std::int64_t q_base = (batch * shape.heads + head) * s * d;
-    const std::int64_t kv_base = (batch * shape.kv_heads + kv_head) * s * d;
+    const std::int64_t kv_base = (batch * shape.kv_heads + kv_head) * keys * d;
     const auto q = read_strided(op.buffers[0], q_base, s * d, 1);
-    const auto k = read_strided(op.buffers[1], kv_base, s * d, 1);
-    const auto v = read_strided(op.buffers[2], kv_base, s * d, 1);
+    const auto k = read_strided(op.buffers[1], kv_base, keys * d, 1);
+    const auto v = read_strided(op.buffers[2], kv_base, keys * d, 1);
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     std::int64_t wrong = 0;
     std::string failure;
     int row_slot = 0;
     for (const std::int64_t row : {std::int64_t{0}, s - 1}) {
-      const std::int64_t visible = shape.causal ? row + 1 : s;
+      const std::int64_t visible = shape.causal ? shift + row + 1 : keys;
       std::vector<double> p(static_cast<size_t>(visible));
       double max_score = -INFINITY;
       for (std::int64_t col = 0; col < visible; ++col) {
@@ -1377,6 +1377,7 @@ void register_cuda_backend(BackendRegistry& registry) {
   BackendFactory factory;
   factory.name = "cuda";
   factory.auto_priority = 10;
+  factory.context_parallel = true;  // K/V ring over the cp group's NCCL communicator, cuDNN per ring step
   factory.unavailable_reason = [] {
     int count = 0;
     const cudaError_t status = cudaGetDeviceCount(&count);

@@ -58,17 +58,20 @@ std::int64_t attention_stats_values(const graph::AttentionShape& shape) {
 }
 
 std::string describe_attention_shape(const graph::AttentionShape& shape) {
-  return fmt::format("b={} h={} kv={} s={} d={}{} {}", shape.batch, shape.heads, shape.kv_heads, shape.seq,
-                     shape.head_dim, shape.causal ? " causal" : "", shape.backward ? "bwd" : "fwd");
+  const std::string keys = shape.keys() != shape.seq ? fmt::format(" keys={}", shape.keys()) : "";
+  return fmt::format("b={} h={} kv={} s={}{} d={}{} {}", shape.batch, shape.heads, shape.kv_heads, shape.seq,
+                     keys, shape.head_dim, shape.causal ? " causal" : "", shape.backward ? "bwd" : "fwd");
 }
 
 namespace {
 
-/// Cache key: batch, heads, kv heads, seq, head_dim, causal, backward.
-using ShapeKey = std::tuple<std::int32_t, std::int32_t, std::int32_t, std::int32_t, std::int32_t, bool, bool>;
+/// Cache key: batch, heads, kv heads, query rows, key rows, head_dim, causal, backward.
+using ShapeKey = std::tuple<std::int32_t, std::int32_t, std::int32_t, std::int32_t, std::int32_t,
+                            std::int32_t, bool, bool>;
 
 ShapeKey key_of(const graph::AttentionShape& shape) {
-  return {shape.batch, shape.heads, shape.kv_heads, shape.seq, shape.head_dim, shape.causal, shape.backward};
+  return {shape.batch,  shape.heads,    shape.kv_heads, shape.seq,
+          shape.keys(), shape.head_dim, shape.causal,   shape.backward};
 }
 
 }  // namespace
@@ -90,26 +93,42 @@ constexpr std::int64_t kUidDQ = 102;
 constexpr std::int64_t kUidDK = 103;
 constexpr std::int64_t kUidDV = 104;
 
-/// Dims and strides of a contiguous [batch, heads, seq, head_dim] tensor.
+/// Dims and strides of a contiguous [batch, heads, rows, head_dim] tensor.
 std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>> bhsd(const graph::AttentionShape& shape,
-                                                                     std::int64_t heads) {
-  const std::int64_t s = shape.seq;
+                                                                     std::int64_t heads, std::int64_t rows) {
   const std::int64_t d = shape.head_dim;
-  return {{shape.batch, heads, s, d}, {heads * s * d, s * d, d, 1}};
+  return {{shape.batch, heads, rows, d}, {heads * rows * d, rows * d, d, 1}};
+}
+
+/// Which rows a tensor has: the queries' (q, o and their gradients) or the keys' (k, v and theirs).
+enum class Rows { kQueries, kKeys };
+
+std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>> layout_of(const graph::AttentionShape& shape,
+                                                                          Rows rows) {
+  return rows == Rows::kQueries ? bhsd(shape, shape.heads, shape.seq)
+                                : bhsd(shape, shape.kv_heads, shape.keys());
 }
 
 std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph& graph, const char* name,
                                                     std::int64_t uid, const graph::AttentionShape& shape,
-                                                    std::int64_t heads) {
-  const auto [dims, strides] = bhsd(shape, heads);
+                                                    Rows rows) {
+  const auto [dims, strides] = layout_of(shape, rows);
   return graph.tensor(
       fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(dims).set_stride(strides));
 }
 
 void make_output(const std::shared_ptr<fe::graph::Tensor_attributes>& tensor, std::int64_t uid,
-                 const graph::AttentionShape& shape, std::int64_t heads) {
-  const auto [dims, strides] = bhsd(shape, heads);
+                 const graph::AttentionShape& shape, Rows rows) {
+  const auto [dims, strides] = layout_of(shape, rows);
   tensor->set_output(true).set_uid(uid).set_dim(dims).set_stride(strides);
+}
+
+/// The causal mask's alignment: top-left when queries and keys are the same rows, bottom-right when there are
+/// more (or fewer) keys than queries: query row r sees keys up to keys - seq + r (a context-parallel ring
+/// step or all-gathered chunk; graph::AttentionShape::causal).
+fe::DiagonalAlignment_t causal_alignment(const graph::AttentionShape& shape) {
+  return shape.keys() == shape.seq ? fe::DiagonalAlignment_t::TOP_LEFT
+                                   : fe::DiagonalAlignment_t::BOTTOM_RIGHT;
 }
 
 /// Dims and strides of the stats tensor [batch, heads, seq, 1] fp32 (backward input, forward output).
@@ -126,17 +145,17 @@ std::shared_ptr<fe::graph::Graph> build_graph(const graph::AttentionShape& shape
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
   const float scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
-  auto q = input(*graph, "q", kUidQ, shape, shape.heads);
-  auto k = input(*graph, "k", kUidK, shape, shape.kv_heads);
-  auto v = input(*graph, "v", kUidV, shape, shape.kv_heads);
+  auto q = input(*graph, "q", kUidQ, shape, Rows::kQueries);
+  auto k = input(*graph, "k", kUidK, shape, Rows::kKeys);
+  auto v = input(*graph, "v", kUidV, shape, Rows::kKeys);
   if (!shape.backward) {
     auto options =
         fe::graph::SDPA_attributes().set_name("calo_sdpa_fwd").set_generate_stats(true).set_attn_scale(scale);
     if (shape.causal) {
-      options.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT).set_diagonal_band_right_bound(0);
+      options.set_diagonal_alignment(causal_alignment(shape)).set_diagonal_band_right_bound(0);
     }
     auto [o, stats] = graph->sdpa(q, k, v, options);
-    make_output(o, kUidO, shape, shape.heads);
+    make_output(o, kUidO, shape, Rows::kQueries);
     const auto [stats_dims, stats_strides] = stats_layout(shape);
     stats->set_output(true)
         .set_uid(kUidStats)
@@ -145,8 +164,8 @@ std::shared_ptr<fe::graph::Graph> build_graph(const graph::AttentionShape& shape
         .set_stride(stats_strides);
     return graph;
   }
-  auto o = input(*graph, "o", kUidO, shape, shape.heads);
-  auto d_out = input(*graph, "d_out", kUidDOut, shape, shape.heads);
+  auto o = input(*graph, "o", kUidO, shape, Rows::kQueries);
+  auto d_out = input(*graph, "d_out", kUidDOut, shape, Rows::kQueries);
   const auto [stats_dims, stats_strides] = stats_layout(shape);
   auto stats = graph->tensor(fe::graph::Tensor_attributes()
                                  .set_name("stats")
@@ -156,12 +175,12 @@ std::shared_ptr<fe::graph::Graph> build_graph(const graph::AttentionShape& shape
                                  .set_data_type(fe::DataType_t::FLOAT));
   auto options = fe::graph::SDPA_backward_attributes().set_name("calo_sdpa_bwd").set_attn_scale(scale);
   if (shape.causal) {
-    options.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT).set_diagonal_band_right_bound(0);
+    options.set_diagonal_alignment(causal_alignment(shape)).set_diagonal_band_right_bound(0);
   }
   auto [d_q, d_k, d_v] = graph->sdpa_backward(q, k, v, o, d_out, stats, options);
-  make_output(d_q, kUidDQ, shape, shape.heads);
-  make_output(d_k, kUidDK, shape, shape.kv_heads);
-  make_output(d_v, kUidDV, shape, shape.kv_heads);
+  make_output(d_q, kUidDQ, shape, Rows::kQueries);
+  make_output(d_k, kUidDK, shape, Rows::kKeys);
+  make_output(d_v, kUidDV, shape, Rows::kKeys);
   return graph;
 }
 
@@ -206,7 +225,7 @@ struct CudnnAttention::Impl {
       entry.failure = handle_failure;
       return entry;
     }
-    if (shape.batch <= 0 || shape.heads <= 0 || shape.kv_heads <= 0 || shape.seq <= 0 ||
+    if (shape.batch <= 0 || shape.heads <= 0 || shape.kv_heads <= 0 || shape.seq <= 0 || shape.keys() <= 0 ||
         shape.head_dim <= 0 || shape.heads % shape.kv_heads != 0) {
       entry.failure = "heads must be a positive multiple of kv_heads and every size positive";
       return entry;

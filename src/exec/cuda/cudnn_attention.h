@@ -1,5 +1,6 @@
 // cuDNN fused attention (documented in docs/EXECUTION_CUDA.md): causal GQA scaled dot-product attention,
-// forward and backward, as cuDNN 9 SDPA graphs built through cudnn_frontend. bf16 Q/K/V/O and gradients,
+// forward and backward, as cuDNN 9 SDPA graphs built through cudnn_frontend; query and key rows may differ
+// (context-parallel ring steps and gathered chunks: bottom-right causal mask). bf16 Q/K/V/O and gradients,
 // fp32 softmax statistics (log-sum-exp per query row, written by the forward, read by the backward), scale
 // 1/sqrt(head_dim). Graphs are built once per shape and cached. Without cuDNN in the build, or for a shape
 // cuDNN does not support, prepare() says why and the caller uses the cuBLASLt fallback (attention.h).
@@ -45,7 +46,7 @@ std::int64_t attention_stats_values(const graph::AttentionShape& shape);
 /// One line describing `shape` for messages, e.g. "b=1 h=32 kv=8 s=8192 d=128 causal fwd".
 std::string describe_attention_shape(const graph::AttentionShape& shape);
 
-/// cuDNN SDPA graphs of the current device, cached per (batch, heads, kv_heads, seq, head_dim, causal,
+/// cuDNN SDPA graphs of the current device, cached per (batch, heads, kv_heads, seq, keys, head_dim, causal,
 /// forward/backward). Owns one cuDNN handle; used from one host thread.
 class CudnnAttention {
  public:

@@ -25,6 +25,7 @@ struct PlanFlags {
   int gpus = 0;
   int global_batch = 0;
   int seq_length = 0;
+  int max_cp = 0;  // 0 = plan::default_max_cp of the sequence length
   std::string objective = "throughput";
   double power_budget_w = 0;
   double max_peak_power_w = 0;
@@ -288,6 +289,13 @@ int run_plan(const PlanFlags& flags) {
   request.space.gpus = flags.gpus;
   request.space.global_batch = flags.global_batch;
   request.space.seq_length = flags.seq_length;
+  const int seq_length = flags.seq_length > 0 ? flags.seq_length : request.space.model.seq_length;
+  require_input(
+      flags.max_cp >= 0 && (flags.max_cp & (flags.max_cp - 1)) == 0,
+      fmt::format("--max-cp {}: give a power of two (1 = no context parallelism), or leave it out "
+                  "for {} at sequences of {} tokens or more and 1 below",
+                  flags.max_cp, plan::default_max_cp(plan::kLongSequenceTokens), plan::kLongSequenceTokens));
+  request.space.max_cp = flags.max_cp > 0 ? flags.max_cp : plan::default_max_cp(seq_length);
   request.cluster = sim::load_cluster(flags.cluster);
   request.objective = plan::parse_objective(flags.objective);
   request.power_budget_w = flags.power_budget_w;
@@ -344,6 +352,9 @@ const CommandRegistration kPlan(
       app.add_option("--gpus,-n", flags->gpus, "GPUs (every layout uses all of them)");
       app.add_option("--gbs,--global-batch", flags->global_batch, "Global batch in sequences (fixed)");
       app.add_option("--seq", flags->seq_length, "Sequence length; default the model's");
+      app.add_option("--max-cp", flags->max_cp,
+                     "Largest context-parallel size searched (powers of two; default 16 at sequences of 32K "
+                     "tokens or more, else 1)");
       app.add_option("--objective", flags->objective, "Ranking: throughput, energy (tokens/J) or pareto")
           ->capture_default_str();
       app.add_option("--power-budget-w", flags->power_budget_w, "Most mean power of all GPUs together (W)");

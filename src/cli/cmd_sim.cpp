@@ -89,7 +89,7 @@ std::string check_memory(const model::ModelSpec& model, const parallel::Layout& 
   request.attention = layout.attention;
   request.device_memory_bytes = cluster.gpu.memory_bytes;
   // Long sequences: suggest context-parallel layouts too (cp up to 16, or the layout's own).
-  request.max_cp = std::max(layout.cp, layout.seq_length >= 32768 ? 16 : 1);
+  request.max_cp = std::max(layout.cp, plan::default_max_cp(layout.seq_length));
   const plan::LayoutSpace space = plan::enumerate_layouts(request);
   const std::vector<plan::Candidate> nearest =
       plan::nearest_fitting(space, layout, static_cast<int>(space.candidates.size()));

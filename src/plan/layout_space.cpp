@@ -79,6 +79,10 @@ std::vector<Sharding> shardings(const Sizes& sizes, int gpus_per_node) {
 
 }  // namespace
 
+int default_max_cp(int seq_length) {
+  return seq_length >= kLongSequenceTokens ? 16 : 1;
+}
+
 int LayoutSpace::fitting() const {
   return static_cast<int>(
       std::count_if(candidates.begin(), candidates.end(), [](const Candidate& item) { return item.fits; }));

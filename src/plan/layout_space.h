@@ -25,6 +25,13 @@ struct SpaceRequest {
   int max_cp = 1;  ///< context-parallel sizes enumerated: powers of two up to max_cp (1 = no cp)
 };
 
+/// Sequences this long or longer get context-parallel layouts in the space by default (default_max_cp).
+inline constexpr int kLongSequenceTokens = 32768;
+
+/// The largest cp `calo plan` and `calo sim`'s refusal enumerate by default: 16 at sequences of
+/// kLongSequenceTokens or more (activations of long sequences outgrow a GPU without cp), else 1.
+int default_max_cp(int seq_length);
+
 /// One layout of the space with its memory verdict.
 struct Candidate {
   parallel::Layout layout;           ///< resolved layout (parallel::resolve_layout)

@@ -102,6 +102,35 @@ TEST(CaloPlan, ImpossibleRequestsExitTwoWithTheNearestFeasible) {
   EXPECT_TRUE(contains(outcome.output, "117 W")) << outcome.output;
 }
 
+TEST(CaloPlan, MaxCpMustBeAPowerOfTwo) {
+  const Outcome outcome =
+      run_calo("plan --model llama3-8b --cluster h200-hgx --gpus 8 --gbs 8 --seq 65536 --max-cp 3");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "--max-cp 3")) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "power of two")) << outcome.output;
+}
+
+TEST(CaloPlan, LongSequencesRankContextParallelLayoutsWithTheirFlags) {
+  // Llama3-8B at 128K tokens on 8 H100. With --max-cp 1 the best layout is TP2-DP4 with full recompute; by
+  // default (cp up to 16 at 32K tokens or more) the space is a superset, so its best is never slower, and
+  // here it is a cp layout (TP1-CP4-DP2, ~2 % faster in simulation), with --cp / Megatron's
+  // --context-parallel-size.
+  const std::string job =
+      "plan --model llama3-8b --cluster h100-hgx --gpus 8 --gbs 8 --seq 131072 --top 2 --json";
+  auto best = [](const Outcome& outcome) {
+    return nlohmann::json::parse(outcome.output.substr(outcome.output.find('{')))["ranking"][0];
+  };
+  const Outcome without_cp = run_calo(job + " --max-cp 1");
+  ASSERT_EQ(without_cp.exit_code, 0) << without_cp.output;
+  EXPECT_FALSE(contains(best(without_cp)["calo_flags"].get<std::string>(), "--cp ")) << without_cp.output;
+  const Outcome with_cp = run_calo(job);
+  ASSERT_EQ(with_cp.exit_code, 0) << with_cp.output;
+  const auto row = best(with_cp);
+  EXPECT_TRUE(contains(row["calo_flags"].get<std::string>(), "--cp ")) << row.dump();
+  EXPECT_TRUE(contains(row["megatron_flags"].get<std::string>(), "--context-parallel-size")) << row.dump();
+  EXPECT_LE(row["iteration_s"].get<double>(), best(without_cp)["iteration_s"].get<double>()) << row.dump();
+}
+
 TEST(CaloPlanPartitionAndPower, BadInputExitsTwoNamingTheFlag) {
   const std::string job = "--model llama3-8b --cluster h200-hgx --gbs 8 --seq 2048";
   Outcome outcome = run_calo("plan partition " + job + " --pp 1");

@@ -116,6 +116,49 @@ TEST(Search, LowerBoundNeverExceedsTheSimulatedStepTime) {
   }
 }
 
+TEST(LayoutSpace, LongSequencesBringContextParallelLayoutsByDefault) {
+  EXPECT_EQ(default_max_cp(kLongSequenceTokens - 1), 1);
+  EXPECT_EQ(default_max_cp(kLongSequenceTokens), 16);
+  SpaceRequest request = small_request(16, 16).space;
+  request.seq_length = 65536;
+  request.device_memory_bytes = sim::load_cluster("h100-hgx").gpu.memory_bytes;
+  request.max_cp = default_max_cp(request.seq_length);
+  const LayoutSpace space = enumerate_layouts(request);
+  std::set<int> cp_sizes, fitting_cp_sizes;
+  for (const Candidate& candidate : space.candidates) {
+    cp_sizes.insert(candidate.layout.cp);
+    if (candidate.fits) fitting_cp_sizes.insert(candidate.layout.cp);
+    EXPECT_EQ(candidate.layout.tp * candidate.layout.cp * candidate.layout.pp * candidate.layout.dp, 16);
+    if (candidate.layout.cp > 1) {
+      EXPECT_NE(calo_flags(candidate.layout).find("--cp " + std::to_string(candidate.layout.cp)),
+                std::string::npos);
+      EXPECT_NE(megatron_flags(candidate.layout).find("--context-parallel-size"), std::string::npos);
+    }
+  }
+  EXPECT_EQ(cp_sizes, (std::set<int>{1, 2, 4, 8, 16}));
+  EXPECT_TRUE(fitting_cp_sizes.count(2) && fitting_cp_sizes.count(4)) << "cp layouts should fit at 64K";
+  request.max_cp = 1;
+  for (const Candidate& candidate : enumerate_layouts(request).candidates) EXPECT_EQ(candidate.layout.cp, 1);
+}
+
+TEST(Search, LowerBoundHoldsForContextParallelLayouts) {
+  // The ring's attention steps sit on the compute stream and its K/V messages on the cp stream: the bound
+  // (busiest stream, pipeline fill and drain) must stay below the simulated step for every cp layout too.
+  SearchRequest request = small_request(4, 4);
+  request.space.seq_length = 8192;
+  request.space.max_cp = 4;
+  request.prune = false;
+  const SearchResult result = search_layouts(request);
+  int context_parallel = 0;
+  for (const Evaluation& evaluation : result.evaluations) {
+    if (evaluation.verdict != Verdict::kRanked) continue;
+    context_parallel += evaluation.candidate.layout.cp > 1 ? 1 : 0;
+    EXPECT_LE(evaluation.lower_bound_s, evaluation.iteration_s * (1 + 1e-9))
+        << parallel::describe(evaluation.candidate.layout);
+  }
+  EXPECT_GT(context_parallel, 10);
+}
+
 TEST(Search, PruningKeepsTheTopKExactAndSimulatesFewer) {
   for (Objective objective : {Objective::kThroughput, Objective::kEnergy}) {
     SearchRequest request = small_request();

@@ -185,6 +185,7 @@ const std::vector<CurveField>& curve_fields() {
       {&sim::ComputeEfficiency::gemm_half_dim, 1, 8192, true, "gemm_half_dim"},
       {&sim::ComputeEfficiency::attention_max, 0.02, 0.99, false, "attention_max"},
       {&sim::ComputeEfficiency::attention_half_seq, 1, 65536, true, "attention_half_seq"},
+      {&sim::ComputeEfficiency::attention_backward_fraction, 0.2, 1.5, false, "attention_backward_fraction"},
       {&sim::ComputeEfficiency::memory_max, 0.02, 0.99, false, "memory_max"},
       {&sim::ComputeEfficiency::memory_half_bytes, 1e3, 1e10, true, "memory_half_bytes"},
       {&sim::ComputeEfficiency::kernel_overhead_s, 1e-7, 1e-3, true, "kernel_overhead_us"}};
@@ -535,6 +536,7 @@ FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSp
                                                     "gpu.efficiency.gemm_half_dim",
                                                     "gpu.efficiency.attention_max",
                                                     "gpu.efficiency.attention_half_seq",
+                                                    "gpu.efficiency.attention_backward_fraction",
                                                     "gpu.efficiency.memory_max",
                                                     "gpu.efficiency.memory_half_bytes",
                                                     "gpu.efficiency.kernel_overhead_us",

@@ -329,15 +329,17 @@ void replace_kept(std::vector<std::string>& kept, const std::string& key, const 
 }
 
 /// Curve fields the ops cannot determine (fit_op_curves keys): a ceiling without an op of its class, a half
-/// point without two distinct sizes of it.
+/// point without two distinct sizes of it, the attention backward's fraction without both passes.
 std::vector<std::string> undetermined_fields(const std::vector<KernelOp>& ops) {
   std::set<double> gemm_dims, attention_seqs, memory_bytes;
+  std::set<bool> attention_passes;  // backward flags seen
   for (const KernelOp& kernel_op : ops) {
     const graph::Op& op = kernel_op.timing.op;
     if (op.kind == graph::OpKind::kGemm) {
       for (std::int64_t dim : {op.gemm.m, op.gemm.n, op.gemm.k}) gemm_dims.insert(static_cast<double>(dim));
     } else if (op.kind == graph::OpKind::kAttention) {
       attention_seqs.insert(op.attention.seq);
+      attention_passes.insert(op.attention.backward);
     } else {
       memory_bytes.insert(op.bytes);
     }
@@ -349,6 +351,7 @@ std::vector<std::string> undetermined_fields(const std::vector<KernelOp>& ops) {
   };
   check(gemm_dims, "gemm_max", "gemm_half_dim");
   check(attention_seqs, "attention_max", "attention_half_seq");
+  if (attention_passes.size() < 2) fixed.emplace_back("attention_backward_fraction");
   check(memory_bytes, "memory_max", "memory_half_bytes");
   return fixed;
 }

@@ -20,10 +20,13 @@ const char* to_string(PowerClass power_class);
 
 /// Shape-dependent efficiency curves of the compute cost model (fractions of peak).
 struct ComputeEfficiency {
-  double gemm_max = 0.8;             ///< best achievable fraction of peak FLOP/s for large GEMMs
-  double gemm_half_dim = 96;         ///< a GEMM dimension of this size halves that dimension's factor
-  double attention_max = 0.6;        ///< best fraction of peak for the fused attention core
-  double attention_half_seq = 256;   ///< sequence length at which attention reaches half its best
+  double gemm_max = 0.8;            ///< best achievable fraction of peak FLOP/s for large GEMMs
+  double gemm_half_dim = 96;        ///< a GEMM dimension of this size halves that dimension's factor
+  double attention_max = 0.6;       ///< best fraction of peak for the fused attention core
+  double attention_half_seq = 256;  ///< sequence length at which attention reaches half its best
+  /// Efficiency of the attention backward as a fraction of the forward's (flash attention's backward runs
+  /// its FLOPs slower than its forward; 1 = the same efficiency, the uncalibrated default).
+  double attention_backward_fraction = 1.0;
   double memory_max = 0.85;          ///< best fraction of HBM bandwidth for memory-bound ops
   double memory_half_bytes = 4.0e6;  ///< op size (bytes moved) at which memory ops reach half their best
   double kernel_overhead_s = 4e-6;   ///< fixed launch + tail cost per compute op

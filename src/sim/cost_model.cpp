@@ -78,6 +78,7 @@ ComputeCost compute_cost(const GpuSpec& gpu, const graph::Op& op) {
     case graph::OpKind::kAttention: {
       const double seq = op.attention.seq;
       flop_efficiency = efficiency.attention_max * dimension_factor(seq, efficiency.attention_half_seq);
+      if (op.attention.backward) flop_efficiency *= efficiency.attention_backward_fraction;
       cost.power_class = PowerClass::kAttention;
       break;
     }

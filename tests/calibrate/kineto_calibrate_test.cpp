@@ -155,6 +155,17 @@ bool kept(const Calibration& calibration, const std::string& key) {
          calibration.fit.kept.end();
 }
 
+TEST(KinetoCalibrate, AttentionBackwardFractionComesFromTheTracedPasses) {
+  // The 2 x H200 traces hold cuDNN attention forward (12.5 % of peak) and backward (8.3 %) at s = 512: the
+  // backward runs its FLOPs at about two thirds of the forward's rate, which BASE's 1.0 did not know.
+  const ParameterFit* fraction = parameter(trace_calibration(), "gpu.efficiency.attention_backward_fraction");
+  ASSERT_NE(fraction, nullptr);
+  EXPECT_EQ(fraction->base, 1.0);
+  EXPECT_GT(fraction->fitted, 0.5);
+  EXPECT_LT(fraction->fitted, 0.85);
+  EXPECT_FALSE(kept(trace_calibration(), "gpu.efficiency.attention_backward_fraction"));
+}
+
 TEST(KinetoCalibrate, CurvePartsTheKernelsDoNotDetermineKeepTheBase) {
   // One sequence length (512) cannot place the attention curve's half point.
   EXPECT_EQ(parameter(trace_calibration(), "gpu.efficiency.attention_half_seq"), nullptr);
@@ -180,6 +191,7 @@ TEST(KinetoCalibrate, CurvePartsTheKernelsDoNotDetermineKeepTheBase) {
   EXPECT_EQ(parameter(calibration, "gpu.efficiency.attention_max"), nullptr);
   EXPECT_TRUE(kept(calibration, "gpu.efficiency.attention_max"));
   EXPECT_EQ(calibration.fit.cluster.gpu.efficiency.attention_max, 0.55) << "h200-hgx's";
+  EXPECT_TRUE(kept(calibration, "gpu.efficiency.attention_backward_fraction"));
   ASSERT_NE(parameter(calibration, "gpu.efficiency.gemm_max"), nullptr);
   fs::remove_all(dir);
 }

@@ -119,6 +119,30 @@ TEST(CostModel, GemmRooflineWithShapeDependentEfficiency) {
   EXPECT_NEAR(small.duration_s(1.2, 1), small.duration_s(1, 1), 1e-15);   // so the clock does not matter
 }
 
+TEST(CostModel, AttentionBackwardRunsAtItsFractionOfTheForwardEfficiency) {
+  ClusterSpec cluster = load_cluster("h200-hgx");
+  graph::Op forward;
+  forward.kind = graph::OpKind::kAttention;
+  forward.attention.batch = 1;
+  forward.attention.heads = 32;
+  forward.attention.kv_heads = 8;
+  forward.attention.seq = 8192;
+  forward.attention.head_dim = 128;
+  forward.attention.backward = false;
+  forward.flops = graph::attention_flops(forward.attention);
+  forward.bytes = graph::attention_bytes(forward.attention);
+  graph::Op backward = forward;
+  backward.attention.backward = true;
+  backward.flops = graph::attention_flops(backward.attention);
+  backward.bytes = graph::attention_bytes(backward.attention);
+  cluster.gpu.efficiency.attention_backward_fraction = 1.0;
+  const double same_efficiency = compute_cost(cluster.gpu, backward).compute_s;
+  EXPECT_NEAR(same_efficiency, 2 * compute_cost(cluster.gpu, forward).compute_s, 1e-12);  // 2x the FLOPs
+  cluster.gpu.efficiency.attention_backward_fraction = 0.5;
+  EXPECT_NEAR(compute_cost(cluster.gpu, backward).compute_s, 2 * same_efficiency, 1e-12);
+  EXPECT_NEAR(compute_cost(cluster.gpu, forward).compute_s, same_efficiency / 2, 1e-12);  // forward unchanged
+}
+
 TEST(CostModel, MessagesUseNvlinkInsideANodeAndTheRailAcross) {
   const ClusterSpec cluster = load_cluster("h200-hgx");
   const double bytes = 32.0 * 1024 * 1024;

@@ -11,7 +11,7 @@
 #        PyTorch eager reference (torch_reference.py) | exec_gpu_bench 1 GPU (GEMM ops vs cuBLASLt alone,
 #        attention cuDNN vs fallback, fwd+bwd) | calo bench 4 GPUs: Llama3-8B TP2-PP2,
 #        Llama3-70B slice TP4, Mixtral-8x7B slice EP4 | exec_gpu_bench 4 GPUs TP4 (collectives vs NCCL loop)
-#        | gpu tests | multigpu tests
+#        | cp_attention_bench 1 GPU (ring-step attention shapes vs sim and cp = 1) | gpu tests | multigpu tests
 #      and writes $OUT/exec_cuda_summary.txt (the figures) and $OUT/exec_cuda_logs.tar.gz (every log/JSON).
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -21,13 +21,13 @@ if [ "${1:-}" = "stage" ]; then
   build="${2:-$repo/build-exec-cuda}"
   export CCACHE_NOHASHDIR=1
   cmake -S "$repo" -B "$build" -G Ninja -DCALO_BUILD_BENCH=ON -DCALO_CUDA=ON >/dev/null
-  targets="calo exec_gpu_bench"
+  targets="calo exec_gpu_bench cp_attention_bench"
   for extra in exec_cuda_tests exec_cuda_multigpu_tests; do
     if ninja -C "$build" -t targets all 2>/dev/null | grep -q "^$extra:"; then targets="$targets $extra"; fi
   done
   ninja -C "$build" -j"${JOBS:-2}" $targets
   mkdir -p "$repo/.carry/exec-cuda-bin"
-  for binary in calo exec_gpu_bench; do cp "$build/$binary" "$repo/.carry/exec-cuda-bin/"; done
+  for binary in calo exec_gpu_bench cp_attention_bench; do cp "$build/$binary" "$repo/.carry/exec-cuda-bin/"; done
   for test in exec_cuda_tests exec_cuda_multigpu_tests; do
     found="$(find "$build" -name "$test" -type f -perm -u+x | head -1)"
     [ -n "$found" ] && cp "$found" "$repo/.carry/exec-cuda-bin/"
@@ -105,8 +105,9 @@ grep -q "not found" "$logs/ldd.log" && say "WARNING missing shared libraries: $(
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 bench_common=(bench --backend cuda --no-progress --json)
 
-# EXEC_PARTS picks what runs (default all): "1gpu" (calo vs PyTorch, GEMMs vs cuBLASLt), "4gpu", "tests".
-parts=" ${EXEC_PARTS:-1gpu 4gpu tests} "
+# EXEC_PARTS picks what runs (default all): "1gpu" (calo vs PyTorch, GEMMs vs cuBLASLt), "4gpu", "cp" (context-
+# parallel attention shapes on one GPU), "tests".
+parts=" ${EXEC_PARTS:-1gpu 4gpu cp tests} "
 has_part() { [[ "$parts" == *" $1 "* ]]; }
 
 # 1. One GPU: calo vs PyTorch eager, Llama3-8B 4 layers, seq 8192, mbs 1.
@@ -152,7 +153,28 @@ else
   say "SKIP 4-GPU runs: $gpus GPU(s) visible"
 fi
 
-# 3. Tests.
+# 3. Context parallel on one GPU: every ring-step / gathered-chunk attention shape of Llama3-8B at 32K and 128K
+# tokens through cuDNN, against the simulator and against cp = 1's attention / cp (the ring's NCCL side needs
+# several GPUs: the multigpu tests).
+if has_part cp && [ -x "$bin/cp_attention_bench" ]; then
+  run cp_attention_32k_cp4 90 "$bin/cp_attention_bench" --model llama3-8b --seq 32768 --cp 4
+  figures cp_attention_32k_cp4 '^(#|cp|slowest)'
+  run cp_attention_32k_cp4_allgather 90 "$bin/cp_attention_bench" --model llama3-8b --seq 32768 --cp 4 \
+    --cp-comm allgather
+  figures cp_attention_32k_cp4_allgather '^(#|cp|slowest)'
+  run cp_attention_128k_cp8 150 "$bin/cp_attention_bench" --model llama3-8b --seq 131072 --cp 8 --iters 3
+  figures cp_attention_128k_cp8 '^(# cp|slowest)'
+  # Long-context steps on one GPU (attention-dominated), with per-op spans, for `calo sim` / `calo calibrate`
+  # on the build machine: Llama3-8B 2 layers at 16K and 32K tokens. The run directories come back packed.
+  for seq in 16384 32768; do
+    run "calo_1gpu_llama8b_2l_seq$seq" 150 "$bin/calo" "${bench_common[@]}" --model llama3-8b --layers 2 \
+      --seq "$seq" --mbs 1 --gbs 1 --steps 6 --warmup 2 --trace-ops --out "/tmp/exec-cuda-runs/long-$seq"
+    bench_figures "calo_1gpu_llama8b_2l_seq$seq"
+  done
+  tar -czf "$out/long_context_runs.tar.gz" -C /tmp/exec-cuda-runs long-16384 long-32768 2>/dev/null
+fi
+
+# 4. Tests.
 has_part tests && [ -x "$bin/exec_cuda_tests" ] && run gpu_tests 120 "$bin/exec_cuda_tests"
 figures gpu_tests '^\[  (PASSED|FAILED|SKIPPED) '
 has_part tests && [ -x "$bin/exec_cuda_multigpu_tests" ] && run multigpu_tests 200 env CALO_EXECUTABLE="$bin/calo" \

@@ -1,13 +1,15 @@
 // Context-parallel attention on one GPU: every attention shape that the ranks of a cp layout run (ring steps,
 // or all-gathered chunks), timed through cuDNN SDPA forward and backward like executor ops (gpu_timing.h:
-// each call queued behind a memset, idle after it), with the mean SM clock (NVML) during its calls, next to
-// the simulator's cost of the same op at that clock (sim::compute_cost, compute part stretched by f_max / f)
-// and next to the cp = 1 layout's full causal attention. The ring splits the causal attention into equal-FLOP
-// steps (load-balanced chunks); the headline says what that costs on a real GPU: a rank's ring attention
-// against the full sequence's attention / cp, measured and simulated. The NCCL side of the ring needs several
-// GPUs (tests/exec_cuda/multigpu_test.cpp). Usage: cp_attention_bench [--model llama3-8b] [--seq 32768] [--cp
-// 4] [--cp-comm p2p|allgather]
-//        [--cluster h100-hgx-calibrated] [--iters 10]
+// each call queued behind a memset, idle after it; a backward after one forward of its shape, whose softmax
+// statistics it reads), with the mean SM clock (NVML) during its calls, next to the simulator's cost of the
+// same op at that clock (sim::compute_cost, compute part stretched by f_max / f) and next to the cp = 1
+// layout's full causal attention. The ring splits the causal attention into equal-FLOP steps (load-balanced
+// chunks); the headline says what that costs on a real GPU: a rank's ring attention against the full
+// sequence's attention / cp, measured and simulated. The NCCL side of the ring needs several GPUs
+// (tests/exec_cuda/multigpu_test.cpp).
+//
+// Usage: cp_attention_bench [--model llama3-8b] [--seq 32768] [--cp 4] [--cp-comm p2p|allgather]
+//                           [--cluster h100-hgx-calibrated] [--iters 10]
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -18,10 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "attention_operands.h"
 #include "core/error.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/cudnn_attention.h"
-#include "exec/cuda/init.cuh"
 #include "gpu_timing.h"
 #include "graph/graph.h"
 #include "model/model_spec.h"
@@ -32,7 +34,6 @@
 
 namespace {
 
-using calo::exec::cuda::bf16;
 namespace cuda = calo::exec::cuda;
 namespace graph = calo::graph;
 
@@ -89,49 +90,6 @@ std::map<std::string, ShapeUse> attention_uses(const calo::model::ModelSpec& spe
   return uses;
 }
 
-/// Device buffers of one attention shape, random bf16 inputs; freed on scope exit.
-class ShapeBuffers {
- public:
-  ShapeBuffers(const graph::AttentionShape& shape, std::int64_t workspace_bytes) {
-    const std::int64_t q_values = std::int64_t{shape.batch} * shape.heads * shape.seq * shape.head_dim;
-    const std::int64_t kv_values = std::int64_t{shape.batch} * shape.kv_heads * shape.keys() * shape.head_dim;
-    buffers.q = random_bf16(q_values, 1);
-    buffers.k = random_bf16(kv_values, 2);
-    buffers.v = random_bf16(kv_values, 3);
-    buffers.o = random_bf16(q_values, 4);
-    buffers.d_out = random_bf16(q_values, 5);
-    buffers.d_q = random_bf16(q_values, 6);
-    buffers.d_k = random_bf16(kv_values, 7);
-    buffers.d_v = random_bf16(kv_values, 8);
-    const std::int64_t stats_bytes = cuda::attention_stats_values(shape) * 4;
-    buffers.stats = static_cast<float*>(allocate(stats_bytes));
-    CALO_CUDA(cudaMemset(buffers.stats, 0, static_cast<std::size_t>(stats_bytes)));
-    workspace = allocate(workspace_bytes);
-  }
-  ~ShapeBuffers() {
-    for (void* pointer : allocations_) cudaFree(pointer);
-  }
-  ShapeBuffers(const ShapeBuffers&) = delete;
-  ShapeBuffers& operator=(const ShapeBuffers&) = delete;
-
-  cuda::AttentionBuffers buffers;  ///< q, k, v, o, gradients and stats
-  void* workspace = nullptr;       ///< cuDNN workspace of the shape
-
- private:
-  void* allocate(std::int64_t bytes) {
-    void* pointer = nullptr;
-    CALO_CUDA(cudaMalloc(&pointer, static_cast<std::size_t>(std::max<std::int64_t>(bytes, 256))));
-    allocations_.push_back(pointer);
-    return pointer;
-  }
-  bf16* random_bf16(std::int64_t values, std::uint64_t seed) {
-    auto* pointer = static_cast<bf16*>(allocate(values * 2));
-    cuda::fill_random_bf16(pointer, values, seed, 1.0f, nullptr);
-    return pointer;
-  }
-  std::vector<void*> allocations_;
-};
-
 /// One shape's measurement: mean call time and the mean SM clock during the calls.
 struct ShapeTiming {
   double duration_s = 0;
@@ -141,14 +99,21 @@ struct ShapeTiming {
 /// Times `iters` cuDNN SDPA calls of `shape` after two warm-up calls, spaced like executor ops.
 ShapeTiming time_cudnn(cuda::CudnnAttention& cudnn, calo::bench::ClockSampler& clocks, void* spacer,
                        const graph::AttentionShape& shape, int iters) {
-  const std::string why = cudnn.prepare(shape);
-  if (!why.empty())
-    throw calo::RuntimeFailure("cuDNN SDPA cannot run " + cuda::describe_attention_shape(shape) + ": " + why);
-  ShapeBuffers operands(shape, cudnn.workspace_bytes(shape));
+  graph::AttentionShape forward = shape;
+  forward.backward = false;
+  for (const graph::AttentionShape& pass : {forward, shape}) {
+    const std::string why = cudnn.prepare(pass);
+    if (!why.empty())
+      throw calo::RuntimeFailure("cuDNN SDPA cannot run " + cuda::describe_attention_shape(pass) + ": " +
+                                 why);
+  }
+  calo::bench::AttentionOperands operands(shape, 1, nullptr);
+  void* workspace = operands.allocate(std::max(cudnn.workspace_bytes(shape), cudnn.workspace_bytes(forward)));
+  cudnn.run(forward, operands.buffers, workspace, nullptr);  // a backward reads the forward's statistics
   calo::bench::Windows windows;
   ShapeTiming timing;
   timing.duration_s = 1e-9 * calo::bench::time_spaced(nullptr, spacer, 2, iters, windows, [&] {
-                        cudnn.run(shape, operands.buffers, operands.workspace, nullptr);
+                        cudnn.run(shape, operands.buffers, workspace, nullptr);
                       });
   timing.sm_mhz = clocks.mean(windows).sm_mhz;
   return timing;

@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "attention_operands.h"
 #include "core/error.h"
 #include "core/time.h"
 #include "exec/backend.h"
@@ -328,31 +329,8 @@ int run_rank(const Options& options, const exec::LaunchInfo& launch) {
       graph::AttentionShape shape;
       std::tie(shape.batch, shape.heads, shape.kv_heads, shape.seq, shape.head_dim, shape.causal,
                shape.backward) = key;
-      const std::int64_t q_values = std::int64_t{shape.batch} * shape.heads * shape.seq * shape.head_dim;
-      const std::int64_t kv_values = std::int64_t{shape.batch} * shape.kv_heads * shape.seq * shape.head_dim;
-      const std::int64_t score_values = exec::cuda::attention_score_block_values(shape);
-      std::vector<void*> allocations;
-      auto allocate = [&](std::int64_t bytes, std::uint64_t seed) {
-        void* pointer = nullptr;
-        CALO_CUDA(cudaMalloc(&pointer, static_cast<size_t>(std::max<std::int64_t>(bytes, 256))));
-        if (seed > 0)
-          exec::cuda::fill_random_bf16(static_cast<exec::cuda::bf16*>(pointer), bytes / 2, seed, 1.0f,
-                                       stream);
-        allocations.push_back(pointer);
-        return pointer;
-      };
-      exec::cuda::AttentionBuffers buffers;
-      buffers.q = static_cast<const exec::cuda::bf16*>(allocate(q_values * 2, 21));
-      buffers.k = static_cast<const exec::cuda::bf16*>(allocate(kv_values * 2, 22));
-      buffers.v = static_cast<const exec::cuda::bf16*>(allocate(kv_values * 2, 23));
-      buffers.o = static_cast<exec::cuda::bf16*>(allocate(q_values * 2, 24));
-      buffers.d_out = static_cast<const exec::cuda::bf16*>(allocate(q_values * 2, 25));
-      buffers.d_q = static_cast<exec::cuda::bf16*>(allocate(q_values * 2, 0));
-      buffers.d_k = static_cast<exec::cuda::bf16*>(allocate(kv_values * 2, 0));
-      buffers.d_v = static_cast<exec::cuda::bf16*>(allocate(kv_values * 2, 0));
-      buffers.scores = static_cast<exec::cuda::bf16*>(allocate(score_values * 2, 0));
-      buffers.dscores = static_cast<exec::cuda::bf16*>(allocate(score_values * 2, 0));
-      buffers.stats = static_cast<float*>(allocate(exec::cuda::attention_stats_values(shape) * 4, 0));
+      bench::AttentionOperands operands(shape, 21, stream);
+      const exec::cuda::AttentionBuffers& buffers = operands.buffers;
       double cudnn_ns = NAN;
       std::string why;
       graph::AttentionShape forward = shape;
@@ -360,7 +338,8 @@ int run_rank(const Options& options, const exec::LaunchInfo& launch) {
       why = cudnn.prepare(forward);  // the backward reads the forward's stats: run the forward once first
       if (why.empty()) why = cudnn.prepare(shape);
       if (why.empty()) {
-        void* workspace = allocate(std::max(cudnn.workspace_bytes(shape), cudnn.workspace_bytes(forward)), 0);
+        void* workspace =
+            operands.allocate(std::max(cudnn.workspace_bytes(shape), cudnn.workspace_bytes(forward)));
         cudnn.run(forward, buffers, workspace, stream);
         cudnn_ns = time_spaced(stream, spacer, 2, 10, attention_windows,
                                [&] { cudnn.run(shape, buffers, workspace, stream); });
@@ -374,7 +353,6 @@ int run_rank(const Options& options, const exec::LaunchInfo& launch) {
         exec::cuda::run_attention(runner, shape, buffers, stream);
       });
       CALO_CUDA(cudaStreamSynchronize(stream));
-      for (void* pointer : allocations) cudaFree(pointer);
       const double inside = mean(durations);
       const double per_step = static_cast<double>(durations.size()) / options.steps;
       const double flops = attention_flops[key];

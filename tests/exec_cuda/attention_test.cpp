@@ -153,8 +153,8 @@ struct AttentionRun {
 
   explicit AttentionRun(const graph::AttentionShape& attention)
       : shape(attention),
-        q_values(std::int64_t{attention.batch} * attention.heads * attention.seq * attention.head_dim),
-        kv_values(std::int64_t{attention.batch} * attention.kv_heads * attention.keys() * attention.head_dim),
+        q_values(attention_query_values(attention)),
+        kv_values(attention_key_values(attention)),
         q(static_cast<size_t>(q_values) * 2),
         k(static_cast<size_t>(kv_values) * 2),
         v(static_cast<size_t>(kv_values) * 2),

@@ -9,6 +9,14 @@
 
 namespace calo::exec::cuda {
 
+std::int64_t attention_query_values(const graph::AttentionShape& shape) {
+  return std::int64_t{shape.batch} * shape.heads * shape.seq * shape.head_dim;
+}
+
+std::int64_t attention_key_values(const graph::AttentionShape& shape) {
+  return std::int64_t{shape.batch} * shape.kv_heads * shape.keys() * shape.head_dim;
+}
+
 std::int64_t attention_block_rows(std::int64_t seq) {
   for (const std::int64_t blocks : {8, 4, 2}) {
     if (seq >= 1024 * blocks / 2 && seq % blocks == 0) return seq / blocks;

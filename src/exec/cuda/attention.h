@@ -31,6 +31,12 @@ struct AttentionBuffers {
   float* stats = nullptr;  ///< cuDNN only: softmax log-sum-exp [batch, heads, seq, 1] (fwd writes, bwd reads)
 };
 
+/// Values of one query-side tensor of `shape` (q, o, d_out, d_q): batch * heads * seq * head_dim.
+std::int64_t attention_query_values(const graph::AttentionShape& shape);
+
+/// Values of one key-side tensor of `shape` (k, v, d_k, d_v): batch * kv_heads * keys() * head_dim.
+std::int64_t attention_key_values(const graph::AttentionShape& shape);
+
 /// Query rows per block for sequence length `seq` (a divisor of seq).
 std::int64_t attention_block_rows(std::int64_t seq);
 

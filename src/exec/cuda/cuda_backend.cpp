@@ -487,8 +487,8 @@ class CudaBackend final : public Backend {
   /// (docs/EXECUTION_CUDA.md).
   void prepare_attention(CudaOp& prepared, std::uint64_t seed) {
     const auto& shape = prepared.rank_op.op.attention;
-    const std::int64_t q_values = std::int64_t{shape.batch} * shape.heads * shape.seq * shape.head_dim;
-    const std::int64_t kv_values = std::int64_t{shape.batch} * shape.kv_heads * shape.keys() * shape.head_dim;
+    const std::int64_t q_values = cuda::attention_query_values(shape);
+    const std::int64_t kv_values = cuda::attention_key_values(shape);
     prepared.cudnn_attention = choose_cudnn_attention(shape);
     prepared.buffers.assign(11, nullptr);
     prepared.buffers[0] = shared("attn.q", q_values, seed);

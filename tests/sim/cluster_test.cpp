@@ -69,6 +69,19 @@ TEST(Cluster, RejectsTyposAndBadValuesWithTheKeyNamed) {
   std::string bad_algorithm = text + "collective: {algorithm: butterfly}\n";
   EXPECT_THROW(load_cluster(testing::write_file(dir / "algo.yaml", bad_algorithm)), InputError);
   EXPECT_THROW(load_cluster("no-such-cluster"), InputError);
+  // The attention backward's efficiency fraction: a value outside its range names the key and the range.
+  std::string bad_fraction = text;
+  bad_fraction.replace(bad_fraction.find("efficiency: {kernel_overhead_us: 0}"), 35,
+                       "efficiency: {kernel_overhead_us: 0, attention_backward_fraction: 0}");
+  try {
+    load_cluster(testing::write_file(dir / "fraction.yaml", bad_fraction));
+    FAIL() << "expected InputError";
+  } catch (const InputError& error) {
+    EXPECT_NE(
+        std::string(error.what()).find("'attention_backward_fraction' = 0 is out of range; use a value in"),
+        std::string::npos)
+        << error.what();
+  }
 }
 
 // Counts were narrowed to int before the range check (4294967304 GPUs per node passed as 8), and "inf" was

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "core/error.h"
 #include "sim/cost_model.h"
@@ -185,6 +186,7 @@ const std::vector<CurveField>& curve_fields() {
       {&sim::ComputeEfficiency::gemm_half_dim, 1, 8192, true, "gemm_half_dim"},
       {&sim::ComputeEfficiency::attention_max, 0.02, 0.99, false, "attention_max"},
       {&sim::ComputeEfficiency::attention_half_seq, 1, 65536, true, "attention_half_seq"},
+      {&sim::ComputeEfficiency::attention_half_rows, 1, 1e8, true, "attention_half_rows"},
       {&sim::ComputeEfficiency::attention_backward_fraction, 0.2, 1.5, false, "attention_backward_fraction"},
       {&sim::ComputeEfficiency::memory_max, 0.02, 0.99, false, "memory_max"},
       {&sim::ComputeEfficiency::memory_half_bytes, 1e3, 1e10, true, "memory_half_bytes"},
@@ -237,6 +239,40 @@ sim::ComputeEfficiency fit_op_curves(const std::vector<OpTiming>& ops, const sim
   return efficiency;
 }
 
+std::vector<std::string> undetermined_fields(const std::vector<OpTiming>& ops) {
+  std::set<double> gemm_dims, attention_seqs, attention_rows, memory_bytes;
+  std::set<bool> attention_passes;  // backward flags seen
+  for (const OpTiming& timing : ops) {
+    const graph::Op& op = timing.op;
+    if (op.kind == graph::OpKind::kGemm) {
+      for (std::int64_t dim : {op.gemm.m, op.gemm.n, op.gemm.k}) gemm_dims.insert(static_cast<double>(dim));
+    } else if (op.kind == graph::OpKind::kAttention) {
+      attention_seqs.insert(op.attention.seq);
+      attention_rows.insert(sim::attention_grid_rows(op.attention));
+      attention_passes.insert(op.attention.backward);
+    } else {
+      memory_bytes.insert(op.bytes);
+    }
+  }
+  std::vector<std::string> fixed;
+  auto check = [&](const std::set<double>& values, const char* ceiling, const char* half_point) {
+    if (values.empty()) fixed.emplace_back(ceiling);
+    if (values.size() < 2) fixed.emplace_back(half_point);
+  };
+  check(gemm_dims, "gemm_max", "gemm_half_dim");
+  check(attention_seqs, "attention_max", "attention_half_seq");
+  // Grid rows apart from the sequence: only micro-batches (or head counts) of one sequence length tell them.
+  std::set<std::pair<double, double>> rows_by_seq;
+  for (const OpTiming& timing : ops) {
+    if (timing.op.kind == graph::OpKind::kAttention)
+      rows_by_seq.insert({timing.op.attention.seq, sim::attention_grid_rows(timing.op.attention)});
+  }
+  if (rows_by_seq.size() <= attention_seqs.size()) fixed.emplace_back("attention_half_rows");
+  if (attention_passes.size() < 2) fixed.emplace_back("attention_backward_fraction");
+  check(memory_bytes, "memory_max", "memory_half_bytes");
+  return fixed;
+}
+
 std::vector<ParameterFit> efficiency_parameters(const sim::ComputeEfficiency& base,
                                                 const sim::ComputeEfficiency& fitted,
                                                 const std::string& stage,
@@ -268,7 +304,8 @@ StageFit fit_compute_from_ops(const std::vector<Prepared>& prepared, sim::Cluste
   const sim::ComputeEfficiency base = cluster.gpu.efficiency;
   std::vector<OpTiming> all_ops;
   for (const Prepared& item : prepared) all_ops.insert(all_ops.end(), item.ops.begin(), item.ops.end());
-  sim::ComputeEfficiency efficiency = fit_op_curves(all_ops, cluster.gpu);
+  const std::vector<std::string> fixed = undetermined_fields(all_ops);
+  sim::ComputeEfficiency efficiency = fit_op_curves(all_ops, cluster.gpu, fixed);
   // Time between op spans (host launch cost, synchronization) belongs to the step too: spread it over the ops
   // as kernel overhead (median over runs of (step - sum of op times) / ops).
   std::vector<double> gaps_s;
@@ -283,7 +320,7 @@ StageFit fit_compute_from_ops(const std::vector<Prepared>& prepared, sim::Cluste
   ops_only.efficiency = efficiency;
   if (gap_s > 0) efficiency.kernel_overhead_s += gap_s;
   cluster.gpu.efficiency = efficiency;
-  stage.parameters = efficiency_parameters(base, efficiency, "compute");
+  stage.parameters = efficiency_parameters(base, efficiency, "compute", fixed);
   for (const Prepared& item : prepared) {
     // Per op class: relative error of the summed op time; and the whole step at the measured clock.
     std::map<std::string, std::pair<double, double>> by_class;  // class -> (measured, modeled)
@@ -312,7 +349,7 @@ StageFit fit_power(const std::vector<Prepared>& prepared, sim::ClusterSpec& clus
   StageFit stage{"power", {}, {}, ""};
   const sim::GpuSpec base = cluster.gpu;
   struct Knobs {
-    double heavy = 1, light = 1, response_s = 0.05, window_s = 0.02, average_s = 0.001;
+    double heavy = 1, light = 1, optimizer = 1, response_s = 0.05, window_s = 0.02, average_s = 0.001;
   } knobs;
   knobs.response_s = base.power_control.response_s;
   // Start the averaging at the driver's 20 ms sample period: from ~0 the descent stays where each tick acts.
@@ -327,7 +364,7 @@ StageFit fit_power(const std::vector<Prepared>& prepared, sim::ClusterSpec& clus
     set(PowerClass::kGemm, value.heavy);
     set(PowerClass::kAttention, value.heavy);
     set(PowerClass::kElementwise, value.light);
-    set(PowerClass::kOptimizer, value.light);
+    set(PowerClass::kOptimizer, value.optimizer);
     target.gpu.power_control.response_s = value.response_s;
     target.gpu.power_control.sample_window_s = value.window_s;
     target.gpu.power_control.average_s = value.average_s;
@@ -361,6 +398,13 @@ StageFit fit_power(const std::vector<Prepared>& prepared, sim::ClusterSpec& clus
         [&](double x) {
           Knobs k = knobs;
           k.light = x;
+          return loss(k);
+        },
+        0.25, 3.0, true);
+    knobs.optimizer = minimize_1d(
+        [&](double x) {
+          Knobs k = knobs;
+          k.optimizer = x;
           return loss(k);
         },
         0.25, 3.0, true);
@@ -536,6 +580,7 @@ FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSp
                                                     "gpu.efficiency.gemm_half_dim",
                                                     "gpu.efficiency.attention_max",
                                                     "gpu.efficiency.attention_half_seq",
+                                                    "gpu.efficiency.attention_half_rows",
                                                     "gpu.efficiency.attention_backward_fraction",
                                                     "gpu.efficiency.memory_max",
                                                     "gpu.efficiency.memory_half_bytes",

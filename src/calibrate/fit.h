@@ -47,6 +47,11 @@ double modeled_op_s(const sim::GpuSpec& gpu, const OpTiming& timing);
 sim::ComputeEfficiency fit_op_curves(const std::vector<OpTiming>& ops, const sim::GpuSpec& gpu,
                                      const std::vector<std::string>& fixed = {});
 
+/// Curve fields (fit_op_curves keys) `ops` cannot determine: a ceiling without an op of its class, a half
+/// point without two distinct sizes of it, attention's grid rows without two of them at one sequence length,
+/// the attention backward's fraction without both passes.
+std::vector<std::string> undetermined_fields(const std::vector<OpTiming>& ops);
+
 /// The fitted efficiency parameters as ParameterFit rows of `stage` (kernel overhead in us), less `fixed`.
 std::vector<ParameterFit> efficiency_parameters(const sim::ComputeEfficiency& base,
                                                 const sim::ComputeEfficiency& fitted,

@@ -328,34 +328,6 @@ void replace_kept(std::vector<std::string>& kept, const std::string& key, const 
   }
 }
 
-/// Curve fields the ops cannot determine (fit_op_curves keys): a ceiling without an op of its class, a half
-/// point without two distinct sizes of it, the attention backward's fraction without both passes.
-std::vector<std::string> undetermined_fields(const std::vector<KernelOp>& ops) {
-  std::set<double> gemm_dims, attention_seqs, memory_bytes;
-  std::set<bool> attention_passes;  // backward flags seen
-  for (const KernelOp& kernel_op : ops) {
-    const graph::Op& op = kernel_op.timing.op;
-    if (op.kind == graph::OpKind::kGemm) {
-      for (std::int64_t dim : {op.gemm.m, op.gemm.n, op.gemm.k}) gemm_dims.insert(static_cast<double>(dim));
-    } else if (op.kind == graph::OpKind::kAttention) {
-      attention_seqs.insert(op.attention.seq);
-      attention_passes.insert(op.attention.backward);
-    } else {
-      memory_bytes.insert(op.bytes);
-    }
-  }
-  std::vector<std::string> fixed;
-  auto check = [&](const std::set<double>& values, const char* ceiling, const char* half_point) {
-    if (values.empty()) fixed.emplace_back(ceiling);
-    if (values.size() < 2) fixed.emplace_back(half_point);
-  };
-  check(gemm_dims, "gemm_max", "gemm_half_dim");
-  check(attention_seqs, "attention_max", "attention_half_seq");
-  if (attention_passes.size() < 2) fixed.emplace_back("attention_backward_fraction");
-  check(memory_bytes, "memory_max", "memory_half_bytes");
-  return fixed;
-}
-
 /// The compute part of fit_kineto(): fits the curves when no run did, else checks the runs' fit against the
 /// kernels.
 void fit_kernels(const std::vector<KernelOp>& ops, const std::string& label, FitResult& fit) {
@@ -373,7 +345,7 @@ void fit_kernels(const std::vector<KernelOp>& ops, const std::string& label, Fit
     stage.note = "compute fitted from the runs' op spans; the traces' kernels check it";
   } else {
     const sim::ComputeEfficiency base = fit.cluster.gpu.efficiency;
-    const std::vector<std::string> fixed = undetermined_fields(ops);
+    const std::vector<std::string> fixed = undetermined_fields(timings);
     fit.cluster.gpu.efficiency = fit_op_curves(timings, fit.cluster.gpu, fixed);
     stage.parameters = efficiency_parameters(base, fit.cluster.gpu.efficiency, "compute", fixed);
     std::erase_if(fit.kept, [&](const std::string& key) {

@@ -80,14 +80,16 @@ std::vector<double> number_list(const nlohmann::json& object, const std::string&
 ComputeEfficiency parse_efficiency(const nlohmann::json& object, const std::string& origin) {
   ConfigReader reader(object, origin);
   reader.reject_unknown_keys({"gemm_max", "gemm_half_dim", "attention_max", "attention_half_seq",
-                              "attention_backward_fraction", "memory_max", "memory_half_bytes",
-                              "kernel_overhead_us", "op_time_scale"});
+                              "attention_half_rows", "attention_backward_fraction", "memory_max",
+                              "memory_half_bytes", "kernel_overhead_us", "op_time_scale"});
   ComputeEfficiency efficiency;
   efficiency.gemm_max = bounded(reader, origin, "gemm_max", efficiency.gemm_max, 0.01, 1.0);
   efficiency.gemm_half_dim = bounded(reader, origin, "gemm_half_dim", efficiency.gemm_half_dim, 0, 1e6);
   efficiency.attention_max = bounded(reader, origin, "attention_max", efficiency.attention_max, 0.01, 1.0);
   efficiency.attention_half_seq =
       bounded(reader, origin, "attention_half_seq", efficiency.attention_half_seq, 0, 1e7);
+  efficiency.attention_half_rows =
+      bounded(reader, origin, "attention_half_rows", efficiency.attention_half_rows, 0, 1e9);
   efficiency.attention_backward_fraction = bounded(reader, origin, "attention_backward_fraction",
                                                    efficiency.attention_backward_fraction, 0.05, 2.0);
   efficiency.memory_max = bounded(reader, origin, "memory_max", efficiency.memory_max, 0.01, 1.0);
@@ -321,6 +323,7 @@ nlohmann::json to_json(const ClusterSpec& cluster) {
           {"gemm_half_dim", eff.gemm_half_dim},
           {"attention_max", eff.attention_max},
           {"attention_half_seq", eff.attention_half_seq},
+          {"attention_half_rows", eff.attention_half_rows},
           {"attention_backward_fraction", eff.attention_backward_fraction},
           {"memory_max", eff.memory_max},
           {"memory_half_bytes", eff.memory_half_bytes},

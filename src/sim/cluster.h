@@ -24,6 +24,9 @@ struct ComputeEfficiency {
   double gemm_half_dim = 96;        ///< a GEMM dimension of this size halves that dimension's factor
   double attention_max = 0.6;       ///< best fraction of peak for the fused attention core
   double attention_half_seq = 256;  ///< sequence length at which attention reaches half its best
+  /// Query rows over the whole grid (batch x heads x seq) at which attention fills half the GPU: small
+  /// micro-batches launch too few tiles to occupy every SM (0 = no such factor, the uncalibrated default).
+  double attention_half_rows = 0;
   /// Efficiency of the attention backward as a fraction of the forward's (flash attention's backward runs
   /// its FLOPs slower than its forward; 1 = the same efficiency, the uncalibrated default).
   double attention_backward_fraction = 1.0;

@@ -53,6 +53,10 @@ double gemm_efficiency(const ComputeEfficiency& efficiency, double m, double n, 
          dimension_factor(k, half);
 }
 
+double attention_grid_rows(const graph::AttentionShape& shape) {
+  return static_cast<double>(shape.batch) * shape.heads * shape.seq;
+}
+
 double memory_efficiency(const ComputeEfficiency& efficiency, double bytes) {
   return efficiency.memory_max * dimension_factor(bytes, efficiency.memory_half_bytes);
 }
@@ -78,6 +82,9 @@ ComputeCost compute_cost(const GpuSpec& gpu, const graph::Op& op) {
     case graph::OpKind::kAttention: {
       const double seq = op.attention.seq;
       flop_efficiency = efficiency.attention_max * dimension_factor(seq, efficiency.attention_half_seq);
+      if (efficiency.attention_half_rows > 0)
+        flop_efficiency *=
+            dimension_factor(attention_grid_rows(op.attention), efficiency.attention_half_rows);
       if (op.attention.backward) flop_efficiency *= efficiency.attention_backward_fraction;
       cost.power_class = PowerClass::kAttention;
       break;

@@ -29,6 +29,9 @@ struct ComputeCost {
 
 /// GEMM efficiency: gemm_max * prod over m, n, k of d / (d + gemm_half_dim).
 double gemm_efficiency(const ComputeEfficiency& efficiency, double m, double n, double k);
+/// Query rows over an attention kernel's whole grid: batch x heads x seq (what sets how many tiles it
+/// launches).
+double attention_grid_rows(const graph::AttentionShape& shape);
 /// Memory-bound efficiency: memory_max * bytes / (bytes + memory_half_bytes).
 double memory_efficiency(const ComputeEfficiency& efficiency, double bytes);
 

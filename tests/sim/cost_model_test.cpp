@@ -143,6 +143,33 @@ TEST(CostModel, AttentionBackwardRunsAtItsFractionOfTheForwardEfficiency) {
   EXPECT_NEAR(compute_cost(cluster.gpu, forward).compute_s, same_efficiency / 2, 1e-12);  // forward unchanged
 }
 
+TEST(CostModel, AttentionOfFewGridRowsRunsBelowItsCeiling) {
+  ClusterSpec cluster = load_cluster("h200-hgx");
+  graph::Op one;
+  one.kind = graph::OpKind::kAttention;
+  one.attention.batch = 1;
+  one.attention.heads = 32;
+  one.attention.kv_heads = 8;
+  one.attention.seq = 2048;
+  one.attention.head_dim = 128;
+  one.flops = graph::attention_flops(one.attention);
+  one.bytes = graph::attention_bytes(one.attention);
+  graph::Op eight = one;
+  eight.attention.batch = 8;
+  eight.flops = graph::attention_flops(eight.attention);
+  eight.bytes = graph::attention_bytes(eight.attention);
+  EXPECT_DOUBLE_EQ(attention_grid_rows(eight.attention), 8.0 * 32 * 2048);
+  // Off by default: FLOP rate independent of the batch.
+  cluster.gpu.efficiency.attention_half_rows = 0;
+  const double rate_one = one.flops / compute_cost(cluster.gpu, one).compute_s;
+  EXPECT_NEAR(eight.flops / compute_cost(cluster.gpu, eight).compute_s, rate_one, rate_one * 1e-12);
+  // On: each rate falls by rows / (rows + half), so one sequence of 65536 rows loses more than eight.
+  const double half_rows = 32.0 * 2048;
+  cluster.gpu.efficiency.attention_half_rows = half_rows;
+  EXPECT_NEAR(one.flops / compute_cost(cluster.gpu, one).compute_s, rate_one * 0.5, rate_one * 1e-12);
+  EXPECT_NEAR(eight.flops / compute_cost(cluster.gpu, eight).compute_s, rate_one * 8 / 9, rate_one * 1e-12);
+}
+
 TEST(CostModel, MessagesUseNvlinkInsideANodeAndTheRailAcross) {
   const ClusterSpec cluster = load_cluster("h200-hgx");
   const double bytes = 32.0 * 1024 * 1024;

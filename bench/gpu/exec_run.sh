@@ -11,7 +11,8 @@
 #        PyTorch eager reference (torch_reference.py) | exec_gpu_bench 1 GPU (GEMM ops vs cuBLASLt alone,
 #        attention cuDNN vs fallback, fwd+bwd) | calo bench 4 GPUs: Llama3-8B TP2-PP2,
 #        Llama3-70B slice TP4, Mixtral-8x7B slice EP4 | exec_gpu_bench 4 GPUs TP4 (collectives vs NCCL loop)
-#        | cp_attention_bench 1 GPU (ring-step attention shapes vs sim and cp = 1) | gpu tests | multigpu tests
+#        | cp_attention_bench 1 GPU (ring-step attention shapes vs sim and cp = 1) | long-context calo bench
+#        steps 1 GPU (EXEC_LONG_SEQS) | gpu tests | multigpu tests
 #      and writes $OUT/exec_cuda_summary.txt (the figures) and $OUT/exec_cuda_logs.tar.gz (every log/JSON).
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -106,8 +107,8 @@ gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 bench_common=(bench --backend cuda --no-progress --json)
 
 # EXEC_PARTS picks what runs (default all): "1gpu" (calo vs PyTorch, GEMMs vs cuBLASLt), "4gpu", "cp" (context-
-# parallel attention shapes on one GPU), "tests".
-parts=" ${EXEC_PARTS:-1gpu 4gpu cp tests} "
+# parallel attention shapes on one GPU), "long" (long-context calo bench steps), "tests".
+parts=" ${EXEC_PARTS:-1gpu 4gpu cp long tests} "
 has_part() { [[ "$parts" == *" $1 "* ]]; }
 
 # 1. One GPU: calo vs PyTorch eager, Llama3-8B 4 layers, seq 8192, mbs 1.
@@ -164,14 +165,18 @@ if has_part cp && [ -x "$bin/cp_attention_bench" ]; then
   figures cp_attention_32k_cp4_allgather '^(#|cp|slowest)'
   run cp_attention_128k_cp8 150 "$bin/cp_attention_bench" --model llama3-8b --seq 131072 --cp 8 --iters 3
   figures cp_attention_128k_cp8 '^(# cp|slowest)'
-  # Long-context steps on one GPU (attention-dominated), with per-op spans, for `calo sim` / `calo calibrate`
-  # on the build machine: Llama3-8B 2 layers at 16K and 32K tokens. The run directories come back packed.
-  for seq in 16384 32768; do
+fi
+
+# 3b. Long-context steps on one GPU (attention-dominated), with per-op spans, for `calo sim` / `calo calibrate`
+# on the build machine: Llama3-8B 2 layers at EXEC_LONG_SEQS tokens (default 16K and 32K). The run directories
+# come back packed in long_context_runs.tar.gz.
+if has_part long; then
+  for seq in ${EXEC_LONG_SEQS:-16384 32768}; do
     run "calo_1gpu_llama8b_2l_seq$seq" 150 "$bin/calo" "${bench_common[@]}" --model llama3-8b --layers 2 \
       --seq "$seq" --mbs 1 --gbs 1 --steps 6 --warmup 2 --trace-ops --out "/tmp/exec-cuda-runs/long-$seq"
     bench_figures "calo_1gpu_llama8b_2l_seq$seq"
   done
-  tar -czf "$out/long_context_runs.tar.gz" -C /tmp/exec-cuda-runs long-16384 long-32768 2>/dev/null
+  (cd /tmp/exec-cuda-runs && tar -czf "$out/long_context_runs.tar.gz" long-* 2>/dev/null)
 fi
 
 # 4. Tests.

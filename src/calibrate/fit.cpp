@@ -386,53 +386,28 @@ StageFit fit_power(const std::vector<Prepared>& prepared, sim::ClusterSpec& clus
     }
     return sum;
   };
+  // One knob at a time, the others held (coordinate descent).
+  auto fit_knob = [&](double Knobs::*knob, double low, double high, int grid_points = 13,
+                      int refinements = 16) {
+    knobs.*knob = minimize_1d(
+        [&](double x) {
+          Knobs trial_knobs = knobs;
+          trial_knobs.*knob = x;
+          return loss(trial_knobs);
+        },
+        low, high, true, grid_points, refinements);
+  };
   for (int sweep = 0; sweep < 3; ++sweep) {
-    knobs.heavy = minimize_1d(
-        [&](double x) {
-          Knobs k = knobs;
-          k.heavy = x;
-          return loss(k);
-        },
-        0.5, 2.0, true);
-    knobs.light = minimize_1d(
-        [&](double x) {
-          Knobs k = knobs;
-          k.light = x;
-          return loss(k);
-        },
-        0.25, 3.0, true);
-    knobs.optimizer = minimize_1d(
-        [&](double x) {
-          Knobs k = knobs;
-          k.optimizer = x;
-          return loss(k);
-        },
-        0.25, 3.0, true);
-    knobs.response_s = minimize_1d(
-        [&](double x) {
-          Knobs k = knobs;
-          k.response_s = x;
-          return loss(k);
-        },
-        0.001, 1.0, true);
+    fit_knob(&Knobs::heavy, 0.5, 2.0);
+    fit_knob(&Knobs::light, 0.25, 3.0);
+    fit_knob(&Knobs::optimizer, 0.25, 3.0);
+    fit_knob(&Knobs::response_s, 0.001, 1.0);
     // The driver's samples average over a window no longer than their 20 ms period; shorter windows keep
     // more of each burst.
-    knobs.window_s = minimize_1d(
-        [&](double x) {
-          Knobs k = knobs;
-          k.window_s = x;
-          return loss(k);
-        },
-        0.001, base.power_control.sample_window_s, true, 9, 8);
+    fit_knob(&Knobs::window_s, 0.001, base.power_control.sample_window_s, 9, 8);
     // How long the controller averages power before it acts: short, it flattens each burst; long, bursts of
     // long kernels stay above the cap while the average holds it.
-    knobs.average_s = minimize_1d(
-        [&](double x) {
-          Knobs k = knobs;
-          k.average_s = x;
-          return loss(k);
-        },
-        0.001, 2.0, true);
+    fit_knob(&Knobs::average_s, 0.001, 2.0);
   }
   apply(cluster, knobs);
   for (const char* name : {"gemm", "attention", "elementwise", "optimizer"}) {

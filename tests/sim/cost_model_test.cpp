@@ -119,22 +119,25 @@ TEST(CostModel, GemmRooflineWithShapeDependentEfficiency) {
   EXPECT_NEAR(small.duration_s(1.2, 1), small.duration_s(1, 1), 1e-15);   // so the clock does not matter
 }
 
+/// A causal attention op of Llama3-8B's heads (32 query, 8 key/value, width 128) with FLOPs and bytes set.
+graph::Op attention_op(int batch, int seq, bool backward) {
+  graph::Op op;
+  op.kind = graph::OpKind::kAttention;
+  op.attention.batch = batch;
+  op.attention.heads = 32;
+  op.attention.kv_heads = 8;
+  op.attention.seq = seq;
+  op.attention.head_dim = 128;
+  op.attention.backward = backward;
+  op.flops = graph::attention_flops(op.attention);
+  op.bytes = graph::attention_bytes(op.attention);
+  return op;
+}
+
 TEST(CostModel, AttentionBackwardRunsAtItsFractionOfTheForwardEfficiency) {
   ClusterSpec cluster = load_cluster("h200-hgx");
-  graph::Op forward;
-  forward.kind = graph::OpKind::kAttention;
-  forward.attention.batch = 1;
-  forward.attention.heads = 32;
-  forward.attention.kv_heads = 8;
-  forward.attention.seq = 8192;
-  forward.attention.head_dim = 128;
-  forward.attention.backward = false;
-  forward.flops = graph::attention_flops(forward.attention);
-  forward.bytes = graph::attention_bytes(forward.attention);
-  graph::Op backward = forward;
-  backward.attention.backward = true;
-  backward.flops = graph::attention_flops(backward.attention);
-  backward.bytes = graph::attention_bytes(backward.attention);
+  const graph::Op forward = attention_op(1, 8192, false);
+  const graph::Op backward = attention_op(1, 8192, true);
   cluster.gpu.efficiency.attention_backward_fraction = 1.0;
   const double same_efficiency = compute_cost(cluster.gpu, backward).compute_s;
   EXPECT_NEAR(same_efficiency, 2 * compute_cost(cluster.gpu, forward).compute_s, 1e-12);  // 2x the FLOPs
@@ -145,19 +148,8 @@ TEST(CostModel, AttentionBackwardRunsAtItsFractionOfTheForwardEfficiency) {
 
 TEST(CostModel, AttentionOfFewGridRowsRunsBelowItsCeiling) {
   ClusterSpec cluster = load_cluster("h200-hgx");
-  graph::Op one;
-  one.kind = graph::OpKind::kAttention;
-  one.attention.batch = 1;
-  one.attention.heads = 32;
-  one.attention.kv_heads = 8;
-  one.attention.seq = 2048;
-  one.attention.head_dim = 128;
-  one.flops = graph::attention_flops(one.attention);
-  one.bytes = graph::attention_bytes(one.attention);
-  graph::Op eight = one;
-  eight.attention.batch = 8;
-  eight.flops = graph::attention_flops(eight.attention);
-  eight.bytes = graph::attention_bytes(eight.attention);
+  const graph::Op one = attention_op(1, 2048, false);
+  const graph::Op eight = attention_op(8, 2048, false);
   EXPECT_DOUBLE_EQ(attention_grid_rows(eight.attention), 8.0 * 32 * 2048);
   // Off by default: FLOP rate independent of the batch.
   cluster.gpu.efficiency.attention_half_rows = 0;

@@ -24,6 +24,7 @@
 #include "core/error.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/cudnn_attention.h"
+#include "flags.h"
 #include "gpu_timing.h"
 #include "graph/graph.h"
 #include "model/model_spec.h"
@@ -48,9 +49,7 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options options;
-  for (int at = 1; at + 1 < argc; at += 2) {
-    const std::string key = argv[at];
-    const std::string value = argv[at + 1];
+  auto apply = [&](const std::string& key, const std::string& value) {
     if (key == "--model")
       options.model = value;
     else if (key == "--cluster")
@@ -64,9 +63,10 @@ Options parse(int argc, char** argv) {
     else if (key == "--iters")
       options.iters = std::stoi(value);
     else
-      throw calo::InputError(
-          fmt::format("unknown option {} (see the usage at the top of cp_attention_bench.cpp)", key));
-  }
+      return false;
+    return true;
+  };
+  calo::bench::for_each_flag(argc, argv, "cp_attention_bench.cpp", apply);
   return options;
 }
 

@@ -45,6 +45,7 @@
 #include "exec/cuda/init.cuh"
 #include "exec/executor.h"
 #include "exec/launch.h"
+#include "flags.h"
 #include "gpu_timing.h"
 #include "graph/graph.h"
 #include "model/model_spec.h"
@@ -69,9 +70,7 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options options;
-  for (int at = 1; at + 1 < argc; at += 2) {
-    const std::string key = argv[at];
-    const std::string value = argv[at + 1];
+  auto apply = [&](const std::string& key, const std::string& value) {
     if (key == "--model")
       options.model = value;
     else if (key == "--layers")
@@ -95,9 +94,10 @@ Options parse(int argc, char** argv) {
     else if (key == "--steps")
       options.steps = std::stoi(value);
     else
-      throw InputError(
-          fmt::format("exec_gpu_bench: unknown option {} (see the header of exec_gpu_bench.cpp)", key));
-  }
+      return false;
+    return true;
+  };
+  bench::for_each_flag(argc, argv, "exec_gpu_bench.cpp", apply);
   return options;
 }
 

@@ -240,15 +240,16 @@ sim::ComputeEfficiency fit_op_curves(const std::vector<OpTiming>& ops, const sim
 }
 
 std::vector<std::string> undetermined_fields(const std::vector<OpTiming>& ops) {
-  std::set<double> gemm_dims, attention_seqs, attention_rows, memory_bytes;
-  std::set<bool> attention_passes;  // backward flags seen
+  std::set<double> gemm_dims, attention_seqs, memory_bytes;
+  std::set<std::pair<double, double>> attention_seq_rows;  // (sequence, grid rows) pairs seen
+  std::set<bool> attention_passes;                         // backward flags seen
   for (const OpTiming& timing : ops) {
     const graph::Op& op = timing.op;
     if (op.kind == graph::OpKind::kGemm) {
       for (std::int64_t dim : {op.gemm.m, op.gemm.n, op.gemm.k}) gemm_dims.insert(static_cast<double>(dim));
     } else if (op.kind == graph::OpKind::kAttention) {
       attention_seqs.insert(op.attention.seq);
-      attention_rows.insert(sim::attention_grid_rows(op.attention));
+      attention_seq_rows.insert({op.attention.seq, sim::attention_grid_rows(op.attention)});
       attention_passes.insert(op.attention.backward);
     } else {
       memory_bytes.insert(op.bytes);
@@ -262,12 +263,7 @@ std::vector<std::string> undetermined_fields(const std::vector<OpTiming>& ops) {
   check(gemm_dims, "gemm_max", "gemm_half_dim");
   check(attention_seqs, "attention_max", "attention_half_seq");
   // Grid rows apart from the sequence: only micro-batches (or head counts) of one sequence length tell them.
-  std::set<std::pair<double, double>> rows_by_seq;
-  for (const OpTiming& timing : ops) {
-    if (timing.op.kind == graph::OpKind::kAttention)
-      rows_by_seq.insert({timing.op.attention.seq, sim::attention_grid_rows(timing.op.attention)});
-  }
-  if (rows_by_seq.size() <= attention_seqs.size()) fixed.emplace_back("attention_half_rows");
+  if (attention_seq_rows.size() <= attention_seqs.size()) fixed.emplace_back("attention_half_rows");
   if (attention_passes.size() < 2) fixed.emplace_back("attention_backward_fraction");
   check(memory_bytes, "memory_max", "memory_half_bytes");
   return fixed;
@@ -343,13 +339,13 @@ StageFit fit_compute_from_ops(const std::vector<Prepared>& prepared, sim::Cluste
 /// at 3 it is within 3.6 % and every step moves the measured way (docs/SIMULATOR.md, "Calibration").
 constexpr double kPeakPowerWeight = 3.0;
 
-/// Stage 3: active power of heavy (GEMM, attention) and light (elementwise, optimizer) ops and the power-cap
+/// Stage 3: active power of heavy (GEMM, attention), elementwise and optimizer ops and the power-cap
 /// controller's response time, with the cap and heat on: step time, mean and peak power, swing and clock.
 StageFit fit_power(const std::vector<Prepared>& prepared, sim::ClusterSpec& cluster) {
   StageFit stage{"power", {}, {}, ""};
   const sim::GpuSpec base = cluster.gpu;
   struct Knobs {
-    double heavy = 1, light = 1, optimizer = 1, response_s = 0.05, window_s = 0.02, average_s = 0.001;
+    double heavy = 1, elementwise = 1, optimizer = 1, response_s = 0.05, window_s = 0.02, average_s = 0.001;
   } knobs;
   knobs.response_s = base.power_control.response_s;
   // Start the averaging at the driver's 20 ms sample period: from ~0 the descent stays where each tick acts.
@@ -363,7 +359,7 @@ StageFit fit_power(const std::vector<Prepared>& prepared, sim::ClusterSpec& clus
     };
     set(PowerClass::kGemm, value.heavy);
     set(PowerClass::kAttention, value.heavy);
-    set(PowerClass::kElementwise, value.light);
+    set(PowerClass::kElementwise, value.elementwise);
     set(PowerClass::kOptimizer, value.optimizer);
     target.gpu.power_control.response_s = value.response_s;
     target.gpu.power_control.sample_window_s = value.window_s;
@@ -399,7 +395,7 @@ StageFit fit_power(const std::vector<Prepared>& prepared, sim::ClusterSpec& clus
   };
   for (int sweep = 0; sweep < 3; ++sweep) {
     fit_knob(&Knobs::heavy, 0.5, 2.0);
-    fit_knob(&Knobs::light, 0.25, 3.0);
+    fit_knob(&Knobs::elementwise, 0.25, 3.0);
     fit_knob(&Knobs::optimizer, 0.25, 3.0);
     fit_knob(&Knobs::response_s, 0.001, 1.0);
     // The driver's samples average over a window no longer than their 20 ms period; shorter windows keep

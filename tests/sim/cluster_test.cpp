@@ -43,26 +43,29 @@ TEST(Cluster, H200HostMatchesTheFixture) {
   EXPECT_NEAR(cluster.slot_inlet_c(0) + 117 * r_total, 35, 1.5);  // idle ~34-35 C
 }
 
+/// The InputError message of loading the cluster file `path` (a test failure, and "", if it loads).
+std::string load_error(const std::string& path) {
+  try {
+    load_cluster(path);
+  } catch (const InputError& error) {
+    return error.what();
+  }
+  ADD_FAILURE() << path << " loaded; expected InputError";
+  return "";
+}
+
 TEST(Cluster, RejectsTyposAndBadValuesWithTheKeyNamed) {
   const auto dir = testing::temp_dir("cluster");
   std::string text = testing::ideal_cluster_yaml(8);
   const std::string typo = text + "colective: {algorithm: ring}\n";
-  try {
-    load_cluster(testing::write_file(dir / "typo.yaml", typo));
-    FAIL() << "expected InputError";
-  } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find("colective"), std::string::npos) << error.what();
-  }
+  const std::string typo_error = load_error(testing::write_file(dir / "typo.yaml", typo));
+  EXPECT_NE(typo_error.find("colective"), std::string::npos) << typo_error;
   std::string bad_slots = text;
   bad_slots.replace(bad_slots.find("  nvlink_latency_us: 0\n"), 22,
                     "  nvlink_latency_us: 0\n  slot_r_scale: [1, 2]\n");
-  try {
-    load_cluster(testing::write_file(dir / "slots.yaml", bad_slots));
-    FAIL() << "expected InputError";
-  } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find("slot_r_scale"), std::string::npos) << error.what();
-    EXPECT_NE(std::string(error.what()).find("one per GPU slot"), std::string::npos) << error.what();
-  }
+  const std::string slots_error = load_error(testing::write_file(dir / "slots.yaml", bad_slots));
+  EXPECT_NE(slots_error.find("slot_r_scale"), std::string::npos) << slots_error;
+  EXPECT_NE(slots_error.find("one per GPU slot"), std::string::npos) << slots_error;
   std::string idle_above_cap = text;
   idle_above_cap.replace(idle_above_cap.find("idle_power_w: 100"), 17, "idle_power_w: 900");
   EXPECT_THROW(load_cluster(testing::write_file(dir / "idle.yaml", idle_above_cap)), InputError);
@@ -73,15 +76,10 @@ TEST(Cluster, RejectsTyposAndBadValuesWithTheKeyNamed) {
   std::string bad_fraction = text;
   bad_fraction.replace(bad_fraction.find("efficiency: {kernel_overhead_us: 0}"), 35,
                        "efficiency: {kernel_overhead_us: 0, attention_backward_fraction: 0}");
-  try {
-    load_cluster(testing::write_file(dir / "fraction.yaml", bad_fraction));
-    FAIL() << "expected InputError";
-  } catch (const InputError& error) {
-    EXPECT_NE(
-        std::string(error.what()).find("'attention_backward_fraction' = 0 is out of range; use a value in"),
-        std::string::npos)
-        << error.what();
-  }
+  const std::string fraction_error = load_error(testing::write_file(dir / "fraction.yaml", bad_fraction));
+  EXPECT_NE(fraction_error.find("'attention_backward_fraction' = 0 is out of range; use a value in"),
+            std::string::npos)
+      << fraction_error;
 }
 
 // Counts were narrowed to int before the range check (4294967304 GPUs per node passed as 8), and "inf" was

@@ -80,6 +80,13 @@ TEST(Cluster, RejectsTyposAndBadValuesWithTheKeyNamed) {
   EXPECT_NE(fraction_error.find("'attention_backward_fraction' = 0 is out of range; use a value in"),
             std::string::npos)
       << fraction_error;
+  // Attention's grid-rows half point: negative is bad input, named with its range.
+  std::string bad_rows = text;
+  bad_rows.replace(bad_rows.find("efficiency: {kernel_overhead_us: 0}"), 35,
+                   "efficiency: {kernel_overhead_us: 0, attention_half_rows: -1}");
+  const std::string rows_error = load_error(testing::write_file(dir / "rows.yaml", bad_rows));
+  EXPECT_NE(rows_error.find("'attention_half_rows' = -1 is out of range; use a value in"), std::string::npos)
+      << rows_error;
 }
 
 // Counts were narrowed to int before the range check (4294967304 GPUs per node passed as 8), and "inf" was

@@ -47,6 +47,19 @@ double modeled_op_s(const sim::GpuSpec& gpu, const OpTiming& timing);
 sim::ComputeEfficiency fit_op_curves(const std::vector<OpTiming>& ops, const sim::GpuSpec& gpu,
                                      const std::vector<std::string>& fixed = {});
 
+/// Efficiency curves fitted to several runs' op spans, with the clock level each run's ops ran at.
+struct OpCurveFit {
+  sim::ComputeEfficiency efficiency;  ///< the curves and per-kind time scales
+  std::vector<double> clock_levels;   ///< per run: the clock that fits its ops / its NVML clock mean
+};
+
+/// fit_op_curves() over `runs` (each run's ops), with one free clock level per run: the NVML clock mean is
+/// not the clock each op ran at (the same command on the same card read 1611 and 1756 MHz), so only the ratio
+/// of compute-bound to memory-bound op times within a run sets its level. The levels' time-weighted geometric
+/// mean is held at 1 (the clock means are right on average, not run by run).
+OpCurveFit fit_op_curves_with_clock_levels(const std::vector<std::vector<OpTiming>>& runs,
+                                           const sim::GpuSpec& gpu, const std::vector<std::string>& fixed);
+
 /// Curve fields (fit_op_curves keys) `ops` cannot determine: a ceiling without an op of its class, a half
 /// point without two distinct sizes of it, attention's grid rows without two of them at one sequence length,
 /// the attention backward's fraction without both passes.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <map>
 
 #include "core/config.h"
@@ -70,18 +71,21 @@ void summarize(Calibration& calibration) {
     calibration.tolerances.push_back(tolerance);
   }
   // Direction of peak power across each micro-batch sweep (runs sharing model and layout but the batch
-  // sizes).
-  std::map<std::string, std::vector<const HeldOutRun*>> sweeps;
-  for (const HeldOutRun& row : calibration.held_out) sweeps[row.sweep_key].push_back(&row);
-  for (auto& [key, rows] : sweeps) {
-    std::sort(rows.begin(), rows.end(),
-              [](const auto* a, const auto* b) { return a->micro_batch < b->micro_batch; });
-    for (std::size_t index = 1; index < rows.size(); ++index) {
-      const double measured = rows[index]->measured.peak_power_w - rows[index - 1]->measured.peak_power_w;
-      const double predicted = rows[index]->predicted.peak_power_w - rows[index - 1]->predicted.peak_power_w;
-      if (!std::isfinite(measured) || !std::isfinite(predicted)) continue;
-      calibration.direction_pairs += 1;
-      calibration.direction_right += (measured > 0) == (predicted > 0);
+  // sizes): every pair of runs at adjacent micro-batch sizes (two runs of one size are not a step).
+  std::map<std::string, std::map<int, std::vector<const HeldOutRun*>>> sweeps;  // key -> micro-batch -> runs
+  for (const HeldOutRun& row : calibration.held_out) sweeps[row.sweep_key][row.micro_batch].push_back(&row);
+  for (const auto& [key, by_size] : sweeps) {
+    for (auto upper = by_size.begin(); upper != by_size.end(); ++upper) {
+      if (upper == by_size.begin()) continue;
+      for (const HeldOutRun* low : std::prev(upper)->second) {
+        for (const HeldOutRun* high : upper->second) {
+          const double measured = high->measured.peak_power_w - low->measured.peak_power_w;
+          const double predicted = high->predicted.peak_power_w - low->predicted.peak_power_w;
+          if (!std::isfinite(measured) || !std::isfinite(predicted)) continue;
+          calibration.direction_pairs += 1;
+          calibration.direction_right += (measured > 0) == (predicted > 0);
+        }
+      }
     }
   }
 }

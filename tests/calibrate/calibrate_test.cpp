@@ -30,16 +30,20 @@ using calo::testing::run_calo;
 
 namespace fs = std::filesystem;
 
+/// tests/fixtures/<fixture>/runs.tgz unpacked into a directory of this test binary; returns its runs/.
+fs::path unpack_fixture(const std::string& fixture) {
+  const fs::path target =
+      fs::temp_directory_path() / ("calo-" + fixture + "-test-" + std::to_string(::getpid()));
+  fs::create_directories(target);
+  const std::string command = "tar -xzf " + std::string(CALO_SOURCE_DIR) + "/tests/fixtures/" + fixture +
+                              "/runs.tgz -C " + target.string();
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  return target / "runs";
+}
+
 /// The fixture runs, unpacked once per test binary.
 const fs::path& fixture_runs() {
-  static const fs::path dir = [] {
-    const fs::path target = fs::temp_directory_path() / ("calo-calibrate-test-" + std::to_string(::getpid()));
-    fs::create_directories(target);
-    const std::string command = "tar -xzf " + std::string(CALO_SOURCE_DIR) +
-                                "/tests/fixtures/h100-runs/runs.tgz -C " + target.string();
-    EXPECT_EQ(std::system(command.c_str()), 0) << command;
-    return target / "runs";
-  }();
+  static const fs::path dir = unpack_fixture("h100-runs");
   return dir;
 }
 
@@ -52,14 +56,7 @@ std::vector<fs::path> measured_runs() {
 
 /// The H100 trace-ops runs (tests/fixtures/h100-traceops), unpacked once per test binary.
 const fs::path& traceops_runs() {
-  static const fs::path dir = [] {
-    const fs::path target = fs::temp_directory_path() / ("calo-traceops-test-" + std::to_string(::getpid()));
-    fs::create_directories(target);
-    const std::string command = "tar -xzf " + std::string(CALO_SOURCE_DIR) +
-                                "/tests/fixtures/h100-traceops/runs.tgz -C " + target.string();
-    EXPECT_EQ(std::system(command.c_str()), 0) << command;
-    return target / "runs";
-  }();
+  static const fs::path dir = unpack_fixture("h100-traceops");
   return dir;
 }
 
@@ -141,8 +138,8 @@ TEST(CalibrateOps, GpuOpSpansFitEveryRunsStepAtItsMeasuredClock) {
   ASSERT_TRUE(scales.count("elementwise.cross_entropy"));
   ASSERT_TRUE(scales.count("optimizer"));
   EXPECT_GT(scales.at("elementwise.cross_entropy"), 2 * scales.at("optimizer"));
-  // memory_max is the ceiling, the fastest kind's (the optimizer streams at ~92 % of HBM speed): a kind no run
-  // measured, such as the unfused softmax, is taken at it rather than at the slow kernels' typical 34 %.
+  // memory_max is the ceiling, the fastest kind's (the optimizer streams at ~92 % of HBM speed): a kind no
+  // run measured, such as the unfused softmax, is taken at it rather than at the slow kernels' typical 34 %.
   EXPECT_DOUBLE_EQ(scales.at("optimizer"), 1.0);
   for (const auto& [kind, scale] : scales) {
     if (!kind.starts_with("attention")) {
@@ -174,15 +171,7 @@ TEST(CalibrateOps, ARunsClockLevelComesFromItsOwnOpTimes) {
 
 /// The 16K-token run (tests/fixtures/h100-long-context), unpacked once per test binary.
 const fs::path& long_context_run() {
-  static const fs::path dir = [] {
-    const fs::path target =
-        fs::temp_directory_path() / ("calo-long-context-test-" + std::to_string(::getpid()));
-    fs::create_directories(target);
-    const std::string command = "tar -xzf " + std::string(CALO_SOURCE_DIR) +
-                                "/tests/fixtures/h100-long-context/runs.tgz -C " + target.string();
-    EXPECT_EQ(std::system(command.c_str()), 0) << command;
-    return target / "runs" / "long-16384";
-  }();
+  static const fs::path dir = unpack_fixture("h100-long-context") / "long-16384";
   return dir;
 }
 

@@ -75,8 +75,7 @@ void summarize(Calibration& calibration) {
   std::map<std::string, std::map<int, std::vector<const HeldOutRun*>>> sweeps;  // key -> micro-batch -> runs
   for (const HeldOutRun& row : calibration.held_out) sweeps[row.sweep_key][row.micro_batch].push_back(&row);
   for (const auto& [key, by_size] : sweeps) {
-    for (auto upper = by_size.begin(); upper != by_size.end(); ++upper) {
-      if (upper == by_size.begin()) continue;
+    for (auto upper = std::next(by_size.begin()); upper != by_size.end(); ++upper) {
       for (const HeldOutRun* low : std::prev(upper)->second) {
         for (const HeldOutRun* high : upper->second) {
           const double measured = high->measured.peak_power_w - low->measured.peak_power_w;

@@ -16,6 +16,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "analyze/window_mean.h"
 #include "core/error.h"
 #include "store/summary.h"
 
@@ -37,7 +38,8 @@ class SeriesAccumulator {
         chart_span_ns_(std::max<int64_t>(1, chart_end_ns - chart_begin_ns)),
         keep_values_(keep_values),
         keep_samples_(metric.kind == store::MetricKind::kCounter),
-        keep_edge_samples_(metric.name == "power_sampled_w") {
+        keep_edge_samples_(metric.name == "power_sampled_w"),
+        track_window_mean_(metric.name == "temp_gpu_c") {
     digest_.metric = metric.name;
     digest_.unit = metric.unit;
     if (metric.kind != store::MetricKind::kCounter) digest_.buckets.resize(static_cast<std::size_t>(buckets));
@@ -78,6 +80,7 @@ class SeriesAccumulator {
     max_ = std::max(max_, value);
     if (has_previous_) {
       double dt = static_cast<double>(t_ns - previous_t_ns_);
+      if (track_window_mean_) window_mean_.add_segment(previous_t_ns_, t_ns, previous_value_);
       weighted_sum_ += previous_value_ * dt;
       weighted_time_ += dt;
       trapezoid_ += 0.5 * (previous_value_ + value) * dt * 1e-9;
@@ -124,6 +127,10 @@ class SeriesAccumulator {
           digest_.values.max = kNan;
     }
     digest_.max_swing_100ms = max_swing_;
+    // A window shorter than 500 ms: its whole mean is the hottest there is.
+    if (track_window_mean_) {
+      digest_.max_mean_500ms = std::isnan(window_mean_.peak()) ? digest_.time_mean : window_mean_.peak();
+    }
     return std::move(digest_);
   }
 
@@ -169,6 +176,8 @@ class SeriesAccumulator {
   std::deque<std::pair<int64_t, double>> max_deque_;
   std::deque<std::pair<int64_t, double>> min_deque_;
   double max_swing_ = 0;
+  bool track_window_mean_;  // temp_gpu_c: the hottest 500 ms mean
+  WindowMeanPeak window_mean_{kSustainedTempWindowNs};
 };
 
 double json_number(const nlohmann::json& config, std::initializer_list<const char*> keys) {
@@ -488,6 +497,7 @@ class SeriesReduction {
       } else if (metric.name == "temp_gpu_c") {
         out.temp_mean_c = digest.time_mean;
         out.temp_peak_c = digest.values.max;
+        out.temp_peak_500ms_c = digest.max_mean_500ms;
       } else if (metric.name == "clock_sm_mhz") {
         out.sm_clock_mean_mhz = digest.time_mean;
       } else if (metric.name == "util_gpu_pct") {
@@ -774,6 +784,8 @@ std::vector<Figure> run_figures(const RunAnalysis& analysis) {
       {"power_swing_100ms_w", device_stat(&DeviceMetrics::power_swing_100ms_w, true), "W", false});
   figures.push_back({"temp_gpu_mean_c", device_stat(&DeviceMetrics::temp_mean_c, false), "C", false});
   figures.push_back({"temp_gpu_peak_c", device_stat(&DeviceMetrics::temp_peak_c, true), "C", false});
+  figures.push_back(
+      {"temp_gpu_peak_500ms_c", device_stat(&DeviceMetrics::temp_peak_500ms_c, true), "C", false});
   double spread = kNan;
   for (const auto& node : analysis.nodes)
     spread = std::isnan(spread) ? node.temp_spread_c : std::max(spread, node.temp_spread_c);

@@ -49,6 +49,7 @@ struct SeriesDigest {
   double time_mean = 0;         ///< time-weighted mean (step interpolation), sample mean if one sample
   Distribution values;          ///< statistics of the sample values (p50/p99 only for power)
   double max_swing_100ms = 0;   ///< largest max-min within any 100 ms window (power only)
+  double max_mean_500ms = NAN;  ///< largest time-weighted mean within any 500 ms window (temperature only)
   std::vector<Bucket> buckets;  ///< chart buckets over [RunAnalysis::t_begin_ns, t_end_ns)
   std::array<double, 9> bit_fraction{};  ///< bitmask metrics: time fraction with bit k set
 };
@@ -66,6 +67,7 @@ struct DeviceMetrics {
   double power_swing_100ms_w = NAN;  ///< largest max-min of power within any 100 ms window
   double temp_mean_c = NAN;          ///< time-weighted mean GPU temperature
   double temp_peak_c = NAN;          ///< largest GPU temperature sample
+  double temp_peak_500ms_c = NAN;    ///< sustained peak: hottest 500 ms mean of the GPU temperature
   double sm_clock_mean_mhz = NAN;    ///< effective SM clock: time-weighted mean of clock_sm_mhz
   double util_mean_pct = NAN;        ///< time-weighted mean GPU utilization
   std::array<double, 4> throttle_fraction{NAN, NAN, NAN,

@@ -51,7 +51,7 @@ std::vector<HeldOutRun> leave_one_out(const std::vector<MeasuredRun>& runs, cons
     const FitResult fit = fit_cluster(others, base);
     const MeasuredRun& run = runs[held];
     rows.push_back({run.label, run.layout.micro_batch, sweep_key(run), run.figures,
-                    simulate_run(run, run_graph(run), fit.cluster)});
+                    simulate_run(run, run_graph(run), cluster_for_run(fit, run))});
   }
   return rows;
 }
@@ -172,6 +172,7 @@ nlohmann::json calibrated_cluster_json(const Calibration& calibration, const std
     runs.push_back({{"path", run.run_dir.string()},
                     {"kind", run.kind},
                     {"gpu", run.gpu_name},
+                    {"card", run.gpu_uuid},
                     {"model", run.model ? run.model->name : std::string("-")},
                     {"layout", run.model ? parallel::describe(run.layout) : std::string("-")},
                     {"measured", figures_json(run.figures)}});
@@ -206,11 +207,20 @@ nlohmann::json calibrated_cluster_json(const Calibration& calibration, const std
       tolerance[entry.figure]["met"] = entry.met;
     }
   }
+  nlohmann::json cards = nlohmann::json::array();
+  for (const auto& [card, scale] : calibration.fit.card_r_scale) {
+    nlohmann::json labels = nlohmann::json::array();
+    for (const MeasuredRun& run : calibration.runs) {
+      if (run.gpu_uuid == card) labels.push_back(run.label);
+    }
+    cards.push_back({{"card", card}, {"runs", labels}, {"thermal_r_scale", scale}});
+  }
   json["calibration"] = {{"tool", "calo calibrate"},
                          {"base", base_cluster},
                          {"runs", runs},
                          {"stages", stages},
                          {"kept_from_base", calibration.fit.kept},
+                         {"cards", cards},
                          {"leave_one_out", held_out},
                          {"tolerance", tolerance},
                          {"peak_power_direction",

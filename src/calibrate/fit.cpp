@@ -509,18 +509,21 @@ StageFit fit_power(const std::vector<Prepared>& prepared, sim::ClusterSpec& clus
   return stage;
 }
 
-/// RMS difference (degrees) between `run`'s temperature samples and the RC model driven by its power samples.
-double thermal_rms_c(const MeasuredRun& run, const sim::ThermalSpec& thermal, double inlet_c) {
-  if (run.power_w.size() < 2 || run.temp_c.size() < 3) return NAN;
-  sim::ThermalState state;
-  state.die_c = run.temp_c.front().second;
-  const double first_power_w = run.power_w.front().second;
-  state.sink_c = state.die_c - first_power_w * thermal.r_die_k_per_w;
-  double t_s = run.temp_c.front().first;
+/// RMS difference (degrees) between `run`'s temperature samples after its load start and the RC model driven
+/// by its power samples from the temperature it read then, its card's resistances scaled by `r_scale`.
+double thermal_rms_c(const MeasuredRun& run, const sim::ThermalSpec& thermal, double inlet_c,
+                     double r_scale) {
+  if (run.power_w.size() < 2 || run.temp_c.size() < 3 || !std::isfinite(run.initial_temp_c)) return NAN;
+  double t_s = run.load_start_s;
   std::size_t power_index = 0;
+  while (power_index + 1 < run.power_w.size() && run.power_w[power_index + 1].first <= t_s) power_index += 1;
+  sim::ThermalState state;
+  state.die_c = run.initial_temp_c;
+  state.sink_c = state.die_c - run.power_w[power_index].second * thermal.r_die_k_per_w * r_scale;
   double sum = 0;
   int count = 0;
   for (const auto& [sample_t_s, measured_c] : run.temp_c) {
+    if (sample_t_s <= t_s) continue;
     // Advance through the power samples (piecewise constant, each held until the next) up to this sample.
     while (t_s < sample_t_s) {
       while (power_index + 1 < run.power_w.size() && run.power_w[power_index + 1].first <= t_s)
@@ -528,22 +531,50 @@ double thermal_rms_c(const MeasuredRun& run, const sim::ThermalSpec& thermal, do
       const double next_change_s =
           power_index + 1 < run.power_w.size() ? run.power_w[power_index + 1].first : INFINITY;
       const double until_s = std::min(sample_t_s, std::max(next_change_s, t_s + 1e-6));
-      sim::thermal_advance(thermal, inlet_c, 1.0, run.power_w[power_index].second, until_s - t_s, state);
+      sim::thermal_advance(thermal, inlet_c, r_scale, run.power_w[power_index].second, until_s - t_s, state);
       t_s = until_s;
     }
     sum += squared(state.die_c - measured_c);
     count += 1;
   }
-  return std::sqrt(sum / count);
+  return count > 0 ? std::sqrt(sum / count) : NAN;
+}
+
+/// One sweep of the per-card thermal resistance scales (each card's runs alone, 0.6-1.6), then renormalized
+/// to a geometric mean of 1 over cards, the common factor moved into `thermal`'s resistances.
+void fit_card_scales(const std::vector<const MeasuredRun*>& usable, double inlet_c, sim::ThermalSpec& thermal,
+                     std::map<std::string, double>& scales) {
+  if (scales.empty()) return;
+  double log_sum = 0;
+  for (auto& [card, scale] : scales) {
+    scale = minimize_1d(
+        [&](double x) {
+          double sum = 0;
+          for (const MeasuredRun* run : usable) {
+            if (run->gpu_uuid == card) sum += squared(thermal_rms_c(*run, thermal, inlet_c, x));
+          }
+          return sum;
+        },
+        0.6, 1.6, true);
+    log_sum += std::log(scale);
+  }
+  const double mean_scale = std::exp(log_sum / static_cast<double>(scales.size()));
+  for (auto& [card, scale] : scales) scale /= mean_scale;
+  thermal.r_die_k_per_w *= mean_scale;
+  thermal.r_sink_k_per_w *= mean_scale;
 }
 
 /// Stage 4: thermal RC constants and inlet temperature from the runs' temperature curves, driven by their
-/// measured power (least squares over every temperature sample).
-StageFit fit_thermal(const std::vector<MeasuredRun>& runs, sim::ClusterSpec& cluster) {
+/// measured power (least squares over every temperature sample), with one resistance scale per card: cards
+/// differ (the same command peaked 54 C on one H100 and 48 C on another), so each card's runs set its scale
+/// and the scales' geometric mean over cards is held at 1 (the constants are the typical card's).
+StageFit fit_thermal(const std::vector<MeasuredRun>& runs, sim::ClusterSpec& cluster,
+                     std::map<std::string, double>& card_r_scale) {
   StageFit stage{"thermal", {}, {}, ""};
   std::vector<const MeasuredRun*> usable;
   for (const MeasuredRun& run : runs) {
-    if (std::isfinite(thermal_rms_c(run, cluster.gpu.thermal, cluster.node.inlet_c))) usable.push_back(&run);
+    if (std::isfinite(thermal_rms_c(run, cluster.gpu.thermal, cluster.node.inlet_c, 1.0)))
+      usable.push_back(&run);
   }
   if (usable.empty()) {
     stage.note = "no run has power and temperature series";
@@ -553,9 +584,20 @@ StageFit fit_thermal(const std::vector<MeasuredRun>& runs, sim::ClusterSpec& clu
   const double base_inlet_c = cluster.node.inlet_c;
   sim::ThermalSpec thermal = base;
   double inlet_c = base_inlet_c;
+  // Cards known by UUID get a scale when there are two or more of them; others stay at the typical card's.
+  std::map<std::string, double> scales;
+  for (const MeasuredRun* run : usable) {
+    if (!run->gpu_uuid.empty()) scales[run->gpu_uuid] = 1.0;
+  }
+  if (scales.size() < 2) scales.clear();
+  auto scale_of = [&](const MeasuredRun& run) {
+    const auto card = scales.find(run.gpu_uuid);
+    return card == scales.end() ? 1.0 : card->second;
+  };
   auto loss = [&](const sim::ThermalSpec& trial, double trial_inlet_c) {
     double sum = 0;
-    for (const MeasuredRun* run : usable) sum += squared(thermal_rms_c(*run, trial, trial_inlet_c));
+    for (const MeasuredRun* run : usable)
+      sum += squared(thermal_rms_c(*run, trial, trial_inlet_c, scale_of(*run)));
     return sum;
   };
   for (int sweep = 0; sweep < 3; ++sweep) {
@@ -573,9 +615,11 @@ StageFit fit_thermal(const std::vector<MeasuredRun>& runs, sim::ClusterSpec& clu
     fit_field(&sim::ThermalSpec::tau_die_s, 0.02, 5.0);
     fit_field(&sim::ThermalSpec::tau_sink_s, 0.5, 120.0);
     inlet_c = minimize_1d([&](double x) { return loss(thermal, x); }, 10.0, 50.0, false);
+    fit_card_scales(usable, inlet_c, thermal, scales);
   }
   cluster.gpu.thermal = thermal;
   cluster.node.inlet_c = inlet_c;
+  card_r_scale = scales;
   stage.parameters = {
       {"gpu.thermal.r_die_k_per_w", base.r_die_k_per_w, thermal.r_die_k_per_w, "K/W", "thermal"},
       {"gpu.thermal.r_sink_k_per_w", base.r_sink_k_per_w, thermal.r_sink_k_per_w, "K/W", "thermal"},
@@ -583,8 +627,8 @@ StageFit fit_thermal(const std::vector<MeasuredRun>& runs, sim::ClusterSpec& clu
       {"gpu.thermal.tau_sink_s", base.tau_sink_s, thermal.tau_sink_s, "s", "thermal"},
       {"node.inlet_c", base_inlet_c, inlet_c, "C", "thermal"}};
   for (const MeasuredRun* run : usable) {
-    stage.residuals.emplace_back(run->label,
-                                 nlohmann::json{{"temp_rms_c", thermal_rms_c(*run, thermal, inlet_c)}});
+    stage.residuals.emplace_back(
+        run->label, nlohmann::json{{"temp_rms_c", thermal_rms_c(*run, thermal, inlet_c, scale_of(*run))}});
   }
   return stage;
 }
@@ -624,7 +668,7 @@ FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSp
       result.stages.push_back(fit_power(with_power, result.cluster));
     }
   }
-  result.stages.push_back(fit_thermal(runs, result.cluster));
+  result.stages.push_back(fit_thermal(runs, result.cluster, result.card_r_scale));
   // Every tunable parameter that no stage fitted keeps the base value.
   static const std::vector<std::string> kTunable = {"gpu.peak_bf16_tflops",
                                                     "gpu.idle_power_w",
@@ -665,6 +709,15 @@ FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSp
     if (!fitted) result.kept.push_back(key);
   }
   return result;
+}
+
+sim::ClusterSpec cluster_for_run(const FitResult& fit, const MeasuredRun& run) {
+  sim::ClusterSpec cluster = fit.cluster;
+  const auto card = fit.card_r_scale.find(run.gpu_uuid);
+  if (card == fit.card_r_scale.end() || run.gpu_uuid.empty()) return cluster;
+  if (cluster.node.slot_r_scale.empty()) cluster.node.slot_r_scale.assign(cluster.node.gpus, 1.0);
+  for (double& scale : cluster.node.slot_r_scale) scale *= card->second;
+  return cluster;
 }
 
 }  // namespace calo::calibrate

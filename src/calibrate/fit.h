@@ -4,6 +4,7 @@
 // curves.
 #pragma once
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -36,6 +37,8 @@ struct FitResult {
   sim::ClusterSpec cluster;       ///< base with the fitted parameters
   std::vector<StageFit> stages;   ///< idle, compute, power, thermal
   std::vector<std::string> kept;  ///< parameters no run determined (base values kept)
+  /// Per card (device UUID): its thermal resistances / the fitted typical card's (geometric mean 1).
+  std::map<std::string, double> card_r_scale;
 };
 
 /// Modeled duration of a measured op on `gpu` at the clock it ran (max clock when unknown).
@@ -73,5 +76,8 @@ std::vector<ParameterFit> efficiency_parameters(const sim::ComputeEfficiency& ba
 
 /// Fits `base` to `runs` (every run loaded against base's GPU); stages no run informs say so in their note.
 FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSpec& base);
+
+/// `fit.cluster` with `run`'s card's thermal scale on every slot; as is for a card no fitted run measured.
+sim::ClusterSpec cluster_for_run(const FitResult& fit, const MeasuredRun& run);
 
 }  // namespace calo::calibrate

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "analyze/metrics.h"
+#include "analyze/window_mean.h"
 #include "core/error.h"
 #include "parallel/validate.h"
 #include "sim/power_dynamics.h"
@@ -69,6 +70,19 @@ double idle_power_w(const Series& power_w, const Series& util_pct, const Series&
   return values[values.size() / 2];
 }
 
+/// When the GPU starts working: the first power sample after the first step began at twice the run's lowest
+/// sample (its idle floor); a bench loads the GPU ~0.2 s into its first step. The first step when none is.
+double load_start_s(const Series& power_w, double first_step_s) {
+  if (power_w.empty()) return first_step_s;
+  const double floor_w = std::min_element(power_w.begin(), power_w.end(), [](const auto& a, const auto& b) {
+                           return a.second < b.second;
+                         })->second;
+  for (const auto& [t_s, value] : power_w) {
+    if (t_s >= first_step_s && value >= 2 * floor_w) return t_s - 1e-9;
+  }
+  return first_step_s;
+}
+
 RunFigures measured_figures(const analyze::RunAnalysis& analysis) {
   RunFigures figures;
   // The median: a deterministic model is compared with the typical step, not with host hiccups (mbs1 has one
@@ -86,7 +100,7 @@ RunFigures measured_figures(const analyze::RunAnalysis& analysis) {
     };
     figures.peak_power_w = larger(figures.peak_power_w, device.power_peak_w);
     figures.swing_w = larger(figures.swing_w, device.power_swing_100ms_w);
-    figures.peak_temp_c = larger(figures.peak_temp_c, device.temp_peak_c);
+    figures.peak_temp_c = larger(figures.peak_temp_c, device.temp_peak_500ms_c);
   }
   if (gpus > 0) {
     figures.mean_power_w = power_sum / gpus;
@@ -151,6 +165,7 @@ MeasuredRun load_measured_run(const std::filesystem::path& run_dir, const sim::G
                   "device the run used (cpu-host for CPU-backend runs)",
                   run_dir.string(), wanted == store::DeviceKind::kCpu ? "CPU" : "GPU", base_gpu.name));
   run.gpu_name = gpu->name;
+  run.gpu_uuid = gpu->uuid;
   if (wanted == store::DeviceKind::kGpu) {
     const std::string run_token = gpu_model_token(gpu->name), base_token = gpu_model_token(base_gpu.name);
     require_input(
@@ -178,7 +193,10 @@ MeasuredRun load_measured_run(const std::filesystem::path& run_dir, const sim::G
   run.idle_power_w =
       idle_power_w(run.power_w, read_series(reader, "util_gpu_pct"), read_series(reader, "clock_sm_mhz"),
                    gpu->max_sm_mhz > 0 ? gpu->max_sm_mhz : base_gpu.max_sm_mhz, first_step_s);
-  run.initial_temp_c = value_at(run.temp_c, first_step_s);
+  // The last temperature sample before the GPU loads: the first NVML reading of a process can be stale (tmbs1
+  // read 36 C, then 33 C at idle 100 ms later, before its first kernel).
+  run.load_start_s = load_start_s(run.power_w, first_step_s);
+  run.initial_temp_c = value_at(run.temp_c, run.load_start_s);
   run.figures = measured_figures(analyze::analyze_run(run_dir));
   if (wanted == store::DeviceKind::kCpu) {
     // CPU runs: the figures come from the bench's own step spans; the device row is a CPU, not a GPU.
@@ -262,6 +280,10 @@ RunFigures simulate_run(const MeasuredRun& run, const graph::Graph& graph, const
   for (std::size_t rank = 0; rank < world; ++rank) {
     std::vector<float> samples;
     double window_s = cluster.gpu.power_control.sample_window_s;
+    // The sustained peak temperature as analyze measures it: the hottest 500 ms mean of the step
+    // temperatures.
+    analyze::WindowMeanPeak sustained(analyze::kSustainedTempWindowNs);
+    double step_start_s = 0;
     for (int step = first; step < options.steps; ++step) {
       const std::size_t index = static_cast<std::size_t>(step) * world + rank;
       const sim::PowerTrace& trace = *result.power_traces[result.trace_of[index]];
@@ -270,9 +292,14 @@ RunFigures simulate_run(const MeasuredRun& run, const graph::Graph& graph, const
       energy_j += trace.energy_j;
       clock_sum += result.clock_mhz[index];
       figures.peak_power_w = std::max(figures.peak_power_w, trace.peak_w);
-      figures.peak_temp_c = std::max(figures.peak_temp_c, static_cast<double>(result.die_c[index]));
+      const double step_end_s = step_start_s + result.step_results[step].iteration_s;
+      sustained.add_segment(std::llround(step_start_s * 1e9), std::llround(step_end_s * 1e9),
+                            result.die_c[index]);
+      step_start_s = step_end_s;
     }
     figures.swing_w = std::max(figures.swing_w, sim::largest_swing_w(samples, window_s, 0.1));
+    const double peak_c = std::isnan(sustained.peak()) ? sustained.mean() : sustained.peak();
+    figures.peak_temp_c = std::max(figures.peak_temp_c, peak_c);
   }
   for (int step = first; step < options.steps; ++step) time_s += result.step_results[step].iteration_s;
   const double steps = options.steps - first;

@@ -23,7 +23,7 @@ struct RunFigures {
   double mean_power_w = NAN;       ///< mean power of one GPU (mean over GPUs)
   double peak_power_w = NAN;       ///< largest power sample of any GPU
   double swing_w = NAN;            ///< largest (max - min) of power within 100 ms, any GPU
-  double peak_temp_c = NAN;        ///< hottest GPU temperature
+  double peak_temp_c = NAN;        ///< sustained peak: hottest 500 ms mean GPU temperature
   double sm_clock_mhz = NAN;       ///< mean SM clock (over GPUs)
 };
 
@@ -41,11 +41,13 @@ struct MeasuredRun {
   std::string label;                      ///< directory name, for tables
   std::string kind;                       ///< bench | record | ingest
   std::string gpu_name;                   ///< device 0's product name
+  std::string gpu_uuid;                   ///< device 0's UUID (which card), empty if unknown
   std::optional<model::ModelSpec> model;  ///< from the run's config (bench runs); absent for record runs
   parallel::Layout layout;                ///< from the run's config (valid when model is set)
   int warmup_steps = 0;                   ///< step spans named "warmup"
   int measured_steps = 0;                 ///< step spans named "step"
-  double initial_temp_c = NAN;            ///< GPU temperature when the first step began
+  double load_start_s = NAN;              ///< when the GPU began to work (the first step or later)
+  double initial_temp_c = NAN;            ///< GPU temperature at load_start_s (last sample before it)
   double idle_power_w = NAN;              ///< median power while idle with clocks up (NaN if < 3 samples)
   RunFigures figures;                     ///< measured over the measured steps
   Series power_w;  ///< device 0: power samples over the run (driver samples, else polled)

@@ -57,6 +57,13 @@ void print_residuals(const calibrate::Calibration& calibration) {
     }
     fmt::print("# {} residuals (fit on all runs)\n  {}\n", stage.stage, fmt::join(parts, "\n  "));
   }
+  if (calibration.fit.card_r_scale.size() > 1) {
+    std::vector<std::string> cards;
+    for (const auto& [card, scale] : calibration.fit.card_r_scale)
+      cards.push_back(fmt::format("{} x{:.3f}", card, scale));
+    fmt::print("# thermal resistance per card (typical card = 1; a held-out run keeps its card's)\n  {}\n",
+               fmt::join(cards, "\n  "));
+  }
   fmt::print("\n");
 }
 

@@ -89,9 +89,9 @@ TEST(Calibrate, LeaveOneOutMeetsTheTargetsOnTheH100Runs) {
   EXPECT_LE(tolerance_of(calibration, "mean_power_w").achieved, 0.05);
   EXPECT_LE(tolerance_of(calibration, "peak_power_w").achieved, 0.10);
   EXPECT_LE(tolerance_of(calibration, "energy_per_step_j").achieved, 0.05);
-  // Target 3 C, missed (3.5 C): mbs1 and tmbs1 are one command on one card and day, yet peak at 54 and 48 C
-  // from 38 and 36 C; the heat sink's state before a run is not in the runs (docs/SIMULATOR.md).
-  EXPECT_LE(tolerance_of(calibration, "peak_temp_c").achieved, 3.6);
+  // The sustained peak (hottest 500 ms), each held-out run from its card's resistance scale and the reading
+  // taken before its GPU loaded (docs/SIMULATOR.md "Heat").
+  EXPECT_LE(tolerance_of(calibration, "peak_temp_c").achieved, 3.0);
   // Measured peaks rise over micro-batch 1 -> 2 -> 4 -> 8 (mbs1 and tmbs1 at 1, mbs8 and tmbs8 at 8) by 12-32
   // W a step, the size of the model's own error: 3 of the 5 held-out steps move the measured way (missed; the
   // fit without mbs2 puts it 7 % low). The rise over the whole sweep must hold.
@@ -111,6 +111,32 @@ TEST(Calibrate, TwoRunsOfOneMicroBatchAreNotADirectionStep) {
   std::vector<fs::path> runs = {fixture_runs() / "mbs1", fixture_runs() / "mbs2", traceops_runs() / "tmbs1"};
   const Calibration calibration = calibrate(runs, "h100-hgx");
   EXPECT_EQ(calibration.direction_pairs, 2);
+}
+
+TEST(Calibrate, ARunStartsFromTheTemperatureItReadBeforeItsGpuLoaded) {
+  // tmbs1's first reading (36 C, at its first step) is stale: 100 ms later, still idle, it reads 33 C; the
+  // GPU loads ~0.2 s into the step.
+  const MeasuredRun run = load_measured_run(traceops_runs() / "tmbs1", sim::load_cluster("h100-hgx").gpu);
+  EXPECT_DOUBLE_EQ(run.initial_temp_c, 33);
+  EXPECT_GT(run.load_start_s, 0.15);
+  EXPECT_LT(run.load_start_s, 0.3);
+}
+
+TEST(Calibrate, EachCardHasItsOwnThermalResistance) {
+  // The six fixture runs are one H100, the four trace-ops runs another: at the same power the first card's
+  // die rose 13 C within 0.3 s, the second's 10 C.
+  const Calibration& calibration = fixture_calibration();
+  const auto& cards = calibration.fit.card_r_scale;
+  ASSERT_EQ(cards.size(), 2u);
+  const double first = cards.at(calibration.runs[0].gpu_uuid),
+               second = cards.at(calibration.runs[6].gpu_uuid);
+  EXPECT_NEAR(first * second, 1.0, 1e-6) << "the typical card is the geometric mean";
+  EXPECT_GT(first, 1.05);
+  EXPECT_LT(second, 0.95);
+  // A held-out run keeps its card's scale: with one scale for both, tmbs1 (second card) came out 3.3 C hot.
+  for (const HeldOutRun& row : calibration.held_out) {
+    EXPECT_LE(std::fabs(row.predicted.peak_temp_c - row.measured.peak_temp_c), 3.0) << row.label;
+  }
 }
 
 TEST(CalibrateOps, GpuOpSpansFitEveryRunsStepAtItsMeasuredClock) {
@@ -238,8 +264,8 @@ TEST(Calibrate, EachStageIsRightOnItsOwn) {
     if (stage.stage == "thermal") {
       ASSERT_EQ(stage.residuals.size(), 10u) << "the recording's temperature curve counts too";
       for (const auto& [label, values] : stage.residuals) {
-        // 3.1 C at worst (tmbs1, which peaks 6 C below mbs1, the same command); 2.5 C or less for the rest.
-        EXPECT_LE(values["temp_rms_c"].get<double>(), 3.5) << label;
+        // Single 100 ms readings scatter ~2 C around the die's temperature: 2.5 C RMS at worst.
+        EXPECT_LE(values["temp_rms_c"].get<double>(), 2.6) << label;
       }
     }
     if (stage.stage == "idle") {

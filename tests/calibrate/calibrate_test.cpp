@@ -221,7 +221,10 @@ TEST(CalibrateOps, OpSpanComputeUnderThePowerFitPredictsHeldOutRuns) {
     EXPECT_LE(error(1), 0.05) << row.label << " energy per step";
     EXPECT_LE(error(2), 0.05) << row.label << " mean power";
     EXPECT_LE(error(3), 0.10) << row.label << " peak power";
+    EXPECT_LE(error(5), 3.0) << row.label << " peak temperature";
   }
+  // Three cards: the 16K run's ran nothing else, so held out it takes the typical card's resistance.
+  EXPECT_EQ(calibration.fit.card_r_scale.size(), 3u);
   const auto& power_w = calibration.fit.cluster.gpu.active_power_w;
   EXPECT_LT(power_w[static_cast<int>(sim::PowerClass::kOptimizer)],
             power_w[static_cast<int>(sim::PowerClass::kElementwise)])

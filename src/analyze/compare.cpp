@@ -125,6 +125,12 @@ Comparison compare_runs(const std::vector<RunAnalysis>& runs) {
   return comparison;
 }
 
+double stated_sim_error(const Comparison& comparison, const ComparisonRow& row, std::size_t run_index) {
+  const double error = row.sim_error[run_index];
+  if (row.unit != "C" || std::isnan(error)) return error;
+  return error * row.values[static_cast<std::size_t>(comparison.sim_reference[run_index])];
+}
+
 double mean_abs_sim_error(const Comparison& comparison, std::size_t run_index) {
   double sum = 0;
   int count = 0;

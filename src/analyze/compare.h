@@ -38,6 +38,10 @@ bool same_graph(const RunAnalysis& a, const RunAnalysis& b);
 /// graph (same_graph); a sim run without one has no error, it is a projection.
 Comparison compare_runs(const std::vector<RunAnalysis>& runs);
 
+/// Sim run `run_index`'s error on `row` as calibration states it: simulated − measured in degrees C for a
+/// temperature row (unit "C"), the relative error otherwise; NaN where there is none.
+double stated_sim_error(const Comparison& comparison, const ComparisonRow& row, std::size_t run_index);
+
 /// Mean absolute relative error over the rows that have a sim error for run `run_index` (NaN if none).
 double mean_abs_sim_error(const Comparison& comparison, std::size_t run_index);
 

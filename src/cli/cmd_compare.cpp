@@ -77,13 +77,10 @@ int run_compare(const CompareFlags& flags) {
     }
     const bool degrees = row.unit == "C";
     for (std::size_t index : sim_runs) {
-      const double error = row.sim_error[index];
-      cells.push_back(
-          std::isnan(error) ? "-"
-          : degrees
-              ? fmt::format("{:+.1f} C",
-                            error * row.values[static_cast<std::size_t>(comparison.sim_reference[index])])
-              : fmt::format("{:+.1f}%", error * 100));
+      const double error = analyze::stated_sim_error(comparison, row, index);
+      cells.push_back(std::isnan(error) ? "-"
+                      : degrees         ? fmt::format("{:+.1f} C", error)
+                                        : fmt::format("{:+.1f}%", error * 100));
       const double tolerance = row.tolerance[index];
       cells.push_back(std::isnan(tolerance) ? "-"
                       : degrees             ? fmt::format("±{:.1f} C", tolerance)

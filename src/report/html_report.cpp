@@ -168,8 +168,10 @@ std::string sim_error_table(const analyze::Comparison& comparison, std::size_t m
     out += fmt::format("<tr><td class=\"key\">{}</td><td>{}</td><td>{}</td>", escape_html(row.key),
                        escape_html(row.unit), number(row.values[measured], row.unit));
     for (std::size_t sim : sims) {
-      out += fmt::format("<td>{}</td><td class=\"error\">{}</td>", number(row.values[sim], row.unit),
-                         percent(row.sim_error[sim]));
+      const double error = analyze::stated_sim_error(comparison, row, sim);
+      out += fmt::format(
+          "<td>{}</td><td class=\"error\">{}</td>", number(row.values[sim], row.unit),
+          row.unit == "C" && !std::isnan(error) ? fmt::format("{:+.1f} °C", error) : percent(error));
       if (!calibrated[sim]) continue;
       const double tolerance = row.tolerance[sim];
       out += fmt::format("<td class=\"error\">{}</td>", std::isnan(tolerance) ? std::string("–")
@@ -384,10 +386,10 @@ std::string kernel_section(const analyze::RunAnalysis& run, const std::string& p
 
 std::string comparison_section(const std::vector<analyze::RunAnalysis>& runs,
                                const analyze::Comparison& comparison) {
-  const std::vector<std::string> keys = {"tokens_per_s",     "tflops_per_gpu",   "mfu",
-                                         "tokens_per_j",     "samples_per_s_mj", "energy_per_step_j",
-                                         "step_time_mean_s", "power_gpu_mean_w", "power_gpu_peak_w",
-                                         "temp_gpu_peak_c"};
+  const std::vector<std::string> keys = {"tokens_per_s",     "tflops_per_gpu",       "mfu",
+                                         "tokens_per_j",     "samples_per_s_mj",     "energy_per_step_j",
+                                         "step_time_mean_s", "power_gpu_mean_w",     "power_gpu_peak_w",
+                                         "temp_gpu_peak_c",  "temp_gpu_peak_500ms_c"};
   std::vector<std::string> groups;
   std::vector<std::string> units;
   std::vector<std::vector<double>> values;
@@ -434,7 +436,8 @@ std::string sim_vs_measured_section(const std::vector<analyze::RunAnalysis>& run
   std::string id = fmt::format("run{}-sim", measured + 1);
   std::string out = fmt::format(
       "<h2 id=\"{}\">Simulated vs measured: {}</h2>\n<p class=\"note\">Same model and layout (the runs' "
-      "graphs match); error = (simulated − measured) / measured. Cluster file of the simulation: {}.</p>\n",
+      "graphs match); error = (simulated − measured) / measured, for temperatures simulated − measured in "
+      "°C. Cluster file of the simulation: {}.</p>\n",
       id, escape_html(runs[measured].run.name), escape_html(cluster_names(runs, sims)));
   out += sim_error_table(comparison, measured, sims);
   std::vector<std::string> names;

@@ -427,8 +427,13 @@ TEST(CalibrateCli, CompareShowsTheCalibratedToleranceBesideTheError) {
       run_calo("compare --json " + (fixture_runs() / "mbs1").string() + " " + sim.string());
   ASSERT_EQ(compared.exit_code, 0) << compared.output;
   const auto json = nlohmann::json::parse(compared.output);
-  bool step_rated = false;
+  bool step_rated = false, heat_rated = false;
   for (const auto& row : json["rows"]) {
+    if (row["key"] == "temp_gpu_peak_500ms_c") {
+      ASSERT_TRUE(row["tolerance"][1].is_number()) << row.dump() << ": calibration rates the sustained peak";
+      EXPECT_LE(row["tolerance"][1].get<double>(), 3.0) << "degrees, the preset's leave-one-out";
+      heat_rated = true;
+    }
     if (row["key"] != "step_time_mean_s") continue;
     ASSERT_TRUE(row["sim_error"][1].is_number()) << row.dump() << ": the sim is of mbs1's graph";
     ASSERT_TRUE(row["tolerance"][1].is_number()) << row.dump();
@@ -436,6 +441,7 @@ TEST(CalibrateCli, CompareShowsTheCalibratedToleranceBesideTheError) {
     step_rated = true;
   }
   EXPECT_TRUE(step_rated);
+  EXPECT_TRUE(heat_rated);
   fs::remove_all(sim);
   fs::remove(model);
 }

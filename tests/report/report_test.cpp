@@ -146,6 +146,10 @@ TEST(HtmlReport, RendersInHeadlessChromiumWithEveryChartFilled) {
                                "Stragglers", "all_reduce exposed", "step time"}) {
     EXPECT_NE(html.find(expected), std::string::npos) << expected;
   }
+  // A temperature's error is in degrees, as calibration states its tolerance, not a percentage of °C.
+  EXPECT_TRUE(
+      std::regex_search(html, std::regex("temp_gpu_mean_c</td>[^\n]*class=\"error\">[+-][0-9.]+ °C</td>")))
+      << "the simulated-vs-measured row of a temperature";
   auto page = std::filesystem::path(CALO_BINARY_DIR) / "report_test.html";
   std::ofstream(page) << html;
 

@@ -127,10 +127,7 @@ class SeriesAccumulator {
           digest_.values.max = kNan;
     }
     digest_.max_swing_100ms = max_swing_;
-    // A window shorter than 500 ms: its whole mean is the hottest there is.
-    if (track_window_mean_) {
-      digest_.max_mean_500ms = std::isnan(window_mean_.peak()) ? digest_.time_mean : window_mean_.peak();
-    }
+    if (track_window_mean_) digest_.max_mean_500ms = window_mean_.peak_or_mean();
     return std::move(digest_);
   }
 

@@ -42,6 +42,10 @@ double WindowMeanPeak::peak() const {
   return std::isinf(peak_) ? std::numeric_limits<double>::quiet_NaN() : peak_;
 }
 
+double WindowMeanPeak::peak_or_mean() const {
+  return std::isinf(peak_) ? mean() : peak_;
+}
+
 double WindowMeanPeak::mean() const {
   return total_ns_ > 0 ? total_integral_ / total_ns_ : std::numeric_limits<double>::quiet_NaN();
 }

@@ -28,6 +28,9 @@ class WindowMeanPeak {
   /// Time-weighted mean of every segment added (NaN if none): the fallback for series shorter than a window.
   double mean() const;
 
+  /// peak(), or mean() for a series shorter than one window: the sustained peak as METRICS.md defines it.
+  double peak_or_mean() const;
+
  private:
   struct Segment {
     int64_t begin_ns;

@@ -515,8 +515,12 @@ double thermal_rms_c(const MeasuredRun& run, const sim::ThermalSpec& thermal, do
                      double r_scale) {
   if (run.power_w.size() < 2 || run.temp_c.size() < 3 || !std::isfinite(run.initial_temp_c)) return NAN;
   double t_s = run.load_start_s;
-  std::size_t power_index = 0;
-  while (power_index + 1 < run.power_w.size() && run.power_w[power_index + 1].first <= t_s) power_index += 1;
+  std::size_t power_index = 0;  // the power sample in force at t_s (each held until the next)
+  auto catch_up = [&] {
+    while (power_index + 1 < run.power_w.size() && run.power_w[power_index + 1].first <= t_s)
+      power_index += 1;
+  };
+  catch_up();
   sim::ThermalState state;
   state.die_c = run.initial_temp_c;
   state.sink_c = state.die_c - run.power_w[power_index].second * thermal.r_die_k_per_w * r_scale;
@@ -524,10 +528,9 @@ double thermal_rms_c(const MeasuredRun& run, const sim::ThermalSpec& thermal, do
   int count = 0;
   for (const auto& [sample_t_s, measured_c] : run.temp_c) {
     if (sample_t_s <= t_s) continue;
-    // Advance through the power samples (piecewise constant, each held until the next) up to this sample.
+    // Advance through the power samples up to this sample.
     while (t_s < sample_t_s) {
-      while (power_index + 1 < run.power_w.size() && run.power_w[power_index + 1].first <= t_s)
-        power_index += 1;
+      catch_up();
       const double next_change_s =
           power_index + 1 < run.power_w.size() ? run.power_w[power_index + 1].first : INFINITY;
       const double until_s = std::min(sample_t_s, std::max(next_change_s, t_s + 1e-6));
@@ -714,7 +717,7 @@ FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSp
 sim::ClusterSpec cluster_for_run(const FitResult& fit, const MeasuredRun& run) {
   sim::ClusterSpec cluster = fit.cluster;
   const auto card = fit.card_r_scale.find(run.gpu_uuid);
-  if (card == fit.card_r_scale.end() || run.gpu_uuid.empty()) return cluster;
+  if (card == fit.card_r_scale.end()) return cluster;
   if (cluster.node.slot_r_scale.empty()) cluster.node.slot_r_scale.assign(cluster.node.gpus, 1.0);
   for (double& scale : cluster.node.slot_r_scale) scale *= card->second;
   return cluster;

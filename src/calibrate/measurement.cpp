@@ -298,8 +298,7 @@ RunFigures simulate_run(const MeasuredRun& run, const graph::Graph& graph, const
       step_start_s = step_end_s;
     }
     figures.swing_w = std::max(figures.swing_w, sim::largest_swing_w(samples, window_s, 0.1));
-    const double peak_c = std::isnan(sustained.peak()) ? sustained.mean() : sustained.peak();
-    figures.peak_temp_c = std::max(figures.peak_temp_c, peak_c);
+    figures.peak_temp_c = std::max(figures.peak_temp_c, sustained.peak_or_mean());
   }
   for (int step = first; step < options.steps; ++step) time_s += result.step_results[step].iteration_s;
   const double steps = options.steps - first;

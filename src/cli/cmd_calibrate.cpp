@@ -57,7 +57,7 @@ void print_residuals(const calibrate::Calibration& calibration) {
     }
     fmt::print("# {} residuals (fit on all runs)\n  {}\n", stage.stage, fmt::join(parts, "\n  "));
   }
-  if (calibration.fit.card_r_scale.size() > 1) {
+  if (!calibration.fit.card_r_scale.empty()) {
     std::vector<std::string> cards;
     for (const auto& [card, scale] : calibration.fit.card_r_scale)
       cards.push_back(fmt::format("{} x{:.3f}", card, scale));

@@ -65,6 +65,7 @@ class ControllerPass {
     double window_end_s = window_s_;
     double compute_work_s = 0, compute_time_s = 0;
     const double base_w = gpu_.idle_power_w + request_.leakage_w + request_.comm_power_w;
+    SlidingWindowPeak peak(static_cast<std::size_t>(std::llround(window_s_ / tick_s_)));
     while (op_index < ops_.size() || t_s < request_.iteration_s - 1e-12) {
       const double tick_end_s = t_s + tick_s_;
       const double applied_mhz = clock_bin_mhz(gpu_, clock_mhz_);
@@ -106,6 +107,7 @@ class ControllerPass {
       const double tick_len_s = tick_t_s - t_s;
       if (tick_len_s <= 0) break;
       t_s = tick_t_s;
+      if (trace) peak.add(tick_energy_j, tick_len_s);
       if (request_.power_cap) {
         const double tick_power_w = tick_energy_j / tick_len_s;
         const double response_s = gpu_.power_control.response_s;
@@ -122,6 +124,11 @@ class ControllerPass {
       if (window_energy_j > 0 || trace->sample_w.empty())
         close_window(*trace, t_s, window_energy_j, window_end_s);
       trace->duration_s = t_s;
+      // A step shorter than one window has no whole window: its (only) sample is the peak.
+      trace->peak_w = peak.peak_w();
+      if (trace->peak_w <= 0)
+        for (float sample : trace->sample_w)
+          trace->peak_w = std::max(trace->peak_w, static_cast<double>(sample));
       trace->effective_clock_mhz = compute_time_s > 0 ? gpu_.max_sm_mhz * compute_work_s / compute_time_s
                                                       : clock_bin_mhz(gpu_, clock_mhz);
     }
@@ -171,6 +178,7 @@ void fit_to_duration(PowerTrace& trace, double duration_s) {
   trace.window_s *= scale;
   trace.duration_s = duration_s;
   for (float& sample : trace.sample_w) sample = static_cast<float>(sample / scale);
+  trace.peak_w /= scale;
 }
 
 }  // namespace
@@ -178,6 +186,24 @@ void fit_to_duration(PowerTrace& trace, double duration_s) {
 double window_length_s(const PowerTrace& trace, std::size_t index) {
   const double start_s = static_cast<double>(index) * trace.window_s;
   return std::max(0.0, std::min(trace.window_s, trace.duration_s - start_s));
+}
+
+SlidingWindowPeak::SlidingWindowPeak(std::size_t ticks_per_window)
+    : ring_(std::max<std::size_t>(1, ticks_per_window)) {}
+
+void SlidingWindowPeak::add(double energy_j, double length_s) {
+  // A ring of the window's ticks: the oldest leaves as the newest enters.
+  std::pair<double, double>& slot = ring_[next_];
+  if (added_ >= ring_.size()) {
+    energy_j_ -= slot.first;
+    length_s_ -= slot.second;
+  }
+  slot = {energy_j, length_s};
+  energy_j_ += energy_j;
+  length_s_ += length_s;
+  next_ = next_ + 1 == ring_.size() ? 0 : next_ + 1;
+  added_ += 1;
+  if (added_ >= ring_.size() && length_s_ > 0) peak_w_ = std::max(peak_w_, energy_j_ / length_s_);
 }
 
 double largest_swing_w(const std::vector<float>& sample_w, double window_s, double span_s) {
@@ -224,7 +250,6 @@ PowerTrace trace_step_power(const GpuSpec& gpu, const ProgramPower& program,
   const double settled_mhz = request.power_cap ? pass.run(start_mhz, nullptr) : start_mhz;
   trace.end_clock_mhz = pass.run(settled_mhz, &trace);
   if (request.iteration_s > 0) fit_to_duration(trace, request.iteration_s);
-  for (float sample : trace.sample_w) trace.peak_w = std::max(trace.peak_w, static_cast<double>(sample));
   trace.swing_w = largest_swing_w(trace.sample_w, trace.window_s, 0.1);
   return trace;
 }
@@ -269,8 +294,6 @@ std::shared_ptr<const PowerTrace> PowerTraceCache::get(int program, const StepPo
   if (exact != exact_.end()) return exact->second;
   PowerTrace copy = *found->second;
   fit_to_duration(copy, request.iteration_s);
-  copy.peak_w = 0;
-  for (float sample : copy.sample_w) copy.peak_w = std::max(copy.peak_w, static_cast<double>(sample));
   copy.swing_w = largest_swing_w(copy.sample_w, copy.window_s, 0.1);
   auto shared = std::make_shared<const PowerTrace>(std::move(copy));
   exact_.emplace(exact_key, shared);

@@ -2,7 +2,8 @@
 // the power-cap controller moves the SM clock toward the limit with a finite response time, so a heavy op
 // that follows a light phase (the clock rose meanwhile) draws more than the limit until the controller pulls
 // the clock back. The result is a trace of power samples (the driver's sample window) that tiles the step:
-// its integral is the step's energy, its maximum the peak power, its spread the swing. docs/SIMULATOR.md.
+// its integral is the step's energy, its spread the swing; the peak is the largest mean over a sample
+// window at any phase of the step (a driver's samples do not start with the step). docs/SIMULATOR.md.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +34,7 @@ struct PowerTrace {
   double window_s = 0;             ///< sample window (the last window may be shorter)
   std::vector<float> sample_w;     ///< mean power in each window
   double energy_j = 0;             ///< sum of sample_w[i] * length_i: exactly the integral of the trace
-  double peak_w = 0;               ///< highest sample
+  double peak_w = 0;               ///< highest mean over any window_s of the step (a sample at any phase)
   double swing_w = 0;              ///< largest (max - min) of the samples within any 100 ms
   double busy_s = 0;               ///< time the compute ops took (at the controlled clock)
   double effective_clock_mhz = 0;  ///< constant clock that would take the same FLOP-bound time
@@ -43,6 +44,25 @@ struct PowerTrace {
 
 /// Length of the window `index` of `trace` (all are window_s except possibly the last).
 double window_length_s(const PowerTrace& trace, std::size_t index);
+
+/// Largest mean power over any `ticks_per_window` consecutive controller ticks: the peak a driver sample
+/// window reports at whatever phase it falls in the step. Windows that tile the step from its start would
+/// alias it: a burst split between two windows reads low in both.
+class SlidingWindowPeak {
+ public:
+  /// A window is `ticks_per_window` ticks (at least 1).
+  explicit SlidingWindowPeak(std::size_t ticks_per_window);
+  /// Adds the next tick, `length_s` long, that drew `energy_j`.
+  void add(double energy_j, double length_s);
+  /// Largest window mean so far (0 before the first whole window).
+  double peak_w() const { return peak_w_; }
+
+ private:
+  std::vector<std::pair<double, double>> ring_;  ///< (energy J, length s) of the window's ticks
+  std::size_t next_ = 0, added_ = 0;             ///< the slot the next tick takes; ticks added
+  double energy_j_ = 0, length_s_ = 0;           ///< sums over the window
+  double peak_w_ = 0;
+};
 
 /// Largest (max - min) over the samples of `sample_w` (one per `window_s`) inside any `span_s` window.
 double largest_swing_w(const std::vector<float>& sample_w, double window_s, double span_s);

@@ -51,6 +51,24 @@ TEST(LargestSwing, IsTheLargestSpreadInsideAnyWindow) {
   EXPECT_DOUBLE_EQ(largest_swing_w({300, 300, 300}, 0.02, 0.1), 0.0);
 }
 
+TEST(SlidingWindowPeak, FindsABurstThatStraddlesTwoTiledWindows) {
+  // 1 ms ticks, 4-tick windows: idle 200 W, then a 4 ms burst at 900 W from 2 ms to 6 ms. Windows tiled from
+  // 0 read (200+200+900+900)/4 = 550 W twice; the window that starts with the burst reads the burst.
+  SlidingWindowPeak peak(4);
+  const std::vector<double> power_w = {200, 200, 900, 900, 900, 900, 200, 200};
+  for (std::size_t tick = 0; tick < power_w.size(); ++tick) {
+    peak.add(power_w[tick] * 1e-3, 1e-3);
+    if (tick < 3) {
+      EXPECT_EQ(peak.peak_w(), 0) << "no whole window yet";
+    }
+  }
+  EXPECT_NEAR(peak.peak_w(), 900, 1e-9);
+  // A burst shorter than the window is averaged with what surrounds it, at best.
+  SlidingWindowPeak short_burst(4);
+  for (double watts : {200.0, 900.0, 900.0, 200.0, 200.0, 200.0}) short_burst.add(watts * 1e-3, 1e-3);
+  EXPECT_NEAR(short_burst.peak_w(), 550, 1e-9);
+}
+
 class PowerDynamicsTest : public ::testing::Test {
  protected:
   ClusterSpec h100_ = load_cluster("h100-hgx");
@@ -92,6 +110,12 @@ TEST_F(PowerDynamicsTest, EnergyIsExactlyTheIntegralOfTheReportedPowerForEverySi
           EXPECT_NEAR(trace.duration_s, result.step_results[step].iteration_s, 1e-12);
           EXPECT_NEAR(sum_of_samples_j(trace), trace.energy_j, 1e-6 * trace.energy_j);
           EXPECT_NEAR(result.power_w[index] * trace.duration_s, trace.energy_j, 1e-3);
+          // The peak is a window at any phase, so no whole tiled window reads above it.
+          for (std::size_t sample = 0; sample < trace.sample_w.size(); ++sample) {
+            if (window_length_s(trace, sample) < trace.window_s * (1 - 1e-9)) continue;
+            EXPECT_LE(trace.sample_w[sample], trace.peak_w * (1 + 1e-6))
+                << test_case.model << " sample " << sample;
+          }
           traced_j += sum_of_samples_j(trace);
         }
         EXPECT_NEAR(gpu.energy_j, traced_j, 1e-6 * traced_j) << test_case.model << " rank " << gpu.rank;

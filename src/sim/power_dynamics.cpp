@@ -61,11 +61,11 @@ class ControllerPass {
     std::size_t op_index = 0;
     double remaining = 1.0;  // fraction of the current op still to run
     double t_s = 0;
-    double window_energy_j = 0;
-    double window_end_s = window_s_;
     double compute_work_s = 0, compute_time_s = 0;
     const double base_w = gpu_.idle_power_w + request_.leakage_w + request_.comm_power_w;
-    SlidingWindowPeak peak(static_cast<std::size_t>(std::llround(window_s_ / tick_s_)));
+    const auto ticks_per_window = static_cast<std::size_t>(std::max(1LL, std::llround(window_s_ / tick_s_)));
+    SlidingWindowPeak peak(ticks_per_window);
+    ticks_.clear();
     while (op_index < ops_.size() || t_s < request_.iteration_s - 1e-12) {
       const double tick_end_s = t_s + tick_s_;
       const double applied_mhz = clock_bin_mhz(gpu_, clock_mhz_);
@@ -101,13 +101,15 @@ class ControllerPass {
           slice_s = std::min(slice_s, request_.iteration_s - tick_t_s);
         }
         tick_energy_j += power_w * slice_s;
-        if (trace) record_energy(*trace, tick_t_s, slice_s, power_w, window_energy_j, window_end_s);
         tick_t_s += slice_s;
       }
       const double tick_len_s = tick_t_s - t_s;
       if (tick_len_s <= 0) break;
       t_s = tick_t_s;
-      if (trace) peak.add(tick_energy_j, tick_len_s);
+      if (trace) {
+        peak.add(tick_energy_j, tick_len_s);
+        ticks_.push_back({tick_energy_j, tick_len_s});
+      }
       if (request_.power_cap) {
         const double tick_power_w = tick_energy_j / tick_len_s;
         const double response_s = gpu_.power_control.response_s;
@@ -121,14 +123,8 @@ class ControllerPass {
       }
     }
     if (trace) {
-      if (window_energy_j > 0 || trace->sample_w.empty())
-        close_window(*trace, t_s, window_energy_j, window_end_s);
+      tile_samples(*trace, ticks_per_window, peak);
       trace->duration_s = t_s;
-      // A step shorter than one window has no whole window: its (only) sample is the peak.
-      trace->peak_w = peak.peak_w();
-      if (trace->peak_w <= 0)
-        for (float sample : trace->sample_w)
-          trace->peak_w = std::max(trace->peak_w, static_cast<double>(sample));
       trace->effective_clock_mhz = compute_time_s > 0 ? gpu_.max_sm_mhz * compute_work_s / compute_time_s
                                                       : clock_bin_mhz(gpu_, clock_mhz);
     }
@@ -136,27 +132,26 @@ class ControllerPass {
   }
 
  private:
-  void record_energy(PowerTrace& trace, double t_s, double slice_s, double power_w, double& window_energy_j,
-                     double& window_end_s) {
-    // A slice never crosses a tick boundary and windows are whole numbers of ticks, except the open end of a
-    // step that runs past iteration_s: split at window ends all the same.
-    while (t_s + slice_s > window_end_s + 1e-12) {
-      const double part_s = window_end_s - t_s;
-      window_energy_j += power_w * part_s;
-      close_window(trace, window_end_s, window_energy_j, window_end_s);
-      t_s += part_s;
-      slice_s -= part_s;
+  /// The samples: windows of `ticks_per_window` ticks at the phase where the step's peak window falls (a
+  /// driver's samples do not start with the step), so one sample is the peak; a shorter window before the
+  /// first and after the last. Energy is the exact sum over ticks.
+  void tile_samples(PowerTrace& trace, std::size_t ticks_per_window, const SlidingWindowPeak& peak) const {
+    const std::size_t phase = peak.peak_w() > 0 ? peak.peak_start_tick() % ticks_per_window : 0;
+    trace.first_window_s = 0;
+    double energy_j = 0, length_s = 0;
+    for (std::size_t tick = 0; tick < ticks_.size(); ++tick) {
+      energy_j += ticks_[tick].first;
+      length_s += ticks_[tick].second;
+      const bool closes =
+          tick + 1 == phase || (tick + 1 > phase && (tick + 1 - phase) % ticks_per_window == 0);
+      if (!closes && tick + 1 < ticks_.size()) continue;
+      if (trace.sample_w.empty()) trace.first_window_s = length_s;
+      trace.sample_w.push_back(static_cast<float>(energy_j / std::max(length_s, 1e-12)));
+      trace.energy_j += energy_j;
+      trace.peak_w = std::max(trace.peak_w, static_cast<double>(trace.sample_w.back()));
+      energy_j = length_s = 0;
     }
-    window_energy_j += power_w * slice_s;
-  }
-
-  void close_window(PowerTrace& trace, double end_s, double& window_energy_j, double& window_end_s) {
-    const double start_s = window_end_s - window_s_;
-    const double length_s = std::max(end_s - start_s, 1e-12);
-    trace.sample_w.push_back(static_cast<float>(window_energy_j / length_s));
-    trace.energy_j += window_energy_j;
-    window_energy_j = 0;
-    window_end_s += window_s_;
+    if (trace.sample_w.empty()) trace.sample_w.push_back(0);  // an empty step: one idle-free sample
   }
 
   const GpuSpec& gpu_;
@@ -167,6 +162,7 @@ class ControllerPass {
   double clock_mhz_ = 0;
   double limit_w_;     ///< the cap the controller holds
   double averaged_w_;  ///< the controller's averaged power, carried from pass to pass (starts at the cap)
+  std::vector<std::pair<double, double>> ticks_;  ///< (energy J, length s) of each tick of the recorded pass
 };
 
 /// Rescales the trace's time axis to exactly `duration_s` (energy kept); the controlled ops may end a little
@@ -176,6 +172,7 @@ void fit_to_duration(PowerTrace& trace, double duration_s) {
   const double scale = duration_s / trace.duration_s;
   if (std::fabs(scale - 1.0) < 1e-12) return;
   trace.window_s *= scale;
+  trace.first_window_s *= scale;
   trace.duration_s = duration_s;
   for (float& sample : trace.sample_w) sample = static_cast<float>(sample / scale);
   trace.peak_w /= scale;
@@ -184,7 +181,9 @@ void fit_to_duration(PowerTrace& trace, double duration_s) {
 }  // namespace
 
 double window_length_s(const PowerTrace& trace, std::size_t index) {
-  const double start_s = static_cast<double>(index) * trace.window_s;
+  const double first_s = trace.first_window_s > 0 ? trace.first_window_s : trace.window_s;
+  if (index == 0) return std::min(first_s, trace.duration_s);
+  const double start_s = first_s + static_cast<double>(index - 1) * trace.window_s;
   return std::max(0.0, std::min(trace.window_s, trace.duration_s - start_s));
 }
 
@@ -203,7 +202,10 @@ void SlidingWindowPeak::add(double energy_j, double length_s) {
   length_s_ += length_s;
   next_ = next_ + 1 == ring_.size() ? 0 : next_ + 1;
   added_ += 1;
-  if (added_ >= ring_.size() && length_s_ > 0) peak_w_ = std::max(peak_w_, energy_j_ / length_s_);
+  if (added_ >= ring_.size() && length_s_ > 0 && energy_j_ / length_s_ > peak_w_) {
+    peak_w_ = energy_j_ / length_s_;
+    peak_start_tick_ = added_ - ring_.size();
+  }
 }
 
 double largest_swing_w(const std::vector<float>& sample_w, double window_s, double span_s) {

@@ -1,9 +1,9 @@
 // Millisecond power dynamics of one GPU over one step: the compute ops of its program run in order while
 // the power-cap controller moves the SM clock toward the limit with a finite response time, so a heavy op
 // that follows a light phase (the clock rose meanwhile) draws more than the limit until the controller pulls
-// the clock back. The result is a trace of power samples (the driver's sample window) that tiles the step:
-// its integral is the step's energy, its spread the swing; the peak is the largest mean over a sample
-// window at any phase of the step (a driver's samples do not start with the step). docs/SIMULATOR.md.
+// the clock back. The result is a trace of power samples (the driver's sample window) that tiles the step at
+// the phase where its heaviest window falls (a driver's samples do not start with the step): its integral is
+// the step's energy, its largest sample the peak power, its spread the swing. docs/SIMULATOR.md.
 #pragma once
 
 #include <cstdint>
@@ -28,13 +28,15 @@ struct StepPowerRequest {
   double power_limit_w = 0;    ///< the cap the controller holds (<= 0: the GPU's power_limit_w)
 };
 
-/// Power over one step of one GPU: samples of the driver's window that tile the step exactly.
+/// Power over one step of one GPU: samples of the driver's window that tile the step exactly, at the phase
+/// where the step's peak window falls (so the largest sample is the peak).
 struct PowerTrace {
   double duration_s = 0;           ///< the step time (sum of window lengths)
-  double window_s = 0;             ///< sample window (the last window may be shorter)
+  double window_s = 0;             ///< sample window (the first and the last window may be shorter)
+  double first_window_s = 0;       ///< length of the first window (<= window_s; 0: window_s)
   std::vector<float> sample_w;     ///< mean power in each window
   double energy_j = 0;             ///< sum of sample_w[i] * length_i: exactly the integral of the trace
-  double peak_w = 0;               ///< highest mean over any window_s of the step (a sample at any phase)
+  double peak_w = 0;               ///< highest sample: the highest mean over any window_s of the step
   double swing_w = 0;              ///< largest (max - min) of the samples within any 100 ms
   double busy_s = 0;               ///< time the compute ops took (at the controlled clock)
   double effective_clock_mhz = 0;  ///< constant clock that would take the same FLOP-bound time
@@ -42,7 +44,7 @@ struct PowerTrace {
   double end_clock_mhz = 0;        ///< controller clock at the step's end
 };
 
-/// Length of the window `index` of `trace` (all are window_s except possibly the last).
+/// Length of the window `index` of `trace` (all are window_s except possibly the first and the last).
 double window_length_s(const PowerTrace& trace, std::size_t index);
 
 /// Largest mean power over any `ticks_per_window` consecutive controller ticks: the peak a driver sample
@@ -56,12 +58,15 @@ class SlidingWindowPeak {
   void add(double energy_j, double length_s);
   /// Largest window mean so far (0 before the first whole window).
   double peak_w() const { return peak_w_; }
+  /// Index (from 0) of the first tick of that window.
+  std::size_t peak_start_tick() const { return peak_start_tick_; }
 
  private:
   std::vector<std::pair<double, double>> ring_;  ///< (energy J, length s) of the window's ticks
   std::size_t next_ = 0, added_ = 0;             ///< the slot the next tick takes; ticks added
   double energy_j_ = 0, length_s_ = 0;           ///< sums over the window
   double peak_w_ = 0;
+  std::size_t peak_start_tick_ = 0;
 };
 
 /// Largest (max - min) over the samples of `sample_w` (one per `window_s`) inside any `span_s` window.

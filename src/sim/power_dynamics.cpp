@@ -63,8 +63,6 @@ class ControllerPass {
     double t_s = 0;
     double compute_work_s = 0, compute_time_s = 0;
     const double base_w = gpu_.idle_power_w + request_.leakage_w + request_.comm_power_w;
-    const auto ticks_per_window = static_cast<std::size_t>(std::max(1LL, std::llround(window_s_ / tick_s_)));
-    SlidingWindowPeak peak(ticks_per_window);
     ticks_.clear();
     while (op_index < ops_.size() || t_s < request_.iteration_s - 1e-12) {
       const double tick_end_s = t_s + tick_s_;
@@ -106,10 +104,7 @@ class ControllerPass {
       const double tick_len_s = tick_t_s - t_s;
       if (tick_len_s <= 0) break;
       t_s = tick_t_s;
-      if (trace) {
-        peak.add(tick_energy_j, tick_len_s);
-        ticks_.push_back({tick_energy_j, tick_len_s});
-      }
+      if (trace) ticks_.push_back({tick_energy_j, tick_len_s});
       if (request_.power_cap) {
         const double tick_power_w = tick_energy_j / tick_len_s;
         const double response_s = gpu_.power_control.response_s;
@@ -123,7 +118,7 @@ class ControllerPass {
       }
     }
     if (trace) {
-      tile_samples(*trace, ticks_per_window, peak);
+      tile_samples(*trace);
       trace->duration_s = t_s;
       trace->effective_clock_mhz = compute_time_s > 0 ? gpu_.max_sm_mhz * compute_work_s / compute_time_s
                                                       : clock_bin_mhz(gpu_, clock_mhz);
@@ -132,18 +127,20 @@ class ControllerPass {
   }
 
  private:
-  /// The samples: windows of `ticks_per_window` ticks at the phase where the step's peak window falls (a
-  /// driver's samples do not start with the step), so one sample is the peak; a shorter window before the
-  /// first and after the last. Energy is the exact sum over ticks.
-  void tile_samples(PowerTrace& trace, std::size_t ticks_per_window, const SlidingWindowPeak& peak) const {
+  /// The samples of the recorded pass: windows (whole numbers of ticks) at the phase where the step's
+  /// heaviest window falls (a driver's samples do not start with the step), so one sample is the peak; a
+  /// shorter window before the first and after the last. Energy is the exact sum over ticks.
+  void tile_samples(PowerTrace& trace) const {
+    const auto ticks_per_window = static_cast<std::size_t>(std::max(1LL, std::llround(window_s_ / tick_s_)));
+    SlidingWindowPeak peak(ticks_per_window);
+    for (const auto& [energy_j, length_s] : ticks_) peak.add(energy_j, length_s);
     const std::size_t phase = peak.peak_w() > 0 ? peak.peak_start_tick() % ticks_per_window : 0;
     trace.first_window_s = 0;
     double energy_j = 0, length_s = 0;
     for (std::size_t tick = 0; tick < ticks_.size(); ++tick) {
       energy_j += ticks_[tick].first;
       length_s += ticks_[tick].second;
-      const bool closes =
-          tick + 1 == phase || (tick + 1 > phase && (tick + 1 - phase) % ticks_per_window == 0);
+      const bool closes = (tick + 1) % ticks_per_window == phase;  // phase < ticks_per_window
       if (!closes && tick + 1 < ticks_.size()) continue;
       if (trace.sample_w.empty()) trace.first_window_s = length_s;
       trace.sample_w.push_back(static_cast<float>(energy_j / std::max(length_s, 1e-12)));
@@ -151,7 +148,7 @@ class ControllerPass {
       trace.peak_w = std::max(trace.peak_w, static_cast<double>(trace.sample_w.back()));
       energy_j = length_s = 0;
     }
-    if (trace.sample_w.empty()) trace.sample_w.push_back(0);  // an empty step: one idle-free sample
+    if (trace.sample_w.empty()) trace.sample_w.push_back(0);  // an empty step still has one (zero) sample
   }
 
   const GpuSpec& gpu_;

@@ -127,27 +127,54 @@ class ControllerPass {
   }
 
  private:
-  /// The samples of the recorded pass: windows (whole numbers of ticks) at the phase where the step's
-  /// heaviest window falls (a driver's samples do not start with the step), so one sample is the peak; a
-  /// shorter window before the first and after the last. Energy is the exact sum over ticks.
+  /// The samples of the recorded pass: whole windows at the phase where the step's heaviest window falls (a
+  /// driver's samples do not start with the step), so one sample is the peak, and the wrap (the tail after
+  /// the last whole window with the head before the first, PowerTrace). A wrap shorter than half a window
+  /// takes in a whole window next to it (not the heaviest), so no sample is a short spike a driver would
+  /// not report. Energy is the exact sum over ticks.
   void tile_samples(PowerTrace& trace) const {
-    const auto ticks_per_window = static_cast<std::size_t>(std::max(1LL, std::llround(window_s_ / tick_s_)));
-    SlidingWindowPeak peak(ticks_per_window);
+    const auto per_window = static_cast<std::size_t>(std::max(1LL, std::llround(window_s_ / tick_s_)));
+    SlidingWindowPeak peak(per_window);
     for (const auto& [energy_j, length_s] : ticks_) peak.add(energy_j, length_s);
-    const std::size_t phase = peak.peak_w() > 0 ? peak.peak_start_tick() % ticks_per_window : 0;
-    trace.first_window_s = 0;
-    double energy_j = 0, length_s = 0;
-    for (std::size_t tick = 0; tick < ticks_.size(); ++tick) {
-      energy_j += ticks_[tick].first;
-      length_s += ticks_[tick].second;
-      const bool closes = (tick + 1) % ticks_per_window == phase;  // phase < ticks_per_window
-      if (!closes && tick + 1 < ticks_.size()) continue;
-      if (trace.sample_w.empty()) trace.first_window_s = length_s;
-      trace.sample_w.push_back(static_cast<float>(energy_j / std::max(length_s, 1e-12)));
-      trace.energy_j += energy_j;
-      trace.peak_w = std::max(trace.peak_w, static_cast<double>(trace.sample_w.back()));
-      energy_j = length_s = 0;
+    const std::size_t count = ticks_.size();
+    std::size_t head = 0, whole = 0;  // ticks before the first whole window; whole windows
+    if (peak.peak_w() > 0) {
+      head = peak.peak_start_tick() % per_window;
+      whole = (count - head) / per_window;
+      // The step's last tick may be cut short: a window holding it is not whole.
+      if (whole > 0 && head + whole * per_window == count && ticks_.back().second < 0.999 * tick_s_)
+        whole -= 1;
+      const std::size_t tail = count - head - whole * per_window;
+      if (head + tail > 0 && 2 * (head + tail) < per_window && whole >= 2) {
+        // Take in the last whole window, or the first when the last is the heaviest.
+        const bool last_is_peak = head + (whole - 1) * per_window == peak.peak_start_tick();
+        if (last_is_peak) head += per_window;
+        whole -= 1;
+      }
     }
+    const auto sum = [this](std::size_t begin, std::size_t end) {
+      std::pair<double, double> total{0, 0};
+      for (std::size_t tick = begin; tick < end; ++tick) {
+        total.first += ticks_[tick].first;
+        total.second += ticks_[tick].second;
+      }
+      return total;
+    };
+    const auto add_sample = [&trace](std::pair<double, double> window) {
+      trace.sample_w.push_back(static_cast<float>(window.first / std::max(window.second, 1e-12)));
+      trace.energy_j += window.first;
+      trace.peak_w = std::max(trace.peak_w, static_cast<double>(trace.sample_w.back()));
+    };
+    const std::size_t tail_begin = head + whole * per_window;
+    if (head > 0 || tail_begin < count) {  // the wrap: this step's tail, then its head
+      const auto tail = sum(tail_begin, count), lead = sum(0, head);
+      trace.head_s = lead.second;
+      trace.wrap_s = lead.second + tail.second;
+      add_sample({lead.first + tail.first, trace.wrap_s});
+      if (whole == 0) trace.head_s = trace.wrap_s;  // a step shorter than a window: one sample, the step
+    }
+    for (std::size_t window = 0; window < whole; ++window)
+      add_sample(sum(head + window * per_window, head + (window + 1) * per_window));
     if (trace.sample_w.empty()) trace.sample_w.push_back(0);  // an empty step still has one (zero) sample
   }
 
@@ -169,7 +196,8 @@ void fit_to_duration(PowerTrace& trace, double duration_s) {
   const double scale = duration_s / trace.duration_s;
   if (std::fabs(scale - 1.0) < 1e-12) return;
   trace.window_s *= scale;
-  trace.first_window_s *= scale;
+  trace.head_s *= scale;
+  trace.wrap_s *= scale;
   trace.duration_s = duration_s;
   for (float& sample : trace.sample_w) sample = static_cast<float>(sample / scale);
   trace.peak_w /= scale;
@@ -178,10 +206,12 @@ void fit_to_duration(PowerTrace& trace, double duration_s) {
 }  // namespace
 
 double window_length_s(const PowerTrace& trace, std::size_t index) {
-  const double first_s = trace.first_window_s > 0 ? trace.first_window_s : trace.window_s;
-  if (index == 0) return std::min(first_s, trace.duration_s);
-  const double start_s = first_s + static_cast<double>(index - 1) * trace.window_s;
-  return std::max(0.0, std::min(trace.window_s, trace.duration_s - start_s));
+  return index == 0 && trace.wrap_s > 0 ? trace.wrap_s : trace.window_s;
+}
+
+double window_end_s(const PowerTrace& trace, std::size_t index) {
+  if (trace.wrap_s <= 0) return static_cast<double>(index + 1) * trace.window_s;
+  return trace.head_s + static_cast<double>(index) * trace.window_s;
 }
 
 SlidingWindowPeak::SlidingWindowPeak(std::size_t ticks_per_window)

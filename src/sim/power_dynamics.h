@@ -28,12 +28,16 @@ struct StepPowerRequest {
   double power_limit_w = 0;    ///< the cap the controller holds (<= 0: the GPU's power_limit_w)
 };
 
-/// Power over one step of one GPU: samples of the driver's window that tile the step exactly, at the phase
-/// where the step's peak window falls (so the largest sample is the peak).
+/// Power over one step of one GPU, in samples of the driver's window at the phase where the step's heaviest
+/// window falls (so one sample is the peak). Steps repeat, so the piece after the last whole window and the
+/// piece before the first one make one sample that straddles the step boundary, the "wrap" (its own step's
+/// tail standing for the previous step's): every sample is then a window a driver could report, at least
+/// half of window_s long, and the samples of consecutive steps tile time without a gap.
 struct PowerTrace {
-  double duration_s = 0;           ///< the step time (sum of window lengths)
-  double window_s = 0;             ///< sample window (the first and the last window may be shorter)
-  double first_window_s = 0;       ///< length of the first window (<= window_s; 0: window_s)
+  double duration_s = 0;           ///< the step time
+  double window_s = 0;             ///< sample window (all samples but the wrap)
+  double head_s = 0;               ///< step start to the end of sample 0 (the wrap); 0: no wrap
+  double wrap_s = 0;               ///< length of the wrap (sample 0): its head_s plus the step's tail
   std::vector<float> sample_w;     ///< mean power in each window
   double energy_j = 0;             ///< sum of sample_w[i] * length_i: exactly the integral of the trace
   double peak_w = 0;               ///< highest sample: the highest mean over any window_s of the step
@@ -44,8 +48,11 @@ struct PowerTrace {
   double end_clock_mhz = 0;        ///< controller clock at the step's end
 };
 
-/// Length of the window `index` of `trace` (all are window_s except possibly the first and the last).
+/// Length of the window `index` of `trace` (window_s, or wrap_s for the wrap).
 double window_length_s(const PowerTrace& trace, std::size_t index);
+
+/// When window `index` of `trace` ends, from the step's start (the wrap ends at head_s).
+double window_end_s(const PowerTrace& trace, std::size_t index);
 
 /// Largest mean power over any `ticks_per_window` consecutive controller ticks: the peak a driver sample
 /// window reports at whatever phase it falls in the step. Windows that tile the step from its start would

@@ -79,11 +79,9 @@ void store_sim_run(const std::filesystem::path& run_dir, const std::string& name
       const PowerTrace& trace = *result.power_traces[result.trace_of[index]];
       energy_so_far[rank] += trace.energy_j;
       if (power_samples) {
-        double window_end_s = step_start_s;
         for (std::size_t window = 0; window < trace.sample_w.size(); ++window) {
-          window_end_s += window_length_s(trace, window);
-          samples.push_back(
-              {rank, sampled_id, to_ns(window_end_s), trace.sample_w[window], store::kNoSensorTime});
+          samples.push_back({rank, sampled_id, to_ns(step_start_s + window_end_s(trace, window)),
+                             trace.sample_w[window], store::kNoSensorTime});
         }
       }
       const std::int64_t t_ns = to_ns(t_s);

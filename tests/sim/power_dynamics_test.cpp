@@ -115,6 +115,19 @@ TEST_F(PowerDynamicsTest, EnergyIsExactlyTheIntegralOfTheReportedPowerForEverySi
           float largest_w = 0;
           for (float sample : trace.sample_w) largest_w = std::max(largest_w, sample);
           EXPECT_FLOAT_EQ(largest_w, static_cast<float>(trace.peak_w)) << test_case.model;
+          // Every sample is one a driver could report: a whole window, or the wrap over the step boundary of
+          // at least half a window (a step of fewer than three samples may have a shorter one). The wrap
+          // covers exactly what the whole windows leave of the step, so consecutive steps tile time.
+          const std::size_t samples = trace.sample_w.size();
+          for (std::size_t sample = 0; sample < samples && samples >= 3; ++sample)
+            EXPECT_GE(window_length_s(trace, sample), 0.5 * trace.window_s)
+                << test_case.model << " " << sample;
+          if (trace.wrap_s > 0 && samples > 1) {
+            EXPECT_NEAR(trace.wrap_s - trace.head_s, trace.duration_s - window_end_s(trace, samples - 1),
+                        1e-12);
+            EXPECT_NEAR(window_end_s(trace, samples - 1) - window_end_s(trace, 0),
+                        static_cast<double>(samples - 1) * trace.window_s, 1e-12);
+          }
           traced_j += sum_of_samples_j(trace);
         }
         EXPECT_NEAR(gpu.energy_j, traced_j, 1e-6 * traced_j) << test_case.model << " rank " << gpu.rank;

@@ -1,0 +1,37 @@
+// The measured runs of tests/fixtures (real H100 and H200 data), unpacked once per test binary, for the
+// suites that fit or simulate them.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+namespace calo::testing {
+
+/// tests/fixtures/<fixture>/runs.tgz unpacked into a directory of this test binary; returns its runs/.
+inline std::filesystem::path unpack_fixture(const std::string& fixture) {
+  const std::filesystem::path target =
+      std::filesystem::temp_directory_path() / ("calo-" + fixture + "-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(target);
+  const std::string command = "tar -xzf " + std::string(CALO_SOURCE_DIR) + "/tests/fixtures/" + fixture +
+                              "/runs.tgz -C " + target.string();
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  return target / "runs";
+}
+
+/// The six runs of tests/fixtures/h100-runs (../shared/fixtures/h100-runs) and their stock simulations.
+inline const std::filesystem::path& fixture_runs() {
+  static const std::filesystem::path dir = unpack_fixture("h100-runs");
+  return dir;
+}
+
+/// The H100 trace-ops runs (tests/fixtures/h100-traceops).
+inline const std::filesystem::path& traceops_runs() {
+  static const std::filesystem::path dir = unpack_fixture("h100-traceops");
+  return dir;
+}
+
+}  // namespace calo::testing

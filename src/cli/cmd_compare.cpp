@@ -2,6 +2,7 @@
 // against a measured one the relative error per figure.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -95,6 +96,16 @@ int run_compare(const CompareFlags& flags) {
   for (std::size_t index : sim_runs) {
     fmt::print("run{} (sim) vs run{} (measured): mean |error| {:.1f}%\n", index + 1,
                comparison.sim_reference[index] + 1, analyze::mean_abs_sim_error(comparison, index) * 100);
+  }
+  const bool any_measured = std::any_of(runs.begin(), runs.end(), [](const analyze::RunAnalysis& run) {
+    return run.run.kind != store::RunKind::kSim;
+  });
+  for (std::size_t index = 0; index < runs.size() && any_measured; ++index) {
+    if (runs[index].run.kind != store::RunKind::kSim || comparison.sim_reference[index] >= 0) continue;
+    fmt::print(
+        "run{} (sim) simulated another model or layout than every measured run here, so it has no error "
+        "column; `calo sim --from RUN --cluster ...` simulates a measured run's own job\n",
+        index + 1);
   }
   if (!sim_runs.empty()) {
     fmt::print(

@@ -1,5 +1,6 @@
 // `calo sim [--model M] [layout flags] --cluster NAME|FILE --gpus N [--steps K] [--json] [--timeline FILE]`:
 // simulates the execution graph of one training job on a modeled cluster (time, power, heat, throttling).
+// `calo sim --from RUN --cluster NAME|FILE` simulates the twin of a measured run (its job, steps and start).
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -8,6 +9,9 @@
 #include <fstream>
 #include <memory>
 
+#ifdef CALO_SIM_HAS_STORE
+#include "calibrate/twin.h"
+#endif
 #include "cli/command.h"
 #include "cli/layout_flags.h"
 #include "core/config.h"
@@ -46,17 +50,32 @@ struct SimFlags {
   double initial_die_c = -1;
   bool dp_given = false;
   bool gpus_given = false;
+  bool steps_given = false;
+  bool warmup_given = false;
   bool allow_oom = false;
+  std::string from;                           ///< --from RUN: the measured run to simulate the twin of
+  std::vector<const CLI::Option*> job_flags;  ///< the model and layout flags (which --from replaces)
+};
+
+/// What a simulation of a measured run (--from) took from the run, for the output and the stored run.
+struct TwinNote {
+  std::string run_dir;         ///< the run
+  double card_r_scale = NAN;   ///< the card's thermal R scale applied; NaN = the typical card's
+  std::string card;            ///< the card's UUID
+  double initial_die_c = NAN;  ///< start temperature taken from the run; NaN = not taken
 };
 
 /// The command line that reproduces this simulation (from the resolved values; CLI11 does not keep argv).
 [[maybe_unused]] std::string command_line(const SimFlags& flags, const parallel::Layout& layout, int world) {
   std::string text =
-      fmt::format("calo sim --model {} --cluster {} --gpus {} {} --steps {}", flags.layout.model,
-                  flags.cluster, world, plan::calo_flags(layout), flags.steps);
+      flags.from.empty()
+          ? fmt::format("calo sim --model {} --cluster {} --gpus {} {} --steps {}", flags.layout.model,
+                        flags.cluster, world, plan::calo_flags(layout), flags.steps)
+          : fmt::format("calo sim --from {} --cluster {} --steps {}", flags.from, flags.cluster, flags.steps);
   if (flags.warmup > 0) text += fmt::format(" --warmup {}", flags.warmup);
   // calo_flags names only unfused attention; a cluster file may make unfused the default, so say fused too.
-  if (layout.attention == parallel::AttentionImpl::kFused) text += " --attention fused";
+  if (flags.from.empty() && layout.attention == parallel::AttentionImpl::kFused) text += " --attention fused";
+  if (flags.initial_die_c >= 0) text += fmt::format(" --initial-temp {:.1f}", flags.initial_die_c);
   for (const auto& entry : flags.slow_gpus) text += " --slow-gpu " + entry;
   for (const auto& entry : flags.hot_gpus) text += " --hot-gpu " + entry;
   if (flags.no_power_cap) text += " --no-power-cap";
@@ -198,18 +217,9 @@ void print_summary(const sim::SimResult& result, const nlohmann::json& json) {
   }
 }
 
-int run_sim(SimFlags& flags) {
-  if (flags.list) {
-    for (const auto& name : core::preset_names("clusters")) {
-      const sim::ClusterSpec cluster = sim::load_cluster(name);
-      fmt::print("{:18} {}\n", name, cluster.description);
-    }
-    return 0;
-  }
-  require_input(!flags.cluster.empty(),
-                "--cluster is required; presets: " +
-                    fmt::format("{}", fmt::join(core::preset_names("clusters"), ", ")));
-  const sim::ClusterSpec cluster = sim::load_cluster(flags.cluster);
+/// The job given by --model and the layout flags (and --gpus), the attention core the cluster's by default.
+std::pair<model::ModelSpec, parallel::Layout> job_from_flags(SimFlags& flags,
+                                                             const sim::ClusterSpec& cluster) {
   auto& layout = flags.layout.layout;
   require_input(!flags.gpus_given || flags.gpus >= 1,
                 fmt::format("--gpus {}: give 1 or more GPUs (or leave it out: tp*cp*pp*dp)", flags.gpus));
@@ -229,7 +239,77 @@ int run_sim(SimFlags& flags) {
   }
   // The attention core is the cluster file's unless --attention says otherwise.
   if (flags.layout.attention.empty()) flags.layout.attention = parallel::to_string(cluster.attention);
-  auto [model, resolved] = resolve(flags.layout);
+  return resolve(flags.layout);
+}
+
+/// The job of the measured run --from names: its model and layout, its warm-up and measured steps and start
+/// temperature unless --steps / --warmup / --initial-temp are given, and its card's fitted thermal scale when
+/// the cluster's calibration lists the card (applied to `cluster`; `twin` says what was taken).
+std::pair<model::ModelSpec, parallel::Layout> job_from_run(SimFlags& flags, sim::ClusterSpec& cluster,
+                                                           TwinNote& twin) {
+#ifdef CALO_SIM_HAS_STORE
+  for (const CLI::Option* option : flags.job_flags) {
+    require_input(option->count() == 0,
+                  fmt::format("--from takes the model and layout from {}; drop {} (or drop --from to "
+                              "simulate a job of your own)",
+                              flags.from, option->get_name()));
+  }
+  require_input(
+      !flags.gpus_given && !flags.dp_given,
+      fmt::format("--from takes the layout, and so the GPU count, from {}; drop --gpus/--dp", flags.from));
+  const calibrate::RunTwin run = calibrate::twin_of_run(flags.from, cluster);
+  if (!flags.steps_given) flags.steps = run.measured_steps;
+  if (!flags.warmup_given) flags.warmup = run.warmup_steps;
+  twin.run_dir = flags.from;
+  twin.card = run.card_uuid;
+  if (flags.initial_die_c < 0) twin.initial_die_c = run.initial_die_c;
+  if (std::isfinite(run.card_r_scale)) {
+    twin.card_r_scale = run.card_r_scale;
+    cluster = calibrate::with_card_r_scale(cluster, run.card_r_scale);
+  }
+  return {run.model, run.layout};
+#else
+  (void)cluster;
+  (void)twin;
+  throw InputError(
+      fmt::format("--from {}: this calo was built without the run store; give --model and the "
+                  "layout flags",
+                  flags.from));
+#endif
+}
+
+/// One line on what --from took from the run.
+std::string describe_twin(const TwinNote& twin, const SimFlags& flags) {
+  std::string text =
+      fmt::format("twin of {}: {} warm-up + {} measured steps", twin.run_dir, flags.warmup, flags.steps);
+  if (std::isfinite(twin.initial_die_c))
+    text += fmt::format(", from {:.1f} C (the run's reading before its GPU loaded)", twin.initial_die_c);
+  if (std::isfinite(twin.card_r_scale)) {
+    text += fmt::format(", card {}: thermal R x {:.3f} (fitted by the cluster's calibration)", twin.card,
+                        twin.card_r_scale);
+  } else if (!twin.card.empty()) {
+    text += fmt::format(", card {}: not in the cluster's calibration, so the typical card's heat", twin.card);
+  }
+  return text;
+}
+
+int run_sim(SimFlags& flags) {
+  if (flags.list) {
+    for (const auto& name : core::preset_names("clusters")) {
+      const sim::ClusterSpec cluster = sim::load_cluster(name);
+      fmt::print("{:18} {}\n", name, cluster.description);
+    }
+    return 0;
+  }
+  require_input(!flags.cluster.empty(),
+                "--cluster is required; presets: " +
+                    fmt::format("{}", fmt::join(core::preset_names("clusters"), ", ")));
+  require_input(flags.steps >= 1, fmt::format("--steps {}: give 1 or more measured steps", flags.steps));
+  require_input(flags.warmup >= 0, fmt::format("--warmup {}: give 0 or more warm-up steps", flags.warmup));
+  sim::ClusterSpec cluster = sim::load_cluster(flags.cluster);
+  TwinNote twin;
+  auto [model, resolved] =
+      flags.from.empty() ? job_from_flags(flags, cluster) : job_from_run(flags, cluster, twin);
   const std::string memory_warning = check_memory(model, resolved, cluster, flags.allow_oom);
   if (!memory_warning.empty()) fmt::print(stderr, "warning: {}\n", memory_warning);
   const graph::Graph graph = graph::build_graph(model, resolved);
@@ -238,13 +318,13 @@ int run_sim(SimFlags& flags) {
                 fmt::format("--timeline is for small cases (<= 64 GPUs); this layout has {} GPUs", world));
 
   sim::SimOptions options;
-  options.steps = flags.steps;
+  options.steps = flags.steps + flags.warmup;  // as for calo bench: warm-up steps come before --steps
   options.warmup_steps = flags.warmup;
   options.power_cap = !flags.no_power_cap;
   options.thermal = !flags.no_thermal;
   options.speed_factors = per_gpu_values(flags.slow_gpus, world, 1.0, "--slow-gpu");
   options.inlet_offset_c = per_gpu_values(flags.hot_gpus, world, 0.0, "--hot-gpu");
-  options.initial_die_c = flags.initial_die_c;
+  options.initial_die_c = flags.initial_die_c >= 0 ? flags.initial_die_c : twin.initial_die_c;
   options.record_timeline = !flags.timeline.empty() || (world <= 64 && !flags.no_store && !flags.no_op_spans);
   const bool show_progress = options.steps > 1 && isatty(STDERR_FILENO) != 0;
   if (show_progress) {
@@ -257,6 +337,13 @@ int run_sim(SimFlags& flags) {
   if (!flags.timeline.empty()) write_timeline(flags.timeline, graph, result);
   nlohmann::json json = sim::to_json(result, flags.per_gpu);
   if (!memory_warning.empty()) json["warnings"] = {memory_warning};
+  nlohmann::json from = nullptr;
+  if (!twin.run_dir.empty()) {
+    from = {{"run", twin.run_dir}, {"card", twin.card}};
+    from["initial_die_c"] = std::isfinite(twin.initial_die_c) ? nlohmann::json(twin.initial_die_c) : nullptr;
+    from["card_r_scale"] = std::isfinite(twin.card_r_scale) ? nlohmann::json(twin.card_r_scale) : nullptr;
+    json["from"] = from;
+  }
 
   std::string stored;
 #ifdef CALO_SIM_HAS_STORE
@@ -267,6 +354,8 @@ int run_sim(SimFlags& flags) {
     nlohmann::json config = {{"model", model::to_json(model)},   {"layout", parallel::to_json(resolved)},
                              {"cluster", sim::to_json(cluster)}, {"steps", flags.steps},
                              {"power_cap", options.power_cap},   {"thermal", options.thermal}};
+    config["warmup"] = flags.warmup;
+    if (!from.is_null()) config["from"] = from;
     if (!memory_warning.empty()) config["warnings"] = {memory_warning};
     sim::store_sim_run(run_dir, name, command_line(flags, resolved, world), config, graph, cluster, result);
     stored = run_dir.string();
@@ -283,6 +372,7 @@ int run_sim(SimFlags& flags) {
   if (flags.json) {
     print_json(json);
   } else {
+    if (!twin.run_dir.empty()) fmt::print("# {}\n", describe_twin(twin, flags));
     print_summary(result, json);
     if (!memory_warning.empty()) fmt::print("# WARNING: {}\n", memory_warning);
     if (!stored.empty()) fmt::print("# stored as run (kind sim): {}\n", stored);
@@ -295,15 +385,25 @@ const CommandRegistration kSim(
     "sim", "simulate a training job's graph on a modeled cluster: step time, power, heat, throttling", 40,
     [](CLI::App& app) -> std::function<int()> {
       auto flags = std::make_shared<SimFlags>();
+      const std::size_t before_job_flags = app.get_options().size();
       add_layout_flags(app, flags->layout, false);
+      const std::vector<CLI::Option*> options = app.get_options();
+      flags->job_flags.assign(options.begin() + static_cast<std::ptrdiff_t>(before_job_flags), options.end());
+      app.add_option(
+             "--from", flags->from,
+             "Simulate the twin of this measured run: its model, layout, warm-up and measured steps, "
+             "start temperature and (in a calibrated cluster) its card's heat; then `calo compare RUN "
+             "SIM` shows the error of every figure")
+          ->check(CLI::ExistingDirectory);
       app.add_option("--cluster,-c", flags->cluster, "Cluster preset (see --list) or YAML file");
       app.add_option("--gpus,-n", flags->gpus, "GPUs; dp = gpus / (tp*pp) unless --dp is given");
-      app.add_option("--steps", flags->steps, "Iterations to simulate (temperatures evolve across them)")
+      app.add_option("--steps", flags->steps,
+                     "Measured iterations to simulate, after the warm-up (temperatures evolve across them)")
           ->capture_default_str();
       app.add_option(
              "--warmup", flags->warmup,
-             "The first K of --steps are warm-up: stored as warm-up steps, which comparisons skip (as for "
-             "calo bench)")
+             "Warm-up iterations before --steps: simulated (heat builds up) and stored as warm-up steps, "
+             "which comparisons skip (as for calo bench)")
           ->capture_default_str();
       app.add_flag("--json", flags->json, "Print the result as JSON");
       app.add_flag("--per-gpu", flags->per_gpu, "Include per-GPU figures and trajectories in --json");
@@ -328,6 +428,8 @@ const CommandRegistration kSim(
       return [flags, &app] {
         flags->dp_given = app.count("--dp") > 0;
         flags->gpus_given = app.count("--gpus") > 0;
+        flags->steps_given = app.count("--steps") > 0;
+        flags->warmup_given = app.count("--warmup") > 0;
         return run_sim(*flags);
       };
     });

@@ -47,7 +47,6 @@ if ((gpus > 0)); then
     *H200*) stock_cluster=h200x4-nvswitch ;;
     *) stock_cluster=h100-hgx ;;
   esac
-  sim_gpus=$gpus
 else
   model=tiny-dense
   layout=(--tp 2 --pp 2 --dp 1 --mbs 1 --gbs 8 --seq 128)
@@ -55,7 +54,6 @@ else
   bench=(--backend cpu --nproc 4 --check --trace-ops)
   what="tiny-dense TP2-PP2 on 4 MPI ranks, CPU backend (no GPU found)"
   stock_cluster=cpu-host
-  sim_gpus=4
 fi
 
 echo "== 1. measure: calo bench, $what =="
@@ -72,9 +70,9 @@ else
 fi
 echo
 echo "== 2. simulate the same graph on cluster '$cluster' =="
-# The same steps as the bench (warm-up included, so heat builds up alike; comparisons skip the warm-up).
-"$calo" sim --model "$model" "${layout[@]}" --cluster "$cluster" --gpus "$sim_gpus" --steps $((steps + warmup)) \
-  --warmup "$warmup" --out "$root/sim"
+# The bench's twin: its model, layout, warm-up and measured steps and start temperature (comparisons skip the
+# warm-up; compare rates every figure against the bench).
+"$calo" sim --from "$root/bench" --cluster "$cluster" --out "$root/sim"
 runs+=("$root/sim")
 echo
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Per-op timings and power on one GPU for `calo calibrate` (issue 14): Llama3-8B 4 layers (the model file of
 # ../shared/fixtures/h100-runs, data/models/llama3-8b.yaml with num_layers: 4, name llama3-8b-4layers).
+# Written for the H100 fixtures; it runs unchanged on any one CUDA GPU (the H200 pass of tests/fixtures/h200-traceops).
 #
 #   1. here (build machine), repo root:
 #        cmake -S . -B build-exec-cuda -G Ninja -DCALO_BUILD_BENCH=ON -DCALO_CUDA=ON && ninja -C build-exec-cuda calo
@@ -17,7 +18,10 @@
 #        tmbs1..tmbs8  --trace-ops --seq 2048 --mbs M --gbs 4M --steps 6 --warmup 2   (M = 1 2 4 8)
 #        t8k           --trace-ops --seq 8192 --mbs 1 --gbs 1 --steps 5 --warmup 2
 #        t4k           --trace-ops --seq 4096 --mbs 2 --gbs 8 --steps 6 --warmup 2
-#        mbs1b..mbs8b  the micro-batch sweep again without --trace-ops (does per-op timing change step or power?)
+#        mbs1b..mbs8b  the micro-batch sweep again without --trace-ops (does per-op timing change step or power?;
+#                      CALIBRATE_UNTRACED=0 leaves them out)
+#        soak          t8k's flags with --steps CALIBRATE_SOAK_STEPS (default 0: not run), a temperature curve long
+#                      enough to fit the thermal time constants
 #      then `nvidia-smi -q`, and writes $OUT/h100_traceops_runs.tgz (runs/NAME/run.db, NAME.json, NAME.log,
 #      nvidia-smi files) and $OUT/summary.txt (step time, tokens/s, mean and peak power, op spans per run).
 # Paths are relative to the current directory (the repo root), so the commands stored in each run read as the
@@ -72,14 +76,19 @@ bench() {
 for m in 1 2 4 8; do bench "tmbs$m" 90 --trace-ops --seq 2048 --mbs "$m" --gbs $((4 * m)) --steps 6 --warmup 2; done
 bench t8k 90 --trace-ops --seq 8192 --mbs 1 --gbs 1 --steps 5 --warmup 2
 bench t4k 90 --trace-ops --seq 4096 --mbs 2 --gbs 8 --steps 6 --warmup 2
-for m in 1 2 4 8; do bench "mbs${m}b" 90 --seq 2048 --mbs "$m" --gbs $((4 * m)) --steps 6 --warmup 2; done
+if [ "${CALIBRATE_UNTRACED:-1}" != 0 ]; then
+  for m in 1 2 4 8; do bench "mbs${m}b" 90 --seq 2048 --mbs "$m" --gbs $((4 * m)) --steps 6 --warmup 2; done
+fi
+soak_steps=${CALIBRATE_SOAK_STEPS:-0}
+[ "$soak_steps" -gt 0 ] && bench soak 150 --trace-ops --seq 8192 --mbs 1 --gbs 1 --steps "$soak_steps" --warmup 2
 nvidia-smi -q >"$work/nvidia-smi-q.txt" 2>&1
 
 # Summary: per run, the bench JSON's figures and the op spans stored in its run.db.
 python3 - "$work" >"$work/summary.txt" <<'PY'
 import json, os, sqlite3, sys
 work = sys.argv[1]
-names = ["tmbs1", "tmbs2", "tmbs4", "tmbs8", "t8k", "t4k", "mbs1b", "mbs2b", "mbs4b", "mbs8b"]
+names = [name for name in ["tmbs1", "tmbs2", "tmbs4", "tmbs8", "t8k", "t4k", "mbs1b", "mbs2b", "mbs4b", "mbs8b",
+                            "soak"] if os.path.exists(os.path.join(work, name + ".json"))]
 print(f"{'run':6} {'step_p50_ms':>11} {'step_mean_ms':>12} {'tokens/s':>9} {'mfu':>6} {'mean_W':>7} {'peak_W':>7} "
       f"{'J/step':>7} {'temp_C':>6} {'capthr_s':>8} {'op_spans':>8}  device, attention")
 for name in names:

@@ -36,11 +36,11 @@ struct StepPowerRequest {
 struct PowerTrace {
   double duration_s = 0;           ///< the step time
   double window_s = 0;             ///< sample window (all samples but the wrap)
-  double head_s = 0;               ///< step start to the end of sample 0 (the wrap); 0: no wrap
-  double wrap_s = 0;               ///< length of the wrap (sample 0): its head_s plus the step's tail
+  double head_s = 0;               ///< step start to the end of the wrap, sample 0 (0: the wrap is all tail)
+  double wrap_s = 0;               ///< length of the wrap: head_s plus the step's tail (0: no wrap)
   std::vector<float> sample_w;     ///< mean power in each window
   double energy_j = 0;             ///< sum of sample_w[i] * length_i: exactly the integral of the trace
-  double peak_w = 0;               ///< highest sample: the highest mean over any window_s of the step
+  double peak_w = 0;               ///< highest sample: the step's heaviest window_s, or the wrap
   double swing_w = 0;              ///< largest (max - min) of the samples within any 100 ms
   double busy_s = 0;               ///< time the compute ops took (at the controlled clock)
   double effective_clock_mhz = 0;  ///< constant clock that would take the same FLOP-bound time

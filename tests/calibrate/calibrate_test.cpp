@@ -20,12 +20,14 @@
 #include "calibrate/fit.h"
 #include "core/error.h"
 #include "fixture_runs.h"
+#include "issue_targets.h"
 #include "sim/cluster.h"
 #include "store/run_store.h"
 
 namespace calo::calibrate {
 namespace {
 
+using calo::testing::expect_issue_targets;
 using calo::testing::fixture_runs;
 using calo::testing::Outcome;
 using calo::testing::run_calo;
@@ -53,24 +55,6 @@ std::vector<fs::path> preset_runs() {
 const Calibration& fixture_calibration() {
   static const Calibration calibration = calibrate(preset_runs(), "h100-hgx");
   return calibration;
-}
-
-const Tolerance& tolerance_of(const Calibration& calibration, const std::string& figure) {
-  for (const Tolerance& tolerance : calibration.tolerances) {
-    if (tolerance.figure == figure) return tolerance;
-  }
-  throw std::logic_error("no tolerance for " + figure);
-}
-
-/// The leave-one-out targets of the calibration issue: step time 3 %, mean power 5 %, peak power 10 %, energy
-/// per step 5 %, and the sustained peak temperature (hottest 500 ms; each held-out run from its card's
-/// resistance scale and the reading taken before its GPU loaded, docs/SIMULATOR.md "Heat") 3 C.
-void expect_issue_targets(const Calibration& calibration) {
-  EXPECT_LE(tolerance_of(calibration, "step_time_s").achieved, 0.03);
-  EXPECT_LE(tolerance_of(calibration, "mean_power_w").achieved, 0.05);
-  EXPECT_LE(tolerance_of(calibration, "peak_power_w").achieved, 0.10);
-  EXPECT_LE(tolerance_of(calibration, "energy_per_step_j").achieved, 0.05);
-  EXPECT_LE(tolerance_of(calibration, "peak_temp_c").achieved, 3.0);
 }
 
 /// The calibrated model (fitted on all runs, each run on its card) simulates a higher peak at each larger

@@ -416,7 +416,7 @@ KinetoInput load_kineto_input(const std::vector<std::filesystem::path>& files, c
       const std::string token = gpu_model_token(lane.device_name);
       require_input(
           token == base_token,
-          fmt::format("{} was traced on {} but the base cluster's GPU is {}; give a --cluster whose "
+          fmt::format("{} was traced on {} but the --cluster GPU is {}; give a --cluster whose "
                       "GPU is a {}",
                       source, lane.device_name, base_gpu.name, token.empty() ? lane.device_name : token));
       input.gpu_name = lane.device_name;

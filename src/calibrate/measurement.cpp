@@ -161,7 +161,7 @@ MeasuredRun load_measured_run(const std::filesystem::path& run_dir, const sim::G
       std::find_if(devices.begin(), devices.end(), [&](const auto& d) { return d.kind == wanted; });
   require_input(
       gpu != devices.end(),
-      fmt::format("{} recorded no {} device, and the base cluster's GPU is {}; give a --cluster for the "
+      fmt::format("{} recorded no {} device, and the --cluster GPU is {}; give a --cluster for the "
                   "device the run used (cpu-host for CPU-backend runs)",
                   run_dir.string(), wanted == store::DeviceKind::kCpu ? "CPU" : "GPU", base_gpu.name));
   run.gpu_name = gpu->name;
@@ -170,7 +170,7 @@ MeasuredRun load_measured_run(const std::filesystem::path& run_dir, const sim::G
     const std::string run_token = gpu_model_token(gpu->name), base_token = gpu_model_token(base_gpu.name);
     require_input(
         run_token == base_token,
-        fmt::format("{} ran on {} but the base cluster's GPU is {}; give a --cluster whose GPU is a {}",
+        fmt::format("{} ran on {} but the --cluster GPU is {}; give a --cluster whose GPU is a {}",
                     run_dir.string(), gpu->name, base_gpu.name, run_token.empty() ? gpu->name : run_token));
   }
   const std::vector<store::Span> steps = reader.spans(store::SpanKind::kStep);

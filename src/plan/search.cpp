@@ -412,4 +412,27 @@ SearchResult search_layouts(const SearchRequest& request) {
   return result;
 }
 
+std::vector<FrontCorner> front_corners(const SearchResult& result) {
+  std::vector<FrontCorner> corners;
+  if (result.pareto.empty()) return corners;
+  using Better = bool (*)(const Evaluation&, const Evaluation&);
+  const std::pair<const char*, Better> figures[] = {
+      {"fastest", [](const Evaluation& a, const Evaluation& b) { return a.tokens_per_s > b.tokens_per_s; }},
+      {"most tokens/J",
+       [](const Evaluation& a, const Evaluation& b) { return a.tokens_per_j > b.tokens_per_j; }},
+      {"lowest peak",
+       [](const Evaluation& a, const Evaluation& b) { return a.peak_power_w < b.peak_power_w; }},
+      {"coolest", [](const Evaluation& a, const Evaluation& b) { return a.max_die_c < b.max_die_c; }}};
+  for (const auto& [figure, better] : figures) {
+    std::size_t best = result.pareto.front();
+    for (std::size_t index : result.pareto) {
+      if (better(result.evaluations[index], result.evaluations[best])) best = index;
+    }
+    const bool listed = std::any_of(corners.begin(), corners.end(),
+                                    [best](const FrontCorner& corner) { return corner.index == best; });
+    if (!listed) corners.push_back({figure, best});
+  }
+  return corners;
+}
+
 }  // namespace calo::plan

@@ -70,6 +70,16 @@ struct SearchResult {
   double wall_s = 0;                    ///< host time of the search
 };
 
+/// One extreme of the Pareto front: the layout best on one of the front's four figures.
+struct FrontCorner {
+  std::string figure;     ///< "fastest", "most tokens/J", "lowest peak", "coolest"
+  std::size_t index = 0;  ///< into SearchResult::evaluations
+};
+
+/// The front's corners in that order: highest tokens/s, highest tokens/J, lowest peak power, coolest die; a
+/// layout best on several figures is listed once, under the first. Empty when the front is.
+std::vector<FrontCorner> front_corners(const SearchResult& result);
+
 /// Lower bound on the step time of `graph` on `cluster`, from compute at the maximum clock and speed 1 (power
 /// cap, heat, slow GPUs, communication and waiting only lengthen it): the busiest stream of any rank, and per
 /// pipeline stage k the forward of micro-batch 0 on stages < k + stage k's micro-batch compute + the

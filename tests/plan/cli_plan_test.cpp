@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -64,6 +65,28 @@ TEST(CaloSimMemory, RejectsZeroGpus) {
   const Outcome outcome = run_calo("sim --model tiny-dense --cluster h200-hgx --gpus 0 --no-store");
   EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
   EXPECT_TRUE(contains(outcome.output, "--gpus 0")) << outcome.output;
+}
+
+TEST(CaloPlan, ALongFrontShowsItsCornersAndTheFrontObjectiveShowsAllOfIt) {
+  // 8 GPUs of llama3-8b leave over a hundred layouts on the four-figure front: with --top 3 the text shows
+  // the front's corners (at most four rows) and how to see the rest; --objective pareto prints the whole
+  // front.
+  Outcome outcome = run_calo("plan --model llama3-8b --cluster h200-hgx --gpus 8 --gbs 32 --top 3");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  const auto front_at = outcome.output.find("# Pareto front (");
+  ASSERT_NE(front_at, std::string::npos) << outcome.output;
+  const std::string front = outcome.output.substr(front_at);
+  EXPECT_TRUE(contains(front, "its corners")) << front;
+  EXPECT_TRUE(contains(front, "--all or --json")) << front;
+  EXPECT_TRUE(contains(front, "\nfastest ")) << front;
+  const auto rows = std::count(front.begin(), front.end(), '\n');
+  EXPECT_LE(rows, 3 + 4) << front;  // title, header, units, at most four corners
+  outcome =
+      run_calo("plan --model llama3-8b --cluster h200-hgx --gpus 8 --gbs 32 --top 3 --objective pareto");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  const std::string whole = outcome.output.substr(outcome.output.find("# Pareto front ("));
+  EXPECT_FALSE(contains(whole, "its corners")) << whole;
+  EXPECT_GT(std::count(whole.begin(), whole.end(), '\n'), 3 + 4) << whole;
 }
 
 TEST(CaloPlan, RanksLayoutsWithPasteableFlagsAndJson) {

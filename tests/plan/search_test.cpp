@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "core/error.h"
@@ -199,6 +200,43 @@ TEST(Search, ParetoFrontIsExactlyTheUndominatedLayouts) {
   // The fastest and the most efficient layouts are both on the front.
   const Evaluation& fastest = result.evaluations[result.pareto.front()];
   EXPECT_TRUE(fastest.pareto);
+}
+
+TEST(Search, FrontCornersAreEachFiguresBestOnTheFrontListedOnce) {
+  SearchRequest request = small_request();
+  request.objective = Objective::kPareto;
+  const SearchResult result = search_layouts(request);
+  ASSERT_GT(result.pareto.size(), 4u);
+  const std::vector<FrontCorner> corners = front_corners(result);
+  ASSERT_FALSE(corners.empty());
+  ASSERT_LE(corners.size(), 4u);
+  // Each figure's best value over the front, and the corner that holds it (its own or an earlier row).
+  auto best_over_front = [&](auto value, bool higher) {
+    double best = value(result.evaluations[result.pareto.front()]);
+    for (std::size_t index : result.pareto) {
+      const double v = value(result.evaluations[index]);
+      best = higher ? std::max(best, v) : std::min(best, v);
+    }
+    return best;
+  };
+  const auto tokens_per_s = [](const Evaluation& e) { return e.tokens_per_s; };
+  const auto tokens_per_j = [](const Evaluation& e) { return e.tokens_per_j; };
+  const auto peak_w = [](const Evaluation& e) { return e.peak_power_w; };
+  const auto die_c = [](const Evaluation& e) { return e.max_die_c; };
+  EXPECT_EQ(corners.front().figure, "fastest");
+  EXPECT_EQ(corners.front().index, result.pareto.front());
+  auto held_by_a_corner = [&](auto value, double best) {
+    return std::any_of(corners.begin(), corners.end(),
+                       [&](const FrontCorner& c) { return value(result.evaluations[c.index]) == best; });
+  };
+  EXPECT_TRUE(held_by_a_corner(tokens_per_s, best_over_front(tokens_per_s, true)));
+  EXPECT_TRUE(held_by_a_corner(tokens_per_j, best_over_front(tokens_per_j, true)));
+  EXPECT_TRUE(held_by_a_corner(peak_w, best_over_front(peak_w, false)));
+  EXPECT_TRUE(held_by_a_corner(die_c, best_over_front(die_c, false)));
+  for (std::size_t a = 0; a < corners.size(); ++a) {
+    EXPECT_TRUE(result.evaluations[corners[a].index].pareto) << corners[a].figure;
+    for (std::size_t b = a + 1; b < corners.size(); ++b) EXPECT_NE(corners[a].index, corners[b].index);
+  }
 }
 
 TEST(Search, PowerBudgetIsRespectedAndAnImpossibleOneRefused) {

@@ -55,6 +55,35 @@ TEST(SecondCard, TheH200RunsMeetEveryTargetHeldOutAndShipAsAPreset) {
   EXPECT_NEAR(preset.gpu.thermal.r_die_k_per_w, fitted.thermal.r_die_k_per_w, 1e-9);
 }
 
+/// One figure of `calo compare --json MEASURED SIM`: both values and the sim's relative error.
+struct Compared {
+  double measured = NAN, simulated = NAN, error = NAN;
+};
+
+/// Simulates `run`'s twin on h100-hgx-calibrated into `twin` (`calo sim --from`) and rates it with `calo
+/// compare --json`: the figures with both values, by key. `sim_output` receives what the sim printed.
+std::map<std::string, Compared> twin_on_preset(const fs::path& run, const fs::path& twin,
+                                               std::string* sim_output = nullptr) {
+  std::map<std::string, Compared> figures;
+  const Outcome simulated =
+      run_calo("sim --from " + run.string() + " --cluster h100-hgx-calibrated --out " + twin.string());
+  EXPECT_EQ(simulated.exit_code, 0) << simulated.output;
+  if (sim_output) *sim_output = simulated.output;
+  if (simulated.exit_code != 0) return figures;
+  const Outcome compared = run_calo("compare --json " + run.string() + " " + twin.string());
+  EXPECT_EQ(compared.exit_code, 0) << compared.output;
+  if (compared.exit_code != 0) return figures;
+  const nlohmann::json comparison = nlohmann::json::parse(compared.output);  // the rows refer into it
+  for (const auto& row : comparison["rows"]) {
+    if (!row["values"][0].is_number() || !row["values"][1].is_number()) continue;
+    Compared& figure = figures[row["key"].get<std::string>()];
+    figure.measured = row["values"][0].get<double>();
+    figure.simulated = row["values"][1].get<double>();
+    if (row["sim_error"][1].is_number()) figure.error = row["sim_error"][1].get<double>();
+  }
+  return figures;
+}
+
 TEST(SecondCard, TheH100PresetOnAThirdCardItNeverSaw) {
   // Card GPU-6e4e72a2 ran the trace-ops commands 2-3 % slower and hotter (72 C after 300 steps) than the
   // cards the preset was fitted on. Its twins on the preset: power within 2 % (mean) and 6 % (peak); every
@@ -62,44 +91,17 @@ TEST(SecondCard, TheH100PresetOnAThirdCardItNeverSaw) {
   const fs::path runs = unpack_fixture("h100-traceops-c");
   const fs::path out = fs::temp_directory_path() / ("calo-card-c-twins-" + std::to_string(::getpid()));
   for (const fs::path& run : runs_of(runs)) {
-    const fs::path twin = out / run.filename();
-    const Outcome simulated =
-        run_calo("sim --from " + run.string() + " --cluster h100-hgx-calibrated --out " + twin.string());
-    ASSERT_EQ(simulated.exit_code, 0) << simulated.output;
-    EXPECT_NE(simulated.output.find("not in the cluster's calibration"), std::string::npos)
-        << "a card the preset never saw takes the typical card's heat: " << simulated.output;
-    const Outcome compared = run_calo("compare --json " + run.string() + " " + twin.string());
-    ASSERT_EQ(compared.exit_code, 0) << compared.output;
-    double step = NAN, mean = NAN, peak = NAN;
-    const nlohmann::json comparison = nlohmann::json::parse(compared.output);
-    for (const auto& row : comparison["rows"]) {
-      if (!row["sim_error"][1].is_number()) continue;
-      const double error = row["sim_error"][1].get<double>();
-      if (row["key"] == "step_time_mean_s") step = error;
-      if (row["key"] == "power_gpu_mean_w") mean = error;
-      if (row["key"] == "power_gpu_peak_w") peak = error;
-    }
+    std::string sim_output;
+    auto figures = twin_on_preset(run, out / run.filename(), &sim_output);
+    EXPECT_NE(sim_output.find("not in the cluster's calibration"), std::string::npos)
+        << "a card the preset never saw takes the typical card's heat: " << sim_output;
+    const double step = figures["step_time_mean_s"].error;
     EXPECT_LT(step, -0.02) << run.filename() << ": this card is slower than the fitted ones";
     EXPECT_GT(step, -0.065) << run.filename();
-    EXPECT_LE(std::fabs(mean), 0.02) << run.filename();
-    EXPECT_LE(std::fabs(peak), 0.06) << run.filename();
+    EXPECT_LE(std::fabs(figures["power_gpu_mean_w"].error), 0.02) << run.filename();
+    EXPECT_LE(std::fabs(figures["power_gpu_peak_w"].error), 0.06) << run.filename();
   }
   fs::remove_all(out);
-}
-
-/// `calo compare --json MEASURED SIM`'s measured and simulated value of each figure, by key.
-std::map<std::string, std::pair<double, double>> compared_values(const fs::path& measured,
-                                                                 const fs::path& sim) {
-  const Outcome compared = run_calo("compare --json " + measured.string() + " " + sim.string());
-  EXPECT_EQ(compared.exit_code, 0) << compared.output;
-  std::map<std::string, std::pair<double, double>> values;
-  const nlohmann::json comparison = nlohmann::json::parse(compared.output);
-  for (const auto& row : comparison["rows"]) {
-    if (row["values"][0].is_number() && row["values"][1].is_number())
-      values[row["key"].get<std::string>()] = {row["values"][0].get<double>(),
-                                               row["values"][1].get<double>()};
-  }
-  return values;
 }
 
 TEST(SecondCard, TheH100PresetFollowsAFourthCardsMicroBatchSweepOfTwentySteps) {
@@ -109,28 +111,26 @@ TEST(SecondCard, TheH100PresetFollowsAFourthCardsMicroBatchSweepOfTwentySteps) {
   // steps are 4-5 % fast, as on the third card (docs/BENCHMARKS.md, "A fourth H100").
   const fs::path runs = unpack_fixture("h100-sweep-d");
   const fs::path out = fs::temp_directory_path() / ("calo-card-d-twins-" + std::to_string(::getpid()));
-  std::vector<std::pair<double, double>> peaks;  // measured, simulated
+  std::vector<Compared> peaks;
   for (const char* name : {"lmbs1", "lmbs2", "lmbs4", "lmbs8"}) {
-    const fs::path twin = out / name;
-    const Outcome simulated = run_calo("sim --from " + (runs / name).string() +
-                                       " --cluster h100-hgx-calibrated --out " + twin.string());
-    ASSERT_EQ(simulated.exit_code, 0) << simulated.output;
-    auto values = compared_values(runs / name, twin);
-    ASSERT_TRUE(values.count("power_gpu_peak_w") && values.count("power_gpu_mean_w") &&
-                values.count("step_time_p50_s"))
+    auto figures = twin_on_preset(runs / name, out / name);
+    ASSERT_TRUE(figures.count("power_gpu_peak_w") && figures.count("power_gpu_mean_w") &&
+                figures.count("step_time_p50_s"))
         << name;
-    auto error = [&](const char* key) { return values[key].second / values[key].first - 1; };
-    EXPECT_LE(std::fabs(error("power_gpu_peak_w")), 0.06) << name;
-    EXPECT_LE(std::fabs(error("power_gpu_mean_w")), 0.015) << name;
-    EXPECT_LT(error("step_time_p50_s"), -0.03) << name << ": this card is slower than the fitted ones";
-    EXPECT_GT(error("step_time_p50_s"), -0.06) << name;
-    peaks.push_back(values["power_gpu_peak_w"]);
+    EXPECT_LE(std::fabs(figures["power_gpu_peak_w"].error), 0.06) << name;
+    EXPECT_LE(std::fabs(figures["power_gpu_mean_w"].error), 0.015) << name;
+    EXPECT_LT(figures["step_time_p50_s"].error, -0.03)
+        << name << ": this card is slower than the fitted ones";
+    EXPECT_GT(figures["step_time_p50_s"].error, -0.06) << name;
+    peaks.push_back(figures["power_gpu_peak_w"]);
   }
   ASSERT_EQ(peaks.size(), 4u);
-  EXPECT_GT(peaks.back().first, peaks.front().first * 1.10) << "measured: micro-batch 8 peaks 14 % above 1";
-  EXPECT_GT(peaks.back().second, peaks.front().second * 1.05) << "simulated: the peak rises over the sweep";
+  EXPECT_GT(peaks.back().measured, peaks.front().measured * 1.10)
+      << "measured: micro-batch 8 peaks 14 % above 1";
+  EXPECT_GT(peaks.back().simulated, peaks.front().simulated * 1.05)
+      << "simulated: the peak rises over the sweep";
   for (std::size_t step = 1; step < peaks.size(); ++step)
-    EXPECT_GT(peaks[step].second, peaks[step - 1].second) << "simulated peak at step " << step;
+    EXPECT_GT(peaks[step].simulated, peaks[step - 1].simulated) << "simulated peak at step " << step;
   fs::remove_all(out);
 }
 

@@ -50,10 +50,48 @@ std::vector<HeldOutRun> leave_one_out(const std::vector<MeasuredRun>& runs, cons
     }
     const FitResult fit = fit_cluster(others, base);
     const MeasuredRun& run = runs[held];
-    rows.push_back({run.label, run.layout.micro_batch, sweep_key(run), run.figures,
-                    simulate_run(run, run_graph(run), cluster_for_run(fit, run))});
+    HeldOutRun row{run.label,
+                   run.layout.micro_batch,
+                   sweep_key(run),
+                   run.figures,
+                   simulate_run(run, run_graph(run), cluster_for_run(fit, run)),
+                   {}};
+    for (const StageFit& stage : fit.stages)
+      row.parameters.insert(row.parameters.end(), stage.parameters.begin(), stage.parameters.end());
+    rows.push_back(std::move(row));
   }
   return rows;
+}
+
+/// Each parameter the fit on all runs fitted, against its value in every leave-one-out fit that fitted it
+/// too.
+std::vector<ParameterSpread> parameter_spreads(const FitResult& fit,
+                                               const std::vector<HeldOutRun>& held_out) {
+  std::vector<ParameterSpread> spreads;
+  for (const StageFit& stage : fit.stages) {
+    for (const ParameterFit& parameter : stage.parameters) {
+      ParameterSpread spread{parameter.key, parameter.unit, parameter.fitted, NAN, NAN, "", NAN, 0};
+      for (const HeldOutRun& row : held_out) {
+        const auto found =
+            std::find_if(row.parameters.begin(), row.parameters.end(),
+                         [&](const ParameterFit& other) { return other.key == parameter.key; });
+        if (found == row.parameters.end() || !std::isfinite(found->fitted)) continue;
+        const double value = found->fitted;
+        spread.low = std::isnan(spread.low) ? value : std::min(spread.low, value);
+        spread.high = std::isnan(spread.high) ? value : std::max(spread.high, value);
+        const double shift = parameter.fitted != 0 ? (value - parameter.fitted) / std::fabs(parameter.fitted)
+                             : value != 0          ? std::copysign(INFINITY, value)
+                                                   : 0.0;
+        if (std::fabs(shift) > std::fabs(spread.shift)) {  // the first run that moves it most
+          spread.pinned_by = row.label;
+          spread.without = value;
+          spread.shift = shift;
+        }
+      }
+      if (std::isfinite(spread.low)) spreads.push_back(spread);
+    }
+  }
+  return spreads;
 }
 
 void summarize(Calibration& calibration) {
@@ -81,12 +119,15 @@ void summarize(Calibration& calibration) {
           const double measured = high->measured.peak_power_w - low->measured.peak_power_w;
           const double predicted = high->predicted.peak_power_w - low->predicted.peak_power_w;
           if (!std::isfinite(measured) || !std::isfinite(predicted)) continue;
+          const bool right = (measured > 0) == (predicted > 0);
           calibration.direction_pairs += 1;
-          calibration.direction_right += (measured > 0) == (predicted > 0);
+          calibration.direction_right += right;
+          calibration.direction_steps.push_back({low->label, high->label, measured, predicted, right});
         }
       }
     }
   }
+  calibration.parameter_spread = parameter_spreads(calibration.fit, calibration.held_out);
 }
 
 nlohmann::json figures_json(const RunFigures& figures) {
@@ -94,6 +135,34 @@ nlohmann::json figures_json(const RunFigures& figures) {
   for (std::size_t index = 0; index < figure_names().size(); ++index) {
     const double value = figure_value(figures, index);
     if (std::isfinite(value)) out[figure_names()[index].first] = value;
+  }
+  return out;
+}
+
+/// The micro-batch direction check: the counts and every step counted.
+nlohmann::json direction_json(const Calibration& calibration) {
+  nlohmann::json steps = nlohmann::json::array();
+  for (const DirectionStep& step : calibration.direction_steps) {
+    steps.push_back({{"low", step.low},
+                     {"high", step.high},
+                     {"measured_w", step.measured_w},
+                     {"predicted_w", step.predicted_w},
+                     {"right", step.right}});
+  }
+  return {{"pairs", calibration.direction_pairs}, {"right", calibration.direction_right}, {"steps", steps}};
+}
+
+nlohmann::json spread_json(const std::vector<ParameterSpread>& spreads) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const ParameterSpread& spread : spreads) {
+    out.push_back({{"key", spread.key},
+                   {"unit", spread.unit},
+                   {"fitted", spread.fitted},
+                   {"low", spread.low},
+                   {"high", spread.high},
+                   {"pinned_by", spread.pinned_by},
+                   {"without", core::json_number(spread.without)},
+                   {"shift", core::json_number(spread.shift)}});
   }
   return out;
 }
@@ -223,8 +292,8 @@ nlohmann::json calibrated_cluster_json(const Calibration& calibration, const std
                          {"cards", cards},
                          {"leave_one_out", held_out},
                          {"tolerance", tolerance},
-                         {"peak_power_direction",
-                          {{"pairs", calibration.direction_pairs}, {"right", calibration.direction_right}}}};
+                         {"peak_power_direction", direction_json(calibration)},
+                         {"parameter_spread", spread_json(calibration.parameter_spread)}};
   if (!calibration.traces.empty())
     json["calibration"]["kineto"] = kineto_provenance(calibration.traces, calibration.kineto);
   return json;

@@ -22,6 +22,29 @@ struct HeldOutRun {
   std::string sweep_key;  ///< model and layout without the batch sizes (runs of one sweep share it)
   RunFigures measured;    ///< measured
   RunFigures predicted;   ///< simulated with the fit that excluded it
+  std::vector<ParameterFit> parameters;  ///< what the fit that excluded it fitted (every stage)
+};
+
+/// How firmly the runs pin one fitted parameter: its value fitted on all runs against the leave-one-out
+/// fits'.
+struct ParameterSpread {
+  std::string key;        ///< cluster-file path (ParameterFit::key)
+  std::string unit;       ///< unit of the values
+  double fitted = NAN;    ///< fitted on all runs
+  double low = NAN;       ///< smallest value over the leave-one-out fits
+  double high = NAN;      ///< largest value over the leave-one-out fits
+  std::string pinned_by;  ///< the run whose leave-out moves it most; empty when no leave-out moves it
+  double without = NAN;   ///< its value in the fit made without pinned_by (NaN when none)
+  double shift = 0;       ///< (without - fitted) / |fitted|: the parameter's leave-one-out shift
+};
+
+/// One step of a micro-batch sweep in the peak-power direction check: two held-out runs at adjacent sizes.
+struct DirectionStep {
+  std::string low;           ///< the run at the smaller micro-batch
+  std::string high;          ///< the run at the next larger one
+  double measured_w = NAN;   ///< measured peak power of high - low
+  double predicted_w = NAN;  ///< held-out predicted peak power of high - low
+  bool right = false;        ///< both move the same way
 };
 
 /// Target of one figure and what leave-one-out achieved.
@@ -43,6 +66,8 @@ struct Calibration {
   std::vector<Tolerance> tolerances;  ///< per figure
   int direction_pairs = 0;            ///< consecutive micro-batch pairs of one sweep
   int direction_right = 0;            ///< of which the predicted peak power moves the measured way
+  std::vector<DirectionStep> direction_steps;     ///< every pair counted, in sweep order
+  std::vector<ParameterSpread> parameter_spread;  ///< per parameter the fit on all runs fitted
 };
 
 /// Options of calibrate().

@@ -3,6 +3,7 @@
 // error against the targets.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <memory>
@@ -99,7 +100,38 @@ void print_leave_one_out(const calibrate::Calibration& calibration) {
   if (calibration.direction_pairs > 0) {
     fmt::print("  peak power across micro-batch sweeps: {} of {} steps move the measured way\n",
                calibration.direction_right, calibration.direction_pairs);
+    for (const auto& step : calibration.direction_steps) {
+      if (step.right) continue;
+      fmt::print("    the other way: {} -> {}: measured {:+.1f} W, held out {:+.1f} W\n", step.low, step.high,
+                 step.measured_w, step.predicted_w);
+    }
   }
+}
+
+/// Shift at and above which a parameter is listed as loosely pinned by the runs.
+constexpr double kLooseShift = 0.10;
+
+void print_parameter_spread(const calibrate::Calibration& calibration) {
+  if (calibration.parameter_spread.empty()) return;
+  std::vector<const calibrate::ParameterSpread*> loose;
+  for (const auto& spread : calibration.parameter_spread) {
+    if (!(std::fabs(spread.shift) < kLooseShift)) loose.push_back(&spread);
+  }
+  std::sort(loose.begin(), loose.end(),
+            [](const auto* a, const auto* b) { return std::fabs(a->shift) > std::fabs(b->shift); });
+  fmt::print(
+      "\n# how firmly the runs pin each parameter: {} of {} move {:.0f} % or more in a fit without one run\n",
+      loose.size(), calibration.parameter_spread.size(), kLooseShift * 100);
+  if (loose.empty()) return;
+  core::TextTable table(
+      {"parameter", "fitted", "range held out", "moves most without", "value then", "shift"});
+  for (const auto* spread : loose) {
+    table.add_row({spread->key, fmt::format("{:.4g}", spread->fitted),
+                   fmt::format("{:.4g} .. {:.4g} {}", spread->low, spread->high, spread->unit),
+                   spread->pinned_by, fmt::format("{:.4g}", spread->without),
+                   std::isfinite(spread->shift) ? fmt::format("{:+.0f}%", spread->shift * 100) : "from 0"});
+  }
+  fmt::print("{}", table.render());
 }
 
 void print_kineto(const calibrate::Calibration& calibration) {
@@ -139,6 +171,7 @@ int run_calibrate(const CalibrateFlags& flags) {
   print_kineto(calibration);
   print_residuals(calibration);
   print_leave_one_out(calibration);
+  print_parameter_spread(calibration);
   fmt::print("\nwrote {} — use it with: calo sim --cluster {} ...\n", flags.out, flags.out);
   return 0;
 }

@@ -340,8 +340,8 @@ int run_sim(SimFlags& flags) {
   nlohmann::json from = nullptr;
   if (!twin.run_dir.empty()) {
     from = {{"run", twin.run_dir}, {"card", twin.card}};
-    from["initial_die_c"] = std::isfinite(twin.initial_die_c) ? nlohmann::json(twin.initial_die_c) : nullptr;
-    from["card_r_scale"] = std::isfinite(twin.card_r_scale) ? nlohmann::json(twin.card_r_scale) : nullptr;
+    from["initial_die_c"] = core::json_number(twin.initial_die_c);
+    from["card_r_scale"] = core::json_number(twin.card_r_scale);
     json["from"] = from;
   }
 

@@ -177,6 +177,10 @@ void emit_yaml(YAML::Emitter& out, const nlohmann::json& value) {
 
 }  // namespace
 
+nlohmann::json json_number(double value) {
+  return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json();
+}
+
 std::string to_yaml(const nlohmann::json& value) {
   YAML::Emitter out;
   emit_yaml(out, value);

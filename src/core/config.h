@@ -13,6 +13,9 @@ nlohmann::json parse_yaml(const std::string& text, const std::string& origin);
 /// Renders JSON as block-style YAML (keys in the object's order; numbers with full precision).
 std::string to_yaml(const nlohmann::json& value);
 
+/// `value` as a JSON number, or null when it is NaN or infinite (JSON has no such numbers).
+nlohmann::json json_number(double value);
+
 /// Reads and parses a YAML or JSON file; throws InputError naming the path if it is missing or malformed.
 nlohmann::json load_config_file(const std::string& path);
 

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <optional>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "core/table.h"
 #include "core/time.h"
@@ -27,6 +28,8 @@
 
 namespace calo::exec {
 namespace {
+
+using core::json_number;
 
 /// Refuses a layout the backend cannot run (context parallel on a backend without the ring).
 void require_backend_supports(const BackendFactory& factory, const parallel::Layout& layout) {
@@ -57,10 +60,6 @@ double percentile(std::vector<double> values, double q) {
 double mean(const std::vector<double>& values) {
   if (values.empty()) return kNaN;
   return std::accumulate(values.begin(), values.end(), 0.0) / static_cast<double>(values.size());
-}
-
-nlohmann::json json_number(double value) {
-  return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json();
 }
 
 std::string format_or_na(double value, const std::string& pattern) {

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "../common/run_calo.h"
@@ -91,6 +92,57 @@ TEST(Calibrate, LeaveOneOutMeetsTheTargetsOnTheH100Runs) {
     if (row.label == "mbs8") high_w = row.predicted.peak_power_w;
   }
   EXPECT_GT(high_w, low_w) << "peak power from micro-batch 1 to 8, held out";
+}
+
+TEST(Calibrate, LeaveOneOutNamesTheWrongDirectionStepsAndHowFirmlyEachParameterIsPinned) {
+  const Calibration& calibration = fixture_calibration();
+  // Every step counted is listed with its measured and held-out change; the wrong ones are the two out of
+  // mbs4, whose held-out peak the fits without it put high (docs/SIMULATOR.md, "How firm the direction is").
+  ASSERT_EQ(static_cast<int>(calibration.direction_steps.size()), calibration.direction_pairs);
+  int right = 0;
+  for (const DirectionStep& step : calibration.direction_steps) {
+    EXPECT_EQ(step.right, (step.measured_w > 0) == (step.predicted_w > 0)) << step.low << " -> " << step.high;
+    EXPECT_GT(step.measured_w, 0) << step.low << " -> " << step.high << ": the measured peak rises";
+    right += step.right;
+    if (!step.right) {
+      EXPECT_EQ(step.low, "mbs4") << step.high;
+    }
+  }
+  EXPECT_EQ(right, calibration.direction_right);
+
+  // One spread per fitted parameter; each names the leave-out that moves it most, and no other moves it more.
+  std::size_t fitted = 0;
+  for (const StageFit& stage : calibration.fit.stages) fitted += stage.parameters.size();
+  ASSERT_EQ(calibration.parameter_spread.size(), fitted);
+  std::map<std::string, ParameterSpread> by_key;
+  for (const ParameterSpread& spread : calibration.parameter_spread) {
+    by_key[spread.key] = spread;
+    EXPECT_LE(spread.low, spread.high) << spread.key;
+    const double moved = spread.pinned_by.empty() ? 0.0 : std::fabs(spread.without - spread.fitted);
+    for (const HeldOutRun& row : calibration.held_out) {
+      for (const ParameterFit& parameter : row.parameters) {
+        if (parameter.key != spread.key) continue;
+        EXPECT_GE(parameter.fitted, spread.low) << spread.key << " without " << row.label;
+        EXPECT_LE(parameter.fitted, spread.high) << spread.key << " without " << row.label;
+        EXPECT_LE(std::fabs(parameter.fitted - spread.fitted), moved + 1e-12)
+            << spread.key << ": leaving out " << row.label << " moves it more than '" << spread.pinned_by
+            << "'";
+      }
+    }
+  }
+  // The real runs pin the compute curves' ceilings and the heat firmly, the controller loosely: its two time
+  // constants trade against each other and the active powers (the fits of nine runs span 4-80 ms).
+  ASSERT_TRUE(by_key.count("gpu.power_control.response_ms"));
+  EXPECT_GT(std::fabs(by_key["gpu.power_control.response_ms"].shift), 0.5);
+  EXPECT_GT(by_key["gpu.power_control.response_ms"].high / by_key["gpu.power_control.response_ms"].low, 4.0);
+  for (const char* firm : {"gpu.efficiency.memory_max", "gpu.thermal.r_die_k_per_w", "node.inlet_c"}) {
+    ASSERT_TRUE(by_key.count(firm)) << firm;
+    EXPECT_LT(std::fabs(by_key[firm].shift), 0.05) << firm;
+  }
+  // Both go into the calibrated file.
+  const nlohmann::json file = calibrated_cluster_json(calibration, "h100-hgx")["calibration"];
+  EXPECT_EQ(file["parameter_spread"].size(), calibration.parameter_spread.size());
+  EXPECT_EQ(file["peak_power_direction"]["steps"].size(), calibration.direction_steps.size());
 }
 
 TEST(Calibrate, TheShippedH100PresetIsTheFitOfItsRuns) {

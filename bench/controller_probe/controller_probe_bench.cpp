@@ -1,0 +1,134 @@
+// The controller probe's bursts, measured and simulated: reads a `calo record` run of
+// bench/gpu/controller_probe.py (its burst lines in stdout.log, its 20 ms driver samples in run.db) and
+// simulates each burst length on a cluster's GPU (the probe's 8192^3 bf16 GEMMs back to back, then the gap).
+// Usage: bench_controller_probe RUN_DIR [CLUSTER (default h100-hgx-calibrated)]
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+#include "sim/cluster.h"
+#include "sim/cost_model.h"
+#include "sim/power_dynamics.h"
+#include "sim/power_thermal.h"
+#include "store/run_store.h"
+
+namespace {
+
+using namespace calo;
+
+/// One burst as the probe printed it, on the run's time base.
+struct Burst {
+  std::string phase;
+  double target_ms = 0, gap_ms = 0;
+  int64_t begin_ns = 0, end_ns = 0;
+};
+
+std::vector<Burst> read_bursts(const std::filesystem::path& run_dir, int64_t wall_offset_ns) {
+  std::ifstream log(run_dir / "stdout.log");
+  const std::regex line_re(
+      R"(burst \d+ phase (\w+) target_ms (\S+) gap_ms (\S+) begin_ns (\d+) end_ns (\d+) gemms \d+)");
+  std::vector<Burst> bursts;
+  std::string line;
+  std::smatch match;
+  while (std::getline(log, line)) {
+    if (!std::regex_search(line, match, line_re)) continue;
+    bursts.push_back({match[1], std::stod(match[2]), std::stod(match[3]),
+                      std::stoll(match[4]) - wall_offset_ns, std::stoll(match[5]) - wall_offset_ns});
+  }
+  return bursts;
+}
+
+/// The largest 20 ms sample whose window overlaps the burst (a sample is stamped at its window's end).
+double burst_peak_w(const std::vector<store::Sample>& samples, const Burst& burst, double window_ns) {
+  double peak_w = 0;
+  for (const store::Sample& sample : samples) {
+    if (sample.t_ns > burst.begin_ns && sample.t_ns <= burst.end_ns + window_ns)
+      peak_w = std::max(peak_w, sample.value);
+  }
+  return peak_w;
+}
+
+/// The simulated trace of one burst of `length_s` of back-to-back probe GEMMs followed by `gap_s` idle.
+sim::PowerTrace simulate_burst(const sim::GpuSpec& gpu, double length_s, double gap_s) {
+  graph::Op gemm;
+  gemm.kind = graph::OpKind::kGemm;
+  gemm.gemm.m = gemm.gemm.n = gemm.gemm.k = 8192;
+  gemm.flops = 2.0 * 8192.0 * 8192.0 * 8192.0;
+  gemm.bytes = 3.0 * 8192.0 * 8192.0 * 2;
+  const double gemm_s = sim::compute_cost(gpu, gemm).duration_s(1, 1);
+  graph::RankProgram program;
+  const int count = std::max(1, static_cast<int>(length_s / gemm_s + 0.5));
+  program.ops.assign(static_cast<std::size_t>(count), gemm);
+  sim::ProgramPower power(gpu, program);
+  sim::StepPowerRequest request;
+  request.iteration_s = length_s + gap_s;
+  request.start_clock_mhz = request.clock_limit_mhz = gpu.max_sm_mhz;
+  return sim::trace_step_power(gpu, power, request);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: bench_controller_probe RUN_DIR [CLUSTER]\n");
+    return 2;
+  }
+  const std::filesystem::path run_dir = argv[1];
+  const std::string cluster_name = argc > 2 ? argv[2] : "h100-hgx-calibrated";
+  const sim::GpuSpec gpu = sim::load_cluster(cluster_name).gpu;
+  store::RunReader reader(run_dir);
+  const auto metric = reader.find_metric("power_sampled_w");
+  if (!metric) {
+    std::fprintf(stderr, "%s has no power_sampled_w (driver 20 ms samples)\n", run_dir.c_str());
+    return 2;
+  }
+  const std::vector<store::Sample> samples = reader.samples(0, metric->id);
+  const std::vector<Burst> bursts = read_bursts(run_dir, reader.run().wall_offset_ns);
+  const double window_ns = gpu.power_control.sample_window_s * 1e9;
+  fmt::print("# run {}; cluster {}: response {:.1f} ms, averaging {:.1f} ms, limit {:.0f} W\n",
+             run_dir.string(), cluster_name, gpu.power_control.response_s * 1e3,
+             gpu.power_control.average_s * 1e3, gpu.power_limit_w);
+  std::map<double, std::vector<double>> measured;  // isolated bursts: target ms -> per-burst peak
+  double gap_ms = 400;
+  for (const Burst& burst : bursts) {
+    if (burst.phase != "isolated") continue;
+    measured[burst.target_ms].push_back(burst_peak_w(samples, burst, window_ns));
+    gap_ms = burst.gap_ms;
+  }
+  fmt::print("{:>9} {:>6} {:>15} {:>15} {:>15} {:>8}\n", "burst ms", "n", "measured med W", "measured max W",
+             "simulated W", "error");
+  for (auto& [target_ms, peaks] : measured) {
+    std::sort(peaks.begin(), peaks.end());
+    const double median_w = peaks[peaks.size() / 2];
+    const double simulated_w = simulate_burst(gpu, target_ms / 1e3, gap_ms / 1e3).peak_w;
+    fmt::print("{:>9.0f} {:>6} {:>15.0f} {:>15.0f} {:>15.0f} {:>+7.1f}%\n", target_ms, peaks.size(), median_w,
+               peaks.back(), simulated_w, (simulated_w / peaks.back() - 1) * 100);
+  }
+  if (measured.empty()) return 0;
+  // The longest isolated burst, sample by sample from its start: how long the GPU runs above the cap and
+  // where it settles.
+  const double longest_ms = measured.rbegin()->first;
+  const auto first = std::find_if(bursts.begin(), bursts.end(), [&](const Burst& burst) {
+    return burst.phase == "isolated" && burst.target_ms == longest_ms;
+  });
+  std::vector<std::string> cells;
+  for (const store::Sample& sample : samples) {
+    if (sample.t_ns > first->begin_ns && sample.t_ns <= first->end_ns + window_ns)
+      cells.push_back(fmt::format("{:.0f}", sample.value));
+  }
+  fmt::print("measured {:.0f} ms burst, 20 ms samples: {}\n", longest_ms, fmt::join(cells, " "));
+  const sim::PowerTrace trace = simulate_burst(gpu, longest_ms / 1e3, gap_ms / 1e3);
+  cells.clear();
+  for (float sample_w : trace.sample_w) {
+    if (sample_w > gpu.idle_power_w + 50) cells.push_back(fmt::format("{:.0f}", sample_w));
+  }
+  fmt::print("simulated {:.0f} ms burst, 20 ms samples: {}\n", longest_ms, fmt::join(cells, " "));
+  return 0;
+}

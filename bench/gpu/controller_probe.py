@@ -31,7 +31,8 @@ c = torch.empty_like(a)
 for _ in range(10):
     torch.matmul(a, b, out=c)
 torch.cuda.synchronize()
-# One GEMM's time at full clock, to size the bursts (re-timed per burst: the clock falls under the cap).
+# One GEMM's time at full clock, to size the last batch of a burst (bursts end by wall time: the clock falls
+# under the cap in long ones).
 start = time.perf_counter()
 for _ in range(20):
     torch.matmul(a, b, out=c)

@@ -27,13 +27,28 @@ double score(const Evaluation& evaluation, Objective objective) {
   return objective == Objective::kEnergy ? evaluation.energy_per_step_j : evaluation.iteration_s;
 }
 
+/// One of the Pareto front's four figures: its corner's name and its value signed so that higher is better.
+struct FrontFigure {
+  const char* corner;
+  double (*goodness)(const Evaluation&);
+};
+
+/// The four figures of the front: tokens/s, tokens/J, peak power, die temperature.
+constexpr FrontFigure kFrontFigures[] = {
+    {"fastest", [](const Evaluation& e) { return e.tokens_per_s; }},
+    {"most tokens/J", [](const Evaluation& e) { return e.tokens_per_j; }},
+    {"lowest peak", [](const Evaluation& e) { return -e.peak_power_w; }},
+    {"coolest", [](const Evaluation& e) { return -e.max_die_c; }}};
+
 /// True when `a` is at least as good as `b` on all four Pareto figures and better on one.
 bool dominates(const Evaluation& a, const Evaluation& b) {
-  const bool no_worse = a.tokens_per_s >= b.tokens_per_s && a.tokens_per_j >= b.tokens_per_j &&
-                        a.peak_power_w <= b.peak_power_w && a.max_die_c <= b.max_die_c;
-  const bool better = a.tokens_per_s > b.tokens_per_s || a.tokens_per_j > b.tokens_per_j ||
-                      a.peak_power_w < b.peak_power_w || a.max_die_c < b.max_die_c;
-  return no_worse && better;
+  bool better = false;
+  for (const FrontFigure& figure : kFrontFigures) {
+    const double mine = figure.goodness(a), theirs = figure.goodness(b);
+    if (!(mine >= theirs)) return false;
+    better = better || mine > theirs;
+  }
+  return better;
 }
 
 /// Simulates one candidate and fills its figures and verdict (budget checks included).
@@ -415,22 +430,15 @@ SearchResult search_layouts(const SearchRequest& request) {
 std::vector<FrontCorner> front_corners(const SearchResult& result) {
   std::vector<FrontCorner> corners;
   if (result.pareto.empty()) return corners;
-  using Better = bool (*)(const Evaluation&, const Evaluation&);
-  const std::pair<const char*, Better> figures[] = {
-      {"fastest", [](const Evaluation& a, const Evaluation& b) { return a.tokens_per_s > b.tokens_per_s; }},
-      {"most tokens/J",
-       [](const Evaluation& a, const Evaluation& b) { return a.tokens_per_j > b.tokens_per_j; }},
-      {"lowest peak",
-       [](const Evaluation& a, const Evaluation& b) { return a.peak_power_w < b.peak_power_w; }},
-      {"coolest", [](const Evaluation& a, const Evaluation& b) { return a.max_die_c < b.max_die_c; }}};
-  for (const auto& [figure, better] : figures) {
+  for (const FrontFigure& figure : kFrontFigures) {
     std::size_t best = result.pareto.front();
     for (std::size_t index : result.pareto) {
-      if (better(result.evaluations[index], result.evaluations[best])) best = index;
+      if (figure.goodness(result.evaluations[index]) > figure.goodness(result.evaluations[best]))
+        best = index;
     }
     const bool listed = std::any_of(corners.begin(), corners.end(),
                                     [best](const FrontCorner& corner) { return corner.index == best; });
-    if (!listed) corners.push_back({figure, best});
+    if (!listed) corners.push_back({figure.corner, best});
   }
   return corners;
 }

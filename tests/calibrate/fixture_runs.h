@@ -34,4 +34,10 @@ inline const std::filesystem::path& traceops_runs() {
   return dir;
 }
 
+/// The H200 trace-ops runs (tests/fixtures/h200-traceops).
+inline const std::filesystem::path& h200_runs() {
+  static const std::filesystem::path dir = unpack_fixture("h200-traceops");
+  return dir;
+}
+
 }  // namespace calo::testing

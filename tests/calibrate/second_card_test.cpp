@@ -20,14 +20,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using calo::testing::expect_issue_targets;
+using calo::testing::h200_runs;
 using calo::testing::Outcome;
 using calo::testing::run_calo;
 using calo::testing::unpack_fixture;
-
-const fs::path& h200_runs() {
-  static const fs::path dir = unpack_fixture("h200-traceops");
-  return dir;
-}
 
 std::vector<fs::path> runs_of(const fs::path& dir) {
   std::vector<fs::path> runs;

@@ -20,9 +20,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using calo::testing::fixture_runs;
+using calo::testing::h200_runs;
 using calo::testing::Outcome;
 using calo::testing::run_calo;
-using calo::testing::unpack_fixture;
 
 fs::path temp_path(const std::string& name) {
   return fs::temp_directory_path() / ("calo-sim-from-" + name + "-" + std::to_string(::getpid()));
@@ -82,7 +82,7 @@ TEST(SimFrom, TheTwinIsTheMeasuredJobAndCompareRatesEveryFigure) {
 }
 
 TEST(SimFrom, BadInputExitsTwoWithTheFix) {
-  const fs::path h200 = unpack_fixture("h200-traceops") / "tmbs1";
+  const fs::path h200 = h200_runs() / "tmbs1";
   const fs::path sim = temp_path("bad");
   fs::remove_all(sim);
   ASSERT_EQ(run_calo("sim --from " + (fixture_runs() / "mbs1").string() +

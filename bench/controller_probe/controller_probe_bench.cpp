@@ -91,6 +91,13 @@ int main(int argc, char** argv) {
   }
   const std::vector<store::Sample> samples = reader.samples(0, metric->id);
   const std::vector<Burst> bursts = read_bursts(run_dir, reader.run().wall_offset_ns);
+  if (bursts.empty()) {
+    std::fprintf(stderr,
+                 "%s/stdout.log has no burst lines; give a run of `calo record -- python3 "
+                 "bench/gpu/controller_probe.py`\n",
+                 run_dir.c_str());
+    return 2;
+  }
   const double window_ns = gpu.power_control.sample_window_s * 1e9;
   fmt::print("# run {}; cluster {}: response {:.1f} ms, averaging {:.1f} ms, limit {:.0f} W\n",
              run_dir.string(), cluster_name, gpu.power_control.response_s * 1e3,

@@ -52,12 +52,13 @@ class ControllerPass {
         request_(request),
         tick_s_(tick_s),
         window_s_(window_s),
-        limit_w_(request.power_limit_w > 0 ? request.power_limit_w : gpu.power_limit_w),
-        averaged_w_(limit_w_) {}
+        controller_(gpu.power_control, gpu,
+                    request.power_limit_w > 0 ? request.power_limit_w : gpu.power_limit_w,
+                    request.clock_limit_mhz, request.clock_limit_mhz) {}
 
   /// Runs from `clock_mhz`; returns the end clock. With `trace`, records the windows and figures.
   double run(double clock_mhz, PowerTrace* trace) {
-    clock_mhz_ = clock_mhz;
+    controller_.set_clock_mhz(clock_mhz);
     std::size_t op_index = 0;
     double remaining = 1.0;  // fraction of the current op still to run
     double t_s = 0;
@@ -66,7 +67,7 @@ class ControllerPass {
     ticks_.clear();
     while (op_index < ops_.size() || t_s < request_.iteration_s - 1e-12) {
       const double tick_end_s = t_s + tick_s_;
-      const double applied_mhz = clock_bin_mhz(gpu_, clock_mhz_);
+      const double applied_mhz = clock_bin_mhz(gpu_, controller_.clock_mhz());
       double tick_energy_j = 0;
       double tick_t_s = t_s;
       while (tick_t_s < tick_end_s - 1e-15) {
@@ -105,17 +106,7 @@ class ControllerPass {
       if (tick_len_s <= 0) break;
       t_s = tick_t_s;
       if (trace) ticks_.push_back({tick_energy_j, tick_len_s});
-      if (request_.power_cap) {
-        const double tick_power_w = tick_energy_j / tick_len_s;
-        const double response_s = gpu_.power_control.response_s;
-        // The controller sees power averaged with time constant average_s (0: this tick's own).
-        const double average_s = gpu_.power_control.average_s;
-        averaged_w_ = average_s > 0
-                          ? averaged_w_ + (tick_power_w - averaged_w_) * -std::expm1(-tick_len_s / average_s)
-                          : tick_power_w;
-        clock_mhz_ += (limit_w_ - averaged_w_) / limit_w_ * gpu_.max_sm_mhz * tick_len_s / response_s;
-        clock_mhz_ = std::clamp(clock_mhz_, gpu_.min_sm_mhz, request_.clock_limit_mhz);
-      }
+      if (request_.power_cap) controller_.observe(tick_energy_j / tick_len_s, tick_len_s);
     }
     if (trace) {
       tile_samples(*trace);
@@ -123,7 +114,7 @@ class ControllerPass {
       trace->effective_clock_mhz = compute_time_s > 0 ? gpu_.max_sm_mhz * compute_work_s / compute_time_s
                                                       : clock_bin_mhz(gpu_, clock_mhz);
     }
-    return clock_mhz_;
+    return controller_.clock_mhz();
   }
 
  private:
@@ -183,9 +174,7 @@ class ControllerPass {
   const StepPowerRequest& request_;
   double tick_s_;
   double window_s_;
-  double clock_mhz_ = 0;
-  double limit_w_;     ///< the cap the controller holds
-  double averaged_w_;  ///< the controller's averaged power, carried from pass to pass (starts at the cap)
+  PowerController controller_;  ///< its seen power carries from pass to pass (starts at the cap)
   std::vector<std::pair<double, double>> ticks_;  ///< (energy J, length s) of each tick of the recorded pass
 };
 
@@ -204,6 +193,23 @@ void fit_to_duration(PowerTrace& trace, double duration_s) {
 }
 
 }  // namespace
+
+PowerController::PowerController(const PowerControlSpec& control, const GpuSpec& gpu, double limit_w,
+                                 double clock_limit_mhz, double clock_mhz)
+    : control_(control),
+      max_mhz_(gpu.max_sm_mhz),
+      min_mhz_(gpu.min_sm_mhz),
+      clock_limit_mhz_(clock_limit_mhz),
+      limit_w_(limit_w),
+      clock_mhz_(clock_mhz),
+      seen_w_(limit_w) {}
+
+void PowerController::observe(double power_w, double length_s) {
+  const double average_s = control_.average_s;
+  seen_w_ = average_s > 0 ? seen_w_ + (power_w - seen_w_) * -std::expm1(-length_s / average_s) : power_w;
+  clock_mhz_ += (limit_w_ - seen_w_) / limit_w_ * max_mhz_ * length_s / control_.response_s;
+  clock_mhz_ = std::clamp(clock_mhz_, min_mhz_, clock_limit_mhz_);
+}
 
 double window_length_s(const PowerTrace& trace, std::size_t index) {
   return index == 0 && trace.wrap_s > 0 ? trace.wrap_s : trace.window_s;

@@ -48,6 +48,29 @@ struct PowerTrace {
   double end_clock_mhz = 0;        ///< controller clock at the step's end
 };
 
+/// The power-cap controller alone: the power it sees is the drawn power averaged with time constant
+/// average_s (0: each tick's own), and it moves the clock by (limit - seen) / limit * f_max per response_s,
+/// between the GPU's min clock and `clock_limit_mhz`. The one definition of the law: the step traces and the
+/// controller probe's replay (calibrate/controller_probe.h) both run it.
+class PowerController {
+ public:
+  /// Holds `limit_w` on `gpu`; the clock starts at `clock_mhz` and the seen power at the limit.
+  PowerController(const PowerControlSpec& control, const GpuSpec& gpu, double limit_w, double clock_limit_mhz,
+                  double clock_mhz);
+  /// The clock it sets now, MHz (not binned).
+  double clock_mhz() const { return clock_mhz_; }
+  /// Starts from `clock_mhz` again (the seen power carries on).
+  void set_clock_mhz(double clock_mhz) { clock_mhz_ = clock_mhz; }
+  /// The GPU drew `power_w` over the last `length_s`: average it in and move the clock.
+  void observe(double power_w, double length_s);
+
+ private:
+  PowerControlSpec control_;
+  double max_mhz_, min_mhz_, clock_limit_mhz_, limit_w_;
+  double clock_mhz_;
+  double seen_w_;  ///< the averaged power the controller acts on
+};
+
 /// Length of the window `index` of `trace` (window_s, or wrap_s for the wrap).
 double window_length_s(const PowerTrace& trace, std::size_t index);
 

@@ -1,17 +1,19 @@
 // The controller probe's bursts, measured and simulated: reads a `calo record` run of
 // bench/gpu/controller_probe.py (its burst lines in stdout.log, its 20 ms driver samples in run.db) and
-// simulates each burst length on a cluster's GPU (the probe's 8192^3 bf16 GEMMs back to back, then the gap).
+// simulates each burst length on a cluster's GPU (the probe's 8192^3 bf16 GEMMs back to back, then the gap);
+// then replays the whole probe on the cluster's controller and on the one fitted to the probe
+// (calibrate/controller_probe.h) and prints both replays' sample error.
 // Usage: bench_controller_probe RUN_DIR [CLUSTER (default h100-hgx-calibrated)]
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <map>
-#include <regex>
 #include <string>
 #include <vector>
 
+#include "calibrate/controller_probe.h"
+#include "core/error.h"
 #include "graph/graph.h"
 #include "sim/cluster.h"
 #include "sim/cost_model.h"
@@ -23,30 +25,9 @@ namespace {
 
 using namespace calo;
 
-/// One burst as the probe printed it, on the run's time base.
-struct Burst {
-  std::string phase;
-  double target_ms = 0, gap_ms = 0;
-  int64_t begin_ns = 0, end_ns = 0;
-};
-
-std::vector<Burst> read_bursts(const std::filesystem::path& run_dir, int64_t wall_offset_ns) {
-  std::ifstream log(run_dir / "stdout.log");
-  const std::regex line_re(
-      R"(burst \d+ phase (\w+) target_ms (\S+) gap_ms (\S+) begin_ns (\d+) end_ns (\d+) gemms \d+)");
-  std::vector<Burst> bursts;
-  std::string line;
-  std::smatch match;
-  while (std::getline(log, line)) {
-    if (!std::regex_search(line, match, line_re)) continue;
-    bursts.push_back({match[1], std::stod(match[2]), std::stod(match[3]),
-                      std::stoll(match[4]) - wall_offset_ns, std::stoll(match[5]) - wall_offset_ns});
-  }
-  return bursts;
-}
-
 /// The largest 20 ms sample whose window overlaps the burst (a sample is stamped at its window's end).
-double burst_peak_w(const std::vector<store::Sample>& samples, const Burst& burst, double window_ns) {
+double burst_peak_w(const std::vector<store::Sample>& samples, const calibrate::ProbeBurst& burst,
+                    double window_ns) {
   double peak_w = 0;
   for (const store::Sample& sample : samples) {
     if (sample.t_ns > burst.begin_ns && sample.t_ns <= burst.end_ns + window_ns)
@@ -73,6 +54,23 @@ sim::PowerTrace simulate_burst(const sim::GpuSpec& gpu, double length_s, double 
   return sim::trace_step_power(gpu, power, request);
 }
 
+/// The whole probe replayed on the cluster's controller and on the one fitted to it.
+void print_replays(const calibrate::ProbeRun& probe, const sim::GpuSpec& gpu) {
+  const calibrate::ControllerFit fit = calibrate::fit_controller(probe, gpu);
+  fmt::print("replay of all {} burst samples (idle {:.0f} W, full {:.0f} W, lag {:.0f} ms): RMS error\n",
+             fit.base.samples, probe.idle_w, probe.full_w, fit.lag_ms);
+  fmt::print("  {:<44} {:>7.1f} W (isolated {:.1f}, trains {:.1f})\n",
+             fmt::format("cluster: response {:.1f} ms, averaging {:.1f} ms",
+                         gpu.power_control.response_s * 1e3, gpu.power_control.average_s * 1e3),
+             fit.base.rms_w, fit.base.isolated_rms_w, fit.base.train_rms_w);
+  fmt::print("  {:<44} {:>7.1f} W (isolated {:.1f}, trains {:.1f})\n",
+             fmt::format("fitted:  response {:.1f} ms, averaging {:.1f} ms", fit.response_s * 1e3,
+                         fit.average_s * 1e3),
+             fit.fitted.rms_w, fit.fitted.isolated_rms_w, fit.fitted.train_rms_w);
+  fmt::print("  responses within 2 % of the fit's RMS: {:.1f} .. {:.1f} ms\n", fit.response_low_s * 1e3,
+             fit.response_high_s * 1e3);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,28 +81,22 @@ int main(int argc, char** argv) {
   const std::filesystem::path run_dir = argv[1];
   const std::string cluster_name = argc > 2 ? argv[2] : "h100-hgx-calibrated";
   const sim::GpuSpec gpu = sim::load_cluster(cluster_name).gpu;
-  store::RunReader reader(run_dir);
-  const auto metric = reader.find_metric("power_sampled_w");
-  if (!metric) {
-    std::fprintf(stderr, "%s has no power_sampled_w (driver 20 ms samples)\n", run_dir.c_str());
+  calibrate::ProbeRun probe;
+  try {
+    probe = calibrate::load_probe_run(run_dir, gpu);
+  } catch (const InputError& error) {
+    std::fprintf(stderr, "%s\n", error.what());
     return 2;
   }
-  const std::vector<store::Sample> samples = reader.samples(0, metric->id);
-  const std::vector<Burst> bursts = read_bursts(run_dir, reader.run().wall_offset_ns);
-  if (bursts.empty()) {
-    std::fprintf(stderr,
-                 "%s/stdout.log has no burst lines; give a run of `calo record -- python3 "
-                 "bench/gpu/controller_probe.py`\n",
-                 run_dir.c_str());
-    return 2;
-  }
+  const std::vector<store::Sample>& samples = probe.samples;
+  const std::vector<calibrate::ProbeBurst>& bursts = probe.bursts;
   const double window_ns = gpu.power_control.sample_window_s * 1e9;
   fmt::print("# run {}; cluster {}: response {:.1f} ms, averaging {:.1f} ms, limit {:.0f} W\n",
              run_dir.string(), cluster_name, gpu.power_control.response_s * 1e3,
              gpu.power_control.average_s * 1e3, gpu.power_limit_w);
   std::map<double, std::vector<double>> measured;  // isolated bursts: target ms -> per-burst peak
   double gap_ms = 400;
-  for (const Burst& burst : bursts) {
+  for (const calibrate::ProbeBurst& burst : bursts) {
     if (burst.phase != "isolated") continue;
     measured[burst.target_ms].push_back(burst_peak_w(samples, burst, window_ns));
     gap_ms = burst.gap_ms;
@@ -122,7 +114,7 @@ int main(int argc, char** argv) {
   // The longest isolated burst, sample by sample from its start: how long the GPU runs above the cap and
   // where it settles.
   const double longest_ms = measured.rbegin()->first;
-  const auto first = std::find_if(bursts.begin(), bursts.end(), [&](const Burst& burst) {
+  const auto first = std::find_if(bursts.begin(), bursts.end(), [&](const calibrate::ProbeBurst& burst) {
     return burst.phase == "isolated" && burst.target_ms == longest_ms;
   });
   std::vector<std::string> cells;
@@ -137,5 +129,6 @@ int main(int argc, char** argv) {
     if (sample_w > gpu.idle_power_w + 50) cells.push_back(fmt::format("{:.0f}", sample_w));
   }
   fmt::print("simulated {:.0f} ms burst, 20 ms samples: {}\n", longest_ms, fmt::join(cells, " "));
+  print_replays(probe, gpu);
   return 0;
 }

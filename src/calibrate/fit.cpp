@@ -24,41 +24,6 @@ struct Prepared {
   std::vector<OpTiming> ops;
 };
 
-/// Minimizes `objective` over [low, high] (log-spaced when `log_scale`): a grid scan, then golden-section
-/// refinement between the best grid point's neighbours (robust to the few local minima these fits have).
-double minimize_1d(const std::function<double(double)>& objective, double low, double high, bool log_scale,
-                   int grid_points = 13, int refinements = 16) {
-  auto to_x = [&](double u) { return log_scale ? low * std::pow(high / low, u) : low + (high - low) * u; };
-  int best = 0;
-  double best_value = INFINITY;
-  for (int point = 0; point < grid_points; ++point) {
-    const double value = objective(to_x(static_cast<double>(point) / (grid_points - 1)));
-    if (value < best_value) {
-      best_value = value;
-      best = point;
-    }
-  }
-  double a = std::max(0, best - 1) / static_cast<double>(grid_points - 1);
-  double b = std::min(grid_points - 1, best + 1) / static_cast<double>(grid_points - 1);
-  const double ratio = (std::sqrt(5.0) - 1) / 2;
-  double c = b - ratio * (b - a), d = a + ratio * (b - a);
-  double fc = objective(to_x(c)), fd = objective(to_x(d));
-  for (int iteration = 0; iteration < refinements; ++iteration) {
-    if (fc < fd) {
-      b = d, d = c, fd = fc;
-      c = b - ratio * (b - a);
-      fc = objective(to_x(c));
-    } else {
-      a = c, c = d, fc = fd;
-      d = a + ratio * (b - a);
-      fd = objective(to_x(d));
-    }
-  }
-  const double refined = fc < fd ? c : d;
-  const double refined_value = std::min(fc, fd);
-  return refined_value <= best_value ? to_x(refined) : to_x(static_cast<double>(best) / (grid_points - 1));
-}
-
 double squared(double value) {
   return std::isfinite(value) ? value * value : 0.0;
 }
@@ -646,6 +611,39 @@ StageFit fit_thermal(const std::vector<MeasuredRun>& runs, sim::ClusterSpec& clu
 }
 
 }  // namespace
+
+double minimize_1d(const std::function<double(double)>& objective, double low, double high, bool log_scale,
+                   int grid_points, int refinements) {
+  auto to_x = [&](double u) { return log_scale ? low * std::pow(high / low, u) : low + (high - low) * u; };
+  int best = 0;
+  double best_value = INFINITY;
+  for (int point = 0; point < grid_points; ++point) {
+    const double value = objective(to_x(static_cast<double>(point) / (grid_points - 1)));
+    if (value < best_value) {
+      best_value = value;
+      best = point;
+    }
+  }
+  double a = std::max(0, best - 1) / static_cast<double>(grid_points - 1);
+  double b = std::min(grid_points - 1, best + 1) / static_cast<double>(grid_points - 1);
+  const double ratio = (std::sqrt(5.0) - 1) / 2;
+  double c = b - ratio * (b - a), d = a + ratio * (b - a);
+  double fc = objective(to_x(c)), fd = objective(to_x(d));
+  for (int iteration = 0; iteration < refinements; ++iteration) {
+    if (fc < fd) {
+      b = d, d = c, fd = fc;
+      c = b - ratio * (b - a);
+      fc = objective(to_x(c));
+    } else {
+      a = c, c = d, fc = fd;
+      d = a + ratio * (b - a);
+      fd = objective(to_x(d));
+    }
+  }
+  const double refined = fc < fd ? c : d;
+  const double refined_value = std::min(fc, fd);
+  return refined_value <= best_value ? to_x(refined) : to_x(static_cast<double>(best) / (grid_points - 1));
+}
 
 FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSpec& base) {
   FitResult result;

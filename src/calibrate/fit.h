@@ -4,6 +4,7 @@
 // curves.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -40,6 +41,11 @@ struct FitResult {
   /// Per card (device UUID): its thermal resistances / the fitted typical card's (geometric mean 1).
   std::map<std::string, double> card_r_scale;
 };
+
+/// Minimizes `objective` over [low, high] (log-spaced when `log_scale`): a grid scan, then golden-section
+/// refinement between the best grid point's neighbours (robust to the few local minima these fits have).
+double minimize_1d(const std::function<double(double)>& objective, double low, double high, bool log_scale,
+                   int grid_points = 13, int refinements = 16);
 
 /// Modeled duration of a measured op on `gpu` at the clock it ran (max clock when unknown).
 double modeled_op_s(const sim::GpuSpec& gpu, const OpTiming& timing);

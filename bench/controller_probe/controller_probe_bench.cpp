@@ -69,6 +69,22 @@ void print_replays(const calibrate::ProbeRun& probe, const sim::GpuSpec& gpu) {
              fit.fitted.rms_w, fit.fitted.isolated_rms_w, fit.fitted.train_rms_w);
   fmt::print("  responses within 2 % of the fit's RMS: {:.1f} .. {:.1f} ms\n", fit.response_low_s * 1e3,
              fit.response_high_s * 1e3);
+  // The first of the longest isolated bursts, measured and replayed sample by sample.
+  const calibrate::ProbeBurst* longest = nullptr;
+  for (const calibrate::ProbeBurst& burst : probe.bursts) {
+    if (burst.phase == "isolated" && (longest == nullptr || burst.target_ms > longest->target_ms))
+      longest = &burst;
+  }
+  if (longest == nullptr) return;
+  std::vector<std::string> measured, replayed;
+  for (std::size_t index = 0; index < probe.samples.size(); ++index) {
+    const store::Sample& sample = probe.samples[index];
+    if (sample.t_ns <= longest->begin_ns || sample.t_ns > longest->end_ns) continue;
+    measured.push_back(fmt::format("{:.0f}", sample.value));
+    replayed.push_back(fmt::format("{:.0f}", fit.fitted.simulated_w[index]));
+  }
+  fmt::print("first {:.0f} ms burst, measured: {}\n", longest->target_ms, fmt::join(measured, " "));
+  fmt::print("first {:.0f} ms burst, replayed: {}\n", longest->target_ms, fmt::join(replayed, " "));
 }
 
 }  // namespace

@@ -34,7 +34,7 @@ std::string sweep_key(const MeasuredRun& run) {
 }
 
 std::vector<HeldOutRun> leave_one_out(const std::vector<MeasuredRun>& runs, const sim::ClusterSpec& base,
-                                      const CalibrateOptions& options) {
+                                      const FitSettings& settings, const CalibrateOptions& options) {
   std::vector<HeldOutRun> rows;
   std::vector<std::size_t> simulatable;
   for (std::size_t index = 0; index < runs.size(); ++index) {
@@ -48,7 +48,7 @@ std::vector<HeldOutRun> leave_one_out(const std::vector<MeasuredRun>& runs, cons
     for (std::size_t index = 0; index < runs.size(); ++index) {
       if (index != held) others.push_back(runs[index]);
     }
-    const FitResult fit = fit_cluster(others, base);
+    const FitResult fit = fit_cluster(others, base, settings);
     const MeasuredRun& run = runs[held];
     HeldOutRun row{run.label,
                    run.layout.micro_batch,
@@ -152,6 +152,24 @@ nlohmann::json direction_json(const Calibration& calibration) {
   return {{"pairs", calibration.direction_pairs}, {"right", calibration.direction_right}, {"steps", steps}};
 }
 
+nlohmann::json probe_provenance(const ProbeRun& probe, const ControllerFit& fit) {
+  return {{"run", probe.label},
+          {"path", probe.run_dir.string()},
+          {"gpu", probe.gpu_name},
+          {"bursts", probe.bursts.size()},
+          {"samples_compared", fit.fitted.samples},
+          {"idle_w", probe.idle_w},
+          {"full_w", probe.full_w},
+          {"lag_ms", fit.lag_ms},
+          {"response_ms", fit.response_s * 1e3},
+          {"average_ms", fit.average_s * 1e3},
+          {"response_within_2pct_ms", {fit.response_low_s * 1e3, fit.response_high_s * 1e3}},
+          {"sample_rms_w", fit.fitted.rms_w},
+          {"isolated_rms_w", fit.fitted.isolated_rms_w},
+          {"train_rms_w", fit.fitted.train_rms_w},
+          {"base_sample_rms_w", fit.base.rms_w}};
+}
+
 nlohmann::json spread_json(const std::vector<ParameterSpread>& spreads) {
   nlohmann::json out = nlohmann::json::array();
   for (const ParameterSpread& spread : spreads) {
@@ -189,13 +207,40 @@ std::pair<double, std::string> trace_clock(const std::vector<MeasuredRun>& runs,
       fmt::format("median mean SM clock of the run(s) given beside the traces: {}", fmt::join(labels, ", "))};
 }
 
+/// The controller stage: response and averaging fitted to the probe at `probe_dir`, set on `base`.
+StageFit controller_stage(const std::filesystem::path& probe_dir, sim::ClusterSpec& base,
+                          Calibration& calibration) {
+  calibration.controller_probe = load_probe_run(probe_dir, base.gpu);
+  const ProbeRun& probe = calibration.controller_probe;
+  calibration.controller = fit_controller(probe, base.gpu);
+  const ControllerFit& fit = calibration.controller;
+  StageFit stage{"controller", {}, {}, ""};
+  stage.parameters.push_back({"gpu.power_control.response_ms", base.gpu.power_control.response_s * 1e3,
+                              fit.response_s * 1e3, "ms", "controller"});
+  stage.parameters.push_back({"gpu.power_control.average_ms", base.gpu.power_control.average_s * 1e3,
+                              fit.average_s * 1e3, "ms", "controller"});
+  stage.residuals.emplace_back(probe.label, nlohmann::json{{"sample_rms_w", fit.fitted.rms_w},
+                                                           {"isolated_rms_w", fit.fitted.isolated_rms_w},
+                                                           {"train_rms_w", fit.fitted.train_rms_w},
+                                                           {"base_sample_rms_w", fit.base.rms_w}});
+  base.gpu.power_control.response_s = fit.response_s;
+  base.gpu.power_control.average_s = fit.average_s;
+  return stage;
+}
+
 }  // namespace
 
 Calibration calibrate(const std::vector<std::filesystem::path>& run_dirs, const std::string& base_cluster,
                       const CalibrateOptions& options) {
   require_input(!run_dirs.empty(), "give at least one measured run directory or Kineto trace");
-  const sim::ClusterSpec base = sim::load_cluster(base_cluster);
+  sim::ClusterSpec base = sim::load_cluster(base_cluster);
   Calibration calibration;
+  FitSettings settings;
+  if (!options.controller_probe.empty()) {
+    if (options.progress)
+      options.progress(fmt::format("fitting the controller to {}", options.controller_probe.string()));
+    settings.controller = controller_stage(options.controller_probe, base, calibration);
+  }
   std::vector<std::filesystem::path> trace_files;
   for (const auto& run_dir : run_dirs) {
     if (options.progress) options.progress(fmt::format("reading {}", run_dir.string()));
@@ -216,12 +261,12 @@ Calibration calibrate(const std::vector<std::filesystem::path>& run_dirs, const 
         load_kineto_input(trace_files, trace_files.front().filename().string(), base.gpu));
   }
   if (options.progress) options.progress("fitting on all runs");
-  calibration.fit = fit_cluster(calibration.runs, base);
+  calibration.fit = fit_cluster(calibration.runs, base, settings);
   if (!calibration.traces.empty()) {
     const auto [clock_mhz, clock_source] = trace_clock(calibration.runs, base.gpu);
     calibration.kineto = fit_kineto(calibration.traces, clock_mhz, clock_source, calibration.fit);
   }
-  if (options.leave_one_out) calibration.held_out = leave_one_out(calibration.runs, base, options);
+  if (options.leave_one_out) calibration.held_out = leave_one_out(calibration.runs, base, settings, options);
   summarize(calibration);
   return calibration;
 }
@@ -296,6 +341,9 @@ nlohmann::json calibrated_cluster_json(const Calibration& calibration, const std
                          {"parameter_spread", spread_json(calibration.parameter_spread)}};
   if (!calibration.traces.empty())
     json["calibration"]["kineto"] = kineto_provenance(calibration.traces, calibration.kineto);
+  if (!calibration.controller_probe.label.empty())
+    json["calibration"]["controller_probe"] =
+        probe_provenance(calibration.controller_probe, calibration.controller);
   return json;
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "calibrate/controller_probe.h"
 #include "calibrate/fit.h"
 #include "calibrate/kineto_input.h"
 #include "calibrate/measurement.h"
@@ -68,12 +69,17 @@ struct Calibration {
   int direction_right = 0;            ///< of which the predicted peak power moves the measured way
   std::vector<DirectionStep> direction_steps;     ///< every pair counted, in sweep order
   std::vector<ParameterSpread> parameter_spread;  ///< per parameter the fit on all runs fitted
+  ProbeRun controller_probe;  ///< the probe run the controller was fitted to (empty label: none)
+  ControllerFit controller;   ///< that fit (when a probe was given)
 };
 
 /// Options of calibrate().
 struct CalibrateOptions {
   bool leave_one_out = true;                         ///< validate by leave-one-out
   std::function<void(const std::string&)> progress;  ///< one line per stage (may be empty)
+  /// A controller probe run (controller_probe.h): fits the controller's response and averaging to it and
+  /// holds them in every fit; empty: the power stage fits them to the runs.
+  std::filesystem::path controller_probe;
 };
 
 /// Loads `run_dirs` (run directories; Kineto trace files, which together form one job's traces; runs made by

@@ -188,7 +188,7 @@ ControllerFit fit_controller(const ProbeRun& probe, const sim::GpuSpec& base_gpu
   };
   // Coarse: every (lag, averaging) with the best response on a log grid; then refine the best cell.
   static const double kAveragesS[] = {0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1};
-  static const double kLagsMs[] = {0, 1, 2, 3, 4, 5, 6};
+  static const double kLagsMs[] = {0, 2, 4, 6};
   constexpr double kResponseLowS = 0.002, kResponseHighS = 2.0;
   ControllerFit fit;
   double best_rms = INFINITY;

@@ -386,7 +386,7 @@ constexpr double kPeakPowerWeight = 3.0;
 
 /// Stage 3: active power of heavy (GEMM, attention), elementwise and optimizer ops and the power-cap
 /// controller's response time, with the cap and heat on: step time, mean and peak power, swing and clock.
-StageFit fit_power(const std::vector<Prepared>& prepared, sim::ClusterSpec& cluster) {
+StageFit fit_power(const std::vector<Prepared>& prepared, sim::ClusterSpec& cluster, bool hold_controller) {
   StageFit stage{"power", {}, {}, ""};
   const sim::GpuSpec base = cluster.gpu;
   struct Knobs {
@@ -394,7 +394,7 @@ StageFit fit_power(const std::vector<Prepared>& prepared, sim::ClusterSpec& clus
   } knobs;
   knobs.response_s = base.power_control.response_s;
   // Start the averaging at the driver's 20 ms sample period: from ~0 the descent stays where each tick acts.
-  knobs.average_s = base.power_control.average_s > 0 ? base.power_control.average_s : 0.02;
+  knobs.average_s = hold_controller || base.power_control.average_s > 0 ? base.power_control.average_s : 0.02;
   auto apply = [&](sim::ClusterSpec& target, const Knobs& value) {
     using sim::PowerClass;
     auto set = [&](PowerClass power_class, double scale) {
@@ -444,6 +444,7 @@ StageFit fit_power(const std::vector<Prepared>& prepared, sim::ClusterSpec& clus
       // (at a 3x bound the fit sat on the bound and the 16K step missed by 3.4 %).
       fit_knob(&Knobs::elementwise, 0.25, 6.0);
       fit_knob(&Knobs::optimizer, 0.25, 3.0);
+      if (hold_controller) continue;
       fit_knob(&Knobs::response_s, 0.001, 1.0);
       // The sample window is the driver's (20 ms), not fitted: as a free knob it stood in for aliasing and
       // moved the held-out peaks by ±4 % (SIMULATOR.md). How long the controller averages power before it
@@ -460,8 +461,10 @@ StageFit fit_power(const std::vector<Prepared>& prepared, sim::ClusterSpec& clus
   Knobs fast = knobs;
   fast.response_s = fast.average_s = 0.005;
   auto best = descend(knobs);
-  const auto from_fast = descend(fast);
-  if (from_fast.second < best.second) best = from_fast;
+  if (!hold_controller) {
+    const auto from_fast = descend(fast);
+    if (from_fast.second < best.second) best = from_fast;
+  }
   knobs = best.first;
   apply(cluster, knobs);
   for (const char* name : {"gemm", "attention", "elementwise", "optimizer"}) {
@@ -471,10 +474,12 @@ StageFit fit_power(const std::vector<Prepared>& prepared, sim::ClusterSpec& clus
                                   cluster.gpu.active_power_w[index], "W", "power"});
     }
   }
-  stage.parameters.push_back({"gpu.power_control.response_ms", base.power_control.response_s * 1e3,
-                              cluster.gpu.power_control.response_s * 1e3, "ms", "power"});
-  stage.parameters.push_back({"gpu.power_control.average_ms", base.power_control.average_s * 1e3,
-                              cluster.gpu.power_control.average_s * 1e3, "ms", "power"});
+  if (!hold_controller) {
+    stage.parameters.push_back({"gpu.power_control.response_ms", base.power_control.response_s * 1e3,
+                                cluster.gpu.power_control.response_s * 1e3, "ms", "power"});
+    stage.parameters.push_back({"gpu.power_control.average_ms", base.power_control.average_s * 1e3,
+                                cluster.gpu.power_control.average_s * 1e3, "ms", "power"});
+  }
   for (const Prepared& item : prepared) {
     stage.residuals.emplace_back(
         item.run->label,
@@ -645,9 +650,12 @@ double minimize_1d(const std::function<double(double)>& objective, double low, d
   return refined_value <= best_value ? to_x(refined) : to_x(static_cast<double>(best) / (grid_points - 1));
 }
 
-FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSpec& base) {
+FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSpec& base,
+                      const FitSettings& settings) {
   FitResult result;
   result.cluster = base;
+  const bool hold_controller = !settings.controller.stage.empty();
+  if (hold_controller) result.stages.push_back(settings.controller);
   std::vector<Prepared> prepared;
   for (const MeasuredRun& run : runs) {
     if (!run.simulatable() || !std::isfinite(run.figures.step_time_s)) continue;
@@ -675,7 +683,7 @@ FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSp
     if (with_power.empty()) {
       result.stages.push_back({"power", {}, {}, "no run recorded the device's power"});
     } else {
-      result.stages.push_back(fit_power(with_power, result.cluster));
+      result.stages.push_back(fit_power(with_power, result.cluster, hold_controller));
     }
   }
   result.stages.push_back(fit_thermal(runs, result.cluster, result.card_r_scale));

@@ -80,8 +80,17 @@ std::vector<ParameterFit> efficiency_parameters(const sim::ComputeEfficiency& ba
                                                 const std::string& stage,
                                                 const std::vector<std::string>& fixed = {});
 
+/// What fit_cluster() takes as given.
+struct FitSettings {
+  /// The power-cap controller's response and averaging times, fitted elsewhere (a controller probe): the
+  /// power stage keeps base's and this stage leads the result's stages. Empty stage name: the power stage
+  /// fits them.
+  StageFit controller;
+};
+
 /// Fits `base` to `runs` (every run loaded against base's GPU); stages no run informs say so in their note.
-FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSpec& base);
+FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSpec& base,
+                      const FitSettings& settings = {});
 
 /// `fit.cluster` with `run`'s card's thermal scale on every slot; as is for a card no fitted run measured.
 sim::ClusterSpec cluster_for_run(const FitResult& fit, const MeasuredRun& run);

@@ -1,6 +1,6 @@
-// `calo calibrate RUN|TRACE... --cluster BASE --out FILE.yaml [--json] [--no-loo]`: fits the simulator's
-// cluster file to measured runs and Kineto traces and reports each stage's residuals and the leave-one-out
-// error against the targets.
+// `calo calibrate RUN|TRACE... --cluster BASE --out FILE.yaml [--json] [--no-loo] [--controller-probe RUN]`:
+// fits the simulator's cluster file to measured runs and Kineto traces and reports each stage's residuals and
+// the leave-one-out error against the targets.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -23,6 +23,7 @@ struct CalibrateFlags {
   std::string out;
   bool json = false;
   bool no_loo = false;
+  std::string controller_probe;
 };
 
 std::string error_cell(const std::string& unit, double value) {
@@ -51,8 +52,12 @@ void print_residuals(const calibrate::Calibration& calibration) {
       std::vector<std::string> cells;
       for (const auto& [key, value] : values.items()) {
         const double number = value.get<double>();
-        cells.push_back(key == "temp_rms_c" ? fmt::format("{} {:.2f} C", key, number)
-                                            : fmt::format("{} {:+.1f}%", key, number * 100));
+        if (key == "temp_rms_c")
+          cells.push_back(fmt::format("{} {:.2f} C", key, number));
+        else if (key.ends_with("rms_w"))
+          cells.push_back(fmt::format("{} {:.1f} W", key, number));
+        else
+          cells.push_back(fmt::format("{} {:+.1f}%", key, number * 100));
       }
       parts.push_back(fmt::format("{}: {}", label, fmt::join(cells, ", ")));
     }
@@ -158,6 +163,7 @@ int run_calibrate(const CalibrateFlags& flags) {
   std::vector<std::filesystem::path> runs(flags.runs.begin(), flags.runs.end());
   calibrate::CalibrateOptions options;
   options.leave_one_out = !flags.no_loo;
+  options.controller_probe = flags.controller_probe;
   if (!flags.json)
     options.progress = [](const std::string& line) { fmt::print(stderr, "calo calibrate: {}\n", line); };
   const calibrate::Calibration calibration = calibrate::calibrate(runs, flags.cluster, options);
@@ -193,6 +199,9 @@ const CommandRegistration kCalibrate(
       app.add_option("--out", flags->out, "calibrated cluster file to write (YAML)")->required();
       app.add_flag("--json", flags->json, "print the calibrated cluster (with provenance) as JSON");
       app.add_flag("--no-loo", flags->no_loo, "skip the leave-one-out validation");
+      app.add_option("--controller-probe", flags->controller_probe,
+                     "a calo record run of bench/gpu/controller_probe.py: fit the power-cap controller's "
+                     "response and averaging to its bursts and hold them in the power fit");
       return [flags] { return run_calibrate(*flags); };
     });
 

@@ -207,7 +207,7 @@ TEST(Calibrate, EachCardHasItsOwnThermalResistance) {
 TEST(CalibrateOps, GpuOpSpansFitEveryRunsStepAtItsMeasuredClock) {
   std::vector<fs::path> runs;
   for (const char* name : {"tmbs1", "tmbs8", "t8k", "t4k"}) runs.push_back(traceops_runs() / name);
-  const Calibration calibration = calibrate(runs, "h100-hgx", {false, {}});
+  const Calibration calibration = calibrate(runs, "h100-hgx", {false, {}, {}});
   const StageFit* compute = nullptr;
   for (const StageFit& stage : calibration.fit.stages) {
     if (stage.stage == "compute") compute = &stage;
@@ -306,7 +306,7 @@ TEST(CalibrateOps, OpSpanComputeUnderThePowerFitPredictsHeldOutRuns) {
 
 TEST(CalibrateOps, OneRunsOpSpansKeepWhatTheyCannotTell) {
   // One run: one sequence length, one micro-batch, one grid size: attention's half points stay the base's.
-  const Calibration calibration = calibrate({long_context_run()}, "h100-hgx", {false, {}});
+  const Calibration calibration = calibrate({long_context_run()}, "h100-hgx", {false, {}, {}});
   for (const char* key : {"gpu.efficiency.attention_half_seq", "gpu.efficiency.attention_half_rows"}) {
     EXPECT_NE(std::find(calibration.fit.kept.begin(), calibration.fit.kept.end(), key),
               calibration.fit.kept.end())
@@ -352,7 +352,7 @@ TEST(Calibrate, EachStageIsRightOnItsOwn) {
 }
 
 TEST(Calibrate, RunsWithoutOpSpansFitComputeToTheirSteps) {
-  const Calibration calibration = calibrate(measured_runs(), "h100-hgx", {false, {}});
+  const Calibration calibration = calibrate(measured_runs(), "h100-hgx", {false, {}, {}});
   const auto compute = std::find_if(calibration.fit.stages.begin(), calibration.fit.stages.end(),
                                     [](const StageFit& stage) { return stage.stage == "compute"; });
   ASSERT_NE(compute, calibration.fit.stages.end());
@@ -432,7 +432,7 @@ TEST(CalibrateOps, PerOpSpansOfACpuBenchFitTheEfficiencyCurves) {
       "--trace-ops --no-progress --out " +
       dir.string());
   ASSERT_EQ(bench.exit_code, 0) << bench.output;
-  const Calibration calibration = calibrate({dir}, "cpu-host", {false, {}});
+  const Calibration calibration = calibrate({dir}, "cpu-host", {false, {}, {}});
   const StageFit* compute = nullptr;
   const StageFit* peak = nullptr;
   for (const StageFit& stage : calibration.fit.stages) {

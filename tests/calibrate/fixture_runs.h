@@ -40,4 +40,16 @@ inline const std::filesystem::path& h200_runs() {
   return dir;
 }
 
+/// The H100 controller probe (tests/fixtures/h100-controller-probe): runs/probe.
+inline const std::filesystem::path& h100_probe_runs() {
+  static const std::filesystem::path dir = unpack_fixture("h100-controller-probe");
+  return dir;
+}
+
+/// The H200 controller probe (tests/fixtures/h200-controller-probe): runs/probe.
+inline const std::filesystem::path& h200_probe_runs() {
+  static const std::filesystem::path dir = unpack_fixture("h200-controller-probe");
+  return dir;
+}
+
 }  // namespace calo::testing

@@ -166,7 +166,7 @@ nlohmann::json probe_provenance(const ProbeRun& probe, const ControllerFit& fit)
           {"response_within_2pct_ms", {fit.response_low_s * 1e3, fit.response_high_s * 1e3}},
           {"sample_rms_w", fit.fitted.rms_w},
           {"isolated_rms_w", fit.fitted.isolated_rms_w},
-          {"train_rms_w", fit.fitted.train_rms_w},
+          {"train_rms_w", core::json_number(fit.fitted.train_rms_w)},
           {"base_sample_rms_w", fit.base.rms_w}};
 }
 
@@ -219,10 +219,11 @@ StageFit controller_stage(const std::filesystem::path& probe_dir, sim::ClusterSp
                               fit.response_s * 1e3, "ms", "controller"});
   stage.parameters.push_back({"gpu.power_control.average_ms", base.gpu.power_control.average_s * 1e3,
                               fit.average_s * 1e3, "ms", "controller"});
-  stage.residuals.emplace_back(probe.label, nlohmann::json{{"sample_rms_w", fit.fitted.rms_w},
-                                                           {"isolated_rms_w", fit.fitted.isolated_rms_w},
-                                                           {"train_rms_w", fit.fitted.train_rms_w},
-                                                           {"base_sample_rms_w", fit.base.rms_w}});
+  stage.residuals.emplace_back(probe.label,
+                               nlohmann::json{{"sample_rms_w", fit.fitted.rms_w},
+                                              {"isolated_rms_w", fit.fitted.isolated_rms_w},
+                                              {"train_rms_w", core::json_number(fit.fitted.train_rms_w)},
+                                              {"base_sample_rms_w", fit.base.rms_w}});
   base.gpu.power_control.response_s = fit.response_s;
   base.gpu.power_control.average_s = fit.average_s;
   return stage;

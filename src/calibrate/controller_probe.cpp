@@ -41,13 +41,6 @@ std::vector<ProbeBurst> read_bursts(const std::filesystem::path& run_dir, int64_
   return bursts;
 }
 
-double median(std::vector<double> values) {
-  if (values.empty()) return NAN;
-  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2),
-                   values.end());
-  return values[values.size() / 2];
-}
-
 /// Idle: samples more than kSettledNs after an isolated burst and before the next one. Full: per isolated
 /// burst of 160 ms or more, its largest sample in the first 100 ms (the controller has not acted yet).
 void measure_levels(ProbeRun& probe) {
@@ -66,8 +59,8 @@ void measure_levels(ProbeRun& probe) {
     }
     if (std::isfinite(first_peak_w)) full.push_back(first_peak_w);
   }
-  probe.idle_w = median(idle);
-  probe.full_w = median(full);
+  probe.idle_w = upper_median(std::move(idle));
+  probe.full_w = upper_median(std::move(full));
 }
 
 /// The phase of the burst whose window [begin, end + window] holds `t_ns` (empty when none); `cursor` walks

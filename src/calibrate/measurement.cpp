@@ -65,9 +65,7 @@ double idle_power_w(const Series& power_w, const Series& util_pct, const Series&
     if (t_s >= first_step_s) break;
     if (value_at(util_pct, t_s) <= 0 && value_at(clock_mhz, t_s) >= 0.9 * max_sm_mhz) values.push_back(value);
   }
-  if (values.size() < 3) return NAN;
-  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
-  return values[values.size() / 2];
+  return values.size() < 3 ? NAN : upper_median(std::move(values));
 }
 
 /// When the GPU starts working: the first power sample after the first step began at twice the run's lowest
@@ -142,6 +140,13 @@ double figure_error(std::size_t index, double measured, double simulated) {
   return measured != 0 ? (simulated - measured) / measured : NAN;
 }
 
+double upper_median(std::vector<double> values) {
+  if (values.empty()) return NAN;
+  const auto middle = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
+  std::nth_element(values.begin(), middle, values.end());
+  return *middle;
+}
+
 MeasuredRun load_measured_run(const std::filesystem::path& run_dir, const sim::GpuSpec& base_gpu) {
   store::RunReader reader(run_dir);
   const store::RunInfo info = reader.run();
@@ -205,10 +210,7 @@ MeasuredRun load_measured_run(const std::filesystem::path& run_dir, const sim::G
       if (span.name == "step" && span.rank == 0)
         durations.push_back(static_cast<double>(span.t_end_ns - span.t_begin_ns) * 1e-9);
     }
-    if (!durations.empty()) {
-      std::nth_element(durations.begin(), durations.begin() + durations.size() / 2, durations.end());
-      run.figures.step_time_s = durations[durations.size() / 2];
-    }
+    if (!durations.empty()) run.figures.step_time_s = upper_median(std::move(durations));
   }
   double tflops = NAN, mfu = NAN;
   for (const store::SummaryRow& row : reader.summaries("bench")) {
@@ -252,10 +254,8 @@ std::vector<OpTiming> op_timings(const MeasuredRun& run, const graph::Graph& gra
     }
   }
   for (std::size_t index = 0; index < compute.size(); ++index) {
-    std::vector<double>& values = durations[index];
-    if (values.empty()) return {};
-    std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
-    timings.push_back({compute[index], values[values.size() / 2], run.figures.sm_clock_mhz});
+    if (durations[index].empty()) return {};
+    timings.push_back({compute[index], upper_median(std::move(durations[index])), run.figures.sm_clock_mhz});
   }
   return timings;
 }

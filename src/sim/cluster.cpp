@@ -135,12 +135,14 @@ ThermalSpec parse_thermal(const nlohmann::json& object, const std::string& origi
 
 PowerControlSpec parse_power_control(const nlohmann::json& object, const std::string& origin) {
   ConfigReader reader(object, origin);
-  reader.reject_unknown_keys({"response_ms", "sample_window_ms", "average_ms"});
+  reader.reject_unknown_keys({"response_ms", "sample_window_ms", "average_ms", "raise_response_ms"});
   PowerControlSpec control;
   control.response_s = bounded(reader, origin, "response_ms", control.response_s * 1e3, 0.1, 1e5) * 1e-3;
   control.sample_window_s =
       bounded(reader, origin, "sample_window_ms", control.sample_window_s * 1e3, 0.1, 1e4) * 1e-3;
   control.average_s = bounded(reader, origin, "average_ms", control.average_s * 1e3, 0, 1e5) * 1e-3;
+  // Optional: a controller that raises the clock more slowly than it cuts it (0 or absent: one response).
+  control.raise_response_s = bounded(reader, origin, "raise_response_ms", 0, 0, 1e5) * 1e-3;
   return control;
 }
 
@@ -342,7 +344,8 @@ nlohmann::json to_json(const ClusterSpec& cluster) {
         {"power_control",
          {{"response_ms", gpu.power_control.response_s * 1e3},
           {"sample_window_ms", gpu.power_control.sample_window_s * 1e3},
-          {"average_ms", gpu.power_control.average_s * 1e3}}}}},
+          {"average_ms", gpu.power_control.average_s * 1e3},
+          {"raise_response_ms", raise_response_ms(gpu.power_control)}}}}},
       {"node",
        {{"gpus", cluster.node.gpus},
         {"nvlink_bandwidth_gb_s", cluster.node.nvlink_bandwidth_bytes_per_s / kGiga},

@@ -58,7 +58,14 @@ struct PowerControlSpec {
   double sample_window_s =
       0.02;              ///< each power sample is the mean over this window (the driver's 20 ms samples)
   double average_s = 0;  ///< the controller acts on power averaged with this time constant (0: each tick's)
+  double raise_response_s =
+      0;  ///< time constant while the seen power is under the cap, raising the clock (0: response_s)
 };
+
+/// The response (ms) the controller raises the clock with: raise_response_s, or response_s where that is 0.
+inline double raise_response_ms(const PowerControlSpec& control) {
+  return (control.raise_response_s > 0 ? control.raise_response_s : control.response_s) * 1e3;
+}
 
 /// One GPU model.
 struct GpuSpec {

@@ -28,6 +28,20 @@ TEST(Cluster, EveryPresetLoadsAndRoundTrips) {
   }
 }
 
+TEST(Cluster, TheRaiseResponseIsOptionalAndRoundTrips) {
+  // Absent, the controller climbs back with its one response; given, with its own; written, the value in use.
+  nlohmann::json described = to_json(load_cluster("h100-hgx"));
+  described["gpu"]["power_control"].erase("raise_response_ms");
+  const ClusterSpec one_way = parse_cluster(described, "one way");
+  EXPECT_DOUBLE_EQ(raise_response_ms(one_way.gpu.power_control), one_way.gpu.power_control.response_s * 1e3);
+  described["gpu"]["power_control"]["raise_response_ms"] = 42.5;
+  const ClusterSpec slow = parse_cluster(described, "slow climb");
+  EXPECT_DOUBLE_EQ(slow.gpu.power_control.raise_response_s, 0.0425);
+  EXPECT_DOUBLE_EQ(to_json(slow)["gpu"]["power_control"]["raise_response_ms"].get<double>(), 42.5);
+  described["gpu"]["power_control"]["raise_response_ms"] = -1;
+  EXPECT_THROW(parse_cluster(described, "bad"), InputError);
+}
+
 TEST(Cluster, H200HostMatchesTheFixture) {
   const ClusterSpec cluster = load_cluster("h200x4-nvswitch");
   EXPECT_EQ(cluster.node.gpus, 4);

@@ -164,6 +164,43 @@ TEST_F(PowerDynamicsTest, AControllerThatReactsWithinAMillisecondHoldsSamplesNea
   EXPECT_GT(peak_with_response_w(0.05), fast_w + 50);
 }
 
+/// Mean (clock MHz, power W) of `control` on the H100 over the last second of 2 s of a load that alternates
+/// 30 ms heavy (1100 W at max clock) and 30 ms light (300 W), power following the clock linearly.
+std::pair<double, double> mean_under_varying_load(const PowerControlSpec& control, const GpuSpec& gpu) {
+  PowerController controller(control, gpu, gpu.power_limit_w, gpu.max_sm_mhz, gpu.max_sm_mhz);
+  constexpr double kTickS = 0.001;
+  double clock_sum_mhz = 0, power_sum_w = 0;
+  int counted = 0;
+  for (int tick = 0; tick < 2000; ++tick) {
+    const double load_w = (tick / 30) % 2 == 0 ? 1100 : 300;
+    const double power_w = load_w * controller.clock_mhz() / gpu.max_sm_mhz;
+    if (tick >= 1000) clock_sum_mhz += controller.clock_mhz(), power_sum_w += power_w, counted += 1;
+    controller.observe(power_w, kTickS);
+  }
+  return {clock_sum_mhz / counted, power_sum_w / counted};
+}
+
+TEST_F(PowerDynamicsTest, AClockThatClimbsBackSlowlyRunsLowerAndUnderTheCapUnderAVaryingLoad) {
+  // The calibrated H100 controller cuts with ~14 ms and climbs back with ~27 ms (docs/SIMULATOR.md): under a
+  // load that alternates heavy and light it spends longer low, so the clock and the mean power sit lower.
+  PowerControlSpec one_way = h100_.gpu.power_control;
+  one_way.response_s = 0.015;
+  one_way.average_s = 0;
+  PowerControlSpec slow_climb = one_way;
+  slow_climb.raise_response_s = 0.045;
+  const auto [one_way_mhz, one_way_w] = mean_under_varying_load(one_way, h100_.gpu);
+  const auto [slow_mhz, slow_w] = mean_under_varying_load(slow_climb, h100_.gpu);
+  EXPECT_LT(slow_mhz, one_way_mhz - 20);
+  EXPECT_LT(slow_w, one_way_w - 10);
+  EXPECT_LT(slow_w, h100_.gpu.power_limit_w);
+  // Zero means "the same response both ways": exactly the one-response controller.
+  PowerControlSpec explicit_same = one_way;
+  explicit_same.raise_response_s = one_way.response_s;
+  EXPECT_EQ(mean_under_varying_load(explicit_same, h100_.gpu), mean_under_varying_load(one_way, h100_.gpu));
+  EXPECT_DOUBLE_EQ(raise_response_ms(one_way), 15.0);
+  EXPECT_DOUBLE_EQ(raise_response_ms(slow_climb), 45.0);
+}
+
 TEST_F(PowerDynamicsTest, AControllerOnAveragedPowerLetsLongHeavyKernelsPeakHigher) {
   // A controller acting on power averaged over tens of ms barely reacts inside one long GEMM burst, so the 20
   // ms samples of a large micro-batch (long kernels) rise further above the cap; the step mean still holds

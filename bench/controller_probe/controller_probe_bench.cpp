@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "calibrate/controller_probe.h"
+#include "calibrate/fit.h"
 #include "core/error.h"
 #include "graph/graph.h"
 #include "sim/cluster.h"
@@ -54,14 +55,34 @@ sim::PowerTrace simulate_burst(const sim::GpuSpec& gpu, double length_s, double 
   return sim::trace_step_power(gpu, power, request);
 }
 
+/// What the probe alone says of a clock that climbs back more slowly than it is cut: the raise response of
+/// least RMS at the fit's cut response, averaging and lag. Not what calibrate holds (SIMULATOR.md says why).
+void print_raise_response(const calibrate::ProbeRun& probe, const sim::GpuSpec& gpu,
+                          const calibrate::ControllerFit& fit) {
+  sim::GpuSpec asymmetric = gpu;
+  asymmetric.power_control.response_s = fit.response_s;
+  asymmetric.power_control.average_s = fit.average_s;
+  const auto rms_at = [&](double raise_s) {
+    asymmetric.power_control.raise_response_s = raise_s;
+    return calibrate::replay_probe(probe, asymmetric, fit.lag_ms).rms_w;
+  };
+  const double raise_s = calibrate::minimize_1d(rms_at, 0.002, 2.0, true, 13, 10);
+  const double rms_w = rms_at(raise_s);
+  fmt::print(
+      "  {:<44} {:>7.1f} W\n",
+      fmt::format("raising apart: response {:.1f} ms up {:.1f} ms", fit.response_s * 1e3, raise_s * 1e3),
+      rms_w);
+}
+
 /// The whole probe replayed on the cluster's controller and on the one fitted to it.
 void print_replays(const calibrate::ProbeRun& probe, const sim::GpuSpec& gpu) {
   const calibrate::ControllerFit fit = calibrate::fit_controller(probe, gpu);
   fmt::print("replay of all {} burst samples (idle {:.0f} W, full {:.0f} W, lag {:.0f} ms): RMS error\n",
              fit.base.samples, probe.idle_w, probe.full_w, fit.lag_ms);
   fmt::print("  {:<44} {:>7.1f} W (isolated {:.1f}, trains {:.1f})\n",
-             fmt::format("cluster: response {:.1f} ms, averaging {:.1f} ms",
-                         gpu.power_control.response_s * 1e3, gpu.power_control.average_s * 1e3),
+             fmt::format("cluster: response {:.1f}/{:.1f} ms, averaging {:.1f} ms",
+                         gpu.power_control.response_s * 1e3, sim::raise_response_ms(gpu.power_control),
+                         gpu.power_control.average_s * 1e3),
              fit.base.rms_w, fit.base.isolated_rms_w, fit.base.train_rms_w);
   fmt::print("  {:<44} {:>7.1f} W (isolated {:.1f}, trains {:.1f})\n",
              fmt::format("fitted:  response {:.1f} ms, averaging {:.1f} ms", fit.response_s * 1e3,
@@ -69,6 +90,7 @@ void print_replays(const calibrate::ProbeRun& probe, const sim::GpuSpec& gpu) {
              fit.fitted.rms_w, fit.fitted.isolated_rms_w, fit.fitted.train_rms_w);
   fmt::print("  responses within 2 % of the fit's RMS: {:.1f} .. {:.1f} ms\n", fit.response_low_s * 1e3,
              fit.response_high_s * 1e3);
+  print_raise_response(probe, gpu, fit);
   // The first of the longest isolated bursts, measured and replayed sample by sample.
   const calibrate::ProbeBurst* longest = nullptr;
   for (const calibrate::ProbeBurst& burst : probe.bursts) {
@@ -107,9 +129,10 @@ int main(int argc, char** argv) {
   const std::vector<store::Sample>& samples = probe.samples;
   const std::vector<calibrate::ProbeBurst>& bursts = probe.bursts;
   const double window_ns = gpu.power_control.sample_window_s * 1e9;
-  fmt::print("# run {}; cluster {}: response {:.1f} ms, averaging {:.1f} ms, limit {:.0f} W\n",
-             run_dir.string(), cluster_name, gpu.power_control.response_s * 1e3,
-             gpu.power_control.average_s * 1e3, gpu.power_limit_w);
+  fmt::print(
+      "# run {}; cluster {}: response {:.1f} ms (raising {:.1f} ms), averaging {:.1f} ms, limit {:.0f} W\n",
+      run_dir.string(), cluster_name, gpu.power_control.response_s * 1e3,
+      sim::raise_response_ms(gpu.power_control), gpu.power_control.average_s * 1e3, gpu.power_limit_w);
   std::map<double, std::vector<double>> measured;  // isolated bursts: target ms -> per-burst peak
   double gap_ms = 400;
   for (const calibrate::ProbeBurst& burst : bursts) {

@@ -219,6 +219,9 @@ StageFit controller_stage(const std::filesystem::path& probe_dir, sim::ClusterSp
                               fit.response_s * 1e3, "ms", "controller"});
   stage.parameters.push_back({"gpu.power_control.average_ms", base.gpu.power_control.average_s * 1e3,
                               fit.average_s * 1e3, "ms", "controller"});
+  stage.parameters.push_back({"gpu.power_control.raise_response_ms",
+                              sim::raise_response_ms(base.gpu.power_control), fit.response_s * 1e3, "ms",
+                              "controller"});
   stage.residuals.emplace_back(probe.label,
                                nlohmann::json{{"sample_rms_w", fit.fitted.rms_w},
                                               {"isolated_rms_w", fit.fitted.isolated_rms_w},
@@ -226,6 +229,7 @@ StageFit controller_stage(const std::filesystem::path& probe_dir, sim::ClusterSp
                                               {"base_sample_rms_w", fit.base.rms_w}});
   base.gpu.power_control.response_s = fit.response_s;
   base.gpu.power_control.average_s = fit.average_s;
+  base.gpu.power_control.raise_response_s = 0;  // the probe's fit raises the clock as it cuts it
   return stage;
 }
 

@@ -174,6 +174,7 @@ ProbeReplay replay_probe(const ProbeRun& probe, const sim::GpuSpec& gpu, double 
 
 ControllerFit fit_controller(const ProbeRun& probe, const sim::GpuSpec& base_gpu) {
   sim::GpuSpec gpu = base_gpu;
+  gpu.power_control.raise_response_s = 0;  // one response, cutting and raising (SIMULATOR.md says why)
   const auto rms_at = [&](double response_s, double average_s, double lag_ms) {
     gpu.power_control.response_s = response_s;
     gpu.power_control.average_s = average_s;

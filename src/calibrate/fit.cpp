@@ -390,9 +390,10 @@ StageFit fit_power(const std::vector<Prepared>& prepared, sim::ClusterSpec& clus
   StageFit stage{"power", {}, {}, ""};
   const sim::GpuSpec base = cluster.gpu;
   struct Knobs {
-    double heavy = 1, elementwise = 1, optimizer = 1, response_s = 0.05, average_s = 0.001;
+    double heavy = 1, elementwise = 1, optimizer = 1, response_s = 0.05, average_s = 0.001, raise_ratio = 1;
   } knobs;
   knobs.response_s = base.power_control.response_s;
+  knobs.raise_ratio = sim::raise_response_ms(base.power_control) * 1e-3 / base.power_control.response_s;
   // Start the averaging at the driver's 20 ms sample period: from ~0 the descent stays where each tick acts.
   knobs.average_s = hold_controller || base.power_control.average_s > 0 ? base.power_control.average_s : 0.02;
   auto apply = [&](sim::ClusterSpec& target, const Knobs& value) {
@@ -407,6 +408,7 @@ StageFit fit_power(const std::vector<Prepared>& prepared, sim::ClusterSpec& clus
     set(PowerClass::kOptimizer, value.optimizer);
     target.gpu.power_control.response_s = value.response_s;
     target.gpu.power_control.average_s = value.average_s;
+    target.gpu.power_control.raise_response_s = value.response_s * value.raise_ratio;
   };
   sim::ClusterSpec trial = cluster;
   auto loss = [&](const Knobs& value) {
@@ -451,6 +453,10 @@ StageFit fit_power(const std::vector<Prepared>& prepared, sim::ClusterSpec& clus
       // acts: short, it flattens each burst; long, bursts of long kernels stay above the cap while the
       // average holds it.
       fit_knob(&Knobs::average_s, 0.001, 2.0);
+      // The clock climbs back as fast as it is cut or up to 2x slower, never faster (a faster climb let fits
+      // of five runs take a 1 ms raise). Both probes climb 2.6x slower; bounds of 3 and 4 let the descent
+      // settle in a valley at 2.7-3.1x that predicts held-out runs worse (SIMULATOR.md, "Seventh fit").
+      fit_knob(&Knobs::raise_ratio, 1.0, 2.0);
     }
     return std::make_pair(fitted, loss(fitted));
   };
@@ -479,6 +485,9 @@ StageFit fit_power(const std::vector<Prepared>& prepared, sim::ClusterSpec& clus
                                 cluster.gpu.power_control.response_s * 1e3, "ms", "power"});
     stage.parameters.push_back({"gpu.power_control.average_ms", base.power_control.average_s * 1e3,
                                 cluster.gpu.power_control.average_s * 1e3, "ms", "power"});
+    stage.parameters.push_back({"gpu.power_control.raise_response_ms",
+                                sim::raise_response_ms(base.power_control),
+                                sim::raise_response_ms(cluster.gpu.power_control), "ms", "power"});
   }
   for (const Prepared& item : prepared) {
     stage.residuals.emplace_back(
@@ -708,6 +717,7 @@ FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSp
                                                     "gpu.power_control.response_ms",
                                                     "gpu.power_control.sample_window_ms",
                                                     "gpu.power_control.average_ms",
+                                                    "gpu.power_control.raise_response_ms",
                                                     "gpu.thermal.r_die_k_per_w",
                                                     "gpu.thermal.r_sink_k_per_w",
                                                     "gpu.thermal.tau_die_s",

@@ -201,16 +201,15 @@ PowerController::PowerController(const PowerControlSpec& control, const GpuSpec&
       min_mhz_(gpu.min_sm_mhz),
       clock_limit_mhz_(clock_limit_mhz),
       limit_w_(limit_w),
+      raise_response_s_(raise_response_ms(control) * 1e-3),
       clock_mhz_(clock_mhz),
       seen_w_(limit_w) {}
 
 void PowerController::observe(double power_w, double length_s) {
   const double average_s = control_.average_s;
   seen_w_ = average_s > 0 ? seen_w_ + (power_w - seen_w_) * -std::expm1(-length_s / average_s) : power_w;
-  // Under the cap the clock rises with the raise response where one is set; over it, it falls with
-  // response_s.
-  const double response_s =
-      seen_w_ < limit_w_ && control_.raise_response_s > 0 ? control_.raise_response_s : control_.response_s;
+  // Under the cap the clock rises with the raise response; over it, it falls with response_s.
+  const double response_s = seen_w_ < limit_w_ ? raise_response_s_ : control_.response_s;
   clock_mhz_ += (limit_w_ - seen_w_) / limit_w_ * max_mhz_ * length_s / response_s;
   clock_mhz_ = std::clamp(clock_mhz_, min_mhz_, clock_limit_mhz_);
 }

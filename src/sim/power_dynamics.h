@@ -49,8 +49,9 @@ struct PowerTrace {
 };
 
 /// The power-cap controller alone: the power it sees is the drawn power averaged with time constant
-/// average_s (0: each tick's own), and it moves the clock by (limit - seen) / limit * f_max per response_s,
-/// between the GPU's min clock and `clock_limit_mhz`. The one definition of the law: the step traces and the
+/// average_s (0: each tick's own), and it moves the clock by (limit - seen) / limit * f_max per response_s
+/// while it cuts (seen >= limit) and per raise_response_ms() while it raises, between the GPU's min clock and
+/// `clock_limit_mhz`. The one definition of the law: the step traces and the
 /// controller probe's replay (calibrate/controller_probe.h) both run it.
 class PowerController {
  public:
@@ -67,6 +68,7 @@ class PowerController {
  private:
   PowerControlSpec control_;
   double max_mhz_, min_mhz_, clock_limit_mhz_, limit_w_;
+  double raise_response_s_;  ///< the time constant while it raises the clock (response_s when none is set)
   double clock_mhz_;
   double seen_w_;  ///< the averaged power the controller acts on
 };

@@ -1,24 +1,22 @@
 // Test helper: writes small runs with hand-computable figures through the real run store writer.
 #pragma once
 
-#include <unistd.h>
-
 #include <chrono>
 #include <filesystem>
 #include <string>
 
+#include "../common/scratch.h"
 #include "store/run_store.h"
 
 namespace calo::testing {
 
-/// A fresh empty directory under the system temp dir, removed by the destructor.
+/// A fresh empty directory in the test process's scratch (tests/common/scratch.h), removed by the destructor.
 struct TempDir {
   std::filesystem::path path;
-  /// Creates <tmp>/calo-<tag>-<pid>-<counter>.
+  /// Creates <tmp>/calo-test-<pid>/<tag>-<counter>.
   explicit TempDir(const std::string& tag) {
     static int counter = 0;
-    path = std::filesystem::temp_directory_path() /
-           ("calo-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    path = scratch_path(tag + "-" + std::to_string(counter++));
     std::filesystem::remove_all(path);
     std::filesystem::create_directories(path);
   }

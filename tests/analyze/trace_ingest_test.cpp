@@ -1,7 +1,6 @@
 #include "analyze/trace_ingest.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -9,6 +8,7 @@
 #include <iterator>
 #include <string>
 
+#include "../common/scratch.h"
 #include "analyze/breakdown.h"
 #include "core/error.h"
 
@@ -159,7 +159,7 @@ TEST(TraceIngest, ErrorsNameTheFileAndTheFix) {
 
 TEST(TraceIngest, GzipTracesIngestDirectlyAndEqualTheirJson) {
   // PyTorch's profiler writes .json.gz by default: gzip the two-rank fixture and ingest both forms.
-  const auto dir = std::filesystem::temp_directory_path() / ("calo-gz-" + std::to_string(::getpid()));
+  const auto dir = calo::testing::scratch_path("gz");
   std::filesystem::create_directories(dir);
   std::vector<std::filesystem::path> gzipped;
   for (const char* name : {"kineto_rank0.json", "kineto_rank1.json"}) {
@@ -229,7 +229,7 @@ TEST(TraceIngest, TimesOutOfRangeAreBadInput) {
 TEST(TraceIngest, GzipBytesInMemoryIncludingConcatenatedMembers) {
   const std::string json =
       R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 5, "dur": 2}]})";
-  const auto dir = std::filesystem::temp_directory_path() / ("calo-gzm-" + std::to_string(::getpid()));
+  const auto dir = calo::testing::scratch_path("gzm");
   std::filesystem::create_directories(dir);
   const auto half = json.size() / 2;
   {
@@ -382,8 +382,7 @@ std::filesystem::path rewritten_copy(const std::filesystem::path& source, const 
     for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
       text.replace(at, from.size(), to);
   }
-  const auto path =
-      std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()) + ".json");
+  const auto path = calo::testing::scratch_path(name + ".json");
   std::ofstream(path) << text;
   return path;
 }

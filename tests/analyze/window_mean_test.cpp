@@ -3,13 +3,13 @@
 #include "analyze/window_mean.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 
+#include "../common/scratch.h"
 #include "analyze/metrics.h"
 
 namespace calo::analyze {
@@ -39,8 +39,7 @@ TEST(WindowMeanPeak, ASeriesShorterThanTheWindowHasNoPeak) {
 TEST(WindowMeanPeak, ARecordedRunsSustainedPeakIsBelowItsHottestReading) {
   // Fixture run mbs8 (one H100, 8 s): its 100 ms readings jump 53 -> 57 C at a steady 750 W; the hottest one
   // reads 59 C, the hottest 500 ms 57.6 C.
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("calo-window-mean-" + std::to_string(::getpid()));
+  const std::filesystem::path dir = calo::testing::scratch_path("window-mean");
   std::filesystem::create_directories(dir);
   const std::string command = "tar -xzf " + std::string(CALO_SOURCE_DIR) +
                               "/tests/fixtures/h100-runs/runs.tgz -C " + dir.string() + " runs/mbs8";

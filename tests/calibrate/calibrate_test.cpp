@@ -6,7 +6,6 @@
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -18,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/run_calo.h"
+#include "../common/scratch.h"
 #include "calibrate/fit.h"
 #include "core/error.h"
 #include "fixture_runs.h"
@@ -373,8 +373,7 @@ TEST(Calibrate, RunsWithoutOpSpansFitComputeToTheirSteps) {
 
 TEST(Calibrate, TheCalibratedFileLoadsAndCarriesItsProvenance) {
   const Calibration& calibration = fixture_calibration();
-  const fs::path out =
-      fs::temp_directory_path() / ("calo-calibrated-" + std::to_string(::getpid()) + ".yaml");
+  const fs::path out = calo::testing::scratch_path("calibrated.yaml");
   write_cluster_file(out, calibrated_cluster_json(calibration, "h100-hgx"));
   const sim::ClusterSpec cluster = sim::load_cluster(out.string());
   EXPECT_EQ(cluster.name, "h100-hgx-calibrated");
@@ -409,7 +408,7 @@ TEST(Calibrate, ARunOfAnotherGpuThanTheBaseIsRefused) {
 }
 
 TEST(Calibrate, ARunWithoutStepsIsRefused) {
-  const fs::path dir = fs::temp_directory_path() / ("calo-calibrate-nosteps-" + std::to_string(::getpid()));
+  const fs::path dir = calo::testing::scratch_path("calibrate-nosteps");
   fs::remove_all(dir);
   {
     store::RunInfo info;
@@ -432,7 +431,7 @@ TEST(Calibrate, ARunWithoutStepsIsRefused) {
 
 TEST(CalibrateOps, PerOpSpansOfACpuBenchFitTheEfficiencyCurves) {
   // A real CPU-backend bench with one span per op: the compute stage then fits the curves themselves.
-  const fs::path dir = fs::temp_directory_path() / ("calo-calibrate-cpu-" + std::to_string(::getpid()));
+  const fs::path dir = calo::testing::scratch_path("calibrate-cpu");
   fs::remove_all(dir);
   const Outcome bench = run_calo(
       "bench --model tiny-dense --gbs 4 --nproc 1 --backend cpu --steps 3 --warmup 1 "
@@ -474,8 +473,7 @@ TEST(CalibrateOps, PerOpSpansOfACpuBenchFitTheEfficiencyCurves) {
 }
 
 TEST(CalibrateCli, WritesAFileThatCaloSimLoads) {
-  const fs::path out =
-      fs::temp_directory_path() / ("calo-cli-calibrated-" + std::to_string(::getpid()) + ".yaml");
+  const fs::path out = calo::testing::scratch_path("cli-calibrated.yaml");
   const Outcome calibrated =
       run_calo("calibrate " + (fixture_runs() / "mbs1").string() + " " + (fixture_runs() / "mbs8").string() +
                " --cluster h100-hgx --out " + out.string());
@@ -492,10 +490,9 @@ TEST(CalibrateCli, CompareShowsTheCalibratedToleranceBesideTheError) {
   // Simulate the graph of fixture run mbs1 (its own model and layout) on the shipped calibrated H100 preset.
   store::RunReader reader(fixture_runs() / "mbs1");
   const auto config = nlohmann::json::parse(reader.run().config_json);
-  const fs::path model =
-      fs::temp_directory_path() / ("calo-mbs1-model-" + std::to_string(::getpid()) + ".json");
+  const fs::path model = calo::testing::scratch_path("mbs1-model.json");
   std::ofstream(model) << config["model"].dump();
-  const fs::path sim = fs::temp_directory_path() / ("calo-mbs1-sim-" + std::to_string(::getpid()));
+  const fs::path sim = calo::testing::scratch_path("mbs1-sim");
   fs::remove_all(sim);
   const Outcome simulated =
       run_calo("sim --model " + model.string() +
@@ -527,7 +524,7 @@ TEST(CalibrateCli, CompareShowsTheCalibratedToleranceBesideTheError) {
 }
 
 TEST(CalibrateCli, BadInputExitsTwoAndWritesNothing) {
-  const fs::path out = fs::temp_directory_path() / ("calo-cli-bad-" + std::to_string(::getpid()) + ".yaml");
+  const fs::path out = calo::testing::scratch_path("cli-bad.yaml");
   const Outcome outcome = run_calo("calibrate " + (fixture_runs() / "simmbs1").string() +
                                    " --cluster h100-hgx --out " + out.string());
   EXPECT_EQ(outcome.exit_code, 2) << outcome.output;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/run_calo.h"
+#include "../common/scratch.h"
 #include "calibrate/calibrate.h"
 #include "core/error.h"
 #include "fixture_runs.h"
@@ -83,8 +84,7 @@ TEST(ControllerProbe, RunsThatAreNotAProbeOfTheClustersGpuAreRefusedWithTheFix) 
 }
 
 TEST(ControllerProbe, CalibrateHoldsTheProbesControllerAndRecordsWhereItCameFrom) {
-  const fs::path out =
-      fs::temp_directory_path() / ("calo-probe-calibrated-" + std::to_string(::getpid()) + ".yaml");
+  const fs::path out = calo::testing::scratch_path("probe-calibrated.yaml");
   const std::string runs = (fixture_runs() / "mbs1").string() + " " + (fixture_runs() / "mbs8").string();
   const Outcome calibrated =
       run_calo("calibrate " + runs + " --cluster h100-hgx --no-loo --controller-probe " +

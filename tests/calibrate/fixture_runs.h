@@ -3,18 +3,18 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 
+#include "../common/scratch.h"
+
 namespace calo::testing {
 
 /// tests/fixtures/<fixture>/runs.tgz unpacked into a directory of this test binary; returns its runs/.
 inline std::filesystem::path unpack_fixture(const std::string& fixture) {
-  const std::filesystem::path target =
-      std::filesystem::temp_directory_path() / ("calo-" + fixture + "-test-" + std::to_string(::getpid()));
+  const std::filesystem::path target = scratch_path("fixture-" + fixture);
   std::filesystem::create_directories(target);
   const std::string command = "tar -xzf " + std::string(CALO_SOURCE_DIR) + "/tests/fixtures/" + fixture +
                               "/runs.tgz -C " + target.string();

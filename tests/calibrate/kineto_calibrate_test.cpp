@@ -4,7 +4,6 @@
 // kernels fit the compute curves, an ingested run is accepted as the traces it was read from, and bad input
 // exits 2 naming the file and the fix with nothing written.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -14,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/run_calo.h"
+#include "../common/scratch.h"
 #include "analyze/trace_ingest.h"
 #include "calibrate/calibrate.h"
 #include "calibrate/kineto_input.h"
@@ -39,7 +39,7 @@ constexpr double kAllGatherTolerance = 0.10;
 constexpr double kAllGatherBytes = 16777216;  // 8388608 bf16 elements out
 
 fs::path temp_path(const std::string& name) {
-  return fs::temp_directory_path() / (name + "-" + std::to_string(::getpid()));
+  return calo::testing::scratch_path(name);
 }
 
 const Calibration& trace_calibration() {
@@ -172,7 +172,7 @@ TEST(KinetoCalibrate, CurvePartsTheKernelsDoNotDetermineKeepTheBase) {
   EXPECT_TRUE(kept(trace_calibration(), "gpu.efficiency.attention_half_seq"));
   EXPECT_EQ(trace_calibration().fit.cluster.gpu.efficiency.attention_half_seq, 256);
   // The same traces without their attention kernels: the attention ceiling is not fitted to nothing.
-  const fs::path dir = temp_path("calo-kineto-no-attention");
+  const fs::path dir = temp_path("kineto-no-attention");
   fs::create_directories(dir);
   std::vector<fs::path> files;
   for (const char* name : {"rank0.json", "rank1.json"}) {
@@ -197,7 +197,7 @@ TEST(KinetoCalibrate, CurvePartsTheKernelsDoNotDetermineKeepTheBase) {
 }
 
 TEST(KinetoCalibrate, CaloSimWithTheCalibratedFilePredictsTheTracedAllGather) {
-  const fs::path out = temp_path("calo-kineto-calibrated") += ".yaml";
+  const fs::path out = temp_path("kineto-calibrated") += ".yaml";
   const Outcome calibrated =
       run_calo("calibrate " + (kTraces / "rank0.json").string() + " " + (kTraces / "rank1.json").string() +
                " --cluster h200-hgx --out " + out.string());
@@ -208,7 +208,7 @@ TEST(KinetoCalibrate, CaloSimWithTheCalibratedFilePredictsTheTracedAllGather) {
   EXPECT_EQ(cluster.calibration["kineto"]["collectives"].size(), 7u);
   // Llama3-8B at tp 2, sequence parallel, one 2048-token sequence: the layer's all-gather output is
   // 2048 x 4096 bf16 = 16 MiB, the traced size.
-  const fs::path sim = temp_path("calo-kineto-sim");
+  const fs::path sim = temp_path("kineto-sim");
   fs::remove_all(sim);
   const Outcome simulated = run_calo(
       "sim --model llama3-8b --tp 2 --gpus 2 --seq 2048 --mbs 1 --steps 1 "
@@ -233,7 +233,7 @@ TEST(KinetoCalibrate, CaloSimWithTheCalibratedFilePredictsTheTracedAllGather) {
 }
 
 TEST(KinetoCalibrate, AnIngestedRunCalibratesAsItsTraces) {
-  const fs::path run = temp_path("calo-kineto-ingest");
+  const fs::path run = temp_path("kineto-ingest");
   fs::remove_all(run);
   const Outcome ingested = run_calo("ingest " + (kTraces / "rank0.json").string() + " " +
                                     (kTraces / "rank1.json").string() + " --out " + run.string());
@@ -249,7 +249,7 @@ TEST(KinetoCalibrate, AnIngestedRunCalibratesAsItsTraces) {
 TEST(KinetoCalibrate, ARecordRunBesideTheTracesGivesTheKernelsTheirClock) {
   // The H100 fixture's recorded PyTorch training (clock samples) beside the H100 Kineto fixture of
   // tests/analyze (no clock samples).
-  const fs::path unpacked = temp_path("calo-kineto-h100-runs");
+  const fs::path unpacked = temp_path("kineto-h100-runs");
   fs::create_directories(unpacked);
   const std::string command = "tar -xzf " + std::string(CALO_SOURCE_DIR) +
                               "/tests/fixtures/h100-runs/runs.tgz -C " + unpacked.string() + " runs/train";
@@ -271,7 +271,7 @@ TEST(KinetoCalibrate, ARecordRunBesideTheTracesGivesTheKernelsTheirClock) {
 }
 
 TEST(KinetoCalibrateBadInput, ATraceOfAnotherGpuThanTheBaseExitsTwoAndWritesNothing) {
-  const fs::path out = temp_path("calo-kineto-h100") += ".yaml";
+  const fs::path out = temp_path("kineto-h100") += ".yaml";
   const Outcome outcome = run_calo("calibrate " + (kTraces / "rank0.json").string() +
                                    " --cluster h100-hgx --out " + out.string());
   EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
@@ -290,9 +290,9 @@ TEST(KinetoCalibrateBadInput, ATraceWithoutKernelsExitsTwoAndWritesNothing) {
     if (category != "kernel" && category != "gpu_memcpy" && category != "gpu_memset") kept.push_back(event);
   }
   trace["traceEvents"] = kept;
-  const fs::path cpu_only = temp_path("calo-kineto-cpu-only") += ".json";
+  const fs::path cpu_only = temp_path("kineto-cpu-only") += ".json";
   std::ofstream(cpu_only) << trace.dump();
-  const fs::path out = temp_path("calo-kineto-nokernels") += ".yaml";
+  const fs::path out = temp_path("kineto-nokernels") += ".yaml";
   const Outcome outcome =
       run_calo("calibrate " + cpu_only.string() + " --cluster h200-hgx --out " + out.string());
   EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
@@ -304,13 +304,13 @@ TEST(KinetoCalibrateBadInput, ATraceWithoutKernelsExitsTwoAndWritesNothing) {
 }
 
 TEST(KinetoCalibrateBadInput, AnIngestedRunWhoseTracesAreGoneExitsTwoAndWritesNothing) {
-  const fs::path copy = temp_path("calo-kineto-moved") += ".json";
+  const fs::path copy = temp_path("kineto-moved") += ".json";
   fs::copy_file(kTraces / "rank1.json", copy, fs::copy_options::overwrite_existing);
-  const fs::path run = temp_path("calo-kineto-ingest-gone");
+  const fs::path run = temp_path("kineto-ingest-gone");
   fs::remove_all(run);
   ASSERT_EQ(run_calo("ingest " + copy.string() + " --out " + run.string()).exit_code, 0);
   fs::remove(copy);
-  const fs::path out = temp_path("calo-kineto-gone") += ".yaml";
+  const fs::path out = temp_path("kineto-gone") += ".yaml";
   const Outcome outcome = run_calo("calibrate " + run.string() + " --cluster h200-hgx --out " + out.string());
   EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
   EXPECT_NE(outcome.output.find(copy.string()), std::string::npos) << "names the missing trace";

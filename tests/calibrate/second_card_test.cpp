@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/run_calo.h"
+#include "../common/scratch.h"
 #include "calibrate/calibrate.h"
 #include "fixture_runs.h"
 #include "issue_targets.h"
@@ -90,7 +91,7 @@ TEST(SecondCard, TheH100PresetOnAThirdCardItNeverSaw) {
   // cards the preset was fitted on. Its twins on the preset: power within 2 % (mean) and 6 % (peak); every
   // step simulated faster, by 1-5 % (docs/BENCHMARKS.md, "A third H100").
   const fs::path runs = unpack_fixture("h100-traceops-c");
-  const fs::path out = fs::temp_directory_path() / ("calo-card-c-twins-" + std::to_string(::getpid()));
+  const fs::path out = calo::testing::scratch_path("card-c-twins");
   for (const fs::path& run : runs_of(runs)) {
     std::string sim_output;
     auto figures = twin_on_preset(run, out / run.filename(), &sim_output);
@@ -112,7 +113,7 @@ TEST(SecondCard, TheH100PresetFollowsAFourthCardsMicroBatchSweepOfTwentySteps) {
   // fitted model's micro-batch 1 -> 2 step, docs/SIMULATOR.md "Seventh fit"); every twin is within 7 % of
   // it, mean power within 2.5 %; steps are 2-3 % fast, as on the third card (docs/BENCHMARKS.md).
   const fs::path runs = unpack_fixture("h100-sweep-d");
-  const fs::path out = fs::temp_directory_path() / ("calo-card-d-twins-" + std::to_string(::getpid()));
+  const fs::path out = calo::testing::scratch_path("card-d-twins");
   std::vector<Compared> peaks;
   for (const char* name : {"lmbs1", "lmbs2", "lmbs4", "lmbs8"}) {
     auto figures = twin_on_preset(runs / name, out / name);

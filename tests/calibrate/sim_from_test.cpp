@@ -8,6 +8,7 @@
 #include <set>
 
 #include "../common/run_calo.h"
+#include "../common/scratch.h"
 #include "calibrate/measurement.h"
 #include "calibrate/twin.h"
 #include "core/error.h"
@@ -25,7 +26,7 @@ using calo::testing::Outcome;
 using calo::testing::run_calo;
 
 fs::path temp_path(const std::string& name) {
-  return fs::temp_directory_path() / ("calo-sim-from-" + name + "-" + std::to_string(::getpid()));
+  return calo::testing::scratch_path("sim-from-" + name);
 }
 
 /// Distinct steps of `run` whose step spans are called `name` ("warmup" or "step").

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "../common/run_calo.h"
+#include "../common/scratch.h"
 #include "core/config.h"
 #include "core/error.h"
 
@@ -29,7 +30,7 @@ Spec spec_from(const std::string& yaml) {
 }
 
 fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("calo-campaign-{}-{}", name, getpid());
+  const fs::path dir = calo::testing::scratch_path("campaign-" + name);
   fs::remove_all(dir);
   return dir;
 }
@@ -47,6 +48,9 @@ int count_status(const nlohmann::json& index, const std::string& status) {
 
 /// Starts `calo sweep` in its own process group (so a kill reaches its simulation children too).
 pid_t start_sweep(const std::vector<std::string>& args) {
+  // The child's log is named here: the forked child only redirects and execs.
+  static int sweeps = 0;
+  const fs::path log = calo::testing::scratch_path(fmt::format("sweep-child-{}.log", sweeps++));
   const pid_t pid = fork();
   if (pid == 0) {
     setpgid(0, 0);
@@ -55,7 +59,6 @@ pid_t start_sweep(const std::vector<std::string>& args) {
     std::vector<char*> argv;
     for (auto& arg : copy) argv.push_back(arg.data());
     argv.push_back(nullptr);
-    const fs::path log = fs::temp_directory_path() / fmt::format("calo-sweep-child-{}.log", getpid());
     freopen(log.c_str(), "w", stdout);
     freopen(log.c_str(), "a", stderr);
     execv(CALO_BINARY, argv.data());

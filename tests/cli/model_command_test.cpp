@@ -2,7 +2,6 @@
 // errors. Runs the real binary as a child process.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -11,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+
+#include "../common/scratch.h"
 
 namespace {
 
@@ -118,9 +119,7 @@ TEST(ModelCommand, ListShowsEveryPresetWithItsSize) {
 }
 
 TEST(ModelCommand, BadModelFileNamesTheKeyAndExitsTwo) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("calo-bad-model-" + std::to_string(getpid()) + ".yaml"))
-          .string();
+  const std::string path = calo::testing::scratch_path("bad-model.yaml").string();
   {
     std::ofstream file(path);
     file << "name: broken\nnum_layers: 2\nhidden_size: 64\nffn_hidden_size: 128\nnum_attention_heads: 4\n"

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/scratch.h"
 #include "store/run_store.h"
 
 namespace {
@@ -39,8 +40,7 @@ Outcome run_calo(const std::vector<std::string>& args, const std::string& env = 
 }
 
 fs::path fresh_dir(const std::string& name) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("calo-bench-test-" + name + "-" + std::to_string(getpid()));
+  const fs::path dir = calo::testing::scratch_path("bench-" + name);
   fs::remove_all(dir);
   return dir;
 }

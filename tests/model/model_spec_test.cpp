@@ -2,12 +2,12 @@
 #include "model/model_spec.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "../common/scratch.h"
 #include "core/config.h"
 #include "core/error.h"
 
@@ -103,9 +103,7 @@ TEST(ModelSpec, DropoutAndDtypeAreChecked) {
 }
 
 TEST(ModelSpec, LoadsAFileByPathAndNamesMissingFiles) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("calo-model-" + std::to_string(getpid()) + ".yaml"))
-          .string();
+  const std::string path = calo::testing::scratch_path("model.yaml").string();
   {
     std::ofstream file(path);
     file << kValid;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "../common/run_calo.h"
+#include "../common/scratch.h"
 #ifdef CALO_SIM_HAS_STORE
 #include "store/run_store.h"
 #endif
@@ -38,7 +39,7 @@ TEST(CaloSimMemory, RefusesALayoutThatDoesNotFitWithTheBreakdownAndFittingLayout
 }
 
 TEST(CaloSimMemory, AllowOomSimulatesWithAWarningInOutputAndStoredRun) {
-  const auto dir = std::filesystem::temp_directory_path() / "calo_plan_allow_oom";
+  const auto dir = calo::testing::scratch_path("plan-allow-oom");
   std::filesystem::remove_all(dir);
   Outcome outcome =
       run_calo("sim --model gpt3-175b --cluster h100-hgx --gpus 8 --tp 8 --gbs 8 --allow-oom --out " +
@@ -171,7 +172,7 @@ TEST(CaloPlanPartitionAndPower, BadInputExitsTwoNamingTheFlag) {
 
 TEST(CaloPlanPartition, FromARunReadsEachGpusSpeedAndHeatAndNeverLosesToUniform) {
 #ifdef CALO_SIM_HAS_STORE
-  const auto dir = std::filesystem::temp_directory_path() / "calo_plan_partition_from";
+  const auto dir = calo::testing::scratch_path("plan-partition-from");
   std::filesystem::remove_all(dir);
   const std::string layout = "--model llama3-8b --cluster h200-hgx --pp 4 --gbs 8 --seq 2048";
   Outcome outcome =

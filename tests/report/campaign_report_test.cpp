@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -16,6 +15,7 @@
 #include <sstream>
 
 #include "../common/run_calo.h"
+#include "../common/scratch.h"
 #include "report/html_report.h"
 
 namespace calo::report {
@@ -59,7 +59,7 @@ std::vector<int> chart_points(const std::string& html, const std::string& kind) 
 class CampaignReport : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = fs::temp_directory_path() / ("calo-campaign-report-" + std::to_string(getpid()));
+    dir_ = testing::scratch_path("campaign-report");
     fs::remove_all(dir_);
     fs::create_directories(dir_.string() + "-spec");
     spec_ = dir_.string() + "-spec/spec.yaml";
@@ -199,7 +199,7 @@ TEST_F(CampaignReport, ChromiumDrawsEveryChart) {
 // The same grid run for real (the CPU backend: tiny-dense, real ranks) and simulated: the page opens with
 // both figures of every point and the error between them.
 TEST(CampaignReportInput, SimulatedAndMeasuredCampaignsAreCompared) {
-  const fs::path dir = fs::temp_directory_path() / ("calo-campaign-pair-" + std::to_string(getpid()));
+  const fs::path dir = testing::scratch_path("campaign-pair");
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::ofstream(dir / "spec.yaml") << "name: pair\nmodel: tiny-dense\ncluster: cpu-host\ngpus: 1\nsteps: 2\n"
@@ -237,7 +237,7 @@ TEST(CampaignReportInput, SimulatedAndMeasuredCampaignsAreCompared) {
 }
 
 TEST(CampaignReportInput, NotACampaignNamesTheFileAndTheFix) {
-  const fs::path dir = fs::temp_directory_path() / ("calo-not-campaign-" + std::to_string(getpid()));
+  const fs::path dir = testing::scratch_path("not-campaign");
   fs::create_directories(dir);
   std::ofstream(dir / "campaign.json") << "{\"campaign\": \"x\"}";
   try {

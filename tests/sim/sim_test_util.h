@@ -1,12 +1,11 @@
 // Helpers shared by the simulator tests: temporary files and small graphs.
 #pragma once
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "../common/scratch.h"
 #include "graph/graph.h"
 #include "model/model_spec.h"
 #include "parallel/validate.h"
@@ -14,10 +13,9 @@
 
 namespace calo::sim::testing {
 
-/// A fresh directory under the system temp dir, unique per test.
+/// A fresh directory in this test process's scratch (tests/common/scratch.h), unique per test.
 inline std::filesystem::path temp_dir(const std::string& name) {
-  auto dir =
-      std::filesystem::temp_directory_path() / ("calo-sim-test-" + name + "-" + std::to_string(::getpid()));
+  auto dir = calo::testing::scratch_path("sim-" + name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

@@ -1,4 +1,5 @@
-// Test helper: a fresh directory under $TMPDIR, removed with its contents at scope exit.
+// Test helper: a fresh directory in the test process's scratch (tests/common/scratch.h), removed with its
+// contents at scope exit.
 #pragma once
 
 #include <stdlib.h>
@@ -6,13 +7,15 @@
 #include <filesystem>
 #include <string>
 
+#include "../common/scratch.h"
+
 namespace calo::store::testing {
 
 /// A unique temporary directory (mkdtemp), deleted recursively by the destructor.
 class TempDir {
  public:
   TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "calo-store-XXXXXX").string();
+    std::string pattern = calo::testing::scratch_path("store-XXXXXX").string();
     path_ = mkdtemp(pattern.data());
   }
   ~TempDir() {

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "../common/scratch.h"
 #include "telemetry/nvml_source.h"
 #include "telemetry/procfs_source.h"
 
@@ -21,9 +22,8 @@ void write_file(const fs::path& path, const std::string& text) {
 
 // A fresh fake /proc + /sys tree for this test (removed first), with a /proc/stat of 1000 ticks, 200 busy.
 fs::path fake_host_root() {
-  const fs::path root =
-      fs::temp_directory_path() / ("calo-procfs-" + std::to_string(getpid()) + "-" +
-                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  const fs::path root = calo::testing::scratch_path(
+      std::string("procfs-") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
   fs::remove_all(root);
   write_file(root / "proc" / "stat", "cpu  100 0 100 800 0 0 0 0 0 0\n");
   return root;

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "../../common/scratch.h"
 #include "core/time.h"
 #include "store/merge.h"
 #include "store/run_store.h"
@@ -30,9 +31,8 @@ namespace fs = std::filesystem;
 const std::string kCalo = std::string(CALO_BINARY_DIR) + "/calo";
 
 fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("calo-record-test-" + std::to_string(getpid())) / name;
+  const fs::path dir = calo::testing::scratch_path("record-" + name);
   fs::remove_all(dir);
-  fs::create_directories(dir.parent_path());
   return dir;
 }
 

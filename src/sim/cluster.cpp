@@ -115,7 +115,8 @@ ComputeEfficiency parse_efficiency(const nlohmann::json& object, const std::stri
 ThermalSpec parse_thermal(const nlohmann::json& object, const std::string& origin) {
   ConfigReader reader(object, origin);
   reader.reject_unknown_keys({"r_die_k_per_w", "r_sink_k_per_w", "tau_die_s", "tau_sink_s", "slowdown_c",
-                              "slowdown_mhz_per_c", "hw_slowdown_c", "leakage_w_per_c", "leakage_ref_c"});
+                              "slowdown_mhz_per_c", "hw_slowdown_c", "leakage_w_per_c", "leakage_ref_c",
+                              "cooling_cut_max", "cooling_start_c", "cooling_span_c", "cooling_tau_s"});
   ThermalSpec thermal;
   thermal.r_die_k_per_w = bounded(reader, origin, "r_die_k_per_w", thermal.r_die_k_per_w, 0, 10);
   thermal.r_sink_k_per_w = bounded(reader, origin, "r_sink_k_per_w", thermal.r_sink_k_per_w, 0, 10);
@@ -127,6 +128,10 @@ ThermalSpec parse_thermal(const nlohmann::json& object, const std::string& origi
   thermal.hw_slowdown_c = bounded(reader, origin, "hw_slowdown_c", thermal.hw_slowdown_c, 0, 200);
   thermal.leakage_w_per_c = bounded(reader, origin, "leakage_w_per_c", thermal.leakage_w_per_c, 0, 100);
   thermal.leakage_ref_c = bounded(reader, origin, "leakage_ref_c", thermal.leakage_ref_c, 0, 200);
+  thermal.cooling_cut_max = bounded(reader, origin, "cooling_cut_max", thermal.cooling_cut_max, 0, 0.95);
+  thermal.cooling_start_c = bounded(reader, origin, "cooling_start_c", thermal.cooling_start_c, 0, 200);
+  thermal.cooling_span_c = bounded(reader, origin, "cooling_span_c", thermal.cooling_span_c, 0.1, 100);
+  thermal.cooling_tau_s = bounded(reader, origin, "cooling_tau_s", thermal.cooling_tau_s, 0.1, 3600);
   require_input(thermal.hw_slowdown_c >= thermal.slowdown_c,
                 fmt::format("{}: hw_slowdown_c ({}) must be >= slowdown_c ({})", origin,
                             thermal.hw_slowdown_c, thermal.slowdown_c));
@@ -340,7 +345,11 @@ nlohmann::json to_json(const ClusterSpec& cluster) {
           {"slowdown_mhz_per_c", thermal.slowdown_mhz_per_c},
           {"hw_slowdown_c", thermal.hw_slowdown_c},
           {"leakage_w_per_c", thermal.leakage_w_per_c},
-          {"leakage_ref_c", thermal.leakage_ref_c}}},
+          {"leakage_ref_c", thermal.leakage_ref_c},
+          {"cooling_cut_max", thermal.cooling_cut_max},
+          {"cooling_start_c", thermal.cooling_start_c},
+          {"cooling_span_c", thermal.cooling_span_c},
+          {"cooling_tau_s", thermal.cooling_tau_s}}},
         {"power_control",
          {{"response_ms", gpu.power_control.response_s * 1e3},
           {"sample_window_ms", gpu.power_control.sample_window_s * 1e3},

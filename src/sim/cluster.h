@@ -49,6 +49,11 @@ struct ThermalSpec {
   double hw_slowdown_c = 95.0;     ///< hardware slowdown: clock drops to min_sm_mhz at or above this
   double leakage_w_per_c = 0;      ///< extra static (leakage) power per degree the die is above leakage_ref_c
   double leakage_ref_c = 60;  ///< die temperature the active power figures hold at (no extra leakage below)
+  /// Cooling that answers heat (fans ramping): at full response R_sink is cut by this fraction (0: passive).
+  double cooling_cut_max = 0;
+  double cooling_start_c = 60;  ///< die temperature the cooling response starts at
+  double cooling_span_c = 10;   ///< degrees above cooling_start_c at which the response is full
+  double cooling_tau_s = 30;    ///< time constant of the cooling response
 };
 
 /// Power-cap controller dynamics and how the driver samples power (docs/SIMULATOR.md, "Power dynamics").

@@ -92,21 +92,62 @@ double leakage_power_w(const GpuSpec& gpu, double die_c) {
   return gpu.thermal.leakage_w_per_c * std::max(0.0, die_c - gpu.thermal.leakage_ref_c);
 }
 
-ThermalState thermal_steady_state(const ThermalSpec& thermal, double inlet_c, double r_scale,
-                                  double power_w) {
+double cooling_target(const ThermalSpec& thermal, double die_c) {
+  if (thermal.cooling_cut_max <= 0) return 0;
+  return std::clamp((die_c - thermal.cooling_start_c) / thermal.cooling_span_c, 0.0, 1.0);
+}
+
+namespace {
+
+/// Sink-to-air resistance (K/W, card scale applied) with the cooling responding at `cooling`.
+double sink_resistance_k_per_w(const ThermalSpec& thermal, double r_scale, double cooling) {
+  return thermal.r_sink_k_per_w * r_scale * (1.0 - thermal.cooling_cut_max * cooling);
+}
+
+/// Both nodes at rest under `power_w` with the cooling held at `cooling`.
+ThermalState rest_at(const ThermalSpec& thermal, double inlet_c, double r_scale, double power_w,
+                     double cooling) {
   ThermalState state;
-  state.sink_c = inlet_c + power_w * thermal.r_sink_k_per_w * r_scale;
+  state.cooling = cooling;
+  state.sink_c = inlet_c + power_w * sink_resistance_k_per_w(thermal, r_scale, cooling);
   state.die_c = state.sink_c + power_w * thermal.r_die_k_per_w * r_scale;
   return state;
 }
 
+}  // namespace
+
+ThermalState thermal_steady_state(const ThermalSpec& thermal, double inlet_c, double r_scale,
+                                  double power_w) {
+  // The response c the rest temperature asks for falls as c rises: bisect c = target(die(c)).
+  double low = 0, high = 1;
+  if (cooling_target(thermal, rest_at(thermal, inlet_c, r_scale, power_w, 0).die_c) <= 0) high = 0;
+  for (int iteration = 0; iteration < 50 && high - low > 1e-9; ++iteration) {
+    const double middle = 0.5 * (low + high);
+    if (cooling_target(thermal, rest_at(thermal, inlet_c, r_scale, power_w, middle).die_c) > middle) {
+      low = middle;
+    } else {
+      high = middle;
+    }
+  }
+  return rest_at(thermal, inlet_c, r_scale, power_w, 0.5 * (low + high));
+}
+
 void thermal_advance(const ThermalSpec& thermal, double inlet_c, double r_scale, double power_w, double dt_s,
                      ThermalState& state) {
-  const ThermalState target = thermal_steady_state(thermal, inlet_c, r_scale, power_w);
-  state.sink_c += (target.sink_c - state.sink_c) * (1.0 - std::exp(-dt_s / thermal.tau_sink_s));
-  // The die relaxes toward (current sink + P R_die); with tau_die << tau_sink this tracks the sink closely.
-  const double die_target = state.sink_c + power_w * thermal.r_die_k_per_w * r_scale;
-  state.die_c += (die_target - state.die_c) * (1.0 - std::exp(-dt_s / thermal.tau_die_s));
+  const bool responds = thermal.cooling_cut_max > 0;
+  const int pieces = responds ? std::max(1, static_cast<int>(std::ceil(dt_s / 0.5))) : 1;
+  const double piece_s = dt_s / pieces;
+  for (int piece = 0; piece < pieces; ++piece) {
+    const ThermalState target = rest_at(thermal, inlet_c, r_scale, power_w, state.cooling);
+    state.sink_c += (target.sink_c - state.sink_c) * (1.0 - std::exp(-piece_s / thermal.tau_sink_s));
+    // The die relaxes toward (current sink + P R_die); with tau_die << tau_sink this tracks the sink closely.
+    const double die_target = state.sink_c + power_w * thermal.r_die_k_per_w * r_scale;
+    state.die_c += (die_target - state.die_c) * (1.0 - std::exp(-piece_s / thermal.tau_die_s));
+    if (responds) {
+      state.cooling += (cooling_target(thermal, state.die_c) - state.cooling) *
+                       (1.0 - std::exp(-piece_s / thermal.cooling_tau_s));
+    }
+  }
 }
 
 }  // namespace calo::sim

@@ -60,17 +60,23 @@ double thermal_clock_limit_mhz(const GpuSpec& gpu, double die_c, double operatin
 /// (leakage grows with temperature; below the reference the fitted idle and active figures already hold).
 double leakage_power_w(const GpuSpec& gpu, double die_c);
 
-/// Temperatures of one GPU's two thermal nodes.
+/// Temperatures of one GPU's two thermal nodes, and how far its cooling has answered.
 struct ThermalState {
-  double sink_c = 0;  ///< heat sink
-  double die_c = 0;   ///< GPU die (what NVML reports as GPU temperature)
+  double sink_c = 0;   ///< heat sink
+  double die_c = 0;    ///< GPU die (what NVML reports as GPU temperature)
+  double cooling = 0;  ///< cooling response, 0 (none) to 1 (full: R_sink cut by cooling_cut_max)
 };
 
-/// Steady state at constant `power_w`: sink = inlet + P R_sink r_scale, die = sink + P R_die r_scale.
+/// The cooling response the die temperature `die_c` asks for: (die - cooling_start_c) / cooling_span_c in [0,
+/// 1].
+double cooling_target(const ThermalSpec& thermal, double die_c);
+
+/// Steady state at constant `power_w`: sink = inlet + P R_sink (1 - cut c) r_scale, die = sink + P R_die
+/// r_scale, with the cooling response c at the value its own die temperature asks for.
 ThermalState thermal_steady_state(const ThermalSpec& thermal, double inlet_c, double r_scale, double power_w);
 
-/// Advances `state` by `dt_s` at constant `power_w` (exact exponential relaxation of each node toward its
-/// target).
+/// Advances `state` by `dt_s` at constant `power_w`: exact exponential relaxation of each node toward its
+/// target, in steps of at most 0.5 s while the cooling responds (it moves toward cooling_target of the die).
 void thermal_advance(const ThermalSpec& thermal, double inlet_c, double r_scale, double power_w, double dt_s,
                      ThermalState& state);
 

@@ -188,6 +188,7 @@ std::vector<GpuState> init_gpu_states(const graph::Graph& graph, const ClusterSp
       state.thermal.die_c = options.initial_die_c;
       state.thermal.sink_c =
           options.initial_die_c - gpu.idle_power_w * gpu.thermal.r_die_k_per_w * state.r_scale;
+      state.thermal.cooling = cooling_target(gpu.thermal, options.initial_die_c);
     }
     GpuResult& out = result.gpus[rank];
     out.rank = rank;

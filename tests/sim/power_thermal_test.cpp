@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "sim_test_util.h"
@@ -36,6 +37,62 @@ TEST(Thermal, DieJumpsFastThenTheSinkFollowsWithItsTimeConstant) {
   thermal_advance(thermal, 31, 1.0, 690, thermal.tau_sink_s, later);
   const double sink_target = 31 + 690 * thermal.r_sink_k_per_w;
   EXPECT_NEAR((later.sink_c - start_sink) / (sink_target - start_sink), 1 - std::exp(-1.0), 1e-9);
+}
+
+TEST(Thermal, ACoolingResponseOvershootsThenSettlesWhereItsOwnTemperatureHoldsIt) {
+  // The H100 soak (tests/fixtures/h100-soak-e): 40 C idle, 74 C after 60 s of 690 W, then 63 C as the fans
+  // answer. A passive RC rises monotonically; a cooling response that lags the die overshoots and settles.
+  ThermalSpec passive;
+  passive.r_die_k_per_w = 0.03;
+  passive.r_sink_k_per_w = 0.05;
+  passive.tau_die_s = 0.5;
+  passive.tau_sink_s = 25;
+  ThermalSpec cooled = passive;
+  cooled.cooling_cut_max = 0.8;
+  cooled.cooling_start_c = 55;
+  cooled.cooling_span_c = 12;
+  cooled.cooling_tau_s = 40;
+  const double inlet_c = 30, idle_w = 75, load_w = 690;
+  ThermalState hot = thermal_steady_state(passive, inlet_c, 1.0, idle_w);
+  ThermalState fanned = thermal_steady_state(cooled, inlet_c, 1.0, idle_w);
+  EXPECT_EQ(fanned.cooling, 0.0);  // idle at 36 C: below the start, no response
+  EXPECT_NEAR(fanned.die_c, hot.die_c, 1e-12);
+  double peak_c = 0, previous_c = 0;
+  bool fell = false;
+  for (int second = 0; second < 600; ++second) {
+    thermal_advance(passive, inlet_c, 1.0, load_w, 1.0, hot);
+    thermal_advance(cooled, inlet_c, 1.0, load_w, 1.0, fanned);
+    EXPECT_GE(hot.die_c, previous_c - 1e-9) << "the passive model never falls under a constant load";
+    previous_c = hot.die_c;
+    fell = fell || fanned.die_c < peak_c - 2.0;
+    peak_c = std::max(peak_c, fanned.die_c);
+  }
+  EXPECT_TRUE(fell) << "the cooled die overshoots: its peak is above where it settles";
+  const ThermalState rest = thermal_steady_state(cooled, inlet_c, 1.0, load_w);
+  EXPECT_NEAR(fanned.die_c, rest.die_c, 0.05);
+  EXPECT_NEAR(fanned.cooling, cooling_target(cooled, rest.die_c), 1e-6) << "at rest it holds its own target";
+  EXPECT_LT(rest.die_c, hot.die_c - 5.0);
+  EXPECT_GT(peak_c, rest.die_c + 2.0);
+  // One long step and many short ones agree (the advance sub-steps while the cooling responds).
+  ThermalState coarse = thermal_steady_state(cooled, inlet_c, 1.0, idle_w), fine = coarse;
+  thermal_advance(cooled, inlet_c, 1.0, load_w, 30.0, coarse);
+  for (int step = 0; step < 300; ++step) thermal_advance(cooled, inlet_c, 1.0, load_w, 0.1, fine);
+  EXPECT_NEAR(coarse.die_c, fine.die_c, 0.3);
+}
+
+TEST(Thermal, NoCoolingResponseIsThePassiveModelExactly) {
+  ThermalSpec thermal;
+  ThermalSpec off = thermal;
+  off.cooling_start_c = 20;  // start, span and tau do nothing while the cut is 0
+  off.cooling_tau_s = 1;
+  ThermalState a = thermal_steady_state(thermal, 27, 1.1, 80), b = thermal_steady_state(off, 27, 1.1, 80);
+  for (double power_w : {700.0, 120.0, 650.0}) {
+    thermal_advance(thermal, 27, 1.1, power_w, 7.5, a);
+    thermal_advance(off, 27, 1.1, power_w, 7.5, b);
+    EXPECT_EQ(a.die_c, b.die_c);
+    EXPECT_EQ(a.sink_c, b.sink_c);
+    EXPECT_EQ(b.cooling, 0.0);
+  }
 }
 
 TEST(Thermal, SlowdownLowersTheClockAboveItsThresholds) {

@@ -63,6 +63,32 @@ std::vector<HeldOutRun> leave_one_out(const std::vector<MeasuredRun>& runs, cons
   return rows;
 }
 
+/// Leave-one-out of the thermal-only runs: each one's sustained peak temperature, replayed from its measured
+/// power by the thermal stage fitted without it (the other stages do not see these runs).
+std::vector<HeldOutRun> leave_thermal_runs_out(const std::vector<MeasuredRun>& runs,
+                                               const sim::ClusterSpec& base, const FitSettings& settings,
+                                               const CalibrateOptions& options) {
+  std::vector<HeldOutRun> rows;
+  for (std::size_t held = 0; held < settings.thermal_runs.size(); ++held) {
+    const MeasuredRun& run = settings.thermal_runs[held];
+    if (options.progress)
+      options.progress(fmt::format("leave-one-out: fitting without {} (thermal)", run.label));
+    FitSettings without = settings;
+    without.thermal_runs.erase(without.thermal_runs.begin() + static_cast<std::ptrdiff_t>(held));
+    const FitResult fit = fit_cluster(runs, base, without);
+    RunFigures measured, predicted;
+    measured.peak_temp_c = run.figures.peak_temp_c;
+    predicted.peak_temp_c = replayed_peak_temp_c(run, cluster_for_run(fit, run));
+    HeldOutRun row{run.label, 0, "", measured, predicted, {}, true};
+    for (const StageFit& stage : fit.stages) {
+      if (stage.stage == "thermal")
+        row.parameters.insert(row.parameters.end(), stage.parameters.begin(), stage.parameters.end());
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
 /// Each parameter the fit on all runs fitted, against its value in every leave-one-out fit that fitted it
 /// too.
 std::vector<ParameterSpread> parameter_spreads(const FitResult& fit,
@@ -99,6 +125,7 @@ void summarize(Calibration& calibration) {
     const auto& [name, unit] = figure_names()[index];
     Tolerance tolerance{name, unit == "C" ? "C" : "relative", target_of(name), NAN, false};
     for (const HeldOutRun& row : calibration.held_out) {
+      if (row.thermal_only) continue;  // rated on their own line below
       const double error =
           figure_error(index, figure_value(row.measured, index), figure_value(row.predicted, index));
       if (!std::isfinite(error)) continue;
@@ -108,10 +135,24 @@ void summarize(Calibration& calibration) {
     tolerance.met = std::isfinite(tolerance.target) && tolerance.achieved <= tolerance.target;
     calibration.tolerances.push_back(tolerance);
   }
+  // Thermal-only runs: their peak temperature replayed from their measured power, against the same target.
+  Tolerance thermal{kThermalRunsFigure, "C", target_of("peak_temp_c"), NAN, false};
+  for (const HeldOutRun& row : calibration.held_out) {
+    const double error = row.predicted.peak_temp_c - row.measured.peak_temp_c;
+    if (!row.thermal_only || !std::isfinite(error)) continue;
+    thermal.achieved =
+        std::isnan(thermal.achieved) ? std::fabs(error) : std::max(thermal.achieved, std::fabs(error));
+  }
+  if (std::isfinite(thermal.achieved)) {
+    thermal.met = thermal.achieved <= thermal.target;
+    calibration.tolerances.push_back(thermal);
+  }
   // Direction of peak power across each micro-batch sweep (runs sharing model and layout but the batch
   // sizes): every pair of runs at adjacent micro-batch sizes (two runs of one size are not a step).
   std::map<std::string, std::map<int, std::vector<const HeldOutRun*>>> sweeps;  // key -> micro-batch -> runs
-  for (const HeldOutRun& row : calibration.held_out) sweeps[row.sweep_key][row.micro_batch].push_back(&row);
+  for (const HeldOutRun& row : calibration.held_out) {
+    if (!row.sweep_key.empty()) sweeps[row.sweep_key][row.micro_batch].push_back(&row);  // thermal runs: none
+  }
   for (const auto& [key, by_size] : sweeps) {
     for (auto upper = std::next(by_size.begin()); upper != by_size.end(); ++upper) {
       for (const HeldOutRun* low : std::prev(upper)->second) {
@@ -260,6 +301,11 @@ Calibration calibrate(const std::vector<std::filesystem::path>& run_dirs, const 
     }
     calibration.runs.push_back(load_measured_run(run_dir, base.gpu));
   }
+  for (const auto& run_dir : options.thermal_runs) {
+    if (options.progress) options.progress(fmt::format("reading {} (thermal only)", run_dir.string()));
+    calibration.thermal_runs.push_back(load_thermal_run(run_dir, base.gpu));
+  }
+  settings.thermal_runs = calibration.thermal_runs;
   if (!trace_files.empty()) {
     calibration.traces.insert(
         calibration.traces.begin(),
@@ -271,7 +317,11 @@ Calibration calibrate(const std::vector<std::filesystem::path>& run_dirs, const 
     const auto [clock_mhz, clock_source] = trace_clock(calibration.runs, base.gpu);
     calibration.kineto = fit_kineto(calibration.traces, clock_mhz, clock_source, calibration.fit);
   }
-  if (options.leave_one_out) calibration.held_out = leave_one_out(calibration.runs, base, settings, options);
+  if (options.leave_one_out) {
+    calibration.held_out = leave_one_out(calibration.runs, base, settings, options);
+    const auto thermal_rows = leave_thermal_runs_out(calibration.runs, base, settings, options);
+    calibration.held_out.insert(calibration.held_out.end(), thermal_rows.begin(), thermal_rows.end());
+  }
   summarize(calibration);
   return calibration;
 }
@@ -294,6 +344,14 @@ nlohmann::json calibrated_cluster_json(const Calibration& calibration, const std
                     {"card", run.gpu_uuid},
                     {"model", run.model ? run.model->name : std::string("-")},
                     {"layout", run.model ? parallel::describe(run.layout) : std::string("-")},
+                    {"measured", figures_json(run.figures)}});
+  }
+  for (const MeasuredRun& run : calibration.thermal_runs) {
+    runs.push_back({{"path", run.run_dir.string()},
+                    {"kind", run.kind},
+                    {"role", "thermal"},
+                    {"gpu", run.gpu_name},
+                    {"card", run.gpu_uuid},
                     {"measured", figures_json(run.figures)}});
   }
   nlohmann::json stages = nlohmann::json::array();
@@ -329,8 +387,10 @@ nlohmann::json calibrated_cluster_json(const Calibration& calibration, const std
   nlohmann::json cards = nlohmann::json::array();
   for (const auto& [card, scale] : calibration.fit.card_r_scale) {
     nlohmann::json labels = nlohmann::json::array();
-    for (const MeasuredRun& run : calibration.runs) {
-      if (run.gpu_uuid == card) labels.push_back(run.label);
+    for (const auto* set : {&calibration.runs, &calibration.thermal_runs}) {
+      for (const MeasuredRun& run : *set) {
+        if (run.gpu_uuid == card) labels.push_back(run.label);
+      }
     }
     cards.push_back({{"card", card}, {"runs", labels}, {"thermal_r_scale", scale}});
   }

@@ -24,7 +24,12 @@ struct HeldOutRun {
   RunFigures measured;    ///< measured
   RunFigures predicted;   ///< simulated with the fit that excluded it
   std::vector<ParameterFit> parameters;  ///< what the fit that excluded it fitted (every stage)
+  bool thermal_only =
+      false;  ///< a --thermal-run: only its peak temperature, replayed from its measured power
 };
+
+/// Tolerance figure of the thermal-only runs' held-out peak temperature (kept apart from the fitted runs').
+inline constexpr const char* kThermalRunsFigure = "peak_temp_c_thermal_runs";
 
 /// How firmly the runs pin one fitted parameter: its value fitted on all runs against the leave-one-out
 /// fits'.
@@ -59,15 +64,17 @@ struct Tolerance {
 
 /// The whole calibration.
 struct Calibration {
-  std::vector<MeasuredRun> runs;      ///< as loaded
-  std::vector<KinetoInput> traces;    ///< Kineto traces (given as files, or runs made by calo ingest)
-  KinetoFit kineto;                   ///< what the traces fitted (collectives, kernels)
-  FitResult fit;                      ///< fit on all runs
-  std::vector<HeldOutRun> held_out;   ///< leave-one-out rows (simulatable runs, when >= 2 of them)
-  std::vector<Tolerance> tolerances;  ///< per figure
-  int direction_pairs = 0;            ///< consecutive micro-batch pairs of one sweep
-  int direction_right = 0;            ///< of which the predicted peak power moves the measured way
-  std::vector<DirectionStep> direction_steps;     ///< every pair counted, in sweep order
+  std::vector<MeasuredRun> runs;          ///< as loaded
+  std::vector<MeasuredRun> thermal_runs;  ///< runs the thermal stage alone fits (--thermal-run), as loaded
+  std::vector<KinetoInput> traces;        ///< Kineto traces (given as files, or runs made by calo ingest)
+  KinetoFit kineto;                       ///< what the traces fitted (collectives, kernels)
+  FitResult fit;                          ///< fit on all runs
+  /// Leave-one-out rows: simulatable runs (when >= 2 of them), then thermal runs (peak temperature only)
+  std::vector<HeldOutRun> held_out;
+  std::vector<Tolerance> tolerances;           ///< per figure
+  int direction_pairs = 0;                     ///< consecutive micro-batch pairs of one sweep
+  int direction_right = 0;                     ///< of which the predicted peak power moves the measured way
+  std::vector<DirectionStep> direction_steps;  ///< every pair counted, in sweep order
   std::vector<ParameterSpread> parameter_spread;  ///< per parameter the fit on all runs fitted
   ProbeRun controller_probe;  ///< the probe run the controller was fitted to (empty label: none)
   ControllerFit controller;   ///< that fit (when a probe was given)
@@ -80,6 +87,8 @@ struct CalibrateOptions {
   /// A controller probe run (controller_probe.h): fits the controller's response and averaging to it and
   /// holds them in every fit; empty: the power stage fits them to the runs.
   std::filesystem::path controller_probe;
+  /// Runs for the thermal stage alone (load_thermal_run): long soaks or records of any job on that GPU.
+  std::vector<std::filesystem::path> thermal_runs;
 };
 
 /// Loads `run_dirs` (run directories; Kineto trace files, which together form one job's traces; runs made by

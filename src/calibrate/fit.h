@@ -86,7 +86,13 @@ struct FitSettings {
   /// power stage keeps base's and this stage leads the result's stages. Empty stage name: the power stage
   /// fits them.
   StageFit controller;
+  /// Runs only the thermal stage fits, besides the fitted runs (load_thermal_run: long soaks, records).
+  std::vector<MeasuredRun> thermal_runs;
 };
+
+/// The sustained peak (hottest 500 ms mean) of the die temperature the RC model replays for `run` from its
+/// load start, driven by its measured power, at its temperature samples; NaN without both series.
+double replayed_peak_temp_c(const MeasuredRun& run, const sim::ClusterSpec& cluster);
 
 /// Fits `base` to `runs` (every run loaded against base's GPU); stages no run informs say so in their note.
 FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSpec& base,

@@ -147,8 +147,12 @@ double upper_median(std::vector<double> values) {
   return *middle;
 }
 
-MeasuredRun load_measured_run(const std::filesystem::path& run_dir, const sim::GpuSpec& base_gpu) {
-  store::RunReader reader(run_dir);
+namespace {
+
+/// `run_dir`'s identity and its device 0 (checked against `base_gpu`): a measurement of the right device kind
+/// and GPU model, or InputError naming the run and the fix.
+MeasuredRun open_measured_run(const store::RunReader& reader, const std::filesystem::path& run_dir,
+                              const sim::GpuSpec& base_gpu, store::DeviceInfo& device) {
   const store::RunInfo info = reader.run();
   MeasuredRun run;
   run.run_dir = run_dir;
@@ -178,6 +182,39 @@ MeasuredRun load_measured_run(const std::filesystem::path& run_dir, const sim::G
         fmt::format("{} ran on {} but the --cluster GPU is {}; give a --cluster whose GPU is a {}",
                     run_dir.string(), gpu->name, base_gpu.name, run_token.empty() ? gpu->name : run_token));
   }
+  device = *gpu;
+  return run;
+}
+
+}  // namespace
+
+MeasuredRun load_thermal_run(const std::filesystem::path& run_dir, const sim::GpuSpec& base_gpu) {
+  store::RunReader reader(run_dir);
+  store::DeviceInfo device;
+  MeasuredRun run = open_measured_run(reader, run_dir, base_gpu, device);
+  run.power_w = read_series(reader, "power_sampled_w");
+  if (run.power_w.empty()) run.power_w = read_series(reader, "power_instant_w");
+  run.temp_c = read_series(reader, "temp_gpu_c");
+  require_input(run.power_w.size() >= 2 && run.temp_c.size() >= 3,
+                fmt::format("{} has no power and temperature series (--thermal-run needs both); record the "
+                            "job with calo record or calo bench on a GPU with NVML",
+                            run_dir.string()));
+  const std::vector<store::Span> steps = reader.spans(store::SpanKind::kStep);
+  const double first_step_s =
+      steps.empty() ? run.power_w.front().first : static_cast<double>(steps.front().t_begin_ns) * 1e-9;
+  run.load_start_s = load_start_s(run.power_w, first_step_s);
+  run.initial_temp_c = value_at(run.temp_c, run.load_start_s);
+  run.figures.peak_temp_c = measured_figures(analyze::analyze_run(run_dir)).peak_temp_c;
+  return run;
+}
+
+MeasuredRun load_measured_run(const std::filesystem::path& run_dir, const sim::GpuSpec& base_gpu) {
+  store::RunReader reader(run_dir);
+  store::DeviceInfo device;
+  MeasuredRun run = open_measured_run(reader, run_dir, base_gpu, device);
+  const store::DeviceInfo* gpu = &device;
+  const store::DeviceKind wanted = device.kind;
+  const store::RunInfo info = reader.run();
   const std::vector<store::Span> steps = reader.spans(store::SpanKind::kStep);
   run.warmup_steps = count_steps(steps, "warmup");
   run.measured_steps = static_cast<int>(steps.size()) > 0 ? count_steps(steps, "step") : 0;

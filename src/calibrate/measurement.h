@@ -84,6 +84,11 @@ std::vector<OpTiming> op_timings(const MeasuredRun& run, const graph::Graph& gra
 /// and the fix) for a simulated run, a run without steps, or a run of another GPU model than `base_gpu`.
 MeasuredRun load_measured_run(const std::filesystem::path& run_dir, const sim::GpuSpec& base_gpu);
 
+/// Loads `run_dir` for the thermal stage alone: its power and temperature series from its load start (steps
+/// not needed: a `calo record` of any job, a long soak) and its sustained peak temperature. InputError as
+/// load_measured_run, or when the run has no power and temperature series.
+MeasuredRun load_thermal_run(const std::filesystem::path& run_dir, const sim::GpuSpec& base_gpu);
+
 /// The execution graph of a simulatable run.
 graph::Graph run_graph(const MeasuredRun& run);
 

@@ -1,4 +1,5 @@
-// `calo calibrate RUN|TRACE... --cluster BASE --out FILE.yaml [--json] [--no-loo] [--controller-probe RUN]`:
+// `calo calibrate RUN|TRACE... --cluster BASE --out FILE.yaml [--json] [--no-loo] [--controller-probe RUN]
+// [--thermal-run RUN]...`:
 // fits the simulator's cluster file to measured runs and Kineto traces and reports each stage's residuals and
 // the leave-one-out error against the targets.
 #include <fmt/format.h>
@@ -24,6 +25,7 @@ struct CalibrateFlags {
   bool json = false;
   bool no_loo = false;
   std::string controller_probe;
+  std::vector<std::string> thermal_runs;
 };
 
 std::string error_cell(const std::string& unit, double value) {
@@ -96,7 +98,9 @@ void print_leave_one_out(const calibrate::Calibration& calibration) {
     if (!std::isfinite(tolerance.target) || !std::isfinite(tolerance.achieved)) continue;
     const bool degrees = tolerance.unit == "C";
     fmt::print(
-        "  {:<18} max |error| {:>8}  target {:>6}  {}\n", tolerance.figure,
+        "  {:<18} max |error| {:>8}  target {:>6}  {}\n",
+        tolerance.figure == calibrate::kThermalRunsFigure ? "peak_temp_c (thermal runs, replayed)"
+                                                          : tolerance.figure,
         degrees ? fmt::format("{:.1f} C", tolerance.achieved)
                 : fmt::format("{:.1f}%", tolerance.achieved * 100),
         degrees ? fmt::format("{:.0f} C", tolerance.target) : fmt::format("{:.0f}%", tolerance.target * 100),
@@ -164,6 +168,7 @@ int run_calibrate(const CalibrateFlags& flags) {
   calibrate::CalibrateOptions options;
   options.leave_one_out = !flags.no_loo;
   options.controller_probe = flags.controller_probe;
+  options.thermal_runs.assign(flags.thermal_runs.begin(), flags.thermal_runs.end());
   if (!flags.json)
     options.progress = [](const std::string& line) { fmt::print(stderr, "calo calibrate: {}\n", line); };
   const calibrate::Calibration calibration = calibrate::calibrate(runs, flags.cluster, options);
@@ -202,6 +207,10 @@ const CommandRegistration kCalibrate(
       app.add_option("--controller-probe", flags->controller_probe,
                      "a calo record run of bench/gpu/controller_probe.py: fit the power-cap controller's "
                      "response and averaging to its bursts and hold them in the power fit");
+      app.add_option("--thermal-run", flags->thermal_runs,
+                     "a run for the thermal stage alone (repeatable): power and temperature of any job on "
+                     "the GPU, no steps needed; a long soak fits the cooling response")
+          ->check(CLI::ExistingPath);
       return [flags] { return run_calibrate(*flags); };
     });
 

@@ -52,9 +52,17 @@ std::vector<fs::path> preset_runs() {
   return runs;
 }
 
+/// The preset's thermal-only runs (--thermal-run): the 313 s soak and cool-down of an eighth H100
+/// (tests/fixtures/h100-soak-e, runs/soakcool) and the 300-step soak of the third (h100-traceops-c,
+/// runs/soak).
+std::vector<fs::path> preset_thermal_runs() {
+  return {unpack_fixture("h100-soak-e") / "soakcool", unpack_fixture("h100-traceops-c") / "soak"};
+}
+
 /// One calibration of the preset's runs, shared by the tests that only read it.
 const Calibration& fixture_calibration() {
-  static const Calibration calibration = calibrate(preset_runs(), "h100-hgx");
+  static const Calibration calibration =
+      calibrate(preset_runs(), "h100-hgx", {true, {}, {}, preset_thermal_runs()});
   return calibration;
 }
 
@@ -80,11 +88,23 @@ void expect_fitted_peak_rises_with_micro_batch(const Calibration& calibration,
 
 TEST(Calibrate, LeaveOneOutOnTheH100Runs) {
   const Calibration& calibration = fixture_calibration();
-  ASSERT_EQ(calibration.held_out.size(), 9u)
-      << "the nine bench runs carry a workload; the recording does not";
-  // Every target but heat, which misses by 0.00001 C (a reported miss: mbs8 held out 3.00001 C cold; the fit
-  // without it has no 8 s run to set tau_sink, docs/SIMULATOR.md "Seventh fit").
-  expect_issue_targets(calibration, 3.0001);
+  ASSERT_EQ(calibration.held_out.size(), 11u)
+      << "the nine bench runs carry a workload, the recording does not; then the two thermal runs";
+  // Every target, heat included: the soaks set the sink's time constant that the 2-25 s runs could not (mbs8
+  // held out was 3.00001 C cold without them, docs/SIMULATOR.md "Eighth fit").
+  expect_issue_targets(calibration);
+  // The thermal runs held out, replayed from their measured power: the soak card's within the target; the
+  // third card's (its only run, so held out it gets the typical card's resistance) is a reported miss.
+  const Tolerance& thermal = calo::testing::tolerance_of(calibration, kThermalRunsFigure);
+  EXPECT_FALSE(thermal.met);
+  EXPECT_LT(thermal.achieved, 7.0);
+  for (const HeldOutRun& row : calibration.held_out) {
+    if (row.label == "soakcool") {
+      EXPECT_TRUE(row.thermal_only);
+      EXPECT_LE(std::fabs(row.predicted.peak_temp_c - row.measured.peak_temp_c), 3.0);
+      EXPECT_TRUE(std::isnan(row.predicted.step_time_s)) << "a thermal run is rated on its heat alone";
+    }
+  }
   // Measured peaks rise over micro-batch 1 -> 2 -> 4 -> 8 (mbs1 and tmbs1 at 1, mbs8 and tmbs8 at 8) by 12-32
   // W a step, while a fit of nine runs moves a held-out peak by up to 5 %: held out, all 5 steps move the
   // measured way with the asymmetric controller (3 of 5 with one response, docs/SIMULATOR.md, "How firm the
@@ -142,10 +162,15 @@ TEST(Calibrate, LeaveOneOutNamesTheWrongDirectionStepsAndHowFirmlyEachParameterI
   ASSERT_TRUE(by_key.count("gpu.power_control.response_ms"));
   EXPECT_GT(std::fabs(by_key["gpu.power_control.response_ms"].shift), 0.5);
   EXPECT_GT(by_key["gpu.power_control.response_ms"].high / by_key["gpu.power_control.response_ms"].low, 2.0);
-  for (const char* firm : {"gpu.efficiency.memory_max", "gpu.thermal.r_die_k_per_w", "node.inlet_c"}) {
+  for (const char* firm : {"gpu.efficiency.memory_max", "gpu.efficiency.gemm_max"}) {
     ASSERT_TRUE(by_key.count(firm)) << firm;
     EXPECT_LT(std::fabs(by_key[firm].shift), 0.05) << firm;
   }
+  // The sink's time constant and the cooling response rest on the one long record: without the soak card's
+  // soak the third card's (46 s, still rising) alone sets them.
+  ASSERT_TRUE(by_key.count("gpu.thermal.tau_sink_s"));
+  EXPECT_EQ(by_key["gpu.thermal.tau_sink_s"].pinned_by, "soakcool");
+  EXPECT_GT(std::fabs(by_key["gpu.thermal.tau_sink_s"].shift), 1.0);
   // Both go into the calibrated file.
   const nlohmann::json file = calibrated_cluster_json(calibration, "h100-hgx")["calibration"];
   EXPECT_EQ(file["parameter_spread"].size(), calibration.parameter_spread.size());
@@ -167,6 +192,9 @@ TEST(Calibrate, TheShippedH100PresetIsTheFitOfItsRuns) {
       << "the runs fit a clock that climbs back more slowly than it is cut";
   EXPECT_NEAR(preset.gpu.efficiency.gemm_half_dim, fitted.efficiency.gemm_half_dim, 1e-6);
   EXPECT_NEAR(preset.gpu.thermal.r_die_k_per_w, fitted.thermal.r_die_k_per_w, 1e-9);
+  EXPECT_NEAR(preset.gpu.thermal.tau_sink_s, fitted.thermal.tau_sink_s, 1e-6);  // 10 digits in the file
+  EXPECT_NEAR(preset.gpu.thermal.cooling_cut_max, fitted.thermal.cooling_cut_max, 1e-9);
+  EXPECT_GT(fitted.thermal.cooling_cut_max, 0.05) << "the soak shows the cooling answer";
 }
 
 TEST(Calibrate, TheSixRunsOfTheIssueMeetEveryNumericTargetHeldOut) {
@@ -199,26 +227,27 @@ TEST(Calibrate, ARunStartsFromTheTemperatureItReadBeforeItsGpuLoaded) {
 
 TEST(Calibrate, EachCardHasItsOwnThermalResistance) {
   // The six fixture runs are one H100, the four trace-ops runs another: at the same power the first card's
-  // die rose 13 C within 0.3 s, the second's 10 C.
+  // die rose 13 C within 0.3 s, the second's 10 C. The two soaks are the third card and an eighth.
   const Calibration& calibration = fixture_calibration();
   const auto& cards = calibration.fit.card_r_scale;
-  ASSERT_EQ(cards.size(), 2u);
+  ASSERT_EQ(cards.size(), 4u);
+  double product = 1;
+  for (const auto& [card, scale] : cards) product *= scale;
+  EXPECT_NEAR(product, 1.0, 1e-6) << "the typical card is the geometric mean";
   const double first = cards.at(calibration.runs[0].gpu_uuid),
                second = cards.at(calibration.runs[6].gpu_uuid);
-  EXPECT_NEAR(first * second, 1.0, 1e-6) << "the typical card is the geometric mean";
-  EXPECT_GT(first, 1.05);
-  EXPECT_LT(second, 0.95);
+  EXPECT_GT(first, second * 1.1);
   // A held-out run keeps its card's scale: with one scale for both, tmbs1 (second card) came out 3.3 C hot.
-  // (mbs8 misses by 0.00001 C, reported: LeaveOneOutOnTheH100Runs.)
   for (const HeldOutRun& row : calibration.held_out) {
-    EXPECT_LE(std::fabs(row.predicted.peak_temp_c - row.measured.peak_temp_c), 3.0001) << row.label;
+    if (row.thermal_only) continue;  // LeaveOneOutOnTheH100Runs
+    EXPECT_LE(std::fabs(row.predicted.peak_temp_c - row.measured.peak_temp_c), 3.0) << row.label;
   }
 }
 
 TEST(CalibrateOps, GpuOpSpansFitEveryRunsStepAtItsMeasuredClock) {
   std::vector<fs::path> runs;
   for (const char* name : {"tmbs1", "tmbs8", "t8k", "t4k"}) runs.push_back(traceops_runs() / name);
-  const Calibration calibration = calibrate(runs, "h100-hgx", {false, {}, {}});
+  const Calibration calibration = calibrate(runs, "h100-hgx", {false, {}, {}, {}});
   const StageFit* compute = nullptr;
   for (const StageFit& stage : calibration.fit.stages) {
     if (stage.stage == "compute") compute = &stage;
@@ -313,7 +342,7 @@ TEST(CalibrateOps, OpSpanComputeUnderThePowerFitPredictsHeldOutRuns) {
 
 TEST(CalibrateOps, OneRunsOpSpansKeepWhatTheyCannotTell) {
   // One run: one sequence length, one micro-batch, one grid size: attention's half points stay the base's.
-  const Calibration calibration = calibrate({long_context_run()}, "h100-hgx", {false, {}, {}});
+  const Calibration calibration = calibrate({long_context_run()}, "h100-hgx", {false, {}, {}, {}});
   for (const char* key : {"gpu.efficiency.attention_half_seq", "gpu.efficiency.attention_half_rows"}) {
     EXPECT_NE(std::find(calibration.fit.kept.begin(), calibration.fit.kept.end(), key),
               calibration.fit.kept.end())
@@ -345,7 +374,8 @@ TEST(Calibrate, EachStageIsRightOnItsOwn) {
       }
     }
     if (stage.stage == "thermal") {
-      ASSERT_EQ(stage.residuals.size(), 10u) << "the recording's temperature curve counts too";
+      ASSERT_EQ(stage.residuals.size(), 12u)
+          << "the recording's temperature curve counts too, and the soaks'";
       for (const auto& [label, values] : stage.residuals) {
         // Single 100 ms readings scatter ~2 C around the die's temperature: 2.5 C RMS at worst.
         EXPECT_LE(values["temp_rms_c"].get<double>(), 2.6) << label;
@@ -359,7 +389,7 @@ TEST(Calibrate, EachStageIsRightOnItsOwn) {
 }
 
 TEST(Calibrate, RunsWithoutOpSpansFitComputeToTheirSteps) {
-  const Calibration calibration = calibrate(measured_runs(), "h100-hgx", {false, {}, {}});
+  const Calibration calibration = calibrate(measured_runs(), "h100-hgx", {false, {}, {}, {}});
   const auto compute = std::find_if(calibration.fit.stages.begin(), calibration.fit.stages.end(),
                                     [](const StageFit& stage) { return stage.stage == "compute"; });
   ASSERT_NE(compute, calibration.fit.stages.end());
@@ -382,8 +412,10 @@ TEST(Calibrate, TheCalibratedFileLoadsAndCarriesItsProvenance) {
   EXPECT_NEAR(cluster.gpu.power_control.response_s, calibration.fit.cluster.gpu.power_control.response_s,
               1e-9);
   ASSERT_TRUE(cluster.calibration.is_object());
-  EXPECT_EQ(cluster.calibration["runs"].size(), 10u);
-  EXPECT_EQ(cluster.calibration["leave_one_out"].size(), 9u);
+  EXPECT_EQ(cluster.calibration["runs"].size(), 12u) << "ten fitted runs and two thermal runs";
+  EXPECT_EQ(cluster.calibration["leave_one_out"].size(), 11u);
+  EXPECT_TRUE(cluster.calibration["tolerance"].contains(kThermalRunsFigure));
+  EXPECT_NEAR(cluster.gpu.thermal.cooling_cut_max, calibration.fit.cluster.gpu.thermal.cooling_cut_max, 1e-9);
   EXPECT_FALSE(cluster.calibration["kept_from_base"].empty());
   EXPECT_TRUE(cluster.calibration["tolerance"].contains("peak_power_w"));
   fs::remove(out);
@@ -438,7 +470,7 @@ TEST(CalibrateOps, PerOpSpansOfACpuBenchFitTheEfficiencyCurves) {
       "--trace-ops --no-progress --out " +
       dir.string());
   ASSERT_EQ(bench.exit_code, 0) << bench.output;
-  const Calibration calibration = calibrate({dir}, "cpu-host", {false, {}, {}});
+  const Calibration calibration = calibrate({dir}, "cpu-host", {false, {}, {}, {}});
   const StageFit* compute = nullptr;
   const StageFit* peak = nullptr;
   for (const StageFit& stage : calibration.fit.stages) {
@@ -531,6 +563,29 @@ TEST(CalibrateCli, BadInputExitsTwoAndWritesNothing) {
   EXPECT_NE(outcome.output.find("calo bench"), std::string::npos)
       << "the message names the fix: " << outcome.output;
   EXPECT_FALSE(fs::exists(out));
+}
+
+TEST(CalibrateCli, AThermalRunMustBeAMeasurementOfTheSameGpu) {
+  // --thermal-run takes any measured run with power and temperature (steps not needed), of the base's GPU.
+  const fs::path out = calo::testing::scratch_path("cli-thermal-bad.yaml");
+  const std::string fitted = (fixture_runs() / "mbs1").string() + " --out " + out.string();
+  Outcome outcome = run_calo("calibrate " + fitted + " --cluster h100-hgx --no-loo --thermal-run " +
+                             (fixture_runs() / "simmbs1").string());
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_NE(outcome.output.find("simulated run"), std::string::npos) << outcome.output;
+  outcome = run_calo("calibrate " + fitted + " --cluster h100-hgx --no-loo --thermal-run " +
+                     (calo::testing::h200_runs() / "soak").string());
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_NE(outcome.output.find("give a --cluster whose GPU is a H200"), std::string::npos) << outcome.output;
+  EXPECT_FALSE(fs::exists(out));
+  // A record without steps is welcome: the soak card's and cool-down, listed with its role.
+  outcome = run_calo("calibrate " + fitted + " --cluster h100-hgx --no-loo --json --thermal-run " +
+                     (unpack_fixture("h100-soak-e") / "soakcool").string());
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  const nlohmann::json runs = nlohmann::json::parse(outcome.output)["cluster"]["calibration"]["runs"];
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[1]["role"], "thermal");
+  EXPECT_EQ(runs[1]["kind"], "record");
 }
 
 }  // namespace

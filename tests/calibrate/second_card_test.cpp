@@ -88,15 +88,18 @@ std::map<std::string, Compared> twin_on_preset(const fs::path& run, const fs::pa
 
 TEST(SecondCard, TheH100PresetOnAThirdCardItNeverSaw) {
   // Card GPU-6e4e72a2 ran the trace-ops commands 2-3 % slower and hotter (72 C after 300 steps) than the
-  // cards the preset was fitted on. Its twins on the preset: power within 2 % (mean) and 6 % (peak); every
-  // step simulated faster, by 1-5 % (docs/BENCHMARKS.md, "A third H100").
+  // cards the preset's compute and power were fitted on. Its twins on the preset: power within 2 % (mean) and
+  // 6 % (peak); every step simulated faster, by 1-5 % (docs/BENCHMARKS.md, "A third H100"). Its soak is one
+  // of the preset's thermal runs (eighth fit), so for heat alone the twins take the card's fitted scale.
   const fs::path runs = unpack_fixture("h100-traceops-c");
   const fs::path out = calo::testing::scratch_path("card-c-twins");
   for (const fs::path& run : runs_of(runs)) {
     std::string sim_output;
     auto figures = twin_on_preset(run, out / run.filename(), &sim_output);
-    EXPECT_NE(sim_output.find("not in the cluster's calibration"), std::string::npos)
-        << "a card the preset never saw takes the typical card's heat: " << sim_output;
+    EXPECT_NE(sim_output.find("GPU-6e4e72a2-dbfd-b80e-18bb-525420abb8a5: thermal R x 1.074 (fitted by the "
+                              "cluster's calibration)"),
+              std::string::npos)
+        << "the card of a thermal run takes its fitted heat: " << sim_output;
     const double step = figures["step_time_mean_s"].error;
     EXPECT_LT(step, -0.005) << run.filename() << ": this card is slower than the fitted ones";
     EXPECT_GT(step, -0.065) << run.filename();
@@ -108,10 +111,11 @@ TEST(SecondCard, TheH100PresetOnAThirdCardItNeverSaw) {
 
 TEST(SecondCard, TheH100PresetFollowsAFourthCardsMicroBatchSweepOfTwentySteps) {
   // Card GPU-6e7e205b (idle at 53 C, 81 C by the end), micro-batch 1-8 at 2K tokens with 20 measured steps
-  // each: the measured peak rises 827 -> 909.5 -> 909.5 -> 946 W, the preset's twins 851 -> 847 -> 861 -> 938
-  // W. The peak rises over the sweep in both, but the twins' first step falls 4 W (a reported miss: the
-  // fitted model's micro-batch 1 -> 2 step, docs/SIMULATOR.md "Seventh fit"); every twin is within 7 % of
-  // it, mean power within 2.5 %; steps are 2-3 % fast, as on the third card (docs/BENCHMARKS.md).
+  // each: the measured peak rises 827 -> 909.5 -> 909.5 -> 946 W, the preset's twins 850 -> 841 -> 859 -> 942
+  // W. The peak rises over the sweep in both, but the twins' first step falls 9 W (a reported miss: the
+  // fitted model's micro-batch 1 -> 2 step, docs/SIMULATOR.md "Seventh fit"); every twin is within 8 % of
+  // it, mean power within 2.5 %; steps are 1.4-2.4 % fast (eighth fit: its heat within 1 C, the leakage of a
+  // hot card takes clock; seventh fit: 2.4-3.0 % fast, 3-9 C cold; docs/BENCHMARKS.md).
   const fs::path runs = unpack_fixture("h100-sweep-d");
   const fs::path out = calo::testing::scratch_path("card-d-twins");
   std::vector<Compared> peaks;
@@ -120,9 +124,9 @@ TEST(SecondCard, TheH100PresetFollowsAFourthCardsMicroBatchSweepOfTwentySteps) {
     ASSERT_TRUE(figures.count("power_gpu_peak_w") && figures.count("power_gpu_mean_w") &&
                 figures.count("step_time_p50_s"))
         << name;
-    EXPECT_LE(std::fabs(figures["power_gpu_peak_w"].error), 0.07) << name;
+    EXPECT_LE(std::fabs(figures["power_gpu_peak_w"].error), 0.08) << name;
     EXPECT_LE(std::fabs(figures["power_gpu_mean_w"].error), 0.025) << name;
-    EXPECT_LT(figures["step_time_p50_s"].error, -0.02)
+    EXPECT_LT(figures["step_time_p50_s"].error, -0.01)
         << name << ": this card is slower than the fitted ones";
     EXPECT_GT(figures["step_time_p50_s"].error, -0.06) << name;
     peaks.push_back(figures["power_gpu_peak_w"]);

@@ -86,7 +86,7 @@ void expect_fitted_peak_rises_with_micro_batch(const Calibration& calibration,
   }
 }
 
-TEST(Calibrate, LeaveOneOutOnTheH100Runs) {
+TEST(CalibrateH100Preset, LeaveOneOutOnTheH100Runs) {
   const Calibration& calibration = fixture_calibration();
   ASSERT_EQ(calibration.held_out.size(), 11u)
       << "the nine bench runs carry a workload, the recording does not; then the two thermal runs";
@@ -120,7 +120,7 @@ TEST(Calibrate, LeaveOneOutOnTheH100Runs) {
   EXPECT_GT(high_w, low_w) << "peak power from micro-batch 1 to 8, held out";
 }
 
-TEST(Calibrate, LeaveOneOutNamesTheWrongDirectionStepsAndHowFirmlyEachParameterIsPinned) {
+TEST(CalibrateH100Preset, LeaveOneOutNamesTheWrongDirectionStepsAndHowFirmlyEachParameterIsPinned) {
   const Calibration& calibration = fixture_calibration();
   // Every step counted is listed with its measured and held-out change; with one response the wrong ones
   // were the two out of mbs4, whose held-out peak the fits without it put high; now none is wrong
@@ -177,7 +177,7 @@ TEST(Calibrate, LeaveOneOutNamesTheWrongDirectionStepsAndHowFirmlyEachParameterI
   EXPECT_EQ(file["peak_power_direction"]["steps"].size(), calibration.direction_steps.size());
 }
 
-TEST(Calibrate, TheShippedH100PresetIsTheFitOfItsRuns) {
+TEST(CalibrateH100Preset, TheShippedH100PresetIsTheFitOfItsRuns) {
   // data/clusters/h100-hgx-calibrated.yaml reproduces from its ten runs (docs/SIMULATOR.md gives the
   // command).
   const sim::ClusterSpec preset = sim::load_cluster("h100-hgx-calibrated");
@@ -225,7 +225,7 @@ TEST(Calibrate, ARunStartsFromTheTemperatureItReadBeforeItsGpuLoaded) {
   EXPECT_LT(run.load_start_s, 0.3);
 }
 
-TEST(Calibrate, EachCardHasItsOwnThermalResistance) {
+TEST(CalibrateH100Preset, EachCardHasItsOwnThermalResistance) {
   // The six fixture runs are one H100, the four trace-ops runs another: at the same power the first card's
   // die rose 13 C within 0.3 s, the second's 10 C. The two soaks are the third card and an eighth.
   const Calibration& calibration = fixture_calibration();
@@ -362,7 +362,7 @@ TEST(Calibrate, TheShippedPresetPredictsTheLongContextStep) {
       << "measured " << run.figures.step_time_s << " s, simulated " << simulated.step_time_s << " s";
 }
 
-TEST(Calibrate, EachStageIsRightOnItsOwn) {
+TEST(CalibrateH100Preset, EachStageIsRightOnItsOwn) {
   const Calibration& calibration = fixture_calibration();
   for (const StageFit& stage : calibration.fit.stages) {
     if (stage.stage == "compute") {
@@ -401,7 +401,7 @@ TEST(Calibrate, RunsWithoutOpSpansFitComputeToTheirSteps) {
   }
 }
 
-TEST(Calibrate, TheCalibratedFileLoadsAndCarriesItsProvenance) {
+TEST(CalibrateH100Preset, TheCalibratedFileLoadsAndCarriesItsProvenance) {
   const Calibration& calibration = fixture_calibration();
   const fs::path out = calo::testing::scratch_path("calibrated.yaml");
   write_cluster_file(out, calibrated_cluster_json(calibration, "h100-hgx"));

@@ -45,11 +45,13 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if [ $# -eq 0 ]; then
   # Suites not built in the subset register only a label-less *_NOT_BUILT placeholder, which -L unit skips;
-  # -E keeps the wall-clock-paced suites out where an earlier CALO_SAN_ALL build left their binaries.
+  # -E keeps the wall-clock-paced suites out where an earlier CALO_SAN_ALL build left their binaries, and
+  # CalibrateH100Preset, registered by add_test (one process for six tests) rather than discovered, so it has
+  # no placeholder: the subset does not build calibrate_tests.
   if [ "${CALO_SAN_ALL:-0}" = "1" ]; then
     set -- -LE 'gpu|multigpu'
   else
-    set -- -L unit -E '^(Replay|Sampler|Probe)\.'
+    set -- -L unit -E '^(Replay|Sampler|Probe)\.|^CalibrateH100Preset$'
   fi
 fi
 ctest --test-dir "$build_dir" --output-on-failure -j "$(nproc)" "$@"

@@ -120,29 +120,33 @@ std::vector<ParameterSpread> parameter_spreads(const FitResult& fit,
   return spreads;
 }
 
+/// Largest |error| of figure `index` over the held-out rows that are (`thermal_only`) or are not thermal
+/// runs; NaN when none has it.
+double max_abs_error(const std::vector<HeldOutRun>& held_out, std::size_t index, bool thermal_only) {
+  double achieved = NAN;
+  for (const HeldOutRun& row : held_out) {
+    if (row.thermal_only != thermal_only) continue;
+    const double error =
+        figure_error(index, figure_value(row.measured, index), figure_value(row.predicted, index));
+    if (std::isfinite(error))
+      achieved = std::isnan(achieved) ? std::fabs(error) : std::max(achieved, std::fabs(error));
+  }
+  return achieved;
+}
+
 void summarize(Calibration& calibration) {
+  std::size_t temp_index = 0;
   for (std::size_t index = 0; index < figure_names().size(); ++index) {
     const auto& [name, unit] = figure_names()[index];
-    Tolerance tolerance{name, unit == "C" ? "C" : "relative", target_of(name), NAN, false};
-    for (const HeldOutRun& row : calibration.held_out) {
-      if (row.thermal_only) continue;  // rated on their own line below
-      const double error =
-          figure_error(index, figure_value(row.measured, index), figure_value(row.predicted, index));
-      if (!std::isfinite(error)) continue;
-      tolerance.achieved =
-          std::isnan(tolerance.achieved) ? std::fabs(error) : std::max(tolerance.achieved, std::fabs(error));
-    }
+    if (name == "peak_temp_c") temp_index = index;
+    Tolerance tolerance{name, unit == "C" ? "C" : "relative", target_of(name),
+                        max_abs_error(calibration.held_out, index, false), false};
     tolerance.met = std::isfinite(tolerance.target) && tolerance.achieved <= tolerance.target;
     calibration.tolerances.push_back(tolerance);
   }
   // Thermal-only runs: their peak temperature replayed from their measured power, against the same target.
-  Tolerance thermal{kThermalRunsFigure, "C", target_of("peak_temp_c"), NAN, false};
-  for (const HeldOutRun& row : calibration.held_out) {
-    const double error = row.predicted.peak_temp_c - row.measured.peak_temp_c;
-    if (!row.thermal_only || !std::isfinite(error)) continue;
-    thermal.achieved =
-        std::isnan(thermal.achieved) ? std::fabs(error) : std::max(thermal.achieved, std::fabs(error));
-  }
+  Tolerance thermal{kThermalRunsFigure, "C", target_of("peak_temp_c"),
+                    max_abs_error(calibration.held_out, temp_index, true), false};
   if (std::isfinite(thermal.achieved)) {
     thermal.met = thermal.achieved <= thermal.target;
     calibration.tolerances.push_back(thermal);

@@ -513,10 +513,8 @@ std::vector<std::pair<double, double>> replay_temperatures(const MeasuredRun& ru
       power_index += 1;
   };
   catch_up();
-  sim::ThermalState state;
-  state.die_c = run.initial_temp_c;
-  state.sink_c = state.die_c - run.power_w[power_index].second * thermal.r_die_k_per_w * r_scale;
-  state.cooling = sim::cooling_target(thermal, state.die_c);  // the cooling at rest for that temperature
+  sim::ThermalState state =
+      sim::thermal_state_at(thermal, r_scale, run.power_w[power_index].second, run.initial_temp_c);
   for (const auto& [sample_t_s, measured_c] : run.temp_c) {
     if (sample_t_s <= t_s) continue;
     while (t_s < sample_t_s) {

@@ -132,6 +132,14 @@ ThermalState thermal_steady_state(const ThermalSpec& thermal, double inlet_c, do
   return rest_at(thermal, inlet_c, r_scale, power_w, 0.5 * (low + high));
 }
 
+ThermalState thermal_state_at(const ThermalSpec& thermal, double r_scale, double power_w, double die_c) {
+  ThermalState state;
+  state.die_c = die_c;
+  state.sink_c = die_c - power_w * thermal.r_die_k_per_w * r_scale;
+  state.cooling = cooling_target(thermal, die_c);
+  return state;
+}
+
 void thermal_advance(const ThermalSpec& thermal, double inlet_c, double r_scale, double power_w, double dt_s,
                      ThermalState& state) {
   const bool responds = thermal.cooling_cut_max > 0;

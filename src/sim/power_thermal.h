@@ -75,6 +75,10 @@ double cooling_target(const ThermalSpec& thermal, double die_c);
 /// r_scale, with the cooling response c at the value its own die temperature asks for.
 ThermalState thermal_steady_state(const ThermalSpec& thermal, double inlet_c, double r_scale, double power_w);
 
+/// A GPU resting at die temperature `die_c` under `power_w`: its sink P R_die r_scale below the die, its
+/// cooling at the response that temperature asks for.
+ThermalState thermal_state_at(const ThermalSpec& thermal, double r_scale, double power_w, double die_c);
+
 /// Advances `state` by `dt_s` at constant `power_w`: exact exponential relaxation of each node toward its
 /// target, in steps of at most 0.5 s while the cooling responds (it moves toward cooling_target of the die).
 void thermal_advance(const ThermalSpec& thermal, double inlet_c, double r_scale, double power_w, double dt_s,

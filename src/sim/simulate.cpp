@@ -184,11 +184,8 @@ std::vector<GpuState> init_gpu_states(const graph::Graph& graph, const ClusterSp
                         : gpu.max_sm_mhz;
     state.thermal = thermal_steady_state(gpu.thermal, state.inlet_c, state.r_scale, gpu.idle_power_w);
     if (options.initial_die_c >= 0) {
-      // A GPU idling at this die temperature: its sink sits P_idle R_die below it.
-      state.thermal.die_c = options.initial_die_c;
-      state.thermal.sink_c =
-          options.initial_die_c - gpu.idle_power_w * gpu.thermal.r_die_k_per_w * state.r_scale;
-      state.thermal.cooling = cooling_target(gpu.thermal, options.initial_die_c);
+      // A GPU idling at this die temperature.
+      state.thermal = thermal_state_at(gpu.thermal, state.r_scale, gpu.idle_power_w, options.initial_die_c);
     }
     GpuResult& out = result.gpus[rank];
     out.rank = rank;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <time.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -84,22 +85,41 @@ TEST(Sampler, AbsoluteDeadlinesDoNotDrift) {
     if (source.devices()[0].metrics[index].name == "host_mem_used_bytes") mem_index = index;
   }
   const auto& times = collected.times[{0u, 0u, static_cast<uint32_t>(mem_index)}];
-  // 2 s at 10 ms from start+5 ms: about 200 samples; sample k is read near start + k·10 ms (no accumulation
-  // of per-iteration delays, which a relative sleep would show as a growing offset).
+  // 2 s at 10 ms from start+5 ms: about 200 samples; each is read just after its deadline start + k·10 ms,
+  // k the latest deadline it passed but after the previous sample's, so a deadline skipped by a preempted
+  // read shifts none of the later ones. A sampler that slept a relative 10 ms after each read would add its
+  // read and wake-up time (>= 50 us) every period: a slow drift shows as the last 50 offsets' median sitting
+  // above the first 50's, a fast one as many reads 5 ms or more late. Medians and a count of late reads, not
+  // the worst offset: one preemption of the test on a loaded 2-core CI runner (a stray late wake-up, no
+  // trend) is not drift; at most 2 samples may be that late or skip their deadline.
   ASSERT_GE(times.size(), 190u);
   ASSERT_LE(times.size(), 201u);
-  int64_t worst_offset_ns = 0;
+  std::vector<int64_t> offsets_ns;
+  int64_t deadline_index = -1;
   for (size_t sample = 0; sample < times.size(); ++sample) {
-    const int64_t offset_ns = times[sample] - (start_ns + static_cast<int64_t>(sample) * 10 * kMs);
-    EXPECT_GE(offset_ns, 0) << "sample " << sample << " read before its deadline";
-    worst_offset_ns = std::max(worst_offset_ns, offset_ns);
+    const int64_t passed = (times[sample] - start_ns) / (10 * kMs);
+    deadline_index = std::max(deadline_index + 1, passed);
+    offsets_ns.push_back(times[sample] - (start_ns + deadline_index * 10 * kMs));
+    EXPECT_GE(offsets_ns.back(), 0) << "sample " << sample << " read before its deadline";
   }
-  EXPECT_LT(worst_offset_ns, 5 * kMs) << "the last samples drifted from their absolute deadlines";
+  auto median_ns = [](std::vector<int64_t> values) {
+    std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2),
+                     values.end());
+    return values[values.size() / 2];
+  };
+  constexpr size_t kEnds = 50;
+  const int64_t first_ns = median_ns({offsets_ns.begin(), offsets_ns.begin() + kEnds});
+  const int64_t last_ns = median_ns({offsets_ns.end() - kEnds, offsets_ns.end()});
+  EXPECT_LT(last_ns - first_ns, 1 * kMs) << "the last samples drifted from their absolute deadlines";
+  EXPECT_LT(median_ns(offsets_ns), 1 * kMs) << "a typical read is late";
+  const auto late =
+      std::count_if(offsets_ns.begin(), offsets_ns.end(), [](int64_t ns) { return ns >= 5 * kMs; });
+  EXPECT_LE(late, 2) << "more than a stray preemption: reads were 5 ms or more late";
   const auto stats = sampler.stats();
   ASSERT_EQ(stats.size(), 1u);
-  EXPECT_EQ(stats[0].missed, 0u);
-  EXPECT_GT(stats[0].jitter_p99_ns, 0);
-  EXPECT_LT(stats[0].jitter_p99_ns, 5 * kMs);
+  EXPECT_LE(stats[0].missed, 2u) << "more than a stray preemption: deadlines were skipped";
+  EXPECT_GT(stats[0].jitter_p50_ns, 0);
+  EXPECT_LT(stats[0].jitter_p50_ns, 1 * kMs);
   EXPECT_LE(stats[0].jitter_p50_ns, stats[0].jitter_p99_ns);
   EXPECT_GT(stats[0].cpu_ns, 0);
 }

@@ -13,7 +13,8 @@ communication. Output: one rank<N>.json per rank (uncompressed Chrome trace, wit
 """
 import argparse
 import os
-import sys
+
+from spawn_ranks import spawn_ranks
 
 
 def worker(rank, world_size, args):
@@ -118,14 +119,7 @@ def main():
     parser.add_argument("--shard-mib", type=int, default=8, help="FSDP-style shard per rank, MiB")
     parser.add_argument("--port", type=int, default=29533)
     args = parser.parse_args()
-    import torch
-    import torch.multiprocessing as mp
-
-    available = torch.cuda.device_count()
-    if args.gpus < 2 or args.gpus > available:
-        sys.exit(f"make_trace.py: --gpus {args.gpus} needs 2..{available} (GPUs visible: {available})")
-    os.makedirs(args.out, exist_ok=True)
-    mp.spawn(worker, args=(args.gpus, args), nprocs=args.gpus, join=True)
+    spawn_ranks(worker, args, "make_trace.py")
 
 
 if __name__ == "__main__":

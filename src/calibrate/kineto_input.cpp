@@ -52,24 +52,6 @@ std::vector<std::int32_t> group_ranks(const analyze::TraceData& data, const anal
   return ranks;
 }
 
-/// Where the sample's ranks sit on `cluster` (sim::place_group: rank r on node r / GPUs per node).
-sim::GroupPlacement placement_of(const sim::ClusterSpec& cluster, const CollectiveSample& sample) {
-  return sim::place_group(cluster, sample.ranks);
-}
-
-double modeled_collective_s(const sim::ClusterSpec& cluster, const CollectiveSample& sample) {
-  return sim::collective_time_s(cluster, sample.kind, sample.bytes, placement_of(cluster, sample));
-}
-
-std::string sample_key(const CollectiveSample& sample) {
-  // Groups of one size on different ranks are different samples; name the ranks (a long list by its ends).
-  const auto& ranks = sample.ranks;
-  const std::string members = ranks.size() <= 8 ? fmt::format("{}", fmt::join(ranks, ","))
-                                                : fmt::format("{},...,{}", ranks.front(), ranks.back());
-  return fmt::format("{} n={} ranks {} {:.0f} B", graph::to_string(sample.kind), sample.group_size, members,
-                     sample.bytes);
-}
-
 /// Bytes of one element of a profiler "Input type" ("c10::BFloat16", "float", ...); 0 if not a tensor type.
 double element_bytes(const std::string& type) {
   static const std::map<std::string, double> kSizes = {
@@ -201,75 +183,6 @@ std::optional<KernelOp> elementwise_op(const analyze::TraceOp& traced) {
   op.bytes = bytes + largest;
   result.shape = fmt::format("bytes={:.0f}", op.bytes);
   return result;
-}
-
-/// Least squares of relative error over the within-node samples for NVLink bandwidth and latency, using the
-/// simulator's collective time (linear in 1/bandwidth and latency for a given algorithm; re-linearized until
-/// the algorithm choice settles). Returns false when the latency hit its bound 0.
-bool fit_nvlink(const std::vector<const CollectiveSample*>& samples, sim::ClusterSpec& cluster) {
-  double bandwidth = cluster.node.nvlink_bandwidth_bytes_per_s;
-  double latency = cluster.node.nvlink_latency_s;
-  bool bounded = false;
-  sim::ClusterSpec trial = cluster;
-  for (int iteration = 0; iteration < 8; ++iteration) {
-    trial.node.nvlink_bandwidth_bytes_per_s = bandwidth;
-    double aa = 0, ab = 0, bb = 0, a1 = 0, b1 = 0;  // normal equations of sum (a x1 + b x2 - 1)^2
-    for (const CollectiveSample* sample : samples) {
-      constexpr double kStep_s = 1e-6;
-      trial.node.nvlink_latency_s = 0;
-      const double transfer_s = modeled_collective_s(trial, *sample);
-      trial.node.nvlink_latency_s = latency;
-      const double at_latency_s = modeled_collective_s(trial, *sample);
-      trial.node.nvlink_latency_s = latency + kStep_s;
-      const double latency_terms = (modeled_collective_s(trial, *sample) - at_latency_s) / kStep_s;
-      const double a = transfer_s * bandwidth / sample->measured_s, b = latency_terms / sample->measured_s;
-      aa += a * a, ab += a * b, bb += b * b, a1 += a, b1 += b;
-    }
-    const double determinant = aa * bb - ab * ab;
-    double inverse_bandwidth = (bb * a1 - ab * b1) / determinant;
-    latency = (aa * b1 - ab * a1) / determinant;
-    bounded = !(std::isfinite(latency) && latency >= 0 && inverse_bandwidth > 0);
-    if (bounded) {  // one size class or a negative intercept: latency 0, bandwidth alone
-      latency = 0;
-      inverse_bandwidth = a1 / aa;
-    }
-    bandwidth = 1 / inverse_bandwidth;
-  }
-  cluster.node.nvlink_bandwidth_bytes_per_s = bandwidth;
-  cluster.node.nvlink_latency_s = latency;
-  return bounded;
-}
-
-StageFit fit_collective_stage(std::vector<CollectiveSample>& samples, sim::ClusterSpec& cluster,
-                              const std::string& label) {
-  StageFit stage{"collective", {}, {}, ""};
-  std::vector<const CollectiveSample*> within_node;
-  for (const CollectiveSample& sample : samples) {
-    if (sample.fitted) within_node.push_back(&sample);
-  }
-  if (within_node.empty()) {
-    stage.note = "no NCCL kernel with collective metadata inside one node";
-    for (CollectiveSample& sample : samples) sample.modeled_s = modeled_collective_s(cluster, sample);
-    return stage;
-  }
-  const sim::NodeSpec base = cluster.node;
-  const bool bounded = fit_nvlink(within_node, cluster);
-  stage.parameters.push_back({"node.nvlink_bandwidth_gb_s", base.nvlink_bandwidth_bytes_per_s / 1e9,
-                              cluster.node.nvlink_bandwidth_bytes_per_s / 1e9, "GB/s", "collective"});
-  stage.parameters.push_back({"node.nvlink_latency_us", base.nvlink_latency_s * 1e6,
-                              cluster.node.nvlink_latency_s * 1e6, "us", "collective"});
-  if (bounded) {
-    stage.note =
-        "latency at its bound 0: the measured small-size times are carried by the kept efficiency "
-        "curve (collective.bw_half_bytes)";
-  }
-  nlohmann::json residuals = nlohmann::json::object();
-  for (CollectiveSample& sample : samples) {
-    sample.modeled_s = modeled_collective_s(cluster, sample);
-    residuals[sample_key(sample)] = (sample.modeled_s - sample.measured_s) / sample.measured_s;
-  }
-  stage.residuals.emplace_back(label, residuals);
-  return stage;
 }
 
 /// Per distinct (op, shape): measured and modeled mean time and the achieved fraction of peak (FLOP/s for
@@ -454,7 +367,7 @@ std::vector<CollectiveSample> collective_samples(const analyze::TraceData& data,
     sample.bytes = std::get<2>(key);
     sample.instances = static_cast<int>(instances);
     sample.measured_s = median(last_arrival_s);
-    sample.nodes = placement_of(cluster, sample).nodes;
+    sample.nodes = sim::place_group(cluster, sample.ranks).nodes;
     sample.fitted = sample.nodes == 1 && sample.measured_s > 0;
     samples.push_back(sample);
   }
@@ -495,7 +408,7 @@ KinetoFit fit_kineto(const std::vector<KinetoInput>& inputs, double clock_mhz,
     std::move(ops.begin(), ops.end(), std::back_inserter(kineto.ops));
   }
   const std::string label = fmt::format("{}", fmt::join(kineto.labels, "+"));
-  StageFit collective = fit_collective_stage(kineto.collectives, fit.cluster, label);
+  StageFit collective = fit_collective_stage(kineto.collectives, fit.cluster, label, kineto.lines);
   if (!collective.parameters.empty()) {
     replace_kept(fit.kept, "node (NVLink, slots)", "node (slots)");
     replace_kept(fit.kept, "collective", "collective (algorithm, bw_efficiency_max, bw_half_bytes)");
@@ -530,11 +443,30 @@ nlohmann::json kineto_provenance(const std::vector<KinetoInput>& inputs, const K
                            {"error", (sample.modeled_s - sample.measured_s) / sample.measured_s},
                            {"fitted", sample.fitted}});
   }
-  return {{"traces", traces},
-          {"clock_mhz", kineto.clock_mhz},
-          {"clock_source", kineto.clock_source},
-          {"collectives", collectives},
-          {"ops", kineto.op_residuals}};
+  nlohmann::json lines = nlohmann::json::array();
+  for (const CollectiveLineFit& fitted : kineto.lines) {
+    nlohmann::json kind_lines = nlohmann::json::array();
+    for (const sim::CollectiveLine& line : fitted.lines) {
+      kind_lines.push_back({{"name", line.name},
+                            {"bandwidth_scale", line.bandwidth_scale},
+                            {"latency_scale", line.latency_scale}});
+    }
+    lines.push_back({{"collective", graph::to_string(fitted.kind)},
+                     {"sizes", fitted.sizes},
+                     {"smallest_bytes", fitted.smallest_bytes},
+                     {"largest_bytes", fitted.largest_bytes},
+                     {"split_bytes", fitted.split_bytes},
+                     {"lines", kind_lines},
+                     {"max_error", fitted.max_error},
+                     {"max_held_out_error", fitted.max_held_out_error},
+                     {"rms_error", fitted.rms_error},
+                     {"rms_held_out_error", fitted.rms_held_out_error},
+                     {"held_out_worst_bytes", fitted.held_out_worst_bytes},
+                     {"single_line_max_error", fitted.single_line_max_error}});
+  }
+  return {
+      {"traces", traces},           {"clock_mhz", kineto.clock_mhz}, {"clock_source", kineto.clock_source},
+      {"collectives", collectives}, {"collective_lines", lines},     {"ops", kineto.op_residuals}};
 }
 
 }  // namespace calo::calibrate

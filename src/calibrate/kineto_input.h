@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "analyze/trace_ingest.h"
+#include "calibrate/collective_fit.h"
 #include "calibrate/fit.h"
 #include "calibrate/measurement.h"
 #include "graph/graph.h"
@@ -37,23 +38,6 @@ std::vector<std::filesystem::path> ingested_trace_files(const std::filesystem::p
 KinetoInput load_kineto_input(const std::vector<std::filesystem::path>& files, const std::string& label,
                               const sim::GpuSpec& base_gpu);
 
-/// One measured collective shape: its time on the member that arrived last (the k-th such kernel's minimum
-/// over ranks, i.e. the transfer without waiting for peers), median over the job's instances.
-struct CollectiveSample {
-  graph::CollectiveKind kind = graph::CollectiveKind::kAllReduce;  ///< collective
-  int group_size = 0;                                              ///< members
-  /// Global ranks of the group, sorted ("Process Group Ranks"; 0 .. size-1 where the trace does not record
-  /// them).
-  std::vector<std::int32_t> ranks;
-  int nodes =
-      1;  ///< nodes the group spans (rank r on node r / base's GPUs per node, as torchrun places them)
-  double bytes = 0;        ///< message size as graph::Op::bytes defines it (nccl-tests "size")
-  int instances = 0;       ///< kernels of this shape per rank
-  double measured_s = 0;   ///< median over instances of the minimum over ranks
-  double modeled_s = NAN;  ///< sim::collective_time_s with the fitted cluster
-  bool fitted = false;     ///< within one node (the NVLink link class the fit determines)
-};
-
 /// The collective samples of `data` (NCCL kernels with collective metadata; point-to-point and unknown
 /// kinds are left out), with `cluster` placing each group.
 std::vector<CollectiveSample> collective_samples(const analyze::TraceData& data,
@@ -75,6 +59,7 @@ std::vector<KernelOp> kernel_ops(const analyze::TraceData& data, double clock_mh
 struct KinetoFit {
   std::vector<std::string> labels;            ///< the trace inputs
   std::vector<CollectiveSample> collectives;  ///< all inputs' collective samples, modeled after the fit
+  std::vector<CollectiveLineFit> lines;       ///< the kinds measured over a size sweep: their lines
   std::vector<KernelOp> ops;                  ///< all inputs' compute ops
   double clock_mhz = NAN;                     ///< clock assumed for the kernels
   std::string clock_source;                   ///< where it came from

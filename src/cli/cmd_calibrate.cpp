@@ -143,6 +143,32 @@ void print_parameter_spread(const calibrate::Calibration& calibration) {
   fmt::print("{}", table.render());
 }
 
+/// The lines fitted to the kinds measured over a size sweep, with their fitted and held-out errors beside
+/// the one line of the link (docs/METRICS.md "Collective line error").
+void print_collective_lines(const std::vector<calibrate::CollectiveLineFit>& fits) {
+  if (fits.empty()) return;
+  core::TextTable table({"collective", "sizes", "small line (bw x, lat x)", "large line from", "large line",
+                         "max (rms) error", "held out", "one line"});
+  for (const calibrate::CollectiveLineFit& fit : fits) {
+    const auto line = [](const sim::CollectiveLine& fitted) {
+      return fmt::format("{:.2f}, {:.2f}", fitted.bandwidth_scale, fitted.latency_scale);
+    };
+    table.add_row({graph::to_string(fit.kind),
+                   fmt::format("{} ({}..{})", fit.sizes, core::format_bytes(fit.smallest_bytes),
+                               core::format_bytes(fit.largest_bytes)),
+                   line(fit.lines.front()), core::format_bytes(fit.split_bytes), line(fit.lines.back()),
+                   fmt::format("{:.1f}% ({:.1f}%)", fit.max_error * 100, fit.rms_error * 100),
+                   fmt::format("{:.1f}% ({:.1f}%) at {}", fit.max_held_out_error * 100,
+                               fit.rms_held_out_error * 100, core::format_bytes(fit.held_out_worst_bytes)),
+                   fmt::format("{:.1f}%", fit.single_line_max_error * 100)});
+  }
+  fmt::print(
+      "# collective lines (sizes swept inside one node; scales of the fitted NVLink bandwidth and "
+      "latency; error = modeled/measured - 1: largest |error| (root mean square); held out: each size "
+      "predicted by lines fitted without it; one line: the link's model without lines)\n{}",
+      table.render());
+}
+
 void print_kineto(const calibrate::Calibration& calibration) {
   if (calibration.traces.empty()) return;
   const calibrate::KinetoFit& kineto = calibration.kineto;
@@ -157,6 +183,7 @@ void print_kineto(const calibrate::Calibration& calibration) {
   }
   fmt::print("# collectives of {} (time on the last-arriving rank, median over instances)\n{}",
              fmt::join(kineto.labels, ", "), table.render());
+  print_collective_lines(kineto.lines);
   fmt::print("kernels taken at {:.0f} MHz ({})\n\n", kineto.clock_mhz, kineto.clock_source);
 }
 

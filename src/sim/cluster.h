@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/graph.h"
 #include "parallel/layout.h"
 
 namespace calo::sim {
@@ -112,11 +113,23 @@ struct NetworkSpec {
   double oversubscription = 1.0;  ///< leaf-to-spine oversubscription (>= 1): divides cross-leaf bandwidth
 };
 
+/// One regime of a collective kind's time against its size, as NCCL's protocols make them (LL for small
+/// messages: low latency, a fraction of the bandwidth; Simple for large ones): the link's bandwidth and
+/// per-hop latency, each scaled. docs/SIMULATOR.md "Collective lines".
+struct CollectiveLine {
+  std::string name;              ///< a label for tables ("small", "large")
+  double bandwidth_scale = 1.0;  ///< multiplies the link's bandwidth (> 0)
+  double latency_scale = 1.0;    ///< multiplies the link's per-hop latency (>= 0)
+};
+
 /// Collective algorithm selection and bandwidth efficiency curve.
 struct CollectiveSpec {
   std::string algorithm = "auto";  ///< ring | tree | auto (the faster of both per call)
   double bw_efficiency_max = 0.9;  ///< best fraction of link bandwidth a collective achieves
   double bw_half_bytes = 1.0e6;    ///< message size at which efficiency is half its best
+  /// Per collective kind, its lines: a call takes the fastest (`calo calibrate` fits them to a size sweep). A
+  /// kind without lines runs at the link's bandwidth and latency as they are (one line at scale 1).
+  std::map<graph::CollectiveKind, std::vector<CollectiveLine>> lines;
 };
 
 /// A cluster: GPU, node, network, collectives.

@@ -19,11 +19,28 @@ double transfer_s(const CollectiveSpec& collective, double bytes, double message
   return bytes / (link_bytes_per_s * bandwidth_efficiency(collective, message_bytes));
 }
 
-/// Flat (one link class) collective time; ring or tree per the cluster's algorithm choice for all-reduce.
-double flat_collective_s(const ClusterSpec& cluster, graph::CollectiveKind kind, int members, double bytes,
-                         double link_bytes_per_s, double latency_s) {
-  if (members <= 1) return 0;
-  const CollectiveSpec& collective = cluster.collective;
+/// The fastest over `kind`'s lines of `time_s(curve, bandwidth_scale, latency_scale)`. A kind without lines
+/// runs one line at scale 1 on the cluster's efficiency curve; a kind with lines runs each at the curve's
+/// best efficiency (bw_half_bytes 0): its lines are its measured size dependence and replace the curve's.
+template <typename TimeOfLine>
+double fastest_line_s(const CollectiveSpec& collective, graph::CollectiveKind kind, TimeOfLine time_s) {
+  auto found = collective.lines.find(kind);
+  if (found == collective.lines.end() || found->second.empty()) return time_s(collective, 1.0, 1.0);
+  CollectiveSpec flat_curve;  // the lines' curve: not a copy of `collective`, whose lines would be copied too
+  flat_curve.algorithm = collective.algorithm;
+  flat_curve.bw_efficiency_max = collective.bw_efficiency_max;
+  flat_curve.bw_half_bytes = 0;
+  double fastest_s = INFINITY;
+  for (const CollectiveLine& line : found->second) {
+    fastest_s = std::min(fastest_s, time_s(flat_curve, line.bandwidth_scale, line.latency_scale));
+  }
+  return fastest_s;
+}
+
+/// Flat (one link class) collective time at one line's link figures and efficiency curve; ring or tree per
+/// the algorithm choice for all-reduce.
+double flat_line_s(const CollectiveSpec& collective, graph::CollectiveKind kind, int members, double bytes,
+                   double link_bytes_per_s, double latency_s) {
   const double fraction = static_cast<double>(members - 1) / members;
   switch (kind) {
     case graph::CollectiveKind::kAllReduce: {
@@ -39,6 +56,17 @@ double flat_collective_s(const ClusterSpec& cluster, graph::CollectiveKind kind,
       return fraction * transfer_s(collective, bytes, bytes, link_bytes_per_s) + (members - 1) * latency_s;
   }
   return 0;
+}
+
+/// Flat (one link class) collective time: the fastest of the kind's lines.
+double flat_collective_s(const ClusterSpec& cluster, graph::CollectiveKind kind, int members, double bytes,
+                         double link_bytes_per_s, double latency_s) {
+  if (members <= 1) return 0;
+  return fastest_line_s(cluster.collective, kind,
+                        [&](const CollectiveSpec& curve, double bandwidth_scale, double latency_scale) {
+                          return flat_line_s(curve, kind, members, bytes, link_bytes_per_s * bandwidth_scale,
+                                             latency_s * latency_scale);
+                        });
 }
 
 int node_of(const ClusterSpec& cluster, int rank) {
@@ -185,10 +213,15 @@ double collective_time_s(const ClusterSpec& cluster, graph::CollectiveKind kind,
     const double members = placement.size;
     const double off_node = (members - per_node) / members * bytes;
     const double on_node = (per_node - 1) / members * bytes;
-    const double network_s = transfer_s(cluster.collective, off_node, bytes / members, nic_bw_per_gpu);
-    const double nvlink_s = transfer_s(cluster.collective, on_node, bytes / members, nvlink_bw);
-    return std::max(network_s, nvlink_s) + (placement.nodes - 1) * net_latency +
-           (per_node - 1) * nvlink_latency;
+    return fastest_line_s(
+        cluster.collective, kind,
+        [&](const CollectiveSpec& curve, double bandwidth_scale, double latency_scale) {
+          const double network_s =
+              transfer_s(curve, off_node, bytes / members, nic_bw_per_gpu * bandwidth_scale);
+          const double nvlink_s = transfer_s(curve, on_node, bytes / members, nvlink_bw * bandwidth_scale);
+          return std::max(network_s, nvlink_s) +
+                 ((placement.nodes - 1) * net_latency + (per_node - 1) * nvlink_latency) * latency_scale;
+        });
   }
   // Hierarchical: intra-node reduce-scatter/all-gather over NVLink, the 1/per_node shard across nodes.
   using graph::CollectiveKind;

@@ -3,9 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
+#include "core/error.h"
 #include "sim_test_util.h"
 
 namespace calo::sim {
@@ -171,6 +173,73 @@ TEST(CostModel, MessagesUseNvlinkInsideANodeAndTheRailAcross) {
       cluster.node.nvlink_latency_s + bytes / (cluster.node.nvlink_bandwidth_bytes_per_s * efficiency));
   EXPECT_DOUBLE_EQ(p2p_time_s(cluster, bytes, 0, 8),
                    cluster.network.latency_s + bytes / (cluster.nic_bandwidth_per_gpu() * efficiency));
+}
+
+TEST(CollectiveLines, AKindTakesItsFastestLineAndOtherKindsKeepTheLink) {
+  const ClusterSpec plain = load_cluster("h200-hgx");
+  ClusterSpec lined = plain;
+  using graph::CollectiveKind;
+  lined.collective.lines[CollectiveKind::kAllReduce] = {{"small", 0.4, 0.2}, {"large", 0.9, 2.5}};
+  const auto ranks = ranks_range(0, 8, 1);
+  const GroupPlacement placement = place_group(plain, ranks);
+  // One line is the plain model at the scaled link figures and the efficiency curve's best (lines are the
+  // kind's measured size dependence: they replace the curve's half size).
+  const auto at_line = [&](double bandwidth_scale, double latency_scale, double bytes) {
+    ClusterSpec scaled = plain;
+    scaled.collective.bw_half_bytes = 0;
+    scaled.node.nvlink_bandwidth_bytes_per_s *= bandwidth_scale;
+    scaled.node.nvlink_latency_s *= latency_scale;
+    return collective_time_s(scaled, CollectiveKind::kAllReduce, bytes, placement);
+  };
+  for (double bytes : {4096.0, 65536.0, 1048576.0, 16777216.0, 1073741824.0}) {
+    const double small = at_line(0.4, 0.2, bytes), large = at_line(0.9, 2.5, bytes);
+    EXPECT_DOUBLE_EQ(collective_time_s(lined, CollectiveKind::kAllReduce, bytes, placement),
+                     std::min(small, large))
+        << bytes << " B";
+    EXPECT_DOUBLE_EQ(collective_time_s(lined, CollectiveKind::kAllGather, bytes, placement),
+                     collective_time_s(plain, CollectiveKind::kAllGather, bytes, placement))
+        << "all-gather has no lines: the link as it is";
+  }
+  // The small line wins small messages (its lower latency), the large one large messages (its bandwidth).
+  EXPECT_LT(at_line(0.4, 0.2, 4096), at_line(0.9, 2.5, 4096));
+  EXPECT_LT(at_line(0.9, 2.5, 1073741824.0), at_line(0.4, 0.2, 1073741824.0));
+  // Across nodes the lines scale the network's figures too: a 2-node all-reduce is slower with only the
+  // small line's 0.4 x bandwidth than at the link's own.
+  ClusterSpec only_small = plain;
+  only_small.collective.lines[CollectiveKind::kAllReduce] = {{"small", 0.4, 0.2}};
+  const GroupPlacement two_nodes = place_group(plain, ranks_range(0, 16, 1));
+  EXPECT_GT(collective_time_s(only_small, CollectiveKind::kAllReduce, 1073741824.0, two_nodes),
+            collective_time_s(plain, CollectiveKind::kAllReduce, 1073741824.0, two_nodes));
+}
+
+TEST(CollectiveLines, TheClusterFileCarriesThemAndNamesBadOnes) {
+  ClusterSpec cluster = load_cluster("h200-hgx");
+  EXPECT_TRUE(cluster.collective.lines.empty()) << "presets have no lines: one line at the link's figures";
+  EXPECT_FALSE(to_json(cluster)["collective"].contains("lines"));
+  cluster.collective.lines[graph::CollectiveKind::kReduceScatter] = {{"small", 0.45, 0.1}, {"large", 0.8, 3}};
+  const ClusterSpec again = parse_cluster(to_json(cluster), "round trip");
+  ASSERT_EQ(again.collective.lines.size(), 1u);
+  const auto& lines = again.collective.lines.at(graph::CollectiveKind::kReduceScatter);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[1].name, "large");
+  EXPECT_DOUBLE_EQ(lines[0].bandwidth_scale, 0.45);
+  EXPECT_DOUBLE_EQ(lines[1].latency_scale, 3);
+  const auto refused = [&](const nlohmann::json& bad_lines) {
+    nlohmann::json object = to_json(cluster);
+    object["collective"]["lines"] = bad_lines;
+    try {
+      parse_cluster(object, "bad.yaml");
+    } catch (const InputError& error) {
+      return std::string(error.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(refused({{"allreduce", {{{"name", "small"}}}}}).find("use all_reduce, all_gather"),
+            std::string::npos);
+  EXPECT_NE(refused({{"all_reduce", {{{"name", "x"}, {"bandwidth_scale", 0}}}}}).find("bandwidth_scale"),
+            std::string::npos);
+  EXPECT_NE(refused({{"all_reduce", nlohmann::json::array()}}).find("non-empty list"), std::string::npos);
+  EXPECT_NE(refused({{"all_reduce", {{{"name", "x"}, {"latency", 1}}}}}).find("latency"), std::string::npos);
 }
 
 }  // namespace

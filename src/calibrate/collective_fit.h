@@ -1,0 +1,64 @@
+// The collective model fitted to measured NCCL kernels (stage "collective"): NVLink bandwidth and per-hop
+// latency by least squares of relative error, and, for a kind measured over a size sweep, its two lines (the
+// small-message and the large-message regime of NCCL's protocols) with every size's error also held out.
+// docs/SIMULATOR.md "Collective lines".
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "calibrate/fit.h"
+#include "graph/graph.h"
+#include "sim/cluster.h"
+
+namespace calo::calibrate {
+
+/// One measured collective shape: its time on the member that arrived last (the k-th such kernel's minimum
+/// over ranks, i.e. the transfer without waiting for peers), median over the job's instances.
+struct CollectiveSample {
+  graph::CollectiveKind kind = graph::CollectiveKind::kAllReduce;  ///< collective
+  int group_size = 0;                                              ///< members
+  /// Global ranks of the group, sorted ("Process Group Ranks"; 0 .. size-1 where the trace does not record
+  /// them).
+  std::vector<std::int32_t> ranks;
+  int nodes =
+      1;  ///< nodes the group spans (rank r on node r / base's GPUs per node, as torchrun places them)
+  double bytes = 0;        ///< message size as graph::Op::bytes defines it (nccl-tests "size")
+  int instances = 0;       ///< kernels of this shape per rank
+  double measured_s = 0;   ///< median over instances of the minimum over ranks
+  double modeled_s = NAN;  ///< sim::collective_time_s with the fitted cluster
+  bool fitted = false;     ///< within one node (the NVLink link class the fit determines)
+};
+
+/// The simulator's time of `sample`'s collective on `cluster` (its ranks placed as sim::place_group does).
+double modeled_collective_s(const sim::ClusterSpec& cluster, const CollectiveSample& sample);
+
+/// A kind's sweep needs this many distinct sizes inside one node before it gets lines of its own.
+inline constexpr int kMinLineSweepSizes = 8;
+/// ... spanning at least this ratio of largest to smallest size.
+inline constexpr double kMinLineSweepSpan = 256;
+
+/// The lines fitted to one collective kind's size sweep, and how well they hold.
+struct CollectiveLineFit {
+  graph::CollectiveKind kind = graph::CollectiveKind::kAllReduce;  ///< collective
+  std::vector<sim::CollectiveLine> lines;                          ///< "small", then "large"
+  int sizes = 0;                     ///< distinct sizes of the sweep (all fitted)
+  double smallest_bytes = 0;         ///< the sweep's smallest size
+  double largest_bytes = 0;          ///< ... and largest
+  double split_bytes = 0;            ///< the smallest size fitted to the large line
+  double max_error = 0;              ///< largest |modeled / measured - 1| over the sweep, lines fitted to all
+  double max_held_out_error = 0;     ///< largest |error| of a size predicted by lines fitted without it
+  double held_out_worst_bytes = 0;   ///< the size of that largest held-out error
+  double rms_error = 0;              ///< root mean square of the errors over the sweep, lines fitted to all
+  double rms_held_out_error = 0;     ///< root mean square of the held-out errors
+  double single_line_max_error = 0;  ///< largest |error| over the sweep at the link's one line (no lines)
+};
+
+/// Fits NVLink bandwidth and latency to the within-node samples of `samples` (their `fitted`), then lines
+/// for every kind whose within-node sizes form a sweep (kMinLineSweepSizes, kMinLineSweepSpan), into
+/// `cluster`; sets every sample's modeled_s. Returns the stage (parameters, residuals labelled `label`) and
+/// fills `line_fits`.
+StageFit fit_collective_stage(std::vector<CollectiveSample>& samples, sim::ClusterSpec& cluster,
+                              const std::string& label, std::vector<CollectiveLineFit>& line_fits);
+
+}  // namespace calo::calibrate

@@ -1,0 +1,159 @@
+// Collective lines on real data: a size sweep (4 KiB .. 1 GiB, doubling) of all-reduce, all-gather,
+// reduce-scatter and all-to-all on 2 x NVIDIA H200 over NVLink (NCCL 2.28.9, PyTorch 2.11 profiler traces,
+// tests/fixtures/kineto-h200x2-collectives, made by bench/gpu/collective_sweep.sh). The link's one line
+// misses the sweep by tens of percent; each kind's two fitted lines follow it, also for sizes held out, the
+// lines are NCCL's own protocols (checked against the sweeps run with NCCL_PROTO forced), and `calo
+// calibrate` writes them into a file `calo sim` loads.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "../common/run_calo.h"
+#include "../common/scratch.h"
+#include "analyze/trace_ingest.h"
+#include "calibrate/calibrate.h"
+#include "calibrate/kineto_input.h"
+#include "sim/cluster.h"
+
+namespace calo::calibrate {
+namespace {
+
+namespace fs = std::filesystem;
+using calo::testing::Outcome;
+using calo::testing::run_calo;
+using graph::CollectiveKind;
+
+const fs::path kSweep = fs::path(CALO_SOURCE_DIR) / "tests/fixtures/kineto-h200x2-collectives";
+
+std::vector<fs::path> ranks_of(const std::string& protocol) {
+  return {kSweep / protocol / "rank0.json.gz", kSweep / protocol / "rank1.json.gz"};
+}
+
+const Calibration& sweep_calibration() {
+  static const Calibration calibration = calibrate(ranks_of("auto"), "h200-hgx", {false, {}, {}, {}});
+  return calibration;
+}
+
+const CollectiveLineFit* lines_of(CollectiveKind kind) {
+  for (const CollectiveLineFit& fit : sweep_calibration().kineto.lines) {
+    if (fit.kind == kind) return &fit;
+  }
+  return nullptr;
+}
+
+constexpr CollectiveKind kKinds[] = {CollectiveKind::kAllReduce, CollectiveKind::kAllGather,
+                                     CollectiveKind::kReduceScatter, CollectiveKind::kAllToAll};
+
+// Stated tolerances, measured on this sweep (docs/SIMULATOR.md "Collective lines" has the table): every size
+// within 20 % fitted, 10 % root mean square; held out within 25 % (10 % RMS), except all-to-all's 35 % (16 %
+// RMS): NCCL runs it as grouped point-to-point, with a bump at 16-32 MiB that no two lines follow. The link's
+// one line misses the same sweeps by 38-58 %.
+constexpr double kFittedTolerance = 0.20;
+constexpr double kFittedRmsTolerance = 0.10;
+double held_out_tolerance(CollectiveKind kind) {
+  return kind == CollectiveKind::kAllToAll ? 0.35 : 0.25;
+}
+double held_out_rms_tolerance(CollectiveKind kind) {
+  return kind == CollectiveKind::kAllToAll ? 0.16 : 0.10;
+}
+
+TEST(CollectiveLines, EachKindsTwoLinesFollowTheSweepWhereOneLineCannot) {
+  const Calibration& calibration = sweep_calibration();
+  ASSERT_EQ(calibration.kineto.lines.size(), 4u) << "four kinds swept over 19 sizes";
+  for (CollectiveKind kind : kKinds) {
+    const CollectiveLineFit* fit = lines_of(kind);
+    ASSERT_NE(fit, nullptr) << graph::to_string(kind);
+    SCOPED_TRACE(graph::to_string(kind));
+    EXPECT_EQ(fit->sizes, 19);
+    EXPECT_EQ(fit->smallest_bytes, 4096);
+    EXPECT_EQ(fit->largest_bytes, 1073741824);
+    EXPECT_LE(fit->max_error, kFittedTolerance);
+    EXPECT_LE(fit->rms_error, kFittedRmsTolerance);
+    EXPECT_LE(fit->max_held_out_error, held_out_tolerance(kind))
+        << "worst at " << fit->held_out_worst_bytes << " B";
+    EXPECT_LE(fit->rms_held_out_error, held_out_rms_tolerance(kind));
+    EXPECT_GT(fit->single_line_max_error, 2 * fit->max_error) << "the lines must buy something";
+    ASSERT_EQ(fit->lines.size(), 2u);
+    EXPECT_EQ(fit->lines[0].name, "small");
+    // The small-message regime starts sooner and moves less: lower latency, lower bandwidth.
+    EXPECT_LT(fit->lines[0].bandwidth_scale, fit->lines[1].bandwidth_scale);
+    EXPECT_LE(fit->lines[0].latency_scale, fit->lines[1].latency_scale);
+  }
+  // Every sample is modeled with the fitted cluster's lines: the per-sample table agrees with the fit.
+  for (const CollectiveSample& sample : calibration.kineto.collectives) {
+    EXPECT_TRUE(sample.fitted);
+    EXPECT_LE(std::fabs(sample.modeled_s / sample.measured_s - 1), kFittedTolerance)
+        << graph::to_string(sample.kind) << " " << sample.bytes << " B";
+  }
+}
+
+/// Max |error| of `kind`'s samples in `protocol`'s sweep between `from` and `to` bytes under one line alone.
+double one_line_error(const std::string& protocol, CollectiveKind kind, const sim::CollectiveLine& line,
+                      double from_bytes, double to_bytes) {
+  sim::ClusterSpec cluster = sweep_calibration().fit.cluster;
+  cluster.collective.lines[kind] = {line};
+  const analyze::TraceData data = analyze::ingest_traces(ranks_of(protocol));
+  double worst = 0;
+  int compared = 0;
+  for (const CollectiveSample& sample : collective_samples(data, cluster)) {
+    if (sample.kind != kind || sample.bytes < from_bytes || sample.bytes > to_bytes) continue;
+    worst = std::max(worst, std::fabs(modeled_collective_s(cluster, sample) / sample.measured_s - 1));
+    ++compared;
+  }
+  EXPECT_GE(compared, 3) << protocol << " " << graph::to_string(kind);
+  return worst;
+}
+
+TEST(CollectiveLines, TheTwoLinesAreNcclsLlAndSimpleProtocols) {
+  // NCCL's log (nccl.log.gz of the sweep, NCCL_DEBUG_SUBSYS=TUNING) shows Ring/LL for the small sizes and
+  // Ring/Simple from 2 MiB per rank on. The sweeps run again with NCCL_PROTO=LL and =Simple measure each
+  // protocol on its own: the small line predicts the LL sweep, the large line the Simple sweep, over the
+  // range the fit gave each (all-to-all is point-to-point in NCCL, and NCCL_PROTO does not move it).
+  for (CollectiveKind kind :
+       {CollectiveKind::kAllReduce, CollectiveKind::kAllGather, CollectiveKind::kReduceScatter}) {
+    SCOPED_TRACE(graph::to_string(kind));
+    const CollectiveLineFit* fit = lines_of(kind);
+    ASSERT_NE(fit, nullptr);
+    const double small_to = fit->split_bytes / 2, large_from = fit->split_bytes;
+    // Each line predicts its protocol's sweep within 15 % (measured 7-11 % LL, 9-13 % Simple) ...
+    EXPECT_LE(one_line_error("ll", kind, fit->lines[0], fit->smallest_bytes, small_to), 0.15);
+    EXPECT_LE(one_line_error("simple", kind, fit->lines[1], large_from, fit->largest_bytes), 0.15);
+    // ... and the other protocol's not at all (measured 127-358 % off).
+    EXPECT_GT(one_line_error("ll", kind, fit->lines[1], fit->smallest_bytes, small_to), 1.0);
+    EXPECT_GT(one_line_error("simple", kind, fit->lines[0], large_from, fit->largest_bytes), 1.0);
+  }
+}
+
+TEST(CollectiveLines, TheTwoH200TraceWithFourSizesGetsNoLines) {
+  // tests/fixtures/kineto_real: all-reduce at 4 sizes, the other kinds at one: no sweep, the link's one line.
+  const Calibration calibration =
+      calibrate({fs::path(CALO_SOURCE_DIR) / "tests/fixtures/kineto_real/rank0.json",
+                 fs::path(CALO_SOURCE_DIR) / "tests/fixtures/kineto_real/rank1.json"},
+                "h200-hgx", {false, {}, {}, {}});
+  EXPECT_TRUE(calibration.kineto.lines.empty());
+  EXPECT_TRUE(calibration.fit.cluster.collective.lines.empty());
+}
+
+TEST(CollectiveLines, CalibrateWritesThemAndCaloSimLoadsTheFile) {
+  const fs::path out = calo::testing::scratch_path("h200x2-collectives.yaml");
+  const auto sweep = ranks_of("auto");
+  const Outcome calibrated = run_calo("calibrate " + sweep[0].string() + " " + sweep[1].string() +
+                                      " --cluster h200-hgx --out " + out.string());
+  ASSERT_EQ(calibrated.exit_code, 0) << calibrated.output;
+  EXPECT_NE(calibrated.output.find("# collective lines"), std::string::npos) << calibrated.output;
+  EXPECT_NE(calibrated.output.find("held out"), std::string::npos);
+  const sim::ClusterSpec loaded = sim::load_cluster(out.string());
+  ASSERT_EQ(loaded.collective.lines.size(), 4u);
+  const auto& fitted = sweep_calibration().fit.cluster.collective.lines.at(CollectiveKind::kAllReduce);
+  EXPECT_NEAR(loaded.collective.lines.at(CollectiveKind::kAllReduce)[1].bandwidth_scale,
+              fitted[1].bandwidth_scale, 1e-6);
+  const Outcome simulated =
+      run_calo("sim --model llama3-8b --cluster " + out.string() + " --gpus 8 --tp 8 --gbs 8 --steps 2");
+  EXPECT_EQ(simulated.exit_code, 0) << simulated.output;
+}
+
+}  // namespace
+}  // namespace calo::calibrate

@@ -4,12 +4,13 @@
 Run on a host with 2-8 NVIDIA GPUs and PyTorch with NCCL (no torchrun needed):
     python3 bench/gpu/collective_sweep.py --gpus 2 --out collective-sweep
 One process per GPU (torch.multiprocessing). For each size from --min-bytes to --max-bytes (doubling), it issues
-all-reduce, all-gather, reduce-scatter and all-to-all over every rank, each --reps times back to back and
+all-reduce, all-gather, reduce-scatter and all-to-all over every rank, a pipeline-style send/recv (each rank
+sends S to the next and receives S from the previous, batched) and a one-way send/recv (KINDS below), each --reps times back to back and
 synchronized, with the PyTorch profiler on (Kineto, record_shapes so each NCCL kernel carries its size and
 group). Warm-up calls of every (kind, size) run before the profiler starts, so communicator setup and NCCL's
 first-use allocations are not in the trace. Output: rank<N>.json.gz per rank and sizes.json (what was swept).
 The sizes are the collective's total buffer: all-reduce in = out = S; all-gather out = S (in S/n); reduce-scatter
-in = S (out S/n); all-to-all in = out = S, bf16 throughout.
+in = S (out S/n); all-to-all in = out = S; send/recv S each way; p2p S one way, bf16 throughout.
 """
 import argparse
 import gzip
@@ -19,6 +20,11 @@ import shutil
 import sys
 
 from spawn_ranks import spawn_ranks
+
+# send_recv: each rank sends S to the next and receives S from the previous in one batched NCCL group (a
+# pipeline's exchange; its kernels carry no size metadata in PyTorch 2.11 traces). p2p: even ranks send S to the
+# next rank, odd ranks receive it, unbatched (the kernels carry "send"/"recv" with their sizes).
+KINDS = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv", "p2p"]
 
 
 def sweep_sizes(args):
@@ -54,10 +60,20 @@ def worker(rank, world_size, args):
             dist.all_gather_into_tensor(out[:elements], part)
         elif kind == "reduce_scatter":
             dist.reduce_scatter_tensor(out[: elements // world_size], whole)
-        else:
+        elif kind == "all_to_all":
             dist.all_to_all_single(out[:elements], whole)
+        elif kind == "p2p":  # one direction, unbatched: even ranks send S to the next, odd ranks receive it
+            if rank % 2 == 0 and rank + 1 < world_size:
+                dist.send(whole, rank + 1)
+            elif rank % 2 == 1:
+                dist.recv(out[:elements], rank - 1)
+        else:  # a pipeline-style exchange with the next rank: S out, S in, one batched NCCL group
+            peer_next, peer_prev = (rank + 1) % world_size, (rank - 1 + world_size) % world_size
+            ops = [dist.P2POp(dist.isend, whole, peer_next), dist.P2POp(dist.irecv, out[:elements], peer_prev)]
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
 
-    kinds = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
+    kinds = args.kinds.split(",")
     for kind in kinds:  # warm-up outside the profiler
         for size in sizes:
             for _ in range(2):
@@ -96,10 +112,14 @@ def main():
     parser.add_argument("--min-bytes", type=int, default=1 << 12, help="smallest buffer, bytes")
     parser.add_argument("--max-bytes", type=int, default=1 << 30, help="largest buffer, bytes")
     parser.add_argument("--reps", type=int, default=5, help="profiled calls per (kind, size)")
+    parser.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated, of {','.join(KINDS)}")
     parser.add_argument("--port", type=int, default=29541)
     args = parser.parse_args()
     if args.min_bytes < 1024 or args.max_bytes < args.min_bytes or args.min_bytes % (2 * args.gpus * 8):
         sys.exit("collective_sweep.py: --min-bytes must be >= 1024 and a multiple of 16 x --gpus, <= --max-bytes")
+    unknown = sorted(set(args.kinds.split(",")) - set(KINDS))
+    if unknown:
+        sys.exit(f"collective_sweep.py: --kinds: {','.join(unknown)} unknown; use {','.join(KINDS)}")
     spawn_ranks(worker, args, "collective_sweep.py")
 
 

@@ -734,6 +734,7 @@ void merge_files(std::vector<PendingFile>& files, TraceData& data) {
       if (meta != nullptr && is_comm(kernel.category)) {
         kernel.message_bytes = message_bytes(kernel.category, *meta);
         kernel.group_size = meta->group_size;
+        kernel.p2p_send = kernel.category == KernelCategory::kSendRecv && meta->name == "send";
         if (!meta->group_ranks.empty() && static_cast<int32_t>(meta->group_ranks.size()) == meta->group_size)
           kernel.group = group_index(meta->group_ranks);
       }

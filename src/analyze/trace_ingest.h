@@ -26,6 +26,7 @@ struct TraceKernel {
   double message_bytes = 0;  ///< NCCL message size in bytes (nccl-tests convention), 0 if unknown
   int32_t group_size = 0;    ///< NCCL group size, 0 if unknown
   int32_t group = -1;        ///< index into TraceData::groups ("Process Group Ranks"), -1 if not recorded
+  bool p2p_send = false;     ///< a send/recv kernel whose collective name is "send" (the sender's side)
   int32_t op = -1;  ///< index into TraceData::ops of the aten op that launched it, -1 if none/not kept
 };
 

@@ -19,7 +19,7 @@ std::string sample_key(const CollectiveSample& sample) {
   const auto& ranks = sample.ranks;
   const std::string members = ranks.size() <= 8 ? fmt::format("{}", fmt::join(ranks, ","))
                                                 : fmt::format("{},...,{}", ranks.front(), ranks.back());
-  return fmt::format("{} n={} ranks {} {:.0f} B", graph::to_string(sample.kind), sample.group_size, members,
+  return fmt::format("{} n={} ranks {} {:.0f} B", collective_name(sample), sample.group_size, members,
                      sample.bytes);
 }
 
@@ -129,18 +129,25 @@ SplitFit best_split(std::span<const LineTerms> terms) {
   return best;
 }
 
-/// Fits `kind`'s lines to its sweep `sweep` (within-node samples), holds every size out once, and writes
-/// the lines into `cluster`.
-CollectiveLineFit fit_kind_lines(graph::CollectiveKind kind, std::vector<const CollectiveSample*> sweep,
-                                 sim::ClusterSpec& cluster) {
+/// The lines `cluster` gives the family of `sample` (its kind's, or the p2p lines).
+std::vector<sim::CollectiveLine>& lines_for(sim::ClusterSpec& cluster, const CollectiveSample& sample) {
+  return sample.p2p ? cluster.collective.p2p_lines : cluster.collective.lines[sample.kind];
+}
+
+/// Fits the lines of the family of `sweep` (within-node samples of one kind, or all p2p) to it, holds every
+/// size out once, and writes the lines into `cluster`.
+CollectiveLineFit fit_family_lines(std::vector<const CollectiveSample*> sweep, sim::ClusterSpec& cluster) {
   std::sort(sweep.begin(), sweep.end(),
             [](const CollectiveSample* a, const CollectiveSample* b) { return a->bytes < b->bytes; });
-  sim::ClusterSpec one_line = cluster;  // the link's own model: this kind without lines
-  one_line.collective.lines.erase(kind);
+  const CollectiveSample& first = *sweep.front();
+  sim::ClusterSpec one_line = cluster;  // the link's own model: this family without lines
+  lines_for(one_line, first).clear();
   sim::ClusterSpec unit_line = cluster;  // one line at scale 1 (lines replace the efficiency curve)
-  unit_line.collective.lines[kind] = {{"unit", 1, 1}};
+  lines_for(unit_line, first) = {{"unit", 1, 1}};
   CollectiveLineFit result;
-  result.kind = kind;
+  result.kind = first.kind;
+  result.p2p = first.p2p;
+  result.name = collective_name(first);
   std::vector<LineTerms> terms;
   for (const CollectiveSample* sample : sweep) {
     unit_line.node.nvlink_latency_s = 0;
@@ -167,8 +174,9 @@ CollectiveLineFit fit_kind_lines(graph::CollectiveKind kind, std::vector<const C
       if (term.bytes != held.bytes) others.push_back(term);
     const double error = std::fabs(envelope_error(held, best_split(others).lines));
     result.rms_held_out_error += error * error / static_cast<double>(terms.size());
-    if (error > result.max_held_out_error)
+    if (error > result.max_held_out_error) {
       result.max_held_out_error = error, result.held_out_worst_bytes = held.bytes;
+    }
   }
   result.rms_held_out_error = std::sqrt(result.rms_held_out_error);
   result.smallest_bytes = terms.front().bytes;
@@ -179,17 +187,18 @@ CollectiveLineFit fit_kind_lines(graph::CollectiveKind kind, std::vector<const C
     result.lines.push_back(
         {names[index], 1 / fit.lines[index].inverse_bandwidth_scale, fit.lines[index].latency_scale});
   }
-  cluster.collective.lines[kind] = result.lines;
+  lines_for(cluster, first) = result.lines;
   return result;
 }
 
-/// Lines for every kind whose within-node samples form a sweep; their parameters go into `stage`.
+/// Lines for every family (a collective kind, or p2p) whose within-node samples form a sweep; their
+/// parameters go into `stage`.
 std::vector<CollectiveLineFit> fit_lines(const std::vector<const CollectiveSample*>& within_node,
                                          sim::ClusterSpec& cluster, StageFit& stage) {
-  std::map<graph::CollectiveKind, std::vector<const CollectiveSample*>> by_kind;
-  for (const CollectiveSample* sample : within_node) by_kind[sample->kind].push_back(sample);
+  std::map<std::string, std::vector<const CollectiveSample*>> by_family;
+  for (const CollectiveSample* sample : within_node) by_family[collective_name(*sample)].push_back(sample);
   std::vector<CollectiveLineFit> fits;
-  for (const auto& [kind, sweep] : by_kind) {
+  for (const auto& [family, sweep] : by_family) {
     std::vector<double> sizes;
     for (const CollectiveSample* sample : sweep) sizes.push_back(sample->bytes);
     std::sort(sizes.begin(), sizes.end());
@@ -198,9 +207,9 @@ std::vector<CollectiveLineFit> fit_lines(const std::vector<const CollectiveSampl
         sizes.back() < kMinLineSweepSpan * sizes.front()) {
       continue;
     }
-    fits.push_back(fit_kind_lines(kind, sweep, cluster));
+    fits.push_back(fit_family_lines(sweep, cluster));
     for (const sim::CollectiveLine& line : fits.back().lines) {
-      const std::string key = fmt::format("collective.lines.{}.{}", graph::to_string(kind), line.name);
+      const std::string key = fmt::format("collective.lines.{}.{}", family, line.name);
       stage.parameters.push_back({key + ".bandwidth_scale", 1, line.bandwidth_scale, "x", "collective"});
       stage.parameters.push_back({key + ".latency_scale", 1, line.latency_scale, "x", "collective"});
     }
@@ -210,7 +219,12 @@ std::vector<CollectiveLineFit> fit_lines(const std::vector<const CollectiveSampl
 
 }  // namespace
 
+std::string collective_name(const CollectiveSample& sample) {
+  return sample.p2p ? "p2p" : graph::to_string(sample.kind);
+}
+
 double modeled_collective_s(const sim::ClusterSpec& cluster, const CollectiveSample& sample) {
+  if (sample.p2p) return sim::p2p_time_s(cluster, sample.bytes, sample.ranks.front(), sample.ranks.back());
   return sim::collective_time_s(cluster, sample.kind, sample.bytes, sim::place_group(cluster, sample.ranks));
 }
 

@@ -25,12 +25,18 @@ struct CollectiveSample {
       1;  ///< nodes the group spans (rank r on node r / base's GPUs per node, as torchrun places them)
   double bytes = 0;        ///< message size as graph::Op::bytes defines it (nccl-tests "size")
   int instances = 0;       ///< kernels of this shape per rank
-  double measured_s = 0;   ///< median over instances of the minimum over ranks
+  double measured_s = 0;   ///< median over instances of the minimum over ranks (p2p: of the send kernel)
   double modeled_s = NAN;  ///< sim::collective_time_s with the fitted cluster
   bool fitted = false;     ///< within one node (the NVLink link class the fit determines)
+  /// A point-to-point message (NCCL send/recv of a 2-rank group: ranks = sender and receiver); `kind` unused.
+  bool p2p = false;
 };
 
-/// The simulator's time of `sample`'s collective on `cluster` (its ranks placed as sim::place_group does).
+/// "p2p" for a point-to-point sample, else its collective kind ("all_reduce", ...).
+std::string collective_name(const CollectiveSample& sample);
+
+/// The simulator's time of `sample` on `cluster`: its collective with its ranks placed as sim::place_group
+/// does, or sim::p2p_time_s between its two ranks.
 double modeled_collective_s(const sim::ClusterSpec& cluster, const CollectiveSample& sample);
 
 /// A kind's sweep needs this many distinct sizes inside one node before it gets lines of its own.
@@ -40,7 +46,9 @@ inline constexpr double kMinLineSweepSpan = 256;
 
 /// The lines fitted to one collective kind's size sweep, and how well they hold.
 struct CollectiveLineFit {
-  graph::CollectiveKind kind = graph::CollectiveKind::kAllReduce;  ///< collective
+  graph::CollectiveKind kind = graph::CollectiveKind::kAllReduce;  ///< collective (unless p2p)
+  bool p2p = false;                                                ///< point-to-point messages' lines
+  std::string name;                                                ///< "p2p" or the kind's name
   std::vector<sim::CollectiveLine> lines;                          ///< "small", then "large"
   int sizes = 0;                     ///< distinct sizes of the sweep (all fitted)
   double smallest_bytes = 0;         ///< the sweep's smallest size

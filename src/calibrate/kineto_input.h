@@ -38,8 +38,9 @@ std::vector<std::filesystem::path> ingested_trace_files(const std::filesystem::p
 KinetoInput load_kineto_input(const std::vector<std::filesystem::path>& files, const std::string& label,
                               const sim::GpuSpec& base_gpu);
 
-/// The collective samples of `data` (NCCL kernels with collective metadata; point-to-point and unknown
-/// kinds are left out), with `cluster` placing each group.
+/// The collective samples of `data` (NCCL kernels with collective metadata: the collectives, and send/recv of
+/// a 2-rank group as p2p samples; unknown kinds and p2p of larger groups are left out), with `cluster`
+/// placing each group.
 std::vector<CollectiveSample> collective_samples(const analyze::TraceData& data,
                                                  const sim::ClusterSpec& cluster);
 

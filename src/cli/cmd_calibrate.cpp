@@ -153,7 +153,7 @@ void print_collective_lines(const std::vector<calibrate::CollectiveLineFit>& fit
     const auto line = [](const sim::CollectiveLine& fitted) {
       return fmt::format("{:.2f}, {:.2f}", fitted.bandwidth_scale, fitted.latency_scale);
     };
-    table.add_row({graph::to_string(fit.kind),
+    table.add_row({fit.name,
                    fmt::format("{} ({}..{})", fit.sizes, core::format_bytes(fit.smallest_bytes),
                                core::format_bytes(fit.largest_bytes)),
                    line(fit.lines.front()), core::format_bytes(fit.split_bytes), line(fit.lines.back()),
@@ -174,7 +174,7 @@ void print_kineto(const calibrate::Calibration& calibration) {
   const calibrate::KinetoFit& kineto = calibration.kineto;
   core::TextTable table({"collective", "group", "nodes", "bytes", "n", "measured us", "modeled us", "error"});
   for (const auto& sample : kineto.collectives) {
-    table.add_row({graph::to_string(sample.kind), std::to_string(sample.group_size),
+    table.add_row({calibrate::collective_name(sample), std::to_string(sample.group_size),
                    std::to_string(sample.nodes), fmt::format("{:.0f}", sample.bytes),
                    std::to_string(sample.instances), fmt::format("{:.1f}", sample.measured_s * 1e6),
                    fmt::format("{:.1f}", sample.modeled_s * 1e6),

@@ -239,39 +239,49 @@ graph::CollectiveKind collective_kind_named(const std::string& name, const std::
                               CollectiveKind::kReduceScatter, CollectiveKind::kAllToAll}) {
     if (name == graph::to_string(kind)) return kind;
   }
-  throw InputError(fmt::format(
-      "{}: lines.{} is no collective kind; use all_reduce, all_gather, reduce_scatter or all_to_all", origin,
-      name));
+  throw InputError(
+      fmt::format("{}: lines.{} is no collective kind; use all_reduce, all_gather, "
+                  "reduce_scatter, all_to_all or p2p",
+                  origin, name));
 }
 
-/// `collective.lines`: per kind, a list of {name, bandwidth_scale, latency_scale}; absent = none.
-std::map<graph::CollectiveKind, std::vector<CollectiveLine>> parse_collective_lines(
-    const nlohmann::json& object, const std::string& origin) {
-  std::map<graph::CollectiveKind, std::vector<CollectiveLine>> lines;
-  auto found = object.find("lines");
-  if (found == object.end() || found->is_null()) return lines;
-  require_input(found->is_object(), fmt::format("{}: 'lines' must map collective kinds (all_reduce, ...) to "
-                                                "lists of {{name, bandwidth_scale, latency_scale}}",
-                                                origin));
-  for (const auto& [name, list] : found->items()) {
-    const graph::CollectiveKind kind = collective_kind_named(name, origin);
-    const std::string where = fmt::format("{}: lines.{}", origin, name);
-    require_input(
-        list.is_array() && !list.empty(),
-        fmt::format("{} must be a non-empty list of {{name, bandwidth_scale, latency_scale}}", where));
-    for (const nlohmann::json& entry : list) {
-      require_input(entry.is_object(), fmt::format("{}: each line must be a mapping", where));
-      ConfigReader reader(entry, where);
-      reader.reject_unknown_keys({"name", "bandwidth_scale", "latency_scale"});
-      CollectiveLine line;
-      line.name = reader.get_string("name", "");
-      line.bandwidth_scale = bounded(reader, where, "bandwidth_scale", 1.0, 1e-3, 10);
-      require_input(line.bandwidth_scale > 0, fmt::format("{}: 'bandwidth_scale' must be > 0", where));
-      line.latency_scale = bounded(reader, where, "latency_scale", 1.0, 0, 1e3);
-      lines[kind].push_back(line);
-    }
+/// One kind's list of lines at `where` (lines.<kind>).
+std::vector<CollectiveLine> parse_line_list(const nlohmann::json& list, const std::string& where) {
+  require_input(
+      list.is_array() && !list.empty(),
+      fmt::format("{} must be a non-empty list of {{name, bandwidth_scale, latency_scale}}", where));
+  std::vector<CollectiveLine> lines;
+  for (const nlohmann::json& entry : list) {
+    require_input(entry.is_object(), fmt::format("{}: each line must be a mapping", where));
+    ConfigReader reader(entry, where);
+    reader.reject_unknown_keys({"name", "bandwidth_scale", "latency_scale"});
+    CollectiveLine line;
+    line.name = reader.get_string("name", "");
+    line.bandwidth_scale = bounded(reader, where, "bandwidth_scale", 1.0, 1e-3, 10);
+    line.latency_scale = bounded(reader, where, "latency_scale", 1.0, 0, 1e3);
+    lines.push_back(line);
   }
   return lines;
+}
+
+/// `collective.lines` into `collective`: per kind (and `p2p`), a list of {name, bandwidth_scale,
+/// latency_scale}; absent = none.
+void parse_collective_lines(const nlohmann::json& object, const std::string& origin,
+                            CollectiveSpec& collective) {
+  auto found = object.find("lines");
+  if (found == object.end() || found->is_null()) return;
+  require_input(found->is_object(),
+                fmt::format("{}: 'lines' must map collective kinds (all_reduce, ..., p2p) "
+                            "to lists of {{name, bandwidth_scale, latency_scale}}",
+                            origin));
+  for (const auto& [name, list] : found->items()) {
+    const std::string where = fmt::format("{}: lines.{}", origin, name);
+    if (name == "p2p") {
+      collective.p2p_lines = parse_line_list(list, where);
+    } else {
+      collective.lines[collective_kind_named(name, origin)] = parse_line_list(list, where);
+    }
+  }
 }
 
 CollectiveSpec parse_collective(const nlohmann::json& object, const std::string& origin) {
@@ -285,7 +295,7 @@ CollectiveSpec parse_collective(const nlohmann::json& object, const std::string&
   collective.bw_efficiency_max =
       bounded(reader, origin, "bw_efficiency_max", collective.bw_efficiency_max, 0.01, 1);
   collective.bw_half_bytes = bounded(reader, origin, "bw_half_bytes", collective.bw_half_bytes, 0, 1e12);
-  collective.lines = parse_collective_lines(object, origin);
+  parse_collective_lines(object, origin, collective);
   return collective;
 }
 
@@ -418,15 +428,17 @@ nlohmann::json to_json(const ClusterSpec& cluster) {
         {"bw_efficiency_max", cluster.collective.bw_efficiency_max},
         {"bw_half_bytes", cluster.collective.bw_half_bytes}}},
   };
-  if (!cluster.collective.lines.empty()) {
+  if (!cluster.collective.lines.empty() || !cluster.collective.p2p_lines.empty()) {
     nlohmann::json lines = nlohmann::json::object();
-    for (const auto& [kind, list] : cluster.collective.lines) {
+    const auto add = [&lines](const std::string& name, const std::vector<CollectiveLine>& list) {
       for (const CollectiveLine& line : list) {
-        lines[graph::to_string(kind)].push_back({{"name", line.name},
-                                                 {"bandwidth_scale", line.bandwidth_scale},
-                                                 {"latency_scale", line.latency_scale}});
+        lines[name].push_back({{"name", line.name},
+                               {"bandwidth_scale", line.bandwidth_scale},
+                               {"latency_scale", line.latency_scale}});
       }
-    }
+    };
+    for (const auto& [kind, list] : cluster.collective.lines) add(graph::to_string(kind), list);
+    add("p2p", cluster.collective.p2p_lines);
     json["collective"]["lines"] = lines;
   }
   json["attention"] = parallel::to_string(cluster.attention);

@@ -130,6 +130,9 @@ struct CollectiveSpec {
   /// Per collective kind, its lines: a call takes the fastest (`calo calibrate` fits them to a size sweep). A
   /// kind without lines runs at the link's bandwidth and latency as they are (one line at scale 1).
   std::map<graph::CollectiveKind, std::vector<CollectiveLine>> lines;
+  /// Point-to-point messages' lines (pipeline send/recv, the context-parallel ring; YAML `lines.p2p`): the
+  /// fastest per message; none = one line at scale 1 on the efficiency curve.
+  std::vector<CollectiveLine> p2p_lines;
 };
 
 /// A cluster: GPU, node, network, collectives.

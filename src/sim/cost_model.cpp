@@ -19,22 +19,29 @@ double transfer_s(const CollectiveSpec& collective, double bytes, double message
   return bytes / (link_bytes_per_s * bandwidth_efficiency(collective, message_bytes));
 }
 
-/// The fastest over `kind`'s lines of `time_s(curve, bandwidth_scale, latency_scale)`. A kind without lines
-/// runs one line at scale 1 on the cluster's efficiency curve; a kind with lines runs each at the curve's
-/// best efficiency (bw_half_bytes 0): its lines are its measured size dependence and replace the curve's.
+/// The fastest over `lines` of `time_s(curve, bandwidth_scale, latency_scale)`. No lines: one line at scale 1
+/// on the cluster's efficiency curve; with lines, each runs at the curve's best efficiency (bw_half_bytes 0):
+/// the lines are the measured size dependence and replace the curve's.
 template <typename TimeOfLine>
-double fastest_line_s(const CollectiveSpec& collective, graph::CollectiveKind kind, TimeOfLine time_s) {
-  auto found = collective.lines.find(kind);
-  if (found == collective.lines.end() || found->second.empty()) return time_s(collective, 1.0, 1.0);
+double fastest_line_s(const CollectiveSpec& collective, const std::vector<CollectiveLine>& lines,
+                      TimeOfLine time_s) {
+  if (lines.empty()) return time_s(collective, 1.0, 1.0);
   CollectiveSpec flat_curve;  // the lines' curve: not a copy of `collective`, whose lines would be copied too
   flat_curve.algorithm = collective.algorithm;
   flat_curve.bw_efficiency_max = collective.bw_efficiency_max;
   flat_curve.bw_half_bytes = 0;
   double fastest_s = INFINITY;
-  for (const CollectiveLine& line : found->second) {
+  for (const CollectiveLine& line : lines) {
     fastest_s = std::min(fastest_s, time_s(flat_curve, line.bandwidth_scale, line.latency_scale));
   }
   return fastest_s;
+}
+
+/// `kind`'s lines (CollectiveSpec::lines); empty where it has none.
+const std::vector<CollectiveLine>& lines_of(const CollectiveSpec& collective, graph::CollectiveKind kind) {
+  static const std::vector<CollectiveLine> kNone;
+  auto found = collective.lines.find(kind);
+  return found == collective.lines.end() ? kNone : found->second;
 }
 
 /// Flat (one link class) collective time at one line's link figures and efficiency curve; ring or tree per
@@ -62,7 +69,7 @@ double flat_line_s(const CollectiveSpec& collective, graph::CollectiveKind kind,
 double flat_collective_s(const ClusterSpec& cluster, graph::CollectiveKind kind, int members, double bytes,
                          double link_bytes_per_s, double latency_s) {
   if (members <= 1) return 0;
-  return fastest_line_s(cluster.collective, kind,
+  return fastest_line_s(cluster.collective, lines_of(cluster.collective, kind),
                         [&](const CollectiveSpec& curve, double bandwidth_scale, double latency_scale) {
                           return flat_line_s(curve, kind, members, bytes, link_bytes_per_s * bandwidth_scale,
                                              latency_s * latency_scale);
@@ -214,7 +221,7 @@ double collective_time_s(const ClusterSpec& cluster, graph::CollectiveKind kind,
     const double off_node = (members - per_node) / members * bytes;
     const double on_node = (per_node - 1) / members * bytes;
     return fastest_line_s(
-        cluster.collective, kind,
+        cluster.collective, lines_of(cluster.collective, kind),
         [&](const CollectiveSpec& curve, double bandwidth_scale, double latency_scale) {
           const double network_s =
               transfer_s(curve, off_node, bytes / members, nic_bw_per_gpu * bandwidth_scale);
@@ -242,15 +249,20 @@ double p2p_time_s(const ClusterSpec& cluster, double bytes, int rank_a, int rank
   if (bytes <= 0) return 0;
   const int node_a = node_of(cluster, rank_a);
   const int node_b = node_of(cluster, rank_b);
-  if (node_a == node_b) {
-    return cluster.node.nvlink_latency_s +
-           transfer_s(cluster.collective, bytes, bytes, cluster.node.nvlink_bandwidth_bytes_per_s);
+  double bandwidth = cluster.node.nvlink_bandwidth_bytes_per_s;
+  double latency_s = cluster.node.nvlink_latency_s;
+  if (node_a != node_b) {
+    const bool cross_leaf =
+        node_a / cluster.network.nodes_per_leaf != node_b / cluster.network.nodes_per_leaf;
+    bandwidth =
+        cluster.network.nic_bandwidth_bytes_per_s / (cross_leaf ? cluster.network.oversubscription : 1);
+    latency_s = cluster.network.latency_s * (cross_leaf ? 2.0 : 1.0);
   }
-  const bool cross_leaf = node_a / cluster.network.nodes_per_leaf != node_b / cluster.network.nodes_per_leaf;
-  const double bandwidth =
-      cluster.network.nic_bandwidth_bytes_per_s / (cross_leaf ? cluster.network.oversubscription : 1);
-  return cluster.network.latency_s * (cross_leaf ? 2.0 : 1.0) +
-         transfer_s(cluster.collective, bytes, bytes, bandwidth);
+  return fastest_line_s(cluster.collective, cluster.collective.p2p_lines,
+                        [&](const CollectiveSpec& curve, double bandwidth_scale, double latency_scale) {
+                          return latency_s * latency_scale +
+                                 transfer_s(curve, bytes, bytes, bandwidth * bandwidth_scale);
+                        });
 }
 
 }  // namespace calo::sim

@@ -1,9 +1,9 @@
 // Collective lines on real data: a size sweep (4 KiB .. 1 GiB, doubling) of all-reduce, all-gather,
-// reduce-scatter and all-to-all on 2 x NVIDIA H200 over NVLink (NCCL 2.28.9, PyTorch 2.11 profiler traces,
-// tests/fixtures/kineto-h200x2-collectives, made by bench/gpu/collective_sweep.sh). The link's one line
-// misses the sweep by tens of percent; each kind's two fitted lines follow it, also for sizes held out, the
-// lines are NCCL's own protocols (checked against the sweeps run with NCCL_PROTO forced), and `calo
-// calibrate` writes them into a file `calo sim` loads.
+// reduce-scatter, all-to-all and one-way send/recv (p2p) on 2 x NVIDIA H200 over NVLink (NCCL 2.28.9, PyTorch
+// 2.11 profiler traces, tests/fixtures/kineto-h200x2-collectives, made by bench/gpu/collective_sweep.sh). The
+// link's one line misses the sweep by tens of percent; each kind's two fitted lines follow it, also for sizes
+// held out and on two other hosts' pairs, the lines are NCCL's own protocols (checked against the sweeps run
+// with NCCL_PROTO forced), and `calo calibrate` writes them into a file `calo sim` loads.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -39,7 +39,7 @@ const Calibration& sweep_calibration() {
 
 const CollectiveLineFit* lines_of(CollectiveKind kind) {
   for (const CollectiveLineFit& fit : sweep_calibration().kineto.lines) {
-    if (fit.kind == kind) return &fit;
+    if (!fit.p2p && fit.kind == kind) return &fit;
   }
   return nullptr;
 }
@@ -47,46 +47,45 @@ const CollectiveLineFit* lines_of(CollectiveKind kind) {
 constexpr CollectiveKind kKinds[] = {CollectiveKind::kAllReduce, CollectiveKind::kAllGather,
                                      CollectiveKind::kReduceScatter, CollectiveKind::kAllToAll};
 
-// Stated tolerances, measured on this sweep (docs/SIMULATOR.md "Collective lines" has the table): every size
-// within 20 % fitted, 10 % root mean square; held out within 25 % (10 % RMS), except all-to-all's 35 % (16 %
-// RMS): NCCL runs it as grouped point-to-point, with a bump at 16-32 MiB that no two lines follow. The link's
-// one line misses the same sweeps by 38-58 %.
-constexpr double kFittedTolerance = 0.20;
-constexpr double kFittedRmsTolerance = 0.10;
-double held_out_tolerance(CollectiveKind kind) {
-  return kind == CollectiveKind::kAllToAll ? 0.35 : 0.25;
+// Stated tolerances, measured on this sweep (docs/SIMULATOR.md "Collective lines from a size sweep" has the
+// table). Collectives: every size within 20 % fitted (RMS 10 %) and 30 % held out (RMS 10 %): the worst
+// held-out size is all-reduce's 2 MiB, where NCCL still runs LL past the point where Simple would be as fast.
+// p2p (one way, the sender's kernel): 10 % fitted, 15 % held out. The link's one line misses them by 32-53 %.
+double fitted_tolerance(const CollectiveLineFit& fit) {
+  return fit.p2p ? 0.10 : 0.20;
 }
-double held_out_rms_tolerance(CollectiveKind kind) {
-  return kind == CollectiveKind::kAllToAll ? 0.16 : 0.10;
+double held_out_tolerance(const CollectiveLineFit& fit) {
+  return fit.p2p ? 0.15 : 0.30;
 }
+constexpr double kRmsTolerance = 0.10;
 
 TEST(CollectiveLines, EachKindsTwoLinesFollowTheSweepWhereOneLineCannot) {
   const Calibration& calibration = sweep_calibration();
-  ASSERT_EQ(calibration.kineto.lines.size(), 4u) << "four kinds swept over 19 sizes";
-  for (CollectiveKind kind : kKinds) {
-    const CollectiveLineFit* fit = lines_of(kind);
-    ASSERT_NE(fit, nullptr) << graph::to_string(kind);
-    SCOPED_TRACE(graph::to_string(kind));
-    EXPECT_EQ(fit->sizes, 19);
-    EXPECT_EQ(fit->smallest_bytes, 4096);
-    EXPECT_EQ(fit->largest_bytes, 1073741824);
-    EXPECT_LE(fit->max_error, kFittedTolerance);
-    EXPECT_LE(fit->rms_error, kFittedRmsTolerance);
-    EXPECT_LE(fit->max_held_out_error, held_out_tolerance(kind))
-        << "worst at " << fit->held_out_worst_bytes << " B";
-    EXPECT_LE(fit->rms_held_out_error, held_out_rms_tolerance(kind));
-    EXPECT_GT(fit->single_line_max_error, 2 * fit->max_error) << "the lines must buy something";
-    ASSERT_EQ(fit->lines.size(), 2u);
-    EXPECT_EQ(fit->lines[0].name, "small");
+  ASSERT_EQ(calibration.kineto.lines.size(), 5u) << "four kinds and p2p swept over 19 sizes";
+  for (CollectiveKind kind : kKinds) EXPECT_NE(lines_of(kind), nullptr) << graph::to_string(kind);
+  for (const CollectiveLineFit& fit : calibration.kineto.lines) {
+    SCOPED_TRACE(fit.name);
+    EXPECT_EQ(fit.sizes, 19);
+    EXPECT_EQ(fit.smallest_bytes, 4096);
+    EXPECT_EQ(fit.largest_bytes, 1073741824);
+    EXPECT_LE(fit.max_error, fitted_tolerance(fit));
+    EXPECT_LE(fit.rms_error, kRmsTolerance);
+    EXPECT_LE(fit.max_held_out_error, held_out_tolerance(fit))
+        << "worst at " << fit.held_out_worst_bytes << " B";
+    EXPECT_LE(fit.rms_held_out_error, kRmsTolerance);
+    EXPECT_GT(fit.single_line_max_error, 2 * fit.max_error) << "the lines must buy something";
+    ASSERT_EQ(fit.lines.size(), 2u);
+    EXPECT_EQ(fit.lines[0].name, "small");
     // The small-message regime starts sooner and moves less: lower latency, lower bandwidth.
-    EXPECT_LT(fit->lines[0].bandwidth_scale, fit->lines[1].bandwidth_scale);
-    EXPECT_LE(fit->lines[0].latency_scale, fit->lines[1].latency_scale);
+    EXPECT_LT(fit.lines[0].bandwidth_scale, fit.lines[1].bandwidth_scale);
+    EXPECT_LE(fit.lines[0].latency_scale, fit.lines[1].latency_scale);
   }
   // Every sample is modeled with the fitted cluster's lines: the per-sample table agrees with the fit.
+  ASSERT_EQ(calibration.kineto.collectives.size(), 5u * 19u) << "the batched send/recv carries no sizes";
   for (const CollectiveSample& sample : calibration.kineto.collectives) {
     EXPECT_TRUE(sample.fitted);
-    EXPECT_LE(std::fabs(sample.modeled_s / sample.measured_s - 1), kFittedTolerance)
-        << graph::to_string(sample.kind) << " " << sample.bytes << " B";
+    EXPECT_LE(std::fabs(sample.modeled_s / sample.measured_s - 1), 0.20)
+        << collective_name(sample) << " " << sample.bytes << " B";
   }
 }
 
@@ -118,12 +117,40 @@ TEST(CollectiveLines, TheTwoLinesAreNcclsLlAndSimpleProtocols) {
     const CollectiveLineFit* fit = lines_of(kind);
     ASSERT_NE(fit, nullptr);
     const double small_to = fit->split_bytes / 2, large_from = fit->split_bytes;
-    // Each line predicts its protocol's sweep within 15 % (measured 7-11 % LL, 9-13 % Simple) ...
+    // Each line predicts its protocol's sweep within 15 % (measured 7-11 % LL, 9-14 % Simple) ...
     EXPECT_LE(one_line_error("ll", kind, fit->lines[0], fit->smallest_bytes, small_to), 0.15);
     EXPECT_LE(one_line_error("simple", kind, fit->lines[1], large_from, fit->largest_bytes), 0.15);
-    // ... and the other protocol's not at all (measured 127-358 % off).
+    // ... and the other protocol's not at all (measured 129-361 % off).
     EXPECT_GT(one_line_error("ll", kind, fit->lines[1], fit->smallest_bytes, small_to), 1.0);
     EXPECT_GT(one_line_error("simple", kind, fit->lines[0], large_from, fit->largest_bytes), 1.0);
+  }
+}
+
+TEST(CollectiveLines, TheLinesOfOneHostPredictTwoOtherHostsPairs) {
+  // host-a/, host-b/: the four collectives swept on two other H200 pairs of other hosts, lent earlier the
+  // same day (host-b also ran a batched send/recv, whose kernels carry no sizes: no sample). The lines fitted
+  // to this pair predict them out of sample.
+  const sim::ClusterSpec& fitted = sweep_calibration().fit.cluster;
+  const sim::ClusterSpec base = sim::load_cluster("h200-hgx");
+  for (const std::string host : {"host-a", "host-b"}) {
+    SCOPED_TRACE(host);
+    const analyze::TraceData data =
+        analyze::ingest_traces({kSweep / host / "rank0.json.gz", kSweep / host / "rank1.json.gz"});
+    const auto samples = collective_samples(data, fitted);
+    ASSERT_EQ(samples.size(), 4u * 19u);
+    double worst = 0, squares = 0, base_worst = 0;
+    for (const CollectiveSample& sample : samples) {
+      const double error = modeled_collective_s(fitted, sample) / sample.measured_s - 1;
+      worst = std::max(worst, std::fabs(error));
+      squares += error * error;
+      base_worst =
+          std::max(base_worst, std::fabs(modeled_collective_s(base, sample) / sample.measured_s - 1));
+    }
+    const double rms = std::sqrt(squares / static_cast<double>(samples.size()));
+    // Measured: host-a 20.8 % worst (RMS 6.3 %), host-b 16.8 % (5.4 %); BASE 76 % and 72 %.
+    EXPECT_LE(worst, 0.25);
+    EXPECT_LE(rms, 0.08);
+    EXPECT_GT(base_worst, 0.5) << "BASE, uncalibrated";
   }
 }
 

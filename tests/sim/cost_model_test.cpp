@@ -212,13 +212,44 @@ TEST(CollectiveLines, AKindTakesItsFastestLineAndOtherKindsKeepTheLink) {
             collective_time_s(plain, CollectiveKind::kAllReduce, 1073741824.0, two_nodes));
 }
 
+TEST(CollectiveLines, PointToPointMessagesTakeTheFastestP2pLineOnTheirLink) {
+  const ClusterSpec plain = load_cluster("h200-hgx");
+  ClusterSpec lined = plain;
+  lined.collective.p2p_lines = {{"small", 0.6, 2}, {"large", 1.3, 4}};
+  const auto at_line = [&](double bandwidth_scale, double latency_scale, double bytes, int peer) {
+    ClusterSpec scaled = plain;
+    scaled.collective.bw_half_bytes = 0;
+    scaled.node.nvlink_bandwidth_bytes_per_s *= bandwidth_scale;
+    scaled.node.nvlink_latency_s *= latency_scale;
+    scaled.network.nic_bandwidth_bytes_per_s *= bandwidth_scale;
+    scaled.network.latency_s *= latency_scale;
+    return p2p_time_s(scaled, bytes, 0, peer);
+  };
+  for (int peer : {1, 8}) {  // NVLink inside the node, the rail to the next node
+    for (double bytes : {4096.0, 1048576.0, 1073741824.0}) {
+      EXPECT_DOUBLE_EQ(p2p_time_s(lined, bytes, 0, peer),
+                       std::min(at_line(0.6, 2, bytes, peer), at_line(1.3, 4, bytes, peer)))
+          << bytes << " B to rank " << peer;
+    }
+  }
+  EXPECT_LT(at_line(0.6, 2, 4096, 1), at_line(1.3, 4, 4096, 1));
+  EXPECT_LT(at_line(1.3, 4, 1073741824.0, 1), at_line(0.6, 2, 1073741824.0, 1));
+  // Collectives keep their own (none here): p2p lines do not move them.
+  const GroupPlacement eight = place_group(plain, ranks_range(0, 8, 1));
+  EXPECT_DOUBLE_EQ(collective_time_s(lined, graph::CollectiveKind::kAllReduce, 1048576.0, eight),
+                   collective_time_s(plain, graph::CollectiveKind::kAllReduce, 1048576.0, eight));
+}
+
 TEST(CollectiveLines, TheClusterFileCarriesThemAndNamesBadOnes) {
   ClusterSpec cluster = load_cluster("h200-hgx");
   EXPECT_TRUE(cluster.collective.lines.empty()) << "presets have no lines: one line at the link's figures";
   EXPECT_FALSE(to_json(cluster)["collective"].contains("lines"));
   cluster.collective.lines[graph::CollectiveKind::kReduceScatter] = {{"small", 0.45, 0.1}, {"large", 0.8, 3}};
+  cluster.collective.p2p_lines = {{"small", 0.6, 2}, {"large", 1.3, 4}};
   const ClusterSpec again = parse_cluster(to_json(cluster), "round trip");
   ASSERT_EQ(again.collective.lines.size(), 1u);
+  ASSERT_EQ(again.collective.p2p_lines.size(), 2u);
+  EXPECT_DOUBLE_EQ(again.collective.p2p_lines[1].bandwidth_scale, 1.3);
   const auto& lines = again.collective.lines.at(graph::CollectiveKind::kReduceScatter);
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(lines[1].name, "large");

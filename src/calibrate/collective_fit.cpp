@@ -23,43 +23,6 @@ std::string sample_key(const CollectiveSample& sample) {
                      sample.bytes);
 }
 
-/// Least squares of relative error over the within-node samples for NVLink bandwidth and latency, using the
-/// simulator's collective time (linear in 1/bandwidth and latency for a given algorithm; re-linearized until
-/// the algorithm choice settles). Returns false when the latency hit its bound 0.
-bool fit_nvlink(const std::vector<const CollectiveSample*>& samples, sim::ClusterSpec& cluster) {
-  double bandwidth = cluster.node.nvlink_bandwidth_bytes_per_s;
-  double latency = cluster.node.nvlink_latency_s;
-  bool bounded = false;
-  sim::ClusterSpec trial = cluster;
-  for (int iteration = 0; iteration < 8; ++iteration) {
-    trial.node.nvlink_bandwidth_bytes_per_s = bandwidth;
-    double aa = 0, ab = 0, bb = 0, a1 = 0, b1 = 0;  // normal equations of sum (a x1 + b x2 - 1)^2
-    for (const CollectiveSample* sample : samples) {
-      constexpr double kStep_s = 1e-6;
-      trial.node.nvlink_latency_s = 0;
-      const double transfer_s = modeled_collective_s(trial, *sample);
-      trial.node.nvlink_latency_s = latency;
-      const double at_latency_s = modeled_collective_s(trial, *sample);
-      trial.node.nvlink_latency_s = latency + kStep_s;
-      const double latency_terms = (modeled_collective_s(trial, *sample) - at_latency_s) / kStep_s;
-      const double a = transfer_s * bandwidth / sample->measured_s, b = latency_terms / sample->measured_s;
-      aa += a * a, ab += a * b, bb += b * b, a1 += a, b1 += b;
-    }
-    const double determinant = aa * bb - ab * ab;
-    double inverse_bandwidth = (bb * a1 - ab * b1) / determinant;
-    latency = (aa * b1 - ab * a1) / determinant;
-    bounded = !(std::isfinite(latency) && latency >= 0 && inverse_bandwidth > 0);
-    if (bounded) {  // one size class or a negative intercept: latency 0, bandwidth alone
-      latency = 0;
-      inverse_bandwidth = a1 / aa;
-    }
-    bandwidth = 1 / inverse_bandwidth;
-  }
-  cluster.node.nvlink_bandwidth_bytes_per_s = bandwidth;
-  cluster.node.nvlink_latency_s = latency;
-  return bounded;
-}
-
 /// One sample under a line of its kind, relative to its measured time: modeled / measured = transfer · x +
 /// latency · y, where x = 1 / bandwidth_scale and y = latency_scale (the link's figures at scale 1).
 struct LineTerms {
@@ -72,22 +35,58 @@ struct LineTerms {
 struct SolvedLine {
   double inverse_bandwidth_scale = 1;  ///< x
   double latency_scale = 1;            ///< y
+  bool at_bound = false;               ///< the free solve put y below 0 (or had one size class): y = 0
 };
 
-/// The line of least squared relative error over `terms`; latency scale 0 where the free solve puts it below.
+/// The line of least squared relative error over `terms` (normal equations of sum (a x + b y - 1)^2); y = 0
+/// and x alone where the free solve puts y below 0 or cannot tell x from y.
 SolvedLine solve_line(std::span<const LineTerms> terms) {
   double aa = 0, ab = 0, bb = 0, a1 = 0, b1 = 0;
   for (const LineTerms& term : terms) {
-    aa += term.transfer * term.transfer, ab += term.transfer * term.latency,
-        bb += term.latency * term.latency;
-    a1 += term.transfer, b1 += term.latency;
+    aa += term.transfer * term.transfer;
+    ab += term.transfer * term.latency;
+    bb += term.latency * term.latency;
+    a1 += term.transfer;
+    b1 += term.latency;
   }
   const double determinant = aa * bb - ab * ab;
-  SolvedLine line{(bb * a1 - ab * b1) / determinant, (aa * b1 - ab * a1) / determinant};
+  SolvedLine line{(bb * a1 - ab * b1) / determinant, (aa * b1 - ab * a1) / determinant, false};
   if (!(std::isfinite(line.latency_scale) && line.latency_scale >= 0 && line.inverse_bandwidth_scale > 0)) {
-    line = {a1 / aa, 0};
+    line = {a1 / aa, 0, true};
   }
   return line;
+}
+
+/// Least squares of relative error over the within-node samples for NVLink bandwidth and latency, using the
+/// simulator's collective time (linear in 1/bandwidth and latency for a given algorithm; re-linearized until
+/// the algorithm choice settles). Returns false when the latency hit its bound 0.
+bool fit_nvlink(const std::vector<const CollectiveSample*>& samples, sim::ClusterSpec& cluster) {
+  double bandwidth = cluster.node.nvlink_bandwidth_bytes_per_s;
+  double latency = cluster.node.nvlink_latency_s;
+  bool bounded = false;
+  sim::ClusterSpec trial = cluster;
+  for (int iteration = 0; iteration < 8; ++iteration) {
+    trial.node.nvlink_bandwidth_bytes_per_s = bandwidth;
+    std::vector<LineTerms> terms;  // here x = 1 / bandwidth and y = latency, both absolute
+    for (const CollectiveSample* sample : samples) {
+      constexpr double kStep_s = 1e-6;
+      trial.node.nvlink_latency_s = 0;
+      const double transfer_s = modeled_collective_s(trial, *sample);
+      trial.node.nvlink_latency_s = latency;
+      const double at_latency_s = modeled_collective_s(trial, *sample);
+      trial.node.nvlink_latency_s = latency + kStep_s;
+      const double latency_terms = (modeled_collective_s(trial, *sample) - at_latency_s) / kStep_s;
+      terms.push_back(
+          {sample->bytes, transfer_s * bandwidth / sample->measured_s, latency_terms / sample->measured_s});
+    }
+    const SolvedLine solved = solve_line(terms);
+    bandwidth = 1 / solved.inverse_bandwidth_scale;
+    latency = solved.latency_scale;
+    bounded = solved.at_bound;
+  }
+  cluster.node.nvlink_bandwidth_bytes_per_s = bandwidth;
+  cluster.node.nvlink_latency_s = latency;
+  return bounded;
 }
 
 /// modeled / measured - 1 of `term` under the fastest of `lines`.

@@ -41,7 +41,7 @@ nvidia-smi topo -m >"$work/topo.txt" 2>&1
 
 if [ -x "$unpacked/exec_cuda_multigpu_tests" ]; then
   t0=$SECONDS
-  timeout --kill-after=10 240 "$unpacked/exec_cuda_multigpu_tests" >"$work/multigpu.log" 2>&1
+  timeout --kill-after=10 200 "$unpacked/exec_cuda_multigpu_tests" >"$work/multigpu.log" 2>&1
   echo "== multigpu tests: exit $? after $((SECONDS - t0)) s; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$work/multigpu.log" | tr '\n' ' ')" |
     tee -a "$status"
 fi
@@ -50,7 +50,7 @@ bench() {
   local name="$1"
   shift
   local t0=$SECONDS
-  timeout --kill-after=10 120 "$calo" bench --backend cuda --no-progress --json --model "$model" "$@" \
+  timeout --kill-after=10 100 "$calo" bench --backend cuda --no-progress --json --model "$model" "$@" \
     --out "$work/runs/$name" >"$work/$name.json" 2>"$work/$name.log"
   echo "== $name: exit $? after $((SECONDS - t0)) s: $*" | tee -a "$status"
 }

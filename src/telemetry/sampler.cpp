@@ -232,7 +232,11 @@ void Sampler::wait_for_gap(Loop& loop, int64_t expected_cost_ns) {
   const Gate& gate = *gates_[loop.source_position];
   if (gate.fast_loops.empty()) return;
   const int64_t give_up_ns = core::monotonic_ns() + 50'000'000;  // never hold a slow read back > 50 ms
+  // A fast read has happened since the wait began once one was seen reading or the fast loops' next read
+  // moved on. A deadline that has merely passed is not a read: the fast loop may still be waking up (tens of
+  // us), and a slow read let go then started just ahead of it (1-9 times a second on a 2-core VM).
   bool waited_for_read = false;
+  int64_t first_next_fast_ns = -1;
   while (!stopping_.load(std::memory_order_relaxed)) {
     const int64_t now_ns = core::monotonic_ns();
     if (now_ns >= give_up_ns) return;
@@ -242,12 +246,14 @@ void Sampler::wait_for_gap(Loop& loop, int64_t expected_cost_ns) {
       busy = busy || fast->reading.load(std::memory_order_acquire);
       next_fast_ns = std::min(next_fast_ns, fast->next_read_ns.load(std::memory_order_acquire));
     }
-    if (!busy && (now_ns + expected_cost_ns + kMarginNs <= next_fast_ns || waited_for_read)) return;
-    if (busy) waited_for_read = true;
-    const int64_t wake_ns =
-        busy || next_fast_ns - now_ns < kPollNs ? now_ns + kPollNs : std::min(next_fast_ns, give_up_ns);
+    if (first_next_fast_ns < 0) first_next_fast_ns = next_fast_ns;
+    if (busy || next_fast_ns > first_next_fast_ns) waited_for_read = true;
+    const bool due = next_fast_ns <= now_ns;  // a fast read is due and has not begun: its loop is waking
+    if (!busy && !due && (now_ns + expected_cost_ns + kMarginNs <= next_fast_ns || waited_for_read)) return;
+    const int64_t wake_ns = busy || due || next_fast_ns - now_ns < kPollNs
+                                ? now_ns + kPollNs
+                                : std::min(next_fast_ns, give_up_ns);
     sleep_until_or_stop(loop, wake_ns);
-    if (!busy && next_fast_ns != INT64_MAX && wake_ns >= next_fast_ns) waited_for_read = true;
   }
 }
 

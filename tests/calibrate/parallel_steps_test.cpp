@@ -28,15 +28,19 @@ const fs::path& step_runs() {
   return dir;
 }
 
-/// h200-hgx-calibrated with NVLink and the lines fitted to the size sweep (the preset's compute, power and
-/// heat kept: the traces carry only NCCL kernels).
+/// h200-hgx-calibrated with NVLink and the lines fitted to the sweep of `ranks` traces in `sweep_dir` (the
+/// preset's compute, power and heat kept: the traces carry only NCCL kernels).
+sim::ClusterSpec preset_with_lines_of(const fs::path& sweep_dir, int ranks) {
+  std::vector<fs::path> files;
+  for (int rank = 0; rank < ranks; ++rank)
+    files.push_back(sweep_dir / ("rank" + std::to_string(rank) + ".json.gz"));
+  return calibrate(files, "h200-hgx-calibrated", {false, {}, {}, {}}).fit.cluster;
+}
+
+/// ... with the 2-rank lines of the third H200 pair.
 const sim::ClusterSpec& preset_with_lines() {
-  static const sim::ClusterSpec cluster = [] {
-    const fs::path sweep = fs::path(CALO_SOURCE_DIR) / "tests/fixtures/kineto-h200x2-collectives/auto";
-    return calibrate({sweep / "rank0.json.gz", sweep / "rank1.json.gz"}, "h200-hgx-calibrated",
-                     {false, {}, {}, {}})
-        .fit.cluster;
-  }();
+  static const sim::ClusterSpec cluster =
+      preset_with_lines_of(fs::path(CALO_SOURCE_DIR) / "tests/fixtures/kineto-h200x2-collectives/auto", 2);
   return cluster;
 }
 
@@ -88,6 +92,36 @@ TEST(ParallelSteps, TheLinesBringTheTensorParallelStepCloserAndKeepTheOthers) {
       EXPECT_LT(on_preset, -0.05) << "the datasheet NVLink makes TP's collectives twice as fast";
       EXPECT_LT(std::fabs(with_lines), std::fabs(on_preset) - 0.02);
     }
+  }
+}
+
+TEST(ParallelSteps, FourRankStepsWantTheLinesOfTheirOwnGroupSize) {
+  // tests/fixtures/h200x4-parallel-steps: the same model with TP4, PP4, DP4 (gbs 16) on a 4 x H200 host
+  // (another than the 4-rank sweep's). Step-time error against the median step, measured: TP4 -9.6 % on the
+  // preset, +5.8 % with the 2-rank lines (their per-hop latency and (n-1)/n bandwidth scaling overshoot at 4
+  // ranks), -4.9 % with the lines of the 4-rank sweep (tests/fixtures/kineto-h200x4-collectives/n4); PP4 -2.7
+  // % and DP4 +0.5 % on the preset, within 1 % of that with either lines.
+  const sim::ClusterSpec preset = sim::load_cluster("h200-hgx-calibrated");
+  const sim::ClusterSpec four_rank_lines =
+      preset_with_lines_of(fs::path(CALO_SOURCE_DIR) / "tests/fixtures/kineto-h200x4-collectives/n4", 4);
+  const fs::path runs = unpack_fixture("h200x4-parallel-steps");
+  const auto error_on = [](const MeasuredRun& run, const graph::Graph& graph,
+                           const sim::ClusterSpec& cluster) {
+    return simulate_run(run, graph, cluster).step_time_s / run.figures.step_time_s - 1;
+  };
+  const MeasuredRun tp4 = load_measured_run(runs / "tp4", preset.gpu);
+  const graph::Graph tp4_graph = run_graph(tp4);
+  const double on_preset = error_on(tp4, tp4_graph, preset);
+  const double own_lines = error_on(tp4, tp4_graph, four_rank_lines);
+  EXPECT_LT(on_preset, -0.08);
+  EXPECT_LT(std::fabs(own_lines), std::fabs(on_preset) - 0.03);
+  EXPECT_LE(std::fabs(own_lines), 0.06);
+  for (const std::string name : {"pp4", "dp4"}) {
+    SCOPED_TRACE(name);
+    const MeasuredRun run = load_measured_run(runs / name, preset.gpu);
+    const graph::Graph graph = run_graph(run);
+    EXPECT_LE(std::fabs(error_on(run, graph, preset)), 0.03);
+    EXPECT_LE(std::fabs(error_on(run, graph, four_rank_lines)), 0.03);
   }
 }
 

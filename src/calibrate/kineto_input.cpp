@@ -455,11 +455,7 @@ nlohmann::json kineto_provenance(const std::vector<KinetoInput>& inputs, const K
   nlohmann::json lines = nlohmann::json::array();
   for (const CollectiveLineFit& fitted : kineto.lines) {
     nlohmann::json kind_lines = nlohmann::json::array();
-    for (const sim::CollectiveLine& line : fitted.lines) {
-      kind_lines.push_back({{"name", line.name},
-                            {"bandwidth_scale", line.bandwidth_scale},
-                            {"latency_scale", line.latency_scale}});
-    }
+    for (const sim::CollectiveLine& line : fitted.lines) kind_lines.push_back(sim::to_json(line));
     lines.push_back({{"collective", fitted.name},
                      {"sizes", fitted.sizes},
                      {"smallest_bytes", fitted.smallest_bytes},

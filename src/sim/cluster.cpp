@@ -354,6 +354,11 @@ ClusterSpec load_cluster(const std::string& name_or_path) {
   return parse_cluster(object, "cluster '" + name_or_path + "'");
 }
 
+nlohmann::json to_json(const CollectiveLine& line) {
+  return {
+      {"name", line.name}, {"bandwidth_scale", line.bandwidth_scale}, {"latency_scale", line.latency_scale}};
+}
+
 nlohmann::json to_json(const ClusterSpec& cluster) {
   const GpuSpec& gpu = cluster.gpu;
   nlohmann::json power = nlohmann::json::object();
@@ -431,11 +436,7 @@ nlohmann::json to_json(const ClusterSpec& cluster) {
   if (!cluster.collective.lines.empty() || !cluster.collective.p2p_lines.empty()) {
     nlohmann::json lines = nlohmann::json::object();
     const auto add = [&lines](const std::string& name, const std::vector<CollectiveLine>& list) {
-      for (const CollectiveLine& line : list) {
-        lines[name].push_back({{"name", line.name},
-                               {"bandwidth_scale", line.bandwidth_scale},
-                               {"latency_scale", line.latency_scale}});
-      }
+      for (const CollectiveLine& line : list) lines[name].push_back(to_json(line));
     };
     for (const auto& [kind, list] : cluster.collective.lines) add(graph::to_string(kind), list);
     add("p2p", cluster.collective.p2p_lines);

@@ -166,4 +166,8 @@ ClusterSpec load_cluster(const std::string& name_or_path);
 /// The cluster as JSON (for the run store's config and --json).
 nlohmann::json to_json(const ClusterSpec& cluster);
 
+/// One collective line as the cluster file and the calibration's provenance write it: {name, bandwidth_scale,
+/// latency_scale}.
+nlohmann::json to_json(const CollectiveLine& line);
+
 }  // namespace calo::sim

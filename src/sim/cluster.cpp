@@ -247,33 +247,38 @@ graph::CollectiveKind collective_kind_named(const std::string& name, const std::
 
 /// One kind's list of lines at `where` (lines.<kind>).
 std::vector<CollectiveLine> parse_line_list(const nlohmann::json& list, const std::string& where) {
-  require_input(
-      list.is_array() && !list.empty(),
-      fmt::format("{} must be a non-empty list of {{name, bandwidth_scale, latency_scale}}", where));
+  require_input(list.is_array() && !list.empty(),
+                fmt::format("{} must be a non-empty list of {{name, bandwidth_scale, latency_scale, "
+                            "call_latency_scale, members_half}}",
+                            where));
   std::vector<CollectiveLine> lines;
   for (const nlohmann::json& entry : list) {
     require_input(entry.is_object(), fmt::format("{}: each line must be a mapping", where));
     ConfigReader reader(entry, where);
-    reader.reject_unknown_keys({"name", "bandwidth_scale", "latency_scale"});
+    reader.reject_unknown_keys(
+        {"name", "bandwidth_scale", "latency_scale", "call_latency_scale", "members_half"});
     CollectiveLine line;
     line.name = reader.get_string("name", "");
     line.bandwidth_scale = bounded(reader, where, "bandwidth_scale", 1.0, 1e-3, 10);
     line.latency_scale = bounded(reader, where, "latency_scale", 1.0, 0, 1e3);
+    line.call_latency_scale = bounded(reader, where, "call_latency_scale", 0.0, 0, 1e3);
+    line.members_half = bounded(reader, where, "members_half", 0.0, 0, 1e3);
     lines.push_back(line);
   }
   return lines;
 }
 
 /// `collective.lines` into `collective`: per kind (and `p2p`), a list of {name, bandwidth_scale,
-/// latency_scale}; absent = none.
+/// latency_scale, call_latency_scale, members_half}; absent = none.
 void parse_collective_lines(const nlohmann::json& object, const std::string& origin,
                             CollectiveSpec& collective) {
   auto found = object.find("lines");
   if (found == object.end() || found->is_null()) return;
-  require_input(found->is_object(),
-                fmt::format("{}: 'lines' must map collective kinds (all_reduce, ..., p2p) "
-                            "to lists of {{name, bandwidth_scale, latency_scale}}",
-                            origin));
+  require_input(
+      found->is_object(),
+      fmt::format("{}: 'lines' must map collective kinds (all_reduce, ..., p2p) "
+                  "to lists of {{name, bandwidth_scale, latency_scale, call_latency_scale, members_half}}",
+                  origin));
   for (const auto& [name, list] : found->items()) {
     const std::string where = fmt::format("{}: lines.{}", origin, name);
     if (name == "p2p") {
@@ -355,8 +360,11 @@ ClusterSpec load_cluster(const std::string& name_or_path) {
 }
 
 nlohmann::json to_json(const CollectiveLine& line) {
-  return {
-      {"name", line.name}, {"bandwidth_scale", line.bandwidth_scale}, {"latency_scale", line.latency_scale}};
+  return {{"name", line.name},
+          {"bandwidth_scale", line.bandwidth_scale},
+          {"latency_scale", line.latency_scale},
+          {"call_latency_scale", line.call_latency_scale},
+          {"members_half", line.members_half}};
 }
 
 nlohmann::json to_json(const ClusterSpec& cluster) {

@@ -115,11 +115,16 @@ struct NetworkSpec {
 
 /// One regime of a collective kind's time against its size, as NCCL's protocols make them (LL for small
 /// messages: low latency, a fraction of the bandwidth; Simple for large ones): the link's bandwidth and
-/// per-hop latency, each scaled. docs/SIMULATOR.md "Collective lines".
+/// per-hop latency, each scaled; fitted over two group sizes, also a latency paid once per call and a
+/// bandwidth that grows with the members. docs/SIMULATOR.md "Collective lines".
 struct CollectiveLine {
-  std::string name;              ///< a label for tables ("small", "large")
-  double bandwidth_scale = 1.0;  ///< multiplies the link's bandwidth (> 0)
-  double latency_scale = 1.0;    ///< multiplies the link's per-hop latency (>= 0)
+  std::string name;               ///< a label for tables ("small", "large")
+  double bandwidth_scale = 1.0;   ///< multiplies the link's bandwidth (> 0)
+  double latency_scale = 1.0;     ///< multiplies the link's per-hop latency (>= 0)
+  double call_latency_scale = 0;  ///< link latencies paid once per call, whatever the members (>= 0)
+  /// Members at which a group reaches half the line's bandwidth: n members get bandwidth_scale · n / (n +
+  /// members_half) of the link (>= 0; 0 = every group size the full scale).
+  double members_half = 0;
 };
 
 /// Collective algorithm selection and bandwidth efficiency curve.
@@ -167,7 +172,7 @@ ClusterSpec load_cluster(const std::string& name_or_path);
 nlohmann::json to_json(const ClusterSpec& cluster);
 
 /// One collective line as the cluster file and the calibration's provenance write it: {name, bandwidth_scale,
-/// latency_scale}.
+/// latency_scale, call_latency_scale, members_half}.
 nlohmann::json to_json(const CollectiveLine& line);
 
 }  // namespace calo::sim

@@ -19,20 +19,20 @@ double transfer_s(const CollectiveSpec& collective, double bytes, double message
   return bytes / (link_bytes_per_s * bandwidth_efficiency(collective, message_bytes));
 }
 
-/// The fastest over `lines` of `time_s(curve, bandwidth_scale, latency_scale)`. No lines: one line at scale 1
-/// on the cluster's efficiency curve; with lines, each runs at the curve's best efficiency (bw_half_bytes 0):
-/// the lines are the measured size dependence and replace the curve's.
+/// The fastest over `lines` of `time_s(curve, line)`. No lines: one line at scale 1 (no per-call latency, no
+/// members term) on the cluster's efficiency curve; with lines, each runs at the curve's best efficiency
+/// (bw_half_bytes 0): the lines are the measured size dependence and replace the curve's.
 template <typename TimeOfLine>
 double fastest_line_s(const CollectiveSpec& collective, const std::vector<CollectiveLine>& lines,
                       TimeOfLine time_s) {
-  if (lines.empty()) return time_s(collective, 1.0, 1.0);
+  if (lines.empty()) return time_s(collective, CollectiveLine{});
   CollectiveSpec flat_curve;  // the lines' curve: not a copy of `collective`, whose lines would be copied too
   flat_curve.algorithm = collective.algorithm;
   flat_curve.bw_efficiency_max = collective.bw_efficiency_max;
   flat_curve.bw_half_bytes = 0;
   double fastest_s = INFINITY;
   for (const CollectiveLine& line : lines) {
-    fastest_s = std::min(fastest_s, time_s(flat_curve, line.bandwidth_scale, line.latency_scale));
+    fastest_s = std::min(fastest_s, time_s(flat_curve, line));
   }
   return fastest_s;
 }
@@ -44,35 +44,57 @@ const std::vector<CollectiveLine>& lines_of(const CollectiveSpec& collective, gr
   return found == collective.lines.end() ? kNone : found->second;
 }
 
-/// Flat (one link class) collective time at one line's link figures and efficiency curve; ring or tree per
-/// the algorithm choice for all-reduce.
-double flat_line_s(const CollectiveSpec& collective, graph::CollectiveKind kind, int members, double bytes,
-                   double link_bytes_per_s, double latency_s) {
-  const double fraction = static_cast<double>(members - 1) / members;
+/// `line`'s share of a link of `link_bytes_per_s` for a group of `members`: bandwidth_scale · n / (n +
+/// members_half).
+double line_bandwidth(const CollectiveLine& line, double link_bytes_per_s, int members) {
+  return link_bytes_per_s * line.bandwidth_scale * members / (members + line.members_half);
+}
+
+/// Flat (one link class) collective time under `line` on a link of `link_bytes_per_s` and `latency_s` per hop
+/// with the efficiency curve `collective`: ring or tree per the algorithm choice for all-reduce, plus the
+/// line's per-call latency.
+double flat_line_s(const CollectiveSpec& collective, const CollectiveLine& line, graph::CollectiveKind kind,
+                   int members, double bytes, double link_bytes_per_s, double latency_s) {
+  const double bandwidth = line_bandwidth(line, link_bytes_per_s, members);
+  const double hop_latency_s = latency_s * line.latency_scale;
+  const double call_s = latency_s * line.call_latency_scale;
   switch (kind) {
     case graph::CollectiveKind::kAllReduce: {
-      double ring = ring_all_reduce_s(collective, members, bytes, link_bytes_per_s, latency_s);
-      double tree = tree_all_reduce_s(collective, members, bytes, link_bytes_per_s, latency_s);
-      if (collective.algorithm == "ring") return ring;
-      if (collective.algorithm == "tree") return tree;
-      return std::min(ring, tree);
+      double ring = ring_all_reduce_s(collective, members, bytes, bandwidth, hop_latency_s);
+      double tree = tree_all_reduce_s(collective, members, bytes, bandwidth, hop_latency_s);
+      if (collective.algorithm == "ring") return ring + call_s;
+      if (collective.algorithm == "tree") return tree + call_s;
+      return std::min(ring, tree) + call_s;
     }
     case graph::CollectiveKind::kAllGather:
     case graph::CollectiveKind::kReduceScatter:
-    case graph::CollectiveKind::kAllToAll:
-      return fraction * transfer_s(collective, bytes, bytes, link_bytes_per_s) + (members - 1) * latency_s;
+    case graph::CollectiveKind::kAllToAll: {
+      const double fraction = static_cast<double>(members - 1) / members;
+      return fraction * transfer_s(collective, bytes, bytes, bandwidth) + (members - 1) * hop_latency_s +
+             call_s;
+    }
   }
   return 0;
 }
 
-/// Flat (one link class) collective time: the fastest of the kind's lines.
-double flat_collective_s(const ClusterSpec& cluster, graph::CollectiveKind kind, int members, double bytes,
-                         double link_bytes_per_s, double latency_s) {
+/// The two link classes: NVLink inside a node, where collective lines are measured, and the network, which
+/// keeps its own figures and efficiency curve (no sweep across nodes has fitted lines to it).
+enum class Link { kNvlink, kNetwork };
+
+/// Lines `link` takes for `kind`: on NVLink the kind's lines, on the network none.
+const std::vector<CollectiveLine>& lines_on(const CollectiveSpec& collective, Link link,
+                                            graph::CollectiveKind kind) {
+  static const std::vector<CollectiveLine> kNone;
+  return link == Link::kNvlink ? lines_of(collective, kind) : kNone;
+}
+
+/// Flat (one link class) collective time: the fastest of the kind's lines on `link`.
+double flat_collective_s(const ClusterSpec& cluster, Link link, graph::CollectiveKind kind, int members,
+                         double bytes, double link_bytes_per_s, double latency_s) {
   if (members <= 1) return 0;
-  return fastest_line_s(cluster.collective, lines_of(cluster.collective, kind),
-                        [&](const CollectiveSpec& curve, double bandwidth_scale, double latency_scale) {
-                          return flat_line_s(curve, kind, members, bytes, link_bytes_per_s * bandwidth_scale,
-                                             latency_s * latency_scale);
+  return fastest_line_s(cluster.collective, lines_on(cluster.collective, link, kind),
+                        [&](const CollectiveSpec& curve, const CollectiveLine& line) {
+                          return flat_line_s(curve, line, kind, members, bytes, link_bytes_per_s, latency_s);
                         });
 }
 
@@ -207,41 +229,47 @@ double collective_time_s(const ClusterSpec& cluster, graph::CollectiveKind kind,
   const double oversubscription = placement.cross_leaf ? cluster.network.oversubscription : 1.0;
   const double net_latency = cluster.network.latency_s * (placement.cross_leaf ? 2.0 : 1.0);
   if (placement.nodes <= 1) {
-    return flat_collective_s(cluster, kind, placement.size, bytes, nvlink_bw, nvlink_latency);
+    return flat_collective_s(cluster, Link::kNvlink, kind, placement.size, bytes, nvlink_bw, nvlink_latency);
   }
   // Each GPU drives its own rail; per_node GPUs of one node share the node's NICs.
   const int per_node = placement.per_node;
   const double nic_bw_per_gpu = cluster.nic_bandwidth_per_gpu() / oversubscription;
   if (per_node <= 1) {
-    return flat_collective_s(cluster, kind, placement.nodes, bytes, nic_bw_per_gpu, net_latency);
+    return flat_collective_s(cluster, Link::kNetwork, kind, placement.nodes, bytes, nic_bw_per_gpu,
+                             net_latency);
   }
   if (kind == graph::CollectiveKind::kAllToAll) {
     // Of each rank's send buffer, (n - per_node)/n leaves the node, (per_node - 1)/n stays on NVLink.
     const double members = placement.size;
     const double off_node = (members - per_node) / members * bytes;
     const double on_node = (per_node - 1) / members * bytes;
-    return fastest_line_s(
-        cluster.collective, lines_of(cluster.collective, kind),
-        [&](const CollectiveSpec& curve, double bandwidth_scale, double latency_scale) {
-          const double network_s =
-              transfer_s(curve, off_node, bytes / members, nic_bw_per_gpu * bandwidth_scale);
-          const double nvlink_s = transfer_s(curve, on_node, bytes / members, nvlink_bw * bandwidth_scale);
-          return std::max(network_s, nvlink_s) +
-                 ((placement.nodes - 1) * net_latency + (per_node - 1) * nvlink_latency) * latency_scale;
-        });
+    return fastest_line_s(cluster.collective, lines_of(cluster.collective, kind),
+                          [&](const CollectiveSpec& curve, const CollectiveLine& line) {
+                            // The line (measured inside a node) shapes the NVLink part; the network part
+                            // keeps the cluster's efficiency curve and the network's figures.
+                            const double network_s =
+                                transfer_s(cluster.collective, off_node, bytes / members, nic_bw_per_gpu);
+                            const double nvlink_s = transfer_s(curve, on_node, bytes / members,
+                                                               line_bandwidth(line, nvlink_bw, per_node));
+                            return std::max(network_s, nvlink_s) + (placement.nodes - 1) * net_latency +
+                                   (per_node - 1) * nvlink_latency * line.latency_scale +
+                                   nvlink_latency * line.call_latency_scale;
+                          });
   }
   // Hierarchical: intra-node reduce-scatter/all-gather over NVLink, the 1/per_node shard across nodes.
   using graph::CollectiveKind;
   const double shard = bytes / per_node;
-  const double inter = flat_collective_s(cluster, kind, placement.nodes, shard, nic_bw_per_gpu, net_latency);
+  const double inter =
+      flat_collective_s(cluster, Link::kNetwork, kind, placement.nodes, shard, nic_bw_per_gpu, net_latency);
   if (kind == CollectiveKind::kAllReduce) {
-    const double intra_rs = flat_collective_s(cluster, CollectiveKind::kReduceScatter, per_node, bytes,
-                                              nvlink_bw, nvlink_latency);
-    const double intra_ag =
-        flat_collective_s(cluster, CollectiveKind::kAllGather, per_node, bytes, nvlink_bw, nvlink_latency);
+    const double intra_rs = flat_collective_s(cluster, Link::kNvlink, CollectiveKind::kReduceScatter,
+                                              per_node, bytes, nvlink_bw, nvlink_latency);
+    const double intra_ag = flat_collective_s(cluster, Link::kNvlink, CollectiveKind::kAllGather, per_node,
+                                              bytes, nvlink_bw, nvlink_latency);
     return intra_rs + inter + intra_ag;
   }
-  const double intra = flat_collective_s(cluster, kind, per_node, bytes, nvlink_bw, nvlink_latency);
+  const double intra =
+      flat_collective_s(cluster, Link::kNvlink, kind, per_node, bytes, nvlink_bw, nvlink_latency);
   return intra + inter;
 }
 
@@ -258,10 +286,11 @@ double p2p_time_s(const ClusterSpec& cluster, double bytes, int rank_a, int rank
         cluster.network.nic_bandwidth_bytes_per_s / (cross_leaf ? cluster.network.oversubscription : 1);
     latency_s = cluster.network.latency_s * (cross_leaf ? 2.0 : 1.0);
   }
-  return fastest_line_s(cluster.collective, cluster.collective.p2p_lines,
-                        [&](const CollectiveSpec& curve, double bandwidth_scale, double latency_scale) {
-                          return latency_s * latency_scale +
-                                 transfer_s(curve, bytes, bytes, bandwidth * bandwidth_scale);
+  static const std::vector<CollectiveLine> kNone;  // across nodes: the network as it is (see Link)
+  return fastest_line_s(cluster.collective, node_a == node_b ? cluster.collective.p2p_lines : kNone,
+                        [&](const CollectiveSpec& curve, const CollectiveLine& line) {
+                          return latency_s * (line.latency_scale + line.call_latency_scale) +
+                                 transfer_s(curve, bytes, bytes, bandwidth * line.bandwidth_scale);
                         });
 }
 

@@ -60,11 +60,13 @@ double tree_all_reduce_s(const CollectiveSpec& collective, int members, double b
                          double latency_s);
 
 /// Time of a collective of `kind` over a group with `placement`; `bytes` as graph::Op::bytes defines it
-/// (all-reduce buffer, all-gather output, reduce-scatter input, per-rank all-to-all send buffer).
+/// (all-reduce buffer, all-gather output, reduce-scatter input, per-rank all-to-all send buffer). The kind's
+/// collective lines shape its NVLink phases only; network phases keep the network's figures.
 double collective_time_s(const ClusterSpec& cluster, graph::CollectiveKind kind, double bytes,
                          const GroupPlacement& placement);
 
-/// Time of a point-to-point transfer of `bytes` between global ranks `rank_a` and `rank_b`.
+/// Time of a point-to-point transfer of `bytes` between global ranks `rank_a` and `rank_b` (the p2p lines
+/// inside a node, the network's figures across nodes).
 double p2p_time_s(const ClusterSpec& cluster, double bytes, int rank_a, int rank_b);
 
 }  // namespace calo::sim

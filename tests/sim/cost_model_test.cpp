@@ -203,13 +203,22 @@ TEST(CollectiveLines, AKindTakesItsFastestLineAndOtherKindsKeepTheLink) {
   // The small line wins small messages (its lower latency), the large one large messages (its bandwidth).
   EXPECT_LT(at_line(0.4, 0.2, 4096), at_line(0.9, 2.5, 4096));
   EXPECT_LT(at_line(0.9, 2.5, 1073741824.0), at_line(0.4, 0.2, 1073741824.0));
-  // Across nodes the lines scale the network's figures too: a 2-node all-reduce is slower with only the
-  // small line's 0.4 x bandwidth than at the link's own.
+  // Lines are measured inside a node: they shape NVLink phases and leave the network's alone. A 2-node
+  // all-reduce (hierarchical) is slower with only the small line's 0.4 x bandwidth on its NVLink phases; one
+  // GPU per node (all network) takes the same time with and without lines.
   ClusterSpec only_small = plain;
   only_small.collective.lines[CollectiveKind::kAllReduce] = {{"small", 0.4, 0.2}};
+  only_small.collective.lines[CollectiveKind::kReduceScatter] = {{"small", 0.4, 0.2}};
+  only_small.collective.lines[CollectiveKind::kAllGather] = {{"small", 0.4, 0.2}};
   const GroupPlacement two_nodes = place_group(plain, ranks_range(0, 16, 1));
   EXPECT_GT(collective_time_s(only_small, CollectiveKind::kAllReduce, 1073741824.0, two_nodes),
             collective_time_s(plain, CollectiveKind::kAllReduce, 1073741824.0, two_nodes));
+  const GroupPlacement one_per_node = place_group(plain, ranks_range(0, 4, plain.node.gpus));
+  ASSERT_EQ(one_per_node.nodes, 4);
+  for (CollectiveKind kind : {CollectiveKind::kAllReduce, CollectiveKind::kAllGather}) {
+    EXPECT_DOUBLE_EQ(collective_time_s(only_small, kind, 1073741824.0, one_per_node),
+                     collective_time_s(plain, kind, 1073741824.0, one_per_node));
+  }
 }
 
 TEST(CollectiveLines, PointToPointMessagesTakeTheFastestP2pLineOnTheirLink) {
@@ -221,16 +230,14 @@ TEST(CollectiveLines, PointToPointMessagesTakeTheFastestP2pLineOnTheirLink) {
     scaled.collective.bw_half_bytes = 0;
     scaled.node.nvlink_bandwidth_bytes_per_s *= bandwidth_scale;
     scaled.node.nvlink_latency_s *= latency_scale;
-    scaled.network.nic_bandwidth_bytes_per_s *= bandwidth_scale;
-    scaled.network.latency_s *= latency_scale;
     return p2p_time_s(scaled, bytes, 0, peer);
   };
-  for (int peer : {1, 8}) {  // NVLink inside the node, the rail to the next node
-    for (double bytes : {4096.0, 1048576.0, 1073741824.0}) {
-      EXPECT_DOUBLE_EQ(p2p_time_s(lined, bytes, 0, peer),
-                       std::min(at_line(0.6, 2, bytes, peer), at_line(1.3, 4, bytes, peer)))
-          << bytes << " B to rank " << peer;
-    }
+  for (double bytes : {4096.0, 1048576.0, 1073741824.0}) {
+    EXPECT_DOUBLE_EQ(p2p_time_s(lined, bytes, 0, 1),
+                     std::min(at_line(0.6, 2, bytes, 1), at_line(1.3, 4, bytes, 1)))
+        << bytes << " B over NVLink";
+    EXPECT_DOUBLE_EQ(p2p_time_s(lined, bytes, 0, 8), p2p_time_s(plain, bytes, 0, 8))
+        << bytes << " B to the next node: the rail as it is (lines are measured inside a node)";
   }
   EXPECT_LT(at_line(0.6, 2, 4096, 1), at_line(1.3, 4, 4096, 1));
   EXPECT_LT(at_line(1.3, 4, 1073741824.0, 1), at_line(0.6, 2, 1073741824.0, 1));
@@ -271,6 +278,53 @@ TEST(CollectiveLines, TheClusterFileCarriesThemAndNamesBadOnes) {
             std::string::npos);
   EXPECT_NE(refused({{"all_reduce", nlohmann::json::array()}}).find("non-empty list"), std::string::npos);
   EXPECT_NE(refused({{"all_reduce", {{{"name", "x"}, {"latency", 1}}}}}).find("latency"), std::string::npos);
+  EXPECT_NE(refused({{"all_reduce", {{{"name", "x"}, {"members_half", -1}}}}}).find("members_half"),
+            std::string::npos);
+  EXPECT_NE(refused({{"all_reduce", {{{"name", "x"}, {"call_latency_scale", -0.5}}}}}).find("call_latency"),
+            std::string::npos);
+  cluster.collective.lines[graph::CollectiveKind::kAllGather] = {{"large", 1.5, 2, 14, 1.25}};
+  const auto& group_line = parse_cluster(to_json(cluster), "round trip")
+                               .collective.lines.at(graph::CollectiveKind::kAllGather)
+                               .front();
+  EXPECT_DOUBLE_EQ(group_line.call_latency_scale, 14);
+  EXPECT_DOUBLE_EQ(group_line.members_half, 1.25);
+}
+
+TEST(CollectiveLines, ALinesCallLatencyIsPaidOncePerCallAndItsBandwidthGrowsWithTheMembers) {
+  // A line fitted over two group sizes: time = (n-1)/n · bytes / (bandwidth · n/(n + members_half)) +
+  // (n-1) · latency · latency_scale + latency · call_latency_scale (all-gather inside one node).
+  ClusterSpec cluster = load_cluster("h200-hgx");
+  const double bandwidth = cluster.node.nvlink_bandwidth_bytes_per_s * cluster.collective.bw_efficiency_max;
+  const double latency_s = cluster.node.nvlink_latency_s;
+  using graph::CollectiveKind;
+  cluster.collective.lines[CollectiveKind::kAllGather] = {{"large", 1.5, 2, 14, 1.25}};
+  for (int members : {2, 4, 8}) {
+    for (double bytes : {4096.0, 1073741824.0}) {
+      const double expected_s =
+          (members - 1.0) / members * bytes / (bandwidth * 1.5 * members / (members + 1.25)) +
+          (members - 1) * latency_s * 2 + latency_s * 14;
+      EXPECT_NEAR(collective_time_s(cluster, CollectiveKind::kAllGather, bytes,
+                                    place_group(cluster, ranks_range(0, members, 1))),
+                  expected_s, expected_s * 1e-12)
+          << members << " members, " << bytes << " B";
+    }
+  }
+  // A 1 GiB all-gather over 4 members takes 1.5 x the 2-member time at members_half 0 ((n-1)/n), less with a
+  // members term: NCCL's larger groups drive more of each GPU's NVLink ports.
+  const auto ratio_4_to_2 = [&](double members_half) {
+    cluster.collective.lines[CollectiveKind::kAllGather] = {{"large", 1.5, 0, 0, members_half}};
+    const auto time_s = [&](int members) {
+      return collective_time_s(cluster, CollectiveKind::kAllGather, 1073741824.0,
+                               place_group(cluster, ranks_range(0, members, 1)));
+    };
+    return time_s(4) / time_s(2);
+  };
+  EXPECT_NEAR(ratio_4_to_2(0), 1.5, 1e-12);
+  EXPECT_NEAR(ratio_4_to_2(1.25), 1.5 * (4 + 1.25) / 4 / ((2 + 1.25) / 2), 1e-12);
+  EXPECT_LT(ratio_4_to_2(1.25), 1.25);
+  // Point-to-point lines pay their call latency with their one hop.
+  cluster.collective.p2p_lines = {{"small", 1, 2, 3, 0}};
+  EXPECT_NEAR(p2p_time_s(cluster, 1, 0, 1), latency_s * 5 + 1 / bandwidth, 1e-15);
 }
 
 }  // namespace

@@ -278,6 +278,23 @@ StageFit controller_stage(const std::filesystem::path& probe_dir, sim::ClusterSp
   return stage;
 }
 
+/// `files` grouped by their directory, in the order each directory first appears.
+std::vector<std::vector<std::filesystem::path>> traces_by_directory(
+    const std::vector<std::filesystem::path>& files) {
+  std::vector<std::vector<std::filesystem::path>> jobs;
+  for (const auto& file : files) {
+    auto job = std::find_if(jobs.begin(), jobs.end(), [&](const auto& existing) {
+      return existing.front().parent_path() == file.parent_path();
+    });
+    if (job == jobs.end()) {
+      jobs.push_back({file});
+    } else {
+      job->push_back(file);
+    }
+  }
+  return jobs;
+}
+
 }  // namespace
 
 Calibration calibrate(const std::vector<std::filesystem::path>& run_dirs, const std::string& base_cluster,
@@ -310,10 +327,14 @@ Calibration calibrate(const std::vector<std::filesystem::path>& run_dirs, const 
     calibration.thermal_runs.push_back(load_thermal_run(run_dir, base.gpu));
   }
   settings.thermal_runs = calibration.thermal_runs;
-  if (!trace_files.empty()) {
-    calibration.traces.insert(
-        calibration.traces.begin(),
-        load_kineto_input(trace_files, trace_files.front().filename().string(), base.gpu));
+  const auto jobs = traces_by_directory(trace_files);
+  for (std::size_t index = 0; index < jobs.size(); ++index) {
+    // One directory's files: one job's ranks; a second directory is a second job (a sweep at another group
+    // size), labelled by its directory where there are several.
+    const std::string label = jobs.size() == 1 ? jobs[index].front().filename().string()
+                                               : jobs[index].front().parent_path().filename().string();
+    calibration.traces.insert(calibration.traces.begin() + static_cast<std::ptrdiff_t>(index),
+                              load_kineto_input(jobs[index], label, base.gpu));
   }
   if (options.progress) options.progress("fitting on all runs");
   calibration.fit = fit_cluster(calibration.runs, base, settings);

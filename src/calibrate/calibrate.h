@@ -91,9 +91,9 @@ struct CalibrateOptions {
   std::vector<std::filesystem::path> thermal_runs;
 };
 
-/// Loads `run_dirs` (run directories; Kineto trace files, which together form one job's traces; runs made by
-/// calo ingest), fits `base_cluster` (preset or file) and validates. Throws InputError (exit 2) for bad
-/// input, before anything is written.
+/// Loads `run_dirs` (run directories; Kineto trace files, those of one directory forming one job's traces;
+/// runs made by calo ingest), fits `base_cluster` (preset or file) and validates. Throws InputError (exit 2)
+/// for bad input, before anything is written.
 Calibration calibrate(const std::vector<std::filesystem::path>& run_dirs, const std::string& base_cluster,
                       const CalibrateOptions& options = {});
 

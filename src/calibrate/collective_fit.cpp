@@ -4,6 +4,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 #include <map>
 #include <span>
@@ -23,38 +25,111 @@ std::string sample_key(const CollectiveSample& sample) {
                      sample.bytes);
 }
 
-/// One sample under a line of its kind, relative to its measured time: modeled / measured = transfer · x +
-/// latency · y, where x = 1 / bandwidth_scale and y = latency_scale (the link's figures at scale 1).
+/// The terms of a line's model, each linear in one parameter: modeled / measured = transfer · x + transfer
+/// per member · w + hop latency · y + call latency · z, where x = 1 / bandwidth_scale, w = members_half /
+/// bandwidth_scale, y = latency_scale and z = call_latency_scale (the link's figures at scale 1).
+enum LineTerm : std::size_t { kTransfer, kTransferPerMember, kHopLatency, kCallLatency, kLineTerms };
+
+/// Which terms a solve may give a non-zero parameter.
+using TermSet = std::array<bool, kLineTerms>;
+
+/// Transfer and hop latency: what one group size can tell apart.
+constexpr TermSet kOneGroupSize = {true, false, true, false};
+/// ... and, over two group sizes or more, the per-member and per-call terms too.
+constexpr TermSet kGroupSizes = {true, true, true, true};
+
+/// One sample under a line of its kind, relative to its measured time.
 struct LineTerms {
-  double bytes = 0;     ///< the sample's size
-  double transfer = 0;  ///< transfer time at scale 1 / measured
-  double latency = 0;   ///< latency terms at scale 1 / measured
+  double bytes = 0;                                  ///< the sample's size
+  std::array<double, kLineTerms> coefficients = {};  ///< each term at parameter 1 / measured
 };
 
-/// A line as the least squares solve it: x = 1 / bandwidth_scale, y = latency_scale.
+/// A line as the least squares solve it: x, w, y, z (LineTerm).
 struct SolvedLine {
-  double inverse_bandwidth_scale = 1;  ///< x
-  double latency_scale = 1;            ///< y
-  bool at_bound = false;               ///< the free solve put y below 0 (or had one size class): y = 0
+  std::array<double, kLineTerms> parameters = {1, 0, 1, 0};  ///< x, w, y, z
+  bool at_bound = false;  ///< an allowed term's parameter was held at 0 (its free solve went below 0)
 };
 
-/// The line of least squared relative error over `terms` (normal equations of sum (a x + b y - 1)^2); y = 0
-/// and x alone where the free solve puts y below 0 or cannot tell x from y.
-SolvedLine solve_line(std::span<const LineTerms> terms) {
-  double aa = 0, ab = 0, bb = 0, a1 = 0, b1 = 0;
+/// The time of `term` relative to its measurement under `line` (1 = exact).
+double relative_time(const LineTerms& term, const SolvedLine& line) {
+  double sum = 0;
+  for (std::size_t index = 0; index < kLineTerms; ++index)
+    sum += term.coefficients[index] * line.parameters[index];
+  return sum;
+}
+
+/// Least squares over `terms` with only the terms in `used`: the normal equations solved by Gaussian
+/// elimination. False where they are singular (terms the samples cannot tell apart).
+bool solve_subset(std::span<const LineTerms> terms, const TermSet& used, SolvedLine& line) {
+  std::vector<std::size_t> columns;
+  for (std::size_t index = 0; index < kLineTerms; ++index)
+    if (used[index]) columns.push_back(index);
+  const std::size_t count = columns.size();
+  std::vector<std::vector<double>> system(count, std::vector<double>(count + 1, 0.0));
   for (const LineTerms& term : terms) {
-    aa += term.transfer * term.transfer;
-    ab += term.transfer * term.latency;
-    bb += term.latency * term.latency;
-    a1 += term.transfer;
-    b1 += term.latency;
+    for (std::size_t row = 0; row < count; ++row) {
+      for (std::size_t column = 0; column < count; ++column)
+        system[row][column] += term.coefficients[columns[row]] * term.coefficients[columns[column]];
+      system[row][count] += term.coefficients[columns[row]];
+    }
   }
-  const double determinant = aa * bb - ab * ab;
-  SolvedLine line{(bb * a1 - ab * b1) / determinant, (aa * b1 - ab * a1) / determinant, false};
-  if (!(std::isfinite(line.latency_scale) && line.latency_scale >= 0 && line.inverse_bandwidth_scale > 0)) {
-    line = {a1 / aa, 0, true};
+  std::vector<double> column_norm(count);  // each column's squared norm: the scale of "singular"
+  for (std::size_t column = 0; column < count; ++column) column_norm[column] = system[column][column];
+  for (std::size_t pivot = 0; pivot < count; ++pivot) {
+    std::size_t best = pivot;
+    for (std::size_t row = pivot + 1; row < count; ++row)
+      if (std::fabs(system[row][pivot]) > std::fabs(system[best][pivot])) best = row;
+    std::swap(system[pivot], system[best]);
+    if (!(std::fabs(system[pivot][pivot]) > 1e-9 * column_norm[pivot])) return false;
+    for (std::size_t row = 0; row < count; ++row) {
+      if (row == pivot) continue;
+      const double factor = system[row][pivot] / system[pivot][pivot];
+      for (std::size_t column = pivot; column <= count; ++column)
+        system[row][column] -= factor * system[pivot][column];
+    }
   }
-  return line;
+  line.parameters = {};
+  for (std::size_t row = 0; row < count; ++row)
+    line.parameters[columns[row]] = system[row][count] / system[row][row];
+  return std::all_of(line.parameters.begin(), line.parameters.end(),
+                     [](double parameter) { return std::isfinite(parameter); });
+}
+
+/// The line of least squared relative error over `terms` with every parameter >= 0 and x > 0, using only
+/// the terms in `allowed` (x always): every subset of them solved free, the best feasible one kept (fewer
+/// terms first on a tie). With transfer and hop latency alone: the free solve, or x alone where it puts y
+/// below 0 or cannot tell x from y.
+SolvedLine solve_line(std::span<const LineTerms> terms, const TermSet& allowed) {
+  SolvedLine best;
+  double best_loss = INFINITY;
+  std::vector<unsigned> subsets;
+  for (unsigned mask = 0; mask < (1u << kLineTerms); ++mask) subsets.push_back(mask);
+  std::stable_sort(subsets.begin(), subsets.end(),
+                   [](unsigned a, unsigned b) { return std::popcount(a) < std::popcount(b); });
+  for (unsigned mask : subsets) {
+    TermSet used = {};
+    bool permitted = (mask & 1u) != 0;  // the transfer term is in every line
+    for (std::size_t index = 0; index < kLineTerms; ++index) {
+      used[index] = ((mask >> index) & 1u) != 0;
+      permitted = permitted && (!used[index] || allowed[index]);
+    }
+    SolvedLine line;
+    if (!permitted || !solve_subset(terms, used, line)) continue;
+    const bool feasible =
+        line.parameters[kTransfer] > 0 && std::all_of(line.parameters.begin(), line.parameters.end(),
+                                                      [](double parameter) { return parameter >= 0; });
+    if (!feasible) continue;
+    double loss = 0;
+    for (const LineTerms& term : terms) loss += std::pow(relative_time(term, line) - 1, 2);
+    if (loss < best_loss * (1 - 1e-12)) {
+      best_loss = loss;
+      best = line;
+      best.at_bound = false;
+      for (std::size_t index = 0; index < kLineTerms; ++index)
+        best.at_bound = best.at_bound || (allowed[index] && !used[index]);
+    }
+  }
+  return best;
 }
 
 /// Least squares of relative error over the within-node samples for NVLink bandwidth and latency, using the
@@ -76,12 +151,14 @@ bool fit_nvlink(const std::vector<const CollectiveSample*>& samples, sim::Cluste
       const double at_latency_s = modeled_collective_s(trial, *sample);
       trial.node.nvlink_latency_s = latency + kStep_s;
       const double latency_terms = (modeled_collective_s(trial, *sample) - at_latency_s) / kStep_s;
-      terms.push_back(
-          {sample->bytes, transfer_s * bandwidth / sample->measured_s, latency_terms / sample->measured_s});
+      LineTerms term{sample->bytes, {}};
+      term.coefficients[kTransfer] = transfer_s * bandwidth / sample->measured_s;
+      term.coefficients[kHopLatency] = latency_terms / sample->measured_s;
+      terms.push_back(term);
     }
-    const SolvedLine solved = solve_line(terms);
-    bandwidth = 1 / solved.inverse_bandwidth_scale;
-    latency = solved.latency_scale;
+    const SolvedLine solved = solve_line(terms, kOneGroupSize);
+    bandwidth = 1 / solved.parameters[kTransfer];
+    latency = solved.parameters[kHopLatency];
     bounded = solved.at_bound;
   }
   cluster.node.nvlink_bandwidth_bytes_per_s = bandwidth;
@@ -92,10 +169,7 @@ bool fit_nvlink(const std::vector<const CollectiveSample*>& samples, sim::Cluste
 /// modeled / measured - 1 of `term` under the fastest of `lines`.
 double envelope_error(const LineTerms& term, std::span<const SolvedLine> lines) {
   double fastest = INFINITY;
-  for (const SolvedLine& line : lines) {
-    fastest =
-        std::min(fastest, term.transfer * line.inverse_bandwidth_scale + term.latency * line.latency_scale);
-  }
+  for (const SolvedLine& line : lines) fastest = std::min(fastest, relative_time(term, line));
   return fastest - 1;
 }
 
@@ -106,8 +180,8 @@ struct SplitFit {
 };
 
 /// Of every split leaving at least 3 distinct sizes on each side, the one whose envelope has the least summed
-/// squared relative error over `terms` (sorted by size).
-SplitFit best_split(std::span<const LineTerms> terms) {
+/// squared relative error over `terms` (sorted by size), each line solved with the terms in `allowed`.
+SplitFit best_split(std::span<const LineTerms> terms, const TermSet& allowed) {
   SplitFit best;
   double best_loss = INFINITY;
   const auto sizes_in = [](std::span<const LineTerms> part) {
@@ -120,7 +194,7 @@ SplitFit best_split(std::span<const LineTerms> terms) {
     if (terms[split].bytes == terms[split - 1].bytes) continue;
     const auto small = terms.first(split), large = terms.subspan(split);
     if (sizes_in(small) < 3 || sizes_in(large) < 3) continue;
-    const std::vector<SolvedLine> lines{solve_line(small), solve_line(large)};
+    const std::vector<SolvedLine> lines{solve_line(small, allowed), solve_line(large, allowed)};
     double loss = 0;
     for (const LineTerms& term : terms) loss += std::pow(envelope_error(term, lines), 2);
     if (loss < best_loss) best_loss = loss, best = {lines, terms[split].bytes};
@@ -133,45 +207,75 @@ std::vector<sim::CollectiveLine>& lines_for(sim::ClusterSpec& cluster, const Col
   return sample.p2p ? cluster.collective.p2p_lines : cluster.collective.lines[sample.kind];
 }
 
+/// `sample`'s terms (LineTerm) relative to its measured time on `cluster`: the family's time under lines that
+/// each switch one term on.
+LineTerms line_terms(sim::ClusterSpec cluster, const CollectiveSample& sample) {
+  std::vector<sim::CollectiveLine>& lines = lines_for(cluster, sample);
+  const auto time_under = [&](double latency_scale, double call_latency_scale, double members_half) {
+    lines = {{"unit", 1, latency_scale, call_latency_scale, members_half}};
+    return modeled_collective_s(cluster, sample);
+  };
+  const double transfer_s = time_under(0, 0, 0);
+  LineTerms term{sample.bytes, {}};
+  term.coefficients[kTransfer] = transfer_s;
+  term.coefficients[kTransferPerMember] = time_under(0, 0, 1) - transfer_s;  // transfer · (n + 1)/n
+  term.coefficients[kHopLatency] = time_under(1, 0, 0) - transfer_s;
+  term.coefficients[kCallLatency] = time_under(0, 1, 0) - transfer_s;
+  for (double& coefficient : term.coefficients) coefficient /= sample.measured_s;
+  return term;
+}
+
+/// The distinct group sizes of `sweep`, ascending.
+std::vector<int> group_sizes_of(const std::vector<const CollectiveSample*>& sweep) {
+  std::vector<int> sizes;
+  for (const CollectiveSample* sample : sweep) sizes.push_back(sample->group_size);
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  return sizes;
+}
+
+/// Largest and root-mean-square |error| of `terms` under `lines` into `max_error` and `rms_error`.
+void envelope_errors(std::span<const LineTerms> terms, std::span<const SolvedLine> lines, double& max_error,
+                     double& rms_error) {
+  max_error = rms_error = 0;
+  for (const LineTerms& term : terms) {
+    const double error = envelope_error(term, lines);
+    max_error = std::max(max_error, std::fabs(error));
+    rms_error += error * error / static_cast<double>(terms.size());
+  }
+  rms_error = std::sqrt(rms_error);
+}
+
 /// Fits the lines of the family of `sweep` (within-node samples of one kind, or all p2p) to it, holds every
-/// size out once, and writes the lines into `cluster`.
+/// size out once, and writes the lines into `cluster`. Over two group sizes or more, each line also gets a
+/// per-call latency and a members term (kGroupSizes); at one, only what one size can tell (kOneGroupSize).
 CollectiveLineFit fit_family_lines(std::vector<const CollectiveSample*> sweep, sim::ClusterSpec& cluster) {
   std::sort(sweep.begin(), sweep.end(),
             [](const CollectiveSample* a, const CollectiveSample* b) { return a->bytes < b->bytes; });
   const CollectiveSample& first = *sweep.front();
   sim::ClusterSpec one_line = cluster;  // the link's own model: this family without lines
   lines_for(one_line, first).clear();
-  sim::ClusterSpec unit_line = cluster;  // one line at scale 1 (lines replace the efficiency curve)
-  lines_for(unit_line, first) = {{"unit", 1, 1}};
   CollectiveLineFit result;
   result.kind = first.kind;
   result.p2p = first.p2p;
   result.name = collective_name(first);
+  result.group_sizes = group_sizes_of(sweep);
+  const TermSet allowed = result.group_sizes.size() >= 2 ? kGroupSizes : kOneGroupSize;
   std::vector<LineTerms> terms;
   for (const CollectiveSample* sample : sweep) {
-    unit_line.node.nvlink_latency_s = 0;
-    const double transfer_s = modeled_collective_s(unit_line, *sample);
-    unit_line.node.nvlink_latency_s = cluster.node.nvlink_latency_s;
-    const double total_s = modeled_collective_s(unit_line, *sample);
-    terms.push_back(
-        {sample->bytes, transfer_s / sample->measured_s, (total_s - transfer_s) / sample->measured_s});
+    terms.push_back(line_terms(cluster, *sample));
     result.single_line_max_error =
         std::max(result.single_line_max_error,
                  std::fabs(modeled_collective_s(one_line, *sample) / sample->measured_s - 1));
     result.sizes += terms.size() == 1 || terms.back().bytes != terms[terms.size() - 2].bytes;
   }
-  const SplitFit fit = best_split(terms);
-  for (const LineTerms& term : terms) {
-    const double error = envelope_error(term, fit.lines);
-    result.max_error = std::max(result.max_error, std::fabs(error));
-    result.rms_error += error * error / static_cast<double>(terms.size());
-  }
-  result.rms_error = std::sqrt(result.rms_error);
+  const SplitFit fit = best_split(terms, allowed);
+  envelope_errors(terms, fit.lines, result.max_error, result.rms_error);
   for (const LineTerms& held : terms) {  // each size held out: lines fitted to the others predict it
     std::vector<LineTerms> others;
     for (const LineTerms& term : terms)
       if (term.bytes != held.bytes) others.push_back(term);
-    const double error = std::fabs(envelope_error(held, best_split(others).lines));
+    const double error = std::fabs(envelope_error(held, best_split(others, allowed).lines));
     result.rms_held_out_error += error * error / static_cast<double>(terms.size());
     if (error > result.max_held_out_error) {
       result.max_held_out_error = error, result.held_out_worst_bytes = held.bytes;
@@ -183,8 +287,8 @@ CollectiveLineFit fit_family_lines(std::vector<const CollectiveSample*> sweep, s
   result.split_bytes = fit.split_bytes;
   const char* names[] = {"small", "large"};
   for (std::size_t index = 0; index < fit.lines.size(); ++index) {
-    result.lines.push_back(
-        {names[index], 1 / fit.lines[index].inverse_bandwidth_scale, fit.lines[index].latency_scale});
+    const auto& [x, w, y, z] = fit.lines[index].parameters;
+    result.lines.push_back({names[index], 1 / x, y, z, w / x});
   }
   lines_for(cluster, first) = result.lines;
   return result;
@@ -207,10 +311,15 @@ std::vector<CollectiveLineFit> fit_lines(const std::vector<const CollectiveSampl
       continue;
     }
     fits.push_back(fit_family_lines(sweep, cluster));
+    const bool group_terms = fits.back().group_sizes.size() >= 2;
     for (const sim::CollectiveLine& line : fits.back().lines) {
       const std::string key = fmt::format("collective.lines.{}.{}", family, line.name);
       stage.parameters.push_back({key + ".bandwidth_scale", 1, line.bandwidth_scale, "x", "collective"});
       stage.parameters.push_back({key + ".latency_scale", 1, line.latency_scale, "x", "collective"});
+      if (!group_terms) continue;
+      stage.parameters.push_back(
+          {key + ".call_latency_scale", 0, line.call_latency_scale, "x", "collective"});
+      stage.parameters.push_back({key + ".members_half", 0, line.members_half, "members", "collective"});
     }
   }
   return fits;

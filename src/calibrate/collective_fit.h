@@ -1,6 +1,7 @@
 // The collective model fitted to measured NCCL kernels (stage "collective"): NVLink bandwidth and per-hop
 // latency by least squares of relative error, and, for a kind measured over a size sweep, its two lines (the
-// small-message and the large-message regime of NCCL's protocols) with every size's error also held out.
+// small-message and the large-message regime of NCCL's protocols) with every size's error also held out; a
+// sweep over two group sizes or more also fits how each line's time moves with the members.
 // docs/SIMULATOR.md "Collective lines".
 #pragma once
 #include <cstdint>
@@ -50,6 +51,8 @@ struct CollectiveLineFit {
   bool p2p = false;                                                ///< point-to-point messages' lines
   std::string name;                                                ///< "p2p" or the kind's name
   std::vector<sim::CollectiveLine> lines;                          ///< "small", then "large"
+  /// The group sizes swept, ascending: two or more fit each line's per-call latency and members term too.
+  std::vector<int> group_sizes;
   int sizes = 0;                     ///< distinct sizes of the sweep (all fitted)
   double smallest_bytes = 0;         ///< the sweep's smallest size
   double largest_bytes = 0;          ///< ... and largest

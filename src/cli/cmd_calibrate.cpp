@@ -3,6 +3,7 @@
 // fits the simulator's cluster file to measured runs and Kineto traces and reports each stage's residuals and
 // the leave-one-out error against the targets.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -147,13 +148,16 @@ void print_parameter_spread(const calibrate::Calibration& calibration) {
 /// the one line of the link (docs/METRICS.md "Collective line error").
 void print_collective_lines(const std::vector<calibrate::CollectiveLineFit>& fits) {
   if (fits.empty()) return;
-  core::TextTable table({"collective", "sizes", "small line (bw x, lat x)", "large line from", "large line",
-                         "max (rms) error", "held out", "one line"});
+  core::TextTable table({"collective", "ranks", "sizes", "small line (bw x, lat x[, call x, half])",
+                         "large line from", "large line", "max (rms) error", "held out", "one line"});
   for (const calibrate::CollectiveLineFit& fit : fits) {
-    const auto line = [](const sim::CollectiveLine& fitted) {
-      return fmt::format("{:.2f}, {:.2f}", fitted.bandwidth_scale, fitted.latency_scale);
+    const bool group_terms = fit.group_sizes.size() >= 2;
+    const auto line = [&](const sim::CollectiveLine& fitted) {
+      if (!group_terms) return fmt::format("{:.2f}, {:.2f}", fitted.bandwidth_scale, fitted.latency_scale);
+      return fmt::format("{:.2f}, {:.2f}, {:.2f}, {:.2f}", fitted.bandwidth_scale, fitted.latency_scale,
+                         fitted.call_latency_scale, fitted.members_half);
     };
-    table.add_row({fit.name,
+    table.add_row({fit.name, fmt::format("{}", fmt::join(fit.group_sizes, ",")),
                    fmt::format("{} ({}..{})", fit.sizes, core::format_bytes(fit.smallest_bytes),
                                core::format_bytes(fit.largest_bytes)),
                    line(fit.lines.front()), core::format_bytes(fit.split_bytes), line(fit.lines.back()),
@@ -163,9 +167,10 @@ void print_collective_lines(const std::vector<calibrate::CollectiveLineFit>& fit
                    fmt::format("{:.1f}%", fit.single_line_max_error * 100)});
   }
   fmt::print(
-      "# collective lines (sizes swept inside one node; scales of the fitted NVLink bandwidth and "
-      "latency; error = modeled/measured - 1: largest |error| (root mean square); held out: each size "
-      "predicted by lines fitted without it; one line: the link's model without lines)\n{}",
+      "# collective lines (sizes swept inside one node; scales of the fitted NVLink bandwidth and per-hop "
+      "latency; over two group sizes also the latencies paid once per call and the members at half the "
+      "line's bandwidth; error = modeled/measured - 1: largest |error| (root mean square); held out: each "
+      "size predicted by lines fitted without it; one line: the link's model without lines)\n{}",
       table.render());
 }
 
@@ -222,7 +227,8 @@ const CommandRegistration kCalibrate(
       auto flags = std::make_shared<CalibrateFlags>();
       app.add_option("RUN", flags->runs,
                      "measured run directories (calo bench, calo record, calo ingest) or Kineto traces "
-                     "(.json/.json.gz, one per rank of one job)")
+                     "(.json/.json.gz, one per rank; one directory per job, e.g. a collective sweep at 4 "
+                     "ranks and one at 2)")
           ->required()
           ->check(CLI::ExistingPath);
       app.add_option("--cluster", flags->cluster,

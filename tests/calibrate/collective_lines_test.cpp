@@ -194,6 +194,102 @@ TEST(CollectiveLines, LinesHoldAtTheGroupSizeTheyWereFittedAtAndNotAtAnother) {
   }
 }
 
+TEST(CollectiveLines, LinesFittedOverTwoGroupSizesHoldAtBoth) {
+  // The same host's two sweeps given together (one directory per job): over two group sizes each line also
+  // fits a latency paid once per call and a bandwidth that grows with the members (n / (n + members_half)).
+  // Measured: 15.3-22.8 % fitted (RMS 5.5-7.4 %; all-reduce's 2-rank 2 MiB the worst, as on the pair), held
+  // out 22.7-27.9 %, where lines of one group size miss the other by 53-235 %. The third pair's 2-rank sweep,
+  // another host, is predicted within 11-16 %, all-reduce's 2 MiB (NCCL's LL past its crossover) at -23 %.
+  const fs::path host = fs::path(CALO_SOURCE_DIR) / "tests/fixtures/kineto-h200x4-collectives";
+  const Calibration both =
+      calibrate({host / "n4/rank0.json.gz", host / "n4/rank1.json.gz", host / "n4/rank2.json.gz",
+                 host / "n4/rank3.json.gz", host / "n2/rank0.json.gz", host / "n2/rank1.json.gz"},
+                "h200-hgx", {false, {}, {}, {}});
+  EXPECT_EQ(both.kineto.labels, (std::vector<std::string>{"n4", "n2"})) << "two jobs, named by directory";
+  ASSERT_EQ(both.kineto.lines.size(), 4u);
+  for (const CollectiveLineFit& fit : both.kineto.lines) {
+    SCOPED_TRACE(fit.name);
+    EXPECT_EQ(fit.group_sizes, (std::vector<int>{2, 4}));
+    EXPECT_EQ(fit.sizes, 19);
+    EXPECT_LE(fit.max_error, 0.25);
+    EXPECT_LE(fit.rms_error, kRmsTolerance);
+    EXPECT_LE(fit.max_held_out_error, held_out_tolerance(fit));
+    // Simple's fixed cost: the large line pays several link latencies per call, more than the small one.
+    ASSERT_EQ(fit.lines.size(), 2u);
+    EXPECT_GT(fit.lines[1].call_latency_scale, fit.lines[0].call_latency_scale);
+  }
+  const sim::ClusterSpec& fitted = both.fit.cluster;
+  // The 1 GiB reduce-scatter over 4 ranks takes 1.22 x its 2-rank time (measured), not (3/4)/(1/2) = 1.5 x:
+  // the members term carries it.
+  std::map<int, const CollectiveSample*> gigabyte_reduce_scatter;
+  for (const CollectiveSample& sample : both.kineto.collectives) {
+    if (!sample.p2p && sample.kind == CollectiveKind::kReduceScatter && sample.bytes == 1073741824.0)
+      gigabyte_reduce_scatter[sample.group_size] = &sample;
+  }
+  ASSERT_EQ(gigabyte_reduce_scatter.size(), 2u);
+  const double measured_ratio =
+      gigabyte_reduce_scatter[4]->measured_s / gigabyte_reduce_scatter[2]->measured_s;
+  EXPECT_NEAR(measured_ratio, 1.22, 0.02);
+  EXPECT_NEAR(modeled_collective_s(fitted, *gigabyte_reduce_scatter[4]) /
+                  modeled_collective_s(fitted, *gigabyte_reduce_scatter[2]),
+              measured_ratio, 0.1);
+  for (const auto& [kind, worst] : worst_by_kind(ranks_of("auto"), fitted)) {
+    if (kind == "p2p") continue;  // the 4-rank host swept no point-to-point messages: the link's one line
+    EXPECT_LE(worst, 0.25) << kind << ": the 4-rank host's lines on the third pair";
+  }
+}
+
+/// The traces of tests/fixtures/kineto-h200x4-group-sizes/n<members>: one sweep over `members` ranks.
+std::vector<fs::path> group_size_sweep(int members) {
+  const fs::path dir = fs::path(CALO_SOURCE_DIR) / "tests/fixtures/kineto-h200x4-group-sizes" /
+                       ("n" + std::to_string(members));
+  std::vector<fs::path> files;
+  for (int rank = 0; rank < members; ++rank)
+    files.push_back(dir / ("rank" + std::to_string(rank) + ".json.gz"));
+  return files;
+}
+
+/// The cluster calibrated on the sweeps over each of `group_sizes` (one directory per job).
+Calibration fitted_on_group_sizes(std::initializer_list<int> group_sizes) {
+  std::vector<fs::path> files;
+  for (int members : group_sizes) {
+    const auto sweep = group_size_sweep(members);
+    files.insert(files.end(), sweep.begin(), sweep.end());
+  }
+  return calibrate(files, "h200-hgx", {false, {}, {}, {}});
+}
+
+TEST(CollectiveLines, TwoGroupSizesPredictAGroupSizeBetweenThemButNotBeyond) {
+  // tests/fixtures/kineto-h200x4-group-sizes: a third 4 x H200 host swept at 4, 3 and 2 ranks in one call.
+  // Fitted at 4 and 2 ranks, the lines predict the 3-rank sweep they never saw within 13-25 % per kind,
+  // where the lines of 4 ranks alone miss it by 30-42 % and of 2 ranks by 53-125 %. Beyond the fitted sizes
+  // they do not hold: fitted at 3 and 2, the 4-rank all-gather is missed by 59 % (docs/SIMULATOR.md
+  // "Collective time by group size": sweep the group sizes you will run).
+  const Calibration between = fitted_on_group_sizes({4, 2});
+  const Calibration four_alone = fitted_on_group_sizes({4});
+  const auto held_out = worst_by_kind(group_size_sweep(3), between.fit.cluster);
+  const auto four_alone_on_three = worst_by_kind(group_size_sweep(3), four_alone.fit.cluster);
+  ASSERT_EQ(held_out.size(), 4u);
+  for (const auto& [kind, worst] : held_out) {
+    EXPECT_LE(worst, 0.27) << kind << ": 3 ranks, predicted from 4 and 2";
+    EXPECT_LT(worst, four_alone_on_three.at(kind) - 0.1) << kind << ": the 4-rank lines alone";
+  }
+  double worst_beyond = 0;
+  for (const auto& [kind, worst] :
+       worst_by_kind(group_size_sweep(4), fitted_on_group_sizes({3, 2}).fit.cluster))
+    worst_beyond = std::max(worst_beyond, worst);
+  EXPECT_GT(worst_beyond, 0.4) << "extrapolating past the fitted group sizes";
+  // All three sizes fitted together: 16-25 % fitted, held out (by size) 22-30 %.
+  const Calibration all_three = fitted_on_group_sizes({4, 3, 2});
+  ASSERT_EQ(all_three.kineto.lines.size(), 4u);
+  for (const CollectiveLineFit& fit : all_three.kineto.lines) {
+    SCOPED_TRACE(fit.name);
+    EXPECT_EQ(fit.group_sizes, (std::vector<int>{2, 3, 4}));
+    EXPECT_LE(fit.max_error, 0.27);
+    EXPECT_LE(fit.max_held_out_error, 0.32);
+  }
+}
+
 TEST(CollectiveLines, TheTwoH200TraceWithFourSizesGetsNoLines) {
   // tests/fixtures/kineto_real: all-reduce at 4 sizes, the other kinds at one: no sweep, the link's one line.
   const Calibration calibration =

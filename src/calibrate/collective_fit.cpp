@@ -289,6 +289,10 @@ CollectiveLineFit fit_family_lines(std::vector<const CollectiveSample*> sweep, s
   for (std::size_t index = 0; index < fit.lines.size(); ++index) {
     const auto& [x, w, y, z] = fit.lines[index].parameters;
     result.lines.push_back({names[index], 1 / x, y, z, w / x});
+    if (!result.p2p) {  // a p2p message has two ends whatever the group
+      result.lines.back().fitted_members_min = result.group_sizes.front();
+      result.lines.back().fitted_members_max = result.group_sizes.back();
+    }
   }
   lines_for(cluster, first) = result.lines;
   return result;

@@ -8,6 +8,9 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #ifdef CALO_SIM_HAS_STORE
 #include "calibrate/twin.h"
@@ -21,6 +24,7 @@
 #include "plan/layout_space.h"
 #include "plan/search.h"
 #include "sim/cluster.h"
+#include "sim/cost_model.h"
 #include "sim/simulate.h"
 #ifdef CALO_SIM_HAS_STORE
 #include "sim/store_run.h"
@@ -310,9 +314,12 @@ int run_sim(SimFlags& flags) {
   TwinNote twin;
   auto [model, resolved] =
       flags.from.empty() ? job_from_flags(flags, cluster) : job_from_run(flags, cluster, twin);
-  const std::string memory_warning = check_memory(model, resolved, cluster, flags.allow_oom);
-  if (!memory_warning.empty()) fmt::print(stderr, "warning: {}\n", memory_warning);
+  std::vector<std::string> warnings;
+  if (std::string memory = check_memory(model, resolved, cluster, flags.allow_oom); !memory.empty())
+    warnings.push_back(std::move(memory));
   const graph::Graph graph = graph::build_graph(model, resolved);
+  for (std::string& line : sim::collective_line_warnings(graph, cluster)) warnings.push_back(std::move(line));
+  for (const std::string& warning : warnings) fmt::print(stderr, "warning: {}\n", warning);
   const int world = graph.world_size();
   require_input(flags.timeline.empty() || world <= 64,
                 fmt::format("--timeline is for small cases (<= 64 GPUs); this layout has {} GPUs", world));
@@ -336,7 +343,7 @@ int run_sim(SimFlags& flags) {
   const sim::SimResult result = sim::simulate(graph, cluster, options);
   if (!flags.timeline.empty()) write_timeline(flags.timeline, graph, result);
   nlohmann::json json = sim::to_json(result, flags.per_gpu);
-  if (!memory_warning.empty()) json["warnings"] = {memory_warning};
+  if (!warnings.empty()) json["warnings"] = warnings;
   nlohmann::json from = nullptr;
   if (!twin.run_dir.empty()) {
     from = {{"run", twin.run_dir}, {"card", twin.card}};
@@ -356,7 +363,7 @@ int run_sim(SimFlags& flags) {
                              {"power_cap", options.power_cap},   {"thermal", options.thermal}};
     config["warmup"] = flags.warmup;
     if (!from.is_null()) config["from"] = from;
-    if (!memory_warning.empty()) config["warnings"] = {memory_warning};
+    if (!warnings.empty()) config["warnings"] = warnings;
     sim::store_sim_run(run_dir, name, command_line(flags, resolved, world), config, graph, cluster, result);
     stored = run_dir.string();
     json["run_dir"] = stored;
@@ -374,7 +381,7 @@ int run_sim(SimFlags& flags) {
   } else {
     if (!twin.run_dir.empty()) fmt::print("# {}\n", describe_twin(twin, flags));
     print_summary(result, json);
-    if (!memory_warning.empty()) fmt::print("# WARNING: {}\n", memory_warning);
+    for (const std::string& warning : warnings) fmt::print("# WARNING: {}\n", warning);
     if (!stored.empty()) fmt::print("# stored as run (kind sim): {}\n", stored);
     if (!flags.timeline.empty()) fmt::print("# timeline (Perfetto/Chrome trace): {}\n", flags.timeline);
   }

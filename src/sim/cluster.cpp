@@ -245,6 +245,20 @@ graph::CollectiveKind collective_kind_named(const std::string& name, const std::
                   origin, name));
 }
 
+/// A line's `fitted_members: [min, max]` (optional): the group sizes it was fitted over.
+void parse_fitted_members(const nlohmann::json& entry, const std::string& where, CollectiveLine& line) {
+  auto found = entry.find("fitted_members");
+  if (found == entry.end() || found->is_null()) return;
+  const bool valid = found->is_array() && found->size() == 2 && (*found)[0].is_number_integer() &&
+                     (*found)[1].is_number_integer() && (*found)[0].get<int>() >= 2 &&
+                     (*found)[1].get<int>() >= (*found)[0].get<int>();
+  require_input(valid, fmt::format("{}: fitted_members must be [smallest, largest] group size, 2 <= smallest "
+                                   "<= largest (got {})",
+                                   where, found->dump()));
+  line.fitted_members_min = (*found)[0].get<int>();
+  line.fitted_members_max = (*found)[1].get<int>();
+}
+
 /// One kind's list of lines at `where` (lines.<kind>).
 std::vector<CollectiveLine> parse_line_list(const nlohmann::json& list, const std::string& where) {
   require_input(list.is_array() && !list.empty(),
@@ -256,13 +270,14 @@ std::vector<CollectiveLine> parse_line_list(const nlohmann::json& list, const st
     require_input(entry.is_object(), fmt::format("{}: each line must be a mapping", where));
     ConfigReader reader(entry, where);
     reader.reject_unknown_keys(
-        {"name", "bandwidth_scale", "latency_scale", "call_latency_scale", "members_half"});
+        {"name", "bandwidth_scale", "latency_scale", "call_latency_scale", "members_half", "fitted_members"});
     CollectiveLine line;
     line.name = reader.get_string("name", "");
     line.bandwidth_scale = bounded(reader, where, "bandwidth_scale", 1.0, 1e-3, 10);
     line.latency_scale = bounded(reader, where, "latency_scale", 1.0, 0, 1e3);
     line.call_latency_scale = bounded(reader, where, "call_latency_scale", 0.0, 0, 1e3);
     line.members_half = bounded(reader, where, "members_half", 0.0, 0, 1e3);
+    parse_fitted_members(entry, where, line);
     lines.push_back(line);
   }
   return lines;
@@ -360,11 +375,14 @@ ClusterSpec load_cluster(const std::string& name_or_path) {
 }
 
 nlohmann::json to_json(const CollectiveLine& line) {
-  return {{"name", line.name},
-          {"bandwidth_scale", line.bandwidth_scale},
-          {"latency_scale", line.latency_scale},
-          {"call_latency_scale", line.call_latency_scale},
-          {"members_half", line.members_half}};
+  nlohmann::json json = {{"name", line.name},
+                         {"bandwidth_scale", line.bandwidth_scale},
+                         {"latency_scale", line.latency_scale},
+                         {"call_latency_scale", line.call_latency_scale},
+                         {"members_half", line.members_half}};
+  if (line.fitted_members_max > 0)
+    json["fitted_members"] = {line.fitted_members_min, line.fitted_members_max};
+  return json;
 }
 
 nlohmann::json to_json(const ClusterSpec& cluster) {

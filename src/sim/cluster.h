@@ -125,6 +125,10 @@ struct CollectiveLine {
   /// Members at which a group reaches half the line's bandwidth: n members get bandwidth_scale · n / (n +
   /// members_half) of the link (>= 0; 0 = every group size the full scale).
   double members_half = 0;
+  /// The group sizes (GPUs of one node) the line was fitted over, smallest and largest; 0 = not recorded. A
+  /// group outside them extrapolates (collective_line_warnings).
+  int fitted_members_min = 0;
+  int fitted_members_max = 0;  ///< largest fitted group size (see fitted_members_min)
 };
 
 /// Collective algorithm selection and bandwidth efficiency curve.
@@ -172,7 +176,7 @@ ClusterSpec load_cluster(const std::string& name_or_path);
 nlohmann::json to_json(const ClusterSpec& cluster);
 
 /// One collective line as the cluster file and the calibration's provenance write it: {name, bandwidth_scale,
-/// latency_scale, call_latency_scale, members_half}.
+/// latency_scale, call_latency_scale, members_half[, fitted_members: [min, max]]}.
 nlohmann::json to_json(const CollectiveLine& line);
 
 }  // namespace calo::sim

@@ -1,7 +1,14 @@
 #include "sim/cost_model.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <set>
+#include <tuple>
+#include <utility>
 
 namespace calo::sim {
 
@@ -292,6 +299,45 @@ double p2p_time_s(const ClusterSpec& cluster, double bytes, int rank_a, int rank
                           return latency_s * (line.latency_scale + line.call_latency_scale) +
                                  transfer_s(curve, bytes, bytes, bandwidth * line.bandwidth_scale);
                         });
+}
+
+std::vector<std::string> collective_line_warnings(const graph::Graph& graph, const ClusterSpec& cluster) {
+  if (cluster.collective.lines.empty()) return {};
+  std::set<std::pair<graph::GroupKind, graph::CollectiveKind>>
+      used;  // which collectives each group kind runs
+  for (const graph::RankProgram& program : graph.programs) {
+    for (const graph::Op& op : program.ops)
+      if (op.kind == graph::OpKind::kCollective) used.insert({op.group, op.collective});
+  }
+  // (GPUs of one node in the group, fitted range) -> the kinds whose lines are outside that range there
+  std::map<std::tuple<int, int, int>, std::set<graph::CollectiveKind>> outside;
+  for (const graph::CommGroup& group : graph.groups) {
+    const GroupPlacement placement = place_group(cluster, group.ranks);
+    const int nvlink_members = placement.nodes <= 1 ? placement.size : placement.per_node;
+    if (nvlink_members < 2) continue;  // no NVLink phase
+    for (const auto& [group_kind, kind] : used) {
+      if (group_kind != group.kind) continue;
+      for (const CollectiveLine& line : lines_of(cluster.collective, kind)) {
+        if (line.fitted_members_max > 0 &&
+            (nvlink_members < line.fitted_members_min || nvlink_members > line.fitted_members_max))
+          outside[{nvlink_members, line.fitted_members_min, line.fitted_members_max}].insert(kind);
+      }
+    }
+  }
+  std::vector<std::string> warnings;
+  for (const auto& [where, kinds] : outside) {
+    const auto& [members, fitted_min, fitted_max] = where;
+    std::vector<std::string> names;
+    for (graph::CollectiveKind kind : kinds) names.push_back(graph::to_string(kind));
+    warnings.push_back(fmt::format(
+        "{} run over {} GPUs of a node, outside the {} ranks their collective lines were fitted over: "
+        "those times extrapolate the fit (docs/SIMULATOR.md \"Collective time by group size\": up to 61 % "
+        "off held out); sweep that group size too (bench/gpu/group_size_sweep.sh) and calibrate again",
+        fmt::join(names, ", "), members,
+        fitted_min == fitted_max ? fmt::format("{}", fitted_min)
+                                 : fmt::format("{}-{}", fitted_min, fitted_max)));
+  }
+  return warnings;
 }
 
 }  // namespace calo::sim

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "graph/graph.h"
 #include "sim/cluster.h"
@@ -64,6 +66,11 @@ double tree_all_reduce_s(const CollectiveSpec& collective, int members, double b
 /// collective lines shape its NVLink phases only; network phases keep the network's figures.
 double collective_time_s(const ClusterSpec& cluster, graph::CollectiveKind kind, double bytes,
                          const GroupPlacement& placement);
+
+/// One line per (collective kind, GPUs of a node) of `graph` whose NVLink phase runs at a group size outside
+/// the range its collective lines were fitted over (CollectiveLine::fitted_members_min/max): that time
+/// extrapolates the fit. Empty where every group is inside, or lines record no range.
+std::vector<std::string> collective_line_warnings(const graph::Graph& graph, const ClusterSpec& cluster);
 
 /// Time of a point-to-point transfer of `bytes` between global ranks `rank_a` and `rank_b` (the p2p lines
 /// inside a node, the network's figures across nodes).

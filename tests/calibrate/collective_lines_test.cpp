@@ -211,6 +211,10 @@ TEST(CollectiveLines, LinesFittedOverTwoGroupSizesHoldAtBoth) {
     SCOPED_TRACE(fit.name);
     EXPECT_EQ(fit.group_sizes, (std::vector<int>{2, 4}));
     EXPECT_EQ(fit.sizes, 19);
+    for (const sim::CollectiveLine& line : fit.lines) {
+      EXPECT_EQ(line.fitted_members_min, 2);
+      EXPECT_EQ(line.fitted_members_max, 4);
+    }
     EXPECT_LE(fit.max_error, 0.25);
     EXPECT_LE(fit.rms_error, kRmsTolerance);
     EXPECT_LE(fit.max_held_out_error, held_out_tolerance(fit));
@@ -316,6 +320,12 @@ TEST(CollectiveLines, CalibrateWritesThemAndCaloSimLoadsTheFile) {
   const Outcome simulated =
       run_calo("sim --model llama3-8b --cluster " + out.string() + " --gpus 8 --tp 8 --gbs 8 --steps 2");
   EXPECT_EQ(simulated.exit_code, 0) << simulated.output;
+  // Lines fitted over 2 ranks, TP groups of 8: the simulation says its collective times extrapolate.
+  EXPECT_NE(
+      simulated.output.find("run over 8 GPUs of a node, outside the 2 ranks their collective lines were "
+                            "fitted over"),
+      std::string::npos)
+      << simulated.output;
 }
 
 }  // namespace

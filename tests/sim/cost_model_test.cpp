@@ -290,6 +290,46 @@ TEST(CollectiveLines, TheClusterFileCarriesThemAndNamesBadOnes) {
   EXPECT_DOUBLE_EQ(group_line.members_half, 1.25);
 }
 
+TEST(CollectiveLines, GroupsOutsideTheFittedGroupSizesAreNamed) {
+  // Llama3-8B (4 layers) with TP 8 and DP 2 on 8-GPU nodes: TP groups of 8 GPUs in a node (all-gather,
+  // reduce-scatter, all-reduce), DP groups of one GPU per node (all network: no NVLink phase).
+  parallel::Layout layout;
+  layout.tp = 8;
+  layout.dp = 2;
+  layout.global_batch = 2;
+  const graph::Graph graph = testing::make_graph("llama3-8b-4layers", layout);
+  ClusterSpec cluster = load_cluster("h200-hgx");
+  EXPECT_TRUE(collective_line_warnings(graph, cluster).empty()) << "no lines, nothing to extrapolate";
+  CollectiveLine fitted{"large", 1.5, 1, 10, 1.2};
+  cluster.collective.lines[graph::CollectiveKind::kAllGather] = {fitted};
+  EXPECT_TRUE(collective_line_warnings(graph, cluster).empty()) << "lines without a recorded range";
+  fitted.fitted_members_min = 2;
+  fitted.fitted_members_max = 4;
+  cluster.collective.lines[graph::CollectiveKind::kAllGather] = {fitted};
+  cluster.collective.lines[graph::CollectiveKind::kReduceScatter] = {fitted};
+  const auto warnings = collective_line_warnings(graph, cluster);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("all_gather, reduce_scatter run over 8 GPUs of a node, outside the 2-4 ranks"),
+            std::string::npos)
+      << warnings[0];
+  fitted.fitted_members_max = 8;
+  cluster.collective.lines[graph::CollectiveKind::kAllGather] = {fitted};
+  cluster.collective.lines[graph::CollectiveKind::kReduceScatter] = {fitted};
+  EXPECT_TRUE(collective_line_warnings(graph, cluster).empty()) << "8 is inside 2-8";
+  // The range travels in the cluster file; a bad one is named.
+  const ClusterSpec again = parse_cluster(to_json(cluster), "round trip");
+  EXPECT_EQ(again.collective.lines.at(graph::CollectiveKind::kAllGather)[0].fitted_members_max, 8);
+  nlohmann::json bad = to_json(cluster);
+  bad["collective"]["lines"]["all_gather"][0]["fitted_members"] = {4, 2};
+  try {
+    parse_cluster(bad, "bad.yaml");
+    ADD_FAILURE() << "accepted fitted_members [4, 2]";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("fitted_members must be [smallest, largest]"), std::string::npos)
+        << error.what();
+  }
+}
+
 TEST(CollectiveLines, ALinesCallLatencyIsPaidOncePerCallAndItsBandwidthGrowsWithTheMembers) {
   // A line fitted over two group sizes: time = (n-1)/n · bytes / (bandwidth · n/(n + members_half)) +
   // (n-1) · latency · latency_scale + latency · call_latency_scale (all-gather inside one node).

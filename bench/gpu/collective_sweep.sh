@@ -8,11 +8,8 @@ set -euo pipefail
 out=${1:?usage: collective_sweep.sh OUT_DIR [GPUS]}
 gpus=${2:-2}
 here="$(cd "$(dirname "$0")" && pwd)"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING
-work=$(mktemp -d)
-nvidia-smi topo -m >"$work/topo.txt" 2>&1 || true
-nvidia-smi --query-gpu=index,name,uuid,clocks.sm,temperature.gpu,power.draw --format=csv >"$work/smi.txt" 2>&1 || true
+# shellcheck source=bench/gpu/sweep_env.sh
+source "$here/sweep_env.sh"
 run() {
   local name=$1 proto=$2 port=$3
   mkdir -p "$work/$name"
@@ -24,7 +21,7 @@ run() {
     NCCL_PROTO=$proto python3 "$here/collective_sweep.py" --gpus "$gpus" --out "$work/$name" --port "$port" \
       --reps 3 >"$work/$name/nccl.log" 2>&1
   fi
-  echo "collective_sweep.sh: $name ($proto) took $((SECONDS - started)) s: $(tail -1 "$work/$name/nccl.log")"
+  echo "collective_sweep.sh: $name ($proto) took $((SECONDS - started)) s: $(grep -m1 "^collective_sweep:" "$work/$name/nccl.log" || tail -1 "$work/$name/nccl.log")"
   gzip -9 "$work/$name/nccl.log"
 }
 run auto auto 29541

@@ -8,11 +8,8 @@ set -euo pipefail
 out=${1:?usage: group_size_sweep.sh OUT_DIR [SIZES]}
 sizes=${2:-"4 3 2"}
 here="$(cd "$(dirname "$0")" && pwd)"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING
-work=$(mktemp -d)
-nvidia-smi topo -m >"$work/topo.txt" 2>&1 || true
-nvidia-smi --query-gpu=index,name,uuid,clocks.sm,temperature.gpu,power.draw --format=csv >"$work/smi.txt" 2>&1 || true
+# shellcheck source=bench/gpu/sweep_env.sh
+source "$here/sweep_env.sh"
 port=29561
 for n in $sizes; do
   mkdir -p "$work/n$n"
@@ -20,11 +17,11 @@ for n in $sizes; do
   python3 "$here/collective_sweep.py" --gpus "$n" --out "$work/n$n" --port "$port" \
     --kinds all_reduce,all_gather,reduce_scatter,all_to_all >"$work/n$n/nccl.log" 2>&1 ||
     { tail -20 "$work/n$n/nccl.log"; exit 1; }
-  echo "group_size_sweep.sh: $n ranks took $((SECONDS - started)) s: $(tail -1 "$work/n$n/nccl.log")"
+  echo "group_size_sweep.sh: $n ranks took $((SECONDS - started)) s: $(grep -m1 "^collective_sweep:" "$work/n$n/nccl.log" || tail -1 "$work/n$n/nccl.log")"
   gzip -9 "$work/n$n/nccl.log"
   port=$((port + 1))
 done
-nvidia-smi --query-gpu=index,name,uuid,clocks.sm,temperature.gpu,power.draw --format=csv >>"$work/smi.txt" 2>&1 || true
+sweep_gpu_state
 mkdir -p "$out"
 tar -C "$work" -czf "$out/group-sizes.tar.gz" .
 ls -la "$out"

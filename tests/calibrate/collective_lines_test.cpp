@@ -304,6 +304,27 @@ TEST(CollectiveLines, TheTwoH200TraceWithFourSizesGetsNoLines) {
   EXPECT_TRUE(calibration.fit.cluster.collective.lines.empty());
 }
 
+TEST(CollectiveLines, CalibrateTakesOneDirectoryPerJobFromTheCommandLine) {
+  // Two group sizes' sweeps given as files of two directories: two jobs, each line with its four figures,
+  // the file with the fitted range, and a 4-rank simulation without a warning.
+  std::string files;
+  for (int members : {4, 2})
+    for (const fs::path& file : group_size_sweep(members)) files += " " + file.string();
+  const fs::path out = calo::testing::scratch_path("h200x4-group-sizes.yaml");
+  const Outcome calibrated =
+      run_calo("calibrate" + files + " --cluster h200-hgx --no-loo --out " + out.string());
+  ASSERT_EQ(calibrated.exit_code, 0) << calibrated.output;
+  EXPECT_NE(calibrated.output.find("# collectives of n4, n2"), std::string::npos) << calibrated.output;
+  EXPECT_NE(calibrated.output.find("small line (bw x, lat x[, call x, half])"), std::string::npos);
+  EXPECT_NE(calibrated.output.find("collective.lines.all_gather.large.members_half"), std::string::npos);
+  const sim::ClusterSpec loaded = sim::load_cluster(out.string());
+  EXPECT_EQ(loaded.collective.lines.at(CollectiveKind::kReduceScatter)[1].fitted_members_max, 4);
+  const Outcome four = run_calo("sim --model llama3-8b --cluster " + out.string() +
+                                " --gpus 4 --tp 4 --gbs 4 --steps 1 --no-store");
+  EXPECT_EQ(four.exit_code, 0) << four.output;
+  EXPECT_EQ(four.output.find("WARNING"), std::string::npos) << "4 ranks are inside 2-4: " << four.output;
+}
+
 TEST(CollectiveLines, CalibrateWritesThemAndCaloSimLoadsTheFile) {
   const fs::path out = calo::testing::scratch_path("h200x2-collectives.yaml");
   const auto sweep = ranks_of("auto");

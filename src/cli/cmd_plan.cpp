@@ -6,15 +6,19 @@
 
 #include <memory>
 #include <numeric>
+#include <string>
+#include <vector>
 
 #include "cli/command.h"
 #include "cli/layout_flags.h"
 #include "core/error.h"
 #include "core/table.h"
+#include "graph/graph.h"
 #include "model/model_spec.h"
 #include "plan/partition.h"
 #include "plan/power_plan.h"
 #include "plan/search.h"
+#include "sim/cost_model.h"
 
 namespace calo::cli {
 namespace {
@@ -267,6 +271,15 @@ void print_front(const plan::SearchRequest& request, const plan::SearchResult& r
       result.pareto.size(), front.render());
 }
 
+/// The first-ranked layout's collectives whose group size is outside the range their lines were fitted over
+/// (sim::collective_line_warnings); empty without lines or a ranking.
+std::vector<std::string> best_layout_warnings(const plan::SearchRequest& request,
+                                              const plan::SearchResult& result) {
+  if (result.ranking.empty() || request.cluster.collective.lines.empty()) return {};
+  const parallel::Layout& best = result.evaluations[result.ranking.front()].candidate.layout;
+  return sim::collective_line_warnings(graph::build_graph(request.space.model, best), request.cluster);
+}
+
 void print_text(const plan::SearchRequest& request, const plan::SearchResult& result,
                 const PlanFlags& flags) {
   fmt::print("# calo plan: {} on {} x {}, gbs {}, objective {}\n", request.space.model.name,
@@ -290,6 +303,8 @@ void print_text(const plan::SearchRequest& request, const plan::SearchResult& re
                request.cluster.name, request.space.gpus, plan::calo_flags(layout));
     fmt::print("     megatron: {}\n", plan::megatron_flags(layout));
   }
+  for (const std::string& warning : best_layout_warnings(request, result))
+    fmt::print("# WARNING (layout 1): {}\n", warning);
   print_front(request, result, flags);
   if (flags.show_all) {
     core::TextTable all = make_table();
@@ -351,6 +366,7 @@ int run_plan(const PlanFlags& flags) {
     for (std::size_t index : result.pareto) front.push_back(to_json(result.evaluations[index]));
     json["ranking"] = ranking;
     json["pareto"] = front;
+    if (auto warnings = best_layout_warnings(request, result); !warnings.empty()) json["warnings"] = warnings;
     if (flags.show_all) {
       nlohmann::json all = nlohmann::json::array();
       for (const auto& evaluation : result.evaluations) all.push_back(to_json(evaluation));

@@ -107,6 +107,28 @@ TEST(CaloPlan, RanksLayoutsWithPasteableFlagsAndJson) {
               best["iteration_s"].get<double>(), 1e-9);
 }
 
+TEST(CaloPlan, NamesTheBestLayoutsCollectivesThatExtrapolateTheirLines) {
+  // A cluster calibrated on a 2-rank collective sweep: its lines hold at 2 ranks. The best 8-GPU layout of
+  // Llama3-8B runs its data-parallel all-reduce (or TP collectives) over more GPUs of a node, and the plan
+  // says so under the ranking and in --json.
+  const std::string sweep = std::string(CALO_SOURCE_DIR) + "/tests/fixtures/kineto-h200x2-collectives/auto/";
+  const auto file = calo::testing::scratch_path("plan-lines.yaml");
+  const Outcome calibrated = run_calo("calibrate " + sweep + "rank0.json.gz " + sweep +
+                                      "rank1.json.gz --cluster h200-hgx --no-loo --out " + file.string());
+  ASSERT_EQ(calibrated.exit_code, 0) << calibrated.output;
+  const std::string plan = "plan --model llama3-8b --cluster " + file.string() + " --gpus 8 --gbs 32 --top 3";
+  Outcome outcome = run_calo(plan);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "# WARNING (layout 1): ")) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "GPUs of a node, outside the 2 ranks")) << outcome.output;
+  outcome = run_calo(plan + " --json");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_FALSE(nlohmann::json::parse(outcome.output)["warnings"].empty());
+  // The presets have no lines: no warning.
+  outcome = run_calo("plan --model llama3-8b --cluster h200-hgx --gpus 8 --gbs 32 --top 3");
+  EXPECT_FALSE(contains(outcome.output, "WARNING")) << outcome.output;
+}
+
 TEST(CaloPlan, ImpossibleRequestsExitTwoWithTheNearestFeasible) {
   Outcome outcome = run_calo("plan --model gpt3-175b --cluster h100-hgx --gpus 8 --gbs 8");
   EXPECT_EQ(outcome.exit_code, 2) << outcome.output;

@@ -186,8 +186,9 @@ TEST(ParallelSteps, AStepsOwnHostsSweepPredictsItNoBetterThanAnotherHosts) {
   // across hosts, and what is left is the step itself. Its sequence-parallel 32 MiB all-gathers and
   // reduce-scatters take 8-14 % longer than the same host's sweep (rank 0's op spans 112 us against 101-104
   // us over 4 ranks, 101 us against 88-89 us over 2). Not waiting for peers: the last-arriving rank's span is
-  // 107-111 us. The sweep times NCCL's kernels, the step its ops with CUDA events beside the step's other
-  // work; which of the two the gap is, is not measured yet, and the model carries neither.
+  // 107-111 us. NCCL's kernel after a GEMM takes what the sweep says
+  // (bench/gpu/collective_beside_compute.py): the gap is the op around the kernel (launch, events, stream
+  // hand-off), which the model does not carry.
   const sim::ClusterSpec preset = sim::load_cluster("h200-hgx-calibrated");
   const sim::ClusterSpec own = preset_with_sweeps(four_and_two_ranks("h200x4-same-host"));
   const sim::ClusterSpec other = preset_with_sweeps(four_and_two_ranks("kineto-h200x4-collectives"));

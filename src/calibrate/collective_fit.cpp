@@ -100,12 +100,15 @@ bool solve_subset(std::span<const LineTerms> terms, const TermSet& used, SolvedL
 /// terms first on a tie). With transfer and hop latency alone: the free solve, or x alone where it puts y
 /// below 0 or cannot tell x from y.
 SolvedLine solve_line(std::span<const LineTerms> terms, const TermSet& allowed) {
+  static const std::vector<unsigned> subsets = [] {  // every subset of the terms, fewest terms first
+    std::vector<unsigned> masks;
+    for (unsigned mask = 0; mask < (1u << kLineTerms); ++mask) masks.push_back(mask);
+    std::stable_sort(masks.begin(), masks.end(),
+                     [](unsigned a, unsigned b) { return std::popcount(a) < std::popcount(b); });
+    return masks;
+  }();
   SolvedLine best;
   double best_loss = INFINITY;
-  std::vector<unsigned> subsets;
-  for (unsigned mask = 0; mask < (1u << kLineTerms); ++mask) subsets.push_back(mask);
-  std::stable_sort(subsets.begin(), subsets.end(),
-                   [](unsigned a, unsigned b) { return std::popcount(a) < std::popcount(b); });
   for (unsigned mask : subsets) {
     TermSet used = {};
     bool permitted = (mask & 1u) != 0;  // the transfer term is in every line
@@ -207,13 +210,13 @@ std::vector<sim::CollectiveLine>& lines_for(sim::ClusterSpec& cluster, const Col
   return sample.p2p ? cluster.collective.p2p_lines : cluster.collective.lines[sample.kind];
 }
 
-/// `sample`'s terms (LineTerm) relative to its measured time on `cluster`: the family's time under lines that
-/// each switch one term on.
-LineTerms line_terms(sim::ClusterSpec cluster, const CollectiveSample& sample) {
-  std::vector<sim::CollectiveLine>& lines = lines_for(cluster, sample);
+/// `sample`'s terms (LineTerm) relative to its measured time on `scratch` (a copy of the cluster; its lines
+/// of the sample's family are overwritten): the family's time under lines that each switch one term on.
+LineTerms line_terms(sim::ClusterSpec& scratch, const CollectiveSample& sample) {
+  std::vector<sim::CollectiveLine>& lines = lines_for(scratch, sample);
   const auto time_under = [&](double latency_scale, double call_latency_scale, double members_half) {
     lines = {{"unit", 1, latency_scale, call_latency_scale, members_half}};
-    return modeled_collective_s(cluster, sample);
+    return modeled_collective_s(scratch, sample);
   };
   const double transfer_s = time_under(0, 0, 0);
   LineTerms term{sample.bytes, {}};
@@ -225,13 +228,15 @@ LineTerms line_terms(sim::ClusterSpec cluster, const CollectiveSample& sample) {
   return term;
 }
 
-/// The distinct group sizes of `sweep`, ascending.
-std::vector<int> group_sizes_of(const std::vector<const CollectiveSample*>& sweep) {
-  std::vector<int> sizes;
-  for (const CollectiveSample* sample : sweep) sizes.push_back(sample->group_size);
-  std::sort(sizes.begin(), sizes.end());
-  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-  return sizes;
+/// The distinct values of `field` over `sweep`, ascending (group sizes, message sizes).
+template <typename Value>
+std::vector<Value> distinct_of(const std::vector<const CollectiveSample*>& sweep,
+                               Value CollectiveSample::*field) {
+  std::vector<Value> values;
+  for (const CollectiveSample* sample : sweep) values.push_back(sample->*field);
+  std::sort(values.begin(), values.end());
+  values.erase(std::unique(values.begin(), values.end()), values.end());
+  return values;
 }
 
 /// Largest and root-mean-square |error| of `terms` under `lines` into `max_error` and `rms_error`.
@@ -259,11 +264,12 @@ CollectiveLineFit fit_family_lines(std::vector<const CollectiveSample*> sweep, s
   result.kind = first.kind;
   result.p2p = first.p2p;
   result.name = collective_name(first);
-  result.group_sizes = group_sizes_of(sweep);
+  result.group_sizes = distinct_of(sweep, &CollectiveSample::group_size);
   const TermSet allowed = result.group_sizes.size() >= 2 ? kGroupSizes : kOneGroupSize;
+  sim::ClusterSpec scratch = cluster;  // line_terms switches this family's lines term by term
   std::vector<LineTerms> terms;
   for (const CollectiveSample* sample : sweep) {
-    terms.push_back(line_terms(cluster, *sample));
+    terms.push_back(line_terms(scratch, *sample));
     result.single_line_max_error =
         std::max(result.single_line_max_error,
                  std::fabs(modeled_collective_s(one_line, *sample) / sample->measured_s - 1));
@@ -306,10 +312,7 @@ std::vector<CollectiveLineFit> fit_lines(const std::vector<const CollectiveSampl
   for (const CollectiveSample* sample : within_node) by_family[collective_name(*sample)].push_back(sample);
   std::vector<CollectiveLineFit> fits;
   for (const auto& [family, sweep] : by_family) {
-    std::vector<double> sizes;
-    for (const CollectiveSample* sample : sweep) sizes.push_back(sample->bytes);
-    std::sort(sizes.begin(), sizes.end());
-    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+    const std::vector<double> sizes = distinct_of(sweep, &CollectiveSample::bytes);
     if (static_cast<int>(sizes.size()) < kMinLineSweepSizes ||
         sizes.back() < kMinLineSweepSpan * sizes.front()) {
       continue;

@@ -44,11 +44,13 @@ double fastest_line_s(const CollectiveSpec& collective, const std::vector<Collec
   return fastest_s;
 }
 
-/// `kind`'s lines (CollectiveSpec::lines); empty where it has none.
+/// No lines: the link as it is (one line at scale 1 on the efficiency curve).
+const std::vector<CollectiveLine> kNoLines;
+
+/// `kind`'s lines (CollectiveSpec::lines); kNoLines where it has none.
 const std::vector<CollectiveLine>& lines_of(const CollectiveSpec& collective, graph::CollectiveKind kind) {
-  static const std::vector<CollectiveLine> kNone;
   auto found = collective.lines.find(kind);
-  return found == collective.lines.end() ? kNone : found->second;
+  return found == collective.lines.end() ? kNoLines : found->second;
 }
 
 /// `line`'s share of a link of `link_bytes_per_s` for a group of `members`: bandwidth_scale · n / (n +
@@ -91,8 +93,7 @@ enum class Link { kNvlink, kNetwork };
 /// Lines `link` takes for `kind`: on NVLink the kind's lines, on the network none.
 const std::vector<CollectiveLine>& lines_on(const CollectiveSpec& collective, Link link,
                                             graph::CollectiveKind kind) {
-  static const std::vector<CollectiveLine> kNone;
-  return link == Link::kNvlink ? lines_of(collective, kind) : kNone;
+  return link == Link::kNvlink ? lines_of(collective, kind) : kNoLines;
 }
 
 /// Flat (one link class) collective time: the fastest of the kind's lines on `link`.
@@ -293,8 +294,8 @@ double p2p_time_s(const ClusterSpec& cluster, double bytes, int rank_a, int rank
         cluster.network.nic_bandwidth_bytes_per_s / (cross_leaf ? cluster.network.oversubscription : 1);
     latency_s = cluster.network.latency_s * (cross_leaf ? 2.0 : 1.0);
   }
-  static const std::vector<CollectiveLine> kNone;  // across nodes: the network as it is (see Link)
-  return fastest_line_s(cluster.collective, node_a == node_b ? cluster.collective.p2p_lines : kNone,
+  // Across nodes the network as it is (see Link).
+  return fastest_line_s(cluster.collective, node_a == node_b ? cluster.collective.p2p_lines : kNoLines,
                         [&](const CollectiveSpec& curve, const CollectiveLine& line) {
                           return latency_s * (line.latency_scale + line.call_latency_scale) +
                                  transfer_s(curve, bytes, bytes, bandwidth * line.bandwidth_scale);

@@ -153,10 +153,10 @@ PowerControlSpec parse_power_control(const nlohmann::json& object, const std::st
 
 GpuSpec parse_gpu(const nlohmann::json& object, const std::string& origin) {
   ConfigReader reader(object, origin);
-  reader.reject_unknown_keys({"name", "peak_bf16_tflops", "peak_fp32_tflops", "hbm_bandwidth_gb_s",
-                              "memory_gib", "power_limit_w", "idle_power_w", "max_sm_mhz", "min_sm_mhz",
-                              "clock_step_mhz", "clock_power_exponent", "active_power_w", "efficiency",
-                              "thermal", "power_control"});
+  reader.reject_unknown_keys(
+      {"name", "peak_bf16_tflops", "peak_fp32_tflops", "hbm_bandwidth_gb_s", "memory_gib", "power_limit_w",
+       "idle_power_w", "wait_power_w", "wait_power_decay_ms", "max_sm_mhz", "min_sm_mhz", "clock_step_mhz",
+       "clock_power_exponent", "active_power_w", "efficiency", "thermal", "power_control"});
   GpuSpec gpu;
   gpu.name = reader.get_string("name");
   gpu.peak_bf16_flops = positive(reader, origin, "peak_bf16_tflops") * kTera;
@@ -169,6 +169,13 @@ GpuSpec parse_gpu(const nlohmann::json& object, const std::string& origin) {
   require_input(gpu.idle_power_w < gpu.power_limit_w,
                 fmt::format("{}: idle_power_w ({}) must be below power_limit_w ({})", origin,
                             gpu.idle_power_w, gpu.power_limit_w));
+  gpu.wait_power_w = bounded(reader, origin, "wait_power_w", 0, 0, 1e4);
+  // Divided, not multiplied by 1e-3: ms -> s -> ms then gives back the same double (a round trip is exact).
+  gpu.wait_power_decay_s = bounded(reader, origin, "wait_power_decay_ms", 0, 0, 1e6) / 1e3;
+  require_input(gpu.idle_power_w + gpu.wait_power_w <= gpu.power_limit_w,
+                fmt::format("{}: idle_power_w + wait_power_w ({} W) must not exceed power_limit_w ({} W): a "
+                            "waiting GPU draws less than the cap",
+                            origin, gpu.idle_power_w + gpu.wait_power_w, gpu.power_limit_w));
   gpu.max_sm_mhz = positive(reader, origin, "max_sm_mhz");
   gpu.min_sm_mhz = positive(reader, origin, "min_sm_mhz", gpu.max_sm_mhz / 4);
   require_input(
@@ -404,6 +411,8 @@ nlohmann::json to_json(const ClusterSpec& cluster) {
         {"memory_gib", gpu.memory_bytes / (1024.0 * 1024.0 * 1024.0)},
         {"power_limit_w", gpu.power_limit_w},
         {"idle_power_w", gpu.idle_power_w},
+        {"wait_power_w", gpu.wait_power_w},
+        {"wait_power_decay_ms", gpu.wait_power_decay_s * 1e3},
         {"max_sm_mhz", gpu.max_sm_mhz},
         {"min_sm_mhz", gpu.min_sm_mhz},
         {"clock_step_mhz", gpu.clock_step_mhz},

@@ -75,13 +75,19 @@ inline double raise_response_ms(const PowerControlSpec& control) {
 
 /// One GPU model.
 struct GpuSpec {
-  std::string name;                                           ///< product name, e.g. "NVIDIA H200 SXM"
-  double peak_bf16_flops = 0;                                 ///< dense bf16 FLOP/s at max_sm_mhz
-  double peak_fp32_flops = 0;                                 ///< fp32 (non-tensor) FLOP/s at max_sm_mhz
-  double hbm_bandwidth_bytes_per_s = 0;                       ///< HBM bandwidth
-  double memory_bytes = 0;                                    ///< HBM capacity
-  double power_limit_w = 0;                                   ///< enforced power cap
-  double idle_power_w = 0;                                    ///< power with nothing running (clocks up)
+  std::string name;                      ///< product name, e.g. "NVIDIA H200 SXM"
+  double peak_bf16_flops = 0;            ///< dense bf16 FLOP/s at max_sm_mhz
+  double peak_fp32_flops = 0;            ///< fp32 (non-tensor) FLOP/s at max_sm_mhz
+  double hbm_bandwidth_bytes_per_s = 0;  ///< HBM bandwidth
+  double memory_bytes = 0;               ///< HBM capacity
+  double power_limit_w = 0;              ///< enforced power cap
+  double idle_power_w = 0;               ///< power with nothing running (clocks up)
+  /// Power above idle while the GPU waits inside a step with no compute op running: a pipeline bubble, a
+  /// peer that is late, an exposed collective (NCCL kernels spin, clocks stay up). 0 = idle power.
+  double wait_power_w = 0;
+  /// Time constant (s) over which a waiting GPU's power above idle decays from wait_power_w towards idle; 0
+  /// = no decay (every wait at wait_power_w). Short waits stay hot, long bubbles cool.
+  double wait_power_decay_s = 0;
   double max_sm_mhz = 0;                                      ///< highest SM clock
   double min_sm_mhz = 0;                                      ///< lowest SM clock the controllers use
   double clock_step_mhz = 15;                                 ///< clock bin size of the DVFS controller

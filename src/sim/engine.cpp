@@ -49,6 +49,7 @@ struct Instance {
 struct EntityState {
   std::int32_t cursor[graph::kNumStreams] = {};
   double stream_free_s[graph::kNumStreams] = {};
+  double compute_free_s = 0;  ///< end of the entity's latest compute op (its GPU waits after it)
   std::int32_t pending[graph::kNumStreams];
   double pending_ready_s[graph::kNumStreams] = {};  ///< arrival time of the pending op of each stream
   std::int64_t collective_count[graph::kNumGroupKinds] = {};
@@ -264,6 +265,12 @@ EngineResult Engine::run(const std::vector<EngineEntity>& entities,
               begin = ready;
               finish = ready + duration;
               out.compute_busy_s += duration;
+              if (begin > state.compute_free_s + kWaitGapS) {
+                if (out.compute_busy_s == duration) out.starts_waiting = true;
+                out.wait_gaps += 1;
+                out.wait_gap_s += begin - state.compute_free_s;
+              }
+              state.compute_free_s = std::max(state.compute_free_s, finish);
               if (binding >= 0 && stream == static_cast<int>(graph::Stream::kCompute)) {
                 const graph::Op& binding_op = program.ops[binding];
                 if (is_comm(binding_op.kind)) {
@@ -385,6 +392,7 @@ EngineResult Engine::run(const std::vector<EngineEntity>& entities,
     }
     result.op_events += state.done_ops;
     result.iteration_s = std::max(result.iteration_s, result.entities[entity].end_s);
+    result.entities[entity].last_compute_end_s = state.compute_free_s;
     if (record_timeline) {
       auto& timeline = result.entities[entity].timeline;
       timeline.reserve(program.ops.size());

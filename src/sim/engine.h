@@ -37,11 +37,20 @@ struct OpSpan {
   double end_s = 0;     ///< completion
 };
 
+/// A gap between two compute ops of one GPU shorter than this is not a wait (EntityResult::wait_gaps).
+inline constexpr double kWaitGapS = 1e-6;
+
 /// What one entity did during the iteration.
 struct EntityResult {
-  double end_s = 0;                              ///< completion of its last op
-  double compute_busy_s = 0;                     ///< sum of compute-op durations
-  double comm_busy_s = 0;                        ///< sum of communication transfer times (all streams)
+  double end_s = 0;           ///< completion of its last op
+  double compute_busy_s = 0;  ///< sum of compute-op durations
+  double comm_busy_s = 0;     ///< sum of communication transfer times (all streams)
+  /// Gaps between its compute ops longer than kWaitGapS (a bubble, a late peer, an exposed transfer), from
+  /// the step's start; the wait after its last compute op is the step's end less that op's end.
+  int wait_gaps = 0;
+  bool starts_waiting = false;    ///< its first compute op began after a gap (a wait from the step's start)
+  double wait_gap_s = 0;          ///< the gaps' summed length
+  double last_compute_end_s = 0;  ///< end of its last compute op
   double exposed_comm_s[kNumCommClasses] = {};   ///< compute-stream idle time spent on transfers, per class
   double comm_transfer_s[kNumCommClasses] = {};  ///< transfer time per class (overlapped or not)
   std::vector<OpSpan> timeline;                  ///< every op, when a timeline was requested

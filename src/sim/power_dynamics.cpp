@@ -97,7 +97,9 @@ class ControllerPass {
         } else if (tick_t_s >= request_.iteration_s) {
           break;
         } else {
+          // The step's rest after its compute: the GPU waits (bubble, late peer, exposed collective).
           slice_s = std::min(slice_s, request_.iteration_s - tick_t_s);
+          power_w += request_.wait_power_w;
         }
         tick_energy_j += power_w * slice_s;
         tick_t_s += slice_s;
@@ -294,8 +296,9 @@ PowerTrace trace_step_power(const GpuSpec& gpu, const ProgramPower& program,
 
 std::size_t PowerTraceCache::KeyHash::operator()(const Key& key) const {
   std::size_t hash = static_cast<std::size_t>(key.program) * 0x9E3779B97F4A7C15ULL;
-  for (long long part : {key.iteration, key.start_clock, key.clock_limit, key.speed, key.comm_power,
-                         key.power_limit, key.leakage, static_cast<long long>(key.power_cap)}) {
+  for (long long part :
+       {key.iteration, key.start_clock, key.clock_limit, key.speed, key.comm_power, key.wait_power,
+        key.power_limit, key.leakage, static_cast<long long>(key.power_cap)}) {
     hash ^= static_cast<std::size_t>(part) + 0x9E3779B97F4A7C15ULL + (hash << 6) + (hash >> 2);
   }
   return hash;
@@ -310,6 +313,7 @@ std::shared_ptr<const PowerTrace> PowerTraceCache::get(int program, const StepPo
                 std::llround(request.clock_limit_mhz * 4),
                 std::llround(request.speed * 200.0),
                 std::llround(request.comm_power_w),
+                std::llround(request.wait_power_w),
                 std::llround(request.power_limit_w),
                 std::llround(request.leakage_w * 10.0),
                 request.power_cap};

@@ -23,9 +23,10 @@ struct StepPowerRequest {
   double clock_limit_mhz = 0;  ///< highest clock allowed (max clock, or the thermal limit)
   double speed = 1;            ///< GPU speed factor (a slow GPU spends the same energy over longer)
   double comm_power_w = 0;     ///< mean communication power over the step (spread evenly)
-  double leakage_w = 0;        ///< static power above idle from a hot die (sim::leakage_power_w)
-  bool power_cap = true;       ///< false: the clock stays at clock_limit_mhz
-  double power_limit_w = 0;    ///< the cap the controller holds (<= 0: the GPU's power_limit_w)
+  double wait_power_w = 0;   ///< power above idle over the step's rest after its compute (mean_wait_power_w)
+  double leakage_w = 0;      ///< static power above idle from a hot die (sim::leakage_power_w)
+  bool power_cap = true;     ///< false: the clock stays at clock_limit_mhz
+  double power_limit_w = 0;  ///< the cap the controller holds (<= 0: the GPU's power_limit_w)
 };
 
 /// Power over one step of one GPU, in samples of the driver's window at the phase where the step's heaviest
@@ -123,8 +124,8 @@ class PowerTraceCache {
   /// Quantized request (see get()).
   struct Key {
     int program = 0;
-    long long iteration = 0, start_clock = 0, clock_limit = 0, speed = 0, comm_power = 0, power_limit = 0,
-              leakage = 0;
+    long long iteration = 0, start_clock = 0, clock_limit = 0, speed = 0, comm_power = 0, wait_power = 0,
+              power_limit = 0, leakage = 0;
     bool power_cap = true;
     bool operator==(const Key&) const = default;
   };

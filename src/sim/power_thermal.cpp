@@ -10,6 +10,13 @@ double active_power_w(const GpuSpec& gpu, PowerClass power_class, double clock_r
          utilization;
 }
 
+double mean_wait_power_w(const GpuSpec& gpu, int episodes, double wait_s) {
+  const double decay_s = gpu.wait_power_decay_s;
+  if (decay_s <= 0 || episodes <= 0 || wait_s <= 0) return gpu.wait_power_w;
+  const double length_s = wait_s / episodes;
+  return gpu.wait_power_w * decay_s / length_s * -std::expm1(-length_s / decay_s);
+}
+
 ProgramPower::ProgramPower(const GpuSpec& gpu, const graph::RankProgram& program) : gpu_(gpu) {
   costs_.reserve(program.ops.size());
   for (const graph::Op& op : program.ops) costs_.push_back(compute_cost(gpu, op));

@@ -15,6 +15,10 @@ namespace calo::sim {
 /// `utilization` of its bound resource: active_power_w[class] * clock_ratio^exponent * utilization.
 double active_power_w(const GpuSpec& gpu, PowerClass power_class, double clock_ratio, double utilization);
 
+/// Mean power above idle of a GPU over `wait_s` of waiting in `episodes` waits of equal length L: each decays
+/// from wait_power_w with time constant τ = wait_power_decay_s, W·(τ/L)·(1 − e^(−L/τ)); W where τ = 0.
+double mean_wait_power_w(const GpuSpec& gpu, int episodes, double wait_s);
+
 /// Compute-side summary of one program at one SM clock (for one GPU at speed 1).
 struct ProgramAtClock {
   double busy_s = 0;             ///< sum of compute-op durations

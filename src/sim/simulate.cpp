@@ -67,6 +67,16 @@ double mfu(const SimResult& result) {
 
 namespace {
 
+/// Mean power above idle over `entity`'s waits in a step of `iteration_s`: its gaps, and the wait after its
+/// last compute op, which joins a wait it began the step with (steps repeat).
+double wait_power_w(const GpuSpec& gpu, const EntityResult& entity, double iteration_s) {
+  if (gpu.wait_power_w <= 0) return 0;
+  const double tail_s = std::max(0.0, iteration_s - entity.last_compute_end_s);
+  const bool tail = tail_s > kWaitGapS;
+  const int episodes = entity.wait_gaps + (tail ? 1 : 0) - (tail && entity.starts_waiting ? 1 : 0);
+  return mean_wait_power_w(gpu, episodes, entity.wait_gap_s + tail_s);
+}
+
 /// Per-GPU state the steps carry: where it sits, its speed and air, its clocks and temperatures.
 struct GpuState {
   Coordinates where;             ///< layout coordinates
@@ -328,7 +338,8 @@ class StepRunner {
     bool changed = false;
     for (std::size_t rank = 0; rank < gpus.size(); ++rank) {
       GpuState& state = gpus[rank];
-      const double comm_busy_s = outcome.engine->entities[outcome.entity_of_rank[rank]].comm_busy_s;
+      const EntityResult& entity = outcome.engine->entities[outcome.entity_of_rank[rank]];
+      const double comm_busy_s = entity.comm_busy_s;
       if (options_.power_cap) state.cap_mhz = cap_clock_mhz(state, active_comm_w * comm_busy_s);
       StepPowerRequest request;
       request.iteration_s = iteration_s;
@@ -336,6 +347,7 @@ class StepRunner {
       request.clock_limit_mhz = state.thermal_limit_mhz;
       request.speed = state.speed;
       request.comm_power_w = iteration_s > 0 ? active_comm_w * comm_busy_s / iteration_s : 0.0;
+      request.wait_power_w = wait_power_w(gpu, entity, iteration_s);
       request.power_cap = options_.power_cap;
       request.power_limit_w = state.power_limit_w;
       request.leakage_w = state.leakage_w;

@@ -125,3 +125,33 @@ TEST(Cluster, CountsBeyondIntAndNonFiniteNumbersAreRejected) {
 
 }  // namespace
 }  // namespace calo::sim
+
+namespace calo::sim {
+namespace {
+
+TEST(Cluster, WaitPowerIsOptionalBoundedAndRoundTrips) {
+  nlohmann::json described = to_json(load_cluster("h100-hgx"));
+  described["gpu"].erase("wait_power_w");
+  described["gpu"].erase("wait_power_decay_ms");
+  const ClusterSpec idle_waits = parse_cluster(described, "no wait power");
+  EXPECT_EQ(idle_waits.gpu.wait_power_w, 0.0) << "absent: a waiting GPU draws idle power, the older model";
+  EXPECT_EQ(idle_waits.gpu.wait_power_decay_s, 0.0);
+  described["gpu"]["wait_power_w"] = 250;
+  described["gpu"]["wait_power_decay_ms"] = 8.287994101;
+  const ClusterSpec waits = parse_cluster(described, "wait power");
+  EXPECT_DOUBLE_EQ(waits.gpu.wait_power_decay_s, 8.287994101e-3);
+  EXPECT_EQ(to_json(waits)["gpu"]["wait_power_decay_ms"].get<double>(), 8.287994101) << "ms -> s -> ms exact";
+  described["gpu"]["wait_power_w"] = -1;
+  EXPECT_THROW(parse_cluster(described, "negative"), InputError);
+  described["gpu"]["wait_power_w"] = 650;  // + idle 119 W > the 700 W cap
+  try {
+    parse_cluster(described, "above the cap");
+    ADD_FAILURE() << "a waiting GPU above its cap loaded";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("idle_power_w + wait_power_w"), std::string::npos)
+        << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace calo::sim

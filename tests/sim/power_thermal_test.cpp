@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
+#include "sim/simulate.h"
 #include "sim_test_util.h"
 
 namespace calo::sim {
@@ -144,6 +146,59 @@ TEST(Power, GemmLoopHoldsTheCapAtTheFixtureClock) {
   // Idle + per-class active power scaled with the clock: lower clock, lower power.
   EXPECT_LT(active_power_w(gpu, PowerClass::kGemm, 0.5, 1.0),
             active_power_w(gpu, PowerClass::kGemm, 1.0, 1.0));
+}
+
+}  // namespace
+}  // namespace calo::sim
+
+namespace calo::sim {
+namespace {
+
+TEST(WaitPower, AShortWaitStaysHotALongBubbleCools) {
+  GpuSpec gpu;
+  gpu.wait_power_w = 300;
+  EXPECT_DOUBLE_EQ(mean_wait_power_w(gpu, 4, 0.4), 300) << "no decay: every wait at W";
+  gpu.wait_power_decay_s = 0.01;
+  // Waits of 1 ms: W (tau / L)(1 - e^(-L/tau)) = 300 * 10 * (1 - e^-0.1) = 285.5 W; of 100 ms: 30 W.
+  EXPECT_NEAR(mean_wait_power_w(gpu, 100, 0.1), 300 * 10 * -std::expm1(-0.1), 1e-9);
+  EXPECT_NEAR(mean_wait_power_w(gpu, 1, 0.1), 300 * 0.1 * -std::expm1(-10.0), 1e-9);
+  EXPECT_GT(mean_wait_power_w(gpu, 100, 0.1), 280);
+  EXPECT_LT(mean_wait_power_w(gpu, 1, 0.1), 31);
+  EXPECT_DOUBLE_EQ(mean_wait_power_w(gpu, 0, 0.0), 300) << "no wait: the figure is never applied";
+}
+
+TEST(WaitPower, APipelinesWaitsCostEnergyAndTheDataParallelStepBarelyChanges) {
+  // Llama3-8B 4 layers on h100-hgx: PP4 1F1B waits in its bubbles, DP4 hardly waits. A wait power raises the
+  // pipeline's energy per step by about W over its waits, the data-parallel step's by little, and neither
+  // step time moves.
+  const ClusterSpec base = load_cluster("h100-hgx");
+  ClusterSpec waiting = base;
+  waiting.gpu.wait_power_w = 200;
+  double pipeline_w = 0, data_parallel_w = 0;
+  for (const auto& [pp, dp] : std::vector<std::pair<int, int>>{{4, 1}, {1, 4}}) {
+    parallel::Layout layout;
+    layout.pp = pp;
+    layout.dp = dp;
+    layout.micro_batch = 1;
+    layout.global_batch = 8;
+    layout.seq_length = 2048;
+    const graph::Graph graph = testing::make_graph("llama3-8b-4layers", layout);
+    SimOptions options;
+    options.steps = 2;
+    const SimResult idle = simulate(graph, base, options);
+    const SimResult hot = simulate(graph, waiting, options);
+    EXPECT_NEAR(hot.iteration_s, idle.iteration_s, 0.01 * idle.iteration_s);
+    const auto energy_j = [](const SimResult& result) {
+      double sum = 0;
+      for (const GpuResult& gpu : result.gpus) sum += gpu.energy_j;
+      return sum;
+    };
+    const double extra_w = (energy_j(hot) - energy_j(idle)) / (idle.iteration_s * idle.steps * idle.world);
+    // Mean extra power per GPU = W x the step's share without compute (bubbles, exposed transfers).
+    EXPECT_NEAR(extra_w, 200 * (1 - idle.compute_busy_s / idle.iteration_s), 10) << "pp " << pp;
+    (pp == 4 ? pipeline_w : data_parallel_w) = extra_w;
+  }
+  EXPECT_GT(pipeline_w, data_parallel_w + 20);
 }
 
 }  // namespace

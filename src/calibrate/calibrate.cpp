@@ -327,6 +327,14 @@ Calibration calibrate(const std::vector<std::filesystem::path>& run_dirs, const 
     calibration.thermal_runs.push_back(load_thermal_run(run_dir, base.gpu));
   }
   settings.thermal_runs = calibration.thermal_runs;
+  settings.stages = options.stages;
+  calibration.stages = options.stages;
+  calibration.base_calibration = base.calibration;
+  require_input(
+      trace_files.empty() || options.stages.empty() ||
+          std::find(options.stages.begin(), options.stages.end(), "collectives") != options.stages.end(),
+      "Kineto traces were given but --stages leaves out 'collectives' (their stage): add it or drop the "
+      "traces");
   const auto jobs = traces_by_directory(trace_files);
   for (std::size_t index = 0; index < jobs.size(); ++index) {
     // One directory's files: one job's ranks; a second directory is a second job (a sweep at another group
@@ -434,6 +442,17 @@ nlohmann::json calibrated_cluster_json(const Calibration& calibration, const std
   if (!calibration.controller_probe.label.empty())
     json["calibration"]["controller_probe"] =
         probe_provenance(calibration.controller_probe, calibration.controller);
+  if (!calibration.stages.empty() && calibration.base_calibration.is_object()) {
+    // A refit of some stages of a calibrated cluster: the earlier provenance stays, this fit is appended.
+    nlohmann::json refit = std::move(json["calibration"]);
+    refit["stages_fitted"] = calibration.stages;
+    refit.erase("kept_from_base");
+    json["calibration"] = calibration.base_calibration;
+    if (!json["calibration"].contains("refits")) json["calibration"]["refits"] = nlohmann::json::array();
+    json["calibration"]["refits"].push_back(std::move(refit));
+    json["name"] = cluster.name;
+    json["description"] = cluster.description;
+  }
   return json;
 }
 

@@ -76,8 +76,10 @@ struct Calibration {
   int direction_right = 0;                     ///< of which the predicted peak power moves the measured way
   std::vector<DirectionStep> direction_steps;  ///< every pair counted, in sweep order
   std::vector<ParameterSpread> parameter_spread;  ///< per parameter the fit on all runs fitted
-  ProbeRun controller_probe;  ///< the probe run the controller was fitted to (empty label: none)
-  ControllerFit controller;   ///< that fit (when a probe was given)
+  ProbeRun controller_probe;        ///< the probe run the controller was fitted to (empty label: none)
+  ControllerFit controller;         ///< that fit (when a probe was given)
+  std::vector<std::string> stages;  ///< the stages fitted (CalibrateOptions::stages; empty: all)
+  nlohmann::json base_calibration;  ///< the base cluster's own `calibration` section (null if none)
 };
 
 /// Options of calibrate().
@@ -89,6 +91,9 @@ struct CalibrateOptions {
   std::filesystem::path controller_probe;
   /// Runs for the thermal stage alone (load_thermal_run): long soaks or records of any job on that GPU.
   std::vector<std::filesystem::path> thermal_runs;
+  /// Only these stages fit (FitSettings::stages); empty: all. With a calibrated base, its provenance is kept
+  /// and this fit is appended to it under `calibration.refits`.
+  std::vector<std::string> stages;
 };
 
 /// Loads `run_dirs` (run directories; Kineto trace files, those of one directory forming one job's traces;

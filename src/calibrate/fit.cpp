@@ -10,11 +10,22 @@
 
 #include "analyze/window_mean.h"
 #include "calibrate/twin.h"
+#include "calibrate/wait_fit.h"
 #include "core/error.h"
 #include "sim/cost_model.h"
 #include "sim/power_thermal.h"
 
 namespace calo::calibrate {
+
+nlohmann::json errors_json(const RunFigures& measured, const RunFigures& simulated,
+                           std::initializer_list<int> which) {
+  nlohmann::json out = nlohmann::json::object();
+  for (int index : which) {
+    const double error = figure_error(index, figure_value(measured, index), figure_value(simulated, index));
+    if (std::isfinite(error)) out[figure_names()[index].first] = error;
+  }
+  return out;
+}
 
 namespace {
 
@@ -27,16 +38,6 @@ struct Prepared {
 
 double squared(double value) {
   return std::isfinite(value) ? value * value : 0.0;
-}
-
-nlohmann::json errors_json(const RunFigures& measured, const RunFigures& simulated,
-                           std::initializer_list<int> which) {
-  nlohmann::json out = nlohmann::json::object();
-  for (int index : which) {
-    const double error = figure_error(index, figure_value(measured, index), figure_value(simulated, index));
-    if (std::isfinite(error)) out[figure_names()[index].first] = error;
-  }
-  return out;
 }
 
 /// Stage 1: idle power is what the GPU draws idle with clocks up (median over runs).
@@ -739,12 +740,22 @@ double minimize_1d(const std::function<double(double)>& objective, double low, d
   return refined_value <= best_value ? to_x(refined) : to_x(static_cast<double>(best) / (grid_points - 1));
 }
 
-FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSpec& base,
-                      const FitSettings& settings) {
-  FitResult result;
-  result.cluster = base;
-  const bool hold_controller = !settings.controller.stage.empty();
-  if (hold_controller) result.stages.push_back(settings.controller);
+const std::vector<std::string>& stage_names() {
+  static const std::vector<std::string> names = {"idle", "compute", "power",
+                                                 "wait", "thermal", "collectives"};
+  return names;
+}
+
+namespace {
+
+/// True when `settings` fits `stage` (its stages name it, or name none).
+bool fits_stage(const FitSettings& settings, const std::string& stage) {
+  return settings.stages.empty() ||
+         std::find(settings.stages.begin(), settings.stages.end(), stage) != settings.stages.end();
+}
+
+/// The simulatable runs of `runs`, each with its graph and op timings.
+std::vector<Prepared> prepare(const std::vector<MeasuredRun>& runs) {
   std::vector<Prepared> prepared;
   for (const MeasuredRun& run : runs) {
     if (!run.simulatable() || !std::isfinite(run.figures.step_time_s)) continue;
@@ -752,33 +763,79 @@ FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSp
     item.ops = op_timings(run, item.graph);
     prepared.push_back(std::move(item));
   }
-  result.stages.push_back(fit_idle(runs, result.cluster));
-  if (is_cpu_host(base.gpu)) result.stages.push_back(fit_cpu_peak(runs, result.cluster));
+  return prepared;
+}
+
+/// The runs the power stage fits: those with measured power, of one GPU where there are any (a multi-GPU
+/// run's energy holds its waits, which the wait stage fits on top).
+std::vector<Prepared> power_runs(const std::vector<Prepared>& prepared) {
+  std::vector<Prepared> single, all;
+  for (const Prepared& item : prepared) {
+    if (!std::isfinite(item.run->figures.mean_power_w)) continue;
+    all.push_back(item);
+    if (item.run->layout.world_size() == 1) single.push_back(item);
+  }
+  return single.empty() ? all : single;
+}
+
+/// Compute and power stages over the simulatable runs (skipped with a note where none is).
+void fit_compute_and_power(const std::vector<Prepared>& prepared, const FitSettings& settings,
+                           bool hold_controller, FitResult& result) {
+  const auto wants = [&](const std::string& stage) { return fits_stage(settings, stage); };
   if (prepared.empty()) {
-    result.stages.push_back(
-        {"compute", {}, {}, "no run carries a workload to simulate (calo bench runs do)"});
-    result.stages.push_back({"power", {}, {}, "no run carries a workload to simulate (calo bench runs do)"});
-  } else {
+    for (const char* stage : {"compute", "power"}) {
+      if (wants(stage))
+        result.stages.push_back(
+            {stage, {}, {}, "no run carries a workload to simulate (calo bench runs do)"});
+    }
+    return;
+  }
+  if (wants("compute")) {
     std::vector<Prepared> with_ops;
     for (const Prepared& item : prepared) {
       if (!item.ops.empty()) with_ops.push_back(item);
     }
     result.stages.push_back(with_ops.empty() ? fit_compute(prepared, result.cluster)
                                              : fit_compute_from_ops(with_ops, result.cluster));
-    std::vector<Prepared> with_power;
-    for (const Prepared& item : prepared) {
-      if (std::isfinite(item.run->figures.mean_power_w)) with_power.push_back(item);
-    }
-    if (with_power.empty()) {
-      result.stages.push_back({"power", {}, {}, "no run recorded the device's power"});
-    } else {
-      result.stages.push_back(fit_power(with_power, result.cluster, hold_controller));
-    }
   }
-  result.stages.push_back(fit_thermal(runs, settings.thermal_runs, result.cluster, result.card_r_scale));
+  if (wants("power")) {
+    const std::vector<Prepared> with_power = power_runs(prepared);
+    result.stages.push_back(with_power.empty()
+                                ? StageFit{"power", {}, {}, "no run recorded the device's power"}
+                                : fit_power(with_power, result.cluster, hold_controller));
+  }
+  if (wants("wait")) {
+    std::vector<WaitRun> waiting;
+    for (const Prepared& item : prepared) waiting.push_back({item.run, &item.graph});
+    result.stages.push_back(fit_wait_power(waiting, result.cluster));
+  }
+}
+
+}  // namespace
+
+FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSpec& base,
+                      const FitSettings& settings) {
+  for (const std::string& stage : settings.stages) {
+    require_input(std::find(stage_names().begin(), stage_names().end(), stage) != stage_names().end(),
+                  "--stages: unknown stage '" + stage +
+                      "'; the stages are idle, compute, power, wait, thermal, collectives");
+  }
+  const auto wants = [&](const std::string& stage) { return fits_stage(settings, stage); };
+  FitResult result;
+  result.cluster = base;
+  const bool hold_controller = !settings.controller.stage.empty();
+  if (hold_controller) result.stages.push_back(settings.controller);
+  const std::vector<Prepared> prepared = prepare(runs);
+  if (wants("idle")) result.stages.push_back(fit_idle(runs, result.cluster));
+  if (is_cpu_host(base.gpu) && wants("compute")) result.stages.push_back(fit_cpu_peak(runs, result.cluster));
+  fit_compute_and_power(prepared, settings, hold_controller, result);
+  if (wants("thermal"))
+    result.stages.push_back(fit_thermal(runs, settings.thermal_runs, result.cluster, result.card_r_scale));
   // Every tunable parameter that no stage fitted keeps the base value.
   static const std::vector<std::string> kTunable = {"gpu.peak_bf16_tflops",
                                                     "gpu.idle_power_w",
+                                                    "gpu.wait_power_w",
+                                                    "gpu.wait_power_decay_ms",
                                                     "gpu.clock_power_exponent",
                                                     "gpu.efficiency.gemm_max",
                                                     "gpu.efficiency.gemm_half_dim",

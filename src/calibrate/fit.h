@@ -42,6 +42,11 @@ struct FitResult {
   std::map<std::string, double> card_r_scale;
 };
 
+/// The relative errors (figure_error) of `simulated` against `measured` for the figure_names() indices
+/// `which`, by figure name; unknown figures left out.
+nlohmann::json errors_json(const RunFigures& measured, const RunFigures& simulated,
+                           std::initializer_list<int> which);
+
 /// Minimizes `objective` over [low, high] (log-spaced when `log_scale`): a grid scan, then golden-section
 /// refinement between the best grid point's neighbours (robust to the few local minima these fits have).
 double minimize_1d(const std::function<double(double)>& objective, double low, double high, bool log_scale,
@@ -88,7 +93,14 @@ struct FitSettings {
   StageFit controller;
   /// Runs only the thermal stage fits, besides the fitted runs (load_thermal_run: long soaks, records).
   std::vector<MeasuredRun> thermal_runs;
+  /// The stages that fit ("idle", "compute", "power", "wait", "thermal", and "collectives": the Kineto
+  /// traces' lines, calibrate()); empty: all. A stage left out keeps the base's parameters (refitting one
+  /// part of a calibrated cluster without touching the rest).
+  std::vector<std::string> stages;
 };
+
+/// The stage names FitSettings::stages takes, in the order they run.
+const std::vector<std::string>& stage_names();
 
 /// The sustained peak (hottest 500 ms mean) of the die temperature the RC model replays for `run` from its
 /// load start, driven by its measured power, at its temperature samples; NaN without both series.

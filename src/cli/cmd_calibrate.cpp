@@ -1,5 +1,5 @@
 // `calo calibrate RUN|TRACE... --cluster BASE --out FILE.yaml [--json] [--no-loo] [--controller-probe RUN]
-// [--thermal-run RUN]...`:
+// [--thermal-run RUN]... [--stages LIST]`:
 // fits the simulator's cluster file to measured runs and Kineto traces and reports each stage's residuals and
 // the leave-one-out error against the targets.
 #include <fmt/format.h>
@@ -27,6 +27,7 @@ struct CalibrateFlags {
   bool no_loo = false;
   std::string controller_probe;
   std::vector<std::string> thermal_runs;
+  std::vector<std::string> stages;
 };
 
 std::string error_cell(const std::string& unit, double value) {
@@ -201,6 +202,7 @@ int run_calibrate(const CalibrateFlags& flags) {
   options.leave_one_out = !flags.no_loo;
   options.controller_probe = flags.controller_probe;
   options.thermal_runs.assign(flags.thermal_runs.begin(), flags.thermal_runs.end());
+  options.stages = flags.stages;
   if (!flags.json)
     options.progress = [](const std::string& line) { fmt::print(stderr, "calo calibrate: {}\n", line); };
   const calibrate::Calibration calibration = calibrate::calibrate(runs, flags.cluster, options);
@@ -244,6 +246,10 @@ const CommandRegistration kCalibrate(
                      "a run for the thermal stage alone (repeatable): power and temperature of any job on "
                      "the GPU, no steps needed; a long soak fits the cooling response")
           ->check(CLI::ExistingPath);
+      app.add_option("--stages", flags->stages,
+                     "fit only these stages (idle, compute, power, wait, thermal, collectives), keeping the "
+                     "rest of --cluster; a calibrated cluster keeps its provenance and gains a refit entry")
+          ->delimiter(',');
       return [flags] { return run_calibrate(*flags); };
     });
 

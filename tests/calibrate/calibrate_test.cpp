@@ -62,7 +62,7 @@ std::vector<fs::path> preset_thermal_runs() {
 /// One calibration of the preset's runs, shared by the tests that only read it.
 const Calibration& fixture_calibration() {
   static const Calibration calibration =
-      calibrate(preset_runs(), "h100-hgx", {true, {}, {}, preset_thermal_runs()});
+      calibrate(preset_runs(), "h100-hgx", {true, {}, {}, preset_thermal_runs(), {}});
   return calibration;
 }
 
@@ -247,7 +247,7 @@ TEST(CalibrateH100Preset, EachCardHasItsOwnThermalResistance) {
 TEST(CalibrateOps, GpuOpSpansFitEveryRunsStepAtItsMeasuredClock) {
   std::vector<fs::path> runs;
   for (const char* name : {"tmbs1", "tmbs8", "t8k", "t4k"}) runs.push_back(traceops_runs() / name);
-  const Calibration calibration = calibrate(runs, "h100-hgx", {false, {}, {}, {}});
+  const Calibration calibration = calibrate(runs, "h100-hgx", {false, {}, {}, {}, {}});
   const StageFit* compute = nullptr;
   for (const StageFit& stage : calibration.fit.stages) {
     if (stage.stage == "compute") compute = &stage;
@@ -342,7 +342,7 @@ TEST(CalibrateOps, OpSpanComputeUnderThePowerFitPredictsHeldOutRuns) {
 
 TEST(CalibrateOps, OneRunsOpSpansKeepWhatTheyCannotTell) {
   // One run: one sequence length, one micro-batch, one grid size: attention's half points stay the base's.
-  const Calibration calibration = calibrate({long_context_run()}, "h100-hgx", {false, {}, {}, {}});
+  const Calibration calibration = calibrate({long_context_run()}, "h100-hgx", {false, {}, {}, {}, {}});
   for (const char* key : {"gpu.efficiency.attention_half_seq", "gpu.efficiency.attention_half_rows"}) {
     EXPECT_NE(std::find(calibration.fit.kept.begin(), calibration.fit.kept.end(), key),
               calibration.fit.kept.end())
@@ -389,7 +389,7 @@ TEST(CalibrateH100Preset, EachStageIsRightOnItsOwn) {
 }
 
 TEST(Calibrate, RunsWithoutOpSpansFitComputeToTheirSteps) {
-  const Calibration calibration = calibrate(measured_runs(), "h100-hgx", {false, {}, {}, {}});
+  const Calibration calibration = calibrate(measured_runs(), "h100-hgx", {false, {}, {}, {}, {}});
   const auto compute = std::find_if(calibration.fit.stages.begin(), calibration.fit.stages.end(),
                                     [](const StageFit& stage) { return stage.stage == "compute"; });
   ASSERT_NE(compute, calibration.fit.stages.end());
@@ -470,7 +470,7 @@ TEST(CalibrateOps, PerOpSpansOfACpuBenchFitTheEfficiencyCurves) {
       "--trace-ops --no-progress --out " +
       dir.string());
   ASSERT_EQ(bench.exit_code, 0) << bench.output;
-  const Calibration calibration = calibrate({dir}, "cpu-host", {false, {}, {}, {}});
+  const Calibration calibration = calibrate({dir}, "cpu-host", {false, {}, {}, {}, {}});
   const StageFit* compute = nullptr;
   const StageFit* peak = nullptr;
   for (const StageFit& stage : calibration.fit.stages) {

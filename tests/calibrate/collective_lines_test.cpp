@@ -35,7 +35,7 @@ std::vector<fs::path> ranks_of(const std::string& protocol) {
 }
 
 const Calibration& sweep_calibration() {
-  static const Calibration calibration = calibrate(ranks_of("auto"), "h200-hgx", {false, {}, {}, {}});
+  static const Calibration calibration = calibrate(ranks_of("auto"), "h200-hgx", {false, {}, {}, {}, {}});
   return calibration;
 }
 
@@ -180,7 +180,7 @@ TEST(CollectiveLines, LinesHoldAtTheGroupSizeTheyWereFittedAtAndNotAtAnother) {
   const std::vector<fs::path> four = {host / "n4/rank0.json.gz", host / "n4/rank1.json.gz",
                                       host / "n4/rank2.json.gz", host / "n4/rank3.json.gz"};
   const std::vector<fs::path> two = {host / "n2/rank0.json.gz", host / "n2/rank1.json.gz"};
-  const Calibration four_fit = calibrate(four, "h200-hgx", {false, {}, {}, {}});
+  const Calibration four_fit = calibrate(four, "h200-hgx", {false, {}, {}, {}, {}});
   ASSERT_EQ(four_fit.kineto.lines.size(), 4u);
   for (const CollectiveLineFit& fit : four_fit.kineto.lines) {
     SCOPED_TRACE(fit.name);
@@ -204,7 +204,7 @@ TEST(CollectiveLines, LinesFittedOverTwoGroupSizesHoldAtBoth) {
   const Calibration both =
       calibrate({host / "n4/rank0.json.gz", host / "n4/rank1.json.gz", host / "n4/rank2.json.gz",
                  host / "n4/rank3.json.gz", host / "n2/rank0.json.gz", host / "n2/rank1.json.gz"},
-                "h200-hgx", {false, {}, {}, {}});
+                "h200-hgx", {false, {}, {}, {}, {}});
   EXPECT_EQ(both.kineto.labels, (std::vector<std::string>{"n4", "n2"})) << "two jobs, named by directory";
   ASSERT_EQ(both.kineto.lines.size(), 4u);
   for (const CollectiveLineFit& fit : both.kineto.lines) {
@@ -260,7 +260,7 @@ Calibration fitted_on_group_sizes(std::initializer_list<int> group_sizes) {
     const auto sweep = group_size_sweep(members);
     files.insert(files.end(), sweep.begin(), sweep.end());
   }
-  return calibrate(files, "h200-hgx", {false, {}, {}, {}});
+  return calibrate(files, "h200-hgx", {false, {}, {}, {}, {}});
 }
 
 TEST(CollectiveLines, TwoGroupSizesPredictAGroupSizeBetweenThemButNotBeyond) {
@@ -299,7 +299,7 @@ TEST(CollectiveLines, TheTwoH200TraceWithFourSizesGetsNoLines) {
   const Calibration calibration =
       calibrate({fs::path(CALO_SOURCE_DIR) / "tests/fixtures/kineto_real/rank0.json",
                  fs::path(CALO_SOURCE_DIR) / "tests/fixtures/kineto_real/rank1.json"},
-                "h200-hgx", {false, {}, {}, {}});
+                "h200-hgx", {false, {}, {}, {}, {}});
   EXPECT_TRUE(calibration.kineto.lines.empty());
   EXPECT_TRUE(calibration.fit.cluster.collective.lines.empty());
 }

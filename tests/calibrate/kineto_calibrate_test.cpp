@@ -44,7 +44,7 @@ fs::path temp_path(const std::string& name) {
 
 const Calibration& trace_calibration() {
   static const Calibration calibration =
-      calibrate({kTraces / "rank0.json", kTraces / "rank1.json"}, "h200-hgx", {false, {}, {}, {}});
+      calibrate({kTraces / "rank0.json", kTraces / "rank1.json"}, "h200-hgx", {false, {}, {}, {}, {}});
   return calibration;
 }
 
@@ -187,7 +187,7 @@ TEST(KinetoCalibrate, CurvePartsTheKernelsDoNotDetermineKeepTheBase) {
     files.push_back(dir / name);
     std::ofstream(files.back()) << trace.dump();
   }
-  const Calibration calibration = calibrate(files, "h200-hgx", {false, {}, {}, {}});
+  const Calibration calibration = calibrate(files, "h200-hgx", {false, {}, {}, {}, {}});
   EXPECT_EQ(parameter(calibration, "gpu.efficiency.attention_max"), nullptr);
   EXPECT_TRUE(kept(calibration, "gpu.efficiency.attention_max"));
   EXPECT_EQ(calibration.fit.cluster.gpu.efficiency.attention_max, 0.55) << "h200-hgx's";
@@ -238,7 +238,7 @@ TEST(KinetoCalibrate, AnIngestedRunCalibratesAsItsTraces) {
   const Outcome ingested = run_calo("ingest " + (kTraces / "rank0.json").string() + " " +
                                     (kTraces / "rank1.json").string() + " --out " + run.string());
   ASSERT_EQ(ingested.exit_code, 0) << ingested.output;
-  const Calibration calibration = calibrate({run}, "h200-hgx", {false, {}, {}, {}});
+  const Calibration calibration = calibrate({run}, "h200-hgx", {false, {}, {}, {}, {}});
   ASSERT_EQ(calibration.traces.size(), 1u);
   EXPECT_TRUE(calibration.runs.empty());
   EXPECT_DOUBLE_EQ(parameter(calibration, "node.nvlink_bandwidth_gb_s")->fitted,
@@ -257,7 +257,7 @@ TEST(KinetoCalibrate, ARecordRunBesideTheTracesGivesTheKernelsTheirClock) {
   const fs::path fixtures = fs::path(CALO_SOURCE_DIR) / "tests/fixtures";
   const Calibration calibration =
       calibrate({unpacked / "runs/train", fixtures / "kineto_rank0.json", fixtures / "kineto_rank1.json"},
-                "h100-hgx", {false, {}, {}, {}});
+                "h100-hgx", {false, {}, {}, {}, {}});
   ASSERT_EQ(calibration.runs.size(), 1u);
   const double recorded_mhz = calibration.runs.front().figures.sm_clock_mhz;
   ASSERT_TRUE(std::isfinite(recorded_mhz));

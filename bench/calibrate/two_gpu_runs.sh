@@ -29,11 +29,9 @@ calo="$unpacked/calo"
 
 work="$(mktemp -d /tmp/calo-two-gpu.XXXXXX)"
 mkdir -p "$work/runs"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export CALO_DATA_DIR="$PWD/data" CALO_CUDA_SYNC_TIMEOUT_S=90 CALO_EXECUTABLE="$calo"
-for dir in /usr/local/cuda/lib64 /usr/local/cuda-13.0/lib64; do
-  [ -d "$dir" ] && export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-done
+# shellcheck source=bench/gpu/calo_env.sh
+source "$PWD/bench/gpu/calo_env.sh"
+calo_env "$PWD" "$calo" 90
 status="$work/status.txt"
 echo "# two_gpu_runs.sh $(date -u +%FT%TZ): $(nvidia-smi -L 2>/dev/null | tr '\n' ' ')" | tee "$status"
 nvidia-smi -q -d CLOCK,POWER,TEMPERATURE >"$work/nvidia-smi-before.txt" 2>&1

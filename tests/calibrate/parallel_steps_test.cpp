@@ -25,6 +25,15 @@ namespace {
 namespace fs = std::filesystem;
 using calo::testing::unpack_fixture;
 
+/// h200-hgx-calibrated as fitted to one GPU, before its multi-GPU refit (datasheet NVLink, no collective
+/// lines, no wait power): what these tests measure the lines against.
+const std::string kSingleGpuPreset =
+    std::string(CALO_SOURCE_DIR) + "/tests/fixtures/clusters/h200-hgx-calibrated-1gpu.yaml";
+
+sim::ClusterSpec single_gpu_preset() {
+  return sim::load_cluster(kSingleGpuPreset);
+}
+
 const fs::path& step_runs() {
   static const fs::path dir = unpack_fixture("h200x2-parallel-steps");
   return dir;
@@ -44,7 +53,7 @@ sim::ClusterSpec preset_with_sweeps(const std::vector<Sweep>& sweeps) {
     for (int rank = 0; rank < sweep.ranks; ++rank)
       files.push_back(sweep.dir / ("rank" + std::to_string(rank) + ".json.gz"));
   }
-  return calibrate(files, "h200-hgx-calibrated", {false, {}, {}, {}}).fit.cluster;
+  return calibrate(files, kSingleGpuPreset, {false, {}, {}, {}, {}}).fit.cluster;
 }
 
 /// ... fitted to the one sweep of `ranks` traces in `sweep_dir`.
@@ -70,7 +79,7 @@ double measured_op_s(const MeasuredRun& run, const std::string& name) {
 }
 
 TEST(ParallelSteps, TheSweepsLinesPredictATensorParallelStepsCollectives) {
-  const sim::ClusterSpec preset = sim::load_cluster("h200-hgx-calibrated");
+  const sim::ClusterSpec preset = single_gpu_preset();
   const MeasuredRun run = load_measured_run(step_runs() / "tp2", preset.gpu);
   const sim::GroupPlacement pair = sim::place_group(preset, std::vector<std::int32_t>{0, 1});
   constexpr double kActivationBytes = 4096.0 * 4096 * 2;  // seq x hidden, bf16: sequence parallel's 32 MiB
@@ -91,7 +100,7 @@ TEST(ParallelSteps, TheSweepsLinesPredictATensorParallelStepsCollectives) {
 }
 
 TEST(ParallelSteps, TheLinesBringTheTensorParallelStepCloserAndKeepTheOthers) {
-  const sim::ClusterSpec preset = sim::load_cluster("h200-hgx-calibrated");
+  const sim::ClusterSpec preset = single_gpu_preset();
   // Step-time error (median measured step) on the preset and with the lines. Measured: tp2 -6.1 % -> -2.8 %;
   // pp2 -1.6 % -> -1.6 % (its send/recv is a small share of the step); dp2 +0.8 % -> +1.5 % (its gradient
   // all-reduce overlaps the backward pass). All within the 3 % with the lines.
@@ -116,7 +125,7 @@ TEST(ParallelSteps, FourRankStepsWantTheLinesOfTheirOwnGroupSize) {
   // preset, +5.8 % with the 2-rank lines (their per-hop latency and (n-1)/n bandwidth scaling overshoot at 4
   // ranks), -4.9 % with the lines of the 4-rank sweep (tests/fixtures/kineto-h200x4-collectives/n4); PP4 -2.7
   // % and DP4 +0.5 % on the preset, within 1 % of that with either lines.
-  const sim::ClusterSpec preset = sim::load_cluster("h200-hgx-calibrated");
+  const sim::ClusterSpec preset = single_gpu_preset();
   const sim::ClusterSpec four_rank_lines =
       preset_with_lines_of(fs::path(CALO_SOURCE_DIR) / "tests/fixtures/kineto-h200x4-collectives/n4", 4);
   const fs::path runs = unpack_fixture("h200x4-parallel-steps");
@@ -152,7 +161,7 @@ TEST(ParallelSteps, LinesOverTwoGroupSizesServeTheStepsOfBoth) {
   // measured on two other hosts. Step-time error against the median step, measured (preset -> these lines):
   // TP4 -9.6 % -> -4.9 %, TP2 -6.1 % -> -2.8 %: each what the lines of its own group size gave, from one
   // file; PP4 -2.7 -> -2.6 %, DP4 +0.5 -> +0.9 %, PP2 -1.6 -> -1.6 %, DP2 +0.8 -> +1.4 %.
-  const sim::ClusterSpec preset = sim::load_cluster("h200-hgx-calibrated");
+  const sim::ClusterSpec preset = single_gpu_preset();
   const sim::ClusterSpec both_sizes = preset_with_sweeps(four_and_two_ranks("kineto-h200x4-collectives"));
   const fs::path four_rank_runs = unpack_fixture("h200x4-parallel-steps");
   for (const auto& [name, dir] :
@@ -189,7 +198,7 @@ TEST(ParallelSteps, AStepsOwnHostsSweepPredictsItNoBetterThanAnotherHosts) {
   // 107-111 us. NCCL's kernel after a GEMM takes what the sweep says
   // (bench/gpu/collective_beside_compute.py): the gap is the op around the kernel (launch, events, stream
   // hand-off), which the model does not carry.
-  const sim::ClusterSpec preset = sim::load_cluster("h200-hgx-calibrated");
+  const sim::ClusterSpec preset = single_gpu_preset();
   const sim::ClusterSpec own = preset_with_sweeps(four_and_two_ranks("h200x4-same-host"));
   const sim::ClusterSpec other = preset_with_sweeps(four_and_two_ranks("kineto-h200x4-collectives"));
   const fs::path runs = unpack_fixture("h200x4-same-host");

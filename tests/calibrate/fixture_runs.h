@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <string>
 
 #include "../common/scratch.h"
@@ -20,6 +21,14 @@ inline std::filesystem::path unpack_fixture(const std::string& fixture) {
                               "/runs.tgz -C " + target.string();
   EXPECT_EQ(std::system(command.c_str()), 0) << command;
   return target / "runs";
+}
+
+/// unpack_fixture(`fixture`) once per test binary: later calls return the same runs/ directory.
+inline const std::filesystem::path& unpacked_fixture(const std::string& fixture) {
+  static std::map<std::string, std::filesystem::path> unpacked;
+  auto found = unpacked.find(fixture);
+  if (found == unpacked.end()) found = unpacked.emplace(fixture, unpack_fixture(fixture)).first;
+  return found->second;
 }
 
 /// The six runs of tests/fixtures/h100-runs (../shared/fixtures/h100-runs) and their stock simulations.

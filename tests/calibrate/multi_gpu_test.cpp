@@ -21,21 +21,17 @@ namespace calo::calibrate {
 namespace {
 
 namespace fs = std::filesystem;
-using calo::testing::unpack_fixture;
 
 const fs::path& two_gpu_runs() {
-  static const fs::path dir = unpack_fixture("h200x2-plan-vs-measured");
-  return dir;
+  return testing::unpacked_fixture("h200x2-plan-vs-measured");
 }
 
 const fs::path& four_gpu_runs() {
-  static const fs::path dir = unpack_fixture("h200x4-plan-vs-measured");
-  return dir;
+  return testing::unpacked_fixture("h200x4-plan-vs-measured");
 }
 
 const fs::path& other_pair_runs() {
-  static const fs::path dir = unpack_fixture("h200x2-plan-vs-measured-b");
-  return dir;
+  return testing::unpacked_fixture("h200x2-plan-vs-measured-b");
 }
 
 const std::string kSingleGpuPreset =
@@ -178,7 +174,7 @@ TEST(MultiGpuTargets, TheTwoRefitsReproduceThePreset) {
     for (const fs::path& dir : shape_runs(two_gpu_runs(), shape)) runs.push_back(dir);
   }
   for (const std::string name : {"tp2", "pp2", "dp2"})
-    runs.push_back(unpack_fixture("h200x2-parallel-steps") / name);
+    runs.push_back(testing::unpacked_fixture("h200x2-parallel-steps") / name);
   options.stages = {"wait"};
   const Calibration wait = calibrate(runs, with_lines.string(), options);
   const sim::ClusterSpec base = sim::load_cluster(kSingleGpuPreset);

@@ -16,11 +16,9 @@ namespace calo::calibrate {
 namespace {
 
 namespace fs = std::filesystem;
-using calo::testing::unpack_fixture;
 
 const fs::path& four_gpu_runs() {
-  static const fs::path dir = unpack_fixture("h200x4-parallel-steps");
-  return dir;
+  return testing::unpacked_fixture("h200x4-parallel-steps");
 }
 
 /// h200-hgx-calibrated as fitted to one GPU (tests/fixtures/clusters): the step errors these tests quote.

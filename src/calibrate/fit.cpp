@@ -1,6 +1,7 @@
 #include "calibrate/fit.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -781,16 +782,15 @@ std::vector<Prepared> power_runs(const std::vector<Prepared>& prepared) {
 /// Compute and power stages over the simulatable runs (skipped with a note where none is).
 void fit_compute_and_power(const std::vector<Prepared>& prepared, const FitSettings& settings,
                            bool hold_controller, FitResult& result) {
-  const auto wants = [&](const std::string& stage) { return fits_stage(settings, stage); };
   if (prepared.empty()) {
     for (const char* stage : {"compute", "power"}) {
-      if (wants(stage))
+      if (fits_stage(settings, stage))
         result.stages.push_back(
             {stage, {}, {}, "no run carries a workload to simulate (calo bench runs do)"});
     }
     return;
   }
-  if (wants("compute")) {
+  if (fits_stage(settings, "compute")) {
     std::vector<Prepared> with_ops;
     for (const Prepared& item : prepared) {
       if (!item.ops.empty()) with_ops.push_back(item);
@@ -798,13 +798,13 @@ void fit_compute_and_power(const std::vector<Prepared>& prepared, const FitSetti
     result.stages.push_back(with_ops.empty() ? fit_compute(prepared, result.cluster)
                                              : fit_compute_from_ops(with_ops, result.cluster));
   }
-  if (wants("power")) {
+  if (fits_stage(settings, "power")) {
     const std::vector<Prepared> with_power = power_runs(prepared);
     result.stages.push_back(with_power.empty()
                                 ? StageFit{"power", {}, {}, "no run recorded the device's power"}
                                 : fit_power(with_power, result.cluster, hold_controller));
   }
-  if (wants("wait")) {
+  if (fits_stage(settings, "wait")) {
     std::vector<WaitRun> waiting;
     for (const Prepared& item : prepared) waiting.push_back({item.run, &item.graph});
     result.stages.push_back(fit_wait_power(waiting, result.cluster));
@@ -817,19 +817,19 @@ FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSp
                       const FitSettings& settings) {
   for (const std::string& stage : settings.stages) {
     require_input(std::find(stage_names().begin(), stage_names().end(), stage) != stage_names().end(),
-                  "--stages: unknown stage '" + stage +
-                      "'; the stages are idle, compute, power, wait, thermal, collectives");
+                  "--stages: unknown stage '" + stage + "'; the stages are " +
+                      fmt::format("{}", fmt::join(stage_names(), ", ")));
   }
-  const auto wants = [&](const std::string& stage) { return fits_stage(settings, stage); };
   FitResult result;
   result.cluster = base;
   const bool hold_controller = !settings.controller.stage.empty();
   if (hold_controller) result.stages.push_back(settings.controller);
   const std::vector<Prepared> prepared = prepare(runs);
-  if (wants("idle")) result.stages.push_back(fit_idle(runs, result.cluster));
-  if (is_cpu_host(base.gpu) && wants("compute")) result.stages.push_back(fit_cpu_peak(runs, result.cluster));
+  if (fits_stage(settings, "idle")) result.stages.push_back(fit_idle(runs, result.cluster));
+  if (is_cpu_host(base.gpu) && fits_stage(settings, "compute"))
+    result.stages.push_back(fit_cpu_peak(runs, result.cluster));
   fit_compute_and_power(prepared, settings, hold_controller, result);
-  if (wants("thermal"))
+  if (fits_stage(settings, "thermal"))
     result.stages.push_back(fit_thermal(runs, settings.thermal_runs, result.cluster, result.card_r_scale));
   // Every tunable parameter that no stage fitted keeps the base value.
   static const std::vector<std::string> kTunable = {"gpu.peak_bf16_tflops",

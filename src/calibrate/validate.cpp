@@ -59,32 +59,32 @@ double pearson(const std::vector<double>& first, const std::vector<double>& seco
   return covariance / std::sqrt(var_first * var_second);
 }
 
-/// Relative error (predicted - measured) / measured; NaN when either is unknown.
-double relative_error(double measured, double predicted) {
-  if (!std::isfinite(measured) || !std::isfinite(predicted) || measured == 0) return NAN;
-  return predicted / measured - 1;
-}
-
-/// Largest |relative error| of `figure` over `rows`.
-double largest_error(const std::vector<ValidationRow>& rows, double RunFigures::*figure) {
+/// Largest |figure_error| of figure `index` (figure_names() order) over `rows`; NaN where none is known.
+double largest_error(const std::vector<ValidationRow>& rows, std::size_t index) {
   double largest = NAN;
   for (const ValidationRow& row : rows) {
-    const double error = std::fabs(relative_error(row.measured.*figure, row.predicted.*figure));
+    const double error =
+        std::fabs(figure_error(index, figure_value(row.measured, index), figure_value(row.predicted, index)));
     if (std::isfinite(error) && !(largest >= error)) largest = error;
   }
   return largest;
 }
 
-/// Rank correlation of `figure` predicted against measured over `rows`.
-double figure_rho(const std::vector<ValidationRow>& rows, double RunFigures::*figure) {
+/// Rank correlation of figure `index` predicted against measured over `rows`.
+double figure_rho(const std::vector<ValidationRow>& rows, std::size_t index) {
   std::vector<double> measured, predicted;
   for (const ValidationRow& row : rows) {
-    if (!std::isfinite(row.measured.*figure) || !std::isfinite(row.predicted.*figure)) continue;
-    measured.push_back(row.measured.*figure);
-    predicted.push_back(row.predicted.*figure);
+    if (!std::isfinite(figure_value(row.measured, index)) ||
+        !std::isfinite(figure_value(row.predicted, index)))
+      continue;
+    measured.push_back(figure_value(row.measured, index));
+    predicted.push_back(figure_value(row.predicted, index));
   }
   return spearman_rho(measured, predicted);
 }
+
+/// Indices of the figures validated by rank and error (figure_names() order).
+constexpr std::size_t kStepFigure = 0, kEnergyFigure = 1;
 
 /// One run loaded and simulated; fills `row` or returns the reason it cannot be.
 std::string validate_one(const fs::path& run_dir, const sim::ClusterSpec& cluster,
@@ -106,19 +106,15 @@ std::string validate_one(const fs::path& run_dir, const sim::ClusterSpec& cluste
   }
 }
 
-/// The prediction's first pick among `rows`: the least plan rank, else the least predicted step time.
-const ValidationRow* first_pick(const std::vector<ValidationRow>& rows) {
-  const ValidationRow* pick = nullptr;
-  for (const ValidationRow& row : rows) {
-    if (pick == nullptr) {
-      pick = &row;
-    } else if (row.plan_rank > 0 || pick->plan_rank > 0) {
-      if (row.plan_rank > 0 && (pick->plan_rank == 0 || row.plan_rank < pick->plan_rank)) pick = &row;
-    } else if (row.predicted.step_time_s < pick->predicted.step_time_s) {
-      pick = &row;
-    }
-  }
-  return pick;
+/// The prediction's first pick among `rows`: the least plan rank, else (no row in the plan) the least
+/// predicted step time.
+const ValidationRow& first_pick(const std::vector<ValidationRow>& rows) {
+  const bool planned =
+      std::any_of(rows.begin(), rows.end(), [](const auto& row) { return row.plan_rank > 0; });
+  return *std::min_element(rows.begin(), rows.end(), [planned](const auto& a, const auto& b) {
+    if (!planned) return a.predicted.step_time_s < b.predicted.step_time_s;
+    return b.plan_rank == 0 || (a.plan_rank > 0 && a.plan_rank < b.plan_rank);
+  });
 }
 
 }  // namespace
@@ -172,20 +168,20 @@ Validation validate_runs(const std::vector<fs::path>& run_dirs, const std::strin
   std::stable_sort(validation.rows.begin(), validation.rows.end(), [](const auto& a, const auto& b) {
     return a.measured.step_time_s < b.measured.step_time_s;
   });
-  validation.step_rho = figure_rho(validation.rows, &RunFigures::step_time_s);
-  validation.energy_rho = figure_rho(validation.rows, &RunFigures::energy_per_step_j);
+  validation.step_rho = figure_rho(validation.rows, kStepFigure);
+  validation.energy_rho = figure_rho(validation.rows, kEnergyFigure);
   std::vector<ValidationRow> family_best;  // rows are fastest measured first
   for (const ValidationRow& row : validation.rows) {
     if (std::none_of(family_best.begin(), family_best.end(),
                      [&](const ValidationRow& kept) { return kept.family == row.family; }))
       family_best.push_back(row);
   }
-  validation.family_step_rho = figure_rho(family_best, &RunFigures::step_time_s);
-  validation.family_energy_rho = figure_rho(family_best, &RunFigures::energy_per_step_j);
-  validation.max_step_error = largest_error(validation.rows, &RunFigures::step_time_s);
-  validation.max_energy_error = largest_error(validation.rows, &RunFigures::energy_per_step_j);
+  validation.family_step_rho = figure_rho(family_best, kStepFigure);
+  validation.family_energy_rho = figure_rho(family_best, kEnergyFigure);
+  validation.max_step_error = largest_error(validation.rows, kStepFigure);
+  validation.max_energy_error = largest_error(validation.rows, kEnergyFigure);
   const ValidationRow& best = validation.rows.front();
-  const ValidationRow& pick = *first_pick(validation.rows);
+  const ValidationRow& pick = first_pick(validation.rows);
   validation.measured_best = best.label;
   validation.first_pick = pick.label;
   validation.regret_fraction = pick.measured.step_time_s / best.measured.step_time_s - 1;

@@ -16,8 +16,10 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from calo_test_env import HERE, calo_binary, child_env  # noqa: E402
 
-STEPS = 60
-STEP_S = 0.1  # 10 steps/s for ~8 s: several 1 s scrapes see the run progress
+# 150 steps of ~0.1 s: the child runs ~11 s, so it is still stepping when the test asks the counter to grow
+# after its other queries (with 60 steps, ~4.5 s of child, a loaded 2-core CI run saw it end first).
+STEPS = 150
+STEP_S = 0.1  # 10 steps/s: several 1 s scrapes see the run progress
 
 
 def free_port():

@@ -10,8 +10,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 
@@ -21,18 +24,6 @@ namespace {
 
 // A request head larger than this is refused (a scrape's head is a few hundred bytes).
 constexpr size_t kMaxRequestHeadBytes = 16 * 1024;
-// A client that sends nothing for this long is dropped, so a stuck client cannot hold the only thread.
-constexpr int kClientTimeoutMs = 2000;
-
-void write_all(int fd, const std::string& data) {
-  size_t written = 0;
-  while (written < data.size()) {
-    const ssize_t step = send(fd, data.data() + written, data.size() - written, MSG_NOSIGNAL);
-    if (step < 0 && errno == EINTR) continue;
-    if (step <= 0) return;  // the client went away; nothing to do
-    written += static_cast<size_t>(step);
-  }
-}
 
 std::string status_response(int code, const std::string& reason, const std::string& extra_headers,
                             const std::string& text) {
@@ -40,24 +31,6 @@ std::string status_response(int code, const std::string& reason, const std::stri
       "HTTP/1.1 {} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n{}"
       "Connection: close\r\n\r\n{}",
       code, reason, text.size(), extra_headers, text);
-}
-
-// Reads the request head (up to the blank line); empty on timeout, error or an oversized head.
-std::string read_request_head(int fd) {
-  std::string head;
-  char buffer[2048];
-  while (head.find("\r\n\r\n") == std::string::npos && head.find("\n\n") == std::string::npos) {
-    pollfd watch{fd, POLLIN, 0};
-    const int ready = poll(&watch, 1, kClientTimeoutMs);
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) return "";
-    const ssize_t size = recv(fd, buffer, sizeof(buffer), 0);
-    if (size < 0 && errno == EINTR) continue;
-    if (size <= 0) return "";
-    head.append(buffer, static_cast<size_t>(size));
-    if (head.size() > kMaxRequestHeadBytes) return "";
-  }
-  return head;
 }
 
 }  // namespace
@@ -103,12 +76,12 @@ HttpServer::HttpServer(const ListenAddress& address, std::string path, std::func
   }
   std::string last_error = "no address";
   for (addrinfo* candidate = found; candidate != nullptr && listen_fd_ < 0; candidate = candidate->ai_next) {
-    const int fd =
-        socket(candidate->ai_family, candidate->ai_socktype | SOCK_CLOEXEC, candidate->ai_protocol);
+    const int fd = socket(candidate->ai_family, candidate->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                          candidate->ai_protocol);
     if (fd < 0) continue;
     const int reuse = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, sizeof(reuse));
-    if (bind(fd, candidate->ai_addr, candidate->ai_addrlen) == 0 && listen(fd, 16) == 0) {
+    if (bind(fd, candidate->ai_addr, candidate->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0) {
       listen_fd_ = fd;
     } else {
       last_error = std::strerror(errno);
@@ -155,58 +128,182 @@ std::string HttpServer::url() const {
   return fmt::format("http://{}{}{}:{}{}", is_ipv6 ? "[" : "", host_, is_ipv6 ? "]" : "", port_, path_);
 }
 
+namespace {
+
+// Connections held at once; a new one beyond this closes the oldest, so idle sockets cannot lock scrapes out.
+constexpr size_t kMaxConnections = 1024;
+// A client must finish sending its request head within this time of connecting (a scrape takes microseconds).
+constexpr auto kRequestDeadline = std::chrono::milliseconds(2000);
+// A client must take the whole answer within this time, so one that never reads cannot hold its buffer.
+constexpr auto kResponseDeadline = std::chrono::milliseconds(10000);
+
+using Clock = std::chrono::steady_clock;
+
+// One accepted client: the bytes read so far, then the answer being written, and when it is dropped.
+struct Connection {
+  int fd = -1;
+  std::string received;
+  std::string reply;
+  size_t reply_sent = 0;
+  bool answering = false;
+  Clock::time_point deadline;
+};
+
+bool ends_head(const std::string& text) {
+  return text.find("\r\n\r\n") != std::string::npos || text.find("\n\n") != std::string::npos;
+}
+
+}  // namespace
+
+// Every client is a non-blocking socket in one poll set with its own deadline: a slow or silent client costs
+// a buffer until its deadline, never the thread, and the oldest client is closed when the table is full.
+class HttpServer::ConnectionTable {
+ public:
+  explicit ConnectionTable(HttpServer& server) : server_(server) {}
+  ~ConnectionTable() {
+    for (const Connection& connection : connections_) close(connection.fd);
+  }
+  ConnectionTable(const ConnectionTable&) = delete;
+  ConnectionTable& operator=(const ConnectionTable&) = delete;
+
+  // Waits for the listening socket, the wake pipe or any client; false once the server is asked to stop.
+  bool serve_once() {
+    std::vector<pollfd> watch;
+    watch.reserve(connections_.size() + 2);
+    watch.push_back({server_.listen_fd_, POLLIN, 0});
+    watch.push_back({server_.wake_pipe_[0], POLLIN, 0});
+    for (const Connection& connection : connections_) {
+      watch.push_back({connection.fd, static_cast<short>(connection.answering ? POLLOUT : POLLIN), 0});
+    }
+    const int ready = poll(watch.data(), watch.size(), wait_ms());
+    if (ready < 0 && errno != EINTR) return false;
+    if ((watch[1].revents & POLLIN) != 0) return false;
+    for (size_t index = 0; ready > 0 && index < connections_.size(); ++index) {
+      if (watch[index + 2].revents != 0) advance(connections_[index]);
+    }
+    drop_finished();
+    if ((watch[0].revents & POLLIN) != 0) accept_waiting();
+    return true;
+  }
+
+ private:
+  // Milliseconds until the nearest deadline (-1: none).
+  int wait_ms() const {
+    if (connections_.empty()) return -1;
+    Clock::time_point nearest = connections_.front().deadline;
+    for (const Connection& connection : connections_) nearest = std::min(nearest, connection.deadline);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(nearest - Clock::now()).count();
+    return static_cast<int>(std::clamp<int64_t>(left + 1, 0, 60'000));
+  }
+
+  // Accepts every waiting client; at the table's limit (or the process's descriptor limit) the oldest goes.
+  void accept_waiting() {
+    while (true) {
+      const int fd = accept4(server_.listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0 && errno == EINTR) continue;
+      if (fd < 0 && (errno == EMFILE || errno == ENFILE) && !connections_.empty()) {
+        close_oldest();
+        continue;
+      }
+      if (fd < 0) return;
+      if (connections_.size() >= kMaxConnections) close_oldest();
+      connections_.push_back({fd, {}, {}, 0, false, Clock::now() + kRequestDeadline});
+    }
+  }
+
+  void close_oldest() {
+    close(connections_.front().fd);
+    connections_.erase(connections_.begin());
+  }
+
+  // Reads what the client sent or writes what is left of its answer; fd -1 marks it finished.
+  void advance(Connection& connection) {
+    if (connection.answering) {
+      write_some(connection);
+      return;
+    }
+    char buffer[4096];
+    while (true) {
+      const ssize_t size = recv(connection.fd, buffer, sizeof(buffer), 0);
+      if (size < 0 && errno == EINTR) continue;
+      if (size < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      if (size <= 0) return finish(connection);
+      connection.received.append(buffer, static_cast<size_t>(size));
+      if (connection.received.size() > kMaxRequestHeadBytes) return finish(connection);
+      if (ends_head(connection.received)) break;
+    }
+    connection.reply = server_.respond(connection.received);
+    connection.answering = true;
+    connection.deadline = Clock::now() + kResponseDeadline;
+    write_some(connection);
+  }
+
+  void write_some(Connection& connection) {
+    while (connection.reply_sent < connection.reply.size()) {
+      const ssize_t step = send(connection.fd, connection.reply.data() + connection.reply_sent,
+                                connection.reply.size() - connection.reply_sent, MSG_NOSIGNAL);
+      if (step < 0 && errno == EINTR) continue;
+      if (step < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      if (step <= 0) return finish(connection);
+      connection.reply_sent += static_cast<size_t>(step);
+    }
+    finish(connection);
+  }
+
+  static void finish(Connection& connection) {
+    close(connection.fd);
+    connection.fd = -1;
+  }
+
+  // Removes finished clients and those past their deadline.
+  void drop_finished() {
+    const Clock::time_point now = Clock::now();
+    std::erase_if(connections_, [now](Connection& connection) {
+      if (connection.fd >= 0 && connection.deadline <= now) finish(connection);
+      return connection.fd < 0;
+    });
+  }
+
+  HttpServer& server_;
+  std::vector<Connection> connections_;  // oldest first
+};
+
 void HttpServer::serve_loop() {
-  while (true) {
-    pollfd watch[2] = {{listen_fd_, POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
-    const int ready = poll(watch, 2, -1);
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready < 0 || (watch[1].revents & POLLIN) != 0) return;
-    const int connection = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (connection < 0) continue;
-    answer(connection);
-    close(connection);
+  ConnectionTable table(*this);
+  while (table.serve_once()) {
   }
 }
 
-void HttpServer::answer(int connection_fd) {
-  const std::string head = read_request_head(connection_fd);
-  if (head.empty()) return;
+std::string HttpServer::respond(const std::string& head) {
   ++requests_;
   const size_t line_end = head.find_first_of("\r\n");
   const std::string request_line = head.substr(0, line_end);
   const size_t method_end = request_line.find(' ');
   const size_t target_end = request_line.find(' ', method_end + 1);
   if (method_end == std::string::npos || target_end == std::string::npos) {
-    write_all(connection_fd, status_response(400, "Bad Request", "", "malformed request line\n"));
-    return;
+    return status_response(400, "Bad Request", "", "malformed request line\n");
   }
   const std::string method = request_line.substr(0, method_end);
   std::string target = request_line.substr(method_end + 1, target_end - method_end - 1);
   target = target.substr(0, target.find('?'));
   if (method != "GET" && method != "HEAD") {
-    write_all(connection_fd, status_response(405, "Method Not Allowed", "Allow: GET, HEAD\r\n",
-                                             "only GET is served here\n"));
-    return;
+    return status_response(405, "Method Not Allowed", "Allow: GET, HEAD\r\n", "only GET is served here\n");
   }
   if (target != path_) {
-    write_all(connection_fd,
-              status_response(404, "Not Found", "", fmt::format("metrics are served at {}\n", path_)));
-    return;
+    return status_response(404, "Not Found", "", fmt::format("metrics are served at {}\n", path_));
   }
   HttpResponse response;
   try {
     response = handler_();
   } catch (const std::exception& failure) {
-    write_all(connection_fd,
-              status_response(500, "Internal Server Error", "", std::string(failure.what()) + "\n"));
-    return;
+    return status_response(500, "Internal Server Error", "", std::string(failure.what()) + "\n");
   }
   std::string reply = fmt::format(
       "HTTP/1.1 200 OK\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n"
       "Connection: close\r\n\r\n",
       response.content_type, response.body.size());
   if (method == "GET") reply += response.body;
-  write_all(connection_fd, reply);
+  return reply;
 }
 
 }  // namespace calo::serve

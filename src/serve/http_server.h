@@ -1,5 +1,6 @@
 // A minimal HTTP/1.1 server for one read-only endpoint: GET (and HEAD) only, one request per connection,
-// served from one thread. Enough for Prometheus scrapes; not a general web server.
+// served from one thread that polls every client at once (a slow client cannot stall the others). Enough for
+// Prometheus scrapes; not a general web server.
 #pragma once
 
 #include <atomic>
@@ -44,8 +45,10 @@ class HttpServer {
   uint64_t requests() const { return requests_; }
 
  private:
+  class ConnectionTable;
   void serve_loop();
-  void answer(int connection_fd);
+  // The whole answer (status line, headers, body) to one request head.
+  std::string respond(const std::string& head);
 
   std::string host_;
   std::string path_;

@@ -10,6 +10,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/output_file.h"
 
 namespace calo::calibrate {
 
@@ -457,17 +458,12 @@ nlohmann::json calibrated_cluster_json(const Calibration& calibration, const std
 }
 
 void write_cluster_file(const std::filesystem::path& path, const nlohmann::json& json) {
-  const std::filesystem::path temporary = path.string() + ".tmp";
-  {
-    std::ofstream out(temporary);
-    require_input(static_cast<bool>(out),
-                  fmt::format("cannot write {}; give an --out path in a writable directory", path.string()));
-    out << "# Calibrated by `calo calibrate` (docs/SIMULATOR.md \"Calibration\"); provenance under "
-           "`calibration`.\n";
-    out << core::to_yaml(json);
-    require_input(static_cast<bool>(out), fmt::format("writing {} failed (disk full?)", path.string()));
-  }
-  std::filesystem::rename(temporary, path);
+  core::write_file_atomically(
+      path,
+      "# Calibrated by `calo calibrate` (docs/SIMULATOR.md \"Calibration\"); provenance under "
+      "`calibration`.\n" +
+          core::to_yaml(json),
+      "--out");
 }
 
 }  // namespace calo::calibrate

@@ -11,6 +11,7 @@
 #include "cli/command.h"
 #include "cli/layout_flags.h"
 #include "core/error.h"
+#include "core/output_file.h"
 #include "core/table.h"
 #include "graph/check.h"
 #include "graph/graph.h"
@@ -183,11 +184,7 @@ int show_graph(const GraphFlags& flags) {
                 fmt::format("--rank {} is outside 0..{} (tp*cp*pp*dp = {})", flags.rank,
                             graph.world_size() - 1, graph.world_size()));
   if (!flags.export_path.empty()) {
-    std::ofstream out(flags.export_path);
-    if (!out)
-      throw RuntimeFailure("cannot write --export " + flags.export_path + "; check the directory exists");
-    out << graph::to_json(graph).dump() << "\n";
-    if (!out) throw RuntimeFailure("writing --export " + flags.export_path + " failed");
+    core::write_file_atomically(flags.export_path, graph::to_json(graph).dump() + "\n", "--export");
   }
   if (flags.check) return run_checks(graph, flags.json);
   if (flags.ops) return print_ops(graph, flags);

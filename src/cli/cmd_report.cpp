@@ -11,6 +11,7 @@
 #include "analyze/metrics.h"
 #include "cli/command.h"
 #include "core/error.h"
+#include "core/output_file.h"
 #include "report/campaign_report.h"
 #include "report/html_report.h"
 
@@ -25,13 +26,9 @@ struct ReportFlags {
   bool json = false;
 };
 
-/// Writes `html` to `out` (InputError when the path is not writable).
+/// Writes `html` to `out` whole or not at all (InputError when the path is not writable).
 void write_html(const std::filesystem::path& out, const std::string& html) {
-  std::ofstream file(out, std::ios::binary);
-  if (!file)
-    throw InputError(fmt::format("--out {}: cannot write here; pass a writable file path", out.string()));
-  file << html;
-  if (!file) throw RuntimeFailure(fmt::format("{}: write failed", out.string()));
+  core::write_file_atomically(out, html, "--out");
 }
 
 /// `calo report CAMPAIGN_DIR...`: the campaign report over every given campaign directory.

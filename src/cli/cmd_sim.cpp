@@ -14,6 +14,7 @@
 
 #ifdef CALO_SIM_HAS_STORE
 #include "calibrate/twin.h"
+#include "core/output_file.h"
 #endif
 #include "cli/command.h"
 #include "cli/layout_flags.h"
@@ -171,9 +172,8 @@ void write_timeline(const std::string& path, const graph::Graph& graph, const si
             {{"microbatch", op.microbatch}, {"layer", op.layer}, {"phase", graph::to_string(op.phase)}}}});
     }
   }
-  std::ofstream file(path);
-  if (!file) throw InputError(fmt::format("--timeline: cannot write '{}'; give a writable path", path));
-  file << nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() << "\n";
+  core::write_file_atomically(
+      path, nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() + "\n", "--timeline");
 }
 
 void print_summary(const sim::SimResult& result, const nlohmann::json& json) {
@@ -370,9 +370,7 @@ int run_sim(SimFlags& flags) {
   }
 #else
   if (!flags.no_store && !flags.out.empty()) {
-    std::ofstream file(flags.out);
-    require_input(static_cast<bool>(file), fmt::format("--out: cannot write '{}'", flags.out));
-    file << to_json(result, true).dump(2) << "\n";
+    core::write_file_atomically(flags.out, to_json(result, true).dump(2) + "\n", "--out");
     stored = flags.out;
   }
 #endif

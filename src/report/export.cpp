@@ -10,34 +10,11 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/output_file.h"
 #include "store/run_store.h"
 
 namespace calo::report {
 namespace {
-
-struct FileCloser {
-  void operator()(std::FILE* file) const {
-    if (file != nullptr) std::fclose(file);
-  }
-};
-using File = std::unique_ptr<std::FILE, FileCloser>;
-
-File open_output(const std::filesystem::path& path) {
-  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-  File file(std::fopen(path.c_str(), "wb"));
-  if (!file)
-    throw InputError(fmt::format("{}: cannot write here; pass a writable --out path", path.string()));
-  std::setvbuf(file.get(), nullptr, _IOFBF, 1 << 20);
-  return file;
-}
-
-void finish(File& file, const std::filesystem::path& path, ExportStats& stats) {
-  if (std::fflush(file.get()) != 0 || std::ferror(file.get())) {
-    throw RuntimeFailure(fmt::format("{}: write failed (disk full?)", path.string()));
-  }
-  stats.bytes += static_cast<int64_t>(std::ftell(file.get()));
-  file.reset();
-}
 
 std::string json_string(const std::string& text) {
   return nlohmann::json(text).dump();
@@ -75,8 +52,8 @@ ExportStats export_perfetto(const std::filesystem::path& run_dir, const std::fil
   auto metrics = reader.metrics();
   auto run = reader.run();
   ExportStats stats;
-  File file = open_output(out_file);
-  std::FILE* out = file.get();
+  core::StagedFile file(out_file);
+  std::FILE* out = file.stream();
   fmt::print(out,
              "{{\"displayTimeUnit\":\"ms\",\"otherData\":{{\"run\":{},\"kind\":\"{}\",\"command\":{}}},\n",
              json_string(run.name), store::to_string(run.kind), json_string(run.command));
@@ -134,11 +111,34 @@ ExportStats export_perfetto(const std::filesystem::path& run_dir, const std::fil
     ++stats.spans;
   }
   std::fputs("\n]}\n", out);
-  finish(file, out_file, stats);
+  stats.bytes = file.close();
+  file.commit();
   return stats;
 }
 
+namespace {
+
+ExportStats write_csv_files(const std::filesystem::path& run_dir, const std::filesystem::path& out_dir);
+
+}  // namespace
+
 ExportStats export_csv(const std::filesystem::path& run_dir, const std::filesystem::path& out_dir) {
+  core::require_directory_target(out_dir, "--out");
+  const bool out_dir_existed = std::filesystem::exists(out_dir);
+  try {
+    return write_csv_files(run_dir, out_dir);
+  } catch (...) {
+    std::error_code ignored;
+    if (!out_dir_existed)
+      std::filesystem::remove(out_dir, ignored);  // the folder made for it, if still empty
+    throw;
+  }
+}
+
+namespace {
+
+// The three CSV files, staged and renamed together once all are complete.
+ExportStats write_csv_files(const std::filesystem::path& run_dir, const std::filesystem::path& out_dir) {
   store::RunReader reader(run_dir);
   auto metrics = reader.metrics();
   std::vector<std::string> metric_names;
@@ -153,47 +153,48 @@ ExportStats export_csv(const std::filesystem::path& run_dir, const std::filesyst
     metric_units[id] = metric.unit;
   }
   ExportStats stats;
+  // All three are staged and renamed only once every one is complete.
+  core::StagedFile samples(out_dir / "samples.csv"), spans(out_dir / "spans.csv"),
+      summaries(out_dir / "summaries.csv");
   {
-    auto path = out_dir / "samples.csv";
-    File file = open_output(path);
-    std::fputs("t_ns,device_idx,metric,unit,value,sensor_t_ns\n", file.get());
+    std::FILE* file = samples.stream();
+    std::fputs("t_ns,device_idx,metric,unit,value,sensor_t_ns\n", file);
     reader.for_each_sample_in_time_order([&](const store::Sample& sample) {
       auto id = static_cast<std::size_t>(sample.metric_id);
       const std::string& name = id < metric_names.size() ? metric_names[id] : std::string();
       const std::string& unit = id < metric_units.size() ? metric_units[id] : std::string();
       if (sample.sensor_t_ns == store::kNoSensorTime) {
-        fmt::print(file.get(), "{},{},{},{},{},\n", sample.t_ns, sample.device_idx, name, unit, sample.value);
+        fmt::print(file, "{},{},{},{},{},\n", sample.t_ns, sample.device_idx, name, unit, sample.value);
       } else {
-        fmt::print(file.get(), "{},{},{},{},{},{}\n", sample.t_ns, sample.device_idx, name, unit,
-                   sample.value, sample.sensor_t_ns);
+        fmt::print(file, "{},{},{},{},{},{}\n", sample.t_ns, sample.device_idx, name, unit, sample.value,
+                   sample.sensor_t_ns);
       }
       ++stats.samples;
     });
-    finish(file, path, stats);
   }
   {
-    auto path = out_dir / "spans.csv";
-    File file = open_output(path);
-    std::fputs("kind,rank,device_idx,name,category,t_begin_ns,t_end_ns,step,microbatch,stage\n", file.get());
+    std::FILE* file = spans.stream();
+    std::fputs("kind,rank,device_idx,name,category,t_begin_ns,t_end_ns,step,microbatch,stage\n", file);
     for (const auto& span : reader.spans()) {
-      fmt::print(file.get(), "{},{},{},{},{},{},{},{},{},{}\n", store::to_string(span.kind), span.rank,
+      fmt::print(file, "{},{},{},{},{},{},{},{},{},{}\n", store::to_string(span.kind), span.rank,
                  span.device_idx, csv_field(span.name), csv_field(span.category), span.t_begin_ns,
                  span.t_end_ns, span.step, span.microbatch, span.stage);
       ++stats.spans;
     }
-    finish(file, path, stats);
   }
   {
-    auto path = out_dir / "summaries.csv";
-    File file = open_output(path);
-    std::fputs("scope,key,value,unit\n", file.get());
+    std::FILE* file = summaries.stream();
+    std::fputs("scope,key,value,unit\n", file);
     for (const auto& row : reader.summaries()) {
-      fmt::print(file.get(), "{},{},{},{}\n", csv_field(row.scope), csv_field(row.key), row.value,
+      fmt::print(file, "{},{},{},{}\n", csv_field(row.scope), csv_field(row.key), row.value,
                  csv_field(row.unit));
     }
-    finish(file, path, stats);
   }
+  for (core::StagedFile* staged : {&samples, &spans, &summaries}) stats.bytes += staged->close();
+  for (core::StagedFile* staged : {&samples, &spans, &summaries}) staged->commit();
   return stats;
 }
+
+}  // namespace
 
 }  // namespace calo::report

@@ -2,6 +2,9 @@
 #include "store/merge.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
 
 #include "core/error.h"
 #include "store/run_store.h"
@@ -159,6 +162,73 @@ TEST(Merge, RejectsUnalignableRunsAndExistingOutput) {
   EXPECT_THROW(merge_runs({temp.path() / "n0"}, temp.path() / "n0"), InputError);
   EXPECT_THROW(merge_runs({}, temp.path() / "m2"), InputError);
   EXPECT_THROW(merge_runs({temp.path() / "missing"}, temp.path() / "m3"), InputError);
+}
+
+TEST(Merge, TheSameRunGivenTwiceInAnySpellingIsRefused) {
+  TempDir temp;
+  write_node_run(temp.path() / "n0", 0, 1, 0, {"power_instant_w"});
+  std::filesystem::create_directory_symlink(temp.path() / "n0", temp.path() / "link");
+  for (const std::filesystem::path& again :
+       {temp.path() / "n0", temp.path() / "." / "n0" / "", temp.path() / "link"}) {
+    EXPECT_THROW(merge_runs({temp.path() / "n0", again}, temp.path() / "m"), InputError) << again;
+    EXPECT_FALSE(std::filesystem::exists(temp.path() / "m"));
+  }
+}
+
+// Overwrites the second half of a run's database with garbage, so reading its samples fails half-way.
+void damage_second_half(const std::filesystem::path& run_dir) {
+  const std::filesystem::path db = run_dir / "run.db";
+  const auto size = std::filesystem::file_size(db);
+  std::fstream file(db, std::ios::in | std::ios::out | std::ios::binary);
+  file.seekp(static_cast<std::streamoff>(size / 2));
+  for (auto at = size / 2; at < size; ++at) file.put(static_cast<char>(0x55));
+}
+
+TEST(Merge, ADamagedInputLeavesNoPartialRun) {
+  TempDir temp;
+  write_node_run(temp.path() / "n0", 0, 2, 0, {"power_instant_w"});
+  {
+    RunInfo info;
+    info.kind = RunKind::kRecord;
+    info.started_ns = 1;
+    info.wall_offset_ns = kWall0;
+    RunWriter writer(temp.path() / "big", info);
+    const int32_t id = writer.metric_id("power_instant_w", "W", MetricKind::kGauge);
+    writer.add_device(DeviceInfo{0, 0, 0, DeviceKind::kGpu, "H200", "", "", 700, 1980, ""});
+    std::vector<Sample> samples;
+    for (int64_t tick = 0; tick < 200'000; ++tick)
+      samples.push_back(Sample{0, id, tick * 1000, 1.0 * tick, 0});
+    writer.append(samples);
+    writer.finish(2);
+  }
+  damage_second_half(temp.path() / "big");
+  EXPECT_ANY_THROW(merge_runs({temp.path() / "n0", temp.path() / "big"}, temp.path() / "merged"));
+  EXPECT_FALSE(std::filesystem::exists(temp.path() / "merged"));
+  std::filesystem::create_directory(temp.path() / "kept");  // a folder the user made stays, empty
+  EXPECT_ANY_THROW(merge_runs({temp.path() / "n0", temp.path() / "big"}, temp.path() / "kept"));
+  EXPECT_TRUE(std::filesystem::is_empty(temp.path() / "kept"));
+}
+
+TEST(RunReaderChecks, DamagedRunTimesAreBadInputNotACrash) {
+  TempDir temp;
+  write_node_run(temp.path() / "n0", 0, 1, 0, {"power_instant_w"});
+  {
+    detail::Database db(temp.path() / "n0" / "run.db", SQLITE_OPEN_READWRITE);
+    db.exec("UPDATE run SET started_ns = -9223372036854775000");
+  }
+  EXPECT_THROW(RunReader(temp.path() / "n0").run(), InputError);
+  {
+    detail::Database db(temp.path() / "n0" / "run.db", SQLITE_OPEN_READWRITE);
+    db.exec("UPDATE run SET started_ns = 10, ended_ns = 9223372036854775000");
+  }
+  EXPECT_THROW(RunReader(temp.path() / "n0").run(), InputError);
+}
+
+TEST(RunReaderChecks, ARunDatabaseThatIsAPipeIsRefusedWithoutOpeningIt) {
+  TempDir temp;
+  std::filesystem::create_directory(temp.path() / "fifo");
+  ASSERT_EQ(mkfifo((temp.path() / "fifo" / "run.db").c_str(), 0600), 0);
+  EXPECT_THROW(RunReader reader(temp.path() / "fifo"), InputError);  // used to block in open() forever
 }
 
 }  // namespace

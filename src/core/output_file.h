@@ -1,0 +1,50 @@
+// Outputs that appear whole or not at all: written under a temporary name beside the target and renamed over
+// it only when complete, so a failure (bad input found half-way, a damaged store, disk full, a kill) never
+// leaves a truncated file that looks like a result.
+#pragma once
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+namespace calo::core {
+
+/// A file being written to `<target>.partial-<pid>`; commit() renames it to the target, the destructor
+/// removes it when commit() was never reached.
+class StagedFile {
+ public:
+  /// Creates the target's folder and opens the temporary file; InputError naming `target` (and `flag`, the
+  /// option that named it) if the target is a directory or cannot be written.
+  explicit StagedFile(std::filesystem::path target, const std::string& flag = "--out");
+  /// Removes the temporary file unless committed.
+  ~StagedFile();
+  StagedFile(const StagedFile&) = delete;
+  StagedFile& operator=(const StagedFile&) = delete;
+  /// The open temporary file (buffered, 1 MiB).
+  std::FILE* stream() const { return stream_; }
+  /// Appends `text`.
+  void write(const std::string& text);
+  /// Flushes and closes; RuntimeFailure if a write failed (disk full). Returns the bytes written.
+  int64_t close();
+  /// Closes (if still open) and renames the temporary file over the target.
+  void commit();
+  /// The path the file will have once committed.
+  const std::filesystem::path& target() const { return target_; }
+
+ private:
+  std::filesystem::path target_;
+  std::filesystem::path temporary_;
+  std::FILE* stream_ = nullptr;
+  bool committed_ = false;
+};
+
+/// Writes `text` to `path` whole or not at all (StagedFile); InputError naming `flag` if it cannot be
+/// written.
+void write_file_atomically(const std::filesystem::path& path, const std::string& text,
+                           const std::string& flag = "--out");
+
+/// InputError naming `flag` unless `path` is a directory or can become one (absent): a file in its place is
+/// refused before any work.
+void require_directory_target(const std::filesystem::path& path, const std::string& flag);
+
+}  // namespace calo::core

@@ -635,6 +635,14 @@ std::string verdict_section(const std::vector<analyze::RunAnalysis>& runs,
                           "projection: no measured run of this model and layout here, so no error is given",
                           prefix + "header"});
     }
+    if (run.run.ended_ns == 0) {  // the writer's last act is to store the end: a killed run never does
+      findings.push_back(
+          {100,
+           fmt::format("interrupted: the run never finished (killed or crashed); figures cover the {:.1f} s "
+                       "stored before it stopped",
+                       static_cast<double>(run.chart_end_ns - run.chart_begin_ns) / 1e9),
+           prefix + "header"});
+    }
     recording_findings(run, prefix, findings);
     if (!std::isnan(run.step_time_s.mean) && run.step_time_s.count > 0) {
       findings.push_back(

@@ -292,7 +292,13 @@ std::vector<double> nice_ticks(double min, double max, int target) {
     step = factor * magnitude;
     if (step >= raw) break;
   }
-  for (double tick = std::ceil(min / step) * step; tick <= max + step * 1e-9; tick += step) {
+  if (!std::isfinite(step) || step <= 0) return ticks;
+  // Counted, not stepped: at a range far from zero, tick += step stops moving (or runs past the labels).
+  const double first = std::ceil(min / step);
+  const double count = std::floor((max + step * 1e-9) / step) - first + 1;
+  if (!(count >= 0 && count <= 4.0 * target + 4)) return ticks;
+  for (int index = 0; index < static_cast<int>(count); ++index) {
+    const double tick = (first + index) * step;
     ticks.push_back(std::fabs(tick) < step * 1e-9 ? 0.0 : tick);
   }
   return ticks;

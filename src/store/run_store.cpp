@@ -503,6 +503,10 @@ const std::filesystem::path& RunWriter::run_dir() const {
 // ---------------------------------------------------------------------------------------------------------------
 // Reader
 
+// Latest host CLOCK_MONOTONIC a run may state (~126 years of uptime): far from int64's end, so sums of stored
+// times cannot overflow.
+constexpr int64_t kMaxStoredTimeNs = int64_t{4} << 60;
+
 struct RunReader::Impl {
   std::filesystem::path run_dir;
   std::unique_ptr<Database> db;
@@ -520,6 +524,11 @@ RunReader::RunReader(const std::filesystem::path& run_dir_or_db) : impl_(std::ma
   if (!std::filesystem::exists(db_path)) {
     throw InputError(fmt::format("{} is not a run: {} does not exist; pass a directory written by calo",
                                  run_dir_or_db.string(), db_path.string()));
+  }
+  if (!std::filesystem::is_regular_file(db_path)) {  // a FIFO or device would block the open forever
+    throw InputError(
+        fmt::format("{} is not a run: {} is not a regular file; pass a directory written by calo",
+                    run_dir_or_db.string(), db_path.string()));
   }
   // Read-write when possible so SQLite can recover the WAL of a crashed writer; read-only otherwise.
   try {
@@ -569,6 +578,16 @@ RunInfo RunReader::run() const {
   info.ended_ns = query.column_int(6);
   info.wall_offset_ns = query.column_int(7);
   info.version = query.column_text(8);
+  // Every duration is ended_ns - started_ns or t_ns + started_ns: times beyond kMaxStoredTimeNs would
+  // overflow.
+  const bool times_valid = info.started_ns >= 0 && info.started_ns <= kMaxStoredTimeNs &&
+                           info.ended_ns >= 0 && info.ended_ns <= kMaxStoredTimeNs;
+  if (!times_valid) {
+    throw InputError(
+        fmt::format("{}: damaged run times (started_ns {}, ended_ns {}); calo writes both in [0, "
+                    "2^62] (ended_ns 0 when interrupted); re-record the run",
+                    (impl_->run_dir / kRunDbName).string(), info.started_ns, info.ended_ns));
+  }
   return migrate_run_info(info, impl_->schema_version);
 }
 

@@ -2,15 +2,18 @@
 
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
 
 #include "../common/run_calo.h"
+#include "core/error.h"
 #include "report/export.h"
 #include "report/html_report.h"
 #include "report/svg_chart.h"
+#include "store/sqlite_db.h"
 #include "synthetic_run.h"
 
 namespace calo::report {
@@ -207,6 +210,59 @@ TEST(Export, PerfettoAndCsvHoldEverySampleAndSpan) {
   EXPECT_TRUE(std::filesystem::exists(dir.path / "csv" / "summaries.csv"));
   std::string spans = read_file(dir.path / "csv" / "spans.csv");
   EXPECT_NE(spans.find("kernel,0,0,ncclDevKernel_AllReduce,all_reduce,"), std::string::npos);
+}
+
+TEST(Svg, TicksOfARangeFarFromZeroAreFewOrNone) {
+  // A damaged run's time axis once spanned 1e19 ns: stepping tick += step never moved, and labels overran.
+  EXPECT_LE(nice_ticks(-9.2e18, 1.4e13, 8).size(), 40u);
+  EXPECT_LE(nice_ticks(1e18, 1e18 + 1, 8).size(), 40u);
+  EXPECT_TRUE(nice_ticks(0, std::numeric_limits<double>::infinity(), 8).empty());
+}
+
+// Overwrites the second half of a run's database with garbage: reading its samples fails half-way.
+void damage_second_half(const std::filesystem::path& run_dir) {
+  const std::filesystem::path db = run_dir / "run.db";
+  const auto size = std::filesystem::file_size(db);
+  std::fstream file(db, std::ios::in | std::ios::out | std::ios::binary);
+  file.seekp(static_cast<std::streamoff>(size / 2));
+  for (auto at = size / 2; at < size; ++at) file.put(static_cast<char>(0x55));
+}
+
+TEST(HtmlReport, AKilledRunIsSaidToBeInterrupted) {
+  calo::testing::TempDir dir("interrupted");
+  calo::testing::write_synthetic_run(dir.path / "run", store::RunKind::kRecord, 1.0, true);
+  std::string html = render_html_report({analyze::analyze_run(dir.path / "run")});
+  EXPECT_EQ(html.find("interrupted: the run never finished"), std::string::npos);
+  {
+    store::detail::Database db(dir.path / "run" / "run.db", SQLITE_OPEN_READWRITE);
+    db.exec("UPDATE run SET ended_ns = 0");  // what a SIGKILLed recorder leaves
+  }
+  html = render_html_report({analyze::analyze_run(dir.path / "run")});
+  const auto verdict = html.find("id=\"verdict\"");
+  ASSERT_NE(verdict, std::string::npos);
+  EXPECT_NE(html.find("interrupted: the run never finished", verdict), std::string::npos);
+}
+
+TEST(Export, ADamagedStoreLeavesNoPartialOutput) {
+  calo::testing::TempDir dir("export-damaged");
+  calo::testing::write_synthetic_run(dir.path / "run", store::RunKind::kRecord, 1.0, true);
+  damage_second_half(dir.path / "run");
+  EXPECT_ANY_THROW(export_perfetto(dir.path / "run", dir.path / "trace.json"));
+  EXPECT_ANY_THROW(export_csv(dir.path / "run", dir.path / "csv"));
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path)) {
+    if (entry.path().filename() != "run") left.push_back(entry.path().filename().string());
+  }
+  EXPECT_TRUE(left.empty()) << left.front();
+}
+
+TEST(Export, AFileWhereTheCsvFolderShouldBeIsBadInput) {
+  calo::testing::TempDir dir("export-file");
+  calo::testing::write_synthetic_run(dir.path / "run", store::RunKind::kRecord, 1.0, true);
+  std::ofstream(dir.path / "taken") << "mine\n";
+  EXPECT_THROW(export_csv(dir.path / "run", dir.path / "taken"), InputError);
+  EXPECT_THROW(export_perfetto(dir.path / "run", dir.path), InputError);  // a folder where the file goes
+  EXPECT_EQ(read_file(dir.path / "taken"), "mine\n");
 }
 
 // The commands end to end on the hand-made trace fixtures: ingest -> report -> export -> compare.

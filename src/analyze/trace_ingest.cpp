@@ -27,6 +27,11 @@ namespace calo::analyze {
 namespace {
 
 constexpr int64_t kUnset = std::numeric_limits<int64_t>::min();
+// Most ranks one job may have (distributedInfo); beyond is a malformed trace, not a job.
+constexpr int64_t kMaxRanks = 1 << 20;
+// Most bytes a gzip trace may inflate to in memory. A 2 MB file of zeros inflates to 2 GB; a larger real
+// trace is read uncompressed (mapped, not copied): gunzip it first.
+constexpr std::size_t kMaxInflatedBytes = std::size_t{1} << 30;
 // Largest time a trace may give (ts, dur, baseTimeNanoseconds): 3e18 ns, Unix time in 2065. With ts >= 0 and
 // base >= 0, base + ts - origin + dur <= 9e18 < INT64_MAX, so the merge arithmetic cannot overflow.
 constexpr int64_t kMaxTraceTimeNs = 3'000'000'000'000'000'000;
@@ -172,6 +177,17 @@ class Scanner {
     int64_t value = 0;
     auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
     if (error != std::errc() || end == text.data()) return kUnset;
+    return value;
+  }
+
+  // A whole number in [0, max] (plain or quoted), as distributedInfo's rank and world size; fails naming
+  // `what` on anything else ("x", -1, 1e30, 2.5), which would otherwise place the trace at the wrong rank.
+  int64_t count(std::string& scratch, std::string_view what, int64_t max) {
+    std::string_view text = peek() == '"' ? string(scratch) : scalar_token();
+    int64_t value = 0;
+    auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (error != std::errc() || end != text.data() + text.size() || value < 0 || value > max)
+      fail(fmt::format("{} is '{}', not a whole number from 0 to {}", what, text, max));
     return value;
   }
 
@@ -549,9 +565,9 @@ void parse_distributed_info(Scanner& scan, FileState& state, std::string& scratc
     std::string_view key = scan.string(scratch);
     scan.expect(':');
     if (key == "rank") {
-      state.rank = scan.integer(scratch);
+      state.rank = scan.count(scratch, "distributedInfo.rank", kMaxRanks - 1);
     } else if (key == "world_size") {
-      state.world_size = scan.integer(scratch);
+      state.world_size = scan.count(scratch, "distributedInfo.world_size", kMaxRanks);
     } else {
       scan.skip_value();
     }
@@ -843,6 +859,15 @@ bool is_gzip(const char* data, std::size_t size) {
          static_cast<unsigned char>(data[1]) == 0x8b;
 }
 
+/// The inflated size a gzip file's last member states (its ISIZE trailer: the size modulo 2^32), to reserve
+/// memory once instead of growing by doubling.
+std::size_t gzip_size_hint(const char* data, std::size_t size) {
+  if (size < 18) return 0;
+  const auto* tail = reinterpret_cast<const unsigned char*>(data + size - 4);
+  return std::size_t{tail[0]} | std::size_t{tail[1]} << 8 | std::size_t{tail[2]} << 16 |
+         std::size_t{tail[3]} << 24;
+}
+
 /// The decompressed contents of gzip data (PyTorch profiler's usual `.json.gz`; concatenated members are
 /// joined as gzip(1) does). InputError naming `source` if it is corrupt or truncated.
 std::string gunzip(const char* data, std::size_t size, const std::string& source) {
@@ -850,6 +875,8 @@ std::string gunzip(const char* data, std::size_t size, const std::string& source
   if (inflateInit2(&stream, 16 + MAX_WBITS) != Z_OK)
     throw RuntimeFailure(fmt::format("{}: zlib could not start ({})", source, stream.msg ? stream.msg : "?"));
   std::string text;
+  // Deflate inflates at most ~1032:1, so a trailer that claims more is not trusted with memory.
+  text.reserve(std::min({gzip_size_hint(data, size), size * 1032, kMaxInflatedBytes}));
   std::vector<char> chunk(1 << 20);
   const auto* next = reinterpret_cast<const Bytef*>(data);
   std::size_t left = size;
@@ -864,7 +891,15 @@ std::string gunzip(const char* data, std::size_t size, const std::string& source
     const std::size_t used = feed - stream.avail_in;
     next += used;
     left -= used;
-    text.append(chunk.data(), chunk.size() - stream.avail_out);
+    const std::size_t produced = chunk.size() - stream.avail_out;
+    if (text.size() + produced > kMaxInflatedBytes) {
+      inflateEnd(&stream);
+      throw InputError(
+          fmt::format("{}: inflates to more than {} MiB; decompress it (gunzip) and pass the .json, "
+                      "which is read from disk instead of memory",
+                      source, kMaxInflatedBytes >> 20));
+    }
+    text.append(chunk.data(), produced);
     if (status == Z_STREAM_END) {
       if (left == 0) break;
       if (left < 2 || static_cast<unsigned char>(next[0]) != 0x1f ||

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -16,6 +17,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/output_file.h"
 #include "core/table.h"
 #include "model/model_spec.h"
 #include "parallel/layout.h"
@@ -23,6 +25,7 @@
 #include "parallel/validate.h"
 #include "plan/layout_space.h"
 #include "sim/cluster.h"
+#include "sim/simulate.h"
 
 namespace calo::campaign {
 namespace {
@@ -220,16 +223,7 @@ nlohmann::json read_json_file(const std::filesystem::path& path) {
 /// Writes `index` to out_dir/campaign.json through a temporary file and a rename (a stop leaves the old or
 /// new).
 void write_index(const std::filesystem::path& out_dir, const nlohmann::json& index) {
-  const std::filesystem::path final_path = out_dir / "campaign.json";
-  const std::filesystem::path temp_path = out_dir / "campaign.json.tmp";
-  {
-    std::ofstream file(temp_path);
-    if (!file)
-      throw InputError(
-          fmt::format("--out: cannot write '{}'; give a writable directory", temp_path.string()));
-    file << index.dump(2) << "\n";
-  }
-  std::filesystem::rename(temp_path, final_path);
+  core::write_file_atomically(out_dir / "campaign.json", index.dump(2) + "\n", "--out");
 }
 
 /// Headline figures of a point from the JSON its child printed: `calo sim --json` (top level) or `calo bench
@@ -318,6 +312,25 @@ const std::vector<std::string>& known_keys() {
   return keys;
 }
 
+namespace {
+
+// A campaign's name becomes a folder under campaigns/: a plain name, never a path ("../../x" wrote outside
+// it).
+void check_campaign_name(const std::string& name, const std::string& origin) {
+  const bool plain =
+      !name.empty() && name.size() <= 100 && name.front() != '.' &&
+      name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") ==
+          std::string::npos;
+  if (!plain) {
+    throw InputError(
+        fmt::format("{}: name '{}' must be a plain name (letters, digits, '.', '_', '-'; not starting "
+                    "with '.'; at most 100 characters): it becomes the folder campaigns/NAME",
+                    origin, name));
+  }
+}
+
+}  // namespace
+
 Spec parse_spec(const nlohmann::json& object, const std::string& origin) {
   if (!object.is_object())
     throw InputError(fmt::format("{}: a campaign spec is a mapping (model:, cluster:, axes:)", origin));
@@ -341,7 +354,14 @@ Spec parse_spec(const nlohmann::json& object, const std::string& origin) {
     return object[key].get<std::string>();
   };
   spec.name = text("name", false);
-  if (spec.name.empty()) spec.name = std::filesystem::path(origin).stem().string();
+  if (spec.name.empty()) {
+    spec.name = std::filesystem::path(origin).stem().string();  // a file name: any odd character becomes '-'
+    for (char& character : spec.name)
+      if (!std::isalnum(static_cast<unsigned char>(character)) && character != '_' && character != '.')
+        character = '-';
+    if (spec.name.empty() || spec.name.front() == '.') spec.name = "campaign" + spec.name;
+  }
+  check_campaign_name(spec.name, origin);
   spec.model = text("model", true);
   spec.cluster = text("cluster", true);
   // Checked as int64 before narrowing to int (gpus: 4294967297 used to pass as 1).
@@ -355,6 +375,9 @@ Spec parse_spec(const nlohmann::json& object, const std::string& origin) {
   };
   if (object.contains("gpus")) spec.gpus = positive_int("gpus");
   if (object.contains("steps")) spec.steps = positive_int("steps");
+  if (spec.steps > sim::kMaxSimSteps)
+    throw InputError(fmt::format("{}: 'steps' = {} is beyond the {} one simulation takes; use fewer", origin,
+                                 spec.steps, sim::kMaxSimSteps));
   if (object.contains("fixed")) {
     if (!object["fixed"].is_object())
       throw InputError(
@@ -648,6 +671,15 @@ nlohmann::json run_campaign(const Spec& spec, const RunOptions& options) {
           fmt::format("--out {}: holds a campaign already; add --resume to finish it or give a new --out",
                       options.out_dir.string()));
     previous = read_json_file(index_path);
+    const bool damaged = !previous.is_object() || !previous.contains("points");
+    if (damaged && options.adopt) previous = nullptr;  // the results on disk say what is done
+    if (damaged && !options.adopt) {
+      throw InputError(
+          fmt::format("--resume: {} is damaged (not a campaign index), so which points are done is unknown; "
+                      "add --adopt to "
+                      "index the points whose results are on disk and run the rest",
+                      index_path.string()));
+    }
   }
   std::filesystem::create_directories(options.out_dir);
 

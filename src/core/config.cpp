@@ -1,5 +1,6 @@
 #include "core/config.h"
 
+#include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -68,50 +69,88 @@ const std::string& checked_scalar(const YAML::Node& node) {
   return node.Scalar();
 }
 
-nlohmann::json yaml_to_json(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
-    case YAML::NodeType::Undefined:
-      return nullptr;
-    case YAML::NodeType::Scalar: {
-      const std::string& text = checked_scalar(node);
-      if (node.Tag() == "!") return text;  // quoted scalar: keep as string
-      if (text == "true" || text == "True") return true;
-      if (text == "false" || text == "False") return false;
-      if (text == "null" || text == "~") return nullptr;
-      try {
-        size_t used = 0;
-        long long as_int = std::stoll(text, &used, 10);
-        if (used == text.size()) return as_int;
-      } catch (const std::exception&) {
-      }
-      try {
-        size_t used = 0;
-        double as_double = std::stod(text, &used);
-        // "inf" and "nan" stay text: no setting takes a non-finite number, and JSON has none.
-        if (used == text.size() && std::isfinite(as_double)) return as_double;
-      } catch (const std::exception&) {
-      }
-      return text;
+// Values one document may expand to. yaml-cpp keeps an alias as a shared node, so a few hundred bytes of
+// nested anchors stand for billions of values; the copy into JSON stops here instead (a 1 MB file written out
+// value by value holds at most ~500 000).
+// Largest configuration file read (the biggest calibrated preset, with its provenance, is ~120 KB).
+constexpr uintmax_t kMaxConfigBytes = uintmax_t{16} << 20;
+constexpr size_t kMaxDocumentValues = 2'000'000;
+// Nesting depth of lists and mappings (no configuration nests beyond a handful).
+constexpr size_t kMaxDocumentDepth = 128;
+
+// Copies a yaml-cpp tree into JSON within the budgets above; a duplicate key is an error, not a silent
+// overwrite.
+class JsonFromYaml {
+ public:
+  nlohmann::json convert(const YAML::Node& node, size_t depth = 0) {
+    if (++values_ > kMaxDocumentValues) {
+      throw InputError(
+          fmt::format("expands to more than {} values (anchors and aliases nested inside each other?); write "
+                      "the values out",
+                      kMaxDocumentValues));
     }
-    case YAML::NodeType::Sequence: {
-      nlohmann::json array = nlohmann::json::array();
-      for (const auto& element : node) array.push_back(yaml_to_json(element));
-      return array;
+    if (depth > kMaxDocumentDepth) {
+      throw InputError(
+          fmt::format("nested more than {} levels deep (line {})", kMaxDocumentDepth, node.Mark().line + 1));
     }
-    case YAML::NodeType::Map: {
-      nlohmann::json object = nlohmann::json::object();
-      for (const auto& entry : node) {
-        if (!entry.first.IsScalar())
-          throw InputError("a key must be a plain value, not a list or mapping (line " +
-                           std::to_string(entry.first.Mark().line + 1) + ")");
-        object[checked_scalar(entry.first)] = yaml_to_json(entry.second);
+    switch (node.Type()) {
+      case YAML::NodeType::Null:
+      case YAML::NodeType::Undefined:
+        return nullptr;
+      case YAML::NodeType::Scalar:
+        return scalar(node);
+      case YAML::NodeType::Sequence: {
+        nlohmann::json array = nlohmann::json::array();
+        for (const auto& element : node) array.push_back(convert(element, depth + 1));
+        return array;
       }
-      return object;
+      case YAML::NodeType::Map:
+        return mapping(node, depth);
     }
+    return nullptr;
   }
-  return nullptr;
-}
+
+ private:
+  static nlohmann::json scalar(const YAML::Node& node) {
+    const std::string& text = checked_scalar(node);
+    if (node.Tag() == "!") return text;  // quoted scalar: keep as string
+    if (text == "true" || text == "True") return true;
+    if (text == "false" || text == "False") return false;
+    if (text == "null" || text == "~") return nullptr;
+    try {
+      size_t used = 0;
+      long long as_int = std::stoll(text, &used, 10);
+      if (used == text.size()) return as_int;
+    } catch (const std::exception&) {
+    }
+    try {
+      size_t used = 0;
+      double as_double = std::stod(text, &used);
+      // "inf" and "nan" stay text: no setting takes a non-finite number, and JSON has none.
+      if (used == text.size() && std::isfinite(as_double)) return as_double;
+    } catch (const std::exception&) {
+    }
+    return text;
+  }
+
+  nlohmann::json mapping(const YAML::Node& node, size_t depth) {
+    nlohmann::json object = nlohmann::json::object();
+    for (const auto& entry : node) {
+      if (!entry.first.IsScalar())
+        throw InputError("a key must be a plain value, not a list or mapping (line " +
+                         std::to_string(entry.first.Mark().line + 1) + ")");
+      const std::string& key = checked_scalar(entry.first);
+      if (object.contains(key)) {
+        throw InputError(fmt::format("key '{}' appears twice in one mapping (line {}); keep one of them", key,
+                                     entry.first.Mark().line + 1));
+      }
+      object[key] = convert(entry.second, depth + 1);
+    }
+    return object;
+  }
+
+  size_t values_ = 0;
+};
 
 std::string join(const std::vector<std::string>& items, const std::string& separator) {
   std::string out;
@@ -137,8 +176,8 @@ nlohmann::json parse_yaml(const std::string& text, const std::string& origin) {
                      ": a control character or broken UTF-8); save the file as UTF-8 text");
   }
   try {
-    return yaml_to_json(YAML::Load(text));
-  } catch (const InputError& error) {  // from yaml_to_json, which does not know the origin
+    return JsonFromYaml().convert(YAML::Load(text));
+  } catch (const InputError& error) {  // from JsonFromYaml, which does not know the origin
     throw InputError(origin + ": " + error.what());
   } catch (const YAML::Exception& error) {
     throw InputError(origin + ": not valid YAML/JSON (line " + std::to_string(error.mark.line + 1) +
@@ -188,6 +227,18 @@ std::string to_yaml(const nlohmann::json& value) {
 }
 
 nlohmann::json load_config_file(const std::string& path) {
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  if (std::filesystem::is_directory(status)) {
+    throw InputError(fmt::format("'{}' is a directory; give a YAML file (e.g. {}/NAME.yaml)", path, path));
+  }
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    throw InputError(fmt::format("'{}' is not a regular file (a pipe or device); give a YAML file", path));
+  }
+  if (std::filesystem::is_regular_file(status) && std::filesystem::file_size(path, error) > kMaxConfigBytes) {
+    throw InputError(fmt::format("'{}' is larger than {} MiB; a model, cluster or sweep file is a few KB",
+                                 path, kMaxConfigBytes >> 20));
+  }
   std::ifstream stream(path);
   if (!stream) throw InputError("cannot read '" + path + "': no such file or not readable");
   std::stringstream buffer;
@@ -211,6 +262,8 @@ nlohmann::json load_preset_or_file(const std::string& category, const std::strin
   for (const auto& file : embedded_files()) {
     if (file.key == key) return parse_yaml(std::string(file.content), "preset '" + name_or_path + "'");
   }
+  if (std::filesystem::exists(name_or_path))
+    return load_config_file(name_or_path);  // says what it is instead
   if (looks_like_path(name_or_path)) {
     throw InputError("cannot read '" + name_or_path + "': no such file");
   }
@@ -226,7 +279,19 @@ ConfigReader::ConfigReader(const nlohmann::json& object, std::string origin)
 
 const nlohmann::json& ConfigReader::at(const std::string& key) const {
   auto found = object_.find(key);
-  if (found == object_.end()) throw InputError(origin_ + ": missing required key '" + key + "'");
+  if (found == object_.end()) {
+    // An unclosed quote swallows the lines after it into one string: "name: \"x" then "num_layers: 4" reads
+    // as one name holding "num_layers: 4", and the key looks missing.
+    for (const auto& [other, value] : object_.items()) {
+      if (value.is_string() && value.get<std::string>().find(key + ":") != std::string::npos) {
+        throw InputError(
+            fmt::format("{}: missing required key '{}', but the text of '{}' holds '{}:'; close the "
+                        "quote that opens the value of '{}'",
+                        origin_, key, other, key, other));
+      }
+    }
+    throw InputError(origin_ + ": missing required key '" + key + "'");
+  }
   return *found;
 }
 

@@ -1,5 +1,7 @@
 #include "model/model_spec.h"
 
+#include <fmt/format.h>
+
 #include "core/config.h"
 #include "core/error.h"
 
@@ -50,6 +52,11 @@ ModelSpec parse_model_spec(const nlohmann::json& object, const std::string& orig
     return static_cast<int>(value);
   };
   spec.num_layers = positive("num_layers");
+  require_input(
+      spec.num_layers <= kMaxLayers,
+      fmt::format("{}: 'num_layers' = {} is beyond the {} calo models (the largest published models "
+                  "have ~130); the graph of each layer is built and simulated",
+                  origin, spec.num_layers, kMaxLayers));
   spec.hidden_size = positive("hidden_size");
   spec.ffn_hidden_size = positive("ffn_hidden_size");
   spec.num_attention_heads = positive("num_attention_heads");
@@ -81,6 +88,10 @@ ModelSpec parse_model_spec(const nlohmann::json& object, const std::string& orig
   };
   spec.num_experts = count("num_experts", 0);
   spec.moe_top_k = count("moe_top_k", spec.num_experts > 0 ? 2 : 0);
+  require_input(
+      spec.num_experts <= kMaxExperts,
+      fmt::format("{}: 'num_experts' = {} is beyond the {} calo models (each expert is an op of the graph)",
+                  origin, spec.num_experts, kMaxExperts));
   spec.dropout = reader.get_double("dropout", 0.0);
   spec.bytes_dtype = reader.get_string("dtype", "bf16");
 

@@ -13,6 +13,11 @@ enum class NormKind { kLayerNorm, kRmsNorm };
 /// Position encoding: learned absolute embeddings (GPT-3) or rotary (Llama, Mixtral; no parameters).
 enum class PositionEmbedding { kLearned, kRope };
 
+/// Most layers a model may have: a limit on the graph an input can ask for (Llama 3 405B has 126).
+inline constexpr int kMaxLayers = 1024;
+/// Most experts per MoE layer (DeepSeek-V3 has 256).
+inline constexpr int kMaxExperts = 4096;
+
 /// One transformer model. Sizes are counts (not bytes); all layers are identical.
 struct ModelSpec {
   std::string name;             ///< preset or file name, e.g. "llama3-70b"

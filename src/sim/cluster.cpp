@@ -18,11 +18,15 @@ constexpr double kGiga = 1e9;
 constexpr double kTera = 1e12;
 constexpr double kMicro = 1e-6;
 
-/// Reads a positive number at `key` (or `fallback` when absent and fallback > 0).
-double positive(const ConfigReader& reader, const std::string& origin, const std::string& key,
-                double fallback = -1) {
+/// Reads a number in [low, high] at `key` (required unless `fallback` > 0). The ranges span every real device
+/// by orders of magnitude (upper bounds are generous: tests model near-ideal links) but keep the simulated
+/// work bounded: 1e-12 TFLOPS made one step last 1e24 s, and the power trace of it never finished.
+double physical(const ConfigReader& reader, const std::string& origin, const std::string& key, double low,
+                double high, double fallback = -1) {
   double value = fallback > 0 ? reader.get_double(key, fallback) : reader.get_double(key);
-  require_input(value > 0, fmt::format("{}: '{}' must be > 0, got {}", origin, key, value));
+  require_input(value >= low && value <= high,
+                fmt::format("{}: '{}' = {} is outside what any device has; use a value in [{}, {}]", origin,
+                            key, value, low, high));
   return value;
 }
 
@@ -120,8 +124,8 @@ ThermalSpec parse_thermal(const nlohmann::json& object, const std::string& origi
   ThermalSpec thermal;
   thermal.r_die_k_per_w = bounded(reader, origin, "r_die_k_per_w", thermal.r_die_k_per_w, 0, 10);
   thermal.r_sink_k_per_w = bounded(reader, origin, "r_sink_k_per_w", thermal.r_sink_k_per_w, 0, 10);
-  thermal.tau_die_s = positive(reader, origin, "tau_die_s", thermal.tau_die_s);
-  thermal.tau_sink_s = positive(reader, origin, "tau_sink_s", thermal.tau_sink_s);
+  thermal.tau_die_s = physical(reader, origin, "tau_die_s", 1e-9, 1e9, thermal.tau_die_s);
+  thermal.tau_sink_s = physical(reader, origin, "tau_sink_s", 1e-9, 1e9, thermal.tau_sink_s);
   thermal.slowdown_c = bounded(reader, origin, "slowdown_c", thermal.slowdown_c, 0, 200);
   thermal.slowdown_mhz_per_c =
       bounded(reader, origin, "slowdown_mhz_per_c", thermal.slowdown_mhz_per_c, 0, 1e4);
@@ -159,13 +163,13 @@ GpuSpec parse_gpu(const nlohmann::json& object, const std::string& origin) {
        "clock_power_exponent", "active_power_w", "efficiency", "thermal", "power_control"});
   GpuSpec gpu;
   gpu.name = reader.get_string("name");
-  gpu.peak_bf16_flops = positive(reader, origin, "peak_bf16_tflops") * kTera;
+  gpu.peak_bf16_flops = physical(reader, origin, "peak_bf16_tflops", 0.01, 1e7) * kTera;
   gpu.peak_fp32_flops =
-      positive(reader, origin, "peak_fp32_tflops", gpu.peak_bf16_flops / kTera / 16) * kTera;
-  gpu.hbm_bandwidth_bytes_per_s = positive(reader, origin, "hbm_bandwidth_gb_s") * kGiga;
-  gpu.memory_bytes = positive(reader, origin, "memory_gib") * 1024.0 * 1024.0 * 1024.0;
-  gpu.power_limit_w = positive(reader, origin, "power_limit_w");
-  gpu.idle_power_w = positive(reader, origin, "idle_power_w");
+      physical(reader, origin, "peak_fp32_tflops", 1e-3, 1e7, gpu.peak_bf16_flops / kTera / 16) * kTera;
+  gpu.hbm_bandwidth_bytes_per_s = physical(reader, origin, "hbm_bandwidth_gb_s", 1, 1e12) * kGiga;
+  gpu.memory_bytes = physical(reader, origin, "memory_gib", 0.01, 1e5) * 1024.0 * 1024.0 * 1024.0;
+  gpu.power_limit_w = physical(reader, origin, "power_limit_w", 1, 1e5);
+  gpu.idle_power_w = physical(reader, origin, "idle_power_w", 0.01, 1e5);
   require_input(gpu.idle_power_w < gpu.power_limit_w,
                 fmt::format("{}: idle_power_w ({}) must be below power_limit_w ({})", origin,
                             gpu.idle_power_w, gpu.power_limit_w));
@@ -176,12 +180,12 @@ GpuSpec parse_gpu(const nlohmann::json& object, const std::string& origin) {
                 fmt::format("{}: idle_power_w + wait_power_w ({} W) must not exceed power_limit_w ({} W): a "
                             "waiting GPU draws less than the cap",
                             origin, gpu.idle_power_w + gpu.wait_power_w, gpu.power_limit_w));
-  gpu.max_sm_mhz = positive(reader, origin, "max_sm_mhz");
-  gpu.min_sm_mhz = positive(reader, origin, "min_sm_mhz", gpu.max_sm_mhz / 4);
+  gpu.max_sm_mhz = physical(reader, origin, "max_sm_mhz", 10, 1e5);
+  gpu.min_sm_mhz = physical(reader, origin, "min_sm_mhz", 1, 1e5, gpu.max_sm_mhz / 4);
   require_input(
       gpu.min_sm_mhz <= gpu.max_sm_mhz,
       fmt::format("{}: min_sm_mhz ({}) must be <= max_sm_mhz ({})", origin, gpu.min_sm_mhz, gpu.max_sm_mhz));
-  gpu.clock_step_mhz = positive(reader, origin, "clock_step_mhz", 15);
+  gpu.clock_step_mhz = physical(reader, origin, "clock_step_mhz", 1, 1e4, 15);
   gpu.clock_power_exponent = bounded(reader, origin, "clock_power_exponent", 1.25, 0.5, 4.0);
   const auto& power = section(object, origin, "active_power_w", true);
   ConfigReader power_reader(power, origin + ": active_power_w");
@@ -209,9 +213,9 @@ NodeSpec parse_node(const nlohmann::json& object, const std::string& origin) {
                               "inlet_c", "slot_inlet_offset_c", "slot_r_scale"});
   NodeSpec node;
   node.gpus = integer_in(reader, origin, "gpus", std::nullopt, 1, 64);  // GPUs per node
-  node.nvlink_bandwidth_bytes_per_s = positive(reader, origin, "nvlink_bandwidth_gb_s") * kGiga;
+  node.nvlink_bandwidth_bytes_per_s = physical(reader, origin, "nvlink_bandwidth_gb_s", 0.01, 1e12) * kGiga;
   node.nvlink_latency_s = bounded(reader, origin, "nvlink_latency_us", 3, 0, 1e4) * kMicro;
-  node.pcie_bandwidth_bytes_per_s = positive(reader, origin, "pcie_bandwidth_gb_s", 64) * kGiga;
+  node.pcie_bandwidth_bytes_per_s = physical(reader, origin, "pcie_bandwidth_gb_s", 0.01, 1e12, 64) * kGiga;
   node.inlet_c = bounded(reader, origin, "inlet_c", 25, -20, 80);
   node.slot_inlet_offset_c = number_list(object, origin, "slot_inlet_offset_c", node.gpus);
   node.slot_r_scale = number_list(object, origin, "slot_r_scale", node.gpus);
@@ -227,7 +231,8 @@ NetworkSpec parse_network(const nlohmann::json& object, const std::string& origi
                               "nodes_per_leaf", "oversubscription"});
   NetworkSpec network;
   network.nics_per_node = integer_in(reader, origin, "nics_per_node", std::nullopt, 1, 1024);
-  network.nic_bandwidth_bytes_per_s = positive(reader, origin, "nic_bandwidth_gbit_s") * kGiga / 8.0;
+  network.nic_bandwidth_bytes_per_s =
+      physical(reader, origin, "nic_bandwidth_gbit_s", 0.01, 1e13) * kGiga / 8.0;
   network.latency_s = bounded(reader, origin, "latency_us", 5, 0, 1e5) * kMicro;
   network.topology = reader.get_string("topology", network.topology);
   require_input(

@@ -97,7 +97,14 @@ struct GpuState {
 void validate_options(const graph::Graph& graph, const SimOptions& options) {
   const int world = graph.world_size();
   require_input(world >= 1, "the graph has no ranks; give a layout with at least one GPU");
-  require_input(options.steps >= 1, fmt::format("--steps {} must be >= 1", options.steps));
+  require_input(options.steps >= 1 && options.steps <= kMaxSimSteps,
+                fmt::format("--steps {} must be in [1, {}]", options.steps, kMaxSimSteps));
+  const int64_t gpu_steps = int64_t{world} * options.steps;
+  require_input(
+      gpu_steps <= kMaxSimGpuSteps,
+      fmt::format("--steps {} on {} GPUs is {} GPU-steps, beyond the {} one simulation keeps; simulate "
+                  "fewer steps (temperatures settle within a few hundred)",
+                  options.steps, world, gpu_steps, kMaxSimGpuSteps));
   require_input(options.warmup_steps >= 0 && options.warmup_steps < options.steps,
                 fmt::format("--warmup {} must be in [0, --steps {}): warm-up steps are part of --steps",
                             options.warmup_steps, options.steps));

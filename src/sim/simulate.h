@@ -39,6 +39,11 @@ struct SimOptions {
   std::function<void(int, int)> progress;
 };
 
+/// Most steps one simulation takes (a limit on the work an input can ask for, checked before any step).
+inline constexpr int kMaxSimSteps = 100'000;
+/// Most GPU-steps (GPUs x steps) one simulation keeps per-step figures for (~28 bytes each).
+inline constexpr int64_t kMaxSimGpuSteps = 10'000'000;
+
 /// Per-GPU outcome over all steps.
 struct GpuResult {
   int rank = 0;                     ///< global rank

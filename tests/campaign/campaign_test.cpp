@@ -333,6 +333,43 @@ TEST(CampaignSweep, BadAxisValueExits2NamingTheKey) {
 
 // A point whose child fails is recorded as failed with the child's error and the sweep goes on: the child
 // here is /bin/sh, which fails on every point's arguments ("sim ...": no such script) with its own message.
+TEST(CampaignSpec, NameIsAFolderNameAndStepsAreBounded) {
+  const std::string body = "model: tiny-dense\ncluster: h100-hgx\ngpus: 4\naxes: {mbs: [1]}\n";
+  for (const char* name : {"../../x", "/tmp/x", "a/b", ".hidden", "..", "a b"}) {
+    EXPECT_THROW(spec_from(std::string("name: \"") + name + "\"\n" + body), InputError) << name;
+  }
+  EXPECT_EQ(spec_from("name: study-1_v2.0\n" + body).name, "study-1_v2.0");
+  EXPECT_THROW(spec_from("steps: 1000000000\n" + body), InputError);
+  EXPECT_EQ(spec_from("steps: 100000\n" + body).steps, 100000);
+}
+
+TEST(CampaignSweep, ADamagedIndexIsNotSilentlyRerunOnResume) {
+  const fs::path dir = fresh_dir("damaged-index");
+  const Spec spec = spec_from("model: tiny-dense\ncluster: h100-hgx\ngpus: 4\naxes:\n  mbs: [1, 2]\n");
+  RunOptions options;
+  options.out_dir = dir;
+  options.calo_bin = "/bin/sh";
+  run_campaign(spec, options);
+  std::string text;
+  {
+    std::ifstream in(dir / "campaign.json");
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    text = buffer.str();
+  }
+  std::ofstream(dir / "campaign.json") << text.substr(0, text.size() / 2);  // cut, as by a full disk
+  options.resume = true;
+  try {
+    run_campaign(spec, options);
+    FAIL() << "a damaged index was resumed";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("--adopt"), std::string::npos) << error.what();
+  }
+  options.adopt = true;  // with --adopt the points' own files say what is done
+  EXPECT_EQ(run_campaign(spec, options)["points"].size(), 2u);
+  fs::remove_all(dir);
+}
+
 TEST(CampaignSweep, FailedPointRecordsItsErrorAndTheSweepGoesOn) {
   const fs::path dir = fresh_dir("failed");
   const Spec spec =

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -100,6 +101,56 @@ TEST(Config, UnknownPresetListsAvailableOnes) {
 TEST(Config, MissingFileIsNamed) {
   EXPECT_THROW(load_config_file("/nonexistent/x.yaml"), InputError);
   EXPECT_THROW(load_preset_or_file("models", "/nonexistent/x.yaml"), InputError);
+}
+
+// Expects parse_yaml(text) to fail with a message holding `part`.
+void expect_refused(const std::string& text, const std::string& part) {
+  try {
+    parse_yaml(text, "x.yaml");
+    FAIL() << "accepted: " << text.substr(0, 80);
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find(part), std::string::npos) << error.what();
+  }
+}
+
+TEST(Config, NestedAliasesDuplicateKeysAndDeepNestingAreRefused) {
+  // Ten levels of nine aliases each stand for 9^10 values in 600 bytes (once: no end, gigabytes).
+  std::string laughs = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n";
+  for (int level = 1; level < 10; ++level) {
+    std::string alias = "*a" + std::to_string(level - 1);
+    laughs += "a" + std::to_string(level) + ": &a" + std::to_string(level) + " [" + alias;
+    for (int copy = 1; copy < 9; ++copy) laughs += ", " + alias;
+    laughs += "]\n";
+  }
+  expect_refused(laughs, "expands to more than 2000000 values");
+  EXPECT_EQ(parse_yaml("a: &a [1, 2]\nb: *a\n", "x.yaml")["b"], nlohmann::json({1, 2}));  // plain use works
+  expect_refused("name: a\nlayers: 4\nname: b\n", "key 'name' appears twice in one mapping (line 3)");
+  expect_refused(std::string(200, '[') + std::string(200, ']'), "nested more than 128 levels");
+}
+
+TEST(Config, AnUnclosedQuoteIsNamedWhenItSwallowsARequiredKey) {
+  const nlohmann::json object = parse_yaml("name: \"tiny\nnum_layers: 4\n", "m.yaml");
+  ConfigReader reader(object, "m.yaml");
+  try {
+    reader.get_int("num_layers");
+    FAIL() << "num_layers found";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("close the quote that opens the value of 'name'"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(Config, ADirectoryOrPipeGivenAsAFileIsNamedAsSuch) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "calo-config-dir-test";
+  std::filesystem::create_directories(dir);
+  try {
+    load_preset_or_file("models", dir.string());
+    FAIL() << "a directory was read";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("is a directory"), std::string::npos) << error.what();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ConfigReader, TypeErrorsAndUnknownKeysNameTheKey) {

@@ -18,9 +18,12 @@ inline std::string text_of(const uint8_t* data, std::size_t size) {
   return std::string(reinterpret_cast<const char*>(data), size);
 }
 
-/// Model YAML loader: core::parse_yaml then model::parse_model_spec (and its JSON round trip).
+/// Model YAML loader: core::parse_yaml then model::parse_model_spec (and its JSON round trip), then the graph
+/// of one GPU (so slow or huge graphs are findings too).
 int model_yaml(const uint8_t* data, std::size_t size);
-/// Cluster YAML loader: core::parse_yaml then sim::parse_cluster (and its JSON round trip).
+/// Cluster YAML loader: core::parse_yaml then sim::parse_cluster (and its JSON round trip), then one
+/// simulated step of tiny-dense on two of its GPUs (so clusters that make the simulation slow are findings
+/// too).
 int cluster_yaml(const uint8_t* data, std::size_t size);
 /// Kineto trace ingestion: analyze::parse_kineto_json on JSON or gzip-compressed JSON bytes.
 int kineto_trace(const uint8_t* data, std::size_t size);

@@ -1,0 +1,149 @@
+// Hostile inputs (tests/fuzz/regressions/, tests/fixtures/hostile/): each small file once made a command run
+// without end, take gigabytes or write where it should not. Each case runs the real binary under the issue's
+// bounds — 60 s and 2 GB of resident memory, measured by wait4 — and must end with exit 2 and a message
+// naming the input.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr double kMaxSeconds = 60;
+constexpr long kMaxResidentKib = 2L * 1024 * 1024;
+
+const std::filesystem::path kTests = std::filesystem::path(CALO_SOURCE_DIR) / "tests";
+
+/// How one bounded run of `calo` ended.
+struct BoundedOutcome {
+  int exit_code = -1;         ///< -1 when killed (by the deadline or a signal)
+  std::string output;         ///< stdout + stderr
+  double seconds = 0;         ///< wall time
+  long max_resident_kib = 0;  ///< peak resident set (ru_maxrss)
+};
+
+/// Runs CALO_EXECUTABLE `args` in `cwd`, killed at kMaxSeconds.
+BoundedOutcome run_bounded(const std::vector<std::string>& args, const std::filesystem::path& cwd) {
+  const std::filesystem::path log = cwd / "calo-output.txt";
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t child = fork();
+  if (child == 0) {
+    if (chdir(cwd.c_str()) != 0) _exit(127);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    std::vector<std::string> argv_text = {CALO_EXECUTABLE};
+    argv_text.insert(argv_text.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& text : argv_text) argv.push_back(text.data());
+    argv.push_back(nullptr);
+    execv(CALO_EXECUTABLE, argv.data());
+    _exit(127);
+  }
+  BoundedOutcome outcome;
+  int status = 0;
+  rusage usage{};
+  while (wait4(child, &status, WNOHANG, &usage) == 0) {
+    if (std::chrono::steady_clock::now() - start > std::chrono::duration<double>(kMaxSeconds)) {
+      kill(child, SIGKILL);
+      wait4(child, &status, 0, &usage);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  outcome.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  outcome.max_resident_kib = usage.ru_maxrss;
+  std::ifstream text(log);
+  std::stringstream buffer;
+  buffer << text.rdbuf();
+  outcome.output = buffer.str();
+  return outcome;
+}
+
+/// One hostile invocation ({} in an argument is the tests folder) and the text its error must contain.
+struct Hostile {
+  std::vector<std::string> args;
+  std::string message;
+};
+
+void PrintTo(const Hostile& hostile, std::ostream* out) {
+  for (const auto& arg : hostile.args) *out << arg << ' ';
+}
+
+class HostileInputs : public testing::TestWithParam<Hostile> {};
+
+TEST_P(HostileInputs, EndWithExit2WithinTheWorkBounds) {
+  const std::filesystem::path cwd =
+      std::filesystem::temp_directory_path() / ("calo-hostile-" + std::to_string(getpid()));
+  std::filesystem::remove_all(cwd);
+  std::filesystem::create_directories(cwd / "a" / "b");
+  std::vector<std::string> args;
+  for (std::string arg : GetParam().args) {
+    if (const auto at = arg.find("{}"); at != std::string::npos) arg.replace(at, 2, kTests.string());
+    args.push_back(arg);
+  }
+  const BoundedOutcome outcome = run_bounded(args, cwd / "a" / "b");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_NE(outcome.output.find(GetParam().message), std::string::npos) << outcome.output;
+  EXPECT_LT(outcome.seconds, kMaxSeconds);
+  EXPECT_LT(outcome.max_resident_kib, kMaxResidentKib);
+  // Nothing written outside the working folder (a campaign named ../../x used to land two levels up).
+  EXPECT_FALSE(std::filesystem::exists(cwd / "x"));
+  EXPECT_FALSE(std::filesystem::exists(cwd / "a" / "b" / "campaigns"));
+  std::filesystem::remove_all(cwd);
+}
+
+const std::vector<std::string> kSim = {"sim", "--cluster", "h100-hgx", "--gpus", "1", "--no-store"};
+
+std::vector<std::string> sim_with(std::vector<std::string> extra) {
+  std::vector<std::string> args = kSim;
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Files, HostileInputs,
+    testing::Values(
+        Hostile{sim_with({"--model", "{}/fuzz/regressions/model_yaml/model-nested-aliases.yaml"}),
+                "expands to more than"},
+        Hostile{sim_with({"--model", "{}/fuzz/regressions/model_yaml/model-ten-million-layers.yaml"}),
+                "'num_layers' = 10000000 is beyond"},
+        Hostile{sim_with({"--model", "{}/fuzz/regressions/model_yaml/model-duplicate-key.yaml"}),
+                "key 'num_layers' appears twice"},
+        Hostile{sim_with({"--model", "{}/fuzz/regressions/model_yaml/model-unclosed-quote.yaml"}),
+                "close the quote"},
+        Hostile{sim_with({"--model", "{}/fixtures/hostile"}), "is a directory"},
+        Hostile{{"sim", "--model", "tiny-dense", "--cluster",
+                 "{}/fuzz/regressions/cluster_yaml/cluster-tiny-tflops.yaml", "--gpus", "1", "--no-store"},
+                "'peak_bf16_tflops' = 1e-12 is outside"},
+        Hostile{sim_with({"--model", "tiny-dense", "--steps", "1000000000"}),
+                "--steps 1000000000 must be in"},
+        Hostile{{"sim", "--model", "tiny-dense", "--cluster", "h100-hgx", "--gpus", "4096", "--steps",
+                 "50000", "--no-store"},
+                "GPU-steps"},
+        Hostile{{"sweep", "{}/fuzz/regressions/campaign_spec/sweep-billion-steps.yaml"},
+                "'steps' = 1000000000 is beyond"},
+        Hostile{{"sweep", "{}/fuzz/regressions/campaign_spec/sweep-name-is-a-path.yaml"},
+                "must be a plain name"},
+        Hostile{{"ingest", "{}/fixtures/hostile/trace-gzip-bomb.json.gz", "--out", "bomb"},
+                "inflates to more than 1024 MiB"},
+        Hostile{{"ingest", "{}/fuzz/regressions/kineto_trace/trace-rank-x.json", "--out", "x"},
+                "distributedInfo.rank is 'x'"},
+        Hostile{{"ingest", "{}/fuzz/regressions/kineto_trace/trace-rank-negative.json", "--out", "x"},
+                "distributedInfo.rank is '-1'"},
+        Hostile{{"ingest", "{}/fuzz/regressions/kineto_trace/trace-rank-huge.json", "--out", "x"},
+                "distributedInfo.rank is '1e30'"}));
+
+}  // namespace

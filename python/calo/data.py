@@ -7,6 +7,7 @@ Metric names carry their unit (``power_instant_w``); the unit is also a column (
 import json
 import os
 import sqlite3
+import urllib.parse
 
 import pandas as pd
 
@@ -41,12 +42,22 @@ class Run:
     def __init__(self, path):
         self.db_path = _db_path(path)
         self.path = os.path.dirname(os.path.abspath(self.db_path))
-        # Read-write without create, as calo's own reader: SQLite can then recover a crashed writer's WAL.
-        self._connection = sqlite3.connect(f"file:{self.db_path}?mode=rw", uri=True)
+        # Read-only: reading never needs write access (a crashed writer's WAL is read as it is). The path is
+        # percent-encoded: in a bare file: URI, "run#1/run.db" opened "run" (and created it).
+        uri = "file:" + urllib.parse.quote(os.path.abspath(self.db_path)) + "?mode=ro"
+        try:
+            self._connection = sqlite3.connect(uri, uri=True)
+        except sqlite3.Error as error:
+            raise ValueError(f"{self.db_path}: cannot open the run database ({error})") from error
         self._cache = {}
-        row = self._connection.execute(
-            "SELECT kind, name, command, config_json, host, started_ns, ended_ns, wall_offset_ns, version "
-            "FROM run WHERE id = 1").fetchone()
+        try:
+            row = self._connection.execute(
+                "SELECT kind, name, command, config_json, host, started_ns, ended_ns, wall_offset_ns, version "
+                "FROM run WHERE id = 1").fetchone()
+        except sqlite3.Error as error:
+            self._connection.close()
+            raise ValueError(f"{self.db_path}: not a readable calo run database ({error}); "
+                             "pass a directory written by calo") from error
         if row is None:
             raise ValueError(f"{self.db_path} holds no run row; it was not written by calo")
         keys = ["kind", "name", "command", "config_json", "host", "started_ns", "ended_ns", "wall_offset_ns",
@@ -64,8 +75,14 @@ class Run:
         self._connection.close()
 
     def sql(self, query, params=()):
-        """Any SQL query on run.db as a DataFrame."""
-        return pd.read_sql_query(query, self._connection, params=params)
+        """Any SQL query on run.db as a DataFrame; ValueError naming the file if the database is damaged."""
+        try:
+            return pd.read_sql_query(query, self._connection, params=params)
+        except Exception as error:  # pandas wraps sqlite3's error in its own DatabaseError
+            if not isinstance(error.__cause__ or error, sqlite3.DatabaseError):
+                raise
+            raise ValueError(f"{self.db_path}: reading failed ({error.__cause__ or error}); the run database "
+                             "is damaged") from error
 
     def _cached(self, key, build):
         if key not in self._cache:

@@ -205,6 +205,26 @@ class OutsideCaloRecord(unittest.TestCase):
         with self.assertRaisesRegex(FileNotFoundError, "is not a run"):
             calo.load_run("/nonexistent/run")
 
+    def test_load_run_reads_a_folder_named_with_uri_characters_without_writing(self):
+        with tempfile.TemporaryDirectory(prefix="calo-py-") as parent:
+            odd = os.path.join(parent, "run#1?x")
+            self.assertEqual(record(odd, 2, 0.01).returncode, 0)
+            os.chmod(os.path.join(odd, "run.db"), 0o444)  # reading needs no write access
+            before = sorted(os.listdir(parent))
+            run = calo.load_run(odd)
+            self.assertGreater(len(run.steps), 0)
+            run.close()
+            self.assertEqual(sorted(os.listdir(parent)), before)  # no file "run" made beside it
+
+    def test_load_run_names_the_file_of_a_damaged_run(self):
+        with tempfile.TemporaryDirectory(prefix="calo-py-") as parent:
+            damaged = os.path.join(parent, "damaged")
+            os.makedirs(damaged)
+            with open(os.path.join(damaged, "run.db"), "wb") as file:
+                file.write(b"SQLite format 3\0" + b"\x55" * 8192)
+            with self.assertRaisesRegex(ValueError, "damaged/run.db"):
+                calo.load_run(damaged)
+
 
 if __name__ == "__main__":
     unittest.main()

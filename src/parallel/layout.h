@@ -1,6 +1,7 @@
 // Parallel layout of one training job: how ranks split the model and the batch, and which optimizations run.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -20,6 +21,12 @@ enum class AttentionImpl { kFused, kUnfused };
 /// attention steps (TransformerEngine's default), or one all-gather of K/V before attention and a
 /// reduce-scatter of dK/dV after its backward (as Llama 3 trained).
 enum class CpComm { kP2p, kAllGather };
+
+/// Most GPUs one layout may span: a limit on the work an input can ask for (--gpus 1e8 took 9 GB and
+/// minutes).
+inline constexpr int64_t kMaxWorldSize = int64_t{1} << 20;
+/// Most micro-batches per step (the graph holds a run of ops for each; --gbs 1e8 on 8 GPUs took 10 GB).
+inline constexpr int kMaxMicrobatches = 1 << 14;
 
 /// A parallel layout. world = tp * cp * pp * dp; ep divides dp (expert parallel is carved out of data
 /// parallel, as in Megatron-LM); ranks are ordered tp-cp-ep-dp-pp (tp fastest). Context parallel (cp) splits

@@ -59,6 +59,11 @@ void check_sizes(const Layout& layout) {
     require_input(rule.value >= 1, fmt::format("{}={} is not a valid {}: sizes must be >= 1; try {}=1",
                                                rule.name, rule.value, rule.meaning, rule.name));
   }
+  const int64_t world = int64_t{layout.tp} * layout.cp * layout.pp * layout.dp;
+  require_input(world <= kMaxWorldSize,
+                fmt::format("tp × cp × pp × dp = {} GPUs is beyond the {} one layout may have (the largest "
+                            "clusters have ~10^5); give fewer --gpus",
+                            world, kMaxWorldSize));
   require_input(layout.global_batch >= 0,
                 fmt::format("global batch {} is negative; give a positive number of sequences, or 0 for "
                             "micro-batch × dp = {}",
@@ -157,10 +162,11 @@ void check_context_parallel(const model::ModelSpec& model, const Layout& layout)
                 fmt::format("cp={} needs the fused attention core (context parallelism runs flash-attention "
                             "chunks against each K/V block); use --attention fused or --cp 1",
                             layout.cp));
-  require_input(!layout.hybrid_sharding(),
-                fmt::format("cp={} with hybrid sharding (--fsdp-shard-group {}) is not modelled (parameters "
-                            "would shard over part of the dp-cp group); drop --fsdp-shard-group or use --cp 1",
-                            layout.cp, layout.fsdp_shard_size));
+  require_input(
+      !layout.hybrid_sharding(),
+      fmt::format("cp={} with hybrid sharding (--fsdp-shard-group {}) is not modelled (parameters "
+                  "would shard over part of the dp-cp group); drop --fsdp-shard-group or use --cp 1",
+                  layout.cp, layout.fsdp_shard_size));
 }
 
 void check_pipeline(const model::ModelSpec& model, Layout& layout) {
@@ -245,6 +251,11 @@ void check_batch(Layout& layout) {
                 fmt::format("global batch {} is not a multiple of micro-batch × dp = {} × {} = {}; {}",
                             layout.global_batch, layout.micro_batch, layout.dp, sequences_per_step,
                             nearby_multiples(layout.global_batch, sequences_per_step)));
+  require_input(
+      layout.num_microbatches() <= kMaxMicrobatches,
+      fmt::format("global batch {} / (micro-batch × dp = {}) is {} micro-batches per step, beyond the {} "
+                  "one step may have (each is a run of ops in the graph); raise --mbs or lower --gbs",
+                  layout.global_batch, sequences_per_step, layout.num_microbatches(), kMaxMicrobatches));
   if (layout.schedule == Schedule::kInterleaved) {
     const int microbatches = layout.num_microbatches();
     require_input(

@@ -133,6 +133,12 @@ INSTANTIATE_TEST_SUITE_P(
         Hostile{{"sim", "--model", "tiny-dense", "--cluster", "h100-hgx", "--gpus", "4096", "--steps",
                  "50000", "--no-store"},
                 "GPU-steps"},
+        Hostile{
+            {"sim", "--model", "tiny-dense", "--cluster", "h100-hgx", "--gpus", "100000000", "--no-store"},
+            "GPUs is beyond the 1048576"},
+        Hostile{{"sim", "--model", "tiny-dense", "--cluster", "h100-hgx", "--gpus", "8", "--gbs", "100000000",
+                 "--no-store"},
+                "micro-batches per step, beyond the 16384"},
         Hostile{{"sweep", "{}/fuzz/regressions/campaign_spec/sweep-billion-steps.yaml"},
                 "'steps' = 1000000000 is beyond"},
         Hostile{{"sweep", "{}/fuzz/regressions/campaign_spec/sweep-name-is-a-path.yaml"},

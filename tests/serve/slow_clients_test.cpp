@@ -17,58 +17,16 @@
 #include <thread>
 #include <vector>
 
+#include "loopback_client.h"
 #include "serve/http_server.h"
 
 namespace calo::serve {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// A connected loopback socket, or -1.
-int connect_to(uint16_t port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(port);
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// Seconds from connecting to the end of the answer of one GET /metrics, or a negative value on failure.
-double scrape_s(uint16_t port, std::string* reply) {
-  const Clock::time_point start = Clock::now();
-  const int fd = connect_to(port);
-  if (fd < 0) return -1;
-  const std::string request = "GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n";
-  if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) {
-    close(fd);
-    return -1;
-  }
-  char buffer[4096];
-  while (true) {
-    pollfd watch{fd, POLLIN, 0};
-    if (poll(&watch, 1, 5000) <= 0) break;  // the test's own bound: no answer within 5 s is a failure
-    const ssize_t size = recv(fd, buffer, sizeof(buffer), 0);
-    if (size <= 0) break;
-    reply->append(buffer, static_cast<size_t>(size));
-  }
-  close(fd);
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// Lets this process hold `needed` descriptors (the soft limit is often 1024).
-bool allow_descriptors(rlim_t needed) {
-  rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return false;
-  if (limit.rlim_cur >= needed) return true;
-  if (limit.rlim_max < needed) return false;
-  limit.rlim_cur = needed;
-  return setrlimit(RLIMIT_NOFILE, &limit) == 0;
-}
+using testing::allow_descriptors;
+using testing::connect_to;
+using testing::scrape_s;
 
 HttpResponse metrics() {
   return {"text/plain", "calo_up 1\n# EOF\n"};

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "../common/damage.h"
 #include "../common/run_calo.h"
 #include "core/error.h"
 #include "report/export.h"
@@ -219,15 +220,6 @@ TEST(Svg, TicksOfARangeFarFromZeroAreFewOrNone) {
   EXPECT_TRUE(nice_ticks(0, std::numeric_limits<double>::infinity(), 8).empty());
 }
 
-// Overwrites the second half of a run's database with garbage: reading its samples fails half-way.
-void damage_second_half(const std::filesystem::path& run_dir) {
-  const std::filesystem::path db = run_dir / "run.db";
-  const auto size = std::filesystem::file_size(db);
-  std::fstream file(db, std::ios::in | std::ios::out | std::ios::binary);
-  file.seekp(static_cast<std::streamoff>(size / 2));
-  for (auto at = size / 2; at < size; ++at) file.put(static_cast<char>(0x55));
-}
-
 TEST(HtmlReport, AKilledRunIsSaidToBeInterrupted) {
   calo::testing::TempDir dir("interrupted");
   calo::testing::write_synthetic_run(dir.path / "run", store::RunKind::kRecord, 1.0, true);
@@ -246,7 +238,7 @@ TEST(HtmlReport, AKilledRunIsSaidToBeInterrupted) {
 TEST(Export, ADamagedStoreLeavesNoPartialOutput) {
   calo::testing::TempDir dir("export-damaged");
   calo::testing::write_synthetic_run(dir.path / "run", store::RunKind::kRecord, 1.0, true);
-  damage_second_half(dir.path / "run");
+  calo::testing::damage_second_half(dir.path / "run");
   EXPECT_ANY_THROW(export_perfetto(dir.path / "run", dir.path / "trace.json"));
   EXPECT_ANY_THROW(export_csv(dir.path / "run", dir.path / "csv"));
   std::vector<std::string> left;

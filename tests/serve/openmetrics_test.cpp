@@ -12,6 +12,7 @@
 
 #include "../store/temp_dir.h"
 #include "core/error.h"
+#include "loopback_client.h"
 #include "serve/http_server.h"
 #include "store/run_store.h"
 
@@ -136,15 +137,8 @@ TEST(ListenAddress, LoopbackUnlessAnAddressIsGiven) {
 
 // Sends `request` to 127.0.0.1:port and returns everything the server answers.
 std::string exchange(uint16_t port, const std::string& request) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(port);
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-    close(fd);
-    return "";
-  }
+  const int fd = testing::connect_to(port);
+  if (fd < 0) return "";
   [[maybe_unused]] const ssize_t sent = send(fd, request.data(), request.size(), MSG_NOSIGNAL);
   std::string reply;
   char buffer[4096];

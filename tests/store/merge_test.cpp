@@ -6,6 +6,7 @@
 
 #include <fstream>
 
+#include "../common/damage.h"
 #include "core/error.h"
 #include "store/run_store.h"
 #include "store/sqlite_db.h"
@@ -175,15 +176,6 @@ TEST(Merge, TheSameRunGivenTwiceInAnySpellingIsRefused) {
   }
 }
 
-// Overwrites the second half of a run's database with garbage, so reading its samples fails half-way.
-void damage_second_half(const std::filesystem::path& run_dir) {
-  const std::filesystem::path db = run_dir / "run.db";
-  const auto size = std::filesystem::file_size(db);
-  std::fstream file(db, std::ios::in | std::ios::out | std::ios::binary);
-  file.seekp(static_cast<std::streamoff>(size / 2));
-  for (auto at = size / 2; at < size; ++at) file.put(static_cast<char>(0x55));
-}
-
 TEST(Merge, ADamagedInputLeavesNoPartialRun) {
   TempDir temp;
   write_node_run(temp.path() / "n0", 0, 2, 0, {"power_instant_w"});
@@ -201,7 +193,7 @@ TEST(Merge, ADamagedInputLeavesNoPartialRun) {
     writer.append(samples);
     writer.finish(2);
   }
-  damage_second_half(temp.path() / "big");
+  calo::testing::damage_second_half(temp.path() / "big");
   EXPECT_ANY_THROW(merge_runs({temp.path() / "n0", temp.path() / "big"}, temp.path() / "merged"));
   EXPECT_FALSE(std::filesystem::exists(temp.path() / "merged"));
   std::filesystem::create_directory(temp.path() / "kept");  // a folder the user made stays, empty

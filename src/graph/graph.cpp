@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <map>
+#include <span>
 #include <utility>
 
 #include "core/error.h"
@@ -211,7 +213,12 @@ class ProgramBuilder {
   // ---- bookkeeping
   // --------------------------------------------------------------------------------------------
 
-  int add(Op op, const std::vector<std::int32_t>& deps) {
+  int add(Op op, std::initializer_list<std::int32_t> deps) {
+    return add(op, std::span<const std::int32_t>(deps.begin(), deps.size()));
+  }
+
+  /// Appends `op` waiting on `deps` (negative entries: no dependency); returns its index.
+  int add(Op op, std::span<const std::int32_t> deps) {
     op.dep_begin = static_cast<std::uint32_t>(program_.deps.size());
     for (std::int32_t dep : deps)
       if (dep >= 0) program_.deps.push_back(dep);
@@ -227,10 +234,10 @@ class ProgramBuilder {
   int compute(Op op) {
     op.stream = Stream::kCompute;
     op.phase = phase_;
-    std::vector<std::int32_t> deps = std::move(waits_);
+    // waits_ keeps its capacity from op to op: no allocation per compute op.
+    waits_.push_back(last_compute_);
+    last_compute_ = add(op, waits_);
     waits_.clear();
-    deps.push_back(last_compute_);
-    last_compute_ = add(op, deps);
     return last_compute_;
   }
 
@@ -1183,12 +1190,21 @@ Graph build_graph(const model::ModelSpec& model, const parallel::Layout& layout,
                      (options.expert_load_imbalance != 1.0 || routed % model.num_experts != 0);
   const int roles_per_stage = by_ep ? layout.ep : 1;
   graph.programs.resize(static_cast<std::size_t>(layout.pp) * roles_per_stage);
+  // Programs of a graph are about the same length: each reserves the first one's size (+1/8), so the op
+  // vectors of all but the first grow without copies (the planner builds thousands of graphs).
+  std::size_t first_ops = 0, first_deps = 0;
   for (int stage = 0; stage < layout.pp; ++stage) {
     for (int role = 0; role < roles_per_stage; ++role) {
       RankProgram& program = graph.programs[stage * roles_per_stage + role];
       program.stage = stage;
       program.ep_index = by_ep ? role : -1;
+      program.ops.reserve(first_ops + first_ops / 8);
+      program.deps.reserve(first_deps + first_deps / 8);
       ProgramBuilder(graph.model, graph.layout, graph.options, stage, program.ep_index, program).build();
+      if (first_ops == 0) {
+        first_ops = program.ops.size();
+        first_deps = program.deps.size();
+      }
     }
   }
   const int world = layout.world_size();

@@ -211,6 +211,17 @@ GroupPlacement place_group(const ClusterSpec& cluster, std::span<const std::int3
   return placement;
 }
 
+std::array<GroupPlacement, graph::kNumGroupKinds> rank_group_placements(const graph::Graph& graph,
+                                                                        const ClusterSpec& cluster,
+                                                                        int rank) {
+  std::array<GroupPlacement, graph::kNumGroupKinds> placements;
+  for (int kind = 0; kind < graph::kNumGroupKinds; ++kind) {
+    const int group_id = graph.group_id(rank, graph::GroupKind(kind));
+    if (group_id >= 0) placements[kind] = place_group(cluster, graph.groups[group_id].ranks);
+  }
+  return placements;
+}
+
 double bandwidth_efficiency(const CollectiveSpec& collective, double bytes) {
   return collective.bw_efficiency_max * bytes / (bytes + collective.bw_half_bytes);
 }

@@ -3,6 +3,7 @@
 // docs/SIMULATOR.md.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -50,6 +51,11 @@ struct GroupPlacement {
 
 /// Placement of the sorted global `ranks` of one group.
 GroupPlacement place_group(const ClusterSpec& cluster, std::span<const std::int32_t> ranks);
+
+/// Placement of each kind's group that global `rank` of `graph` belongs to, indexed by graph::GroupKind
+/// (a kind the rank has no group of keeps the default: one member on one node).
+std::array<GroupPlacement, graph::kNumGroupKinds> rank_group_placements(const graph::Graph& graph,
+                                                                        const ClusterSpec& cluster, int rank);
 
 /// Bandwidth efficiency of a transfer of `bytes`: bw_efficiency_max * bytes / (bytes + bw_half_bytes).
 double bandwidth_efficiency(const CollectiveSpec& collective, double bytes);

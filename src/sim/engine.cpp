@@ -100,15 +100,8 @@ const std::vector<double>& Engine::comm_costs(int program, int representative) {
   // The cost of every communication op depends only on the program and where the representative's groups and
   // peers sit; key the cache by that placement so ranks placed alike share one vector.
   std::string key = std::to_string(program);
-  GroupPlacement placements[graph::kNumGroupKinds];
-  for (int kind = 0; kind < graph::kNumGroupKinds; ++kind) {
-    const int group_id = graph_.group_id(representative, graph::GroupKind(kind));
-    if (group_id < 0) {
-      key += "|-";
-      continue;
-    }
-    placements[kind] = place_group(cluster_, graph_.groups[group_id].ranks);
-    const auto& placement = placements[kind];
+  const auto placements = rank_group_placements(graph_, cluster_, representative);
+  for (const GroupPlacement& placement : placements) {
     key += fmt::format("|{},{},{},{}", placement.size, placement.nodes, placement.per_node,
                        placement.cross_leaf);
   }

@@ -28,7 +28,9 @@ struct OpAtClock {
   bool compute_bound = false;  ///< its FLOP-bound part dominates (the clock sets its time)
 };
 
-OpAtClock op_at_clock(const GpuSpec& gpu, const TraceOp& op, double clock_mhz, double speed) {
+/// `power_factor` is clock_power_factor at `clock_mhz`, computed once per controller tick by the caller.
+OpAtClock op_at_clock(const GpuSpec& gpu, const TraceOp& op, double clock_mhz, double power_factor,
+                      double speed) {
   const ComputeCost& cost = *op.cost;
   const double stretch = gpu.max_sm_mhz / clock_mhz;
   const double nominal_s = cost.duration_s(stretch, 1.0);
@@ -37,8 +39,7 @@ OpAtClock op_at_clock(const GpuSpec& gpu, const TraceOp& op, double clock_mhz, d
   result.compute_bound = cost.compute_s * stretch >= cost.memory_s;
   const double ideal_s = std::max(cost.ideal_compute_s * stretch, cost.ideal_memory_s);
   const double utilization = nominal_s > 0 ? std::min(1.0, ideal_s / nominal_s) : 0.0;
-  result.power_w =
-      op.active_w * std::pow(clock_mhz / gpu.max_sm_mhz, gpu.clock_power_exponent) * utilization * speed;
+  result.power_w = op.active_w * power_factor * utilization * speed;
   return result;
 }
 
@@ -68,13 +69,14 @@ class ControllerPass {
     while (op_index < ops_.size() || t_s < request_.iteration_s - 1e-12) {
       const double tick_end_s = t_s + tick_s_;
       const double applied_mhz = clock_bin_mhz(gpu_, controller_.clock_mhz());
+      const double power_factor = clock_power_factor(gpu_, applied_mhz / gpu_.max_sm_mhz);
       double tick_energy_j = 0;
       double tick_t_s = t_s;
       while (tick_t_s < tick_end_s - 1e-15) {
         double slice_s = tick_end_s - tick_t_s;
         double power_w = base_w;
         if (op_index < ops_.size()) {
-          const OpAtClock now = op_at_clock(gpu_, ops_[op_index], applied_mhz, request_.speed);
+          const OpAtClock now = op_at_clock(gpu_, ops_[op_index], applied_mhz, power_factor, request_.speed);
           const double left_s = remaining * now.duration_s;
           slice_s = std::min(slice_s, left_s);
           power_w += now.power_w;

@@ -5,9 +5,17 @@
 
 namespace calo::sim {
 
+double clock_power_factor(const GpuSpec& gpu, double clock_ratio) {
+  return std::pow(clock_ratio, gpu.clock_power_exponent);
+}
+
+double active_power_at_factor_w(const GpuSpec& gpu, PowerClass power_class, double power_factor,
+                                double utilization) {
+  return gpu.active_power_w[static_cast<int>(power_class)] * power_factor * utilization;
+}
+
 double active_power_w(const GpuSpec& gpu, PowerClass power_class, double clock_ratio, double utilization) {
-  return gpu.active_power_w[static_cast<int>(power_class)] * std::pow(clock_ratio, gpu.clock_power_exponent) *
-         utilization;
+  return active_power_at_factor_w(gpu, power_class, clock_power_factor(gpu, clock_ratio), utilization);
 }
 
 double mean_wait_power_w(const GpuSpec& gpu, int episodes, double wait_s) {
@@ -28,6 +36,7 @@ const ProgramAtClock& ProgramPower::at_clock(double clock_mhz) {
   if (found != memo_.end()) return found->second;
   const double ratio = clock_mhz / gpu_.max_sm_mhz;
   const double stretch = 1.0 / ratio;
+  const double power_factor = clock_power_factor(gpu_, ratio);
   ProgramAtClock summary;
   double peak_active_w = 0;
   for (const ComputeCost& cost : costs_) {
@@ -37,7 +46,7 @@ const ProgramAtClock& ProgramPower::at_clock(double clock_mhz) {
     // Utilization of the bound resource: ideal time at this clock over the actual time.
     const double ideal_s = std::max(cost.ideal_compute_s * stretch, cost.ideal_memory_s);
     const double utilization = std::min(1.0, ideal_s / duration_s);
-    const double power_w = active_power_w(gpu_, cost.power_class, ratio, utilization);
+    const double power_w = active_power_at_factor_w(gpu_, cost.power_class, power_factor, utilization);
     summary.busy_s += duration_s;
     summary.active_energy_j += power_w * duration_s;
     peak_active_w = std::max(peak_active_w, power_w);

@@ -15,6 +15,14 @@ namespace calo::sim {
 /// `utilization` of its bound resource: active_power_w[class] * clock_ratio^exponent * utilization.
 double active_power_w(const GpuSpec& gpu, PowerClass power_class, double clock_ratio, double utilization);
 
+/// clock_ratio^clock_power_exponent: the factor active power scales by at clock ratio f / f_max.
+double clock_power_factor(const GpuSpec& gpu, double clock_ratio);
+
+/// active_power_w with the clock's factor already taken (`power_factor` = clock_power_factor): for loops over
+/// many ops at one clock.
+double active_power_at_factor_w(const GpuSpec& gpu, PowerClass power_class, double power_factor,
+                                double utilization);
+
 /// Mean power above idle of a GPU over `wait_s` of waiting in `episodes` waits of equal length L: each decays
 /// from wait_power_w with time constant τ = wait_power_decay_s, W·(τ/L)·(1 − e^(−L/τ)); W where τ = 0.
 double mean_wait_power_w(const GpuSpec& gpu, int episodes, double wait_s);

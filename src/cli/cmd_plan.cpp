@@ -1,9 +1,11 @@
 // `calo plan --model M --cluster C --gpus N --gbs B [--seq S] [--objective throughput|energy|pareto]
-// [--power-budget-w W] [--max-peak-power-w W] [--top K] [--json]`: searches the layout space through the
-// simulator and prints the ranking, the Pareto front and the flags to paste (docs/PLANNER.md).
+// [--power-budget-w W] [--max-peak-power-w W] [--top K] [--json] [layout constraints: --tp 4 --mbs 1,2 ...]`:
+// searches the layout space through the simulator and prints the ranking, the Pareto front and the flags to
+// paste (docs/PLANNER.md).
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -18,6 +20,7 @@
 #include "plan/partition.h"
 #include "plan/power_plan.h"
 #include "plan/search.h"
+#include "sim/cluster_trust.h"
 #include "sim/cost_model.h"
 
 namespace calo::cli {
@@ -40,7 +43,59 @@ struct PlanFlags {
   bool show_all = false;
   bool no_prune = false;
   bool progress = false;
+  bool quiet = false;
+  // Layout constraints: the same flags as calo sim's, each taking one value or a comma-separated list.
+  std::vector<int> tp, cp, pp, dp, ep, vpp, micro_batch, zero_stage;
+  std::vector<std::string> schedule, recompute;
+  bool overlap = false;
+  bool no_overlap = false;
 };
+
+/// The layout constraints the flags give (InputError naming the flag for an unknown schedule/recompute).
+plan::LayoutConstraints constraints_of(const PlanFlags& flags) {
+  require_input(!(flags.overlap && flags.no_overlap), "--overlap and --no-overlap: give one of them");
+  plan::LayoutConstraints constraints;
+  constraints.tp = flags.tp;
+  constraints.cp = flags.cp;
+  constraints.pp = flags.pp;
+  constraints.dp = flags.dp;
+  constraints.ep = flags.ep;
+  constraints.vpp = flags.vpp;
+  constraints.micro_batch = flags.micro_batch;
+  constraints.zero_stage = flags.zero_stage;
+  for (const std::string& name : flags.schedule)
+    constraints.schedule.push_back(parallel::parse_schedule(name));
+  for (const std::string& name : flags.recompute)
+    constraints.recompute.push_back(parallel::parse_recompute(name));
+  if (flags.overlap || flags.no_overlap) constraints.overlap = flags.overlap;
+  return constraints;
+}
+
+/// Progress of a long search on stderr: a bar on a terminal; otherwise (a log, a pipe, CI) a line at most
+/// every 10 s with the layouts done, the time so far and an estimate of the time left.
+std::function<void(std::size_t, std::size_t)> progress_printer(bool terminal) {
+  if (terminal) {
+    return [](std::size_t done, std::size_t total) {
+      constexpr int kWidth = 40;
+      const int filled = static_cast<int>(kWidth * done / std::max<std::size_t>(1, total));
+      fmt::print(stderr, "\r[{:=<{}}{: <{}}] {}/{}", "", filled, "", kWidth - filled, done, total);
+      if (done == total) fmt::print(stderr, "\n");
+    };
+  }
+  const auto started = std::chrono::steady_clock::now();
+  auto last_s = std::make_shared<double>(0.0);
+  return [started, last_s](std::size_t done, std::size_t total) {
+    constexpr double kEveryS = 10;
+    const double elapsed_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (done < total && elapsed_s - *last_s < kEveryS) return;
+    *last_s = elapsed_s;
+    const double left_s = done > 0 ? elapsed_s * static_cast<double>(total - done) / done : 0.0;
+    fmt::print(stderr, "calo plan: {}/{} layout steps ({:.0f} %), {:.0f} s{}\n", done, total,
+               100.0 * done / std::max<std::size_t>(1, total), elapsed_s,
+               done < total ? fmt::format(", about {:.0f} s left", left_s) : std::string(", done"));
+  };
+}
 
 /// Flags of `calo plan partition`.
 struct PartitionFlags {
@@ -280,21 +335,38 @@ std::vector<std::string> best_layout_warnings(const plan::SearchRequest& request
   return sim::collective_line_warnings(graph::build_graph(request.space.model, best), request.cluster);
 }
 
+/// The line under the ranking that says which rows the model cannot tell apart (empty when only the first).
+std::string equivalence_line(const plan::SearchRequest& request, const plan::SearchResult& result, int rows) {
+  const int equivalent = std::min(rows, plan::equivalent_to_first(result, request.objective));
+  if (equivalent < 2) return {};
+  return fmt::format(
+      "# rows 1-{} are within {:.0f} % of row 1 on {}: equivalent within the model's error (the planner's "
+      "first "
+      "pick ran up to 3.0 % behind the measured best on H200 hosts); choose among them by memory headroom, "
+      "energy or simplicity\n",
+      equivalent, 100 * plan::kEquivalentFraction,
+      request.objective == plan::Objective::kEnergy ? "energy per step" : "step time");
+}
+
 void print_text(const plan::SearchRequest& request, const plan::SearchResult& result,
                 const PlanFlags& flags) {
-  fmt::print("# calo plan: {} on {} x {}, gbs {}, objective {}\n", request.space.model.name,
+  const std::string constraints = request.space.constraints.describe();
+  fmt::print("# calo plan: {} on {} x {}, gbs {}, objective {}{}\n", request.space.model.name,
              request.space.gpus, request.cluster.name, request.space.global_batch,
-             plan::to_string(request.objective));
+             plan::to_string(request.objective), constraints.empty() ? "" : ", only " + constraints);
+  fmt::print("# cluster {}\n", sim::cluster_trust(request.cluster).summary);
   fmt::print(
-      "# {} layouts: {} invalid combinations skipped, {} do not fit memory, {} pruned by the lower bound, "
+      "# {} layouts: {}{} invalid combinations skipped, {} do not fit memory, {} pruned by the lower bound, "
       "{} simulated; {:.2f} s\n",
-      result.evaluations.size(), result.invalid, result.out_of_memory, result.pruned, result.simulated,
-      result.wall_s);
+      result.evaluations.size(),
+      result.excluded > 0 ? fmt::format("{} outside the constraints, ", result.excluded) : std::string(),
+      result.invalid, result.out_of_memory, result.pruned, result.simulated, result.wall_s);
   core::TextTable table = make_table();
   const int rows = std::min<int>(flags.top, static_cast<int>(result.ranking.size()));
   for (int row = 0; row < rows; ++row)
     add_row(table, std::to_string(row + 1), result.evaluations[result.ranking[row]]);
   fmt::print("{}", table.render());
+  fmt::print("{}", equivalence_line(request, result, rows));
   fmt::print(
       "# front: * = on the Pareto front over tokens/s, tokens/J (higher), peak power, hottest die (lower)\n");
   for (int row = 0; row < rows; ++row) {
@@ -331,6 +403,9 @@ int run_plan(const PlanFlags& flags) {
                   "for {} at sequences of {} tokens or more and 1 below",
                   flags.max_cp, plan::default_max_cp(plan::kLongSequenceTokens), plan::kLongSequenceTokens));
   request.space.max_cp = flags.max_cp > 0 ? flags.max_cp : plan::default_max_cp(seq_length);
+  request.space.constraints = constraints_of(flags);
+  // A --cp constraint asks for context parallelism even at sequences that do not get it by default.
+  for (int cp : flags.cp) request.space.max_cp = std::max(request.space.max_cp, cp);
   request.cluster = sim::load_cluster(flags.cluster);
   request.objective = plan::parse_objective(flags.objective);
   request.power_budget_w = flags.power_budget_w;
@@ -339,14 +414,7 @@ int run_plan(const PlanFlags& flags) {
   request.steps = flags.steps;
   request.threads = flags.threads;
   request.prune = !flags.no_prune;
-  if (flags.progress || (!flags.json && isatty(STDERR_FILENO) != 0)) {
-    request.progress = [](std::size_t done, std::size_t total) {
-      constexpr int kWidth = 40;
-      const int filled = static_cast<int>(kWidth * done / std::max<std::size_t>(1, total));
-      fmt::print(stderr, "\r[{:=<{}}{: <{}}] {}/{}", "", filled, "", kWidth - filled, done, total);
-      if (done == total) fmt::print(stderr, "\n");
-    };
-  }
+  if (!flags.quiet) request.progress = progress_printer(flags.progress || isatty(STDERR_FILENO) != 0);
   const plan::SearchResult result = plan::search_layouts(request);
   if (flags.json) {
     nlohmann::json json = {{"model", request.space.model.name},
@@ -354,6 +422,10 @@ int run_plan(const PlanFlags& flags) {
                            {"gpus", request.space.gpus},
                            {"global_batch", request.space.global_batch},
                            {"objective", flags.objective},
+                           {"constraints", request.space.constraints.describe()},
+                           {"cluster_trust", sim::cluster_trust(request.cluster).summary},
+                           {"equivalent_to_first", plan::equivalent_to_first(result, request.objective)},
+                           {"excluded", result.excluded},
                            {"invalid", result.invalid},
                            {"out_of_memory", result.out_of_memory},
                            {"pruned", result.pruned},
@@ -402,7 +474,36 @@ const CommandRegistration kPlan(
       app.add_flag("--json", flags->json, "Print the result as JSON");
       app.add_flag("--all", flags->show_all, "Also list every candidate with its verdict (oom, pruned, ...)");
       app.add_flag("--no-prune", flags->no_prune, "Simulate every fitting layout (no lower-bound pruning)");
-      app.add_flag("--progress", flags->progress, "Progress bar on stderr even when it is not a terminal");
+      app.add_flag("--progress", flags->progress,
+                   "Progress bar on stderr even when it is not a terminal (otherwise a line every 10 s)");
+      app.add_flag("--quiet,-q", flags->quiet, "No progress on stderr");
+      app.add_option("--tp", flags->tp, "Only these tensor-parallel sizes (e.g. 4 or 2,4)")->delimiter(',');
+      app.add_option("--cp", flags->cp, "Only these context-parallel sizes")->delimiter(',');
+      app.add_option("--pp", flags->pp, "Only these pipeline-parallel sizes")->delimiter(',');
+      app.add_option("--dp", flags->dp, "Only these data-parallel sizes")->delimiter(',');
+      app.add_option("--ep", flags->ep, "Only these expert-parallel sizes (MoE)")->delimiter(',');
+      app.add_option("--vpp,--virtual-stages", flags->vpp, "Only these model chunks per pipeline rank")
+          ->delimiter(',');
+      app.add_option("--mbs,--micro-batch", flags->micro_batch, "Only these micro-batch sizes")
+          ->delimiter(',');
+      app.add_option("--zero", flags->zero_stage, "Only these ZeRO stages (0-3)")->delimiter(',');
+      app.add_option("--schedule", flags->schedule,
+                     "Only these pipeline schedules (gpipe, 1f1b, interleaved)")
+          ->delimiter(',');
+      app.add_option("--recompute", flags->recompute,
+                     "Only these recomputation modes (none, selective, full)")
+          ->delimiter(',');
+      app.add_flag("--overlap", flags->overlap, "Only layouts that overlap communication with compute");
+      app.add_flag("--no-overlap", flags->no_overlap, "Only layouts without overlap");
+      app.footer(
+          "Examples:\n"
+          "  calo plan --model llama3-70b --cluster h100-hgx-calibrated --gpus 64 --gbs 512 --top 5\n"
+          "  calo plan --model llama3-70b --cluster h100-hgx-calibrated --gpus 64 --gbs 512 --tp 4,8 --mbs 1 "
+          "--recompute none,selective   # only these settings\n"
+          "Rows within 3 % of the first are equivalent within the model's error (the header says so). The "
+          "header "
+          "also says whether the cluster is fitted to measurements (prefer a -calibrated preset). "
+          "docs/PLANNER.md");
       auto partition = std::make_shared<PartitionFlags>();
       CLI::App* sub = app.add_subcommand(
           "partition", "uneven --layers-per-stage for slow or hot GPUs, found by simulation (never hotter)");

@@ -79,6 +79,47 @@ std::vector<Sharding> shardings(const Sizes& sizes, int gpus_per_node) {
 
 }  // namespace
 
+bool LayoutConstraints::admits(const parallel::Layout& layout) const {
+  auto allowed = [](const auto& values, auto value) {
+    return values.empty() || std::find(values.begin(), values.end(), value) != values.end();
+  };
+  const bool overlapped = layout.overlap_tp_comm || layout.overlap_grad_reduce || layout.overlap_param_gather;
+  return allowed(tp, layout.tp) && allowed(cp, layout.cp) && allowed(pp, layout.pp) &&
+         allowed(dp, layout.dp) && allowed(ep, layout.ep) && allowed(vpp, layout.virtual_stages) &&
+         allowed(micro_batch, layout.micro_batch) && allowed(zero_stage, layout.zero_stage) &&
+         allowed(schedule, layout.schedule) && allowed(recompute, layout.recompute) &&
+         (!overlap || *overlap == overlapped);
+}
+
+bool LayoutConstraints::empty() const {
+  return tp.empty() && cp.empty() && pp.empty() && dp.empty() && ep.empty() && vpp.empty() &&
+         micro_batch.empty() && zero_stage.empty() && schedule.empty() && recompute.empty() && !overlap;
+}
+
+std::string LayoutConstraints::describe() const {
+  std::vector<std::string> parts;
+  auto sizes = [&parts](const char* flag, const std::vector<int>& values) {
+    if (!values.empty()) parts.push_back(fmt::format("{} {}", flag, fmt::join(values, ",")));
+  };
+  auto names = [&parts](const char* flag, const auto& values) {
+    std::vector<std::string> texts;
+    for (auto value : values) texts.push_back(parallel::to_string(value));
+    if (!texts.empty()) parts.push_back(fmt::format("{} {}", flag, fmt::join(texts, ",")));
+  };
+  sizes("--tp", tp);
+  sizes("--cp", cp);
+  sizes("--pp", pp);
+  sizes("--dp", dp);
+  sizes("--ep", ep);
+  sizes("--vpp", vpp);
+  sizes("--mbs", micro_batch);
+  sizes("--zero", zero_stage);
+  names("--schedule", schedule);
+  names("--recompute", recompute);
+  if (overlap) parts.push_back(*overlap ? "--overlap" : "--no-overlap");
+  return fmt::format("{}", fmt::join(parts, " "));
+}
+
 int default_max_cp(int seq_length) {
   return seq_length >= kLongSequenceTokens ? 16 : 1;
 }
@@ -131,6 +172,10 @@ LayoutSpace enumerate_layouts(const SpaceRequest& request) {
             layout.overlap_grad_reduce = overlap && sizes.dp * sizes.cp > 1;
             layout.overlap_param_gather = overlap && zero_stage >= 1;
             if (overlap && !layout.overlap_tp_comm && !layout.overlap_grad_reduce) continue;  // same as off
+            if (!request.constraints.admits(layout)) {
+              ++space.excluded;
+              continue;
+            }
             try {
               Candidate candidate;
               candidate.layout = parallel::resolve_layout(request.model, layout);

@@ -4,6 +4,7 @@
 // searches it, `calo sim` quotes it when it refuses a layout that does not fit.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,21 @@
 #include "parallel/memory.h"
 
 namespace calo::plan {
+
+/// Settings a search keeps to the values given (`calo plan --tp 4 --mbs 1,2 --recompute none ...`); an empty
+/// list (or an unset overlap) leaves that setting free.
+struct LayoutConstraints {
+  std::vector<int> tp, cp, pp, dp, ep, vpp, micro_batch, zero_stage;  ///< allowed sizes
+  std::vector<parallel::Schedule> schedule;                           ///< allowed pipeline schedules
+  std::vector<parallel::Recompute> recompute;                         ///< allowed recomputation modes
+  std::optional<bool> overlap;  ///< true: overlapped layouts only; false: none overlapped
+  /// True when `layout` keeps every constraint.
+  bool admits(const parallel::Layout& layout) const;
+  /// True when nothing is constrained.
+  bool empty() const;
+  /// The constraints as the flags that set them ("--tp 4 --mbs 1,2"), empty when none.
+  std::string describe() const;
+};
 
 /// What to enumerate: the job (model, GPUs, batch, sequence) and the hardware limits that bound the space.
 struct SpaceRequest {
@@ -23,6 +39,7 @@ struct SpaceRequest {
   double device_memory_bytes = 0;  ///< HBM per GPU; a layout fits when its accounted total <= usable share
   parallel::AttentionImpl attention = parallel::AttentionImpl::kFused;  ///< attention core of every layout
   int max_cp = 1;  ///< context-parallel sizes enumerated: powers of two up to max_cp (1 = no cp)
+  LayoutConstraints constraints;  ///< settings held to given values; layouts outside are not enumerated
 };
 
 /// Sequences this long or longer get context-parallel layouts in the space by default (default_max_cp).
@@ -43,6 +60,7 @@ struct Candidate {
 struct LayoutSpace {
   std::vector<Candidate> candidates;  ///< every valid layout, fitting or not
   int invalid = 0;                    ///< combinations that parallel::resolve_layout rejected
+  int excluded = 0;                   ///< combinations outside SpaceRequest::constraints (never resolved)
   /// Number of candidates that fit memory.
   int fitting() const;
 };

@@ -6,8 +6,10 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/table.h"
@@ -164,9 +166,52 @@ void check_constraints(const SearchRequest& request) {
   require_input(request.steps >= 1, fmt::format("--steps {}: give 1 or more steps", request.steps));
 }
 
+/// Constraints that left nothing to search: name them and, per constrained setting, the values that fitting
+/// layouts of the unconstrained space have.
+[[noreturn]] void refuse_constrained(const SearchRequest& request, const SpaceRequest& space_request,
+                                     const LayoutSpace& space) {
+  SpaceRequest free_request = space_request;
+  free_request.constraints = {};
+  const LayoutSpace free_space = enumerate_layouts(free_request);
+  const LayoutConstraints& constraints = space_request.constraints;
+  std::vector<std::string> hints;
+  auto values_of = [&](const char* flag, bool constrained, auto setting) {
+    if (!constrained) return;
+    std::vector<std::string> values;
+    for (const Candidate& candidate : free_space.candidates) {
+      if (!candidate.fits) continue;
+      const std::string value = fmt::format("{}", setting(candidate.layout));
+      if (std::find(values.begin(), values.end(), value) == values.end()) values.push_back(value);
+    }
+    hints.push_back(
+        fmt::format("{} {}", flag, values.empty() ? "(none)" : fmt::format("{}", fmt::join(values, ","))));
+  };
+  values_of("--tp", !constraints.tp.empty(), [](const parallel::Layout& l) { return l.tp; });
+  values_of("--cp", !constraints.cp.empty(), [](const parallel::Layout& l) { return l.cp; });
+  values_of("--pp", !constraints.pp.empty(), [](const parallel::Layout& l) { return l.pp; });
+  values_of("--dp", !constraints.dp.empty(), [](const parallel::Layout& l) { return l.dp; });
+  values_of("--ep", !constraints.ep.empty(), [](const parallel::Layout& l) { return l.ep; });
+  values_of("--vpp", !constraints.vpp.empty(), [](const parallel::Layout& l) { return l.virtual_stages; });
+  values_of("--mbs", !constraints.micro_batch.empty(),
+            [](const parallel::Layout& l) { return l.micro_batch; });
+  values_of("--zero", !constraints.zero_stage.empty(),
+            [](const parallel::Layout& l) { return l.zero_stage; });
+  values_of("--schedule", !constraints.schedule.empty(),
+            [](const parallel::Layout& l) { return parallel::to_string(l.schedule); });
+  values_of("--recompute", !constraints.recompute.empty(),
+            [](const parallel::Layout& l) { return parallel::to_string(l.recompute); });
+  throw InputError(fmt::format(
+      "no layout of {} on --gpus {} with --gbs {} and {} {}; {} of the unconstrained space's {} layouts fit, "
+      "with these values: {}; change or drop a constraint",
+      request.space.model.name, request.space.gpus, request.space.global_batch, constraints.describe(),
+      space.candidates.empty() ? "is valid" : "fits memory", free_space.fitting(),
+      free_space.candidates.size(), fmt::join(hints, "; ")));
+}
+
 /// Explains an empty space (nothing valid, or nothing fits) with the nearest feasible alternative.
 [[noreturn]] void refuse_empty(const SearchRequest& request, const SpaceRequest& space_request,
                                const LayoutSpace& space) {
+  if (!space_request.constraints.empty()) refuse_constrained(request, space_request, space);
   const std::vector<int> gpus = nearest_feasible_gpus(space_request, 2);
   const std::string alternative =
       gpus.empty()
@@ -259,6 +304,45 @@ const char* to_string(Verdict verdict) {
   return "?";
 }
 
+namespace {
+
+/// When `program`'s ops would end on global `rank` if it never waited for another rank: each stream in issue
+/// order, an op starting once its stream and its dependencies are done, compute ops taking `compute_s` (the
+/// maximum clock), a collective its own transfer time (the engine completes it after the last member arrives
+/// plus the slowest member's transfer, never sooner) and a message no time (its peer may have sent it long
+/// before). Every one of these is at least as long in the engine, so the step is at least this long.
+double isolated_program_s(const graph::Graph& graph, const sim::ClusterSpec& cluster,
+                          const graph::RankProgram& program, int rank, const std::vector<double>& compute_s) {
+  const auto placements = sim::rank_group_placements(graph, cluster, rank);
+  std::vector<double> finish_s(program.ops.size(), 0.0);
+  // Every layer repeats the same few collectives: cost each (kind, group, bytes) once.
+  std::map<std::tuple<int, int, double>, double> collective_s;
+  double stream_free_s[graph::kNumStreams] = {};
+  double end_s = 0;
+  for (std::size_t index = 0; index < program.ops.size(); ++index) {
+    const graph::Op& op = program.ops[index];
+    double ready_s = stream_free_s[static_cast<int>(op.stream)];
+    for (std::int32_t dep : program.deps_of(index)) ready_s = std::max(ready_s, finish_s[dep]);
+    double duration_s = compute_s[index];
+    if (op.kind == graph::OpKind::kCollective) {
+      const auto key = std::make_tuple(static_cast<int>(op.collective), static_cast<int>(op.group), op.bytes);
+      auto found = collective_s.find(key);
+      if (found == collective_s.end()) {
+        const double cost_s =
+            sim::collective_time_s(cluster, op.collective, op.bytes, placements[static_cast<int>(op.group)]);
+        found = collective_s.emplace(key, cost_s).first;
+      }
+      duration_s = found->second;
+    }
+    finish_s[index] = ready_s + duration_s;
+    stream_free_s[static_cast<int>(op.stream)] = finish_s[index];
+    end_s = std::max(end_s, finish_s[index]);
+  }
+  return end_s;
+}
+
+}  // namespace
+
 double step_time_lower_bound_s(const graph::Graph& graph, const sim::ClusterSpec& cluster) {
   // Per program: the busiest stream's compute (a stream runs its ops one after another), and the pipeline
   // terms: micro-batch 0's first-chunk forward (`head`, before any micro-batch op of the next stage can
@@ -274,15 +358,23 @@ double step_time_lower_bound_s(const graph::Graph& graph, const sim::ClusterSpec
   };
   std::vector<ProgramTerms> terms;
   double bound_s = 0;
-  for (const graph::RankProgram& program : graph.programs) {
+  std::vector<int> rank_of_program(graph.programs.size(), -1);
+  for (int rank = graph.world_size() - 1; rank >= 0; --rank)
+    rank_of_program[graph.program_of_rank[rank]] = rank;
+  std::vector<double> compute_s;
+  for (std::size_t program_index = 0; program_index < graph.programs.size(); ++program_index) {
+    const graph::RankProgram& program = graph.programs[program_index];
     double stream_s[graph::kNumStreams] = {};
     double head = 0;
     double tail = 0;
     ProgramTerms item;
     item.stage = program.stage;
-    for (const graph::Op& op : program.ops) {
+    compute_s.assign(program.ops.size(), 0.0);
+    for (std::size_t index = 0; index < program.ops.size(); ++index) {
+      const graph::Op& op = program.ops[index];
       if (is_comm(op.kind)) continue;
       const double duration_s = sim::compute_cost(cluster.gpu, op).duration_s(1.0, 1.0);
+      compute_s[index] = duration_s;
       stream_s[static_cast<int>(op.stream)] += duration_s;
       if (op.stream != graph::Stream::kCompute) continue;
       item.after_last_s += duration_s;
@@ -295,6 +387,10 @@ double step_time_lower_bound_s(const graph::Graph& graph, const sim::ClusterSpec
       }
     }
     bound_s = std::max(bound_s, *std::max_element(std::begin(stream_s), std::end(stream_s)));
+    if (rank_of_program[program_index] >= 0) {
+      bound_s = std::max(
+          bound_s, isolated_program_s(graph, cluster, program, rank_of_program[program_index], compute_s));
+    }
     head_s[program.stage] = std::min(head_s[program.stage], head);
     tail_s[program.stage] = std::min(tail_s[program.stage], tail);
     terms.push_back(item);
@@ -313,6 +409,17 @@ double step_time_lower_bound_s(const graph::Graph& graph, const sim::ClusterSpec
     bound_s = std::max(bound_s, before_s + std::max(0.0, item.microbatch_s - item.after_last_s) + after_s);
   }
   return bound_s;
+}
+
+int equivalent_to_first(const SearchResult& result, Objective objective) {
+  if (result.ranking.empty()) return 0;
+  const double first = score(result.evaluations[result.ranking.front()], objective);
+  int rows = 0;
+  for (std::size_t index : result.ranking) {
+    if (score(result.evaluations[index], objective) > first * (1 + kEquivalentFraction)) break;
+    ++rows;
+  }
+  return rows;
 }
 
 std::vector<int> nearest_feasible_gpus(const SpaceRequest& request, int limit) {
@@ -344,6 +451,7 @@ SearchResult search_layouts(const SearchRequest& request) {
 
   SearchResult result;
   result.invalid = space.invalid;
+  result.excluded = space.excluded;
   std::vector<std::size_t> fitting;
   for (const Candidate& candidate : space.candidates) {
     Evaluation evaluation;

@@ -64,11 +64,21 @@ struct SearchResult {
   std::vector<std::size_t> ranking;     ///< indices of kRanked evaluations, best first by the objective
   std::vector<std::size_t> pareto;      ///< indices on the Pareto front, by tokens/s descending
   int invalid = 0;                      ///< combinations resolve_layout rejected
+  int excluded = 0;                     ///< combinations outside the request's layout constraints
   int simulated = 0;                    ///< layouts simulated
   int pruned = 0;                       ///< layouts skipped by the lower bound
   int out_of_memory = 0;                ///< layouts that do not fit memory
   double wall_s = 0;                    ///< host time of the search
 };
+
+/// Scores closer than this fraction are not told apart by measurement: on 2- and 4-GPU H200 hosts the
+/// planner's first pick ran up to 3.0 % slower than the measured best layout (docs/BENCHMARKS.md "Plan
+/// against measurement", regret column).
+inline constexpr double kEquivalentFraction = 0.03;
+
+/// How many rows at the head of the ranking score within kEquivalentFraction of the first (>= 1; 0 when the
+/// ranking is empty): layouts the model cannot tell apart.
+int equivalent_to_first(const SearchResult& result, Objective objective);
 
 /// One extreme of the Pareto front: the layout best on one of the front's four figures.
 struct FrontCorner {

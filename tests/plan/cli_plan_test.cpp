@@ -68,6 +68,35 @@ TEST(CaloSimMemory, RejectsZeroGpus) {
   EXPECT_TRUE(contains(outcome.output, "--gpus 0")) << outcome.output;
 }
 
+TEST(CaloPlan, LayoutFlagsConstrainTheSearchAndALogGetsProgressLinesAndWhichPresetToTrust) {
+  // Issue 40 item 1: `--tp`, `--mbs` and the other layout flags of calo sim hold settings; stderr that is not
+  // a terminal (as here) gets a plain progress line; the header says whether the cluster is fitted.
+  Outcome outcome = run_calo(
+      "plan --model llama3-8b --cluster h200-hgx --gpus 8 --gbs 16 --seq 2048 --tp 2 --mbs 1,2 "
+      "--recompute none --top 3");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "only --tp 2 --mbs 1,2 --recompute none")) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "outside the constraints")) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "layout steps (100 %)")) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "--cluster h200-hgx-calibrated is fitted")) << outcome.output;
+  int commands = 0;
+  for (auto at = outcome.output.find("calo sim --model"); at != std::string::npos;
+       at = outcome.output.find("calo sim --model", at + 1)) {
+    const std::string line = outcome.output.substr(at, outcome.output.find('\n', at) - at);
+    EXPECT_TRUE(contains(line, "--tp 2 ") && contains(line, "--recompute none")) << line;
+    EXPECT_TRUE(contains(line, "--mbs 1 ") || contains(line, "--mbs 2 ")) << line;
+    ++commands;
+  }
+  EXPECT_EQ(commands, 3) << outcome.output;
+  // --quiet: no progress; an unknown schedule names the flag.
+  outcome = run_calo("plan --model llama3-8b --cluster h200-hgx --gpus 8 --gbs 16 --seq 2048 --tp 8 --quiet");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_FALSE(contains(outcome.output, "layout steps (")) << outcome.output;
+  outcome = run_calo("plan --model llama3-8b --cluster h200-hgx --gpus 8 --gbs 16 --schedule zigzag");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "zigzag")) << outcome.output;
+}
+
 TEST(CaloPlan, ALongFrontShowsItsCornersAndTheFrontObjectiveShowsAllOfIt) {
   // 8 GPUs of llama3-8b leave over a hundred layouts on the four-figure front: with --top 3 the text shows
   // the front's corners (at most four rows) and how to see the rest; --objective pareto prints the whole
@@ -91,7 +120,8 @@ TEST(CaloPlan, ALongFrontShowsItsCornersAndTheFrontObjectiveShowsAllOfIt) {
 }
 
 TEST(CaloPlan, RanksLayoutsWithPasteableFlagsAndJson) {
-  Outcome outcome = run_calo("plan --model llama3-8b --cluster h200-hgx --gpus 8 --gbs 32 --top 3 --json");
+  Outcome outcome =
+      run_calo("plan --model llama3-8b --cluster h200-hgx --gpus 8 --gbs 32 --top 3 --json --quiet");
   ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
   const auto json = nlohmann::json::parse(outcome.output);
   ASSERT_EQ(json["ranking"].size(), 3u);
@@ -121,7 +151,7 @@ TEST(CaloPlan, NamesTheBestLayoutsCollectivesThatExtrapolateTheirLines) {
   ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
   EXPECT_TRUE(contains(outcome.output, "# WARNING (layout 1): ")) << outcome.output;
   EXPECT_TRUE(contains(outcome.output, "GPUs of a node, outside the 2 ranks")) << outcome.output;
-  outcome = run_calo(plan + " --json");
+  outcome = run_calo(plan + " --json --quiet");
   ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
   EXPECT_FALSE(nlohmann::json::parse(outcome.output)["warnings"].empty());
   // The presets have no lines: no warning.

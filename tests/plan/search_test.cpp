@@ -11,6 +11,7 @@
 #include "graph/graph.h"
 #include "model/model_spec.h"
 #include "parallel/validate.h"
+#include "sim/cost_model.h"
 #include "sim/simulate.h"
 
 namespace calo::plan {
@@ -114,6 +115,76 @@ TEST(Search, LowerBoundNeverExceedsTheSimulatedStepTime) {
       EXPECT_LE(evaluation.lower_bound_s, evaluation.iteration_s * (1 + 1e-9))
           << model << " " << parallel::describe(evaluation.candidate.layout);
     }
+  }
+}
+
+TEST(Search, LowerBoundCountsCommunicationALayoutCannotHide) {
+  // TP8 without overlap: every tensor-parallel collective sits between two dependent GEMMs, so the step is
+  // compute plus those collectives. The bound sees them (term d of docs/PLANNER.md), not just the compute.
+  const model::ModelSpec model = model::load_model("llama3-8b");
+  parallel::Layout layout;
+  layout.tp = 8;
+  layout.global_batch = 8;
+  layout.seq_length = 2048;
+  layout = parallel::resolve_layout(model, layout);
+  const graph::Graph graph = graph::build_graph(model, layout);
+  const sim::ClusterSpec cluster = sim::load_cluster("h200-hgx");
+  double compute_s = 0;
+  for (const graph::Op& op : graph.programs.front().ops)
+    if (op.stream == graph::Stream::kCompute)
+      compute_s += sim::compute_cost(cluster.gpu, op).duration_s(1, 1);
+  const double bound_s = step_time_lower_bound_s(graph, cluster);
+  const double simulated_s = sim::simulate(graph, cluster, {}).iteration_s;
+  EXPECT_GT(bound_s, compute_s * 1.05) << "compute " << compute_s << " s";
+  EXPECT_LE(bound_s, simulated_s);
+}
+
+TEST(LayoutSpace, ConstraintsKeepOnlyTheGivenSettingsAndCountTheRest) {
+  SpaceRequest request = small_request().space;
+  request.device_memory_bytes = sim::load_cluster("h200-hgx").gpu.memory_bytes;
+  const LayoutSpace free_space = enumerate_layouts(request);
+  request.constraints.tp = {2};
+  request.constraints.micro_batch = {1, 2};
+  request.constraints.recompute = {parallel::Recompute::kNone};
+  request.constraints.overlap = true;
+  EXPECT_EQ(request.constraints.describe(), "--tp 2 --mbs 1,2 --recompute none --overlap");
+  const LayoutSpace space = enumerate_layouts(request);
+  ASSERT_GT(space.candidates.size(), 5u);
+  EXPECT_GT(space.excluded, 0);
+  EXPECT_EQ(space.candidates.size() + space.invalid + space.excluded,
+            free_space.candidates.size() + free_space.invalid);
+  for (const Candidate& candidate : space.candidates) {
+    const parallel::Layout& layout = candidate.layout;
+    EXPECT_EQ(layout.tp, 2);
+    EXPECT_TRUE(layout.micro_batch == 1 || layout.micro_batch == 2);
+    EXPECT_EQ(layout.recompute, parallel::Recompute::kNone);
+    EXPECT_TRUE(layout.overlap_tp_comm || layout.overlap_grad_reduce);
+  }
+}
+
+TEST(Search, ConstraintsThatLeaveNothingNameTheValuesThatFit) {
+  SearchRequest request = small_request();
+  request.space.constraints.tp = {3};  // 32 heads: tp 3 never divides them
+  try {
+    search_layouts(request);
+    FAIL() << "--tp 3 accepted";
+  } catch (const InputError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("and --tp 3 is valid"), std::string::npos) << message;
+    EXPECT_NE(message.find("--tp 1,2,4,8"), std::string::npos) << message;
+  }
+}
+
+TEST(Search, EquivalentRowsAreThoseWithinThreePercentOfTheFirst) {
+  SearchRequest request = small_request();
+  request.top = 50;
+  const SearchResult result = search_layouts(request);
+  const int rows = equivalent_to_first(result, request.objective);
+  ASSERT_GE(rows, 1);
+  const double first_s = result.evaluations[result.ranking.front()].iteration_s;
+  for (int row = 0; row < static_cast<int>(result.ranking.size()); ++row) {
+    const double step_s = result.evaluations[result.ranking[row]].iteration_s;
+    EXPECT_EQ(row < rows, step_s <= first_s * (1 + kEquivalentFraction)) << row;
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "sim/cluster_trust.h"
 #include "sim_test_util.h"
 
 namespace calo::sim {
@@ -151,6 +152,23 @@ TEST(Cluster, WaitPowerIsOptionalBoundedAndRoundTrips) {
     EXPECT_NE(std::string(error.what()).find("idle_power_w + wait_power_w"), std::string::npos)
         << error.what();
   }
+}
+
+TEST(ClusterTrust, CalibratedPresetsCarryTheirHeldOutErrorAndDatasheetOnesPointToTheirSibling) {
+  const ClusterTrust fitted = cluster_trust(load_cluster("h200-hgx-calibrated"));
+  EXPECT_TRUE(fitted.calibrated);
+  EXPECT_GT(fitted.runs, 0);
+  EXPECT_GT(fitted.held_out, 0);
+  EXPECT_GT(fitted.worst_step_error, 0);
+  EXPECT_LT(fitted.worst_step_error, 0.10);
+  EXPECT_NE(fitted.summary.find("held out"), std::string::npos) << fitted.summary;
+  const ClusterTrust datasheet = cluster_trust(load_cluster("h100-hgx"));
+  EXPECT_FALSE(datasheet.calibrated);
+  EXPECT_EQ(datasheet.calibrated_sibling, "h100-hgx-calibrated");
+  EXPECT_NE(datasheet.summary.find("--cluster h100-hgx-calibrated"), std::string::npos) << datasheet.summary;
+  const ClusterTrust alone = cluster_trust(load_cluster("mi250"));
+  EXPECT_TRUE(alone.calibrated_sibling.empty());
+  EXPECT_NE(alone.summary.find("not fitted"), std::string::npos) << alone.summary;
 }
 
 }  // namespace

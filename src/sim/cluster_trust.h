@@ -1,0 +1,27 @@
+// How far a cluster's figures can be trusted: a datasheet preset or one fitted to measured runs, the fit's
+// own held-out error, and the calibrated sibling of an uncalibrated preset. `calo plan`, `calo sim` and
+// `calo cluster show` print it so a user knows which preset to believe (docs/SIMULATOR.md "Calibration").
+#pragma once
+
+#include <string>
+
+#include "sim/cluster.h"
+
+namespace calo::sim {
+
+/// Where a cluster's parameters come from and how well they held on runs they were not fitted to.
+struct ClusterTrust {
+  bool calibrated = false;        ///< fitted by `calo calibrate` (the cluster carries `calibration`)
+  int runs = 0;                   ///< measured runs the fit used
+  int held_out = 0;               ///< runs of its leave-one-out check
+  double worst_step_error = 0;    ///< largest |predicted / measured - 1| of step time over the held-out runs
+  double worst_energy_error = 0;  ///< the same for energy per step
+  std::string
+      calibrated_sibling;  ///< for an uncalibrated preset: "<name>-calibrated" when that preset exists
+  std::string summary;     ///< one line for a person
+};
+
+/// Reads the provenance of `cluster` (its `calibration` block; the presets for a sibling).
+ClusterTrust cluster_trust(const ClusterSpec& cluster);
+
+}  // namespace calo::sim

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -51,7 +52,8 @@ const std::vector<std::string> kFlagKeys = {"tp",
                                             "overlap-param",
                                             "sequence-parallel",
                                             "attention",
-                                            "pp-scatter-gather"};
+                                            "pp-scatter-gather",
+                                            "power-cap"};
 const std::vector<std::string> kBoolKeys = {"overlap",       "overlap-tp",        "overlap-grad",
                                             "overlap-param", "sequence-parallel", "pp-scatter-gather"};
 
@@ -78,6 +80,16 @@ bool flag_on(const std::string& value, const std::string& where) {
   if (value == "on" || value == "true" || value == "yes" || value == "1") return true;
   if (value == "off" || value == "false" || value == "no" || value == "0") return false;
   throw InputError(fmt::format("{}: '{}' is not on/off; write on or off", where, value));
+}
+
+double number_value(const std::string& value, const std::string& where) {
+  try {
+    std::size_t used = 0;
+    const double number = std::stod(value, &used);
+    if (used == value.size() && std::isfinite(number)) return number;
+  } catch (const std::exception&) {
+  }
+  throw InputError(fmt::format("{}: '{}' is not a number; write e.g. 500", where, value));
 }
 
 int int_value(const std::string& value, const std::string& where) {
@@ -510,6 +522,17 @@ void validate_points(const Spec& spec, std::vector<Point>& points) {
       if (!sp_given) layout.sequence_parallel = layout.tp > 1;
       const parallel::Layout resolved = parallel::resolve_layout(model, layout, sp_given);
       const parallel::MemoryBreakdown memory = parallel::memory_per_gpu(model, resolved);
+      for (const auto& [key, value] : point.flags) {
+        if (key != "power-cap") continue;
+        const double cap_w = number_value(value, fmt::format("point {} key 'power-cap'", point.name));
+        if (!(cap_w > cluster.gpu.idle_power_w && cap_w <= cluster.gpu.power_limit_w))
+          point.skip_reason = fmt::format(
+              "power-cap {}: a cap on {} must lie above its idle power ({:.0f} W) and at most its power "
+              "limit "
+              "({:.0f} W)",
+              value, cluster.gpu.name, cluster.gpu.idle_power_w, cluster.gpu.power_limit_w);
+      }
+      if (!point.skip_reason.empty()) continue;
       if (!plan::fits_memory(memory, cluster.gpu.memory_bytes)) {
         point.skip_reason =
             fmt::format("does not fit memory: needs {:.1f} GiB per GPU, {:.1f} GiB usable of a {}",
@@ -660,6 +683,18 @@ nlohmann::json run_campaign(const Spec& spec, const RunOptions& options) {
   if (options.backend != "sim" && options.backend != "cpu" && options.backend != "cuda")
     throw InputError(fmt::format("--backend '{}': use sim, cpu or cuda", options.backend));
   if (options.jobs < 1) throw InputError("--jobs: give 1 or more");
+  const auto has_cap = [](const auto& flags) {
+    return std::any_of(flags.begin(), flags.end(),
+                       [](const auto& flag) { return flag.first == "power-cap"; });
+  };
+  const bool caps_swept =
+      has_cap(spec.fixed) || std::any_of(spec.axes.begin(), spec.axes.end(),
+                                         [](const auto& axis) { return axis.first == "power-cap"; });
+  if (options.backend != "sim" && caps_swept)
+    throw InputError(fmt::format(
+        "campaign {}: power-cap is simulated only (calo bench measures the card as it is and never changes a "
+        "GPU's settings); run it with --backend sim",
+        spec.name));
   std::vector<Point> points = expand_grid(spec);
   validate_points(spec, points);
   require_runnable(spec, points);

@@ -32,7 +32,8 @@ struct PlanFlags {
   int gpus = 0;
   int global_batch = 0;
   int seq_length = 0;
-  int max_cp = 0;  // 0 = plan::default_max_cp of the sequence length
+  int max_cp = 0;                    // 0 = plan::default_max_cp of the sequence length
+  std::vector<double> power_caps_w;  // --power-cap 400,500,700: a searched axis
   std::string objective = "throughput";
   double power_budget_w = 0;
   double max_peak_power_w = 0;
@@ -258,6 +259,19 @@ int run_partition(const PartitionFlags& flags) {
   return 0;
 }
 
+/// The layout as the tables name it, with its power cap when one was searched ("..., cap 500 W").
+std::string layout_label(const plan::Evaluation& evaluation) {
+  const std::string layout = parallel::describe(evaluation.candidate.layout);
+  return evaluation.power_cap_w > 0 ? fmt::format("{}, cap {:g} W", layout, evaluation.power_cap_w) : layout;
+}
+
+/// Flags that reproduce the evaluation with calo sim (the layout's, and its --power-cap).
+std::string sim_flags(const plan::Evaluation& evaluation) {
+  const std::string flags = plan::calo_flags(evaluation.candidate.layout);
+  return evaluation.power_cap_w > 0 ? fmt::format("{} --power-cap {:g}", flags, evaluation.power_cap_w)
+                                    : flags;
+}
+
 nlohmann::json to_json(const plan::Evaluation& evaluation) {
   const auto& layout = evaluation.candidate.layout;
   nlohmann::json json = {{"layout", parallel::describe(layout)},
@@ -265,7 +279,9 @@ nlohmann::json to_json(const plan::Evaluation& evaluation) {
                          {"verdict", plan::to_string(evaluation.verdict)},
                          {"memory_bytes", evaluation.candidate.memory.total_bytes()},
                          {"fits", evaluation.candidate.fits},
-                         {"calo_flags", plan::calo_flags(layout)},
+                         {"calo_flags", sim_flags(evaluation)},
+                         {"power_cap_w", evaluation.power_cap_w > 0 ? nlohmann::json(evaluation.power_cap_w)
+                                                                    : nlohmann::json(nullptr)},
                          {"megatron_flags", plan::megatron_flags(layout)}};
   if (evaluation.lower_bound_s > 0) json["lower_bound_s"] = evaluation.lower_bound_s;
   if (evaluation.iteration_s > 0) {
@@ -288,13 +304,12 @@ void add_row(core::TextTable& table, const std::string& rank, const plan::Evalua
   auto figure = [simulated](double value, int digits) {
     return simulated ? fmt::format("{:.{}f}", value, digits) : std::string("-");
   };
-  table.add_row({rank, parallel::describe(evaluation.candidate.layout),
-                 core::format_bytes(evaluation.candidate.memory.total_bytes()),
-                 figure(evaluation.iteration_s, 3), figure(evaluation.tokens_per_s, 0),
-                 figure(evaluation.tokens_per_j, 2), figure(evaluation.cluster_power_w / 1e3, 1),
-                 figure(evaluation.peak_power_w, 0), figure(evaluation.max_die_c, 1),
-                 figure(100 * evaluation.mfu, 1),
-                 evaluation.pareto ? "*" : std::string(plan::to_string(evaluation.verdict))});
+  table.add_row(
+      {rank, layout_label(evaluation), core::format_bytes(evaluation.candidate.memory.total_bytes()),
+       figure(evaluation.iteration_s, 3), figure(evaluation.tokens_per_s, 0),
+       figure(evaluation.tokens_per_j, 2), figure(evaluation.cluster_power_w / 1e3, 1),
+       figure(evaluation.peak_power_w, 0), figure(evaluation.max_die_c, 1), figure(100 * evaluation.mfu, 1),
+       evaluation.pareto ? "*" : std::string(plan::to_string(evaluation.verdict))});
 }
 
 core::TextTable make_table() {
@@ -356,9 +371,12 @@ void print_text(const plan::SearchRequest& request, const plan::SearchResult& re
              plan::to_string(request.objective), constraints.empty() ? "" : ", only " + constraints);
   fmt::print("# cluster {}\n", sim::cluster_trust(request.cluster).summary);
   fmt::print(
-      "# {} layouts: {}{} invalid combinations skipped, {} do not fit memory, {} pruned by the lower bound, "
+      "# {} {}: {}{} invalid combinations skipped, {} do not fit memory, {} pruned by the lower bound, "
       "{} simulated; {:.2f} s\n",
       result.evaluations.size(),
+      request.power_caps_w.empty()
+          ? "layouts"
+          : fmt::format("(layout, power cap) pairs over {} caps", request.power_caps_w.size()),
       result.excluded > 0 ? fmt::format("{} outside the constraints, ", result.excluded) : std::string(),
       result.invalid, result.out_of_memory, result.pruned, result.simulated, result.wall_s);
   core::TextTable table = make_table();
@@ -370,9 +388,10 @@ void print_text(const plan::SearchRequest& request, const plan::SearchResult& re
   fmt::print(
       "# front: * = on the Pareto front over tokens/s, tokens/J (higher), peak power, hottest die (lower)\n");
   for (int row = 0; row < rows; ++row) {
-    const auto& layout = result.evaluations[result.ranking[row]].candidate.layout;
+    const plan::Evaluation& evaluation = result.evaluations[result.ranking[row]];
+    const auto& layout = evaluation.candidate.layout;
     fmt::print("{:>3}. calo sim --model {} --cluster {} --gpus {} {}\n", row + 1, request.space.model.name,
-               request.cluster.name, request.space.gpus, plan::calo_flags(layout));
+               request.cluster.name, request.space.gpus, sim_flags(evaluation));
     fmt::print("     megatron: {}\n", plan::megatron_flags(layout));
   }
   for (const std::string& warning : best_layout_warnings(request, result))
@@ -412,6 +431,7 @@ int run_plan(const PlanFlags& flags) {
   request.max_peak_power_w = flags.max_peak_power_w;
   request.top = flags.top;
   request.steps = flags.steps;
+  request.power_caps_w = flags.power_caps_w;
   request.threads = flags.threads;
   request.prune = !flags.no_prune;
   if (!flags.quiet) request.progress = progress_printer(flags.progress || isatty(STDERR_FILENO) != 0);
@@ -467,6 +487,10 @@ const CommandRegistration kPlan(
           ->capture_default_str();
       app.add_option("--power-budget-w", flags->power_budget_w, "Most mean power of all GPUs together (W)");
       app.add_option("--max-peak-power-w", flags->max_peak_power_w, "Most peak power of any one GPU (W)");
+      app.add_option("--power-cap", flags->power_caps_w,
+                     "Power caps per GPU to search as an axis, e.g. 400,550,700 (W; each layout is simulated "
+                     "under each; `nvidia-smi -pl` sets one)")
+          ->delimiter(',');
       app.add_option("--top", flags->top, "Rows of the ranking (pruning keeps these exact)")
           ->capture_default_str();
       app.add_option("--steps", flags->steps, "Simulated steps per layout")->capture_default_str();

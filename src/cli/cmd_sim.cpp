@@ -52,6 +52,7 @@ struct SimFlags {
   bool no_thermal = false;
   std::vector<std::string> slow_gpus;
   std::vector<std::string> hot_gpus;
+  std::vector<std::string> power_caps;  ///< --power-cap W | RANK=W
   double initial_die_c = -1;
   bool dp_given = false;
   bool gpus_given = false;
@@ -83,6 +84,7 @@ struct TwinNote {
   if (flags.initial_die_c >= 0) text += fmt::format(" --initial-temp {:.1f}", flags.initial_die_c);
   for (const auto& entry : flags.slow_gpus) text += " --slow-gpu " + entry;
   for (const auto& entry : flags.hot_gpus) text += " --hot-gpu " + entry;
+  for (const auto& entry : flags.power_caps) text += " --power-cap " + entry;
   if (flags.no_power_cap) text += " --no-power-cap";
   if (flags.no_thermal) text += " --no-thermal";
   if (flags.allow_oom) text += " --allow-oom";
@@ -176,7 +178,8 @@ void write_timeline(const std::string& path, const graph::Graph& graph, const si
       path, nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() + "\n", "--timeline");
 }
 
-void print_summary(const sim::SimResult& result, const nlohmann::json& json) {
+/// The result as a table; `card_limit_w` is the card's own power limit (a lower one is a --power-cap).
+void print_summary(const sim::SimResult& result, const nlohmann::json& json, double card_limit_w) {
   fmt::print("# calo sim: {} on {} x {} ({})\n", result.model, result.world, result.cluster, result.layout);
   fmt::print("# {} step(s), {} engine op events, {:.3f} s simulation wall time\n", result.steps,
              result.op_events, result.wall_s);
@@ -191,7 +194,17 @@ void print_summary(const sim::SimResult& result, const nlohmann::json& json) {
   row("energy per step", json["energy_per_step_j"].get<double>() / 1e3, "kJ", 2);
   row("mean power per GPU", json["mean_power_w"].get<double>(), "W", 1);
   row("peak power (any GPU)", json["peak_power_w"].get<double>(), "W", 1);
-  row("power limit", result.power_limit_w, "W", 0);
+  const bool capped = result.power_limit_w < card_limit_w ||
+                      std::any_of(result.gpus.begin(), result.gpus.end(), [&](const sim::GpuResult& gpu) {
+                        return gpu.power_limit_w != result.power_limit_w;
+                      });
+  const bool uniform = std::all_of(result.gpus.begin(), result.gpus.end(), [&](const sim::GpuResult& gpu) {
+    return gpu.power_limit_w == result.power_limit_w;
+  });
+  row(!capped   ? "power limit (the card's)"
+      : uniform ? "power cap (--power-cap)"
+                : "power cap, highest GPU",
+      result.power_limit_w, "W", 0);
   row("hottest die", json["max_die_c"].get<double>(), "C", 1);
   row("power-cap throttle per GPU (all steps)", json["throttle_power_cap_s"].get<double>(), "s", 3);
   row("thermal throttle per GPU (all steps)", json["throttle_thermal_s"].get<double>(), "s", 3);
@@ -331,6 +344,7 @@ int run_sim(SimFlags& flags) {
   options.thermal = !flags.no_thermal;
   options.speed_factors = per_gpu_values(flags.slow_gpus, world, 1.0, "--slow-gpu");
   options.inlet_offset_c = per_gpu_values(flags.hot_gpus, world, 0.0, "--hot-gpu");
+  options.power_limit_w = power_caps_w(flags.power_caps, world, cluster.gpu);
   options.initial_die_c = flags.initial_die_c >= 0 ? flags.initial_die_c : twin.initial_die_c;
   options.record_timeline = !flags.timeline.empty() || (world <= 64 && !flags.no_store && !flags.no_op_spans);
   const bool show_progress = options.steps > 1 && isatty(STDERR_FILENO) != 0;
@@ -378,7 +392,7 @@ int run_sim(SimFlags& flags) {
     print_json(json);
   } else {
     if (!twin.run_dir.empty()) fmt::print("# {}\n", describe_twin(twin, flags));
-    print_summary(result, json);
+    print_summary(result, json, cluster.gpu.power_limit_w);
     for (const std::string& warning : warnings) fmt::print("# WARNING: {}\n", warning);
     if (!stored.empty()) fmt::print("# stored as run (kind sim): {}\n", stored);
     if (!flags.timeline.empty()) fmt::print("# timeline (Perfetto/Chrome trace): {}\n", flags.timeline);
@@ -422,6 +436,7 @@ const CommandRegistration kSim(
                    "for Llama3-70B on 32 GPUs)");
       app.add_flag("--no-power-cap", flags->no_power_cap, "Disable the power-cap controller");
       app.add_flag("--no-thermal", flags->no_thermal, "Disable the thermal model (constant temperatures)");
+      app.add_option("--power-cap", flags->power_caps, kPowerCapHelp);
       app.add_option("--slow-gpu", flags->slow_gpus,
                      "RANK=SPEED: a GPU running at SPEED x nominal; repeatable");
       app.add_option("--hot-gpu", flags->hot_gpus,

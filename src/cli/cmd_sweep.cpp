@@ -1,6 +1,6 @@
-// `calo sweep SPEC.yaml [--backend sim|cpu|cuda] [--out DIR] [--resume] [--jobs N] [--print-commands|--adopt]`:
-// runs a campaign (a grid of layouts from a YAML spec), one normal run per valid point under DIR/<point>/,
-// indexed in DIR/campaign.json.
+// `calo sweep SPEC.yaml [--backend sim|cpu|cuda] [--out DIR] [--resume] [--jobs N]
+// [--print-commands|--adopt]`: runs a campaign (a grid of layouts from a YAML spec), one normal run per valid
+// point under DIR/<point>/, indexed in DIR/campaign.json.
 #include <fmt/format.h>
 
 #include <filesystem>

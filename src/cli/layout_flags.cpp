@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "core/error.h"
@@ -109,6 +111,40 @@ std::pair<model::ModelSpec, parallel::Layout> resolve(const LayoutFlags& flags) 
   }
   if (flags.sequence_parallel) layout.sequence_parallel = *flags.sequence_parallel;
   return {model, parallel::resolve_layout(model, layout, flags.sequence_parallel.has_value())};
+}
+
+std::vector<double> power_caps_w(const std::vector<std::string>& entries, int world,
+                                 const sim::GpuSpec& gpu) {
+  std::vector<double> caps;
+  if (entries.empty()) return caps;
+  caps.assign(world, gpu.power_limit_w);
+  for (const std::string& entry : entries) {
+    const auto equals = entry.find('=');
+    const std::string value_text = equals == std::string::npos ? entry : entry.substr(equals + 1);
+    double cap_w = 0;
+    std::size_t used = 0;
+    try {
+      cap_w = std::stod(value_text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    require_input(used == value_text.size() && used > 0 && std::isfinite(cap_w),
+                  fmt::format("--power-cap '{}': expected W or RANK=W in watts, e.g. --power-cap 500 or "
+                              "--power-cap 3=400",
+                              entry));
+    require_input(cap_w > gpu.idle_power_w && cap_w <= gpu.power_limit_w,
+                  fmt::format("--power-cap '{}': a cap on {} must lie above its idle power ({:.0f} W) and at "
+                              "most its power limit ({:.0f} W): a cap only lowers the limit",
+                              entry, gpu.name, gpu.idle_power_w, gpu.power_limit_w));
+    if (equals == std::string::npos) {
+      std::fill(caps.begin(), caps.end(), cap_w);
+      continue;
+    }
+    const std::vector<double> one = per_gpu_values({entry}, world, -1, "--power-cap");
+    for (int rank = 0; rank < world; ++rank)
+      if (one[rank] >= 0) caps[rank] = cap_w;
+  }
+  return caps;
 }
 
 std::vector<double> per_gpu_values(const std::vector<std::string>& entries, int world, double fallback,

@@ -8,6 +8,7 @@
 
 #include "model/model_spec.h"
 #include "parallel/layout.h"
+#include "sim/cluster.h"
 
 namespace calo::cli {
 
@@ -36,5 +37,14 @@ std::pair<model::ModelSpec, parallel::Layout> resolve(const LayoutFlags& flags);
 /// elsewhere; empty when no entry); InputError naming `flag` on a bad entry or a rank outside 0..world-1.
 std::vector<double> per_gpu_values(const std::vector<std::string>& entries, int world, double fallback,
                                    const std::string& flag);
+
+/// Help text of --power-cap (sim, plan partition/power).
+inline constexpr const char* kPowerCapHelp =
+    "W: cap every GPU's power at W watts (what `nvidia-smi -pl W` sets), or RANK=W for one GPU; repeatable "
+    "(e.g. --power-cap 500 --power-cap 3=400). Simulated only: calo never changes a GPU's settings";
+
+/// Per-GPU power caps of --power-cap entries: "W" for every GPU, "RANK=W" for one (later entries win); empty
+/// when none. InputError naming the entry when W is not above `gpu`'s idle power or is above its power limit.
+std::vector<double> power_caps_w(const std::vector<std::string>& entries, int world, const sim::GpuSpec& gpu);
 
 }  // namespace calo::cli

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <tuple>
 
@@ -57,6 +58,7 @@ bool dominates(const Evaluation& a, const Evaluation& b) {
 void evaluate(Evaluation& evaluation, const graph::Graph& graph, const SearchRequest& request) {
   sim::SimOptions options;
   options.steps = request.steps;
+  if (evaluation.power_cap_w > 0) options.power_limit_w.assign(graph.world_size(), evaluation.power_cap_w);
   const sim::SimResult result = sim::simulate(graph, request.cluster, options);
   double energy_j = 0;
   double peak_w = 0;
@@ -163,6 +165,14 @@ void check_constraints(const SearchRequest& request) {
                   request.max_peak_power_w, request.cluster.gpu.idle_power_w,
                   request.cluster.gpu.idle_power_w, request.cluster.gpu.power_limit_w));
   require_input(request.top >= 1, fmt::format("--top {}: give 1 or more rows", request.top));
+  for (double cap_w : request.power_caps_w) {
+    require_input(
+        cap_w > request.cluster.gpu.idle_power_w && cap_w <= request.cluster.gpu.power_limit_w,
+        fmt::format("--power-cap {:g}: a cap on {} must lie above its idle power ({:.0f} W) and at most "
+                    "its power limit ({:.0f} W)",
+                    cap_w, request.cluster.gpu.name, request.cluster.gpu.idle_power_w,
+                    request.cluster.gpu.power_limit_w));
+  }
   require_input(request.steps >= 1, fmt::format("--steps {}: give 1 or more steps", request.steps));
 }
 
@@ -452,27 +462,34 @@ SearchResult search_layouts(const SearchRequest& request) {
   SearchResult result;
   result.invalid = space.invalid;
   result.excluded = space.excluded;
+  // One evaluation per layout and power cap, the caps of a layout next to each other; `fitting` holds the
+  // first of each fitting layout's group.
+  const std::vector<double> caps_w =
+      request.power_caps_w.empty() ? std::vector<double>{0.0} : request.power_caps_w;
   std::vector<std::size_t> fitting;
   for (const Candidate& candidate : space.candidates) {
-    Evaluation evaluation;
-    evaluation.candidate = candidate;
-    if (candidate.fits) {
-      fitting.push_back(result.evaluations.size());
-    } else {
-      ++result.out_of_memory;
+    if (candidate.fits) fitting.push_back(result.evaluations.size());
+    for (double cap_w : caps_w) {
+      Evaluation evaluation;
+      evaluation.candidate = candidate;
+      evaluation.power_cap_w = cap_w;
+      if (!candidate.fits) ++result.out_of_memory;
+      result.evaluations.push_back(std::move(evaluation));
     }
-    result.evaluations.push_back(std::move(evaluation));
   }
   const int threads = request.threads > 0
                           ? request.threads
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  Progress progress(request, 2 * fitting.size());
+  Progress progress(request, fitting.size() * (1 + caps_w.size()));
 
-  // Chapter 1: the lower bound of every fitting layout (graph build + cost model, no engine).
+  // Chapter 1: the lower bound of every fitting layout (graph build + cost model, no engine); a cap only
+  // lengthens a step, so one bound holds for all of a layout's caps.
   parallel_for(fitting.size(), threads, [&](std::size_t item) {
     Evaluation& evaluation = result.evaluations[fitting[item]];
     const graph::Graph graph = graph::build_graph(request.space.model, evaluation.candidate.layout);
     evaluation.lower_bound_s = step_time_lower_bound_s(graph, request.cluster);
+    for (std::size_t cap = 1; cap < caps_w.size(); ++cap)
+      result.evaluations[fitting[item] + cap].lower_bound_s = evaluation.lower_bound_s;
     progress.step();
   });
 
@@ -485,22 +502,25 @@ SearchResult search_layouts(const SearchRequest& request) {
   const bool prune = request.prune && request.objective != Objective::kPareto;
   const double idle_cluster_w = request.cluster.gpu.idle_power_w * request.space.gpus;
   parallel_for(fitting.size(), threads, [&](std::size_t item) {
-    Evaluation& evaluation = result.evaluations[fitting[item]];
-    const double bound = request.objective == Objective::kEnergy ? evaluation.lower_bound_s * idle_cluster_w
-                                                                 : evaluation.lower_bound_s;
-    if (prune && bound > top.threshold()) {
-      evaluation.verdict = Verdict::kPruned;
-    } else {
-      try {
-        const graph::Graph graph = graph::build_graph(request.space.model, evaluation.candidate.layout);
-        evaluate(evaluation, graph, request);
-        if (evaluation.verdict == Verdict::kRanked) top.add(score(evaluation, request.objective));
-      } catch (const std::exception& error) {
-        evaluation.verdict = Verdict::kFailed;
-        evaluation.note = error.what();
+    std::optional<graph::Graph> graph;  // built once for all of the layout's caps, when one is simulated
+    for (std::size_t cap = 0; cap < caps_w.size(); ++cap) {
+      Evaluation& evaluation = result.evaluations[fitting[item] + cap];
+      const double bound = request.objective == Objective::kEnergy ? evaluation.lower_bound_s * idle_cluster_w
+                                                                   : evaluation.lower_bound_s;
+      if (prune && bound > top.threshold()) {
+        evaluation.verdict = Verdict::kPruned;
+      } else {
+        try {
+          if (!graph) graph.emplace(graph::build_graph(request.space.model, evaluation.candidate.layout));
+          evaluate(evaluation, *graph, request);
+          if (evaluation.verdict == Verdict::kRanked) top.add(score(evaluation, request.objective));
+        } catch (const std::exception& error) {
+          evaluation.verdict = Verdict::kFailed;
+          evaluation.note = error.what();
+        }
       }
+      progress.step();
     }
-    progress.step();
   });
 
   // Chapter 3: ranking and the Pareto front.

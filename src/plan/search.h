@@ -30,8 +30,10 @@ struct SearchRequest {
   double max_peak_power_w = 0;  ///< > 0: no GPU's peak power sample may exceed this
   int top = 10;                 ///< rows of the ranking the caller wants; pruning keeps these exact
   int steps = 1;                ///< simulated steps per layout (temperatures evolve across them)
-  int threads = 0;              ///< worker threads; 0 = std::thread::hardware_concurrency()
-  bool prune = true;            ///< skip layouts whose lower bound proves they cannot make the top K
+  /// Power caps searched as an axis (W per GPU, every GPU alike); empty = the card's limit only.
+  std::vector<double> power_caps_w;
+  int threads = 0;    ///< worker threads; 0 = std::thread::hardware_concurrency()
+  bool prune = true;  ///< skip layouts whose lower bound proves they cannot make the top K
   /// Called from worker threads (serialised) with (layouts done, layouts to do) for a progress bar.
   std::function<void(std::size_t, std::size_t)> progress;
 };
@@ -43,7 +45,8 @@ const char* to_string(Verdict verdict);
 
 /// One candidate and its figures (simulated ones only when verdict is kRanked or kOverBudget).
 struct Evaluation {
-  Candidate candidate;  ///< layout and memory
+  Candidate candidate;     ///< layout and memory
+  double power_cap_w = 0;  ///< power cap of every GPU (SearchRequest::power_caps_w); 0 = the card's limit
   Verdict verdict = Verdict::kOutOfMemory;
   double lower_bound_s = 0;      ///< step time >= this (busiest rank's compute at max clock)
   double iteration_s = 0;        ///< simulated mean step time

@@ -142,7 +142,11 @@ SimResult describe_run(const graph::Graph& graph, const ClusterSpec& cluster, co
   result.warmup_steps = options.warmup_steps;
   result.tokens_per_step = static_cast<double>(graph.layout.global_batch) * graph.layout.seq_length;
   result.peak_flops_per_gpu = cluster.gpu.peak_bf16_flops;
-  result.power_limit_w = cluster.gpu.power_limit_w;
+  result.power_limit_w =
+      options.power_limit_w.empty()
+          ? cluster.gpu.power_limit_w
+          : std::min(cluster.gpu.power_limit_w,
+                     *std::max_element(options.power_limit_w.begin(), options.power_limit_w.end()));
   return result;
 }
 
@@ -209,6 +213,7 @@ std::vector<GpuState> init_gpu_states(const graph::Graph& graph, const ClusterSp
     out.node = rank / cluster.node.gpus;
     out.slot = slot;
     out.stage = state.where.stage;
+    out.power_limit_w = state.power_limit_w;
     out.min_clock_mhz = gpu.max_sm_mhz;
   }
   return states;
@@ -597,6 +602,7 @@ nlohmann::json to_json(const SimResult& result, bool per_gpu) {
                       {"node", out.node},
                       {"slot", out.slot},
                       {"stage", out.stage},
+                      {"power_limit_w", out.power_limit_w},
                       {"energy_j", out.energy_j},
                       {"mean_power_w", out.mean_power_w},
                       {"peak_power_w", out.peak_power_w},

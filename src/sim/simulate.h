@@ -50,6 +50,7 @@ struct GpuResult {
   int node = 0;                     ///< node index
   int slot = 0;                     ///< slot within the node (airflow order)
   int stage = 0;                    ///< pipeline stage
+  double power_limit_w = 0;         ///< power cap it ran under (SimOptions::power_limit_w, else the card's)
   double energy_j = 0;              ///< total energy over all steps
   double mean_power_w = 0;          ///< energy / simulated time
   double peak_power_w = 0;          ///< highest power sample (mean over the driver's sample window)
@@ -92,7 +93,7 @@ struct SimResult {
   double model_flops_per_step = 0;     ///< GEMM + attention FLOPs of all ranks, recomputation excluded
   double hardware_flops_per_step = 0;  ///< all compute-op FLOPs of all ranks, recomputation included
   double peak_flops_per_gpu = 0;       ///< GPU peak bf16 FLOP/s
-  double power_limit_w = 0;            ///< GPU power limit
+  double power_limit_w = 0;            ///< highest power cap of any GPU (the card's limit when none is lower)
   double iteration_s = 0;              ///< mean step time
   double last_iteration_s = 0;         ///< step time of the last step
   double compute_busy_s = 0;           ///< mean over GPUs, last step

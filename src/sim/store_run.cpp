@@ -35,7 +35,7 @@ void store_sim_run(const std::filesystem::path& run_dir, const std::string& name
     device.node = rank / cluster.node.gpus;
     device.slot = rank % cluster.node.gpus;
     device.name = cluster.gpu.name + " (simulated)";
-    device.power_limit_w = cluster.gpu.power_limit_w;
+    device.power_limit_w = result.gpus[rank].power_limit_w;
     device.max_sm_mhz = cluster.gpu.max_sm_mhz;
     writer.add_device(device);
   }

@@ -306,6 +306,25 @@ TEST(CampaignSpec, ShardingKeysSweepZeroTwoAndHybridSharding) {
   }
 }
 
+TEST(CampaignSpec, PowerCapIsASimulatedAxisCheckedAgainstTheCard) {
+  const Spec spec = spec_from(
+      "model: tiny-dense\ncluster: h100-hgx\ngpus: 4\nfixed: {gbs: 8}\naxes:\n  power-cap: [50, 400, 700]\n");
+  std::vector<Point> points = expand_grid(spec);
+  validate_points(spec, points);
+  ASSERT_EQ(points.size(), 3u);
+  EXPECT_NE(points[0].skip_reason.find("above its idle power"), std::string::npos) << points[0].skip_reason;
+  EXPECT_EQ(points[1].skip_reason, "");
+  std::string arguments;
+  for (const std::string& word : point_arguments(spec, points[1], "sim", "")) arguments += word + " ";
+  EXPECT_NE(arguments.find("--power-cap 400 "), std::string::npos) << arguments;
+  // calo bench measures the card as it is: a power-cap sweep on a real backend is refused.
+  RunOptions options;
+  options.backend = "cpu";
+  options.out_dir = fresh_dir("cap-bench");
+  EXPECT_THROW(run_campaign(spec, options), InputError);
+  EXPECT_FALSE(fs::exists(options.out_dir));
+}
+
 TEST(CampaignSweep, SpecWithNoRunnablePointExits2AndWritesNothing) {
   const fs::path dir = fresh_dir("none");
   const fs::path spec = write_spec(dir.string() + "-spec",

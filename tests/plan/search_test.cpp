@@ -175,6 +175,33 @@ TEST(Search, ConstraintsThatLeaveNothingNameTheValuesThatFit) {
   }
 }
 
+TEST(Search, PowerCapsAreASearchedAxisAndACapNeverSpeedsALayoutUp) {
+  SearchRequest request = small_request();
+  request.space.constraints.tp = {2};
+  request.space.constraints.micro_batch = {1};
+  request.power_caps_w = {400, 700};
+  request.objective = Objective::kEnergy;
+  request.prune = false;
+  const SearchResult result = search_layouts(request);
+  ASSERT_EQ(result.evaluations.size() % 2, 0u);
+  int pairs = 0;
+  for (std::size_t index = 0; index + 1 < result.evaluations.size(); index += 2) {
+    const Evaluation& low = result.evaluations[index];
+    const Evaluation& high = result.evaluations[index + 1];
+    EXPECT_EQ(calo_flags(low.candidate.layout), calo_flags(high.candidate.layout));
+    EXPECT_EQ(low.power_cap_w, 400);
+    EXPECT_EQ(high.power_cap_w, 700);
+    if (low.verdict != Verdict::kRanked || high.verdict != Verdict::kRanked) continue;
+    EXPECT_GE(low.iteration_s, high.iteration_s) << calo_flags(low.candidate.layout);
+    EXPECT_LE(low.cluster_power_w, high.cluster_power_w);
+    EXPECT_LE(low.lower_bound_s, low.iteration_s * (1 + 1e-9));
+    ++pairs;
+  }
+  EXPECT_GT(pairs, 5);
+  request.power_caps_w = {900};
+  EXPECT_THROW(search_layouts(request), InputError);
+}
+
 TEST(Search, EquivalentRowsAreThoseWithinThreePercentOfTheFirst) {
   SearchRequest request = small_request();
   request.top = 50;

@@ -73,6 +73,44 @@ TEST(CalosimCli, BadInputExitsWithTwoAndNamesTheFix) {
 namespace calo::sim {
 namespace {
 
+TEST(CalosimCli, PowerCapLowersPowerAndThroughputPerGpuOrPerRankAndIsStored) {
+  // Issue 40 item 3: "what if I cap power at 500 W?" in one flag, per GPU or per rank, kept in the run.
+  const std::string job =
+      "sim --model llama3-8b --cluster h100-hgx --gpus 4 --tp 2 --gbs 8 --seq 4096 --zero 1 ";
+  auto figures = [&](const std::string& extra) {
+    const calo::testing::Outcome outcome =
+        calo::testing::run_calo(job + "--no-store --json --per-gpu " + extra);
+    EXPECT_EQ(outcome.exit_code, 0) << outcome.output;
+    return nlohmann::json::parse(outcome.output.substr(outcome.output.find('{')));
+  };
+  const nlohmann::json free = figures("");
+  const nlohmann::json capped = figures("--power-cap 450");
+  EXPECT_EQ(free["power_limit_w"].get<double>(), 700);
+  EXPECT_EQ(capped["power_limit_w"].get<double>(), 450);
+  EXPECT_LT(capped["tokens_per_s"].get<double>(), 0.95 * free["tokens_per_s"].get<double>());
+  EXPECT_LT(capped["mean_power_w"].get<double>(), 460);
+  EXPECT_GT(free["mean_power_w"].get<double>(), 500);
+  const nlohmann::json one = figures("--power-cap 1=400");
+  EXPECT_EQ(one["per_gpu"][1]["power_limit_w"].get<double>(), 400);
+  EXPECT_EQ(one["per_gpu"][0]["power_limit_w"].get<double>(), 700);
+  EXPECT_LT(one["per_gpu"][1]["mean_power_w"].get<double>(), one["per_gpu"][0]["mean_power_w"].get<double>());
+  // Stored: the run's devices carry the cap each ran under.
+  const auto dir = testing::temp_dir("power-cap") / "run";
+  const calo::testing::Outcome stored =
+      calo::testing::run_calo(job + "--power-cap 500 --power-cap 3=300 --out " + dir.string());
+  ASSERT_EQ(stored.exit_code, 0) << stored.output;
+  const std::vector<store::DeviceInfo> devices = store::RunReader(dir).devices();
+  ASSERT_EQ(devices.size(), 4u);
+  EXPECT_EQ(devices[0].power_limit_w, 500);
+  EXPECT_EQ(devices[3].power_limit_w, 300);
+  // Above the card's limit, at or below its idle power, or not a number: exit 2 naming the flag.
+  for (const char* bad : {"--power-cap 900", "--power-cap 50", "--power-cap 5=400", "--power-cap watts"}) {
+    const calo::testing::Outcome outcome = calo::testing::run_calo(job + "--no-store " + bad);
+    EXPECT_EQ(outcome.exit_code, 2) << bad << "\n" << outcome.output;
+    EXPECT_NE(outcome.output.find("--power-cap"), std::string::npos) << outcome.output;
+  }
+}
+
 TEST(CalosimCli, WarmupStepsAreStoredAsWarmup) {
   const auto dir = testing::temp_dir("warmup") / "run";
   const calo::testing::Outcome outcome = calo::testing::run_calo(

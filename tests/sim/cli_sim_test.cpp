@@ -9,6 +9,8 @@
 #include <string>
 
 #include "../common/run_calo.h"
+#include "core/config.h"
+#include "sim/cluster.h"
 #include "sim_test_util.h"
 #ifdef CALO_SIM_HAS_STORE
 #include "store/run_store.h"
@@ -52,6 +54,26 @@ TEST(CalosimCli, StoresARunAndWritesATimeline) {
   int spans = 0;
   for (const auto& event : trace["traceEvents"]) spans += event["ph"] == "X";
   EXPECT_GT(spans, 100);
+}
+
+TEST(CaloCluster, ShowPrintsAFileThatLoadsBackAndListNamesEveryPreset) {
+  // Issue 40 item 3: a user copies a preset, edits one figure and simulates with it.
+  for (const char* name : {"h100-hgx", "h200-hgx-calibrated"}) {
+    const Outcome shown = run_calo(std::string("cluster show ") + name);
+    ASSERT_EQ(shown.exit_code, 0) << shown.output;
+    EXPECT_EQ(shown.output.rfind("# ", 0), 0u) << shown.output;  // leads with the trust line
+    const auto file = testing::temp_dir("cluster-show") / (std::string(name) + ".yaml");
+    std::ofstream(file) << shown.output;
+    EXPECT_EQ(to_json(load_cluster(file.string())), to_json(load_cluster(name))) << name;
+  }
+  const Outcome listed = run_calo("cluster list");
+  ASSERT_EQ(listed.exit_code, 0) << listed.output;
+  for (const std::string& name : core::preset_names("clusters"))
+    EXPECT_NE(listed.output.find(name), std::string::npos) << name;
+  EXPECT_NE(listed.output.find("yes ("), std::string::npos) << listed.output;  // the fitted ones say so
+  const Outcome unknown = run_calo("cluster show no-such-cluster");
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
+  EXPECT_NE(unknown.output.find("h200-hgx"), std::string::npos) << unknown.output;
 }
 
 TEST(CalosimCli, BadInputExitsWithTwoAndNamesTheFix) {

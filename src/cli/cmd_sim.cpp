@@ -26,6 +26,7 @@
 #include "plan/search.h"
 #include "sim/cluster.h"
 #include "sim/cost_model.h"
+#include "sim/job_cost.h"
 #include "sim/simulate.h"
 #ifdef CALO_SIM_HAS_STORE
 #include "sim/store_run.h"
@@ -53,6 +54,8 @@ struct SimFlags {
   std::vector<std::string> slow_gpus;
   std::vector<std::string> hot_gpus;
   std::vector<std::string> power_caps;  ///< --power-cap W | RANK=W
+  sim::CostInputs cost;                 ///< --tokens, --price-per-kwh, --pue, --host-power-w
+  bool cost_given = false;              ///< any of the cost flags was given
   double initial_die_c = -1;
   bool dp_given = false;
   bool gpus_given = false;
@@ -191,7 +194,7 @@ void print_summary(const sim::SimResult& result, const nlohmann::json& json, dou
   row("tokens/s", sim::tokens_per_s(result), "tokens/s", 0);
   row("model TFLOP/s per GPU", sim::model_flops_per_gpu(result) / 1e12, "TFLOP/s", 1);
   row("MFU", 100.0 * sim::mfu(result), "%", 1);
-  row("energy per step", json["energy_per_step_j"].get<double>() / 1e3, "kJ", 2);
+  row("energy per step (all GPUs; GPUs only)", json["energy_per_step_j"].get<double>() / 1e3, "kJ", 2);
   row("mean power per GPU", json["mean_power_w"].get<double>(), "W", 1);
   row("peak power (any GPU)", json["peak_power_w"].get<double>(), "W", 1);
   const bool capped = result.power_limit_w < card_limit_w ||
@@ -345,6 +348,7 @@ int run_sim(SimFlags& flags) {
   options.speed_factors = per_gpu_values(flags.slow_gpus, world, 1.0, "--slow-gpu");
   options.inlet_offset_c = per_gpu_values(flags.hot_gpus, world, 0.0, "--hot-gpu");
   options.power_limit_w = power_caps_w(flags.power_caps, world, cluster.gpu);
+  if (flags.cost_given) sim::check_cost_inputs(flags.cost);  // before the simulation, not after
   options.initial_die_c = flags.initial_die_c >= 0 ? flags.initial_die_c : twin.initial_die_c;
   options.record_timeline = !flags.timeline.empty() || (world <= 64 && !flags.no_store && !flags.no_op_spans);
   const bool show_progress = options.steps > 1 && isatty(STDERR_FILENO) != 0;
@@ -388,11 +392,29 @@ int run_sim(SimFlags& flags) {
     stored = flags.out;
   }
 #endif
+  std::string cost_text;
+  if (flags.cost_given) {
+    const double energy_per_token_j = json["energy_per_step_j"].get<double>() / result.tokens_per_step;
+    const int nodes = (world + cluster.node.gpus - 1) / cluster.node.gpus;
+    const sim::CostEstimate cost =
+        sim::estimate_cost(sim::tokens_per_s(result), energy_per_token_j, nodes, flags.cost);
+    json["cost"] = {{"tokens", flags.cost.tokens},
+                    {"wall_s", cost.wall_s},
+                    {"gpu_energy_j", cost.gpu_energy_j},
+                    {"host_energy_j", cost.host_energy_j},
+                    {"facility_energy_j", cost.facility_energy_j},
+                    {"pue", flags.cost.pue},
+                    {"host_power_w", flags.cost.host_power_w},
+                    {"price_per_kwh", flags.cost.price_per_kwh},
+                    {"cost", cost.cost}};
+    cost_text = sim::describe_cost(cost, flags.cost, world, nodes);
+  }
   if (flags.json) {
     print_json(json);
   } else {
     if (!twin.run_dir.empty()) fmt::print("# {}\n", describe_twin(twin, flags));
     print_summary(result, json, cluster.gpu.power_limit_w);
+    fmt::print("{}", cost_text);
     for (const std::string& warning : warnings) fmt::print("# WARNING: {}\n", warning);
     if (!stored.empty()) fmt::print("# stored as run (kind sim): {}\n", stored);
     if (!flags.timeline.empty()) fmt::print("# timeline (Perfetto/Chrome trace): {}\n", flags.timeline);
@@ -437,6 +459,24 @@ const CommandRegistration kSim(
       app.add_flag("--no-power-cap", flags->no_power_cap, "Disable the power-cap controller");
       app.add_flag("--no-thermal", flags->no_thermal, "Disable the thermal model (constant temperatures)");
       app.add_option("--power-cap", flags->power_caps, kPowerCapHelp);
+      auto cost_flag = [&app, flags](const char* name, double& value, const char* help) {
+        app.add_option_function<double>(
+            name,
+            [flags, &value](double given) {
+              value = given;
+              flags->cost_given = true;
+            },
+            help);
+      };
+      cost_flag(
+          "--tokens", flags->cost.tokens,
+          "Tokens to train (e.g. 1e12): prints the time, the GPUs' energy, the facility's energy and the "
+          "price of training them at the simulated rate");
+      cost_flag("--price-per-kwh", flags->cost.price_per_kwh, "Electricity price per kWh (with --tokens)");
+      cost_flag("--pue", flags->cost.pue,
+                "Facility power usage effectiveness, >= 1 (with --tokens; default 1)");
+      cost_flag("--host-power-w", flags->cost.host_power_w,
+                "Each node's power beyond its GPUs, W (CPUs, memory, NICs, fans; with --tokens; default 0)");
       app.add_option("--slow-gpu", flags->slow_gpus,
                      "RANK=SPEED: a GPU running at SPEED x nominal; repeatable");
       app.add_option("--hot-gpu", flags->hot_gpus,

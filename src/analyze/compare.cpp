@@ -54,6 +54,26 @@ static nlohmann::json canonical_layout(const nlohmann::json& layout) {
   }
 }
 
+std::string run_label(const RunAnalysis& analysis) {
+  const auto& run = analysis.run;
+  const auto config = nlohmann::json::parse(run.config_json, nullptr, false);
+  std::string layout;
+  if (config.is_object() && config.contains("layout") && config["layout"].is_object()) {
+    try {
+      layout = parallel::describe(parallel::layout_from_json(canonical_layout(config["layout"])));
+    } catch (const std::exception&) {
+      layout.clear();  // a layout this version cannot read: the run's name alone
+    }
+  }
+  std::string cluster;
+  if (run.kind == store::RunKind::kSim && config.is_object() && config.contains("cluster") &&
+      config["cluster"].is_object())
+    cluster = config["cluster"].value("name", "");
+  const std::string kind = cluster.empty() ? std::string(store::to_string(run.kind))
+                                           : fmt::format("{} on {}", store::to_string(run.kind), cluster);
+  return layout.empty() ? fmt::format("{} ({})", run.name, kind) : fmt::format("{} ({})", layout, kind);
+}
+
 bool same_graph(const RunAnalysis& a, const RunAnalysis& b) {
   auto config_a = nlohmann::json::parse(a.run.config_json, nullptr, false);
   auto config_b = nlohmann::json::parse(b.run.config_json, nullptr, false);
@@ -80,7 +100,7 @@ Comparison compare_runs(const std::vector<RunAnalysis>& runs) {
   Comparison comparison;
   for (std::size_t index = 0; index < runs.size(); ++index) {
     const auto& run = runs[index].run;
-    comparison.run_labels.push_back(fmt::format("{} ({})", run.name, store::to_string(run.kind)));
+    comparison.run_labels.push_back(run_label(runs[index]));
     int32_t reference = -1;
     for (std::size_t other = 0; other < runs.size() && run.kind == store::RunKind::kSim; ++other) {
       if (runs[other].run.kind != store::RunKind::kSim && same_graph(runs[index], runs[other])) {
@@ -122,6 +142,14 @@ Comparison compare_runs(const std::vector<RunAnalysis>& runs) {
     }
     comparison.rows.push_back(std::move(out));
   }
+  // What a user compares two layouts by comes first: throughput, MFU, energy per token.
+  const std::vector<std::string> lead = {"tokens_per_s", "mfu", "energy_per_token_j"};
+  std::stable_sort(comparison.rows.begin(), comparison.rows.end(), [&lead](const auto& a, const auto& b) {
+    const auto rank = [&lead](const std::string& key) {
+      return static_cast<std::size_t>(std::find(lead.begin(), lead.end(), key) - lead.begin());
+    };
+    return rank(a.key) < rank(b.key);
+  });
   return comparison;
 }
 

@@ -24,11 +24,15 @@ struct ComparisonRow {
 
 /// Result of compare_runs.
 struct Comparison {
-  std::vector<std::string> run_labels;  ///< "name (kind)" per run
+  std::vector<std::string> run_labels;  ///< run_label() per run
   int32_t measured_reference = -1;      ///< first measured run some sim run is compared with, -1 if none
   std::vector<int32_t> sim_reference;   ///< per run: the measured run of the same graph (sim runs), else -1
-  std::vector<ComparisonRow> rows;      ///< figures in run_figures order
+  std::vector<ComparisonRow> rows;  ///< tokens/s, MFU and J/token first, then the rest in run_figures order
 };
+
+/// How comparisons name a run: its layout and kind ("TP2-PP1-DP4 mbs1 gbs32 1f1b zero1 (sim on h100-hgx)"),
+/// or its name and kind when it stores no layout (a `calo record` of any job).
+std::string run_label(const RunAnalysis& analysis);
 
 /// True when both runs ran the same graph: equal "model" objects and equal layouts in their config_json (read
 /// with parallel::layout_from_json, so a layout key added after a run was stored takes its default).

@@ -655,8 +655,8 @@ std::string verdict_section(const std::vector<analyze::RunAnalysis>& runs,
     }
     std::stable_sort(findings.begin(), findings.end(),
                      [](const Finding& a, const Finding& b) { return a.weight > b.weight; });
-    out += fmt::format("<div class=\"verdict-run\">Run {}: {} ({})</div>\n<ol class=\"verdict\">\n",
-                       index + 1, escape_html(run.run.name), store::to_string(run.run.kind));
+    out += fmt::format("<div class=\"verdict-run\">Run {}: {}</div>\n<ol class=\"verdict\">\n", index + 1,
+                       escape_html(analyze::run_label(run)));
     for (std::size_t at = 0; at < findings.size() && at < 3; ++at) {
       out += fmt::format("<li><a href=\"#{}\">{}</a></li>\n", findings[at].anchor,
                          escape_html(findings[at].text));

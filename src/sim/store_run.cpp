@@ -22,7 +22,14 @@ void store_sim_run(const std::filesystem::path& run_dir, const std::string& name
   info.kind = store::RunKind::kSim;
   info.name = name;
   info.command = command;
-  info.config_json = config.dump();
+  // The workload figures the analysis reads (analyze::read_workload): tokens/s, MFU and J/token of a sim run
+  // come from the same numbers as a measured run's.
+  nlohmann::json stored_config = config;
+  stored_config["workload"] = {{"tokens_per_step", result.tokens_per_step},
+                               {"model_flops_per_step", result.model_flops_per_step},
+                               {"hardware_flops_per_step", result.hardware_flops_per_step},
+                               {"peak_flops_per_gpu", result.peak_flops_per_gpu}};
+  info.config_json = stored_config.dump();
   info.host = "simulated:" + cluster.name;
   const core::TimeOrigin origin = core::time_origin_now();
   info.started_ns = origin.monotonic_ns;

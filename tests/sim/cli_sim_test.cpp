@@ -133,6 +133,26 @@ TEST(CalosimCli, PowerCapLowersPowerAndThroughputPerGpuOrPerRankAndIsStored) {
   }
 }
 
+TEST(CalosimCli, ComparingTwoLayoutsNamesEachByItsLayoutAndLeadsWithThroughputMfuAndEnergyPerToken) {
+  // Issue 40 item 4: both columns used to read "sim-llama3-8b-8gpu (sim)", without tokens/s, MFU or J/token.
+  const auto dir = testing::temp_dir("compare-layouts");
+  const std::string job = "sim --model llama3-8b --cluster h100-hgx --gpus 8 --gbs 32 --seq 4096 --zero 1 ";
+  ASSERT_EQ(calo::testing::run_calo(job + "--tp 2 --out " + (dir / "tp2").string()).exit_code, 0);
+  ASSERT_EQ(calo::testing::run_calo(job + "--tp 4 --out " + (dir / "tp4").string()).exit_code, 0);
+  const calo::testing::Outcome outcome =
+      calo::testing::run_calo("compare --json " + (dir / "tp2").string() + " " + (dir / "tp4").string());
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  const nlohmann::json json = nlohmann::json::parse(outcome.output);
+  EXPECT_EQ(json["runs"][0], "TP2-PP1-DP4 mbs1 gbs32 1f1b zero1 (sim on h100-hgx)");
+  EXPECT_EQ(json["runs"][1], "TP4-PP1-DP2 mbs1 gbs32 1f1b zero1 (sim on h100-hgx)");
+  const char* lead[] = {"tokens_per_s", "mfu", "energy_per_token_j"};
+  for (int row = 0; row < 3; ++row) {
+    EXPECT_EQ(json["rows"][row]["key"], lead[row]);
+    for (int run = 0; run < 2; ++run) EXPECT_TRUE(json["rows"][row]["values"][run].is_number()) << lead[row];
+  }
+  EXPECT_GT(json["rows"][0]["values"][0].get<double>(), json["rows"][0]["values"][1].get<double>());
+}
+
 TEST(CalosimCli, WarmupStepsAreStoredAsWarmup) {
   const auto dir = testing::temp_dir("warmup") / "run";
   const calo::testing::Outcome outcome = calo::testing::run_calo(

@@ -18,6 +18,7 @@
 
 #include "analyze/window_mean.h"
 #include "core/error.h"
+#include "core/step_warmup.h"
 #include "store/summary.h"
 
 namespace calo::analyze {
@@ -329,7 +330,24 @@ struct StepTable {
   std::map<int64_t, std::pair<int64_t, int64_t>> range;              // step -> (earliest begin, latest end)
   std::map<int64_t, std::vector<std::pair<int32_t, int64_t>>> ends;  // step -> (lane, end)
   std::vector<std::pair<int64_t, int64_t>> warmup_marks;
+  int64_t taken_as_warmup = 0;  // leading steps set apart by take_unmarked_warmup
 };
+
+/// A run that marks no warm-up (a `calo record` of a plain loop) still has one: its leading steps that
+/// core::leading_warmup_steps finds are set apart as warm-up.
+void take_unmarked_warmup(StepTable& table) {
+  if (!table.warmup_marks.empty()) return;
+  std::vector<double> durations;
+  for (const auto& [step, range] : table.range)
+    durations.push_back(static_cast<double>(range.second - range.first));
+  for (std::size_t taken = core::leading_warmup_steps(durations); taken > 0; --taken) {
+    const auto first = table.range.begin();
+    table.warmup_marks.push_back(first->second);
+    table.ends.erase(first->first);
+    table.range.erase(first);
+    ++table.taken_as_warmup;
+  }
+}
 
 StepTable read_steps(const store::RunReader& reader) {
   StepTable table;
@@ -348,6 +366,7 @@ StepTable read_steps(const store::RunReader& reader) {
     }
     if (lane_of(span) >= 0) table.ends[step].emplace_back(lane_of(span), span.t_end_ns);
   }
+  take_unmarked_warmup(table);
   return table;
 }
 
@@ -361,6 +380,7 @@ void apply_steps(const StepTable& steps, RunAnalysis& analysis) {
     analysis.measured_steps_ns.push_back(range);
   }
   analysis.steps = static_cast<int64_t>(step_seconds.size());
+  analysis.steps_taken_as_warmup = steps.taken_as_warmup;
   analysis.step_time_s = distribution_of(step_seconds);
 }
 

@@ -111,19 +111,20 @@ struct RunAnalysis {
   Distribution step_time_s;                ///< per step number: latest end - earliest begin over ranks, s
   std::vector<std::pair<int64_t, int64_t>> step_marks_ns;  ///< [begin, end] of each step (chart markers)
   std::vector<std::pair<int64_t, int64_t>>
-      measured_steps_ns;                      ///< [begin, end] of each step, warm-up excluded
-  int64_t steps = 0;                          ///< steps in the window
-  double tokens_per_s = NAN;                  ///< tokens_per_step / step_time mean
-  double tflops_per_gpu = NAN;                ///< model FLOPs per step / step time / GPUs / 1e12
-  double mfu = NAN;                           ///< model FLOP/s per GPU / peak FLOP/s per GPU
-  double hfu = NAN;                           ///< hardware FLOP/s per GPU / peak FLOP/s per GPU
-  double energy_j = NAN;                      ///< sum over GPUs of energy over the window
-  double energy_per_step_j = NAN;             ///< energy_j / steps
-  double energy_per_token_j = NAN;            ///< energy_j / (steps x tokens_per_step)
-  double tokens_per_j = NAN;                  ///< 1 / energy_per_token_j
-  double samples_per_s_mj = NAN;              ///< (samples / s) / (energy_j / 1e6) over the window
-  double power_mean_w = NAN;                  ///< sum over GPUs of mean power
-  double power_peak_w = NAN;                  ///< largest single-GPU power sample
+      measured_steps_ns;              ///< [begin, end] of each step, warm-up excluded
+  int64_t steps = 0;                  ///< steps in the window
+  int64_t steps_taken_as_warmup = 0;  ///< unmarked leading steps > 2x the median, set apart as warm-up
+  double tokens_per_s = NAN;          ///< tokens_per_step / step_time mean
+  double tflops_per_gpu = NAN;        ///< model FLOPs per step / step time / GPUs / 1e12
+  double mfu = NAN;                   ///< model FLOP/s per GPU / peak FLOP/s per GPU
+  double hfu = NAN;                   ///< hardware FLOP/s per GPU / peak FLOP/s per GPU
+  double energy_j = NAN;              ///< sum over GPUs of energy over the window
+  double energy_per_step_j = NAN;     ///< energy_j / steps
+  double energy_per_token_j = NAN;    ///< energy_j / (steps x tokens_per_step)
+  double tokens_per_j = NAN;          ///< 1 / energy_per_token_j
+  double samples_per_s_mj = NAN;      ///< (samples / s) / (energy_j / 1e6) over the window
+  double power_mean_w = NAN;          ///< sum over GPUs of mean power
+  double power_peak_w = NAN;          ///< largest single-GPU power sample
   std::vector<DeviceMetrics> device_metrics;  ///< per device
   std::vector<ThermalGroup> nodes;            ///< thermal imbalance per node
   std::vector<ThermalGroup> slots;            ///< temperature per slot across nodes

@@ -206,7 +206,10 @@ const CommandRegistration kGraph(
           ->capture_default_str();
       app.add_option("--export", flags->export_path,
                      "Write the whole graph (shared programs, groups) as JSON");
-      return [flags] { return show_graph(*flags); };
+      return [flags, &app] {
+        require_model_flag(app, "calo graph");
+        return show_graph(*flags);
+      };
     });
 
 }  // namespace

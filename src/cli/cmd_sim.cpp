@@ -490,6 +490,7 @@ const CommandRegistration kSim(
         flags->gpus_given = app.count("--gpus") > 0;
         flags->steps_given = app.count("--steps") > 0;
         flags->warmup_given = app.count("--warmup") > 0;
+        if (flags->from.empty() && !flags->list) require_model_flag(app, "calo sim");
         return run_sim(*flags);
       };
     });

@@ -113,6 +113,13 @@ std::pair<model::ModelSpec, parallel::Layout> resolve(const LayoutFlags& flags) 
   return {model, parallel::resolve_layout(model, layout, flags.sequence_parallel.has_value())};
 }
 
+void require_model_flag(const CLI::App& app, const std::string& command) {
+  require_input(app.count("--model") > 0,
+                fmt::format("{}: give --model (a preset, see `calo model --list`, or a YAML file), e.g. --model "
+                            "llama3-8b; tiny-dense is the 3.4 M-parameter test model",
+                            command));
+}
+
 std::vector<double> power_caps_w(const std::vector<std::string>& entries, int world,
                                  const sim::GpuSpec& gpu) {
   std::vector<double> caps;

@@ -33,6 +33,10 @@ void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional);
 /// Loads the model and returns the validated layout (throws InputError naming the flag on bad input).
 std::pair<model::ModelSpec, parallel::Layout> resolve(const LayoutFlags& flags);
 
+/// The refusal of a command that simulates or builds a model's graph without --model: tiny-dense, the old
+/// default, is a 3.4 M-parameter test model whose figures mislead (issue 40 item 10).
+void require_model_flag(const CLI::App& app, const std::string& command);
+
 /// Parses "RANK=VALUE" entries of --slow-gpu / --hot-gpu into a per-GPU vector of `world` entries (`fallback`
 /// elsewhere; empty when no entry); InputError naming `flag` on a bad entry or a rank outside 0..world-1.
 std::vector<double> per_gpu_values(const std::vector<std::string>& entries, int world, double fallback,

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/step_warmup.h"
 #include "core/table.h"
 #include "core/time.h"
 #include "store/run_store.h"
@@ -219,6 +220,13 @@ StepStats step_stats(int32_t rank, const std::vector<std::pair<double, int64_t>>
     per_step_ms.push_back(duration_ms / static_cast<double>(covered));
   }
   if (per_step_ms.empty()) return stats;
+  // Unmarked warm-up (one span per step only): out of the statistics, counted.
+  const bool one_per_span = static_cast<std::size_t>(stats.steps) == per_step_ms.size();
+  const std::size_t warmup = one_per_span ? core::leading_warmup_steps(per_step_ms) : 0;
+  for (std::size_t index = 0; index < warmup; ++index) total_ms -= per_step_ms[index];
+  per_step_ms.erase(per_step_ms.begin(), per_step_ms.begin() + static_cast<std::ptrdiff_t>(warmup));
+  stats.warmup_steps = static_cast<int64_t>(warmup);
+  stats.steps -= stats.warmup_steps;
   stats.mean_ms = total_ms / static_cast<double>(stats.steps);
   stats.median_ms = percentile(per_step_ms, 0.5);
   stats.p90_ms = percentile(per_step_ms, 0.9);
@@ -645,6 +653,7 @@ void write_run_summary(store::RunWriter& writer, const RecordResult& result, con
   for (const auto& stats : result.steps) {
     const std::string scope = stats.rank >= 0 ? fmt::format("rank{}", stats.rank) : "steps";
     writer.add_summary({scope, "steps", static_cast<double>(stats.steps), "count"});
+    writer.add_summary({scope, "warmup_steps", static_cast<double>(stats.warmup_steps), "count"});
     writer.add_summary({scope, "step_time_mean_s", stats.mean_ms / 1e3, "s"});
     writer.add_summary({scope, "step_time_median_s", stats.median_ms / 1e3, "s"});
     writer.add_summary({scope, "step_time_p90_s", stats.p90_ms / 1e3, "s"});
@@ -714,15 +723,21 @@ std::string format_summary(const std::string& command, const RecordResult& resul
   if (printed_gpu_header) text += gpus.render();
   if (!result.steps.empty()) {
     text += fmt::format("  steps from {} markers\n", step_source);
-    core::TextTable steps({"rank", "steps", "mean", "median", "p90", "min", "max"});
-    steps.set_units({"", "", "ms", "ms", "ms", "ms", "ms"});
+    core::TextTable steps({"rank", "steps", "warm-up", "mean", "median", "p90", "min", "max"});
+    steps.set_units({"", "", "", "ms", "ms", "ms", "ms", "ms"});
+    bool any_warmup = false;
     for (const auto& stats : result.steps) {
+      any_warmup = any_warmup || stats.warmup_steps > 0;
       steps.add_row({stats.rank >= 0 ? std::to_string(stats.rank) : "-", std::to_string(stats.steps),
-                     format_number(stats.mean_ms, 1), format_number(stats.median_ms, 1),
-                     format_number(stats.p90_ms, 1), format_number(stats.min_ms, 1),
-                     format_number(stats.max_ms, 1)});
+                     std::to_string(stats.warmup_steps), format_number(stats.mean_ms, 1),
+                     format_number(stats.median_ms, 1), format_number(stats.p90_ms, 1),
+                     format_number(stats.min_ms, 1), format_number(stats.max_ms, 1)});
     }
     text += steps.render();
+    if (any_warmup)
+      text +=
+          "  warm-up: leading steps over 2x the median step (compilation, autotuning), left out of the "
+          "figures\n";
   } else {
     text += "  steps seen: 0 (use --markers or $CALO_MARKER_SOCKET to mark steps)\n";
   }

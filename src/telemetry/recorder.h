@@ -31,13 +31,14 @@ struct RecordOptions {
 
 /// Step-time statistics of one rank (or of the output-line markers, rank -1).
 struct StepStats {
-  int32_t rank = -1;     ///< rank, -1 when unknown
-  int64_t steps = 0;     ///< steps seen (sum of steps covered by step spans)
-  double mean_ms = 0;    ///< mean step time
-  double median_ms = 0;  ///< median step time
-  double p90_ms = 0;     ///< 90th percentile step time
-  double min_ms = 0;     ///< fastest step
-  double max_ms = 0;     ///< slowest step
+  int32_t rank = -1;         ///< rank, -1 when unknown
+  int64_t steps = 0;         ///< steps counted (sum of steps covered by step spans, less warm-up)
+  int64_t warmup_steps = 0;  ///< leading steps set apart as warm-up (core::leading_warmup_steps)
+  double mean_ms = 0;        ///< mean step time
+  double median_ms = 0;      ///< median step time
+  double p90_ms = 0;         ///< 90th percentile step time
+  double min_ms = 0;         ///< fastest step
+  double max_ms = 0;         ///< slowest step
 };
 
 /// Per-device end-of-run figures (from the run store's interval summary).

@@ -77,13 +77,19 @@ TEST(CaloCluster, ShowPrintsAFileThatLoadsBackAndListNamesEveryPreset) {
 }
 
 TEST(CalosimCli, BadInputExitsWithTwoAndNamesTheFix) {
-  Outcome outcome = run_calo("sim --cluster no-such-cluster --gpus 4 --no-store");
+  Outcome outcome = run_calo("sim --model tiny-dense --cluster no-such-cluster --gpus 4 --no-store");
   EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
   EXPECT_NE(outcome.output.find("h200-hgx"), std::string::npos) << outcome.output;  // lists the presets
-  outcome = run_calo("sim --cluster h200-hgx --gpus 6 --tp 4 --no-store");
+  outcome = run_calo("sim --model tiny-dense --cluster h200-hgx --gpus 6 --tp 4 --no-store");
   EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
   EXPECT_NE(outcome.output.find("multiple of tp*cp*pp"), std::string::npos) << outcome.output;
-  outcome = run_calo("sim --cluster h200-hgx --gpus 4 --slow-gpu 9=0.5 --no-store");
+  outcome = run_calo("sim --cluster h200-hgx --gpus 4 --no-store");  // no --model: no silent tiny-dense
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_NE(outcome.output.find("give --model"), std::string::npos) << outcome.output;
+  outcome = run_calo("graph --tp 2");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_NE(outcome.output.find("calo graph: give --model"), std::string::npos) << outcome.output;
+  outcome = run_calo("sim --model tiny-dense --cluster h200-hgx --gpus 4 --slow-gpu 9=0.5 --no-store");
   EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
   EXPECT_NE(outcome.output.find("--slow-gpu"), std::string::npos) << outcome.output;
 }

@@ -101,6 +101,9 @@ std::function<void(std::size_t, std::size_t)> progress_printer(bool terminal) {
 /// Flags of `calo plan partition`.
 struct PartitionFlags {
   LayoutFlags layout;
+  int gpus = 0;  ///< --gpus N (as calo sim: dp derived unless --dp)
+  bool gpus_given = false;
+  bool dp_given = false;
   std::string cluster;
   int steps = 20;
   std::vector<std::string> slow_gpus;
@@ -126,6 +129,9 @@ void set_up_job(const model::ModelSpec& model, const parallel::Layout& layout, c
 /// Flags of `calo plan power`.
 struct PowerFlags {
   LayoutFlags layout;
+  int gpus = 0;  ///< --gpus N (as calo sim: dp derived unless --dp)
+  bool gpus_given = false;
+  bool dp_given = false;
   std::string cluster;
   int steps = 5;
   double max_slowdown_pct = 1.0;
@@ -137,7 +143,9 @@ struct PowerFlags {
 int run_power(const PowerFlags& flags) {
   require_input(!flags.cluster.empty(), "--cluster is required (see `calo sim --list`)");
   plan::PowerPlanRequest request;
-  auto [model, layout] = resolve(flags.layout);
+  LayoutFlags layout_flags = flags.layout;
+  apply_gpus(flags.gpus, flags.gpus_given, flags.dp_given, layout_flags.layout);
+  auto [model, layout] = resolve(layout_flags);
   set_up_job(model, layout, flags.cluster, flags.steps, flags.slow_gpus, flags.hot_gpus, request);
   request.max_slowdown = flags.max_slowdown_pct / 100.0;
   const int world = layout.world_size();
@@ -213,7 +221,9 @@ void print_stage_order(const plan::PartitionRequest& request, const std::vector<
 int run_partition(const PartitionFlags& flags) {
   require_input(!flags.cluster.empty(), "--cluster is required (see `calo sim --list`)");
   plan::PartitionRequest request;
-  auto [model, layout] = resolve(flags.layout);
+  LayoutFlags layout_flags = flags.layout;
+  apply_gpus(flags.gpus, flags.gpus_given, flags.dp_given, layout_flags.layout);
+  auto [model, layout] = resolve(layout_flags);
   set_up_job(model, layout, flags.cluster, flags.steps, flags.slow_gpus, flags.hot_gpus, request);
   const int world = layout.world_size();
   if (!flags.from_run.empty()) {
@@ -533,6 +543,7 @@ const CommandRegistration kPlan(
           "partition", "uneven --layers-per-stage for slow or hot GPUs, found by simulation (never hotter)");
       add_layout_flags(*sub, partition->layout, false);
       sub->add_option("--cluster,-c", partition->cluster, "Cluster preset or YAML file");
+      sub->add_option("--gpus,-n", partition->gpus, "GPUs; dp = gpus / (tp*cp*pp) unless --dp is given");
       sub->add_option("--steps", partition->steps, "Simulated steps per partition (heat builds up)")
           ->capture_default_str();
       sub->add_option("--slow-gpu", partition->slow_gpus, "RANK=SPEED: a GPU at SPEED x nominal; repeatable");
@@ -547,6 +558,7 @@ const CommandRegistration kPlan(
           "per-stage clock locks that save the energy of stages waiting on the critical one (advice)");
       add_layout_flags(*power_sub, power->layout, false);
       power_sub->add_option("--cluster,-c", power->cluster, "Cluster preset or YAML file");
+      power_sub->add_option("--gpus,-n", power->gpus, "GPUs; dp = gpus / (tp*cp*pp) unless --dp is given");
       power_sub->add_option("--steps", power->steps, "Simulated steps per cap set")->capture_default_str();
       power_sub
           ->add_option("--max-slowdown-pct", power->max_slowdown_pct, "Most step-time growth allowed (%)")
@@ -557,6 +569,10 @@ const CommandRegistration kPlan(
                             "RANK=DEGREES: extra inlet temperature; repeatable");
       power_sub->add_flag("--json", power->json, "Print the result as JSON");
       return [flags, partition, sub, power, power_sub] {
+        partition->gpus_given = sub->count("--gpus") > 0;
+        partition->dp_given = sub->count("--dp") > 0;
+        power->gpus_given = power_sub->count("--gpus") > 0;
+        power->dp_given = power_sub->count("--dp") > 0;
         if (sub->parsed()) return run_partition(*partition);
         if (power_sub->parsed()) return run_power(*power);
         return run_plan(*flags);

@@ -240,23 +240,7 @@ void print_summary(const sim::SimResult& result, const nlohmann::json& json, dou
 /// The job given by --model and the layout flags (and --gpus), the attention core the cluster's by default.
 std::pair<model::ModelSpec, parallel::Layout> job_from_flags(SimFlags& flags,
                                                              const sim::ClusterSpec& cluster) {
-  auto& layout = flags.layout.layout;
-  require_input(!flags.gpus_given || flags.gpus >= 1,
-                fmt::format("--gpus {}: give 1 or more GPUs (or leave it out: tp*cp*pp*dp)", flags.gpus));
-  if (flags.gpus > 0) {
-    const int model_parallel = layout.tp * layout.cp * layout.pp;
-    require_input(
-        model_parallel > 0 && flags.gpus % model_parallel == 0,
-        fmt::format("--gpus {} is not a multiple of tp*cp*pp = {}; use a multiple such as {}", flags.gpus,
-                    model_parallel, model_parallel * std::max(1, flags.gpus / std::max(1, model_parallel))));
-    if (!flags.dp_given) {
-      layout.dp = flags.gpus / model_parallel;
-    } else {
-      require_input(layout.world_size() == flags.gpus,
-                    fmt::format("--gpus {} does not equal tp*cp*pp*dp = {}; drop --dp to derive it ({})",
-                                flags.gpus, layout.world_size(), flags.gpus / model_parallel));
-    }
-  }
+  apply_gpus(flags.gpus, flags.gpus_given, flags.dp_given, flags.layout.layout);
   // The attention core is the cluster file's unless --attention says otherwise.
   if (flags.layout.attention.empty()) flags.layout.attention = parallel::to_string(cluster.attention);
   return resolve(flags.layout);

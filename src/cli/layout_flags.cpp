@@ -113,11 +113,30 @@ std::pair<model::ModelSpec, parallel::Layout> resolve(const LayoutFlags& flags) 
   return {model, parallel::resolve_layout(model, layout, flags.sequence_parallel.has_value())};
 }
 
+void apply_gpus(int gpus, bool gpus_given, bool dp_given, parallel::Layout& layout) {
+  require_input(!gpus_given || gpus >= 1,
+                fmt::format("--gpus {}: give 1 or more GPUs (or leave it out: tp*cp*pp*dp)", gpus));
+  if (gpus <= 0) return;
+  const int model_parallel = layout.tp * layout.cp * layout.pp;
+  require_input(
+      model_parallel > 0 && gpus % model_parallel == 0,
+      fmt::format("--gpus {} is not a multiple of tp*cp*pp = {}; use a multiple such as {}", gpus,
+                  model_parallel, model_parallel * std::max(1, gpus / std::max(1, model_parallel))));
+  if (!dp_given) {
+    layout.dp = gpus / model_parallel;
+    return;
+  }
+  require_input(layout.world_size() == gpus,
+                fmt::format("--gpus {} does not equal tp*cp*pp*dp = {}; drop --dp to derive it ({})", gpus,
+                            layout.world_size(), gpus / model_parallel));
+}
+
 void require_model_flag(const CLI::App& app, const std::string& command) {
-  require_input(app.count("--model") > 0,
-                fmt::format("{}: give --model (a preset, see `calo model --list`, or a YAML file), e.g. --model "
-                            "llama3-8b; tiny-dense is the 3.4 M-parameter test model",
-                            command));
+  require_input(
+      app.count("--model") > 0,
+      fmt::format("{}: give --model (a preset, see `calo model --list`, or a YAML file), e.g. --model "
+                  "llama3-8b; tiny-dense is the 3.4 M-parameter test model",
+                  command));
 }
 
 std::vector<double> power_caps_w(const std::vector<std::string>& entries, int world,

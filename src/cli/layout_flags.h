@@ -33,6 +33,10 @@ void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional);
 /// Loads the model and returns the validated layout (throws InputError naming the flag on bad input).
 std::pair<model::ModelSpec, parallel::Layout> resolve(const LayoutFlags& flags);
 
+/// --gpus N on a layout: dp = N / (tp*cp*pp) unless --dp was given, then N must equal tp*cp*pp*dp (InputError
+/// naming both otherwise); nothing when --gpus was not given.
+void apply_gpus(int gpus, bool gpus_given, bool dp_given, parallel::Layout& layout);
+
 /// The refusal of a command that simulates or builds a model's graph without --model: tiny-dense, the old
 /// default, is a 3.4 M-parameter test model whose figures mislead (issue 40 item 10).
 void require_model_flag(const CLI::App& app, const std::string& command);

@@ -207,6 +207,20 @@ TEST(CaloPlan, LongSequencesRankContextParallelLayoutsWithTheirFlags) {
   EXPECT_LE(row["iteration_s"].get<double>(), best(without_cp)["iteration_s"].get<double>()) << row.dump();
 }
 
+TEST(CaloPlanPartitionAndPower, TakeTheGpusFlagThatCaloPlanPrints) {
+  // Issue 40 item 10: calo plan prints `calo sim ... --gpus N --tp ...`; its own subcommands took no --gpus.
+  const std::string job =
+      "--model llama3-8b --cluster h200-hgx --gpus 8 --tp 2 --pp 4 --gbs 8 --seq 2048 --steps 2";
+  for (const char* sub : {"power", "partition"}) {
+    const Outcome outcome = run_calo(std::string("plan ") + sub + " " + job);
+    EXPECT_EQ(outcome.exit_code, 0) << sub << "\n" << outcome.output;
+    EXPECT_TRUE(contains(outcome.output, "on 8 x")) << sub << "\n" << outcome.output;
+  }
+  const Outcome mismatch = run_calo("plan power " + job + " --dp 4");
+  EXPECT_EQ(mismatch.exit_code, 2) << mismatch.output;
+  EXPECT_TRUE(contains(mismatch.output, "drop --dp")) << mismatch.output;
+}
+
 TEST(CaloPlanPartitionAndPower, BadInputExitsTwoNamingTheFlag) {
   const std::string job = "--model llama3-8b --cluster h200-hgx --gbs 8 --seq 2048";
   Outcome outcome = run_calo("plan partition " + job + " --pp 1");

@@ -525,12 +525,8 @@ void validate_points(const Spec& spec, std::vector<Point>& points) {
       for (const auto& [key, value] : point.flags) {
         if (key != "power-cap") continue;
         const double cap_w = number_value(value, fmt::format("point {} key 'power-cap'", point.name));
-        if (!(cap_w > cluster.gpu.idle_power_w && cap_w <= cluster.gpu.power_limit_w))
-          point.skip_reason = fmt::format(
-              "power-cap {}: a cap on {} must lie above its idle power ({:.0f} W) and at most its power "
-              "limit "
-              "({:.0f} W)",
-              value, cluster.gpu.name, cluster.gpu.idle_power_w, cluster.gpu.power_limit_w);
+        if (const std::string refusal = sim::power_cap_refusal(cluster.gpu, cap_w); !refusal.empty())
+          point.skip_reason = fmt::format("power-cap {}: {}", value, refusal);
       }
       if (!point.skip_reason.empty()) continue;
       if (!plan::fits_memory(memory, cluster.gpu.memory_bytes)) {

@@ -46,7 +46,8 @@ struct PlanFlags {
   bool progress = false;
   bool quiet = false;
   // Layout constraints: the same flags as calo sim's, each taking one value or a comma-separated list.
-  std::vector<int> tp, cp, pp, dp, ep, vpp, micro_batch, zero_stage;
+  plan::LayoutConstraints
+      constraints;  // the sizes; schedules, recomputation and overlap from the strings below
   std::vector<std::string> schedule, recompute;
   bool overlap = false;
   bool no_overlap = false;
@@ -55,15 +56,7 @@ struct PlanFlags {
 /// The layout constraints the flags give (InputError naming the flag for an unknown schedule/recompute).
 plan::LayoutConstraints constraints_of(const PlanFlags& flags) {
   require_input(!(flags.overlap && flags.no_overlap), "--overlap and --no-overlap: give one of them");
-  plan::LayoutConstraints constraints;
-  constraints.tp = flags.tp;
-  constraints.cp = flags.cp;
-  constraints.pp = flags.pp;
-  constraints.dp = flags.dp;
-  constraints.ep = flags.ep;
-  constraints.vpp = flags.vpp;
-  constraints.micro_batch = flags.micro_batch;
-  constraints.zero_stage = flags.zero_stage;
+  plan::LayoutConstraints constraints = flags.constraints;
   for (const std::string& name : flags.schedule)
     constraints.schedule.push_back(parallel::parse_schedule(name));
   for (const std::string& name : flags.recompute)
@@ -434,7 +427,7 @@ int run_plan(const PlanFlags& flags) {
   request.space.max_cp = flags.max_cp > 0 ? flags.max_cp : plan::default_max_cp(seq_length);
   request.space.constraints = constraints_of(flags);
   // A --cp constraint asks for context parallelism even at sequences that do not get it by default.
-  for (int cp : flags.cp) request.space.max_cp = std::max(request.space.max_cp, cp);
+  for (int cp : flags.constraints.cp) request.space.max_cp = std::max(request.space.max_cp, cp);
   request.cluster = sim::load_cluster(flags.cluster);
   request.objective = plan::parse_objective(flags.objective);
   request.power_budget_w = flags.power_budget_w;
@@ -511,16 +504,18 @@ const CommandRegistration kPlan(
       app.add_flag("--progress", flags->progress,
                    "Progress bar on stderr even when it is not a terminal (otherwise a line every 10 s)");
       app.add_flag("--quiet,-q", flags->quiet, "No progress on stderr");
-      app.add_option("--tp", flags->tp, "Only these tensor-parallel sizes (e.g. 4 or 2,4)")->delimiter(',');
-      app.add_option("--cp", flags->cp, "Only these context-parallel sizes")->delimiter(',');
-      app.add_option("--pp", flags->pp, "Only these pipeline-parallel sizes")->delimiter(',');
-      app.add_option("--dp", flags->dp, "Only these data-parallel sizes")->delimiter(',');
-      app.add_option("--ep", flags->ep, "Only these expert-parallel sizes (MoE)")->delimiter(',');
-      app.add_option("--vpp,--virtual-stages", flags->vpp, "Only these model chunks per pipeline rank")
+      app.add_option("--tp", flags->constraints.tp, "Only these tensor-parallel sizes (e.g. 4 or 2,4)")
           ->delimiter(',');
-      app.add_option("--mbs,--micro-batch", flags->micro_batch, "Only these micro-batch sizes")
+      app.add_option("--cp", flags->constraints.cp, "Only these context-parallel sizes")->delimiter(',');
+      app.add_option("--pp", flags->constraints.pp, "Only these pipeline-parallel sizes")->delimiter(',');
+      app.add_option("--dp", flags->constraints.dp, "Only these data-parallel sizes")->delimiter(',');
+      app.add_option("--ep", flags->constraints.ep, "Only these expert-parallel sizes (MoE)")->delimiter(',');
+      app.add_option("--vpp,--virtual-stages", flags->constraints.vpp,
+                     "Only these model chunks per pipeline rank")
           ->delimiter(',');
-      app.add_option("--zero", flags->zero_stage, "Only these ZeRO stages (0-3)")->delimiter(',');
+      app.add_option("--mbs,--micro-batch", flags->constraints.micro_batch, "Only these micro-batch sizes")
+          ->delimiter(',');
+      app.add_option("--zero", flags->constraints.zero_stage, "Only these ZeRO stages (0-3)")->delimiter(',');
       app.add_option("--schedule", flags->schedule,
                      "Only these pipeline schedules (gpipe, 1f1b, interleaved)")
           ->delimiter(',');

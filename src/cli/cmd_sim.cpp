@@ -197,16 +197,12 @@ void print_summary(const sim::SimResult& result, const nlohmann::json& json, dou
   row("energy per step (all GPUs; GPUs only)", json["energy_per_step_j"].get<double>() / 1e3, "kJ", 2);
   row("mean power per GPU", json["mean_power_w"].get<double>(), "W", 1);
   row("peak power (any GPU)", json["peak_power_w"].get<double>(), "W", 1);
-  const bool capped = result.power_limit_w < card_limit_w ||
-                      std::any_of(result.gpus.begin(), result.gpus.end(), [&](const sim::GpuResult& gpu) {
-                        return gpu.power_limit_w != result.power_limit_w;
-                      });
   const bool uniform = std::all_of(result.gpus.begin(), result.gpus.end(), [&](const sim::GpuResult& gpu) {
     return gpu.power_limit_w == result.power_limit_w;
   });
-  row(!capped   ? "power limit (the card's)"
-      : uniform ? "power cap (--power-cap)"
-                : "power cap, highest GPU",
+  row(!uniform                              ? "power cap, highest GPU"
+      : result.power_limit_w < card_limit_w ? "power cap (--power-cap)"
+                                            : "power limit (the card's)",
       result.power_limit_w, "W", 0);
   row("hottest die", json["max_die_c"].get<double>(), "C", 1);
   row("power-cap throttle per GPU (all steps)", json["throttle_power_cap_s"].get<double>(), "s", 3);

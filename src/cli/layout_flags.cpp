@@ -158,10 +158,8 @@ std::vector<double> power_caps_w(const std::vector<std::string>& entries, int wo
                   fmt::format("--power-cap '{}': expected W or RANK=W in watts, e.g. --power-cap 500 or "
                               "--power-cap 3=400",
                               entry));
-    require_input(cap_w > gpu.idle_power_w && cap_w <= gpu.power_limit_w,
-                  fmt::format("--power-cap '{}': a cap on {} must lie above its idle power ({:.0f} W) and at "
-                              "most its power limit ({:.0f} W): a cap only lowers the limit",
-                              entry, gpu.name, gpu.idle_power_w, gpu.power_limit_w));
+    const std::string refusal = sim::power_cap_refusal(gpu, cap_w);
+    require_input(refusal.empty(), fmt::format("--power-cap '{}': {}", entry, refusal));
     if (equals == std::string::npos) {
       std::fill(caps.begin(), caps.end(), cap_w);
       continue;

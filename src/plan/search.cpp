@@ -166,12 +166,8 @@ void check_constraints(const SearchRequest& request) {
                   request.cluster.gpu.idle_power_w, request.cluster.gpu.power_limit_w));
   require_input(request.top >= 1, fmt::format("--top {}: give 1 or more rows", request.top));
   for (double cap_w : request.power_caps_w) {
-    require_input(
-        cap_w > request.cluster.gpu.idle_power_w && cap_w <= request.cluster.gpu.power_limit_w,
-        fmt::format("--power-cap {:g}: a cap on {} must lie above its idle power ({:.0f} W) and at most "
-                    "its power limit ({:.0f} W)",
-                    cap_w, request.cluster.gpu.name, request.cluster.gpu.idle_power_w,
-                    request.cluster.gpu.power_limit_w));
+    const std::string refusal = sim::power_cap_refusal(request.cluster.gpu, cap_w);
+    require_input(refusal.empty(), fmt::format("--power-cap {:g}: {}", cap_w, refusal));
   }
   require_input(request.steps >= 1, fmt::format("--steps {}: give 1 or more steps", request.steps));
 }

@@ -381,6 +381,15 @@ ClusterSpec parse_cluster(const nlohmann::json& object, const std::string& origi
   return cluster;
 }
 
+std::string power_cap_refusal(const GpuSpec& gpu, double cap_w) {
+  if (cap_w > gpu.idle_power_w && cap_w <= gpu.power_limit_w) return "";
+  return fmt::format(
+      "a cap on {} must lie above its idle power ({:.0f} W) and at most its power limit ({:.0f} W): a cap "
+      "only "
+      "lowers the limit",
+      gpu.name, gpu.idle_power_w, gpu.power_limit_w);
+}
+
 ClusterSpec load_cluster(const std::string& name_or_path) {
   nlohmann::json object = core::load_preset_or_file("clusters", name_or_path);
   return parse_cluster(object, "cluster '" + name_or_path + "'");

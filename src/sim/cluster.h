@@ -178,6 +178,10 @@ ClusterSpec parse_cluster(const nlohmann::json& object, const std::string& origi
 /// Loads a preset (data/clusters/NAME.yaml, embedded) or a YAML file by path. Throws InputError.
 ClusterSpec load_cluster(const std::string& name_or_path);
 
+/// Why `cap_w` cannot be a power cap of `gpu` (it must lie above the idle power and at most the card's limit:
+/// a cap only lowers the limit), or "" when it can. Callers put the input's name in front.
+std::string power_cap_refusal(const GpuSpec& gpu, double cap_w);
+
 /// The cluster as JSON (for the run store's config and --json).
 nlohmann::json to_json(const ClusterSpec& cluster);
 

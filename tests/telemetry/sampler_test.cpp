@@ -386,9 +386,11 @@ TEST(Sampler, SlowReadsTakeTurnsAndStayOutOfTheFastReadsWay) {
   EXPECT_LE(started_in_way(slow_a) + started_in_way(slow_b), 1)
       << "slow reads started in the fast reads' way";
   EXPECT_EQ(overlaps(slow_a, slow_b), 0) << "two slow reads ran at once";
-  // Fast reads keep their 10 ms pace: a slow read (2 ms) never holds one back a whole period. One gap of a
-  // skipped read is a preemption of the 2-core VM (a fresh-clone CI run, the test alone, saw one of 20.4 ms);
-  // a gate that made fast reads wait for slow ones would leave a long gap at every slow read (~40 a second).
+  // Fast reads keep their 10 ms pace: a slow read (2 ms) never holds one back a whole period. A gap of a
+  // skipped read is a preemption of the 2-core VM (a fresh-clone CI run saw one of 20.4 ms with the test
+  // alone, and two, the larger 23.4 ms, beside the other tests); a gate that made fast reads wait for slow
+  // ones would leave a long gap at every slow read (~40 a second), so a tenth of that still tells the two
+  // apart.
   int long_gaps = 0;
   int64_t largest_gap_ns = 0;
   for (size_t read = 1; read < fast.size(); ++read) {
@@ -396,7 +398,7 @@ TEST(Sampler, SlowReadsTakeTurnsAndStayOutOfTheFastReadsWay) {
     long_gaps += gap_ns >= 15 * kMs;
     largest_gap_ns = std::max(largest_gap_ns, gap_ns);
   }
-  EXPECT_LE(long_gaps, 1) << "largest gap " << largest_gap_ns / 1e6 << " ms";
+  EXPECT_LE(long_gaps, 4) << "largest gap " << largest_gap_ns / 1e6 << " ms";
   EXPECT_LT(largest_gap_ns, 50 * kMs);
 }
 

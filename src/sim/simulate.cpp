@@ -485,8 +485,12 @@ void record_breakdown(const SimOptions& options, const StepOutcome& outcome, Sim
   result.wait_s = std::max(0.0, engine.iteration_s - result.compute_busy_s - exposed_total);
   if (options.record_timeline) {
     result.timeline.resize(world);
+    std::vector<bool> entity_kept(engine.entities.size(), false);
     for (int rank = 0; rank < world; ++rank) {
-      result.timeline[rank] = engine.entities[outcome.entity_of_rank[rank]].timeline;
+      const auto entity = static_cast<std::size_t>(outcome.entity_of_rank[rank]);
+      if (options.timeline_distinct_ranks && entity_kept[entity]) continue;
+      entity_kept[entity] = true;
+      result.timeline[rank] = engine.entities[entity].timeline;
     }
   }
 }

@@ -34,7 +34,10 @@ struct SimOptions {
   double initial_die_c =
       -1;  ///< start die temperature (sink at idle steady state below it); < 0 = idle steady state
   bool record_timeline = false;  ///< keep every op's begin/end (last step) for small runs
-  double fixed_clock_mhz = -1;   ///< > 0: no GPU runs above this SM clock (a measured clock replayed)
+  /// With record_timeline: keep one rank's timeline per distinct one (the first rank of each engine entity:
+  /// ranks of one program, expert slice and speed class run identical timelines), not every rank's.
+  bool timeline_distinct_ranks = false;
+  double fixed_clock_mhz = -1;  ///< > 0: no GPU runs above this SM clock (a measured clock replayed)
   /// Called after each step with (step index, steps); for progress display.
   std::function<void(int, int)> progress;
 };
@@ -110,7 +113,8 @@ struct SimResult {
   std::size_t power_traces_computed = 0;  ///< traces the controller model computed (the rest were reused)
   std::uint64_t op_events = 0;            ///< ops executed by the engine over all steps
   double wall_s = 0;                      ///< host time the simulation took
-  /// Per-rank op timeline of the last step (only with record_timeline): rank -> spans.
+  /// Per-rank op timeline of the last step (only with record_timeline): rank -> spans; with
+  /// timeline_distinct_ranks the ranks whose timeline another rank already stands for are left empty.
   std::vector<std::vector<OpSpan>> timeline;
 };
 

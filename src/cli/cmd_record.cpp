@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 
 #include "cli/command.h"
 #include "core/error.h"
@@ -22,6 +24,7 @@ struct RecordFlags {
   std::vector<std::string> sources;
   std::vector<std::string> command;
   std::string serve;
+  std::optional<std::string> gpus;  ///< --gpus LIST | all (default: CUDA_VISIBLE_DEVICES, else every GPU)
   bool quiet = false;
   bool json = false;
 };
@@ -33,6 +36,7 @@ int run_record(const RecordFlags& flags) {
   options.name = flags.name;
   options.markers = flags.markers;
   options.sources = flags.sources;
+  options.gpus = telemetry::job_gpu_scope_from_environment(flags.gpus);
   options.echo_output = !flags.quiet;
   for (const auto& source : flags.sources) {
     require_input(source == "nvml" || source == "amdsmi" || source == "procfs",
@@ -121,7 +125,7 @@ int run_record(const RecordFlags& flags) {
 
 const CommandRegistration kRecord(
     "record",
-    "run a command and record power, heat, clocks and throttling of every local device, aligned to steps", 62,
+    "run a command and record power, heat, clocks and throttling of its GPUs and host, aligned to steps", 62,
     [](CLI::App& app) -> std::function<int()> {
       auto flags = std::make_shared<RecordFlags>();
       app.add_option("--out", flags->out, "Run directory (default runs/<date>-<name>)");
@@ -143,6 +147,9 @@ const CommandRegistration kRecord(
           ->delimiter(',')
           ->expected(1)
           ->allow_extra_args(false);
+      app.add_option("--gpus", flags->gpus,
+                     "The job's GPUs, recorded as its own: NVML indices or UUIDs, comma-separated "
+                     "(nvidia-smi -L), or all; default: the GPUs CUDA_VISIBLE_DEVICES lists, else every GPU");
       app.add_option("--serve", flags->serve,
                      "Serve live metrics (OpenMetrics, for Prometheus) at [ADDRESS:]PORT/metrics while "
                      "recording; loopback unless an ADDRESS is given (0.0.0.0:9400 = every interface)");

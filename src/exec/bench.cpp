@@ -173,6 +173,25 @@ RankSetup set_up_rank(const BenchOptions& options, const LaunchInfo& launch) {
   return setup;
 }
 
+// The GPUs the job's ranks on this host run on (CUDA: each local rank's device, by UUID, so CUDA's numbering
+// and CUDA_VISIBLE_DEVICES need no translation); none for a backend that uses no GPU.
+telemetry::GpuScope job_gpus(const BenchOptions& options, const LaunchInfo& launch, const RankSetup& setup) {
+  telemetry::GpuScope scope;
+  scope.every_gpu = false;
+  scope.origin = fmt::format("the {} backend's ranks", setup.device.backend);
+  const BackendFactory& factory = BackendRegistry::instance().select(options.backend);
+  if (setup.device.backend != "cuda" || !factory.describe) return scope;
+  for (int local_rank = 0; local_rank < launch.local_world_size; ++local_rank) {
+    const std::string uuid = local_rank == launch.local_rank
+                                 ? setup.device.uuid
+                                 : factory.describe(local_rank, launch.local_world_size).uuid;
+    if (!uuid.empty() && std::find(scope.entries.begin(), scope.entries.end(), uuid) == scope.entries.end())
+      scope.entries.push_back(uuid);
+  }
+  if (scope.entries.empty()) return telemetry::GpuScope{};  // the devices have no UUID: record every GPU
+  return scope;
+}
+
 // Rank 0's run store and telemetry, started before the first step so warm-up is recorded too.
 struct BenchStore {
   std::filesystem::path run_dir;
@@ -206,7 +225,8 @@ BenchStore open_bench_store(const BenchOptions& options, const LaunchInfo& launc
   config_json["bootstrap"] = setup.bootstrap->kind();
   info.config_json = config_json.dump();
   bench_store.writer = std::make_unique<store::RunWriter>(bench_store.run_dir, info);
-  bench_store.telemetry = std::make_unique<BenchTelemetry>(*bench_store.writer, info.started_ns);
+  bench_store.telemetry = std::make_unique<BenchTelemetry>(*bench_store.writer, info.started_ns,
+                                                           job_gpus(options, launch, setup));
   bench_store.telemetry->start();
   return bench_store;
 }

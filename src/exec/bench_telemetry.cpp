@@ -8,9 +8,10 @@
 #include "telemetry/recorder.h"
 
 namespace calo::exec {
-BenchTelemetry::BenchTelemetry(store::RunWriter& writer, std::int64_t started_ns)
+BenchTelemetry::BenchTelemetry(store::RunWriter& writer, std::int64_t started_ns,
+                               const telemetry::GpuScope& job_gpus)
     : writer_(writer), started_ns_(started_ns) {
-  all_sources_ = telemetry::open_local_sources();
+  all_sources_ = telemetry::open_local_sources(job_gpus);
   std::vector<std::string> gpu_reasons;
   bool any_gpu = false;
   for (auto& source : all_sources_) {
@@ -22,6 +23,8 @@ BenchTelemetry::BenchTelemetry(store::RunWriter& writer, std::int64_t started_ns
       continue;
     }
     if (source->name() != "procfs") any_gpu = true;
+    if (std::string scope = source->scope_note(); !scope.empty())
+      notes_.push_back(source->name() + ": " + scope);
     sources_.push_back(source.get());
   }
   std::stable_sort(sources_.begin(), sources_.end(),

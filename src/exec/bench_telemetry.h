@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "store/run_store.h"
+#include "telemetry/gpu_scope.h"
 #include "telemetry/sampler.h"
 #include "telemetry/source.h"
 
@@ -25,8 +26,8 @@ struct RecordedDevice {
 class BenchTelemetry {
  public:
   /// Opens the local sources and registers their devices and metrics with `writer`; `started_ns` is the run's
-  /// time zero (store::RunInfo::started_ns).
-  BenchTelemetry(store::RunWriter& writer, std::int64_t started_ns);
+  /// time zero (store::RunInfo::started_ns); only the GPUs `job_gpus` admits are recorded.
+  BenchTelemetry(store::RunWriter& writer, std::int64_t started_ns, const telemetry::GpuScope& job_gpus);
   ~BenchTelemetry();
   BenchTelemetry(const BenchTelemetry&) = delete;
   BenchTelemetry& operator=(const BenchTelemetry&) = delete;

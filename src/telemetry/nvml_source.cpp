@@ -24,7 +24,10 @@ struct NvmlSource::Impl {
   std::vector<DeviceInfo> devices;
 };
 
-NvmlSource::NvmlSource(const std::string&) : impl_(std::make_unique<Impl>()) {}
+NvmlSource::NvmlSource(const std::string&, const GpuScope&) : impl_(std::make_unique<Impl>()) {}
+std::string NvmlSource::scope_note() const {
+  return "";
+}
 NvmlSource::~NvmlSource() = default;
 bool NvmlSource::available() const {
   return false;
@@ -218,6 +221,7 @@ struct NvmlSource::Impl {
   Api api;
   std::vector<DeviceInfo> devices;
   std::vector<Gpu> gpus;
+  std::string scope_note;               // which GPUs the job's scope left out, and why
   int64_t wall_minus_monotonic_ns = 0;  // converts NVML's wall-clock µs timestamps to CLOCK_MONOTONIC
 
   std::string error_text(nvmlReturn_t result) const {
@@ -365,7 +369,8 @@ struct NvmlSource::Impl {
   }
 };
 
-NvmlSource::NvmlSource(const std::string& library_path) : impl_(std::make_unique<Impl>()) {
+NvmlSource::NvmlSource(const std::string& library_path, const GpuScope& scope)
+    : impl_(std::make_unique<Impl>()) {
   Impl& impl = *impl_;
   const std::string path = library_path.empty() ? "libnvidia-ml.so.1" : library_path;
   impl.library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -417,6 +422,8 @@ NvmlSource::NvmlSource(const std::string& library_path) : impl_(std::make_unique
     impl.reason = fmt::format("nvmlDeviceGetCount failed: {}", impl.error_text(result));
     return;
   }
+  std::vector<std::string> left_out;    // NVML indices of GPUs outside the job's scope
+  std::vector<std::string> every_name;  // every GPU's name, NVML order
   for (unsigned int index = 0; index < count; ++index) {
     Impl::Gpu gpu;
     result = api.handle_by_index(index, &gpu.handle);
@@ -428,6 +435,11 @@ NvmlSource::NvmlSource(const std::string& library_path) : impl_(std::make_unique
     char text[256] = {};
     if (api.device_name(gpu.handle, text, sizeof(text)) == NVML_SUCCESS) device.name = text;
     if (api.device_uuid(gpu.handle, text, sizeof(text)) == NVML_SUCCESS) device.uuid = text;
+    every_name.push_back(device.name);
+    if (!scope.admits(device.index, device.uuid)) {
+      left_out.push_back(std::to_string(index));
+      continue;
+    }
     nvmlPciInfo_t pci{};
     if (api.pci_info(gpu.handle, &pci) == NVML_SUCCESS) device.pci_bus = pci.busId;
     unsigned int value = 0;
@@ -481,8 +493,16 @@ NvmlSource::NvmlSource(const std::string& library_path) : impl_(std::make_unique
     impl.devices.push_back(std::move(device));
     impl.gpus.push_back(std::move(gpu));
   }
+  impl.scope_note = scope_summary(scope, left_out, every_name);
   if (impl.devices.empty())
-    impl.reason = count == 0 ? "NVML found no GPU" : "NVML could open none of the GPUs";
+    impl.reason = count == 0 ? "NVML found no GPU"
+                  : !left_out.empty()
+                      ? fmt::format("none of this host's {} GPUs is the job's: {}", count, impl.scope_note)
+                      : "NVML could open none of the GPUs";
+}
+
+std::string NvmlSource::scope_note() const {
+  return impl_->scope_note;
 }
 
 NvmlSource::~NvmlSource() {

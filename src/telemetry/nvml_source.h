@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "telemetry/gpu_scope.h"
 #include "telemetry/source.h"
 
 namespace calo::telemetry {
@@ -15,13 +16,15 @@ namespace calo::telemetry {
 class NvmlSource : public Source {
  public:
   /// Loads the library (path "" = libnvidia-ml.so.1) and initializes NVML; failures make it unavailable.
-  explicit NvmlSource(const std::string& library_path = "");
+  /// Only the GPUs `scope` admits become devices (the job's GPUs; by default every GPU).
+  explicit NvmlSource(const std::string& library_path = "", const GpuScope& scope = {});
   /// Shuts NVML down and unloads the library.
   ~NvmlSource() override;
   std::string name() const override { return "nvml"; }
   bool available() const override;
   std::string unavailable_reason() const override;
   const std::vector<DeviceInfo>& devices() const override;
+  std::string scope_note() const override;
   Reading read(size_t device_position, size_t metric_index) override;
   void read_batch(size_t device_position, std::span<const size_t> metric_indices,
                   std::span<Reading> out) override;

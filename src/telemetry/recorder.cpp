@@ -265,7 +265,7 @@ struct OpenSources {
 };
 
 OpenSources open_sources(const RecordOptions& options, std::vector<std::string>& notes) {
-  OpenSources sources{open_local_sources(), {}};
+  OpenSources sources{open_local_sources(options.gpus), {}};
   bool any_gpu = false;
   std::vector<std::string> gpu_reasons;
   for (auto& source : sources.owned) {
@@ -281,6 +281,8 @@ OpenSources open_sources(const RecordOptions& options, std::vector<std::string>&
       continue;
     }
     if (source->name() != "procfs") any_gpu = true;
+    if (std::string scope = source->scope_note(); !scope.empty())
+      notes.push_back(source->name() + ": " + scope);
     sources.used.push_back(source.get());
   }
   std::stable_sort(sources.used.begin(), sources.used.end(), [](const Source* left, const Source* right) {
@@ -321,6 +323,7 @@ PeriodPlan plan_sampling(const RecordOptions& options, const std::vector<Source*
   const Sampler planned(sources, periods, {});  // planned first so the schedule goes into the run record
   nlohmann::json config;
   config["markers"] = options.markers;
+  config["gpus"] = options.gpus.describe();  // which GPUs are the job's (docs/TELEMETRY.md, GPU scope)
   for (const auto& scheduled : planned.schedule()) {
     const std::string key = scheduled.source + "/" + scheduled.metric;
     config["periods_ns"][key] = scheduled.period_ns;
@@ -351,8 +354,9 @@ class DeviceMap {
     int32_t metric_id;
   };
   // Registers every device and metric of `sources` with the writer.
+  // GPUs are labelled by their index within their source ("gpu1" is nvidia-smi's GPU 1, also when the job's
+  // scope leaves GPU 0 out); a second source's GPU whose index is taken is labelled by its run index.
   DeviceMap(const std::vector<Source*>& sources, store::RunWriter& writer) : targets_(sources.size()) {
-    int gpu_count = 0;
     for (size_t source_position = 0; source_position < sources.size(); ++source_position) {
       const auto& devices = sources[source_position]->devices();
       targets_[source_position].resize(devices.size());
@@ -360,7 +364,7 @@ class DeviceMap {
         const DeviceInfo& device = devices[device_position];
         const store::DeviceInfo row = to_store_device(device, static_cast<int>(labels_.size()));
         writer.add_device(row);
-        labels_.emplace_back(row.idx, device.kind == "gpu" ? fmt::format("gpu{}", gpu_count++) : "host");
+        labels_.emplace_back(row.idx, device.kind == "gpu" ? gpu_label(device.index, row.idx) : "host");
         for (const auto& unsupported : device.unsupported) {
           writer.log_event({0, store::EventLevel::kInfo, row.idx, sources[source_position]->name(),
                             "not available: " + unsupported});
@@ -371,6 +375,12 @@ class DeviceMap {
         }
       }
     }
+  }
+  std::string gpu_label(int source_index, int32_t run_index) const {
+    std::string label = fmt::format("gpu{}", source_index);
+    for (const auto& taken : labels_)
+      if (taken.second == label) return fmt::format("gpu{}", run_index);
+    return label;
   }
   const Target& target(size_t source, size_t device, size_t metric) const {
     return targets_[source][device][metric];

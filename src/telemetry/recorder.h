@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "store/run_store.h"
+#include "telemetry/gpu_scope.h"
 #include "telemetry/sampler.h"
 
 namespace calo::telemetry {
@@ -23,6 +24,7 @@ struct RecordOptions {
   std::vector<std::string> markers;  ///< output-line patterns: "megatron", "torchtitan", "regex:..."
   bool echo_output = true;           ///< copy the child's output to our stdout/stderr
   std::vector<std::string> sources;  ///< restrict to these sources ("nvml", "amdsmi", "procfs"); empty = all
+  GpuScope gpus;                     ///< the job's GPUs (--gpus, else CUDA_VISIBLE_DEVICES, else every GPU)
   /// Called with the run directory once run.db exists, before sampling starts (e.g. `--serve` follows it).
   std::function<void(const std::filesystem::path&)> on_store_open;
   /// Called when sampling and markers have stopped, before the store is summarized and closed.

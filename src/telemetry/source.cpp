@@ -36,9 +36,9 @@ uint64_t CounterUnwrapper::unwrap(uint64_t raw) {
   return offset_ + raw;
 }
 
-std::vector<std::unique_ptr<Source>> open_local_sources() {
+std::vector<std::unique_ptr<Source>> open_local_sources(const GpuScope& gpu_scope) {
   std::vector<std::unique_ptr<Source>> sources;
-  sources.push_back(std::make_unique<NvmlSource>());
+  sources.push_back(std::make_unique<NvmlSource>("", gpu_scope));
   sources.push_back(std::make_unique<AmdSmiSource>());
   sources.push_back(std::make_unique<ProcfsSource>());
   return sources;

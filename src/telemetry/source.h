@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "telemetry/gpu_scope.h"
+
 namespace calo::telemetry {
 
 /// How a metric's values combine over time.
@@ -88,6 +90,8 @@ class Source {
   virtual std::string unavailable_reason() const = 0;
   /// The devices of this source and their metrics; stable for the source's lifetime.
   virtual const std::vector<DeviceInfo>& devices() const = 0;
+  /// Which devices the job's scope left out and what else the user should know about it ("" = nothing).
+  virtual std::string scope_note() const { return ""; }
   /// Reads metric `metric_index` (into devices()[device_position].metrics) of device `device_position`.
   virtual Reading read(size_t device_position, size_t metric_index) = 0;
   /// Reads several metrics of one device at once (one driver call where possible);
@@ -101,8 +105,8 @@ class Source {
 };
 
 /// Opens every local source that can run here (NVML, AMD SMI, procfs); unavailable ones are still returned
-/// so callers can say why they cannot read (check available()).
-std::vector<std::unique_ptr<Source>> open_local_sources();
+/// so callers can say why they cannot read (check available()). NVML reads only the GPUs `gpu_scope` admits.
+std::vector<std::unique_ptr<Source>> open_local_sources(const GpuScope& gpu_scope = {});
 
 /// Unwraps a counter read as an unsigned integer of `width_bits` (32 or 64) into a growing 64-bit total.
 class CounterUnwrapper {

@@ -2,7 +2,7 @@
 // interleaved, which deadlock unless a batch is posted as one NCCL group), expert all-to-all, ZeRO-2, hybrid
 // sharding, FSDP keeping parameters after forward, and context parallelism (the NCCL K/V ring batched like
 // an NCCL group, and the all-gather variant), all with --check (zero wrong, exit 0). Skips with a reason when
-// fewer GPUs than ranks are visible.
+// fewer GPUs than ranks are visible. Also: the telemetry of bench and record covers the job's GPUs only.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -27,11 +27,16 @@ std::string calo_executable() {
   return from_env != nullptr && *from_env != 0 ? from_env : CALO_EXECUTABLE;
 }
 
+Result run_shell(const std::string& command);
+
 Result run_calo(const std::string& arguments) {
-  const std::string command = calo_executable() +
-                              " bench --backend cuda --check --no-progress --steps 2 "
-                              "--warmup 1 --out " +
-                              ::testing::TempDir() + "/calo-cuda-bench-$$ " + arguments + " 2>&1";
+  return run_shell(calo_executable() +
+                   " bench --backend cuda --check --no-progress --steps 2 "
+                   "--warmup 1 --out " +
+                   ::testing::TempDir() + "/calo-cuda-bench-$$ " + arguments + " 2>&1");
+}
+
+Result run_shell(const std::string& command) {
   Result result;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return result;
@@ -40,6 +45,14 @@ Result run_calo(const std::string& arguments) {
   const int status = pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+/// How often `text` occurs in `output`.
+int occurrences(const std::string& output, const std::string& text) {
+  int count = 0;
+  for (auto at = output.find(text); at != std::string::npos; at = output.find(text, at + text.size()))
+    ++count;
+  return count;
 }
 
 void expect_clean(int ranks, const std::string& arguments) {
@@ -107,6 +120,32 @@ TEST(CudaMultiGpu, ContextParallelAllGather) {
 TEST(CudaMultiGpu, ContextParallelWithTensorParallel) {
   // Rank order tp-cp-...: tp pairs {0,1} {2,3}, cp rings {0,2} {1,3}.
   expect_clean(4, "--model tiny-dense --seq 256 --tp 2 --cp 2 --gbs 2 --nproc 4");
+}
+
+// Telemetry is the job's (issue 40 item 6): a bench of one rank on a host of several GPUs records the GPU its
+// rank runs on, and `calo record` under CUDA_VISIBLE_DEVICES=1 records NVML's GPU 1 alone, labelled gpu1.
+TEST(CudaMultiGpu, TelemetryRecordsTheJobsGpusNotTheHosts) {
+  if (visible_gpus() < 2)
+    GTEST_SKIP() << "needs 2 GPUs (one the job's, one not), " << visible_gpus() << " visible";
+  const std::string out = ::testing::TempDir() + "/calo-scope-$$";
+  const Result bench =
+      run_shell("CUDA_VISIBLE_DEVICES=1 " + calo_executable() +
+                " bench --backend cuda --model tiny-dense --steps 2 --warmup 1 --no-progress "
+                "--json --out " +
+                out + "-bench 2>&1");
+  ASSERT_EQ(bench.exit_code, 0) << bench.output;
+  EXPECT_EQ(occurrences(bench.output, "\"kind\": \"gpu\""), 1) << bench.output;
+  EXPECT_EQ(occurrences(bench.output, "\"slot\": 1,"), 1) << bench.output;
+  EXPECT_NE(bench.output.find("left out: the job's are GPU-"), std::string::npos) << bench.output;
+  const Result record = run_shell("CUDA_VISIBLE_DEVICES=1 " + calo_executable() +
+                                  " record --quiet --json --out " + out + "-record -- sleep 1 2>&1");
+  ASSERT_EQ(record.exit_code, 0) << record.output;
+  EXPECT_EQ(occurrences(record.output, "\"label\": \"gpu"), 1) << record.output;
+  EXPECT_EQ(occurrences(record.output, "\"label\": \"gpu1\""), 1) << record.output;
+  const Result every = run_shell(calo_executable() + " record --gpus all --quiet --json --out " + out +
+                                 "-all -- sleep 1 2>&1");
+  ASSERT_EQ(every.exit_code, 0) << every.output;
+  EXPECT_EQ(occurrences(every.output, "\"label\": \"gpu"), visible_gpus()) << every.output;
 }
 
 }  // namespace

@@ -36,6 +36,9 @@
 namespace calo::cli {
 namespace {
 
+/// Most GPUs `--op-spans all` stores every GPU's spans for (64 GPUs of Llama3-70B: 556 MB).
+constexpr int kMaxAllOpSpansGpus = 64;
+
 struct SimFlags {
   LayoutFlags layout;
   std::string cluster;
@@ -48,7 +51,7 @@ struct SimFlags {
   std::string timeline;
   std::string out;
   bool no_store = false;
-  bool no_op_spans = false;
+  std::string op_spans = "distinct";  ///< --op-spans distinct|all|none (--no-op-spans: none)
   bool no_power_cap = false;
   bool no_thermal = false;
   std::vector<std::string> slow_gpus;
@@ -82,6 +85,7 @@ struct TwinNote {
                         flags.cluster, world, plan::calo_flags(layout), flags.steps)
           : fmt::format("calo sim --from {} --cluster {} --steps {}", flags.from, flags.cluster, flags.steps);
   if (flags.warmup > 0) text += fmt::format(" --warmup {}", flags.warmup);
+  if (flags.from.empty() && flags.layout.layers) text += fmt::format(" --layers {}", *flags.layout.layers);
   // calo_flags names only unfused attention; a cluster file may make unfused the default, so say fused too.
   if (flags.from.empty() && layout.attention == parallel::AttentionImpl::kFused) text += " --attention fused";
   if (flags.initial_die_c >= 0) text += fmt::format(" --initial-temp {:.1f}", flags.initial_die_c);
@@ -195,14 +199,14 @@ void print_summary(const sim::SimResult& result, const nlohmann::json& json, dou
   row("model TFLOP/s per GPU", sim::model_flops_per_gpu(result) / 1e12, "TFLOP/s", 1);
   row("MFU", 100.0 * sim::mfu(result), "%", 1);
   row("energy per step (all GPUs; GPUs only)", json["energy_per_step_j"].get<double>() / 1e3, "kJ", 2);
-  row("mean power per GPU", json["mean_power_w"].get<double>(), "W", 1);
-  row("peak power (any GPU)", json["peak_power_w"].get<double>(), "W", 1);
+  row("mean power per GPU (energy / time)", json["mean_power_w"].get<double>(), "W", 1);
+  row("peak power, highest driver sample (any GPU)", json["peak_power_w"].get<double>(), "W", 1);
   const bool uniform = std::all_of(result.gpus.begin(), result.gpus.end(), [&](const sim::GpuResult& gpu) {
     return gpu.power_limit_w == result.power_limit_w;
   });
   row(!uniform                              ? "power cap, highest GPU"
-      : result.power_limit_w < card_limit_w ? "power cap (--power-cap)"
-                                            : "power limit (the card's)",
+      : result.power_limit_w < card_limit_w ? "power cap (--power-cap; a ~1 s average)"
+                                            : "power limit (the card's; a ~1 s average)",
       result.power_limit_w, "W", 0);
   row("hottest die", json["max_die_c"].get<double>(), "C", 1);
   row("power-cap throttle per GPU (all steps)", json["throttle_power_cap_s"].get<double>(), "s", 3);
@@ -218,8 +222,8 @@ void print_summary(const sim::SimResult& result, const nlohmann::json& json, dou
   fmt::print("{}", table.render());
   if (result.steps > 1) {
     core::TextTable steps(
-        {"step", "iteration", "mean power", "max power", "max die", "min clock", "throttled"});
-    steps.set_units({"", "s", "W", "W", "C", "MHz", "GPUs"});
+        {"step", "iteration", "mean power", "highest GPU", "max die", "min clock", "throttled"});
+    steps.set_units({"", "s", "W/GPU", "mean W", "C", "MHz", "GPUs"});
     const int stride = std::max(1, result.steps / 10);
     for (int step = 0; step < result.steps; ++step) {
       if (step % stride != 0 && step + 1 != result.steps) continue;
@@ -330,7 +334,15 @@ int run_sim(SimFlags& flags) {
   options.power_limit_w = power_caps_w(flags.power_caps, world, cluster.gpu);
   if (flags.cost_given) sim::check_cost_inputs(flags.cost);  // before the simulation, not after
   options.initial_die_c = flags.initial_die_c >= 0 ? flags.initial_die_c : twin.initial_die_c;
-  options.record_timeline = !flags.timeline.empty() || (world <= 64 && !flags.no_store && !flags.no_op_spans);
+  require_input(
+      flags.op_spans != "all" || world <= kMaxAllOpSpansGpus,
+      fmt::format("--op-spans all keeps every GPU's spans, for at most {} GPUs (64 GPUs of Llama3-70B: "
+                  "556 MB); this layout has {} GPUs: use --op-spans distinct (one GPU per distinct "
+                  "timeline, the default)",
+                  kMaxAllOpSpansGpus, world));
+  const bool store_op_spans = !flags.no_store && flags.op_spans != "none";
+  options.record_timeline = !flags.timeline.empty() || store_op_spans;
+  options.timeline_distinct_ranks = flags.timeline.empty() && flags.op_spans == "distinct";
   const bool show_progress = options.steps > 1 && isatty(STDERR_FILENO) != 0;
   if (show_progress) {
     options.progress = [](int step, int steps) {
@@ -360,6 +372,8 @@ int run_sim(SimFlags& flags) {
                              {"cluster", sim::to_json(cluster)}, {"steps", flags.steps},
                              {"power_cap", options.power_cap},   {"thermal", options.thermal}};
     config["warmup"] = flags.warmup;
+    config["op_spans"] =
+        options.record_timeline ? (options.timeline_distinct_ranks ? "distinct" : "all") : "none";
     if (!from.is_null()) config["from"] = from;
     if (!warnings.empty()) config["warnings"] = warnings;
     sim::store_sim_run(run_dir, name, command_line(flags, resolved, world), config, graph, cluster, result);
@@ -433,9 +447,15 @@ const CommandRegistration kSim(
                      "Write the last step's per-op timeline (trace-event JSON)");
       app.add_option("--out", flags->out, "Run directory (default runs/<date>-sim-<model>-<N>gpu)");
       app.add_flag("--no-store", flags->no_store, "Do not store the simulation as a run");
-      app.add_flag("--no-op-spans", flags->no_op_spans,
-                   "Store the run without the last step's per-op spans (campaign points: 4 M spans, 385 MB "
-                   "for Llama3-70B on 32 GPUs)");
+      app.add_option("--op-spans", flags->op_spans,
+                     "Which GPUs' per-op spans of the last step the stored run keeps: distinct (one GPU for "
+                     "each distinct timeline: ranks of one pipeline stage, expert slice and speed run the "
+                     "same ops at the same times), all (every GPU, at most 64: 556 MB for Llama3-70B on 64 "
+                     "GPUs) or none")
+          ->check(CLI::IsMember({"distinct", "all", "none"}))
+          ->capture_default_str();
+      app.add_flag_callback(
+          "--no-op-spans", [flags] { flags->op_spans = "none"; }, "Same as --op-spans none");
       app.add_flag("--no-power-cap", flags->no_power_cap, "Disable the power-cap controller");
       app.add_flag("--no-thermal", flags->no_thermal, "Disable the thermal model (constant temperatures)");
       app.add_option("--power-cap", flags->power_caps, kPowerCapHelp);

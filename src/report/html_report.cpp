@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "analyze/compare.h"
+#include "core/table.h"
+#include "report/many_gpus.h"
 #include "report/svg_chart.h"
 
 namespace calo::report {
@@ -64,6 +66,12 @@ std::string number(double value, const std::string& unit = "") {
     text = fmt::format("{:.4g}", value);
   }
   return text;
+}
+
+// A figure's value as tables show it (analyze::shown_figure: a fraction as a percentage).
+std::string shown_number(double value, const std::string& unit) {
+  const analyze::ShownFigure shown = analyze::shown_figure(value, unit);
+  return number(shown.value, shown.unit);
 }
 
 std::string percent(double ratio) {
@@ -137,9 +145,9 @@ std::string summary_table(const analyze::Comparison& comparison) {
     bool any = false;
     for (double value : row.values) any = any || !std::isnan(value);
     if (!any) continue;
-    out +=
-        fmt::format("<tr><td class=\"key\">{}</td><td>{}</td>", escape_html(row.key), escape_html(row.unit));
-    for (double value : row.values) out += fmt::format("<td>{}</td>", number(value, row.unit));
+    out += fmt::format("<tr><td class=\"key\">{}</td><td>{}</td>", escape_html(row.key),
+                       escape_html(analyze::shown_figure(0, row.unit).unit));
+    for (double value : row.values) out += fmt::format("<td>{}</td>", shown_number(value, row.unit));
     out += "</tr>\n";
   }
   out += "</table>\n";
@@ -166,11 +174,12 @@ std::string sim_error_table(const analyze::Comparison& comparison, std::size_t m
   for (const auto& row : comparison.rows) {
     if (std::isnan(row.values[measured])) continue;
     out += fmt::format("<tr><td class=\"key\">{}</td><td>{}</td><td>{}</td>", escape_html(row.key),
-                       escape_html(row.unit), number(row.values[measured], row.unit));
+                       escape_html(analyze::shown_figure(0, row.unit).unit),
+                       shown_number(row.values[measured], row.unit));
     for (std::size_t sim : sims) {
       const double error = analyze::stated_sim_error(comparison, row, sim);
       out += fmt::format(
-          "<td>{}</td><td class=\"error\">{}</td>", number(row.values[sim], row.unit),
+          "<td>{}</td><td class=\"error\">{}</td>", shown_number(row.values[sim], row.unit),
           row.unit == "C" && !std::isnan(error) ? fmt::format("{:+.1f} °C", error) : percent(error));
       if (!calibrated[sim]) continue;
       const double tolerance = row.tolerance[sim];
@@ -228,11 +237,14 @@ std::string time_series_section(const analyze::RunAnalysis& run, const std::stri
       }
       if (lines.empty()) continue;
       bool host = std::string_view(item.label).starts_with("Host");
-      out += anchored(
-          prefix + item.id,
-          time_series_chart(fmt::format("{}{} ({}; band: min–max per pixel, line: mean, dot: a lone sample)",
-                                        item.label, host ? "" : " per GPU", metric),
-                            item.label, unit, x_end_s, lines, marks));
+      const bool folded = !host && lines.size() > kMaxGpuLines;
+      if (folded) lines = fold_gpu_lines(std::move(lines));
+      out +=
+          anchored(prefix + item.id,
+                   time_series_chart(
+                       fmt::format("{}{} ({}; {}, dot: a lone sample)", item.label, host ? "" : " per GPU",
+                                   metric, folded ? kFoldedLinesNote : "band: min–max per pixel, line: mean"),
+                       item.label, unit, x_end_s, lines, marks));
       break;
     }
   }
@@ -261,16 +273,17 @@ std::string node_slot_section(const analyze::RunAnalysis& run, const std::string
   };
   return anchored(prefix + "node-power", node_slot_heatmap("Mean power per GPU, node × slot", "W",
                                                            grid(&analyze::DeviceMetrics::power_mean_w))) +
-         anchored(prefix + "node-temp", node_slot_heatmap("Peak temperature per GPU, node × slot", "°C",
-                                                          grid(&analyze::DeviceMetrics::temp_peak_c)));
+         anchored(prefix + "node-temp",
+                  node_slot_heatmap("Peak temperature per GPU, node × slot", "°C",
+                                    grid(&analyze::DeviceMetrics::temp_peak_c), NodeFold::kMax));
 }
 
 std::string heatmap_section(const analyze::RunAnalysis& run, const std::string& prefix) {
   std::vector<HeatmapRow> rows;
   std::vector<std::vector<double>> values;
-  const std::vector<std::string> columns = {"P mean W",  "P peak W",  "P p99 W", "swing W",
-                                            "T mean °C", "T peak °C", "SM MHz",  "energy J",
-                                            "pcap %",    "thermal %", "lag ms"};
+  std::vector<std::string> columns = {"P mean W",  "P peak W",  "P p99 W", "swing W",
+                                      "T mean °C", "T peak °C", "SM MHz",  "energy J",
+                                      "pcap %",    "thermal %", "lag ms"};
   std::vector<std::size_t> order(run.device_metrics.size());
   for (std::size_t index = 0; index < order.size(); ++index) order[index] = index;
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
@@ -305,13 +318,32 @@ std::string heatmap_section(const analyze::RunAnalysis& run, const std::string& 
     values.push_back(row);
   }
   if (!any) return "";
-  std::string out =
-      anchored(prefix + "gpus", heatmap_chart("GPUs × metrics, grouped by node (P power, swing: largest "
-                                              "change within 100 ms, T temperature, pcap / "
-                                              "thermal: throttled share of time, lag: mean step-end lag "
-                                              "behind the median; colour per column: light "
-                                              "= low, dark = high)",
-                                              rows, columns, values));
+  drop_empty_columns(columns, values);
+  std::string shown = "GPUs";
+  std::string out;
+  if (rows.size() > kMaxGpuRows) {  // thousands of rows: every GPU's spread in a table, the outliers drawn
+    std::vector<std::string> labels;
+    for (const auto& row : rows) labels.push_back(row.label + ", " + row.group);
+    out +=
+        fmt::format("<p>Spread over all {} GPUs:</p>\n", rows.size()) + spread_table(columns, labels, values);
+    std::vector<HeatmapRow> kept_rows;
+    std::vector<std::vector<double>> kept_values;
+    for (std::size_t row : outlier_rows(values, kMaxGpuLines)) {
+      kept_rows.push_back(rows[row]);
+      kept_values.push_back(values[row]);
+    }
+    shown = fmt::format("The {} of {} GPUs furthest from the median in any column", kept_rows.size(),
+                        rows.size());
+    rows = std::move(kept_rows);
+    values = std::move(kept_values);
+  }
+  out += anchored(prefix + "gpus",
+                  heatmap_chart(shown + " × metrics, grouped by node (P power, swing: largest "
+                                        "change within 100 ms, T temperature, pcap / "
+                                        "thermal: throttled share of time, lag: mean step-end lag "
+                                        "behind the median; colour per column: light "
+                                        "= low, dark = high)",
+                                rows, columns, values));
   out += node_slot_section(run, prefix);
   if (!run.stragglers.empty()) {
     out += "<p><b>Stragglers</b> (ended their step last in more than 2/n of the steps): ";
@@ -328,10 +360,20 @@ std::string heatmap_section(const analyze::RunAnalysis& run, const std::string& 
     out += "</p>\n";
   }
   if (!run.nodes.empty()) {
+    // Above kMaxNodeRows nodes only the hottest are listed (by peak temperature); every slot is.
+    std::vector<analyze::ThermalGroup> nodes = run.nodes;
+    if (nodes.size() > kMaxNodeRows) {
+      std::stable_sort(nodes.begin(), nodes.end(),
+                       [](const auto& a, const auto& b) { return a.temp_peak_c > b.temp_peak_c; });
+      nodes.resize(8);
+      out += fmt::format("<p>The 8 hottest of {} nodes (peak temperature), then every slot:</p>\n",
+                         run.nodes.size());
+    }
     out +=
         "<table><tr><th class=\"key\">group</th><th>mean temp °C</th><th>spread °C</th><th>imbalance %</th>"
         "<th>peak °C</th></tr>\n";
-    for (const auto* groups : {&run.nodes, &run.slots}) {
+    const std::vector<analyze::ThermalGroup>& listed_nodes = nodes;
+    for (const auto* groups : {&listed_nodes, &run.slots}) {
       for (const auto& group : *groups) {
         out += fmt::format("<tr><td class=\"key\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
                            escape_html(group.label), number(group.temp_mean_c), number(group.temp_spread_c),
@@ -553,9 +595,10 @@ void recording_findings(const analyze::RunAnalysis& run, const std::string& pref
     const auto& metrics = run.device_metrics[peak];
     double ratio = metrics.power_peak_w / metrics.device.power_limit_w;
     out.push_back({ratio > 1 ? 2 * (ratio - 1) + 0.2 : 0.15,
-                   fmt::format("peak power {:.2f}× the {:.0f} W limit (GPU {}, {} W; mean {} W)", ratio,
-                               metrics.device.power_limit_w, metrics.device.idx, number(metrics.power_peak_w),
-                               number(metrics.power_mean_w)),
+                   fmt::format("peak power {:.2f}× the {:.0f} W limit: GPU {} drew {} W in its highest power "
+                               "sample (the limit holds a ~1 s average; that GPU's mean {} W)",
+                               ratio, metrics.device.power_limit_w, metrics.device.idx,
+                               number(metrics.power_peak_w), number(metrics.power_mean_w)),
                    prefix + "power"});
   }
   const analyze::LaneBreakdown* exposed = nullptr;
@@ -648,7 +691,7 @@ std::string verdict_section(const std::vector<analyze::RunAnalysis>& runs,
       findings.push_back(
           {0.1,
            fmt::format(
-               "step time {:.1f} ms{}{}", run.step_time_s.mean * 1e3,
+               "step time {}{}{}", core::format_duration(run.step_time_s.mean),
                std::isnan(run.tokens_per_s) ? "" : fmt::format(", {} tokens/s", number(run.tokens_per_s)),
                std::isnan(run.mfu) ? "" : fmt::format(", MFU {:.1f} %", run.mfu * 100)),
            prefix + "header"});

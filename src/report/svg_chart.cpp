@@ -7,6 +7,8 @@
 #include <cmath>
 #include <limits>
 
+#include "report/many_gpus.h"
+
 namespace calo::report {
 namespace {
 
@@ -348,7 +350,15 @@ std::string heatmap_chart(const std::string& title, const std::vector<HeatmapRow
                           const std::vector<std::vector<double>>& values) {
   constexpr double kRowH = 22;
   constexpr double kColW = 84;
-  constexpr double kLabelW = 150;
+  // Room for a group label ("node 960", bold) left of the longest row label ("GPU 7680 (slot 0)",
+  // right-aligned).
+  std::size_t group_chars = 0;
+  std::size_t label_chars = 0;
+  for (const HeatmapRow& row : rows) {
+    group_chars = std::max(group_chars, row.group.size());
+    label_chars = std::max(label_chars, row.label.size());
+  }
+  const double kLabelW = std::max(150.0, 24.0 + 7.2 * static_cast<double>(group_chars + label_chars));
   constexpr double kHeader = 58;
   double width = kLabelW + kColW * static_cast<double>(column_labels.size()) + 20;
   double height = kHeader + kRowH * static_cast<double>(rows.size()) + 20;
@@ -646,13 +656,18 @@ std::string grid_heatmap(const std::string& title, const std::string& unit,
 }
 
 std::string node_slot_heatmap(const std::string& title, const std::string& unit,
-                              const std::vector<std::vector<double>>& values) {
+                              const std::vector<std::vector<double>>& values, NodeFold fold) {
+  const NodeRows rows = group_nodes(values, fold);
   std::size_t slots = 0;
-  for (const auto& row : values) slots = std::max(slots, row.size());
-  std::vector<std::string> rows, columns;
-  for (std::size_t node = 0; node < values.size(); ++node) rows.push_back(fmt::format("node {}", node));
+  for (const auto& row : rows.values) slots = std::max(slots, row.size());
+  std::vector<std::string> columns;
   for (std::size_t slot = 0; slot < slots; ++slot) columns.push_back(fmt::format("slot {}", slot));
-  return grid_heatmap(title, unit, rows, columns, values, "node-slot");
+  const std::string grouped = rows.labels.size() < values.size()
+                                  ? fmt::format(" ({} nodes, {} per row: {} of each slot)", values.size(),
+                                                (values.size() + rows.labels.size() - 1) / rows.labels.size(),
+                                                fold == NodeFold::kMean ? "the mean" : "the highest")
+                                  : "";
+  return grid_heatmap(title + grouped, unit, rows.labels, columns, rows.values, "node-slot");
 }
 
 std::string xy_chart(const std::string& title, const std::string& x_label, const std::string& x_unit,

@@ -24,7 +24,6 @@ namespace {
 
 struct BenchFlags {
   LayoutFlags layout;
-  std::optional<int> layers;
   std::optional<int> nproc;
   int steps = 10;
   int warmup = 2;
@@ -47,37 +46,17 @@ std::vector<std::string> own_arguments() {
   return words;
 }
 
-/// Resolves model (sliced when asked) and layout; the slice is validated as its own model.
+/// Resolves model and layout; "NAME-slice" without --layers is NAME sliced to 2 layers per pipeline stage.
 std::pair<model::ModelSpec, parallel::Layout> resolve_with_slice(const BenchFlags& flags, int& full_layers) {
   const auto [base_name, named_slice] = exec::parse_slice_name(flags.layout.model);
-  if (!named_slice && !flags.layers) {
-    auto resolved = resolve(flags.layout);
-    full_layers = resolved.first.num_layers;
-    return resolved;
+  LayoutFlags sliced = flags.layout;
+  sliced.model = base_name;
+  full_layers = model::load_model(base_name).num_layers;
+  if (named_slice && !sliced.layers) {
+    sliced.layers =
+        std::min(full_layers, 2 * flags.layout.layout.pp * std::max(1, flags.layout.layout.virtual_stages));
   }
-  const model::ModelSpec full = model::load_model(base_name);
-  full_layers = full.num_layers;
-  const int default_layers =
-      std::min(full.num_layers, 2 * flags.layout.layout.pp * std::max(1, flags.layout.layout.virtual_stages));
-  const model::ModelSpec sliced = exec::slice_model(full, flags.layers.value_or(default_layers));
-  // The layout is validated against the slice through a temporary model file (same keys as data/models/).
-  const std::filesystem::path file =
-      std::filesystem::temp_directory_path() / fmt::format("calo-slice-{}-{}.yaml", getpid(), sliced.name);
-  {
-    std::ofstream out(file);
-    out << model::to_json(sliced).dump(2) << "\n";
-  }
-  LayoutFlags sliced_flags = flags.layout;
-  sliced_flags.model = file.string();
-  try {
-    auto resolved = resolve(sliced_flags);
-    std::filesystem::remove(file);
-    resolved.first.name = sliced.name;
-    return resolved;
-  } catch (...) {
-    std::filesystem::remove(file);
-    throw;
-  }
+  return resolve(sliced);
 }
 
 int run_bench(const BenchFlags& flags) {
@@ -130,9 +109,6 @@ const CommandRegistration kBench(
     [](CLI::App& app) -> std::function<int()> {
       auto flags = std::make_shared<BenchFlags>();
       add_layout_flags(app, flags->layout, /*model_positional=*/false);
-      app.add_option(
-          "--layers", flags->layers,
-          "Run a slice of the model: this many layers, same shapes (also NAME-slice, default 2 per stage)");
       app.add_option("--steps", flags->steps, "Measured steps")->capture_default_str();
       app.add_option("--warmup", flags->warmup, "Warm-up steps (excluded from the summary)")
           ->capture_default_str();

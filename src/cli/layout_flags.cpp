@@ -13,10 +13,13 @@ namespace calo::cli {
 
 void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional) {
   if (model_positional) {
-    app.add_option("model", flags.model, "Model preset name or YAML file (see `calo model --list`)");
+    app.add_option("model,--model", flags.model, "Model preset name or YAML file (see `calo model --list`)");
   } else {
     app.add_option("--model,-m", flags.model, "Model preset name or YAML file")->capture_default_str();
   }
+  app.add_option("--layers", flags.layers,
+                 "A slice of the model: this many layers of its shapes (the name gets -sliceN), e.g. "
+                 "--layers 4 of llama3-8b to bench or simulate what fits one GPU");
   auto& layout = flags.layout;
   app.add_option("--tp", layout.tp, "Tensor-parallel size")->capture_default_str();
   app.add_option("--cp", layout.cp,
@@ -75,6 +78,7 @@ void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional) 
 
 std::pair<model::ModelSpec, parallel::Layout> resolve(const LayoutFlags& flags) {
   model::ModelSpec model = model::load_model(flags.model);
+  if (flags.layers) model = model::slice_model(model, *flags.layers);
   parallel::Layout layout = flags.layout;
   layout.recompute = parallel::parse_recompute(flags.recompute);
   layout.schedule = parallel::parse_schedule(flags.schedule);

@@ -19,6 +19,7 @@ struct LayoutFlags {
   std::string recompute = "none";            ///< --recompute
   std::string schedule = "1f1b";             ///< --schedule
   std::string cp_comm = "p2p";               ///< --cp-comm
+  std::optional<int> layers;                 ///< --layers N: a slice of the model, N layers of its shapes
   std::string layers_per_stage;              ///< --layers-per-stage "10,12,12,10"
   std::optional<bool> sequence_parallel;     ///< --sequence-parallel / --no-sequence-parallel
   bool overlap_all = false;                  ///< --overlap: all three overlap flags
@@ -30,7 +31,8 @@ struct LayoutFlags {
 /// Adds --model (unless `model_positional`, then a positional MODEL) and all layout flags to `app`.
 void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional);
 
-/// Loads the model and returns the validated layout (throws InputError naming the flag on bad input).
+/// Loads the model (sliced to --layers when given) and returns the validated layout (throws InputError naming
+/// the flag on bad input).
 std::pair<model::ModelSpec, parallel::Layout> resolve(const LayoutFlags& flags);
 
 /// --gpus N on a layout: dp = N / (tp*cp*pp) unless --dp was given, then N must equal tp*cp*pp*dp (InputError

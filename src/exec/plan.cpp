@@ -104,16 +104,4 @@ std::pair<std::string, bool> parse_slice_name(const std::string& model_name) {
   return {model_name, false};
 }
 
-model::ModelSpec slice_model(const model::ModelSpec& model, int layers) {
-  require_input(layers >= 1 && layers <= model.num_layers,
-                fmt::format("--layers {}: model {} has {} layers; give 1..{}", layers, model.name,
-                            model.num_layers, model.num_layers));
-  model::ModelSpec sliced = model;
-  if (layers != model.num_layers) {
-    sliced.num_layers = layers;
-    sliced.name = fmt::format("{}-slice{}", model.name, layers);
-  }
-  return sliced;
-}
-
 }  // namespace calo::exec

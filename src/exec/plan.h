@@ -35,8 +35,4 @@ void require_fits(const MemoryPlan& plan, const model::ModelSpec& model, const p
 /// Splits "NAME-slice" into ("NAME", true); other names come back unchanged with false.
 std::pair<std::string, bool> parse_slice_name(const std::string& model_name);
 
-/// `model` with `layers` transformer layers (same shapes); the name gets "-slice<layers>". InputError when
-/// `layers` is not in [1, model.num_layers].
-model::ModelSpec slice_model(const model::ModelSpec& model, int layers);
-
 }  // namespace calo::exec

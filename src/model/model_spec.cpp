@@ -138,4 +138,16 @@ nlohmann::json to_json(const ModelSpec& spec) {
           {"dtype", spec.bytes_dtype}};
 }
 
+ModelSpec slice_model(const ModelSpec& model, int layers) {
+  require_input(layers >= 1 && layers <= model.num_layers,
+                fmt::format("--layers {}: model {} has {} layers; give 1..{}", layers, model.name,
+                            model.num_layers, model.num_layers));
+  ModelSpec sliced = model;
+  if (layers != model.num_layers) {
+    sliced.num_layers = layers;
+    sliced.name = fmt::format("{}-slice{}", model.name, layers);
+  }
+  return sliced;
+}
+
 }  // namespace calo::model

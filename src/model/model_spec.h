@@ -53,6 +53,10 @@ ModelSpec parse_model_spec(const nlohmann::json& object, const std::string& orig
 /// Loads a preset by name (data/models/NAME.yaml, embedded) or a YAML file by path. Throws InputError.
 ModelSpec load_model(const std::string& name_or_path);
 
+/// `model` with `layers` transformer layers (same shapes), as `--layers N` asks; the name gets
+/// "-slice<layers>". InputError when `layers` is not in [1, model.num_layers].
+ModelSpec slice_model(const ModelSpec& model, int layers);
+
 /// The model as a JSON object (same keys as the YAML files).
 nlohmann::json to_json(const ModelSpec& spec);
 

@@ -177,7 +177,7 @@ TEST(MemoryPlan, SuggestsEachHigherZeroStageThatFits) {
 
 TEST(MemoryPlan, ASliceOfTheSameShapesFits) {
   const model::ModelSpec full = model::load_model("llama3-70b");
-  const model::ModelSpec slice = slice_model(full, 2);
+  const model::ModelSpec slice = model::slice_model(full, 2);
   EXPECT_EQ(slice.num_layers, 2);
   EXPECT_EQ(slice.hidden_size, full.hidden_size);
   EXPECT_EQ(slice.ffn_hidden_size, full.ffn_hidden_size);
@@ -193,7 +193,7 @@ TEST(MemoryPlan, ASliceOfTheSameShapesFits) {
 TEST(MemoryPlan, LongSequencesAreOfferedContextParallel) {
   // Llama3-8B slice of 4 layers at 64K tokens on an 80 GB GPU: activations do not fit one rank; splitting the
   // sequence over cp ranks is among the suggested fixes (with the rank count it needs).
-  const model::ModelSpec slice = slice_model(model::load_model("llama3-8b"), 4);
+  const model::ModelSpec slice = model::slice_model(model::load_model("llama3-8b"), 4);
   parallel::Layout layout;
   layout.seq_length = 65536;
   layout = parallel::resolve_layout(slice, layout);
@@ -212,9 +212,9 @@ TEST(Slice, NamesAndBounds) {
   EXPECT_EQ(parse_slice_name("llama3-70b-slice"), std::make_pair(std::string("llama3-70b"), true));
   EXPECT_EQ(parse_slice_name("llama3-70b"), std::make_pair(std::string("llama3-70b"), false));
   const model::ModelSpec full = model::load_model("tiny-dense");
-  EXPECT_THROW(slice_model(full, 0), InputError);
-  EXPECT_THROW(slice_model(full, full.num_layers + 1), InputError);
-  EXPECT_EQ(slice_model(full, full.num_layers).name, "tiny-dense");
+  EXPECT_THROW(model::slice_model(full, 0), InputError);
+  EXPECT_THROW(model::slice_model(full, full.num_layers + 1), InputError);
+  EXPECT_EQ(model::slice_model(full, full.num_layers).name, "tiny-dense");
 }
 
 }  // namespace

@@ -171,4 +171,9 @@ double mean_abs_sim_error(const Comparison& comparison, std::size_t run_index) {
   return count > 0 ? sum / count : NAN;
 }
 
+ShownFigure shown_figure(double value, const std::string& unit) {
+  if (unit == "fraction") return {value * 100.0, "%"};
+  return {value, unit};
+}
+
 }  // namespace calo::analyze

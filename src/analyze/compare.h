@@ -46,6 +46,16 @@ Comparison compare_runs(const std::vector<RunAnalysis>& runs);
 /// temperature row (unit "C"), the relative error otherwise; NaN where there is none.
 double stated_sim_error(const Comparison& comparison, const ComparisonRow& row, std::size_t run_index);
 
+/// A figure as people read it: a fraction (unit "fraction": MFU, a throttled share of time) as a percentage
+/// (unit "%"); anything else as it is. JSON and the store keep the fraction.
+struct ShownFigure {
+  double value = 0;  ///< the value in `unit`
+  std::string unit;  ///< "%" for a fraction, else the figure's own unit
+};
+
+/// How tables and reports show `value` of `unit` (ShownFigure).
+ShownFigure shown_figure(double value, const std::string& unit);
+
 /// Mean absolute relative error over the rows that have a sim error for run `run_index` (NaN if none).
 double mean_abs_sim_error(const Comparison& comparison, std::size_t run_index);
 

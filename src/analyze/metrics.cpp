@@ -539,7 +539,8 @@ class SeriesReduction {
                               "throttle_power_brake_s"};
     for (std::size_t reason = 0; reason < 4; ++reason) {
       if (counter_delta.contains(counters[reason]) && window_s_ > 0) {
-        out.throttle_fraction[reason] = counter_delta[counters[reason]] / window_s_;
+        // A share of time is at most 1: the driver advances the counter in steps (docs/METRICS.md).
+        out.throttle_fraction[reason] = std::min(1.0, counter_delta[counters[reason]] / window_s_);
       }
     }
     device_metrics_[slot] = std::move(out);
@@ -769,8 +770,8 @@ std::vector<Figure> run_figures(const RunAnalysis& analysis) {
       {"step_time_p99_s", analysis.step_time_s.p99, "s", false},
       {"tokens_per_s", analysis.tokens_per_s, "tokens/s", true},
       {"tflops_per_gpu", analysis.tflops_per_gpu, "TFLOP/s", true},
-      {"mfu", analysis.mfu, "ratio", true},
-      {"hfu", analysis.hfu, "ratio", true},
+      {"mfu", analysis.mfu, "fraction", true},
+      {"hfu", analysis.hfu, "fraction", true},
       {"energy_j", analysis.energy_j, "J", false},
       {"energy_per_step_j", analysis.energy_per_step_j, "J", false},
       {"energy_per_token_j", analysis.energy_per_token_j, "J", false},
@@ -816,7 +817,7 @@ std::vector<Figure> run_figures(const RunAnalysis& analysis) {
       if (!std::isnan(value)) worst = std::isnan(worst) ? value : std::max(worst, value);
     }
     figures.push_back(
-        {fmt::format("throttle_{}_fraction_max", kThrottleReasons[reason]), worst, "ratio", false});
+        {fmt::format("throttle_{}_fraction_max", kThrottleReasons[reason]), worst, "fraction", false});
   }
   if (!analysis.kernels.empty()) {
     double exposed = 0;

@@ -71,8 +71,8 @@ int run_compare(const CompareFlags& flags) {
     bool any = false;
     for (double value : row.values) any = any || !std::isnan(value);
     if (!any) continue;
-    std::vector<std::string> cells = {row.key, row.unit};
-    for (double value : row.values) cells.push_back(cell(value));
+    std::vector<std::string> cells = {row.key, analyze::shown_figure(0, row.unit).unit};
+    for (double value : row.values) cells.push_back(cell(analyze::shown_figure(value, row.unit).value));
     for (std::size_t index = 1; index < runs.size(); ++index) {
       cells.push_back(std::isnan(row.ratio[index]) ? "-" : fmt::format("{:.3f}", row.ratio[index]));
     }

@@ -86,4 +86,11 @@ std::string format_flops(double flops) {
   return scaled(flops, kSuffixes, 8, 1000.0, "FLOP");
 }
 
+std::string format_duration(double seconds) {
+  if (std::isnan(seconds)) return "–";
+  if (std::fabs(seconds) < 1) return fmt::format("{:.1f} ms", seconds * 1e3);
+  if (std::fabs(seconds) < 3600) return fmt::format("{:.3f} s", seconds);
+  return fmt::format("{:.2f} h", seconds / 3600);
+}
+
 }  // namespace calo::core

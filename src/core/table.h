@@ -30,5 +30,8 @@ std::string format_count(double count);
 std::string format_bytes(double bytes);
 /// Formats FLOPs with SI prefixes: 1.2e15 -> "1.20 PFLOP".
 std::string format_flops(double flops);
+/// Formats a duration as people read a step time: 0.1517 -> "151.7 ms", 60.8622 -> "60.862 s" (seconds from
+/// 1 s up, as the tables' unit s shows them), 5400 -> "1.50 h"; NaN -> "–".
+std::string format_duration(double seconds);
 
 }  // namespace calo::core

@@ -28,3 +28,8 @@ def record(out_dir, *child_args, extra_flags=(), timeout=120):
     command = [calo_binary(), "record", "--out", str(out_dir), "--quiet", *extra_flags, "--",
                sys.executable, os.path.join(HERE, "child_train.py"), *map(str, child_args)]
     return subprocess.run(command, env=child_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def calo(*args, timeout=120):
+    """Runs `calo ARGS...`; returns the CompletedProcess (text output)."""
+    return subprocess.run([calo_binary(), *map(str, args)], capture_output=True, text=True, timeout=timeout)

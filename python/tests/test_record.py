@@ -122,7 +122,9 @@ class RecordedRun(unittest.TestCase):
                                                     "step"]].itertuples(index=False, name=None)]
         self.assertEqual(as_tuples, rows)
         self.assertEqual(len(self.loaded.steps), STEPS + 6)
-        self.assertEqual(list(self.loaded.summary.itertuples(index=False, name=None)),
+        # The table's columns, then what each scope is about (device_idx, device, node, rank, phase).
+        self.assertEqual(list(self.loaded.summary.columns[:4]), ["scope", "key", "value", "unit"])
+        self.assertEqual(list(self.loaded.summary.iloc[:, :4].itertuples(index=False, name=None)),
                          self.sql("SELECT scope, key, value, unit FROM summary ORDER BY rowid"))
         self.assertEqual(list(self.loaded.devices[["idx", "kind", "name"]].itertuples(index=False, name=None)),
                          self.sql("SELECT idx, kind, name FROM device ORDER BY idx"))

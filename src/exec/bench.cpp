@@ -467,9 +467,7 @@ struct TelemetryFigures {
 };
 
 TelemetryFigures summarize_telemetry(const BenchOptions& options, const BenchStore& bench_store,
-                                     const std::string& backend_name,
-                                     const std::vector<nlohmann::json>& ranks,
-                                     const LeaderClock& to_leader_clock, const JobSteps& job,
+                                     const std::string& backend_name, const JobSteps& job,
                                      double tokens_per_step) {
   const std::int64_t zero = bench_store.info.started_ns;
   const std::int64_t measured_begin = job.begin_ns[static_cast<size_t>(options.warmup)] - zero;
@@ -480,16 +478,11 @@ TelemetryFigures summarize_telemetry(const BenchOptions& options, const BenchSto
   double mean_power_sum_w = 0;
   int power_devices = 0;
   store::RunReader reader(bench_store.run_dir);
-  std::vector<int> local_slots;
-  for (const auto& data : ranks) {
-    if (data["host"].get<std::string>() == to_leader_clock.leader_host())
-      local_slots.push_back(data["device"]["local_index"].get<int>());
-  }
+  // The telemetry records only the GPUs of this host's ranks (job_gpus, by UUID): each is used. Matching
+  // CUDA's device index against NVML's instead left a job under CUDA_VISIBLE_DEVICES=1 with no GPU (issue 40
+  // item 6).
   for (const RecordedDevice& recorded : bench_store.telemetry->devices()) {
-    const bool used = backend_name == "cpu"
-                          ? recorded.kind == "cpu"
-                          : recorded.kind == "gpu" && std::find(local_slots.begin(), local_slots.end(),
-                                                                recorded.slot) != local_slots.end();
+    const bool used = backend_name == "cpu" ? recorded.kind == "cpu" : recorded.kind == "gpu";
     if (!used) continue;
     const store::IntervalSummary interval =
         store::summarize_interval(reader, recorded.device_idx, measured_begin, measured_end, "measured");
@@ -694,8 +687,8 @@ BenchOutcome run_bench_rank(const BenchOptions& options, LaunchInfo launch) {
 
   store::RunWriter& writer = *bench_store->writer;
   write_step_spans(writer, options, *setup.graph, ranks, to_leader_clock, job, bench_store->info.started_ns);
-  const TelemetryFigures telemetry = summarize_telemetry(options, *bench_store, setup.device.backend, ranks,
-                                                         to_leader_clock, job, throughput.tokens_per_step);
+  const TelemetryFigures telemetry =
+      summarize_telemetry(options, *bench_store, setup.device.backend, job, throughput.tokens_per_step);
   outcome.report["run_dir"] = bench_store->run_dir.string();
   outcome.report["telemetry"] = telemetry_json(telemetry, *bench_store->telemetry);
   write_bench_summary(writer, job, throughput, telemetry, verification);

@@ -135,7 +135,8 @@ TEST(CudaMultiGpu, TelemetryRecordsTheJobsGpusNotTheHosts) {
                 out + "-bench 2>&1");
   ASSERT_EQ(bench.exit_code, 0) << bench.output;
   EXPECT_EQ(occurrences(bench.output, "\"kind\": \"gpu\""), 1) << bench.output;
-  EXPECT_EQ(occurrences(bench.output, "\"slot\": 1,"), 1) << bench.output;
+  EXPECT_EQ(occurrences(bench.output, "\"slot\": 1"), 1) << bench.output;  // NVML GPU 1, not CUDA index 0
+  EXPECT_EQ(occurrences(bench.output, "\"slot\": 0"), 0) << bench.output;
   EXPECT_NE(bench.output.find("left out: the job's are GPU-"), std::string::npos) << bench.output;
   const Result record = run_shell("CUDA_VISIBLE_DEVICES=1 " + calo_executable() +
                                   " record --quiet --json --out " + out + "-record -- sleep 1 2>&1");

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli/command.h"
+#include "cli/suggest.h"
 #include "core/error.h"
 
 namespace calo::cli {
@@ -43,6 +44,11 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
     int code = app.exit(error);
+    if (code != 0) {
+      for (const std::string& line :
+           calo::cli::parse_suggestions(app, std::vector<std::string>(argv + 1, argv + argc)))
+        fmt::print(stderr, "calo: {}\n", line);
+    }
     return code == 0 ? 0 : static_cast<int>(ExitCode::kUsage);
   } catch (const calo::InputError& error) {
     fmt::print(stderr, "calo: error: {}\n", error.what());

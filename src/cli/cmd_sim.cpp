@@ -36,7 +36,8 @@
 namespace calo::cli {
 namespace {
 
-/// Most GPUs `--op-spans all` stores every GPU's spans for (64 GPUs of Llama3-70B: 556 MB).
+/// Most GPUs `--op-spans all` stores every GPU's spans for (Llama3-70B TP8-PP4-DP2 on 64 GPUs: 1.1 GB,
+/// docs/BENCHMARKS.md).
 constexpr int kMaxAllOpSpansGpus = 64;
 
 struct SimFlags {
@@ -336,8 +337,8 @@ int run_sim(SimFlags& flags) {
   options.initial_die_c = flags.initial_die_c >= 0 ? flags.initial_die_c : twin.initial_die_c;
   require_input(
       flags.op_spans != "all" || world <= kMaxAllOpSpansGpus,
-      fmt::format("--op-spans all keeps every GPU's spans, for at most {} GPUs (64 GPUs of Llama3-70B: "
-                  "556 MB); this layout has {} GPUs: use --op-spans distinct (one GPU per distinct "
+      fmt::format("--op-spans all keeps every GPU's spans, for at most {} GPUs (Llama3-70B TP8-PP4-DP2 on 64 "
+                  "GPUs: 1.1 GB); this layout has {} GPUs: use --op-spans distinct (one GPU per distinct "
                   "timeline, the default)",
                   kMaxAllOpSpansGpus, world));
   const bool store_op_spans = !flags.no_store && flags.op_spans != "none";
@@ -447,11 +448,12 @@ const CommandRegistration kSim(
                      "Write the last step's per-op timeline (trace-event JSON)");
       app.add_option("--out", flags->out, "Run directory (default runs/<date>-sim-<model>-<N>gpu)");
       app.add_flag("--no-store", flags->no_store, "Do not store the simulation as a run");
-      app.add_option("--op-spans", flags->op_spans,
-                     "Which GPUs' per-op spans of the last step the stored run keeps: distinct (one GPU for "
-                     "each distinct timeline: ranks of one pipeline stage, expert slice and speed run the "
-                     "same ops at the same times), all (every GPU, at most 64: 556 MB for Llama3-70B on 64 "
-                     "GPUs) or none")
+      app.add_option(
+             "--op-spans", flags->op_spans,
+             "Which GPUs' per-op spans of the last step the stored run keeps: distinct (one GPU for "
+             "each distinct timeline: ranks of one pipeline stage, expert slice and speed run the "
+             "same ops at the same times), all (every GPU, at most 64: 1.1 GB for Llama3-70B TP8-PP4 on 64 "
+             "GPUs) or none")
           ->check(CLI::IsMember({"distinct", "all", "none"}))
           ->capture_default_str();
       app.add_flag_callback(

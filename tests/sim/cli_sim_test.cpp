@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "../common/run_calo.h"
@@ -55,6 +56,36 @@ TEST(CalosimCli, StoresARunAndWritesATimeline) {
   for (const auto& event : trace["traceEvents"]) spans += event["ph"] == "X";
   EXPECT_GT(spans, 100);
 }
+
+#ifdef CALO_SIM_HAS_STORE
+// --op-spans (issue 40 item 5): distinct keeps one GPU per distinct timeline (PP2-DP2: the two stages' first
+// ranks), all every GPU, none no span; all above 64 GPUs exits 2 naming the fix.
+TEST(CalosimCli, OpSpansKeepOneGpuPerDistinctTimelineByDefault) {
+  const auto dir = testing::temp_dir("cli-op-spans");
+  auto span_ranks = [&dir](const std::string& mode) {
+    const std::string flag = mode.empty() ? "" : " --op-spans " + mode;
+    const Outcome outcome =
+        run_calo("sim --model tiny-dense --cluster h200x4-nvswitch --gpus 4 --pp 2 --gbs 8" + flag +
+                 " --out " + (dir / ("run" + mode)).string());
+    EXPECT_EQ(outcome.exit_code, 0) << outcome.output;
+    std::set<int32_t> ranks;
+    for (const store::Span& span : store::RunReader(dir / ("run" + mode)).spans(store::SpanKind::kOp))
+      ranks.insert(span.rank);
+    return ranks;
+  };
+  EXPECT_EQ(span_ranks(""), (std::set<int32_t>{0, 2}));  // pp outermost: stage 0 = ranks 0-1, stage 1 = 2-3
+  EXPECT_EQ(span_ranks("all"), (std::set<int32_t>{0, 1, 2, 3}));
+  EXPECT_TRUE(span_ranks("none").empty());
+  const Outcome refused = run_calo(
+      "sim --model tiny-dense --cluster h200x4-nvswitch --gpus 128 --tp 2 --gbs 64 --op-spans all "
+      "--no-store");
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("--op-spans all keeps every GPU's spans, for at most 64 GPUs"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_NE(refused.output.find("use --op-spans distinct"), std::string::npos) << refused.output;
+}
+#endif
 
 TEST(CaloCluster, ShowPrintsAFileThatLoadsBackAndListNamesEveryPreset) {
   // Issue 40 item 3: a user copies a preset, edits one figure and simulates with it.

@@ -41,6 +41,7 @@ class SeriesAccumulator {
         keep_samples_(metric.kind == store::MetricKind::kCounter),
         keep_edge_samples_(metric.name == "power_sampled_w"),
         track_window_mean_(metric.name == "temp_gpu_c") {
+    if (metric.name == "power_sampled_w") window_integral_.emplace(window_begin_ns, window_end_ns);
     digest_.metric = metric.name;
     digest_.unit = metric.unit;
     if (metric.kind != store::MetricKind::kCounter) digest_.buckets.resize(static_cast<std::size_t>(buckets));
@@ -70,6 +71,7 @@ class SeriesAccumulator {
       bucket.mean += value;  // divided by count in finish()
       ++bucket.count;
     }
+    if (window_integral_) window_integral_->add(t_ns, value);
     if (keep_samples_ ||
         (keep_edge_samples_ && store::near_window_edge(t_ns, window_begin_ns_, window_end_ns_)))
       samples_.push_back(sample);
@@ -133,6 +135,10 @@ class SeriesAccumulator {
   }
 
   double trapezoid_j() const { return trapezoid_; }
+  // power_sampled_w: the integral over the window, edges included; nullopt where the samples do not cover it.
+  std::optional<double> window_integral_j() const {
+    return window_integral_ ? window_integral_->joules() : std::nullopt;
+  }
   int64_t last_t_ns() const {
     return digest_.count > 0 ? digest_.last_t_ns : std::numeric_limits<int64_t>::min();
   }
@@ -174,7 +180,8 @@ class SeriesAccumulator {
   std::deque<std::pair<int64_t, double>> max_deque_;
   std::deque<std::pair<int64_t, double>> min_deque_;
   double max_swing_ = 0;
-  bool track_window_mean_;  // temp_gpu_c: the hottest 500 ms mean
+  bool track_window_mean_;                                // temp_gpu_c: the hottest 500 ms mean
+  std::optional<store::WindowIntegral> window_integral_;  // power_sampled_w: the window's energy
   WindowMeanPeak window_mean_{kSustainedTempWindowNs};
 };
 
@@ -504,7 +511,7 @@ class SeriesReduction {
       samples_read_[slot] += digest.count;
       if (digest.count == 0) continue;
       if (metric.name == power_metric_) {
-        out.power_mean_w = digest.time_mean;
+        out.power_mean_w = out.power_time_mean_w = digest.time_mean;
         out.power_p50_w = digest.values.p50;
         out.power_p99_w = digest.values.p99;
         out.power_peak_w = digest.values.max;
@@ -526,15 +533,7 @@ class SeriesReduction {
       }
       digests_[slot].push_back(std::move(digest));
     }
-    if (energy_index_) {  // the counter, its ends placed with the driver's power samples near them
-      static const std::vector<store::Sample> kNone;
-      const auto& energy = accumulators[*energy_index_].samples();
-      const auto& power = power_samples_index_ ? accumulators[*power_samples_index_].samples() : kNone;
-      if (!energy.empty()) {
-        out.energy_j = store::energy_value_at(energy, power, analysis_.t_end_ns) -
-                       store::energy_value_at(energy, power, analysis_.t_begin_ns);
-      }
-    }
+    window_energy(accumulators, out);
     const char* counters[] = {"throttle_power_cap_s", "throttle_sw_thermal_s", "throttle_hw_thermal_s",
                               "throttle_power_brake_s"};
     for (std::size_t reason = 0; reason < 4; ++reason) {
@@ -544,6 +543,21 @@ class SeriesReduction {
       }
     }
     device_metrics_[slot] = std::move(out);
+  }
+
+  // The device's energy over the window (store::window_energy_j: the power samples' integral, else the
+  // counter) and its mean power, that energy over the window, so both figures are one (docs/METRICS.md).
+  void window_energy(const std::vector<SeriesAccumulator>& accumulators, DeviceMetrics& out) const {
+    static const std::vector<store::Sample> kNone;
+    const auto& energy = energy_index_ ? accumulators[*energy_index_].samples() : kNone;
+    const auto& power = power_samples_index_ ? accumulators[*power_samples_index_].samples() : kNone;
+    const std::optional<double> sampled_j =
+        power_samples_index_ ? accumulators[*power_samples_index_].window_integral_j() : std::nullopt;
+    out.energy_j = store::window_energy_j(sampled_j, energy, power, analysis_.t_begin_ns, analysis_.t_end_ns);
+    if (std::isfinite(out.energy_j) && window_s_ > 0) {
+      out.power_mean_w = out.energy_j / window_s_;
+      out.power_peak_to_mean = out.power_peak_w / out.power_mean_w;
+    }
   }
 
   void read_per_series_in_parallel() {

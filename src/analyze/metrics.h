@@ -56,13 +56,15 @@ struct SeriesDigest {
 
 /// Figures of one device.
 struct DeviceMetrics {
-  store::DeviceInfo device;          ///< the device row
-  double energy_j = NAN;             ///< energy_j counter delta over the analysis window
-  double power_integral_j = NAN;     ///< trapezoid integral of the power series over the window (cross-check)
-  double power_mean_w = NAN;         ///< time-weighted mean of power (sampled, else instant, else average)
-  double power_p50_w = NAN;          ///< median power sample
-  double power_p99_w = NAN;          ///< 99th percentile power sample
-  double power_peak_w = NAN;         ///< largest power sample
+  store::DeviceInfo device;  ///< the device row
+  double energy_j = NAN;     ///< energy over the window (store::window_energy_j: power samples, else counter)
+  double power_integral_j = NAN;  ///< trapezoid integral of the power series over the window (cross-check)
+  double power_mean_w = NAN;      ///< energy_j / window; without energy the time-weighted mean of power
+  double power_time_mean_w =
+      NAN;                    ///< time-weighted mean of the power samples (the figure presets were fitted to)
+  double power_p50_w = NAN;   ///< median power sample
+  double power_p99_w = NAN;   ///< 99th percentile power sample
+  double power_peak_w = NAN;  ///< largest power sample
   double power_peak_to_mean = NAN;   ///< power_peak_w / power_mean_w
   double power_swing_100ms_w = NAN;  ///< largest max-min of power within any 100 ms window
   double temp_mean_c = NAN;          ///< time-weighted mean GPU temperature

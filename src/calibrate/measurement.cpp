@@ -91,7 +91,7 @@ RunFigures measured_figures(const analyze::RunAnalysis& analysis) {
   for (const analyze::DeviceMetrics& device : analysis.device_metrics) {
     if (device.device.kind != store::DeviceKind::kGpu) continue;
     gpus += 1;
-    power_sum += device.power_mean_w;
+    power_sum += device.power_time_mean_w;
     clock_sum += device.sm_clock_mean_mhz;
     auto larger = [](double current, double value) {
       return std::isnan(current) ? value : std::max(current, value);
@@ -106,6 +106,9 @@ RunFigures measured_figures(const analyze::RunAnalysis& analysis) {
     figures.energy_per_step_j = analysis.energy_per_step_j / gpus;
     // Energy from the power samples where the GPU sampled power: the energy counter advances in uneven jumps,
     // 7 % apart from the samples' integral over a window under a second (H100, mbs1), more than the target.
+    // The samples inside the window, and their time-weighted mean power above: the figures both presets were
+    // fitted to (docs/METRICS.md "Calibration": the window energy with its edges is ~0.4 % more, and a refit
+    // to it is left open).
     double integral_j = 0;
     int integrated = 0;
     for (const analyze::DeviceMetrics& device : analysis.device_metrics) {

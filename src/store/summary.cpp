@@ -54,33 +54,58 @@ double counter_value_at(const std::vector<Sample>& samples, int64_t t_ns) {
 
 namespace {
 
-// Trapezoid integral (J) of the piecewise-linear power series over [from_ns, to_ns]; nullopt unless samples
-// lie at or before from_ns and at or after to_ns with no gap over kMaxPowerGapNs between them.
+// Trapezoid integral (J) of the power samples over [from_ns, to_ns]; nullopt where they do not cover it.
 std::optional<double> power_integral_j(const std::vector<Sample>& power, int64_t from_ns, int64_t to_ns) {
-  auto first = std::upper_bound(power.begin(), power.end(), from_ns,
-                                [](int64_t time_ns, const Sample& sample) { return time_ns < sample.t_ns; });
-  if (first == power.begin()) return std::nullopt;
-  --first;  // the last sample at or before from_ns
-  double joules = 0;
-  for (auto left = first; left + 1 != power.end() && left->t_ns < to_ns; ++left) {
-    const Sample& a = *left;
-    const Sample& b = *(left + 1);
-    if (b.t_ns - a.t_ns > kMaxPowerGapNs) return std::nullopt;
-    if (b.t_ns == a.t_ns) continue;
-    const int64_t begin_ns = std::max(a.t_ns, from_ns);
-    const int64_t end_ns = std::min(b.t_ns, to_ns);
-    if (end_ns <= begin_ns) continue;
-    auto at = [&](int64_t t_ns) {
-      return a.value +
-             (b.value - a.value) * static_cast<double>(t_ns - a.t_ns) / static_cast<double>(b.t_ns - a.t_ns);
-    };
-    joules += (at(begin_ns) + at(end_ns)) / 2 * static_cast<double>(end_ns - begin_ns) / kNsPerSecond;
-    if (b.t_ns >= to_ns) return joules;
-  }
-  return std::nullopt;  // the samples end before to_ns
+  WindowIntegral integral(from_ns, to_ns);
+  for (const Sample& sample : power) integral.add(sample.t_ns, sample.value);
+  return integral.joules();
 }
 
 }  // namespace
+
+void WindowIntegral::add(int64_t t_ns, double value_w) {
+  if (!has_previous_) {
+    first_t_ns_ = t_ns;
+    first_w_ = value_w;
+  }
+  if (t_ns <= from_ns_) covers_begin_ = true;
+  if (t_ns >= to_ns_) covers_end_ = true;
+  const bool overlaps = has_previous_ && previous_t_ns_ < to_ns_ && t_ns > from_ns_ && t_ns > previous_t_ns_;
+  if (overlaps) {
+    if (t_ns - previous_t_ns_ > kMaxPowerGapNs) gap_too_wide_ = true;
+    const double span_ns = static_cast<double>(t_ns - previous_t_ns_);
+    auto at = [&](int64_t time_ns) {
+      return previous_w_ + (value_w - previous_w_) * static_cast<double>(time_ns - previous_t_ns_) / span_ns;
+    };
+    const int64_t begin_ns = std::max(previous_t_ns_, from_ns_);
+    const int64_t end_ns = std::min(t_ns, to_ns_);
+    joules_ += (at(begin_ns) + at(end_ns)) / 2 * static_cast<double>(end_ns - begin_ns) / kNsPerSecond;
+  }
+  has_previous_ = true;
+  previous_t_ns_ = t_ns;
+  previous_w_ = value_w;
+}
+
+std::optional<double> WindowIntegral::joules() const {
+  if (!has_previous_ || gap_too_wide_) return std::nullopt;
+  double joules = joules_;
+  if (!covers_begin_) {  // the first sample a little after the window begins: its value held back to the edge
+    if (first_t_ns_ - from_ns_ > kMaxPowerGapNs) return std::nullopt;
+    joules += first_w_ * static_cast<double>(std::min(first_t_ns_, to_ns_) - from_ns_) / kNsPerSecond;
+  }
+  if (!covers_end_) {  // the last sample a little before the window ends: its value held to the edge
+    if (to_ns_ - previous_t_ns_ > kMaxPowerGapNs) return std::nullopt;
+    joules += previous_w_ * static_cast<double>(to_ns_ - std::max(previous_t_ns_, from_ns_)) / kNsPerSecond;
+  }
+  return joules;
+}
+
+double window_energy_j(std::optional<double> sampled_j, const std::vector<Sample>& energy,
+                       const std::vector<Sample>& edge_power, int64_t t_begin_ns, int64_t t_end_ns) {
+  if (sampled_j) return *sampled_j;
+  if (energy.empty()) return kNaN;
+  return energy_value_at(energy, edge_power, t_end_ns) - energy_value_at(energy, edge_power, t_begin_ns);
+}
 
 double energy_value_at(const std::vector<Sample>& energy, const std::vector<Sample>& power, int64_t t_ns) {
   if (energy.empty()) return kNaN;
@@ -114,14 +139,13 @@ IntervalSummary summarize_interval(const RunReader& reader, int32_t device_idx, 
   auto counter = [&](std::string_view name) {
     return counter_delta(series(reader, device_idx, metrics, name, kFromStart, kAll), t_begin_ns, t_end_ns);
   };
-  // The driver's power samples over the interval and kEnergyEdgeNs around it: the peak inside, and the
-  // energy counter's ends placed with them (energy_value_at). One read serves both.
+  // The driver's power samples over the interval and kEnergyEdgeNs around it: the peak inside, the energy
+  // (their integral, else the counter's ends placed with them). One read serves all three.
   const std::vector<Sample> sampled = series(reader, device_idx, metrics, "power_sampled_w",
                                              t_begin_ns - kEnergyEdgeNs, t_end_ns + kEnergyEdgeNs + 1);
   const std::vector<Sample> energy = series(reader, device_idx, metrics, "energy_j", kFromStart, kAll);
-  summary.energy_j = energy.empty() ? kNaN
-                                    : energy_value_at(energy, sampled, t_end_ns) -
-                                          energy_value_at(energy, sampled, t_begin_ns);
+  summary.energy_j =
+      window_energy_j(power_integral_j(sampled, t_begin_ns, t_end_ns), energy, sampled, t_begin_ns, t_end_ns);
   summary.mean_power_w = summary.duration_s > 0 ? summary.energy_j / summary.duration_s : kNaN;
   summary.throttle_power_cap_s = counter("throttle_power_cap_s");
   summary.throttle_sw_thermal_s = counter("throttle_sw_thermal_s");

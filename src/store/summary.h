@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,14 +14,14 @@ namespace calo::store {
 
 /// Figures of one device over one time interval [t_begin_ns, t_end_ns). NaN where the run lacks the metric.
 struct IntervalSummary {
-  std::string label;                  ///< phase / step name, or "run"
-  int32_t device_idx = 0;             ///< DeviceInfo::idx
-  int64_t t_begin_ns = 0;             ///< interval begin, ns since run start
-  int64_t t_end_ns = 0;               ///< interval end, ns since run start
-  double duration_s = 0.0;            ///< (t_end_ns - t_begin_ns) / 1e9
-  double energy_j = 0.0;              ///< energy_j counter delta over the interval (interpolated at the ends)
-  double mean_power_w = 0.0;          ///< energy_j / duration_s
-  double power_integral_j = 0.0;      ///< trapezoid integral of power_instant_w (cross-check of energy_j)
+  std::string label;              ///< phase / step name, or "run"
+  int32_t device_idx = 0;         ///< DeviceInfo::idx
+  int64_t t_begin_ns = 0;         ///< interval begin, ns since run start
+  int64_t t_end_ns = 0;           ///< interval end, ns since run start
+  double duration_s = 0.0;        ///< (t_end_ns - t_begin_ns) / 1e9
+  double energy_j = 0.0;          ///< energy over the interval (window_energy_j: power samples, else counter)
+  double mean_power_w = 0.0;      ///< energy_j / duration_s
+  double power_integral_j = 0.0;  ///< trapezoid integral of power_instant_w (cross-check of energy_j)
   double peak_power_instant_w = 0.0;  ///< max power_instant_w sample inside the interval
   double peak_power_sampled_w =
       0.0;  ///< max power_sampled_w (the driver's 20 ms samples) inside the interval
@@ -58,6 +59,42 @@ inline constexpr int64_t kMaxPowerGapNs = 100'000'000;
 /// seconds interpolated linearly misplaces the energy of a power change near a window edge; the samples do
 /// not.
 double energy_value_at(const std::vector<Sample>& energy, const std::vector<Sample>& power, int64_t t_ns);
+
+/// Trapezoid integral (J) of a piecewise-linear power series (W) over [from_ns, to_ns], fed its samples in
+/// time order (any before, inside and after the window): the segments across the edges count their share.
+/// Valid only where no two samples between the edges are over kMaxPowerGapNs apart and a sample lies at or
+/// before from_ns (else the first one within kMaxPowerGapNs after it, its value held back to the edge) and at
+/// or after to_ns (else the last one within kMaxPowerGapNs before it, held forward): a run's last sample is
+/// read a few ms before the run ends.
+class WindowIntegral {
+ public:
+  /// Integrates over [from_ns, to_ns].
+  WindowIntegral(int64_t from_ns, int64_t to_ns) : from_ns_(from_ns), to_ns_(to_ns) {}
+  /// Feeds the next sample (t_ns not before the previous one's).
+  void add(int64_t t_ns, double value_w);
+  /// The integral, or nullopt where the samples do not cover the window.
+  std::optional<double> joules() const;
+
+ private:
+  int64_t from_ns_;
+  int64_t to_ns_;
+  bool has_previous_ = false;
+  int64_t first_t_ns_ = 0;
+  double first_w_ = 0;
+  int64_t previous_t_ns_ = 0;
+  double previous_w_ = 0;
+  bool covers_begin_ = false;
+  bool covers_end_ = false;
+  bool gap_too_wide_ = false;
+  double joules_ = 0;
+};
+
+/// Energy of one device over [t_begin_ns, t_end_ns] (J, docs/METRICS.md "Run store"): `sampled_j`, the
+/// integral of the driver's 20 ms power samples, where they cover the window; else the energy counter,
+/// E(t_end_ns) - E(t_begin_ns) (energy_value_at with `edge_power`); NaN with neither. The counter advances in
+/// uneven jumps (two identical 0.27 s H200 benches read 39.9 and 27.5 J per step), the samples do not.
+double window_energy_j(std::optional<double> sampled_j, const std::vector<Sample>& energy,
+                       const std::vector<Sample>& edge_power, int64_t t_begin_ns, int64_t t_end_ns);
 
 /// True when t_ns is within kEnergyEdgeNs of t_begin_ns or t_end_ns: the power samples energy_value_at needs.
 inline bool near_window_edge(int64_t t_ns, int64_t t_begin_ns, int64_t t_end_ns) {

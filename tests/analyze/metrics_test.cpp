@@ -46,13 +46,14 @@ TEST(RunMetrics, HandComputedFigures) {
   EXPECT_NEAR(run.energy_per_token_j, 700 * 8.01 / 4 / 1000, 1e-9);
   EXPECT_NEAR(run.tokens_per_j, 1 / (700 * 8.01 / 4 / 1000), 1e-9);
   EXPECT_NEAR(run.samples_per_s_mj, (16 / 8.01) / (700 * 8.01 / 1e6), 1e-6);
-  // Power of GPU 0: 801 samples in the window (t = 1.00 .. 9.00 s), one of them 500 W held for 10 ms of 8 s.
-  EXPECT_NEAR(gpu0.power_mean_w, (300.0 * 8 + 200 * 0.01) / 8, 1e-9);
+  // Mean power is the energy over the window (here the counter's: no power_sampled_w) over its 8.01 s, one
+  // figure wherever it is shown; the 801 power samples' 500 W one (10 ms of 8 s) shows in the peak.
+  EXPECT_NEAR(gpu0.power_mean_w, 300.0, 1e-9);
   EXPECT_DOUBLE_EQ(gpu0.power_p50_w, 300);
   EXPECT_DOUBLE_EQ(gpu0.power_p99_w, 300);
   EXPECT_DOUBLE_EQ(gpu0.power_peak_w, 500);
   EXPECT_DOUBLE_EQ(gpu0.power_swing_100ms_w, 200);
-  EXPECT_NEAR(gpu0.power_peak_to_mean, 500 / ((300.0 * 8 + 200 * 0.01) / 8), 1e-9);
+  EXPECT_NEAR(gpu0.power_peak_to_mean, 500 / 300.0, 1e-9);
   EXPECT_NEAR(gpu0.power_integral_j, 300 * 8.0 + 200 * 0.01, 1e-6);  // trapezoid over 1.00 .. 9.00 s
   EXPECT_DOUBLE_EQ(gpu1.power_swing_100ms_w, 0);
   EXPECT_DOUBLE_EQ(gpu0.temp_mean_c, 60);
@@ -221,8 +222,10 @@ TEST(RunMetrics, PowerFiguresUseTheDriversOwnSamplesWhenRecorded) {
   auto run = analyze_run(dir.path / "run");
   const auto& gpu = run.device_metrics[0];
   EXPECT_DOUBLE_EQ(gpu.power_peak_w, 900.0);
-  // Sample-and-hold between the first and last sample of the window [0, 2 s) (0 .. 1.98 s): 40 ms at 900 W.
-  EXPECT_NEAR(gpu.power_mean_w, (0.04 * 900.0 + 1.94 * 300.0) / 1.98, 1e-9);
+  // The energy over [0, 2 s] is the samples' trapezoid (no energy counter here): 300 W, plus the spike's 20
+  // ms at 900 W and its two 20 ms ramps; mean power is that energy over the 2 s.
+  EXPECT_NEAR(gpu.energy_j, 2 * 300.0 + 0.04 * 600.0, 1e-9);
+  EXPECT_NEAR(gpu.power_mean_w, (2 * 300.0 + 0.04 * 600.0) / 2, 1e-9);
   EXPECT_DOUBLE_EQ(gpu.power_swing_100ms_w, 600.0);
 }
 

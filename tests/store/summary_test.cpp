@@ -66,6 +66,55 @@ TEST(Summary, EnergyAtAWindowEdgeComesFromThePowerSamplesNearIt) {
   EXPECT_TRUE(std::isnan(energy_value_at({}, run.power, 0)));
 }
 
+TEST(Summary, WindowIntegralCountsTheEdgeSegmentsShareAndRefusesGaps) {
+  // 100 W then 300 W from 1.0 s, sampled every 20 ms from 0 to 2 s.
+  auto feed = [](WindowIntegral& integral, int64_t from_ns, int64_t to_ns) {
+    for (int64_t t_ns = from_ns; t_ns <= to_ns; t_ns += 20'000'000)
+      integral.add(t_ns, t_ns < 1'000'000'000 ? 100.0 : 300.0);
+  };
+  WindowIntegral inside(510'000'000, 1'490'000'000);  // edges between samples
+  feed(inside, 0, 2'000'000'000);
+  // 0.49 s at 100 W, the 20 ms ramp 980-1000 ms at 200 W on average, 0.49 s at 300 W.
+  ASSERT_TRUE(inside.joules());
+  EXPECT_NEAR(*inside.joules(), 0.47 * 100 + 0.02 * 200 + 0.49 * 300, 1e-9);
+  // The last sample 30 ms before the window ends (a run's last read): its value held to the edge.
+  WindowIntegral held(0, 2'030'000'000);
+  feed(held, 0, 2'000'000'000);
+  ASSERT_TRUE(held.joules());
+  EXPECT_NEAR(*held.joules(), 0.98 * 100 + 0.02 * 200 + 1.03 * 300, 1e-9);
+  // ... but not 150 ms: that is a gap, not a read's delay.
+  WindowIntegral short_of_end(0, 2'150'000'000);
+  feed(short_of_end, 0, 2'000'000'000);
+  EXPECT_FALSE(short_of_end.joules());
+  // A 200 ms hole inside the window.
+  WindowIntegral holed(0, 2'000'000'000);
+  feed(holed, 0, 500'000'000);
+  feed(holed, 700'000'000, 2'000'000'000);
+  EXPECT_FALSE(holed.joules());
+  EXPECT_FALSE(WindowIntegral(0, 1).joules());  // no samples
+}
+
+TEST(Summary, ShortWindowEnergyComesFromThePowerSamplesNotAJumpyCounter) {
+  // A steady 720 W GPU whose energy counter advances in 100 ms jumps (the H200 of BENCHMARKS: two identical
+  // 0.27 s benches read 39.9 and 27.5 J per step from it). The counter is read every 25 ms.
+  constexpr int64_t kMs = 1'000'000;
+  std::vector<Sample> energy, power;
+  for (int64_t t_ns = 0; t_ns <= 2000 * kMs; t_ns += 25 * kMs)
+    energy.push_back(
+        Sample{0, 0, t_ns, 720.0 * static_cast<double>(t_ns / (100 * kMs)) * 0.1, kNoSensorTime});
+  for (int64_t t_ns = 0; t_ns <= 2000 * kMs; t_ns += 20 * kMs)
+    power.push_back(Sample{0, 1, t_ns, 720.0, t_ns});
+  const int64_t begin_ns = 1090 * kMs, end_ns = 1360 * kMs;  // 0.27 s
+  WindowIntegral integral(begin_ns, end_ns);
+  for (const Sample& sample : power) integral.add(sample.t_ns, sample.value);
+  const double truth_j = 720.0 * 0.27;
+  EXPECT_NEAR(window_energy_j(integral.joules(), energy, power, begin_ns, end_ns), truth_j, 1e-9);
+  // The counter alone is off by a good part of a jump.
+  const double counter_j = window_energy_j(std::nullopt, energy, {}, begin_ns, end_ns);
+  EXPECT_GT(std::abs(counter_j - truth_j) / truth_j, 0.1);
+  EXPECT_TRUE(std::isnan(window_energy_j(std::nullopt, {}, power, begin_ns, end_ns)));
+}
+
 TEST(Summary, IntervalEnergyUsesThePowerSamplesAtItsEdges) {
   TempDir temp;
   constexpr int64_t kSecond = 1'000'000'000;
@@ -124,10 +173,13 @@ TEST(Summary, PhaseFiguresFromASyntheticRun) {
   ASSERT_EQ(phases.size(), 5u);  // idle×2, load×2, only1 on device 1
   EXPECT_EQ(phases[0].label, "idle");
   EXPECT_EQ(phases[0].device_idx, 0);
-  EXPECT_NEAR(phases[0].mean_power_w, 100.0, 1e-9);
+  EXPECT_NEAR(phases[0].mean_power_w, 102.0, 1e-9);  // the 10 Hz samples ramp to 500 W over 9.9-10 s
   EXPECT_NEAR(phases[1].mean_power_w, 200.0, 1e-9);
-  EXPECT_NEAR(phases[2].mean_power_w, 500.0, 1e-9);
-  EXPECT_NEAR(phases[2].energy_j, 5000.0, 1e-6);
+  // Device 0's energy is its power samples' integral, the 900 W spike (100 ms either side) included: the
+  // counter, written here without it, would say 5000 J.
+  EXPECT_NEAR(phases[2].mean_power_w, 504.0, 1e-9);
+  EXPECT_NEAR(phases[2].energy_j, 5040.0, 1e-6);
+  EXPECT_NEAR(phases[3].energy_j, 10000.0, 1e-6);  // device 1, no samples: the counter
   EXPECT_NEAR(phases[2].throttle_power_cap_s, 9.0, 1e-9);
   EXPECT_DOUBLE_EQ(phases[0].median_sm_mhz, 1980.0);
   EXPECT_DOUBLE_EQ(phases[2].median_sm_mhz, 1401.0);

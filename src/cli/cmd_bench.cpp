@@ -122,7 +122,10 @@ const CommandRegistration kBench(
       app.add_flag("--no-progress", flags->no_progress, "No progress line on the terminal");
       app.add_option("--out", flags->out, "Run directory (default runs/<date>-bench-<model>)");
       app.add_option("--seed", flags->seed, "Seed of the random operand data")->capture_default_str();
-      return [flags] { return run_bench(*flags); };
+      return [flags, &app] {
+        require_model_flag(app, "calo bench");
+        return run_bench(*flags);
+      };
     });
 
 }  // namespace

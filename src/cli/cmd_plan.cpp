@@ -497,7 +497,9 @@ const CommandRegistration kPlan(
       app.add_option("--top", flags->top, "Rows of the ranking (pruning keeps these exact)")
           ->capture_default_str();
       app.add_option("--steps", flags->steps, "Simulated steps per layout")->capture_default_str();
-      app.add_option("--threads", flags->threads, "Worker threads (default: all cores)");
+      app.add_option("--jobs,-j,--threads", flags->threads,
+                     "Candidates simulated at once, one thread each (default: one per core); the same "
+                     "flag as calo sweep's and calo report's --jobs");
       app.add_flag("--json", flags->json, "Print the result as JSON");
       app.add_flag("--all", flags->show_all, "Also list every candidate with its verdict (oom, pruned, ...)");
       app.add_flag("--no-prune", flags->no_prune, "Simulate every fitting layout (no lower-bound pruning)");
@@ -568,8 +570,14 @@ const CommandRegistration kPlan(
         partition->dp_given = sub->count("--dp") > 0;
         power->gpus_given = power_sub->count("--gpus") > 0;
         power->dp_given = power_sub->count("--dp") > 0;
-        if (sub->parsed()) return run_partition(*partition);
-        if (power_sub->parsed()) return run_power(*power);
+        if (sub->parsed()) {
+          require_model_flag(*sub, "calo plan partition");
+          return run_partition(*partition);
+        }
+        if (power_sub->parsed()) {
+          require_model_flag(*power_sub, "calo plan power");
+          return run_power(*power);
+        }
         return run_plan(*flags);
       };
     });

@@ -116,7 +116,8 @@ const CommandRegistration kReport(
           ->check(CLI::ExistingDirectory);
       app.add_option("--out", flags->out, "HTML file to write (default: <first run>/report.html)");
       app.add_option("--title", flags->title, "page title")->capture_default_str();
-      app.add_option("--threads", flags->threads, "reader threads (default: one per core)");
+      app.add_option("--jobs,-j,--threads", flags->threads,
+                     "runs' series read at once, one thread each (default: one per core)");
       app.add_flag("--json", flags->json, "print the result as JSON");
       return [flags] { return run_report(*flags); };
     });

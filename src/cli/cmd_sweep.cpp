@@ -70,7 +70,7 @@ const CommandRegistration kSweep(
           "--adopt", flags->adopt,
           "index points already run by those commands (DIR/<point>.json and DIR/<point>/ present) as "
           "done; run the rest");
-      app.add_option("--jobs", flags->jobs,
+      app.add_option("--jobs,-j", flags->jobs,
                      "points run at once (default: one per core for sim, 1 for cpu/cuda)");
       return [flags] { return run_sweep(*flags); };
     });

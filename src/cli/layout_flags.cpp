@@ -15,7 +15,8 @@ void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional) 
   if (model_positional) {
     app.add_option("model,--model", flags.model, "Model preset name or YAML file (see `calo model --list`)");
   } else {
-    app.add_option("--model,-m", flags.model, "Model preset name or YAML file")->capture_default_str();
+    app.add_option("--model,-m", flags.model,
+                   "Model preset name or YAML file (required; see `calo model --list`), e.g. llama3-70b");
   }
   app.add_option("--layers", flags.layers,
                  "A slice of the model: this many layers of its shapes (the name gets -sliceN), e.g. "

@@ -276,6 +276,13 @@ TEST(BenchCpu, NprocThatDoesNotMatchTheLayoutExitsTwo) {
   EXPECT_NE(outcome.output.find("--nproc 2"), std::string::npos) << outcome.output;
 }
 
+TEST(BenchCpu, WithoutAModelExitsTwoInsteadOfBenchingTheTestModel) {
+  // Issue 40 item 10: a missing --model was a silent tiny-dense, a 3.4 M-parameter model at 5.5 M tokens/s.
+  const Outcome outcome = run_calo({"bench", "--backend", "cpu", "--steps", "1"});
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_NE(outcome.output.find("calo bench: give --model"), std::string::npos) << outcome.output;
+}
+
 TEST(BenchCpu, UnknownBackendExitsTwo) {
   const Outcome outcome = run_calo({"bench", "--backend", "tpu", "--model", "tiny-dense"});
   EXPECT_EQ(outcome.exit_code, 2) << outcome.output;

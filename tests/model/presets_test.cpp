@@ -104,7 +104,7 @@ TEST(Presets, EveryPresetLoadsAndRoundTripsThroughJson) {
 }
 
 TEST(Presets, PaperWorkloadShapesMatchReference) {
-  // ../shared/docs/REFERENCE.md workloads table.
+  // docs/STUDY.md workloads table.
   const ModelSpec gpt3 = load_model("gpt3-175b");
   EXPECT_EQ(gpt3.num_layers, 96);
   EXPECT_EQ(gpt3.seq_length, 2048);

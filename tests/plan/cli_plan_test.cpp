@@ -92,6 +92,19 @@ TEST(CaloPlan, LayoutFlagsConstrainTheSearchAndALogGetsProgressLinesAndWhichPres
   outcome = run_calo("plan --model llama3-8b --cluster h200-hgx --gpus 8 --gbs 16 --seq 2048 --tp 8 --quiet");
   ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
   EXPECT_FALSE(contains(outcome.output, "layout steps (")) << outcome.output;
+  // --jobs (-j), as calo sweep and calo report name it; --threads stays the same flag. One worker or two, one
+  // ranking.
+  const Outcome one_job =
+      run_calo("plan --model llama3-8b --cluster h200-hgx --gpus 8 --gbs 16 --seq 2048 --tp 8 --quiet -j 1");
+  const Outcome two_threads = run_calo(
+      "plan --model llama3-8b --cluster h200-hgx --gpus 8 --gbs 16 --seq 2048 --tp 8 --quiet --threads 2");
+  ASSERT_EQ(one_job.exit_code, 0) << one_job.output;
+  ASSERT_EQ(two_threads.exit_code, 0) << two_threads.output;
+  auto ranking = [](const std::string& output) {  // everything after the line with the elapsed time
+    return output.substr(output.find("\n", output.find("simulated;")));
+  };
+  EXPECT_EQ(ranking(one_job.output), ranking(outcome.output));
+  EXPECT_EQ(ranking(two_threads.output), ranking(outcome.output));
   outcome = run_calo("plan --model llama3-8b --cluster h200-hgx --gpus 8 --gbs 16 --schedule zigzag");
   EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
   EXPECT_TRUE(contains(outcome.output, "zigzag")) << outcome.output;
@@ -215,6 +228,12 @@ TEST(CaloPlanPartitionAndPower, TakeTheGpusFlagThatCaloPlanPrints) {
     const Outcome outcome = run_calo(std::string("plan ") + sub + " " + job);
     EXPECT_EQ(outcome.exit_code, 0) << sub << "\n" << outcome.output;
     EXPECT_TRUE(contains(outcome.output, "on 8 x")) << sub << "\n" << outcome.output;
+  }
+  for (const char* sub : {"power", "partition"}) {  // a model is required wherever one is simulated
+    const Outcome outcome = run_calo(std::string("plan ") + sub + " --cluster h200-hgx --gpus 8 --pp 4");
+    EXPECT_EQ(outcome.exit_code, 2) << sub << "\n" << outcome.output;
+    EXPECT_TRUE(contains(outcome.output, std::string("calo plan ") + sub + ": give --model"))
+        << outcome.output;
   }
   const Outcome mismatch = run_calo("plan power " + job + " --dp 4");
   EXPECT_EQ(mismatch.exit_code, 2) << mismatch.output;

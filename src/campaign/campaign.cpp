@@ -348,7 +348,8 @@ Spec parse_spec(const nlohmann::json& object, const std::string& origin) {
     throw InputError(fmt::format("{}: a campaign spec is a mapping (model:, cluster:, axes:)", origin));
   Spec spec;
   spec.source = object;
-  static const std::vector<std::string> top = {"name", "model", "cluster", "gpus", "steps", "fixed", "axes"};
+  static const std::vector<std::string> top = {"name", "model", "layers", "cluster",
+                                               "gpus", "steps", "fixed",  "axes"};
   for (const auto& [key, value] : object.items()) {
     if (std::find(top.begin(), top.end(), key) == top.end()) {
       throw InputError(fmt::format("{}: unknown key '{}'; a spec has {}", origin, key, fmt::join(top, ", ")));
@@ -387,6 +388,7 @@ Spec parse_spec(const nlohmann::json& object, const std::string& origin) {
   };
   if (object.contains("gpus")) spec.gpus = positive_int("gpus");
   if (object.contains("steps")) spec.steps = positive_int("steps");
+  if (object.contains("layers")) spec.layers = positive_int("layers");
   if (spec.steps > sim::kMaxSimSteps)
     throw InputError(fmt::format("{}: 'steps' = {} is beyond the {} one simulation takes; use fewer", origin,
                                  spec.steps, sim::kMaxSimSteps));
@@ -507,14 +509,17 @@ std::vector<Point> expand_grid(const Spec& spec) {
 }
 
 void validate_points(const Spec& spec, std::vector<Point>& points) {
-  const model::ModelSpec model = model::load_model(spec.model);
+  model::ModelSpec model = model::load_model(spec.model);
+  if (spec.layers > 0) model = model::slice_model(model, spec.layers);
   const sim::ClusterSpec cluster = sim::load_cluster(spec.cluster);
   for (Point& point : points) {
     try {
       int gpus = 0;
       parallel::Layout layout = point_layout(spec, point, &gpus);
       if (gpus > 0 && layout.world_size() != gpus) {
-        point.skip_reason = fmt::format("tp*cp*pp*dp = {} is not the {} GPUs", layout.world_size(), gpus);
+        // The kind first, the point's numbers after ':': reports count skipped points by kind.
+        point.skip_reason =
+            fmt::format("layout is not the {} GPUs: tp*cp*pp*dp = {}", gpus, layout.world_size());
         continue;
       }
       const bool sp_given = std::any_of(point.flags.begin(), point.flags.end(),
@@ -571,6 +576,10 @@ std::vector<std::string> point_arguments(const Spec& spec, const Point& point, c
     args = {
         "bench",        "--backend", backend, "--model", spec.model, "--steps", std::to_string(spec.steps),
         "--no-progress"};
+  }
+  if (spec.layers > 0) {
+    args.push_back("--layers");
+    args.push_back(std::to_string(spec.layers));
   }
   int gpus = spec.gpus;
   for (const auto& [key, value] : point.flags) {

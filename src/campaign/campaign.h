@@ -19,6 +19,7 @@ struct Spec {
   std::string cluster;                                     ///< cluster preset or YAML path
   int gpus = 0;                                            ///< world size (0 = tp*pp*dp of each point)
   int steps = 1;                                           ///< iterations per point
+  int layers = 0;  ///< the model sliced to this many layers of its shapes (0 = all of them; --layers)
   std::vector<std::pair<std::string, std::string>> fixed;  ///< layout flags held fixed (key, value)
   std::vector<std::pair<std::string, std::vector<std::string>>> axes;  ///< swept keys, in spec order
   nlohmann::json source;  ///< the spec as parsed (stored in the index)

@@ -158,6 +158,8 @@ void fill_figures(const std::filesystem::path& run_dir, CampaignPoint& point) {
         point.max_temp_c = temp_c;
     }
   }
+  // Above 64 GPUs a simulation stores no per-GPU rows (docs/REPORTS.md): its run row holds the hottest die.
+  if (std::isnan(point.max_temp_c)) point.max_temp_c = from_summary("max_die_c", NAN);
 }
 
 }  // namespace
@@ -174,6 +176,9 @@ Campaign load_campaign(const std::filesystem::path& dir) {
   campaign.backend = index.value("backend", "");
   if (index.contains("spec") && index["spec"].is_object()) {
     campaign.model = index["spec"].value("model", "");
+    const auto layers = index["spec"].find("layers");
+    if (layers != index["spec"].end() && layers->is_number_integer())
+      campaign.model += fmt::format(" sliced to {} layers", layers->get<int>());
     campaign.cluster = index["spec"].value("cluster", "");
   }
   campaign.axes = index_axes(index);

@@ -21,24 +21,29 @@ struct FigureSpec {
   const char* unit;              ///< unit shown with the values
   double scale;                  ///< multiplier from the stored value to the shown one
   double CampaignPoint::*value;  ///< member holding the figure
+  Better better;                 ///< which end is good (a heatmap's dark end)
 };
 
 const std::vector<FigureSpec>& headline_figures() {
   static const std::vector<FigureSpec> figures = {
-      {"tokens_per_s", "Throughput", "tokens/s", 1.0, &CampaignPoint::tokens_per_s},
-      {"mfu", "MFU", "%", 100.0, &CampaignPoint::mfu},
-      {"energy_per_token_j", "Energy per token", "J/token", 1.0, &CampaignPoint::energy_per_token_j},
-      {"samples_per_s_mj", "Energy efficiency", "samples/(s*MJ)", 1.0, &CampaignPoint::samples_per_s_mj}};
+      {"tokens_per_s", "Throughput", "tokens/s", 1.0, &CampaignPoint::tokens_per_s, Better::kHigher},
+      {"mfu", "MFU", "%", 100.0, &CampaignPoint::mfu, Better::kHigher},
+      {"energy_per_token_j", "Energy per token", "J/token", 1.0, &CampaignPoint::energy_per_token_j,
+       Better::kLower},
+      {"samples_per_s_mj", "Energy efficiency", "samples/(s*MJ)", 1.0, &CampaignPoint::samples_per_s_mj,
+       Better::kHigher}};
   return figures;
 }
 
 const std::vector<FigureSpec>& power_figures() {
   static const std::vector<FigureSpec> figures = {
-      {"peak_power_w", "Peak power (hottest GPU)", "W", 1.0, &CampaignPoint::peak_power_w},
-      {"power_swing_w", "Power swing within 100 ms", "W", 1.0, &CampaignPoint::power_swing_w},
-      {"throttle_power_cap_s", "Power-cap throttle time", "s", 1.0, &CampaignPoint::throttle_power_cap_s},
-      {"throttle_thermal_s", "Thermal throttle time", "s", 1.0, &CampaignPoint::throttle_thermal_s},
-      {"max_temp_c", "Hottest GPU temperature", "C", 1.0, &CampaignPoint::max_temp_c}};
+      {"peak_power_w", "Peak power (hottest GPU)", "W", 1.0, &CampaignPoint::peak_power_w, Better::kLower},
+      {"power_swing_w", "Power swing within 100 ms", "W", 1.0, &CampaignPoint::power_swing_w, Better::kLower},
+      {"throttle_power_cap_s", "Power-cap throttle time", "s", 1.0, &CampaignPoint::throttle_power_cap_s,
+       Better::kLower},
+      {"throttle_thermal_s", "Thermal throttle time", "s", 1.0, &CampaignPoint::throttle_thermal_s,
+       Better::kLower},
+      {"max_temp_c", "Hottest GPU temperature", "C", 1.0, &CampaignPoint::max_temp_c, Better::kLower}};
   return figures;
 }
 
@@ -88,6 +93,7 @@ struct PointGrid {
   std::vector<std::string> rows;
   std::vector<std::string> columns;
   std::vector<std::vector<const CampaignPoint*>> cells;  ///< [row][column], nullptr where no point
+  int rows_left_out = 0;                                 ///< rows without a finished point
 };
 
 PointGrid point_grid(const Campaign& campaign) {
@@ -109,12 +115,44 @@ PointGrid point_grid(const Campaign& campaign) {
         std::find(grid.columns.begin(), grid.columns.end(), axis_label(last, *value)) - grid.columns.begin();
     grid.cells[static_cast<std::size_t>(row)][static_cast<std::size_t>(column)] = &point;
   }
-  return grid;
+  // A row where no point finished draws nothing but blank cells: leave it out and say how many.
+  PointGrid kept;
+  kept.columns = grid.columns;
+  for (std::size_t row = 0; row < grid.rows.size(); ++row) {
+    const auto& cells = grid.cells[row];
+    if (std::none_of(cells.begin(), cells.end(),
+                     [](const CampaignPoint* point) { return point && done(*point); })) {
+      ++kept.rows_left_out;
+      continue;
+    }
+    kept.rows.push_back(grid.rows[row]);
+    kept.cells.push_back(cells);
+  }
+  return kept;
 }
 
-std::string figure_heatmap(const Campaign& campaign, const PointGrid& grid, const FigureSpec& figure) {
-  const std::string title = fmt::format("{}, {} ({} over {})", figure.title, figure.unit, campaign.name,
-                                        fmt::join(campaign.axes, " x "));
+/// The figure at every finished point, when it is the same at all of them (all zero: nothing throttled); else
+/// nullopt. A chart of one value shows nothing a sentence cannot.
+std::optional<double> constant_figure(const Campaign& campaign, const FigureSpec& figure) {
+  std::optional<double> common;
+  for (const auto& point : campaign.points) {
+    if (!done(point)) continue;
+    const double value = figure_of(point, figure);
+    if (std::isnan(value)) continue;
+    if (common && std::fabs(value - *common) > 1e-9 * std::max(1.0, std::fabs(*common))) return std::nullopt;
+    common = value;
+  }
+  return common ? common : std::optional<double>(NAN);
+}
+
+/// "higher is better" / "lower is better" for a chart title.
+const char* better_words(const FigureSpec& figure) {
+  return figure.better == Better::kHigher ? "higher is better" : "lower is better";
+}
+
+/// One figure over the swept axes: bars over the one axis' values, or a heatmap of rows (the other axes) x
+/// columns (the last axis) whose dark end is the good one.
+std::string figure_chart(const Campaign& campaign, const PointGrid& grid, const FigureSpec& figure) {
   std::vector<std::vector<double>> values(grid.rows.size(), std::vector<double>(grid.columns.size(), NAN));
   for (std::size_t row = 0; row < grid.rows.size(); ++row) {
     for (std::size_t column = 0; column < grid.columns.size(); ++column) {
@@ -122,28 +160,91 @@ std::string figure_heatmap(const Campaign& campaign, const PointGrid& grid, cons
       if (point != nullptr && done(*point)) values[row][column] = figure_of(*point, figure);
     }
   }
-  std::vector<std::string> rows = grid.rows;
-  if (campaign.axes.size() <= 1) rows = {figure.title};  // one axis: a single row named by the figure
-  return grid_heatmap(title, figure.unit, rows, grid.columns, values, "campaign-heatmap");
+  if (campaign.axes.size() <= 1) {  // one axis: bars, not a one-row strip of colours
+    return column_chart(fmt::format("{} ({}; {} over {})", figure.title, better_words(figure), campaign.name,
+                                    campaign.axes.empty() ? "its points" : campaign.axes.front()),
+                        figure.title, figure.unit, grid.columns, {campaign.name}, values, "campaign-bars");
+  }
+  const std::string left_out =
+      grid.rows_left_out > 0 ? fmt::format("; {} rows without a finished point left out", grid.rows_left_out)
+                             : "";
+  const std::string title =
+      fmt::format("{}, {} ({}; {} over {}{})", figure.title, figure.unit, better_words(figure), campaign.name,
+                  fmt::join(campaign.axes, " x "), left_out);
+  return grid_heatmap(title, figure.unit, grid.rows, grid.columns, values, "campaign-heatmap", figure.better);
 }
 
-std::string points_table(const Campaign& campaign) {
-  std::string out = "<table class=\"points\"><tr><th class=\"key\">point</th><th class=\"key\">status</th>";
-  for (const auto* figures : {&headline_figures(), &power_figures()}) {
-    for (const auto& figure : *figures)
-      out += fmt::format("<th>{}, {}</th>", figure.title, escape_html(figure.unit));
+/// The charts of `figures`, and one sentence naming those that are the same at every finished point.
+std::string figure_charts(const Campaign& campaign, const PointGrid& grid,
+                          const std::vector<FigureSpec>& figures) {
+  std::string out;
+  std::vector<std::string> constant;
+  for (const auto& figure : figures) {
+    const std::optional<double> common = constant_figure(campaign, figure);
+    if (!common) {
+      out += figure_chart(campaign, grid, figure);
+    } else {
+      constant.push_back(std::isnan(*common)
+                             ? fmt::format("{} (no value at any point)", figure.title)
+                             : fmt::format("{} {} {}", figure.title, format_number(*common), figure.unit));
+    }
   }
-  out += "<th class=\"key\">note</th></tr>\n";
-  for (const auto& point : campaign.points) {
-    out += fmt::format("<tr data-point=\"{}\"><td class=\"key\">{}</td><td class=\"key\">{}</td>",
-                       escape_html(point.name), escape_html(point.name), escape_html(point.status));
+  if (!constant.empty()) {
+    out += fmt::format(
+        "<p class=\"note constant-figures\">The same at every finished point, so not charted: {}.</p>\n",
+        escape_html(fmt::format("{}", fmt::join(constant, "; "))));
+  }
+  return out;
+}
+
+/// The table's header and one row per point of `points` (figures for the finished ones).
+std::string point_rows(const std::vector<const CampaignPoint*>& points, bool with_figures) {
+  std::string out = "<table class=\"points\"><tr><th class=\"key\">point</th><th class=\"key\">status</th>";
+  if (with_figures) {
     for (const auto* figures : {&headline_figures(), &power_figures()}) {
       for (const auto& figure : *figures)
-        out += "<td>" + (done(point) ? format_number(figure_of(point, figure)) : std::string()) + "</td>";
+        out += fmt::format("<th>{}, {}</th>", figure.title, escape_html(figure.unit));
     }
-    out += fmt::format("<td class=\"key\">{}</td></tr>\n", escape_html(point.reason));
+  }
+  out += "<th class=\"key\">note</th></tr>\n";
+  for (const CampaignPoint* point : points) {
+    out += fmt::format("<tr data-point=\"{}\"><td class=\"key name\">{}</td><td class=\"key\">{}</td>",
+                       escape_html(point->name), escape_html(point->name), escape_html(point->status));
+    if (with_figures) {
+      for (const auto* figures : {&headline_figures(), &power_figures()}) {
+        for (const auto& figure : *figures)
+          out += "<td>" + (done(*point) ? format_number(figure_of(*point, figure)) : std::string()) + "</td>";
+      }
+    }
+    out += fmt::format("<td class=\"key\">{}</td></tr>\n", escape_html(point->reason));
   }
   return out + "</table>\n";
+}
+
+/// The points that ran (done, failed) with their figures; those skipped or not run yet folded below, counted
+/// by reason, so they do not bury the ones with figures.
+std::string points_table(const Campaign& campaign) {
+  std::vector<const CampaignPoint*> ran, other;
+  std::map<std::string, int> by_reason;
+  for (const auto& point : campaign.points) {
+    const bool has_run = done(point) || point.status == "failed";
+    (has_run ? ran : other).push_back(&point);
+    if (!has_run) {
+      // The reason's kind: its text before the first ':' ("does not fit memory", "invalid layout", ...).
+      const std::string kind =
+          point.reason.empty() ? point.status : point.reason.substr(0, point.reason.find(':'));
+      ++by_reason[kind];
+    }
+  }
+  std::string out = ran.empty() ? "<p class=\"note\">No point ran yet.</p>\n" : point_rows(ran, true);
+  if (other.empty()) return out;
+  std::vector<std::string> counts;
+  for (const auto& [kind, count] : by_reason) counts.push_back(fmt::format("{} × {}", count, kind));
+  return out + fmt::format(
+                   "<details class=\"skipped-points\"><summary>{} point(s) skipped or not run: "
+                   "{}</summary>\n{}</details>\n",
+                   other.size(), escape_html(fmt::format("{}", fmt::join(counts, "; "))),
+                   point_rows(other, false));
 }
 
 /// One row per (axis, value): points done of all, best and mean throughput, mean MFU and energy per token,
@@ -315,9 +416,9 @@ std::string campaign_section(const Campaign& campaign, std::size_t index) {
   if (counts[0] == 0) return out + "<p class=\"note\">No point finished: no figures to chart.</p>\n";
   const PointGrid grid = point_grid(campaign);
   out += "<h3>Throughput, MFU and energy over the swept axes</h3>\n";
-  for (const auto& figure : headline_figures()) out += figure_heatmap(campaign, grid, figure);
+  out += figure_charts(campaign, grid, headline_figures());
   out += "<h3>Power and heat over the swept axes</h3>\n";
-  for (const auto& figure : power_figures()) out += figure_heatmap(campaign, grid, figure);
+  out += figure_charts(campaign, grid, power_figures());
   out += microbatch_section(campaign);
   out += optimization_section(campaign);
   out += temperature_section(campaign);

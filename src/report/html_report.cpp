@@ -22,7 +22,7 @@ h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ccc;padding-bottom:
 h3{font-size:15px;margin:18px 0 6px}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}
 td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}th{background:#f4f4f4}
-td.key,th.key{text-align:left}
+td.key,th.key{text-align:left}td.name{white-space:nowrap}details summary{font-size:13px;cursor:pointer}
 .note{color:#666;font-size:12px}
 figure.chart{margin:10px 0 18px}figcaption{font-weight:bold;font-size:14px;margin-bottom:4px}
 svg{font-size:11px;background:#fff}

@@ -539,7 +539,7 @@ std::string grouped_bar_chart(const std::string& title, const std::vector<std::s
 
 std::string column_chart(const std::string& title, const std::string& y_label, const std::string& y_unit,
                          const std::vector<std::string>& categories, const std::vector<std::string>& series,
-                         const std::vector<std::vector<double>>& values) {
+                         const std::vector<std::vector<double>>& values, const std::string& kind) {
   double hi = 0;
   double lo = 0;
   int64_t points = 0;
@@ -552,7 +552,7 @@ std::string column_chart(const std::string& title, const std::string& y_label, c
     }
   }
   Frame frame{kWidth, 230, 0, 1, lo, hi > lo ? hi * 1.12 : 1};
-  std::string out = open_figure("columns", points, title, frame.width, frame.height);
+  std::string out = open_figure(kind, points, title, frame.width, frame.height);
   out += axes(frame, "", fmt::format("{} ({})", y_label, y_unit), false);
   double cluster_w = frame.plot_w() / static_cast<double>(std::max<std::size_t>(categories.size(), 1));
   double bar_w =
@@ -596,7 +596,8 @@ std::string column_chart(const std::string& title, const std::string& y_label, c
 std::string grid_heatmap(const std::string& title, const std::string& unit,
                          const std::vector<std::string>& row_labels,
                          const std::vector<std::string>& column_labels,
-                         const std::vector<std::vector<double>>& values, const std::string& kind) {
+                         const std::vector<std::vector<double>>& values, const std::string& kind,
+                         Better better) {
   constexpr double kCellH = 22;
   constexpr double kHeader = 40;
   double label_w = 60;
@@ -615,7 +616,9 @@ std::string grid_heatmap(const std::string& title, const std::string& unit,
     }
   }
   const double columns = static_cast<double>(column_labels.size());
-  double width = std::max(label_w + cell_w * columns + 20, 360.0);
+  // Wide enough for the legend line under the cells (better-worse legends run to ~75 characters).
+  const double legend_w = better == Better::kNeither ? 300.0 : 480.0;
+  double width = std::max(label_w + cell_w * columns + 20, label_w + legend_w);
   double height = kHeader + kCellH * static_cast<double>(row_labels.size()) + 34;
   std::string out = open_figure(kind, points, title, width, height);
   for (std::size_t column = 0; column < column_labels.size(); ++column) {
@@ -637,6 +640,7 @@ std::string grid_heatmap(const std::string& title, const std::string& unit,
         continue;
       }
       double share = colour_share(value, lo, hi);
+      if (better == Better::kLower && colour_share(hi, lo, hi) > 0) share = 1 - share;  // dark = the good end
       out += fmt::format(
           "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"rgb({},{},{})\">"
           "<title>{} {}: {} {}</title></rect><text class=\"cell\" x=\"{:.1f}\" y=\"{:.1f}\" "
@@ -647,10 +651,16 @@ std::string grid_heatmap(const std::string& title, const std::string& unit,
           escape_html(unit), x + cell_w / 2, y + 15, share > 0.6 ? " fill=\"#fff\"" : "", format_cell(value));
     }
   }
-  out += fmt::format(
-      "<text class=\"legend\" x=\"{:.1f}\" y=\"{:.1f}\">{}: light = {}, dark = {} (one scale)</text>\n",
-      label_w, height - 10, escape_html(unit), points > 0 ? format_cell(lo) : "-",
-      points > 0 ? format_cell(hi) : "-");
+  const std::string low = points > 0 ? format_cell(lo) : "-";
+  const std::string high = points > 0 ? format_cell(hi) : "-";
+  const std::string legend =
+      better == Better::kNeither
+          ? fmt::format("{}: light = {}, dark = {} (one scale)", escape_html(unit), low, high)
+          : fmt::format("{}: dark = better ({} is best), light = worse ({}); one scale", escape_html(unit),
+                        better == Better::kHigher ? "higher, " + high : "lower, " + low,
+                        better == Better::kHigher ? low : high);
+  out += fmt::format("<text class=\"legend\" x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n", label_w, height - 10,
+                     legend);
   out += close_figure();
   return out;
 }

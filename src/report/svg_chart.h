@@ -45,18 +45,27 @@ std::string grouped_bar_chart(const std::string& title, const std::vector<std::s
                               const std::vector<std::vector<double>>& values);
 
 /// Vertical bars from zero: one cluster per category (e.g. a GPU), one bar per series (e.g. a run) in each,
-/// a y axis with distinct ticks. `values[series][category]`; NaN: no bar.
+/// a y axis with distinct ticks. `values[series][category]`; NaN: no bar. `kind` names the chart in
+/// data-chart.
 std::string column_chart(const std::string& title, const std::string& y_label, const std::string& y_unit,
                          const std::vector<std::string>& categories, const std::vector<std::string>& series,
-                         const std::vector<std::vector<double>>& values);
+                         const std::vector<std::vector<double>>& values, const std::string& kind = "columns");
 
-/// Heatmap of one metric over labelled rows x columns on one colour scale (light = low, dark = high); cells
-/// show the value, the legend the unit and range. `values[row][column]`; NaN: blank cell. `kind` names the
-/// chart in data-chart.
+/// Which end of a figure is the good one: it decides what a heatmap's dark end means.
+enum class Better {
+  kNeither,  ///< a quantity, not a score (a temperature map): dark = high
+  kHigher,   ///< throughput, MFU, efficiency: dark = high = better
+  kLower,    ///< energy per token, peak power, throttle time: dark = low = better
+};
+
+/// Heatmap of one metric over labelled rows x columns on one colour scale (light = low, dark = high; with
+/// `better`, dark = better and the legend says which end that is); cells show the value, the legend the unit
+/// and range. `values[row][column]`; NaN: blank cell. `kind` names the chart in data-chart.
 std::string grid_heatmap(const std::string& title, const std::string& unit,
                          const std::vector<std::string>& row_labels,
                          const std::vector<std::string>& column_labels,
-                         const std::vector<std::vector<double>>& values, const std::string& kind = "grid");
+                         const std::vector<std::vector<double>>& values, const std::string& kind = "grid",
+                         Better better = Better::kNeither);
 
 /// How node_slot_heatmap merges consecutive nodes into one row when there are too many to draw one each.
 enum class NodeFold {

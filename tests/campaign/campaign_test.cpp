@@ -162,6 +162,29 @@ TEST(CampaignSpec, ContextParallelIsALayoutKey) {
   EXPECT_NE(arguments.find("--cp-comm allgather"), std::string::npos) << arguments;
 }
 
+TEST(CampaignSpec, LayersSlicesTheModelForEveryPoint) {
+  // Issue 40 item 10: `layers` as `--layers` of every command. Llama3-8B sliced to 4 layers on one GPU: every
+  // micro-batch fits and each point's command carries --layers 4; pp 3 does not divide 4 layers.
+  const Spec spec = spec_from(
+      "model: llama3-8b\nlayers: 4\ncluster: h200-hgx\ngpus: 1\nfixed: {gbs: 8}\naxes:\n  mbs: [1, 8]\n");
+  EXPECT_EQ(spec.layers, 4);
+  std::vector<Point> points = expand_grid(spec);
+  validate_points(spec, points);
+  ASSERT_EQ(points.size(), 2u);
+  for (const Point& point : points) {
+    EXPECT_EQ(point.skip_reason, "") << point.name;
+    std::string arguments;
+    for (const std::string& word : point_arguments(spec, point, "sim", "")) arguments += word + " ";
+    EXPECT_NE(arguments.find("--layers 4 "), std::string::npos) << arguments;
+  }
+  const Spec uneven =
+      spec_from("model: llama3-8b\nlayers: 4\ncluster: h200-hgx\ngpus: 3\naxes:\n  pp: [3]\n");
+  std::vector<Point> uneven_points = expand_grid(uneven);
+  validate_points(uneven, uneven_points);
+  EXPECT_NE(uneven_points[0].skip_reason, "");
+  EXPECT_THROW(spec_from("model: llama3-8b\nlayers: 0\ncluster: h200-hgx\naxes:\n  mbs: [1]\n"), InputError);
+}
+
 TEST(CampaignSpec, ShippedSpecsParseAndHaveRunnablePoints) {
   for (const auto& entry : fs::directory_iterator(fs::path(CALO_SOURCE_DIR) / "data" / "campaigns")) {
     const Spec spec = load_spec(entry.path());

@@ -40,6 +40,10 @@ std::string read_text(const fs::path& path) {
   return text.str();
 }
 
+bool contains(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
+
 int count_of(const std::string& text, const std::string& needle) {
   int count = 0;
   for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++count;
@@ -136,10 +140,36 @@ TEST_F(CampaignReport, PageHoldsEveryDonePointInEveryFigure) {
   ASSERT_EQ(status, 0) << output;
   const std::string html = read_text(html_path);
   const Campaign campaign = load_campaign(dir_);
-  // 4 headline + 5 power heatmaps, each with one cell per done point.
+  // 4 headline + 5 power figures: a heatmap each with one cell per done point, dark = better, the two blank
+  // rows of the invalid layout left out; or, where a figure is the same at every done point (nothing
+  // throttled), one sentence instead of a chart of one colour.
   const std::vector<int> heatmaps = chart_points(html, "campaign-heatmap");
-  ASSERT_EQ(heatmaps.size(), 9u);
   for (int points : heatmaps) EXPECT_EQ(points, 8);
+  const auto note_at = html.find("<p class=\"note constant-figures\">");
+  const std::string constant_note =
+      note_at == std::string::npos ? "" : html.substr(note_at, html.find("</p>", note_at) - note_at);
+  int constant = 0;
+  for (const char* title : {"Throughput", "MFU", "Energy per token", "Energy efficiency",
+                            "Peak power (hottest GPU)", "Power swing within 100 ms",
+                            "Power-cap throttle time", "Thermal throttle time", "Hottest GPU temperature"})
+    constant += contains(constant_note, std::string(title) + " ") ? 1 : 0;
+  EXPECT_EQ(heatmaps.size() + static_cast<std::size_t>(constant), 9u) << constant_note;
+  EXPECT_GE(heatmaps.size(), 6u) << "throughput, MFU, energy, efficiency, peak power and heat vary";
+  double largest_throttle_s = 0;
+  for (const CampaignPoint& point : campaign.points) {
+    if (point.status == "done") largest_throttle_s = std::max(largest_throttle_s, point.throttle_thermal_s);
+  }
+  EXPECT_EQ(contains(constant_note, "Thermal throttle time 0 s"), largest_throttle_s == 0) << constant_note;
+  EXPECT_EQ(count_of(html, "dark = better"), static_cast<int>(heatmaps.size()));
+  EXPECT_EQ(count_of(html, "2 rows without a finished point left out"),  // caption and aria-label
+            2 * static_cast<int>(heatmaps.size()));
+  EXPECT_NE(html.find("Energy per token, J/token (lower is better"), std::string::npos);
+  // The points that ran lead the table; the four skipped ones are folded below it, counted by reason.
+  const auto table_at = html.find("<table class=\"points\">");
+  const std::string ran = html.substr(table_at, html.find("</table>", table_at) - table_at);
+  EXPECT_EQ(count_of(ran, "<tr data-point="), 8);
+  EXPECT_NE(html.find("<details class=\"skipped-points\"><summary>4 point(s) skipped or not run: 4 × "),
+            std::string::npos);
   // Micro-batch charts: throughput + 5 power figures, one (x, y) per done point.
   const std::vector<int> lines = chart_points(html, "xy");
   ASSERT_EQ(lines.size(), 6u);
@@ -233,6 +263,35 @@ TEST(CampaignReportInput, SimulatedAndMeasuredCampaignsAreCompared) {
         << table;
   }
   EXPECT_EQ(chart_points(html, "columns").size(), 3u);
+  // One swept axis: bars over its values, not one-row strips of colour.
+  EXPECT_TRUE(chart_points(html, "campaign-heatmap").empty());
+  const std::vector<int> bars = chart_points(html, "campaign-bars");
+  EXPECT_GE(bars.size(), 4u);  // at least throughput and MFU of each campaign
+  for (int points : bars) EXPECT_EQ(points, 2);
+  fs::remove_all(dir);
+}
+
+TEST(CampaignReportInput, AboveSixtyFourGpusTheHottestDieStillReachesThePoint) {
+  // A simulation of more than 64 GPUs stores no per-GPU rows; the run's own hottest die is the point's (it
+  // showed "-" in the 8192-GPU campaign).
+  const fs::path dir = testing::scratch_path("campaign-128");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "spec.yaml")
+      << "name: wide\nmodel: tiny-dense\ncluster: h100-hgx\ngpus: 128\nsteps: 1\n"
+         "fixed: {gbs: 256}\naxes:\n  tp: [1, 2]\n";
+  int status = 0;
+  const std::string output =
+      shell(calo() + " sweep " + (dir / "spec.yaml").string() + " --out " + (dir / "sim").string(), status);
+  ASSERT_EQ(status, 0) << output;
+  const Campaign campaign = load_campaign(dir / "sim");
+  ASSERT_EQ(campaign.points.size(), 2u);
+  for (const CampaignPoint& point : campaign.points) {
+    ASSERT_EQ(point.status, "done") << point.reason;
+    EXPECT_GT(point.max_temp_c, 20) << point.name;
+  }
+  const std::string html = render_campaign_report({campaign});
+  EXPECT_EQ(html.find("Hottest GPU temperature (no value"), std::string::npos);
   fs::remove_all(dir);
 }
 

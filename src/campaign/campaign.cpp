@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -19,6 +21,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/output_file.h"
+#include "core/shell.h"
 #include "core/table.h"
 #include "model/model_spec.h"
 #include "parallel/layout.h"
@@ -270,7 +273,9 @@ nlohmann::json headline(const nlohmann::json& summary) {
 pid_t spawn(const std::filesystem::path& calo_bin, const std::vector<std::string>& args,
             const std::filesystem::path& stdout_path, const std::filesystem::path& stderr_path) {
   const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid < 0)
+    throw RuntimeFailure(
+        fmt::format("calo sweep: fork failed ({}); fewer --jobs may help", std::strerror(errno)));
   if (pid == 0) {
     const int out = open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     const int err = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -607,16 +612,6 @@ std::vector<std::string> point_arguments(const Spec& spec, const Point& point, c
   return args;
 }
 
-std::string shell_quote(const std::string& word) {
-  if (!word.empty() &&
-      word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+") ==
-          std::string::npos)
-    return word;
-  std::string quoted = "'";
-  for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
-
 std::vector<std::string> point_commands(const Spec& spec, const std::string& backend,
                                         const std::filesystem::path& out_dir, const std::string& calo) {
   std::vector<Point> points = expand_grid(spec);
@@ -625,10 +620,10 @@ std::vector<std::string> point_commands(const Spec& spec, const std::string& bac
   std::vector<std::string> commands;
   for (const Point& point : points) {
     if (!point.skip_reason.empty()) continue;
-    std::string command = shell_quote(calo);
+    std::string command = core::shell_quote(calo);
     for (const std::string& arg : point_arguments(spec, point, backend, out_dir / point.name))
-      command += " " + shell_quote(arg);
-    const std::string base = shell_quote((out_dir / point.name).string());
+      command += " " + core::shell_quote(arg);
+    const std::string base = core::shell_quote((out_dir / point.name).string());
     commands.push_back(command + " > " + base + ".json 2> " + base + ".log");
   }
   return commands;

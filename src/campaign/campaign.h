@@ -14,12 +14,12 @@ namespace calo::campaign {
 
 /// One sweep as read from its YAML file.
 struct Spec {
-  std::string name;                                        ///< campaign name (file stem unless given)
-  std::string model;                                       ///< model preset or YAML path
-  std::string cluster;                                     ///< cluster preset or YAML path
-  int gpus = 0;                                            ///< world size (0 = tp*pp*dp of each point)
-  int steps = 1;                                           ///< iterations per point
-  int layers = 0;  ///< the model sliced to this many layers of its shapes (0 = all of them; --layers)
+  std::string name;     ///< campaign name (file stem unless given)
+  std::string model;    ///< model preset or YAML path
+  std::string cluster;  ///< cluster preset or YAML path
+  int gpus = 0;         ///< world size (0 = tp*pp*dp of each point)
+  int steps = 1;        ///< iterations per point
+  int layers = 0;       ///< the model sliced to this many layers of its shapes (0 = all of them; --layers)
   std::vector<std::pair<std::string, std::string>> fixed;  ///< layout flags held fixed (key, value)
   std::vector<std::pair<std::string, std::vector<std::string>>> axes;  ///< swept keys, in spec order
   nlohmann::json source;  ///< the spec as parsed (stored in the index)
@@ -73,9 +73,6 @@ struct RunOptions {
   bool adopt =
       false;  ///< points whose DIR/<point>.json and run dir exist (made by point_commands) count as done
 };
-
-/// `word` quoted for a POSIX shell when it needs it.
-std::string shell_quote(const std::string& word);
 
 /// One shell command per runnable point (the child `calo ...` run_campaign would start, stdout to
 /// DIR/<point>.json, stderr to DIR/<point>.log) for running the points elsewhere, e.g. one per Slurm job;

@@ -10,6 +10,7 @@
 #include "campaign/campaign.h"
 #include "cli/command.h"
 #include "core/error.h"
+#include "core/shell.h"
 
 namespace calo::cli {
 namespace {
@@ -36,7 +37,7 @@ int run_sweep(const SweepFlags& flags) {
   if (flags.print_commands) {
     for (const std::string& command :
          campaign::point_commands(spec, flags.backend, options.out_dir, options.calo_bin.string()))
-      fmt::print("mkdir -p {} && {}\n", campaign::shell_quote(options.out_dir.string()), command);
+      fmt::print("mkdir -p {} && {}\n", core::shell_quote(options.out_dir.string()), command);
     return 0;
   }
   options.jobs = flags.jobs > 0 ? flags.jobs

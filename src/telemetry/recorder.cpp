@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/shell.h"
 #include "core/step_warmup.h"
 #include "core/table.h"
 #include "core/time.h"
@@ -72,16 +73,6 @@ std::string find_executable(const std::string& program) {
     begin = end + 1;
   }
   return "";
-}
-
-std::string shell_quote_join(const std::vector<std::string>& words) {
-  std::string joined;
-  for (const auto& word : words) {
-    if (!joined.empty()) joined += ' ';
-    const bool plain = !word.empty() && word.find_first_of(" \t\n'\"\\$`*?&|;<>()") == std::string::npos;
-    joined += plain ? word : "'" + word + "'";
-  }
-  return joined;
 }
 
 double percentile(std::vector<double> values, double q) {
@@ -305,7 +296,7 @@ store::RunInfo describe_run(const RecordOptions& options) {
   store::RunInfo info;
   info.kind = store::RunKind::kRecord;
   info.name = run_name(options);
-  info.command = shell_quote_join(options.command);
+  info.command = core::shell_join(options.command);
   char hostname[256] = {};
   gethostname(hostname, sizeof(hostname) - 1);
   info.host = hostname;

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/shell.h"
 #include "core/time.h"
 #include "telemetry/recorder.h"
 
@@ -56,25 +57,13 @@ constexpr FixtureColumn kFixtureColumns[] = {
     {"nvlink_rx_kib", "nvlink_rx_kib_ts_us", "nvlink_rx_bytes", "bytes", MetricKind::kCounter, 1024.0},
 };
 
-std::string shell_quote(const std::string& text) {
-  std::string quoted = "'";
-  for (char character : text) {
-    if (character == '\'') {
-      quoted += "'\\''";
-    } else {
-      quoted += character;
-    }
-  }
-  return quoted + "'";
-}
-
 std::string read_text_file(const std::filesystem::path& path) {
   if (!std::filesystem::exists(path)) {
     throw InputError(fmt::format(
         "recording {} does not exist; pass a fixture .csv/.csv.gz or a run directory", path.string()));
   }
   if (path.extension() == ".gz") {
-    std::string command = "gzip -dc " + shell_quote(path.string());
+    std::string command = "gzip -dc " + core::shell_quote(path.string());
     FILE* pipe = popen(command.c_str(), "r");
     if (!pipe) throw RuntimeFailure(fmt::format("cannot run '{}' to read {}", command, path.string()));
     std::string text;

@@ -219,6 +219,7 @@ Workload read_workload(const store::RunInfo& run, const std::vector<store::Summa
   workload.hardware_flops_per_step = json_number(config, {"hardware_flops_per_step"});
   if (workload.hardware_flops_per_step == 0) workload.hardware_flops_per_step = workload.model_flops_per_step;
   workload.peak_flops_per_gpu = json_number(config, {"peak_flops_per_gpu"});
+  workload.ranks = json_number(config, {"ranks"});
   if (workload.peak_flops_per_gpu == 0) {
     for (const auto& device : devices) {
       if (device.kind == store::DeviceKind::kGpu) {
@@ -707,8 +708,10 @@ void run_totals(const std::vector<DeviceMetrics>& device_metrics, double window_
   double step_s = analysis.step_time_s.mean;
   if (analysis.steps <= 0 || !(step_s > 0)) return;
   if (workload.tokens_per_step > 0) analysis.tokens_per_s = workload.tokens_per_step / step_s;
-  if (workload.model_flops_per_step > 0 && gpus > 0) {
-    analysis.tflops_per_gpu = workload.model_flops_per_step / step_s / static_cast<double>(gpus) / 1e12;
+  // FLOPs per GPU; a run without GPUs (the CPU backend) shares them among its ranks.
+  const double devices = gpus > 0 ? static_cast<double>(gpus) : workload.ranks;
+  if (workload.model_flops_per_step > 0 && devices > 0) {
+    analysis.tflops_per_gpu = workload.model_flops_per_step / step_s / devices / 1e12;
     if (workload.peak_flops_per_gpu > 0) {
       analysis.mfu = analysis.tflops_per_gpu * 1e12 / workload.peak_flops_per_gpu;
       analysis.hfu =

@@ -98,6 +98,8 @@ struct Workload {
   double model_flops_per_step = 0;     ///< model FLOPs per step (no recompute), all GPUs
   double hardware_flops_per_step = 0;  ///< FLOPs actually executed per step (incl. recompute), all GPUs
   double peak_flops_per_gpu = 0;       ///< dense bf16 peak FLOP/s of one GPU (config, else by device name)
+  /// Devices the FLOPs are shared by where the run records no GPU (the CPU backend's MPI ranks); 0 = unknown.
+  double ranks = 0;
 };
 
 /// Everything the report, compare and export commands need from one run.

@@ -13,6 +13,7 @@
 #include <vector>
 
 #ifdef CALO_SIM_HAS_STORE
+#include "calibrate/measurement.h"
 #include "calibrate/twin.h"
 #include "core/output_file.h"
 #endif
@@ -187,7 +188,10 @@ void write_timeline(const std::string& path, const graph::Graph& graph, const si
 }
 
 /// The result as a table; `card_limit_w` is the card's own power limit (a lower one is a --power-cap).
-void print_summary(const sim::SimResult& result, const nlohmann::json& json, double card_limit_w) {
+/// `cpu_host`: the devices are the CPU backend's MPI ranks, whose power and heat are placeholders.
+void print_summary(const sim::SimResult& result, const nlohmann::json& json, double card_limit_w,
+                   bool cpu_host) {
+  const std::string gpu = cpu_host ? "rank" : "GPU";  // the device noun of every row
   fmt::print("# calo sim: {} on {} x {} ({})\n", result.model, result.world, result.cluster, result.layout);
   fmt::print("# {} step(s), {} engine op events, {:.3f} s simulation wall time\n", result.steps,
              result.op_events, result.wall_s);
@@ -197,22 +201,32 @@ void print_summary(const sim::SimResult& result, const nlohmann::json& json, dou
   };
   row("iteration time", result.iteration_s, "s", 4);
   row("tokens/s", sim::tokens_per_s(result), "tokens/s", 0);
-  row("model TFLOP/s per GPU", sim::model_flops_per_gpu(result) / 1e12, "TFLOP/s", 1);
+  const double model_tflops = sim::model_flops_per_gpu(result) / 1e12;
+  if (model_tflops < 0.1) {  // a CPU core: GFLOP/s, not "0.0 TFLOP/s"
+    row(fmt::format("model GFLOP/s per {}", gpu), model_tflops * 1e3, "GFLOP/s", 1);
+  } else {
+    row(fmt::format("model TFLOP/s per {}", gpu), model_tflops, "TFLOP/s", 1);
+  }
   row("MFU", 100.0 * sim::mfu(result), "%", 1);
-  row("energy per step (all GPUs; GPUs only)", json["energy_per_step_j"].get<double>() / 1e3, "kJ", 2);
-  row("mean power per GPU (energy / time)", json["mean_power_w"].get<double>(), "W", 1);
-  row("peak power, highest driver sample (any GPU)", json["peak_power_w"].get<double>(), "W", 1);
-  const bool uniform = std::all_of(result.gpus.begin(), result.gpus.end(), [&](const sim::GpuResult& gpu) {
-    return gpu.power_limit_w == result.power_limit_w;
+  row(fmt::format("energy per step (all {0}s; {0}s only)", gpu),
+      json["energy_per_step_j"].get<double>() / 1e3, "kJ", 2);
+  row(fmt::format("mean power per {} (energy / time)", gpu), json["mean_power_w"].get<double>(), "W", 1);
+  row(fmt::format("peak power, highest driver sample (any {})", gpu), json["peak_power_w"].get<double>(), "W",
+      1);
+  const bool uniform = std::all_of(result.gpus.begin(), result.gpus.end(), [&](const sim::GpuResult& item) {
+    return item.power_limit_w == result.power_limit_w;
   });
-  row(!uniform                              ? "power cap, highest GPU"
-      : result.power_limit_w < card_limit_w ? "power cap (--power-cap; a ~1 s average)"
-                                            : "power limit (the card's; a ~1 s average)",
+  row(!uniform                              ? fmt::format("power cap, highest {}", gpu)
+      : result.power_limit_w < card_limit_w ? std::string("power cap (--power-cap; a ~1 s average)")
+      : cpu_host                            ? std::string("power limit (placeholder)")
+                                            : std::string("power limit (the card's; a ~1 s average)"),
       result.power_limit_w, "W", 0);
   row("hottest die", json["max_die_c"].get<double>(), "C", 1);
-  row("power-cap throttle per GPU (all steps)", json["throttle_power_cap_s"].get<double>(), "s", 3);
-  row("thermal throttle per GPU (all steps)", json["throttle_thermal_s"].get<double>(), "s", 3);
-  row("compute busy per GPU (last step)", result.compute_busy_s, "s", 4);
+  row(fmt::format("power-cap throttle per {} (all steps)", gpu), json["throttle_power_cap_s"].get<double>(),
+      "s", 3);
+  row(fmt::format("thermal throttle per {} (all steps)", gpu), json["throttle_thermal_s"].get<double>(), "s",
+      3);
+  row(fmt::format("compute busy per {} (last step)", gpu), result.compute_busy_s, "s", 4);
   for (int klass = 0; klass < sim::kNumCommClasses; ++klass) {
     if (result.comm_transfer_s[klass] <= 0) continue;
     table.add_row({fmt::format("exposed {} comm (of {:.4f} s)", sim::comm_class_name(klass),
@@ -221,10 +235,16 @@ void print_summary(const sim::SimResult& result, const nlohmann::json& json, dou
   }
   row("bubble + straggler wait (last step)", result.wait_s, "s", 4);
   fmt::print("{}", table.render());
+  if (cpu_host) {
+    fmt::print(
+        "# a CPU host: its ranks' power, heat and throttling above are cpu-host's placeholder per-core "
+        "figures "
+        "(no CPU power is measured); time and throughput are what calibration fits\n");
+  }
   if (result.steps > 1) {
     core::TextTable steps(
-        {"step", "iteration", "mean power", "highest GPU", "max die", "min clock", "throttled"});
-    steps.set_units({"", "s", "W/GPU", "mean W", "C", "MHz", "GPUs"});
+        {"step", "iteration", "mean power", "highest " + gpu, "max die", "min clock", "throttled"});
+    steps.set_units({"", "s", "W/" + gpu, "mean W", "C", "MHz", gpu + "s"});
     const int stride = std::max(1, result.steps / 10);
     for (int step = 0; step < result.steps; ++step) {
       if (step % stride != 0 && step + 1 != result.steps) continue;
@@ -408,7 +428,7 @@ int run_sim(SimFlags& flags) {
     print_json(json);
   } else {
     if (!twin.run_dir.empty()) fmt::print("# {}\n", describe_twin(twin, flags));
-    print_summary(result, json, cluster.gpu.power_limit_w);
+    print_summary(result, json, cluster.gpu.power_limit_w, calibrate::is_cpu_host(cluster.gpu));
     fmt::print("{}", cost_text);
     for (const std::string& warning : warnings) fmt::print("# WARNING: {}\n", warning);
     if (!stored.empty()) fmt::print("# stored as run (kind sim): {}\n", stored);

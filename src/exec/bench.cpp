@@ -325,6 +325,8 @@ namespace {
 // Tokens, FLOPs and MFU of the measured steps (docs/METRICS.md, Execution).
 struct Throughput {
   double tokens_per_step = 0;
+  double samples_per_step = 0;  // the global batch
+  double ranks = 0;             // the ranks the FLOPs are shared by
   double model_flops_per_step = 0;
   double graph_flops_per_step = 0;
   double peak_flops = 0;  // mean over ranks
@@ -339,6 +341,8 @@ Throughput throughput_of(const BenchOptions& options, const graph::Graph& graph,
   const int seq = options.layout.seq_length;
   Throughput figures;
   figures.tokens_per_step = static_cast<double>(options.layout.global_batch) * seq;
+  figures.samples_per_step = options.layout.global_batch;
+  figures.ranks = world;
   figures.model_flops_per_step = model::flops_per_token(options.model, seq).total() * figures.tokens_per_step;
   for (int each = 0; each < world; ++each) {
     for (const graph::Op& op : graph.program(each).ops) figures.graph_flops_per_step += op.flops;
@@ -558,6 +562,17 @@ void write_bench_summary(store::RunWriter& writer, const JobSteps& job, const Th
   summary("tflops_per_device", throughput.tflops_per_device, "TFLOP/s");
   summary("mfu", throughput.mfu, "fraction");
   summary("energy_per_step_j", telemetry.energy_per_step_j, "J");
+  // The workload, as scope "run" rows analysis reads (analyze::read_workload): without them a bench run's
+  // report and `calo compare` showed no tokens/s, MFU or energy per token.
+  auto workload = [&](const std::string& key, double value, const std::string& unit) {
+    if (std::isfinite(value) && value > 0) writer.add_summary({"run", key, value, unit});
+  };
+  workload("tokens_per_step", throughput.tokens_per_step, "tokens");
+  workload("samples_per_step", throughput.samples_per_step, "samples");
+  workload("model_flops_per_step", throughput.model_flops_per_step, "FLOP");
+  workload("hardware_flops_per_step", throughput.graph_flops_per_step, "FLOP");
+  workload("peak_flops_per_gpu", throughput.peak_flops, "FLOP/s");
+  workload("ranks", throughput.ranks, "ranks");
   summary("energy_per_token_j", telemetry.energy_per_token_j, "J");
   summary("mean_power_per_device_w", telemetry.mean_power_w, "W");
   summary("peak_power_w", telemetry.peak_power_w, "W");

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -274,6 +275,28 @@ TEST(BenchCpu, NprocThatDoesNotMatchTheLayoutExitsTwo) {
       run_calo({"bench", "--backend", "cpu", "--model", "tiny-dense", "--tp", "2", "--nproc", "3"});
   EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
   EXPECT_NE(outcome.output.find("--nproc 2"), std::string::npos) << outcome.output;
+}
+
+TEST(BenchCpu, ItsRunCarriesTheWorkloadSoCompareShowsThroughputAndMfu) {
+  // A bench run's report and `calo compare` showed "-" for tokens/s and MFU: the store had no workload rows
+  // for analysis (issue 40 item 4). They must equal what the bench itself printed.
+  const fs::path out = fresh_dir("workload");
+  const Outcome outcome =
+      run_calo({"bench", "--backend", "cpu", "--model", "tiny-dense", "--gbs", "4", "--seq", "128", "--steps",
+                "2", "--warmup", "1", "--json", "--out", out.string()});
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  const auto bench = nlohmann::json::parse(outcome.output.substr(outcome.output.rfind("\n{") + 1));
+  const Outcome compare = run_calo({"compare", out.string(), out.string(), "--json"});
+  ASSERT_EQ(compare.exit_code, 0) << compare.output;
+  const auto rows = nlohmann::json::parse(compare.output.substr(compare.output.find('{')))["rows"];
+  std::map<std::string, double> first;
+  for (const auto& row : rows) {
+    if (row["values"][0].is_number()) first[row["key"].get<std::string>()] = row["values"][0].get<double>();
+  }
+  ASSERT_TRUE(first.count("tokens_per_s")) << rows.dump();
+  ASSERT_TRUE(first.count("mfu")) << rows.dump();
+  EXPECT_NEAR(first["tokens_per_s"], bench["tokens_per_s"].get<double>(), 1e-6 * first["tokens_per_s"]);
+  EXPECT_NEAR(first["mfu"], bench["mfu"].get<double>(), 1e-6);
 }
 
 TEST(BenchCpu, WithoutAModelExitsTwoInsteadOfBenchingTheTestModel) {

@@ -107,6 +107,24 @@ TEST(CaloCluster, ShowPrintsAFileThatLoadsBackAndListNamesEveryPreset) {
   EXPECT_NE(unknown.output.find("h200-hgx"), std::string::npos) << unknown.output;
 }
 
+TEST(CalosimCli, ACpuHostNamesItsDevicesRanksAndItsPowerAPlaceholder) {
+  // The main job on a machine without a GPU simulates the CPU backend's ranks: "GPU" and "the card's power
+  // limit 20 W" misled (issue 40); its throughput is GFLOP/s, not "0.0 TFLOP/s".
+  const Outcome outcome =
+      run_calo("sim --model tiny-dense --cluster cpu-host --gpus 2 --tp 2 --gbs 8 --seq 128 --no-store");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_NE(outcome.output.find("compute busy per rank"), std::string::npos) << outcome.output;
+  EXPECT_NE(outcome.output.find("power limit (placeholder)"), std::string::npos) << outcome.output;
+  EXPECT_NE(outcome.output.find("GFLOP/s"), std::string::npos) << outcome.output;
+  EXPECT_NE(outcome.output.find("no CPU power is measured"), std::string::npos) << outcome.output;
+  EXPECT_EQ(outcome.output.find("per GPU"), std::string::npos) << outcome.output;
+  const Outcome gpus =
+      run_calo("sim --model tiny-dense --cluster h100-hgx --gpus 2 --tp 2 --gbs 8 --seq 128 --no-store");
+  ASSERT_EQ(gpus.exit_code, 0) << gpus.output;
+  EXPECT_NE(gpus.output.find("compute busy per GPU"), std::string::npos) << gpus.output;
+  EXPECT_NE(gpus.output.find("power limit (the card's"), std::string::npos) << gpus.output;
+}
+
 TEST(CalosimCli, BadInputExitsWithTwoAndNamesTheFix) {
   Outcome outcome = run_calo("sim --model tiny-dense --cluster no-such-cluster --gpus 4 --no-store");
   EXPECT_EQ(outcome.exit_code, 2) << outcome.output;

@@ -714,8 +714,7 @@ void run_totals(const std::vector<DeviceMetrics>& device_metrics, double window_
     analysis.tflops_per_gpu = workload.model_flops_per_step / step_s / devices / 1e12;
     if (workload.peak_flops_per_gpu > 0) {
       analysis.mfu = analysis.tflops_per_gpu * 1e12 / workload.peak_flops_per_gpu;
-      analysis.hfu =
-          workload.hardware_flops_per_step / step_s / static_cast<double>(gpus) / workload.peak_flops_per_gpu;
+      analysis.hfu = workload.hardware_flops_per_step / step_s / devices / workload.peak_flops_per_gpu;
     }
   }
   if (has_energy) {

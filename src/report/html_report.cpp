@@ -580,7 +580,10 @@ void recording_findings(const analyze::RunAnalysis& run, const std::string& pref
     double hw = std::isnan(m.throttle_fraction[2]) ? 0 : m.throttle_fraction[2];
     return sw + hw;
   };
-  std::size_t hot = worst_gpu(run, thermal_of);
+  // A simulation on a CPU host: its power and heat are cpu-host's placeholder per-core figures, not findings.
+  const bool placeholder_power = run.run.kind == store::RunKind::kSim && !run.devices.empty() &&
+                                 run.devices.front().name.rfind("CPU", 0) == 0;
+  std::size_t hot = placeholder_power ? std::string::npos : worst_gpu(run, thermal_of);
   if (hot != std::string::npos && thermal_of(run.device_metrics[hot]) >= 0.01) {
     const auto& metrics = run.device_metrics[hot];
     out.push_back({3 * thermal_of(metrics),
@@ -588,7 +591,7 @@ void recording_findings(const analyze::RunAnalysis& run, const std::string& pref
                                metrics.device.idx, thermal_of(metrics) * 100, number(metrics.temp_peak_c)),
                    prefix + "temp"});
   }
-  std::size_t peak = worst_gpu(run, [](const auto& m) {
+  std::size_t peak = placeholder_power ? std::string::npos : worst_gpu(run, [](const auto& m) {
     return m.device.power_limit_w > 0 ? m.power_peak_w / m.device.power_limit_w : NAN;
   });
   if (peak != std::string::npos) {

@@ -58,6 +58,23 @@ TEST(CalosimCli, StoresARunAndWritesATimeline) {
 }
 
 #ifdef CALO_SIM_HAS_STORE
+TEST(CalosimCli, ACpuHostsPlaceholderPowerIsNoFindingOfItsReport) {
+  // The main job's report put "peak power 0.31x the 20 W limit: GPU 0 drew 6.300 W" second in the verdict of
+  // its CPU simulation: cpu-host's power is a placeholder, not a finding.
+  const auto dir = testing::temp_dir("cli-cpu-report");
+  Outcome outcome =
+      run_calo("sim --model tiny-dense --cluster cpu-host --gpus 2 --tp 2 --gbs 8 --seq 128 --out " +
+               (dir / "run").string());
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  outcome = run_calo("report " + (dir / "run").string() + " --out " + (dir / "report.html").string());
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  std::ifstream file(dir / "report.html");
+  const std::string html((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const auto verdict = html.substr(0, html.find("Runs side by side"));
+  EXPECT_NE(verdict.find("tokens/s"), std::string::npos) << verdict.substr(0, 3000);
+  EXPECT_EQ(verdict.find("W limit"), std::string::npos) << verdict.substr(0, 3000);
+}
+
 // --op-spans (issue 40 item 5): distinct keeps one GPU per distinct timeline (PP2-DP2: the two stages' first
 // ranks), all every GPU, none no span; all above 64 GPUs exits 2 naming the fix.
 TEST(CalosimCli, OpSpansKeepOneGpuPerDistinctTimelineByDefault) {

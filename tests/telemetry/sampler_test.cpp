@@ -124,6 +124,15 @@ TEST(Sampler, AbsoluteDeadlinesDoNotDrift) {
   EXPECT_GT(stats[0].cpu_ns, 0);
 }
 
+/// How many gaps between successive read times reach `limit_ns`. One is a stray preemption on a loaded
+/// 2-core CI host (a 15.7 ms gap was seen there); a read that waits for another one does it every time.
+size_t gaps_of_at_least(const std::vector<int64_t>& times_ns, int64_t limit_ns) {
+  size_t gaps = 0;
+  for (size_t sample = 1; sample < times_ns.size(); ++sample)
+    gaps += times_ns[sample] - times_ns[sample - 1] >= limit_ns;
+  return gaps;
+}
+
 TEST(Sampler, SlowGroupNeverDelaysTheFastOne) {
   TimedSource source;
   Collected collected;
@@ -140,10 +149,8 @@ TEST(Sampler, SlowGroupNeverDelaysTheFastOne) {
     EXPECT_GE(fast.size(), 95u) << "device " << device;
     EXPECT_GE(slow.size(), 10u) << "device " << device;  // ~10 scheduled + the closing read of a counter
     EXPECT_LE(slow.size(), 12u) << "device " << device;
-    int64_t largest_gap_ns = 0;
-    for (size_t sample = 1; sample < fast.size(); ++sample)
-      largest_gap_ns = std::max(largest_gap_ns, fast[sample] - fast[sample - 1]);
-    EXPECT_LT(largest_gap_ns, 15 * kMs) << "a fast read waited for a slow one";
+    // A shared loop would stretch the gap after each of the ~10 slow reads to 30 ms or more.
+    EXPECT_LE(gaps_of_at_least(fast, 15 * kMs), 1u) << "a fast read waited for a slow one";
   }
   bool fast_loop_seen = false;
   for (const auto& stats : sampler.stats()) {
@@ -311,10 +318,7 @@ TEST(Sampler, QueryMeasuredSlowLeavesTheFastGroupAndIsReadLessOften) {
   sampler.stop();
   const auto& fast = collected.times[{0u, 0u, 0u}];
   EXPECT_GE(fast.size(), 45u);
-  int64_t largest_gap_ns = 0;
-  for (size_t sample = 1; sample < fast.size(); ++sample)
-    largest_gap_ns = std::max(largest_gap_ns, fast[sample] - fast[sample - 1]);
-  EXPECT_LT(largest_gap_ns, 15 * kMs) << "the fast metric waited for the measured-slow one";
+  EXPECT_LE(gaps_of_at_least(fast, 15 * kMs), 1u) << "the fast metric waited for the measured-slow one";
 }
 
 // Records when each read ran: one fast metric (20 µs) and two slow ones in separate groups (2 ms of spinning

@@ -131,18 +131,23 @@ PointGrid point_grid(const Campaign& campaign) {
   return kept;
 }
 
-/// The figure at every finished point, when it is the same at all of them (all zero: nothing throttled); else
-/// nullopt. A chart of one value shows nothing a sentence cannot.
+/// The figure at every finished point, when it is the same at all of them (all zero: nothing throttled; NaN:
+/// no point has it); else nullopt. A chart of one value shows nothing a sentence cannot. One point with a
+/// non-zero value is charted: it is a value, not a sameness.
 std::optional<double> constant_figure(const Campaign& campaign, const FigureSpec& figure) {
   std::optional<double> common;
+  int valued = 0;
   for (const auto& point : campaign.points) {
     if (!done(point)) continue;
     const double value = figure_of(point, figure);
     if (std::isnan(value)) continue;
     if (common && std::fabs(value - *common) > 1e-9 * std::max(1.0, std::fabs(*common))) return std::nullopt;
     common = value;
+    ++valued;
   }
-  return common ? common : std::optional<double>(NAN);
+  if (!common) return NAN;
+  if (valued < 2 && *common != 0) return std::nullopt;
+  return common;
 }
 
 /// "higher is better" / "lower is better" for a chart title.
@@ -311,10 +316,13 @@ std::string microbatch_section(const Campaign& campaign) {
     std::vector<std::string> order;
     for (const auto& point : campaign.points) {
       const double value = done(point) ? figure_of(point, figure) : NAN;
-      if (std::isnan(value)) continue;
+      const auto flag = point.flags.find("mbs");
+      const std::optional<std::string> mbs =
+          flag != point.flags.end() ? std::optional<std::string>(flag->second) : value_of(point, "mbs");
+      if (std::isnan(value) || !mbs) continue;
       const std::string context = context_label(point, axis);
       if (!lines.count(context)) order.push_back(context), lines[context].name = context;
-      lines[context].points.emplace_back(std::stod(point.flags.at("mbs")), value);
+      lines[context].points.emplace_back(std::stod(*mbs), value);
     }
     if (order.empty()) continue;
     std::vector<XySeries> series;

@@ -295,6 +295,36 @@ TEST(CampaignReportInput, AboveSixtyFourGpusTheHottestDieStillReachesThePoint) {
   fs::remove_all(dir);
 }
 
+TEST(CampaignReportInput, OnePointIsChartedAndOnlyItsZerosAreSentences) {
+  // One finished point: its values are values, not a sameness across points; its zero throttle times and the
+  // temperature it lacks are the sentence.
+  Campaign campaign;
+  campaign.name = "one";
+  campaign.axes = {"mbs"};
+  CampaignPoint point;
+  point.name = "mbs1";
+  point.status = "done";
+  point.axis_values = {{"mbs", "1"}};
+  point.tokens_per_s = 1000;
+  point.mfu = 0.4;
+  point.energy_per_token_j = 0.5;
+  point.samples_per_s_mj = 12;
+  point.peak_power_w = 650;
+  point.power_swing_w = 120;
+  point.throttle_power_cap_s = 0;
+  point.throttle_thermal_s = 0;
+  campaign.points = {point};
+  const std::string html = render_campaign_report({campaign});
+  EXPECT_EQ(chart_points(html, "campaign-bars").size(), 6u);
+  const auto note_at = html.find("<p class=\"note constant-figures\">");
+  ASSERT_NE(note_at, std::string::npos);
+  const std::string note = html.substr(note_at, html.find("</p>", note_at) - note_at);
+  EXPECT_TRUE(contains(note, "Power-cap throttle time 0 s")) << note;
+  EXPECT_TRUE(contains(note, "Thermal throttle time 0 s")) << note;
+  EXPECT_TRUE(contains(note, "Hottest GPU temperature (no value")) << note;
+  EXPECT_FALSE(contains(note, "Throughput")) << note;
+}
+
 TEST(CampaignReportInput, NotACampaignNamesTheFileAndTheFix) {
   const fs::path dir = testing::scratch_path("not-campaign");
   fs::create_directories(dir);

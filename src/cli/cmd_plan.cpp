@@ -22,6 +22,7 @@
 #include "plan/search.h"
 #include "sim/cluster_trust.h"
 #include "sim/cost_model.h"
+#include "sim/placement.h"
 
 namespace calo::cli {
 namespace {
@@ -189,30 +190,38 @@ nlohmann::json to_json(const plan::PartitionFigures& figures) {
           {"fits", figures.fits}};
 }
 
-/// How to run each stage on the GPUs the order gives it (nothing when it is Megatron's order).
-void print_stage_order(const plan::PartitionRequest& request, const std::vector<int>& gpu_of_stage) {
-  std::vector<int> identity(gpu_of_stage.size());
+/// The flags that run the partition found, and for other trainers how to put each stage on its GPUs.
+void print_use(const plan::PartitionRequest& request, const plan::PartitionFigures& best) {
+  std::vector<int> identity(best.gpu_of_stage.size());
   std::iota(identity.begin(), identity.end(), 0);
-  if (gpu_of_stage == identity) {
-    fmt::print("# stage s stays on the GPUs of pipeline position s (Megatron's rank order)\n");
+  if (best.gpu_of_stage.empty() || best.gpu_of_stage == identity) {
+    fmt::print("# use: --layers-per-stage {} (stage s stays on the GPUs of pipeline position s)\n",
+               fmt::join(best.layers_per_stage, ","));
     return;
   }
-  fmt::print("# and run stage s on the GPUs of pipeline position {} (stage 0 first)\n",
-             fmt::join(gpu_of_stage, ","));
-  const std::vector<int> slots = plan::placed_options(request, gpu_of_stage).slot_of_rank;
-  const int node_gpus = request.cluster.node.gpus;
-  if (static_cast<int>(slots.size()) <= node_gpus) {
-    fmt::print("#   on one node: CUDA_VISIBLE_DEVICES={} (local rank r uses the r-th listed GPU)\n",
-               fmt::join(slots, ","));
+  fmt::print("# use: --layers-per-stage {} --stage-gpus {} (calo sim and calo bench take both)\n",
+             fmt::join(best.layers_per_stage, ","), fmt::join(best.gpu_of_stage, ","));
+  parallel::Layout placed = request.layout;
+  placed.stage_gpus = best.gpu_of_stage;
+  const std::vector<int> slots =
+      sim::options_per_rank(request.options, placed, request.cluster.node.gpus).slot_of_rank;
+  if (static_cast<int>(slots.size()) <= request.cluster.node.gpus) {
+    fmt::print(
+        "#   other trainers, on one node: CUDA_VISIBLE_DEVICES={} (local rank r uses the r-th listed GPU)\n",
+        fmt::join(slots, ","));
   } else {
     fmt::print(
-        "#   per node, list each local rank's GPU in CUDA_VISIBLE_DEVICES; whole-node stages: reorder the "
-        "hosts\n");
+        "#   other trainers: per node, list each local rank's GPU in CUDA_VISIBLE_DEVICES; whole-node "
+        "stages: "
+        "reorder the hosts\n");
   }
 }
 
 int run_partition(const PartitionFlags& flags) {
   require_input(!flags.cluster.empty(), "--cluster is required (see `calo sim --list`)");
+  require_input(flags.layout.stage_gpus.empty(),
+                "calo plan partition searches the stage -> GPU order itself; drop --stage-gpus (give it to calo "
+                "sim or calo bench to run an order)");
   plan::PartitionRequest request;
   LayoutFlags layout_flags = flags.layout;
   apply_gpus(flags.gpus, flags.gpus_given, flags.dp_given, layout_flags.layout);
@@ -257,8 +266,7 @@ int run_partition(const PartitionFlags& flags) {
   row("even/odd (static)", result.even_odd);
   row("found", result.best);
   fmt::print("{}", table.render());
-  fmt::print("# use: --layers-per-stage {}\n", joined(result.best.layers_per_stage));
-  print_stage_order(request, result.best.gpu_of_stage);
+  print_use(request, result.best);
   return 0;
 }
 

@@ -57,6 +57,9 @@ void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional) 
       ->capture_default_str();
   app.add_option("--layers-per-stage", flags.layers_per_stage,
                  "Explicit layer partition, comma-separated (pp*vpp entries), e.g. 10,12,12,10");
+  app.add_option("--stage-gpus", flags.stage_gpus,
+                 "Stage -> GPU order, comma-separated (pp entries): stage s runs on the GPUs of the pipeline "
+                 "position the s-th entry names, as `calo plan partition` prints it, e.g. 0,1,3,2");
   // Callbacks run only for a given flag: without either, the optional stays empty (on when tp > 1).
   app.add_flag_callback(
       "--sequence-parallel", [&flags] { flags.sequence_parallel = true; },
@@ -77,6 +80,35 @@ void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional) 
       "when tp > 1 without sequence parallel)");
 }
 
+namespace {
+
+/// The integers of a comma-separated flag value, each `noun` ("a layer count"); "10,,12" and "10,12," are
+/// errors, not shorter lists.
+std::vector<int> parse_counts(const std::string& flag, const std::string& text, const std::string& noun,
+                              const std::string& example) {
+  std::vector<int> counts;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    const std::string item =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    try {
+      size_t used = 0;
+      const int count = std::stoi(item, &used);
+      require_input(used == item.size(), "");
+      counts.push_back(count);
+    } catch (const std::exception&) {
+      throw InputError(flag + ": '" + item + "' in '" + text + "' is not " + noun +
+                       "; give comma-separated integers like " + example);
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return counts;
+}
+
+}  // namespace
+
 std::pair<model::ModelSpec, parallel::Layout> resolve(const LayoutFlags& flags) {
   model::ModelSpec model = model::load_model(flags.model);
   if (flags.layers) model = model::slice_model(model, *flags.layers);
@@ -94,26 +126,11 @@ std::pair<model::ModelSpec, parallel::Layout> resolve(const LayoutFlags& flags) 
     layout.overlap_tp_comm = layout.overlap_grad_reduce = true;
     if (layout.zero_stage >= 1) layout.overlap_param_gather = true;
   }
-  if (!flags.layers_per_stage.empty()) {
-    // Split on every comma, keeping empty items: "10,,12" and "10,12," are errors, not shorter lists.
-    const std::string& text = flags.layers_per_stage;
-    size_t start = 0;
-    while (true) {
-      size_t comma = text.find(',', start);
-      std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-      try {
-        size_t used = 0;
-        int count = std::stoi(item, &used);
-        require_input(used == item.size(), "");
-        layout.layers_per_stage.push_back(count);
-      } catch (const std::exception&) {
-        throw InputError("--layers-per-stage: '" + item + "' in '" + text +
-                         "' is not a layer count; give comma-separated integers like 10,12,12,10");
-      }
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
-  }
+  if (!flags.layers_per_stage.empty())
+    layout.layers_per_stage =
+        parse_counts("--layers-per-stage", flags.layers_per_stage, "a layer count", "10,12,12,10");
+  if (!flags.stage_gpus.empty())
+    layout.stage_gpus = parse_counts("--stage-gpus", flags.stage_gpus, "a pipeline position", "0,1,3,2");
   if (flags.sequence_parallel) layout.sequence_parallel = *flags.sequence_parallel;
   return {model, parallel::resolve_layout(model, layout, flags.sequence_parallel.has_value())};
 }

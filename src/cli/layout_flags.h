@@ -21,6 +21,7 @@ struct LayoutFlags {
   std::string cp_comm = "p2p";               ///< --cp-comm
   std::optional<int> layers;                 ///< --layers N: a slice of the model, N layers of its shapes
   std::string layers_per_stage;              ///< --layers-per-stage "10,12,12,10"
+  std::string stage_gpus;                    ///< --stage-gpus "0,1,3,2" (stage -> pipeline position's GPUs)
   std::optional<bool> sequence_parallel;     ///< --sequence-parallel / --no-sequence-parallel
   bool overlap_all = false;                  ///< --overlap: all three overlap flags
   std::string reshard_after_forward = "on";  ///< --fsdp-reshard-after-forward on|off

@@ -2,6 +2,7 @@
 #include "exec/bench.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -114,6 +115,19 @@ nlohmann::json rank_json(int rank, const std::vector<StepTiming>& steps, const E
   return data;
 }
 
+/// Where each rank ran under a stage -> GPU order, as the ranks reported it: "# stage -> GPU order: rank 0 on
+/// device 1 (PCI 0000:19:00.0), ...".
+std::string placement_line(const std::vector<nlohmann::json>& ranks) {
+  std::vector<std::string> placed;
+  for (size_t rank = 0; rank < ranks.size(); ++rank) {
+    const nlohmann::json& device = ranks[rank]["device"];
+    const std::string bus = device.value("pci_bus", std::string());
+    placed.push_back(fmt::format("rank {} on device {}{}", rank, device.value("local_index", -1),
+                                 bus.empty() ? "" : " (PCI " + bus + ")"));
+  }
+  return fmt::format("# stage -> GPU order: {}\n", fmt::join(placed, ", "));
+}
+
 /// Energy counter delta of a device over [begin, end) (run time base); NaN when the device has no counter.
 double energy_delta_j(const store::RunReader& reader, std::int32_t device_idx, const std::string& metric,
                       std::int64_t begin_ns, std::int64_t end_ns) {
@@ -148,13 +162,25 @@ struct RankSetup {
   std::unique_ptr<Executor> executor;
 };
 
+// The local device slot this rank runs on: its own local rank, or under a stage -> GPU order the slot of the
+// GPU its stage moved to, which must be on this host.
+int device_slot(const parallel::Layout& layout, const LaunchInfo& launch) {
+  const int slot = launch.local_rank + layout.gpu_of_rank(launch.rank) - launch.rank;
+  require_input(slot >= 0 && slot < launch.local_world_size,
+                fmt::format("--stage-gpus {}: rank {} would run on the GPU of rank {}, which is not on this "
+                            "host ({} ranks here); move stages only among the GPUs of one host",
+                            fmt::join(layout.stage_gpus, ","), launch.rank, layout.gpu_of_rank(launch.rank),
+                            launch.local_world_size));
+  return slot;
+}
+
 RankSetup set_up_rank(const BenchOptions& options, const LaunchInfo& launch) {
   const BackendFactory& factory = BackendRegistry::instance().select(options.backend);
   require_backend_supports(factory, options.layout);
   BackendConfig config;
   config.rank = launch.rank;
   config.world_size = launch.world_size;
-  config.local_rank = launch.local_rank;
+  config.local_rank = device_slot(options.layout, launch);
   config.local_world_size = launch.local_world_size;
   config.check = options.check;
   config.seed = options.seed;
@@ -182,7 +208,7 @@ telemetry::GpuScope job_gpus(const BenchOptions& options, const LaunchInfo& laun
   const BackendFactory& factory = BackendRegistry::instance().select(options.backend);
   if (setup.device.backend != "cuda" || !factory.describe) return scope;
   for (int local_rank = 0; local_rank < launch.local_world_size; ++local_rank) {
-    const std::string uuid = local_rank == launch.local_rank
+    const std::string uuid = local_rank == device_slot(options.layout, launch)
                                  ? setup.device.uuid
                                  : factory.describe(local_rank, launch.local_world_size).uuid;
     if (!uuid.empty() && std::find(scope.entries.begin(), scope.entries.end(), uuid) == scope.entries.end())
@@ -374,6 +400,9 @@ nlohmann::json bench_report(const BenchOptions& options, const LaunchInfo& launc
   report["bootstrap"] = setup.bootstrap->kind();
   report["backend"] = setup.device.backend;
   report["device"] = ranks[0]["device"];
+  report["rank_devices"] =
+      nlohmann::json::array();  // the local device each rank ran on (--stage-gpus moves them)
+  for (const auto& data : ranks) report["rank_devices"].push_back(data["device"].value("local_index", -1));
   report["steps"] = options.steps;
   report["warmup_steps"] = options.warmup;
   report["step_time_s"] = {
@@ -607,6 +636,7 @@ std::string format_bench_text(const BenchOptions& options, const LaunchInfo& lau
                       throughput.tokens_per_step);
   text += fmt::format("# backend {}: {} ({} GEMMs, peak {:.3f} TFLOP/s per device: {})\n", device.backend,
                       device.name, device.gemm_dtype, throughput.peak_flops / 1e12, device.peak_flops_source);
+  if (!options.layout.stage_gpus.empty()) text += placement_line(ranks);
   const std::string attention_impl = ranks[0]["device"].value("attention_impl", std::string());
   if (!attention_impl.empty()) text += fmt::format("# attention: {} (rank 0)\n", attention_impl);
   text += fmt::format("# steps: {} measured after {} warm-up; run store {}\n", options.steps, options.warmup,

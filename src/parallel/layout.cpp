@@ -1,6 +1,7 @@
 #include "parallel/layout.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 
@@ -89,6 +90,7 @@ nlohmann::json to_json(const Layout& layout) {
           {"schedule", to_string(layout.schedule)},
           {"virtual_stages", layout.virtual_stages},
           {"layers_per_stage", layout.layers_per_stage},
+          {"stage_gpus", layout.stage_gpus},
           {"attention", to_string(layout.attention)},
           {"pipeline_scatter_gather", layout.pipeline_scatter_gather}};
 }
@@ -116,6 +118,7 @@ Layout layout_from_json(const nlohmann::json& object) {
   layout.schedule = parse_schedule(object.value("schedule", std::string("1f1b")));
   layout.virtual_stages = number("virtual_stages", 1);
   layout.layers_per_stage = object.value("layers_per_stage", std::vector<int>{});
+  layout.stage_gpus = object.value("stage_gpus", std::vector<int>{});
   layout.attention = parse_attention(object.value("attention", std::string("fused")), "layout.attention");
   layout.pipeline_scatter_gather = object.value("pipeline_scatter_gather", true);
   return layout;
@@ -137,6 +140,7 @@ std::string describe(const Layout& layout) {
   if (layout.overlap_tp_comm || layout.overlap_grad_reduce || layout.overlap_param_gather) text += " overlap";
   if (layout.attention == AttentionImpl::kUnfused) text += " unfused-attn";
   if (layout.scatter_gather_in_effect()) text += " pp-scatter-gather";
+  if (!layout.stage_gpus.empty()) text += fmt::format(" stages-on-{}", fmt::join(layout.stage_gpus, ","));
   return text;
 }
 

@@ -57,6 +57,9 @@ struct Layout {
   Schedule schedule = Schedule::k1F1B;
   int virtual_stages = 1;             ///< model chunks per pipeline rank (interleaved schedule)
   std::vector<int> layers_per_stage;  ///< explicit partition (size pp * virtual_stages); empty = uniform
+  /// Stage -> GPU order (size pp): pipeline stage s runs on the GPUs that Megatron's rank order gives stage
+  /// stage_gpus[s] (`calo plan partition`'s order); empty = that order itself.
+  std::vector<int> stage_gpus;
   AttentionImpl attention = AttentionImpl::kFused;  ///< attention core implementation
   /// Megatron-LM's pipeline scatter/gather: without sequence parallel and with tp > 1, each TP rank sends
   /// 1/tp of the stage boundary activation and the receivers all-gather it over the TP group.
@@ -71,6 +74,13 @@ struct Layout {
   /// Whether pipeline scatter/gather is in effect: asked for, pp > 1, tp > 1 and sequence parallel off.
   bool scatter_gather_in_effect() const {
     return pipeline_scatter_gather && pp > 1 && tp > 1 && !sequence_parallel;
+  }
+  /// The rank position whose GPU runs `rank` under stage_gpus (rank itself without one): rank order is
+  /// tp-cp-ep-dp-pp, so stage s holds ranks [s * world / pp, (s + 1) * world / pp).
+  int gpu_of_rank(int rank) const {
+    if (stage_gpus.empty()) return rank;
+    const int stage_size = world_size() / pp;
+    return stage_gpus[rank / stage_size] * stage_size + rank % stage_size;
   }
   /// ZeRO-3 shard group size: fsdp_shard_size, or dp when 0.
   int shard_size() const { return fsdp_shard_size > 0 ? fsdp_shard_size : dp; }

@@ -140,9 +140,9 @@ MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& la
   const std::vector<int> layers = virtual_stage_layers(layout, model.num_layers);
   const StageParameters params = stage_parameters(model, layout, stage, layers);
   // Dense state is sharded over the dp group, or over the shard group of S ranks under hybrid sharding (the
-  // dp / S shard groups replicate it); with context parallel over dp * cp ranks (cp ranks of a replica hold the
-  // same weights), as Megatron-LM's distributed optimizer does over its dp-cp group. Expert state over the
-  // expert-dp group.
+  // dp / S shard groups replicate it); with context parallel over dp * cp ranks (cp ranks of a replica hold
+  // the same weights), as Megatron-LM's distributed optimizer does over its dp-cp group. Expert state over
+  // the expert-dp group.
   const double dense_shards = layout.hybrid_sharding() ? layout.shard_size() : layout.grad_reduce_size();
   const double expert_shards = static_cast<double>(layout.dp) / layout.ep;
   const bool shard_weights = layout.zero_stage >= 3;

@@ -11,7 +11,11 @@ namespace calo::parallel {
 
 RankMap::RankMap(const Layout& layout)
     : tp_(layout.tp),
-      cp_(layout.cp), dp_(layout.dp), pp_(layout.pp), ep_(layout.ep), shard_(layout.shard_size()) {
+      cp_(layout.cp),
+      dp_(layout.dp),
+      pp_(layout.pp),
+      ep_(layout.ep),
+      shard_(layout.shard_size()) {
   require_input(tp_ >= 1 && cp_ >= 1 && dp_ >= 1 && pp_ >= 1 && ep_ >= 1,
                 fmt::format("rank map: sizes must be >= 1 (tp={}, cp={}, dp={}, pp={}, ep={})", tp_, cp_, dp_,
                             pp_, ep_));

@@ -1,7 +1,9 @@
 #include "parallel/validate.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -21,6 +23,14 @@ std::vector<int> divisors(int value) {
 }
 
 /// "try A or B" with the nearest valid values below and above `wanted` (one of them if only one exists).
+/// A valid stage -> GPU order to show: the last two stages swapped ("0,1,3,2"), or "0" for one stage.
+std::string example_order(int stages) {
+  std::vector<int> order(std::max(1, stages));
+  std::iota(order.begin(), order.end(), 0);
+  if (stages >= 2) std::swap(order[stages - 2], order[stages - 1]);
+  return fmt::format("{}", fmt::join(order, ","));
+}
+
 std::string nearby(const std::vector<int>& valid_values, int wanted, const std::string& prefix = "") {
   // Flags, not 0 as "none": 0 is a valid value (zero stage 0).
   bool has_below = false, has_above = false;
@@ -226,6 +236,30 @@ void check_pipeline(const model::ModelSpec& model, Layout& layout) {
   layout.layers_per_stage.assign(virtual_stage_count, layers / virtual_stage_count);
 }
 
+/// stage_gpus is a permutation of the pp stages; the identity is Megatron's own order, kept as empty.
+void check_stage_gpus(Layout& layout) {
+  if (layout.stage_gpus.empty()) return;
+  const int stages = static_cast<int>(layout.stage_gpus.size());
+  require_input(
+      stages == layout.pp,
+      fmt::format("the stage -> GPU order lists {} stages but pp={}; give one pipeline position per "
+                  "stage, e.g. --stage-gpus {}",
+                  stages, layout.pp, example_order(layout.pp)));
+  std::vector<bool> seen(stages, false);
+  for (int stage = 0; stage < stages; ++stage) {
+    const int position = layout.stage_gpus[stage];
+    require_input(
+        position >= 0 && position < stages && !seen[position],
+        fmt::format("the stage -> GPU order {} is not an order of the {} pipeline positions 0..{}: "
+                    "each must appear once, e.g. --stage-gpus {}",
+                    fmt::join(layout.stage_gpus, ","), stages, stages - 1, example_order(layout.pp)));
+    seen[position] = true;
+  }
+  bool identity = true;
+  for (int stage = 0; stage < stages; ++stage) identity &= layout.stage_gpus[stage] == stage;
+  if (identity) layout.stage_gpus.clear();
+}
+
 void check_experts(const model::ModelSpec& model, const Layout& layout) {
   if (!model.is_moe()) {
     require_input(layout.ep == 1,
@@ -287,6 +321,7 @@ Layout resolve_layout(const model::ModelSpec& model, Layout layout, bool sequenc
   check_sequence(layout);
   check_context_parallel(model, layout);
   check_pipeline(model, layout);
+  check_stage_gpus(layout);
   check_experts(model, layout);
   check_batch(layout);
   check_overlap(layout);

@@ -10,6 +10,7 @@
 #include "graph/graph.h"
 #include "parallel/validate.h"
 #include "plan/layout_space.h"
+#include "sim/placement.h"
 #ifdef CALO_SIM_HAS_STORE
 #include "store/run_store.h"
 #include "store/summary.h"
@@ -42,52 +43,23 @@ bool better(const PartitionFigures& candidate, const PartitionFigures& incumbent
 
 }  // namespace
 
-sim::SimOptions placed_options(const PartitionRequest& request, const std::vector<int>& gpu_of_stage) {
-  sim::SimOptions options = request.options;
-  if (gpu_of_stage.empty()) return options;
-  const parallel::Layout& layout = request.layout;
-  const int stage_size = layout.world_size() / layout.pp;
-  const int node_gpus = request.cluster.node.gpus;
-  // Rank order is tp-dp-pp, so stage s holds ranks [s * stage_size, (s + 1) * stage_size).
-  auto gpu_of_rank = [&](int rank) {
-    return gpu_of_stage[rank / stage_size] * stage_size + rank % stage_size;
-  };
-  auto place = [&](auto& values) {
-    if (values.empty()) return;
-    auto placed = values;
-    for (int rank = 0; rank < layout.world_size(); ++rank) placed[rank] = values[gpu_of_rank(rank)];
-    values = placed;
-  };
-  place(options.speed_factors);
-  place(options.inlet_offset_c);
-  place(options.power_limit_w);
-  place(options.max_clock_mhz);
-  if (options.slot_of_rank.empty()) {
-    for (int rank = 0; rank < layout.world_size(); ++rank) options.slot_of_rank.push_back(rank % node_gpus);
-  }
-  place(options.slot_of_rank);
-  return options;
-}
-
 bool can_swap_positions(const PartitionRequest& request, int a, int b) {
-  const int stage_size = request.layout.world_size() / request.layout.pp;
-  const int node_gpus = request.cluster.node.gpus;
-  if (stage_size % node_gpus == 0) return true;
-  return stage_size <= node_gpus && a * stage_size / node_gpus == b * stage_size / node_gpus;
+  return sim::stage_move_keeps_network(request.layout, request.cluster.node.gpus, a, b);
 }
 
 PartitionFigures simulate_partition(const PartitionRequest& request, const std::vector<int>& layers_per_stage,
                                     const std::vector<int>& gpu_of_stage) {
   parallel::Layout layout = request.layout;
   layout.layers_per_stage = layers_per_stage;
+  layout.stage_gpus = gpu_of_stage;
   layout = parallel::resolve_layout(request.model, layout, true);
   PartitionFigures figures;
   figures.layers_per_stage = layers_per_stage;
   figures.gpu_of_stage = gpu_of_stage.empty() ? identity_order(layout.pp) : gpu_of_stage;
   figures.fits =
       fits_memory(parallel::memory_per_gpu(request.model, layout), request.cluster.gpu.memory_bytes);
-  const sim::SimResult result = sim::simulate(graph::build_graph(request.model, layout), request.cluster,
-                                              placed_options(request, gpu_of_stage));
+  const sim::SimResult result =
+      sim::simulate(graph::build_graph(request.model, layout), request.cluster, request.options);
   figures.iteration_s = result.iteration_s;
   for (const sim::GpuResult& gpu : result.gpus)
     figures.max_die_c = std::max(figures.max_die_c, gpu.max_die_c);

@@ -39,12 +39,8 @@ struct PartitionResult {
   int simulated = 0;          ///< partitions simulated
 };
 
-/// request.options with stage s run by the GPUs of pipeline position gpu_of_stage[s]: each rank takes the
-/// speed, inlet offset, power cap, clock lock and node slot of the GPU it now runs on. Empty = identity.
-sim::SimOptions placed_options(const PartitionRequest& request, const std::vector<int>& gpu_of_stage);
-
-/// Whether the GPUs of pipeline positions `a` and `b` may trade stages without changing the network: both in
-/// one node, or each stage filling whole nodes.
+/// Whether the GPUs of pipeline positions `a` and `b` may trade stages without changing the network
+/// (sim::stage_move_keeps_network for the request's layout and node).
 bool can_swap_positions(const PartitionRequest& request, int a, int b);
 
 /// Simulates `request` with `layers_per_stage` and the stage->GPU order `gpu_of_stage` (empty = identity).

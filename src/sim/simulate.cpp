@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "sim/placement.h"
 #include "sim/power_dynamics.h"
 
 namespace calo::sim {
@@ -497,9 +498,11 @@ void record_breakdown(const SimOptions& options, const StepOutcome& outcome, Sim
 
 }  // namespace
 
-SimResult simulate(const graph::Graph& graph, const ClusterSpec& cluster, const SimOptions& options) {
+SimResult simulate(const graph::Graph& graph, const ClusterSpec& cluster, const SimOptions& options_by_gpu) {
   const auto wall_start = std::chrono::steady_clock::now();
-  validate_options(graph, options);
+  validate_options(graph, options_by_gpu);
+  check_stage_moves(graph.layout, cluster.node.gpus);
+  const SimOptions options = options_per_rank(options_by_gpu, graph.layout, cluster.node.gpus);
   SimResult result = describe_run(graph, cluster, options);
   std::vector<ProgramPower> powers = cost_programs(graph, cluster.gpu, result);
   std::vector<GpuState> gpus = init_gpu_states(graph, cluster, options, powers, result);

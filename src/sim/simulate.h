@@ -118,8 +118,10 @@ struct SimResult {
   std::vector<std::vector<OpSpan>> timeline;
 };
 
-/// Simulates `options.steps` iterations of `graph` on `cluster`. Throws InputError if the options do not fit
-/// the graph (sizes of per-GPU vectors), RuntimeFailure if the graph deadlocks.
+/// Simulates `options.steps` iterations of `graph` on `cluster`. The options' per-GPU vectors are indexed by
+/// GPU; under the layout's stage -> GPU order each rank takes its GPU's (sim/placement.h), and the results
+/// are per rank. Throws InputError if the options do not fit the graph (sizes of per-GPU vectors) or the
+/// order moves a stage across nodes, RuntimeFailure if the graph deadlocks.
 SimResult simulate(const graph::Graph& graph, const ClusterSpec& cluster, const SimOptions& options);
 
 /// Throughput per second of step time: tokens / iteration_s.

@@ -94,6 +94,25 @@ TEST(BenchCpu, TensorTimesPipelineParallelDense) {
   EXPECT_EQ(op_ranks.size(), 4u);
 }
 
+TEST(BenchCpu, AStageGpuOrderPutsEachRankOnItsStagesDevice) {
+  // pp 2 with the stages swapped: rank 0 (stage 0) runs on local device 1, rank 1 on device 0, and the run
+  // keeps the order so `calo sim --from` re-simulates it as run.
+  const auto report =
+      bench_json("stage-gpus", {"--model", "tiny-dense", "--pp", "2", "--gbs", "4", "--stage-gpus", "1,0"});
+  expect_clean(report, 2);
+  EXPECT_EQ(report["rank_devices"], nlohmann::json::array({1, 0}));
+  EXPECT_NE(report["layout"].get<std::string>().find("stages-on-1,0"), std::string::npos) << report["layout"];
+  store::RunReader reader(report["run_dir"].get<std::string>());
+  const auto config = nlohmann::json::parse(reader.run().config_json);
+  EXPECT_EQ(config["layout"]["stage_gpus"], nlohmann::json::array({1, 0}));
+  const Outcome refused =
+      run_calo({"bench", "--backend", "cpu", "--model", "tiny-dense", "--pp", "2", "--gbs", "4",
+                "--stage-gpus", "1,1", "--out", fresh_dir("stage-gpus-bad").string()});
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("1,1 is not an order of the 2 pipeline positions 0..1"), std::string::npos)
+      << refused.output;
+}
+
 TEST(BenchCpu, TensorAndDataParallelWithOverlapAndZero1) {
   expect_clean(
       bench_json("tp2dp2", {"--model", "tiny-dense", "--tp", "2", "--dp", "2", "--zero", "1", "--overlap"}),

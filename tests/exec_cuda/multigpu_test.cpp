@@ -84,6 +84,15 @@ TEST(CudaMultiGpu, PipelineInterleavedFourStages) {
   expect_clean(4, "--model " + model_path + " --pp 4 --vpp 2 --schedule interleaved --gbs 16 --nproc 4");
 }
 
+TEST(CudaMultiGpu, StageGpuOrderPutsEachRankOnItsStagesGpu) {
+  // The order `calo plan partition` prints: stage 0 on GPU 1, stage 1 on GPU 0, as the ranks report it.
+  if (visible_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs, " << visible_gpus() << " visible";
+  const Result result = run_calo("--model tiny-dense --pp 2 --gbs 8 --nproc 2 --stage-gpus 1,0");
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_EQ(occurrences(result.output, "rank 0 on device 1 (PCI"), 1) << result.output;
+  EXPECT_EQ(occurrences(result.output, "rank 1 on device 0 (PCI"), 1) << result.output;
+}
+
 TEST(CudaMultiGpu, TpPpDpMixed) {
   expect_clean(4, "--model tiny-dense --tp 2 --dp 2 --gbs 4 --nproc 4");
 }

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "graph/graph.h"
 #include "model/model_spec.h"
 #include "parallel/validate.h"
 
@@ -129,18 +130,13 @@ TEST(Partition, HotGpuOnThreeStagesMatchesTheExhaustiveBestOverOrdersAndPartitio
   EXPECT_LT(result.best.iteration_s, result.uniform.iteration_s);
 }
 
-TEST(Partition, PlacedOptionsMoveEachStageOntoTheGpusOfItsPosition) {
-  PartitionRequest request = request_for(32, 4);
-  request.layout.tp = 2;
-  request.layout = parallel::resolve_layout(request.model, request.layout);
-  request.options.speed_factors = {1.0, 0.9, 1.0, 1.0, 0.8, 0.8, 1.0, 1.0};
-  const sim::SimOptions placed = placed_options(request, {2, 0, 1, 3});
-  // Stage 0 (ranks 0, 1) now runs on the GPUs of position 2 (ranks 4, 5 in Megatron's order, slots 4, 5).
-  EXPECT_EQ(placed.speed_factors, (std::vector<double>{0.8, 0.8, 1.0, 0.9, 1.0, 1.0, 1.0, 1.0}));
-  EXPECT_EQ(placed.slot_of_rank, (std::vector<int>{4, 5, 0, 1, 2, 3, 6, 7}));
+TEST(Partition, StagesTradeGpusOnlyWithinANodeOrAsWholeNodes) {
   // Stages of 2 GPUs on 8-GPU nodes: all four positions share node 0. With tp 4 and pp 4 the positions
   // 0, 1 sit in node 0 and 2, 3 in node 1: swapping across nodes would change the network, so it is not
   // tried.
+  PartitionRequest request = request_for(32, 4);
+  request.layout.tp = 2;
+  request.layout = parallel::resolve_layout(request.model, request.layout);
   EXPECT_TRUE(can_swap_positions(request, 0, 3));
   request.layout.tp = 4;
   request.layout = parallel::resolve_layout(request.model, request.layout);
@@ -149,6 +145,23 @@ TEST(Partition, PlacedOptionsMoveEachStageOntoTheGpusOfItsPosition) {
   request.layout.tp = 8;  // each stage fills a node: any order keeps the network
   request.layout = parallel::resolve_layout(request.model, request.layout);
   EXPECT_TRUE(can_swap_positions(request, 0, 3));
+}
+
+TEST(Partition, TheOrderFoundSimulatesTheSameThroughTheLayoutsStageGpus) {
+  // What `calo sim --layers-per-stage ... --stage-gpus ...` runs is what the planner simulated.
+  PartitionRequest request = request_for(32, 4);
+  request.options.speed_factors = {1.0, 1.0, 0.85, 1.0};
+  const PartitionFigures planned = simulate_partition(request, {9, 9, 9, 5}, {2, 0, 1, 3});
+  parallel::Layout layout = request.layout;
+  layout.layers_per_stage = {9, 9, 9, 5};
+  layout.stage_gpus = {2, 0, 1, 3};
+  layout = parallel::resolve_layout(request.model, layout, true);
+  const sim::SimResult result =
+      sim::simulate(graph::build_graph(request.model, layout), request.cluster, request.options);
+  EXPECT_DOUBLE_EQ(result.iteration_s, planned.iteration_s);
+  // Stage 0 runs on the slow GPU of position 2 now; in Megatron's order stage 2 would.
+  const PartitionFigures megatron = simulate_partition(request, {9, 9, 9, 5});
+  EXPECT_NE(megatron.iteration_s, planned.iteration_s);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "core/table.h"
 #include "graph/graph.h"
 #include "model/model_spec.h"
+#include "plan/gpu_conditions.h"
 #include "plan/partition.h"
 #include "plan/power_plan.h"
 #include "plan/search.h"
@@ -217,22 +218,35 @@ void print_use(const plan::PartitionRequest& request, const plan::PartitionFigur
   }
 }
 
+/// What --from read: each GPU's speed and extra heat, and where they came from.
+void print_conditions(const std::string& run_dir, const plan::GpuConditions& conditions) {
+  std::vector<std::string> speeds;
+  std::vector<std::string> heat;
+  for (double speed : conditions.speed_factors) speeds.push_back(fmt::format("{:.3f}", speed));
+  for (double offset : conditions.inlet_offset_c) heat.push_back(fmt::format("{:+.1f}", offset));
+  fmt::print("# from {}: speed per GPU {}, from {}\n", run_dir, fmt::join(speeds, ", "), conditions.speed_source);
+  fmt::print("# from {}: extra inlet per GPU {} C, from {}\n", run_dir, fmt::join(heat, ", "),
+             conditions.heat_source);
+}
+
 int run_partition(const PartitionFlags& flags) {
   require_input(!flags.cluster.empty(), "--cluster is required (see `calo sim --list`)");
-  require_input(flags.layout.stage_gpus.empty(),
-                "calo plan partition searches the stage -> GPU order itself; drop --stage-gpus (give it to calo "
-                "sim or calo bench to run an order)");
+  require_input(
+      flags.layout.stage_gpus.empty(),
+      "calo plan partition searches the stage -> GPU order itself; drop --stage-gpus (give it to calo "
+      "sim or calo bench to run an order)");
   plan::PartitionRequest request;
   LayoutFlags layout_flags = flags.layout;
   apply_gpus(flags.gpus, flags.gpus_given, flags.dp_given, layout_flags.layout);
   auto [model, layout] = resolve(layout_flags);
   set_up_job(model, layout, flags.cluster, flags.steps, flags.slow_gpus, flags.hot_gpus, request);
   const int world = layout.world_size();
+  plan::GpuConditions conditions;
   if (!flags.from_run.empty()) {
     require_input(flags.slow_gpus.empty() && flags.hot_gpus.empty(),
                   "--from RUN reads every GPU's speed and heat; drop --slow-gpu / --hot-gpu or --from");
 #ifdef CALO_SIM_HAS_STORE
-    const plan::GpuConditions conditions = plan::conditions_from_run(flags.from_run, world);
+    conditions = plan::conditions_from_run(flags.from_run, request);
     request.options.speed_factors = conditions.speed_factors;
     request.options.inlet_offset_c = conditions.inlet_offset_c;
 #else
@@ -247,11 +261,15 @@ int run_partition(const PartitionFlags& flags) {
                 {"best", to_json(result.best)},
                 {"speed_factors", request.options.speed_factors},
                 {"inlet_offset_c", request.options.inlet_offset_c},
+                {"work_ratio", conditions.work_ratio},
+                {"speed_source", conditions.speed_source},
+                {"heat_source", conditions.heat_source},
                 {"simulated", result.simulated}});
     return 0;
   }
   fmt::print("# calo plan partition: {} {} on {} x {}, {} step(s) per partition, {} simulated\n", model.name,
              parallel::describe(layout), world, request.cluster.name, flags.steps, result.simulated);
+  if (!flags.from_run.empty()) print_conditions(flags.from_run, conditions);
   core::TextTable table({"partition", "layers per stage", "GPUs of stage (pipeline position)", "step",
                          "vs uniform", "hottest die"});
   table.set_units({"", "", "", "s", "%", "C"});

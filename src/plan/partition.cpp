@@ -11,10 +11,6 @@
 #include "parallel/validate.h"
 #include "plan/layout_space.h"
 #include "sim/placement.h"
-#ifdef CALO_SIM_HAS_STORE
-#include "store/run_store.h"
-#include "store/summary.h"
-#endif
 
 namespace calo::plan {
 namespace {
@@ -181,38 +177,5 @@ PartitionFigures exhaustive_partition(const PartitionRequest& request, int max_d
   } while (search_order && std::next_permutation(order.begin(), order.end()));
   return best;
 }
-
-#ifdef CALO_SIM_HAS_STORE
-GpuConditions conditions_from_run(const std::string& run_dir, int world) {
-  const store::RunReader reader(run_dir);
-  const store::RunInfo run = reader.run();
-  const std::int64_t end_ns = run.ended_ns > run.started_ns ? run.ended_ns - run.started_ns : INT64_MAX / 2;
-  std::vector<store::IntervalSummary> gpus;
-  for (const store::DeviceInfo& device : reader.devices()) {
-    if (device.kind != store::DeviceKind::kGpu) continue;
-    gpus.push_back(store::summarize_interval(reader, device.idx, 0, end_ns, "run"));
-  }
-  require_input(
-      static_cast<int>(gpus.size()) == world,
-      fmt::format("--from {}: the run has {} GPUs but the layout has {}; give the layout the run used",
-                  run_dir, gpus.size(), world));
-  double fastest_mhz = 0;
-  double coolest_c = INFINITY;
-  for (const auto& gpu : gpus) {
-    require_input(gpu.median_sm_mhz > 0 && gpu.temp_gpu_max_c > 0,
-                  fmt::format("--from {}: GPU {} has no clock_sm_mhz / temp_gpu_c samples; give --slow-gpu / "
-                              "--hot-gpu instead",
-                              run_dir, gpu.device_idx));
-    fastest_mhz = std::max(fastest_mhz, gpu.median_sm_mhz);
-    coolest_c = std::min(coolest_c, gpu.temp_gpu_max_c);
-  }
-  GpuConditions conditions;
-  for (const auto& gpu : gpus) {
-    conditions.speed_factors.push_back(gpu.median_sm_mhz / fastest_mhz);
-    conditions.inlet_offset_c.push_back(gpu.temp_gpu_max_c - coolest_c);
-  }
-  return conditions;
-}
-#endif
 
 }  // namespace calo::plan

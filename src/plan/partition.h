@@ -60,16 +60,4 @@ PartitionResult plan_partition(const PartitionRequest& request);
 PartitionFigures exhaustive_partition(const PartitionRequest& request, int max_deviation,
                                       bool search_order = false);
 
-/// Per-GPU speed and heat read from a recorded, bench or sim run, in the form SimOptions takes them.
-struct GpuConditions {
-  std::vector<double> speed_factors;   ///< median SM clock / the fastest GPU's median SM clock
-  std::vector<double> inlet_offset_c;  ///< hottest temperature - the coolest GPU's hottest temperature
-};
-
-#ifdef CALO_SIM_HAS_STORE
-/// Reads every GPU of the run at `run_dir` over the whole run (device idx = global rank). InputError when the
-/// run has not `world` GPUs or lacks clock_sm_mhz / temp_gpu_c samples.
-GpuConditions conditions_from_run(const std::string& run_dir, int world);
-#endif
-
 }  // namespace calo::plan

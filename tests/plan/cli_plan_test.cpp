@@ -280,5 +280,73 @@ TEST(CaloPlanPartition, FromARunReadsEachGpusSpeedAndHeatAndNeverLosesToUniform)
 #endif
 }
 
+TEST(CaloPlanPartition, FromOpSpansASlowGpuReadsSlowAndTheHeavyStageDoesNot) {
+#ifdef CALO_SIM_HAS_STORE
+  // The "measured" run is a simulation with GPU 2 at 0.85 x speed and GPU 0 8 C hotter; the output layer
+  // makes stage 3 the heavy one. Under the 700 W cap the slow GPU draws less and clocks higher (1864 vs 1654
+  // MHz), so its median clock read it as the fastest GPU and the heavy stage's as slow; its op spans, in
+  // clock cycles against the simulator's prediction, give it back.
+  const auto dir = calo::testing::scratch_path("plan-partition-from-spans");
+  std::filesystem::remove_all(dir);
+  const std::string job =
+      "--model llama3-8b --layers 16 --cluster h100-hgx-calibrated --pp 4 --gbs 16 --seq 2048";
+  Outcome outcome =
+      run_calo("sim " + job + " --slow-gpu 2=0.85 --hot-gpu 0=8 --steps 12 --op-spans all --out " +
+               (dir / "spans").string());
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  outcome = run_calo("plan partition " + job + " --steps 4 --json --from " + (dir / "spans").string());
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  auto json = nlohmann::json::parse(outcome.output);
+  const auto speed = json["speed_factors"].get<std::vector<double>>();
+  const auto heat = json["inlet_offset_c"].get<std::vector<double>>();
+  ASSERT_EQ(speed.size(), 4u);
+  EXPECT_NEAR(speed[2], 0.85, 0.03) << json["speed_source"];
+  for (int gpu : {0, 1, 3}) EXPECT_GT(speed[gpu], 0.98) << "GPU " << gpu << ": " << json["speed_source"];
+  EXPECT_NEAR(heat[0], 8.0, 1.0) << json["heat_source"];
+  for (int gpu : {1, 2, 3}) EXPECT_LT(heat[gpu], 1.5) << "GPU " << gpu << " (its load is not its air)";
+  EXPECT_TRUE(contains(json["speed_source"].get<std::string>(), "op spans")) << json["speed_source"];
+  // Without op spans: the clocks, said so, and wrong in the way spans fix.
+  outcome = run_calo("sim " + job + " --slow-gpu 2=0.85 --steps 12 --op-spans none --out " +
+                     (dir / "clocks").string());
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  outcome = run_calo("plan partition " + job + " --steps 4 --from " + (dir / "clocks").string());
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "median SM clock")) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "--trace-ops")) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "speed per GPU 0.889, 0.888, 1.000, 0.916")) << outcome.output;
+  std::filesystem::remove_all(dir);
+#else
+  GTEST_SKIP() << "built without the run store";
+#endif
+}
+
+TEST(CaloPlanPartition, FromARealBenchRunReadsItsRanksOpSpans) {
+#ifdef CALO_SIM_HAS_STORE
+  // calo bench on CPU ranks with --trace-ops under a stage -> GPU order: every rank's op spans are read (no
+  // temperatures there: no extra heat, said so).
+  const auto dir = calo::testing::scratch_path("plan-partition-from-bench");
+  std::filesystem::remove_all(dir);
+  const std::string job = "--model tiny-dense --pp 2 --gbs 4";
+  Outcome outcome = run_calo("bench --backend cpu " + job +
+                             " --steps 2 --warmup 1 --trace-ops --stage-gpus 1,0 "
+                             "--no-progress --out " +
+                             (dir / "bench").string());
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  outcome = run_calo("plan partition " + job + " --cluster cpu-host --steps 2 --json --from " +
+                     (dir / "bench").string());
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  const auto json = nlohmann::json::parse(outcome.output);
+  EXPECT_TRUE(contains(json["speed_source"].get<std::string>(), "op spans")) << json["speed_source"];
+  EXPECT_TRUE(contains(json["heat_source"].get<std::string>(), "no temp_gpu_c")) << json["heat_source"];
+  const auto speed = json["speed_factors"].get<std::vector<double>>();
+  ASSERT_EQ(speed.size(), 2u);
+  EXPECT_DOUBLE_EQ(std::max(speed[0], speed[1]), 1.0);
+  EXPECT_GT(std::min(speed[0], speed[1]), 0.0);
+  std::filesystem::remove_all(dir);
+#else
+  GTEST_SKIP() << "built without the run store";
+#endif
+}
+
 }  // namespace
 }  // namespace calo::plan

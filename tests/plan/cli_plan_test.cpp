@@ -321,7 +321,7 @@ TEST(CaloPlanPartition, FromOpSpansASlowGpuReadsSlowAndTheHeavyStageDoesNot) {
 }
 
 TEST(CaloPlanPartition, FromARealBenchRunReadsItsRanksOpSpans) {
-#ifdef CALO_SIM_HAS_STORE
+#if defined(CALO_SIM_HAS_STORE) && CALO_HAVE_MPI_TESTS
   // calo bench on CPU ranks with --trace-ops under a stage -> GPU order: every rank's op spans are read (no
   // temperatures there: no extra heat, said so).
   const auto dir = calo::testing::scratch_path("plan-partition-from-bench");
@@ -344,7 +344,37 @@ TEST(CaloPlanPartition, FromARealBenchRunReadsItsRanksOpSpans) {
   EXPECT_GT(std::min(speed[0], speed[1]), 0.0);
   std::filesystem::remove_all(dir);
 #else
-  GTEST_SKIP() << "built without the run store";
+  GTEST_SKIP() << "built without the run store or MPI (calo bench on several ranks)";
+#endif
+}
+
+TEST(PartitionLoop, MeasurePlanRunAndVerifyOnCpuRanks) {
+#if defined(CALO_SIM_HAS_STORE) && CALO_HAVE_MPI_TESTS
+  // bench/partition_loop/run.sh as a user runs it, on CPU ranks: bench the uniform partition, plan from its
+  // op spans, bench the plan and the even/odd split, and set measured gains beside predicted ones.
+  const auto out = calo::testing::scratch_path("partition-loop");
+  std::filesystem::remove_all(out);
+  const std::string build = std::filesystem::path(CALO_BINARY).parent_path().string();
+  const Outcome outcome = calo::testing::run_shell(
+      "PL_BACKEND=cpu PL_MODEL=tiny-dense PL_PP=2 PL_GBS=4 PL_SEQ=128 PL_LAYERS=4 PL_STEPS=2 PL_WARMUP=1 "
+      "OUT=" +
+      out.string() + " bash " + CALO_SOURCE_DIR + "/bench/partition_loop/run.sh " + build + " 2>&1");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "== quiet: read speed per GPU")) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "measured step (p50): uniform")) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "gain of the plan: measured")) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "even/odd: measured")) << outcome.output;
+  EXPECT_TRUE(std::filesystem::exists(out / "partition_loop.tgz"));
+  EXPECT_TRUE(std::filesystem::exists(out / "summary.txt"));
+  // A plan it cannot make is a failed scenario and a failing exit, not a quiet summary.
+  const Outcome bad = calo::testing::run_shell(
+      "PL_BACKEND=cpu PL_MODEL=tiny-dense PL_PP=2 PL_GBS=3 OUT=" + out.string() + " bash " + CALO_SOURCE_DIR +
+      "/bench/partition_loop/run.sh " + build + " 2>&1");
+  EXPECT_NE(bad.exit_code, 0) << bad.output;
+  EXPECT_TRUE(contains(bad.output, "FAIL quiet/uniform")) << bad.output;
+  std::filesystem::remove_all(out);
+#else
+  GTEST_SKIP() << "built without the run store or MPI (calo bench on several ranks)";
 #endif
 }
 

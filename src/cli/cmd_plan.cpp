@@ -45,6 +45,7 @@ struct PlanFlags {
   bool json = false;
   bool show_all = false;
   bool no_prune = false;
+  bool uniform_partitions = false;  ///< --uniform-partitions: rank pipeline layouts at equal layers per stage
   bool progress = false;
   bool quiet = false;
   // Layout constraints: the same flags as calo sim's, each taking one value or a comma-separated list.
@@ -224,7 +225,8 @@ void print_conditions(const std::string& run_dir, const plan::GpuConditions& con
   std::vector<std::string> heat;
   for (double speed : conditions.speed_factors) speeds.push_back(fmt::format("{:.3f}", speed));
   for (double offset : conditions.inlet_offset_c) heat.push_back(fmt::format("{:+.1f}", offset));
-  fmt::print("# from {}: speed per GPU {}, from {}\n", run_dir, fmt::join(speeds, ", "), conditions.speed_source);
+  fmt::print("# from {}: speed per GPU {}, from {}\n", run_dir, fmt::join(speeds, ", "),
+             conditions.speed_source);
   fmt::print("# from {}: extra inlet per GPU {} C, from {}\n", run_dir, fmt::join(heat, ", "),
              conditions.heat_source);
 }
@@ -313,6 +315,8 @@ nlohmann::json to_json(const plan::Evaluation& evaluation) {
                                                                     : nlohmann::json(nullptr)},
                          {"megatron_flags", plan::megatron_flags(layout)}};
   if (evaluation.lower_bound_s > 0) json["lower_bound_s"] = evaluation.lower_bound_s;
+  if (evaluation.uniform_iteration_s > 0)
+    json["uniform_partition_iteration_s"] = evaluation.uniform_iteration_s;
   if (evaluation.iteration_s > 0) {
     json.update({{"iteration_s", evaluation.iteration_s},
                  {"tokens_per_s", evaluation.tokens_per_s},
@@ -392,6 +396,17 @@ std::string equivalence_line(const plan::SearchRequest& request, const plan::Sea
       request.objective == plan::Objective::kEnergy ? "energy per step" : "step time");
 }
 
+/// Why a ranked pipeline layout has uneven layers per stage, with the uniform partition's step beside it.
+std::string partition_line(const plan::Evaluation& evaluation) {
+  const auto& layers = evaluation.candidate.layout.layers_per_stage;
+  std::string line = fmt::format("partition {}: balances the stages' compute (embedding, output layer)",
+                                 fmt::join(layers, ","));
+  if (evaluation.uniform_iteration_s > 0)
+    line += fmt::format("; uniform partition {:.3f} s, {:+.1f} %", evaluation.uniform_iteration_s,
+                        100 * (evaluation.uniform_iteration_s / evaluation.iteration_s - 1));
+  return line + " (--uniform-partitions ranks uniform ones only)";
+}
+
 void print_text(const plan::SearchRequest& request, const plan::SearchResult& result,
                 const PlanFlags& flags) {
   const std::string constraints = request.space.constraints.describe();
@@ -422,6 +437,7 @@ void print_text(const plan::SearchRequest& request, const plan::SearchResult& re
     fmt::print("{:>3}. calo sim --model {} --cluster {} --gpus {} {}\n", row + 1, request.space.model.name,
                request.cluster.name, request.space.gpus, sim_flags(evaluation));
     fmt::print("     megatron: {}\n", plan::megatron_flags(layout));
+    if (layout.uneven_partition()) fmt::print("     {}\n", partition_line(evaluation));
   }
   for (const std::string& warning : best_layout_warnings(request, result))
     fmt::print("# WARNING (layout 1): {}\n", warning);
@@ -463,6 +479,7 @@ int run_plan(const PlanFlags& flags) {
   request.power_caps_w = flags.power_caps_w;
   request.threads = flags.threads;
   request.prune = !flags.no_prune;
+  request.balance_partitions = !flags.uniform_partitions;
   if (!flags.quiet) request.progress = progress_printer(flags.progress || isatty(STDERR_FILENO) != 0);
   const plan::SearchResult result = plan::search_layouts(request);
   if (flags.json) {
@@ -529,6 +546,10 @@ const CommandRegistration kPlan(
       app.add_flag("--json", flags->json, "Print the result as JSON");
       app.add_flag("--all", flags->show_all, "Also list every candidate with its verdict (oom, pruned, ...)");
       app.add_flag("--no-prune", flags->no_prune, "Simulate every fitting layout (no lower-bound pruning)");
+      app.add_flag(
+          "--uniform-partitions", flags->uniform_partitions,
+          "Rank pipeline layouts at equal layers per stage only (default: also at the layers per stage "
+          "that balance the stages' compute, whichever simulates better)");
       app.add_flag("--progress", flags->progress,
                    "Progress bar on stderr even when it is not a terminal (otherwise a line every 10 s)");
       app.add_flag("--quiet,-q", flags->quiet, "No progress on stderr");

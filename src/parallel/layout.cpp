@@ -140,6 +140,7 @@ std::string describe(const Layout& layout) {
   if (layout.overlap_tp_comm || layout.overlap_grad_reduce || layout.overlap_param_gather) text += " overlap";
   if (layout.attention == AttentionImpl::kUnfused) text += " unfused-attn";
   if (layout.scatter_gather_in_effect()) text += " pp-scatter-gather";
+  if (layout.uneven_partition()) text += fmt::format(" layers-{}", fmt::join(layout.layers_per_stage, ","));
   if (!layout.stage_gpus.empty()) text += fmt::format(" stages-on-{}", fmt::join(layout.stage_gpus, ","));
   return text;
 }

@@ -1,7 +1,9 @@
 // Parallel layout of one training job: how ranks split the model and the batch, and which optimizations run.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -81,6 +83,11 @@ struct Layout {
     if (stage_gpus.empty()) return rank;
     const int stage_size = world_size() / pp;
     return stage_gpus[rank / stage_size] * stage_size + rank % stage_size;
+  }
+  /// Whether the stages hold different numbers of layers (an explicit, uneven --layers-per-stage).
+  bool uneven_partition() const {
+    return std::adjacent_find(layers_per_stage.begin(), layers_per_stage.end(), std::not_equal_to<>()) !=
+           layers_per_stage.end();
   }
   /// ZeRO-3 shard group size: fsdp_shard_size, or dp when 0.
   int shard_size() const { return fsdp_shard_size > 0 ? fsdp_shard_size : dp; }

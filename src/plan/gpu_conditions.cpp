@@ -22,8 +22,8 @@ namespace {
 /// Most steps the reference simulation runs (a long recorded job's temperatures settle well before).
 constexpr int kMaxReferenceSteps = 200;
 
-/// Each GPU of the run over the whole run, by device idx (empty figures for `world` GPUs when the run has none);
-/// InputError when it has another number.
+/// Each GPU of the run over the whole run, by device idx (empty figures for `world` GPUs when the run has
+/// none); InputError when it has another number.
 std::vector<store::IntervalSummary> gpu_summaries(const store::RunReader& reader, const std::string& run_dir,
                                                   int world) {
   const store::RunInfo run = reader.run();

@@ -1,6 +1,7 @@
 #include "plan/layout_space.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -237,8 +238,27 @@ std::string calo_flags(const parallel::Layout& layout) {
   if (layout.tp > 1 && !layout.sequence_parallel) text += " --no-sequence-parallel";
   if (layout.attention == parallel::AttentionImpl::kUnfused) text += " --attention unfused";
   if (!layout.pipeline_scatter_gather) text += " --no-pp-scatter-gather";
+  if (layout.uneven_partition())
+    text += fmt::format(" --layers-per-stage {}", fmt::join(layout.layers_per_stage, ","));
+  if (!layout.stage_gpus.empty()) text += fmt::format(" --stage-gpus {}", fmt::join(layout.stage_gpus, ","));
   return text;
 }
+
+namespace {
+
+/// Megatron-LM's uneven split: the first and last stages' layer counts, the rest even among the middle
+/// stages; a partition that is not of that form is said so with the counts to set by hand.
+std::string megatron_partition_flags(const std::vector<int>& layers) {
+  const bool middle_even = layers.size() <= 3 || std::all_of(layers.begin() + 1, layers.end() - 1,
+                                                             [&](int count) { return count == layers[1]; });
+  if (!middle_even)
+    return fmt::format(" (uneven layers per stage {}: Megatron-LM splits only the first and last stage off)",
+                       fmt::join(layers, ","));
+  return fmt::format(" --decoder-first-pipeline-num-layers {} --decoder-last-pipeline-num-layers {}",
+                     layers.front(), layers.back());
+}
+
+}  // namespace
 
 std::string megatron_flags(const parallel::Layout& layout) {
   std::string text =
@@ -274,6 +294,7 @@ std::string megatron_flags(const parallel::Layout& layout) {
   if (layout.overlap_param_gather) text += " --overlap-param-gather";
   if (layout.attention == parallel::AttentionImpl::kFused) text += " --use-flash-attn";
   if (!layout.pipeline_scatter_gather) text += " --no-scatter-gather-tensors-in-pipeline";
+  if (layout.uneven_partition()) text += megatron_partition_flags(layout.layers_per_stage);
   return text;
 }
 

@@ -15,6 +15,9 @@
 #include "core/error.h"
 #include "core/table.h"
 #include "graph/graph.h"
+#include "parallel/memory.h"
+#include "parallel/validate.h"
+#include "plan/balanced_partition.h"
 #include "sim/cost_model.h"
 #include "sim/simulate.h"
 
@@ -86,6 +89,53 @@ void evaluate(Evaluation& evaluation, const graph::Graph& graph, const SearchReq
     evaluation.note =
         fmt::format("peak GPU power {:.0f} W > --max-peak-power-w {:.0f}", peak_w, request.max_peak_power_w);
   }
+}
+
+/// The smaller of a layout's lower bounds (uniform partition, balanced partition).
+double least_bound_s(const Evaluation& evaluation) {
+  return evaluation.balanced ? std::min(evaluation.lower_bound_s, evaluation.balanced_lower_bound_s)
+                             : evaluation.lower_bound_s;
+}
+
+/// Whether `a` ranks before `b`: ranked before anything else, then by the objective's score.
+bool ranks_before(const Evaluation& a, const Evaluation& b, Objective objective) {
+  if ((a.verdict == Verdict::kRanked) != (b.verdict == Verdict::kRanked))
+    return a.verdict == Verdict::kRanked;
+  return score(a, objective) < score(b, objective);
+}
+
+/// Simulates the uniform partition and/or the balanced one (those the bound admits), keeping the better in
+/// `evaluation`; `graphs` caches their graphs across a layout's power caps.
+void evaluate_partitions(Evaluation& evaluation, bool uniform, bool balanced,
+                         std::optional<graph::Graph> (&graphs)[2], const SearchRequest& request) {
+  Evaluation other = evaluation;
+  if (uniform) {
+    if (!graphs[0]) graphs[0].emplace(graph::build_graph(request.space.model, evaluation.candidate.layout));
+    evaluate(evaluation, *graphs[0], request);
+  }
+  if (!balanced) return;
+  other.candidate = *other.balanced;
+  if (!graphs[1]) graphs[1].emplace(graph::build_graph(request.space.model, other.candidate.layout));
+  evaluate(other, *graphs[1], request);
+  if (uniform && !ranks_before(other, evaluation, request.objective)) return;
+  other.uniform_iteration_s = uniform ? evaluation.iteration_s : 0.0;
+  evaluation = std::move(other);
+}
+
+/// Sets `evaluation.balanced` (and its lower bound) to the pipeline layout at the layers per stage that
+/// balance its stages' compute, when those differ from the uniform ones and fit memory.
+void add_balanced_partition(Evaluation& evaluation, const graph::Graph& graph, const SearchRequest& request) {
+  const std::vector<int> layers = balanced_layers(graph, request.cluster);
+  if (layers.empty()) return;
+  Candidate balanced = evaluation.candidate;
+  balanced.layout.layers_per_stage = layers;
+  balanced.layout = parallel::resolve_layout(request.space.model, balanced.layout, true);
+  balanced.memory = parallel::memory_per_gpu(request.space.model, balanced.layout);
+  balanced.fits = fits_memory(balanced.memory, request.cluster.gpu.memory_bytes);
+  if (!balanced.fits) return;
+  evaluation.balanced_lower_bound_s =
+      step_time_lower_bound_s(graph::build_graph(request.space.model, balanced.layout), request.cluster);
+  evaluation.balanced = std::move(balanced);
 }
 
 /// The k best feasible scores seen so far; a candidate whose lower bound exceeds the k-th cannot enter.
@@ -484,31 +534,40 @@ SearchResult search_layouts(const SearchRequest& request) {
     Evaluation& evaluation = result.evaluations[fitting[item]];
     const graph::Graph graph = graph::build_graph(request.space.model, evaluation.candidate.layout);
     evaluation.lower_bound_s = step_time_lower_bound_s(graph, request.cluster);
-    for (std::size_t cap = 1; cap < caps_w.size(); ++cap)
-      result.evaluations[fitting[item] + cap].lower_bound_s = evaluation.lower_bound_s;
+    if (request.balance_partitions) add_balanced_partition(evaluation, graph, request);
+    for (std::size_t cap = 1; cap < caps_w.size(); ++cap) {
+      Evaluation& capped = result.evaluations[fitting[item] + cap];
+      capped.lower_bound_s = evaluation.lower_bound_s;
+      capped.balanced = evaluation.balanced;
+      capped.balanced_lower_bound_s = evaluation.balanced_lower_bound_s;
+    }
     progress.step();
   });
 
   // Chapter 2: simulate in increasing lower-bound order; skip a layout once its bound (on step time, or on
   // energy: every GPU draws at least idle power for at least the bound) exceeds the k-th best feasible score.
   std::stable_sort(fitting.begin(), fitting.end(), [&](std::size_t a, std::size_t b) {
-    return result.evaluations[a].lower_bound_s < result.evaluations[b].lower_bound_s;
+    return least_bound_s(result.evaluations[a]) < least_bound_s(result.evaluations[b]);
   });
   TopScores top(request.top);
   const bool prune = request.prune && request.objective != Objective::kPareto;
   const double idle_cluster_w = request.cluster.gpu.idle_power_w * request.space.gpus;
   parallel_for(fitting.size(), threads, [&](std::size_t item) {
-    std::optional<graph::Graph> graph;  // built once for all of the layout's caps, when one is simulated
+    // Graphs built once for all of the layout's caps, when one is simulated: uniform, then balanced.
+    std::optional<graph::Graph> graphs[2];
+    auto admitted = [&](double bound_s) {
+      const double bound = request.objective == Objective::kEnergy ? bound_s * idle_cluster_w : bound_s;
+      return !prune || bound <= top.threshold();
+    };
     for (std::size_t cap = 0; cap < caps_w.size(); ++cap) {
       Evaluation& evaluation = result.evaluations[fitting[item] + cap];
-      const double bound = request.objective == Objective::kEnergy ? evaluation.lower_bound_s * idle_cluster_w
-                                                                   : evaluation.lower_bound_s;
-      if (prune && bound > top.threshold()) {
+      const bool uniform = admitted(evaluation.lower_bound_s);
+      const bool balanced = evaluation.balanced && admitted(evaluation.balanced_lower_bound_s);
+      if (!uniform && !balanced) {
         evaluation.verdict = Verdict::kPruned;
       } else {
         try {
-          if (!graph) graph.emplace(graph::build_graph(request.space.model, evaluation.candidate.layout));
-          evaluate(evaluation, *graph, request);
+          evaluate_partitions(evaluation, uniform, balanced, graphs, request);
           if (evaluation.verdict == Verdict::kRanked) top.add(score(evaluation, request.objective));
         } catch (const std::exception& error) {
           evaluation.verdict = Verdict::kFailed;

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ struct SearchRequest {
   std::vector<double> power_caps_w;
   int threads = 0;    ///< worker threads; 0 = std::thread::hardware_concurrency()
   bool prune = true;  ///< skip layouts whose lower bound proves they cannot make the top K
+  /// Try each pipeline layout (vpp 1) also at the layers per stage that balance its stages' compute
+  /// (balanced_partition.h) and rank it at whichever simulates better; false = uniform partitions only.
+  bool balance_partitions = true;
   /// Called from worker threads (serialised) with (layouts done, layouts to do) for a progress bar.
   std::function<void(std::size_t, std::size_t)> progress;
 };
@@ -58,7 +62,14 @@ struct Evaluation {
   double max_die_c = 0;          ///< hottest die at a step end
   double mfu = 0;                ///< model FLOP utilisation
   bool pareto = false;  ///< on the Pareto front (tokens/s, tokens/J up; peak power, hottest die down)
-  std::string note;     ///< why over budget / failed
+  /// A pipeline layout's balanced partition (candidate.layout with other layers per stage, its memory),
+  /// tried beside the uniform one; absent when it equals the uniform one or does not fit.
+  std::optional<Candidate> balanced;
+  double balanced_lower_bound_s = 0;  ///< step_time_lower_bound_s of the balanced partition
+  /// When the balanced partition ranked better and `candidate` became it: the uniform partition's simulated
+  /// step time (0 otherwise, or when the uniform partition was pruned).
+  double uniform_iteration_s = 0;
+  std::string note;  ///< why over budget / failed
 };
 
 /// The outcome of a search.

@@ -17,6 +17,7 @@
 #include "../common/run_calo.h"
 #include "../common/scratch.h"
 #include "report/html_report.h"
+#include "store/run_store.h"
 
 namespace calo::report {
 namespace {
@@ -280,6 +281,10 @@ TEST(CampaignReportInput, AboveSixtyFourGpusTheHottestDieStillReachesThePoint) {
   std::ofstream(dir / "spec.yaml")
       << "name: wide\nmodel: tiny-dense\ncluster: h100-hgx\ngpus: 128\nsteps: 1\n"
          "fixed: {gbs: 256}\naxes:\n  tp: [1, 2]\n";
+  // And 8192 GPUs, where the stored samples miss the hottest die (2 s).
+  std::ofstream(dir / "wider.yaml")
+      << "name: wider\nmodel: gpt3-175b\ncluster: h200-hgx\ngpus: 8192\nsteps: 2\n"
+         "fixed: {gbs: 1536}\naxes:\n  layout:\n    - {tp: 8, pp: 16, dp: 64}\n";
   int status = 0;
   const std::string output =
       shell(calo() + " sweep " + (dir / "spec.yaml").string() + " --out " + (dir / "sim").string(), status);
@@ -289,9 +294,24 @@ TEST(CampaignReportInput, AboveSixtyFourGpusTheHottestDieStillReachesThePoint) {
   for (const CampaignPoint& point : campaign.points) {
     ASSERT_EQ(point.status, "done") << point.reason;
     EXPECT_GT(point.max_temp_c, 20) << point.name;
+    // The run row's hottest die over all GPUs, not the hottest of the GPUs whose samples were stored (those
+    // peaked 0.7 C lower in the 8192-GPU campaign).
+    double run_max_die_c = NAN;
+    for (const auto& row : store::RunReader(dir / "sim" / point.name).summaries("run"))
+      if (row.key == "max_die_c") run_max_die_c = row.value;
+    EXPECT_DOUBLE_EQ(point.max_temp_c, run_max_die_c) << point.name;
   }
   const std::string html = render_campaign_report({campaign});
   EXPECT_EQ(html.find("Hottest GPU temperature (no value"), std::string::npos);
+  const std::string wider = shell(
+      calo() + " sweep " + (dir / "wider.yaml").string() + " --out " + (dir / "wider").string(), status);
+  ASSERT_EQ(status, 0) << wider;
+  const Campaign widest = load_campaign(dir / "wider");
+  ASSERT_EQ(widest.points.size(), 1u);
+  double run_max_die_c = NAN;
+  for (const auto& row : store::RunReader(dir / "wider" / widest.points[0].name).summaries("run"))
+    if (row.key == "max_die_c") run_max_die_c = row.value;
+  EXPECT_DOUBLE_EQ(widest.points[0].max_temp_c, run_max_die_c);
   fs::remove_all(dir);
 }
 

@@ -195,8 +195,10 @@ std::string figure_charts(const Campaign& campaign, const PointGrid& grid,
     }
   }
   if (!constant.empty()) {
+    const bool one_point = std::count_if(campaign.points.begin(), campaign.points.end(), done) == 1;
     out += fmt::format(
-        "<p class=\"note constant-figures\">The same at every finished point, so not charted: {}.</p>\n",
+        "<p class=\"note constant-figures\">{}, so not charted: {}.</p>\n",
+        one_point ? "Zero or missing at the one finished point" : "The same at every finished point",
         escape_html(fmt::format("{}", fmt::join(constant, "; "))));
   }
   return out;

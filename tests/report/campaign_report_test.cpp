@@ -339,6 +339,7 @@ TEST(CampaignReportInput, OnePointIsChartedAndOnlyItsZerosAreSentences) {
   const auto note_at = html.find("<p class=\"note constant-figures\">");
   ASSERT_NE(note_at, std::string::npos);
   const std::string note = html.substr(note_at, html.find("</p>", note_at) - note_at);
+  EXPECT_TRUE(contains(note, "Zero or missing at the one finished point")) << note;
   EXPECT_TRUE(contains(note, "Power-cap throttle time 0 s")) << note;
   EXPECT_TRUE(contains(note, "Thermal throttle time 0 s")) << note;
   EXPECT_TRUE(contains(note, "Hottest GPU temperature (no value")) << note;

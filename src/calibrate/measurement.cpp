@@ -10,6 +10,7 @@
 
 #include "analyze/metrics.h"
 #include "analyze/window_mean.h"
+#include "core/device_names.h"
 #include "core/error.h"
 #include "parallel/validate.h"
 #include "sim/power_dynamics.h"
@@ -269,7 +270,7 @@ MeasuredRun load_measured_run(const std::filesystem::path& run_dir, const sim::G
 }
 
 bool is_cpu_host(const sim::GpuSpec& gpu) {
-  return gpu.name.rfind("CPU", 0) == 0;
+  return core::is_cpu_host_device(gpu.name);
 }
 
 std::vector<OpTiming> op_timings(const MeasuredRun& run, const graph::Graph& graph) {

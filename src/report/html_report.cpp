@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "analyze/compare.h"
+#include "core/device_names.h"
 #include "core/table.h"
 #include "report/many_gpus.h"
 #include "report/svg_chart.h"
@@ -582,7 +583,7 @@ void recording_findings(const analyze::RunAnalysis& run, const std::string& pref
   };
   // A simulation on a CPU host: its power and heat are cpu-host's placeholder per-core figures, not findings.
   const bool placeholder_power = run.run.kind == store::RunKind::kSim && !run.devices.empty() &&
-                                 run.devices.front().name.rfind("CPU", 0) == 0;
+                                 core::is_cpu_host_device(run.devices.front().name);
   std::size_t hot = placeholder_power ? std::string::npos : worst_gpu(run, thermal_of);
   if (hot != std::string::npos && thermal_of(run.device_metrics[hot]) >= 0.01) {
     const auto& metrics = run.device_metrics[hot];

@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "core/output_file.h"
 #include "core/shell.h"
+#include "core/spawn.h"
 #include "core/table.h"
 #include "model/model_spec.h"
 #include "parallel/layout.h"
@@ -272,26 +273,15 @@ nlohmann::json headline(const nlohmann::json& summary) {
 /// Starts `calo_bin args...` with stdout to `stdout_path`, stderr to `stderr_path`; returns the child's pid.
 pid_t spawn(const std::filesystem::path& calo_bin, const std::vector<std::string>& args,
             const std::filesystem::path& stdout_path, const std::filesystem::path& stderr_path) {
-  const pid_t pid = fork();
-  if (pid < 0)
-    throw RuntimeFailure(
-        fmt::format("calo sweep: fork failed ({}); fewer --jobs may help", std::strerror(errno)));
-  if (pid == 0) {
-    const int out = open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int err = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (out < 0 || err < 0) _exit(127);
-    dup2(out, STDOUT_FILENO);
-    dup2(err, STDERR_FILENO);
-    std::vector<char*> argv;
-    std::string program = calo_bin.string();
-    argv.push_back(program.data());
-    std::vector<std::string> copy = args;
-    for (std::string& arg : copy) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    execv(program.c_str(), argv.data());
-    _exit(127);
-  }
-  return pid;
+  core::ChildSpec spec;
+  spec.executable = calo_bin.string();
+  spec.argv = {calo_bin.string()};
+  spec.argv.insert(spec.argv.end(), args.begin(), args.end());
+  spec.stdout_path = stdout_path.string();
+  spec.stderr_path = stderr_path.string();
+  spec.failure_context = "calo sweep: fork failed";
+  spec.failure_hint = "; fewer --jobs may help";
+  return core::spawn_child(spec);
 }
 
 /// The last non-empty line of a text file (a failed point's error message), at most 300 characters.

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/spawn.h"
 
 extern char** environ;
 
@@ -65,24 +66,13 @@ int worse(int current, int candidate) {
 /// Forks and execs `path` with `arguments` and `environment`; the child dies with its parent.
 pid_t start_child(const std::string& path, const std::vector<std::string>& arguments,
                   const std::vector<std::string>& environment) {
-  std::vector<std::string> argument_copy = arguments;
-  std::vector<std::string> environment_copy = environment;
-  std::vector<char*> argv;
-  for (auto& argument : argument_copy) argv.push_back(argument.data());
-  argv.push_back(nullptr);
-  std::vector<char*> envp;
-  for (auto& variable : environment_copy) envp.push_back(variable.data());
-  envp.push_back(nullptr);
-  const pid_t parent = getpid();
-  const pid_t child = fork();
-  if (child < 0) throw RuntimeFailure(fmt::format("cannot fork a rank: {}", std::strerror(errno)));
-  if (child == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(126);
-    execve(path.c_str(), argv.data(), envp.data());
-    _exit(127);
-  }
-  return child;
+  core::ChildSpec spec;
+  spec.executable = path;
+  spec.argv = arguments;
+  spec.environment = environment;
+  spec.dies_with_parent = true;
+  spec.failure_context = "cannot fork a rank";
+  return core::spawn_child(spec);
 }
 
 /// Waits for all `children`; when one fails, gives the others `grace` to finish, then kills them.

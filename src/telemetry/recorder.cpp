@@ -21,6 +21,7 @@
 
 #include "core/error.h"
 #include "core/shell.h"
+#include "core/spawn.h"
 #include "core/step_warmup.h"
 #include "core/table.h"
 #include "core/time.h"
@@ -566,36 +567,18 @@ ChildOutcome run_child(const ResolvedCommand& command, const RecordOptions& opti
   if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
     throw RuntimeFailure(fmt::format("cannot create pipes for the child: {}", std::strerror(errno)));
   }
-  std::vector<std::string> environment_strings = child_environment(socket_path, run_dir);
-  std::vector<char*> environment;
-  for (auto& variable : environment_strings) environment.push_back(variable.data());
-  environment.push_back(nullptr);
-  std::vector<std::string> argument_strings = command.words;
-  std::vector<char*> arguments;
-  for (auto& argument : argument_strings) arguments.push_back(argument.data());
-  arguments.push_back(nullptr);
-
+  core::ChildSpec spec;
+  spec.executable = command.executable;
+  spec.argv = command.words;
+  spec.environment = child_environment(socket_path, run_dir);
+  spec.stdout_fd = out_pipe[1];
+  spec.stderr_fd = err_pipe[1];
+  spec.dies_with_parent = true;  // the child dies with calo (SIGTERM) rather than run unrecorded
+  spec.reset_signals = true;
+  spec.failure_context = fmt::format("cannot start '{}'", command.words[0]);
   SignalForwarding signals;
-  const pid_t parent_pid = getpid();
   const int64_t child_start_ns = core::monotonic_ns();
-  const pid_t child = fork();
-  if (child < 0)
-    throw RuntimeFailure(fmt::format("cannot start '{}': {}", command.words[0], std::strerror(errno)));
-  if (child == 0) {
-    // Only async-signal-safe calls until exec. The child dies with calo (SIGTERM) rather than run unrecorded.
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent_pid) _exit(126);
-    dup2(out_pipe[1], STDOUT_FILENO);
-    dup2(err_pipe[1], STDERR_FILENO);
-    signal(SIGPIPE, SIG_DFL);  // ignored dispositions survive exec; handled ones are reset by it
-    sigset_t empty;
-    sigemptyset(&empty);
-    sigprocmask(SIG_SETMASK, &empty, nullptr);
-    execve(command.executable.c_str(), arguments.data(), environment.data());
-    const char message[] = "calo: exec failed\n";
-    [[maybe_unused]] ssize_t written = write(STDERR_FILENO, message, sizeof(message) - 1);
-    _exit(127);
-  }
+  const pid_t child = core::spawn_child(spec);
   signals.attach(child);
   close(out_pipe[1]);
   close(err_pipe[1]);

@@ -1,6 +1,5 @@
 #include "campaign/campaign.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/wait.h>
 #include <unistd.h>

@@ -5,9 +5,9 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
-#include <numeric>
 #include <string>
 #include <vector>
 
@@ -194,9 +194,8 @@ nlohmann::json to_json(const plan::PartitionFigures& figures) {
 
 /// The flags that run the partition found, and for other trainers how to put each stage on its GPUs.
 void print_use(const plan::PartitionRequest& request, const plan::PartitionFigures& best) {
-  std::vector<int> identity(best.gpu_of_stage.size());
-  std::iota(identity.begin(), identity.end(), 0);
-  if (best.gpu_of_stage.empty() || best.gpu_of_stage == identity) {
+  // The order is a permutation of the stages: in order, it is Megatron's.
+  if (std::is_sorted(best.gpu_of_stage.begin(), best.gpu_of_stage.end())) {
     fmt::print("# use: --layers-per-stage {} (stage s stays on the GPUs of pipeline position s)\n",
                fmt::join(best.layers_per_stage, ","));
     return;

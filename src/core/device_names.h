@@ -7,7 +7,7 @@
 namespace calo::core {
 
 /// Whether a device name is the cpu-host cluster preset's ("CPU host (calo bench --backend cpu)",
-/// data/clusters/ cpu-host.yaml): a simulated or calibrated "GPU" that stands for CPU ranks, with placeholder
+/// data/clusters/cpu-host.yaml): a simulated or calibrated "GPU" that stands for CPU ranks, with placeholder
 /// power and heat.
 inline bool is_cpu_host_device(std::string_view name) {
   return name.starts_with("CPU");

@@ -207,8 +207,9 @@ telemetry::GpuScope job_gpus(const BenchOptions& options, const LaunchInfo& laun
   scope.origin = fmt::format("the {} backend's ranks", setup.device.backend);
   const BackendFactory& factory = BackendRegistry::instance().select(options.backend);
   if (setup.device.backend != "cuda" || !factory.describe) return scope;
+  const int own_slot = device_slot(options.layout, launch);
   for (int local_rank = 0; local_rank < launch.local_world_size; ++local_rank) {
-    const std::string uuid = local_rank == device_slot(options.layout, launch)
+    const std::string uuid = local_rank == own_slot
                                  ? setup.device.uuid
                                  : factory.describe(local_rank, launch.local_world_size).uuid;
     if (!uuid.empty() && std::find(scope.entries.begin(), scope.entries.end(), uuid) == scope.entries.end())

@@ -22,7 +22,6 @@ std::vector<int> divisors(int value) {
   return result;
 }
 
-/// "try A or B" with the nearest valid values below and above `wanted` (one of them if only one exists).
 /// A valid stage -> GPU order to show: the last two stages swapped ("0,1,3,2"), or "0" for one stage.
 std::string example_order(int stages) {
   std::vector<int> order(std::max(1, stages));
@@ -31,6 +30,7 @@ std::string example_order(int stages) {
   return fmt::format("{}", fmt::join(order, ","));
 }
 
+/// "try A or B" with the nearest valid values below and above `wanted` (one of them if only one exists).
 std::string nearby(const std::vector<int>& valid_values, int wanted, const std::string& prefix = "") {
   // Flags, not 0 as "none": 0 is a valid value (zero stage 0).
   bool has_below = false, has_above = false;
@@ -255,9 +255,8 @@ void check_stage_gpus(Layout& layout) {
                     fmt::join(layout.stage_gpus, ","), stages, stages - 1, example_order(layout.pp)));
     seen[position] = true;
   }
-  bool identity = true;
-  for (int stage = 0; stage < stages; ++stage) identity &= layout.stage_gpus[stage] == stage;
-  if (identity) layout.stage_gpus.clear();
+  // A permutation in order is the identity: Megatron's own order.
+  if (std::is_sorted(layout.stage_gpus.begin(), layout.stage_gpus.end())) layout.stage_gpus.clear();
 }
 
 void check_experts(const model::ModelSpec& model, const Layout& layout) {

@@ -63,11 +63,14 @@ bool is_compute(const store::Span& span) {
   return category.has_value() && !analyze::is_comm(*category);
 }
 
-/// Per rank the time its compute spans cover outside warm-up steps (union, so overlapping kernels count
-/// once), from op spans or, without them, kernel spans; `kind` says which. Empty spans of a rank leave it 0.
-std::vector<double> compute_time_per_rank_s(const store::RunReader& reader, int world, std::string& kind) {
+/// Per rank the time its compute spans cover outside the warm-up steps `steps` names (the run's step spans),
+/// as a union so overlapping kernels count once; from op spans or, without them, kernel spans (`kind` says
+/// which). A rank without spans is left 0.
+std::vector<double> compute_time_per_rank_s(const store::RunReader& reader,
+                                            const std::vector<store::Span>& steps, int world,
+                                            std::string& kind) {
   std::set<std::int64_t> warmup_steps;
-  for (const store::Span& span : reader.spans(store::SpanKind::kStep))
+  for (const store::Span& span : steps)
     if (span.name == "warmup") warmup_steps.insert(span.step);
   std::vector<store::Span> spans = reader.spans(store::SpanKind::kOp);
   kind = "op";
@@ -87,9 +90,9 @@ std::vector<double> compute_time_per_rank_s(const store::RunReader& reader, int 
 }
 
 /// Steps the run measured, warm-up included (step spans), within [1, kMaxReferenceSteps]; else the request's.
-int run_steps(const store::RunReader& reader, int fallback) {
+int run_steps(const std::vector<store::Span>& step_spans, int fallback) {
   int steps = 0;
-  for (const store::Span& span : reader.spans(store::SpanKind::kStep))
+  for (const store::Span& span : step_spans)
     steps += span.rank == store::kNone && (span.name == "step" || span.name == "warmup");
   return std::clamp(steps > 0 ? steps : fallback, 1, kMaxReferenceSteps);
 }
@@ -174,7 +177,8 @@ GpuConditions conditions_from_run(const std::string& run_dir, const PartitionReq
   const store::RunReader reader(run_dir);
   const std::vector<store::IntervalSummary> gpus = gpu_summaries(reader, run_dir, world);
   const parallel::Layout layout = layout_as_run(reader, request);
-  const int steps = run_steps(reader, request.options.steps);
+  const std::vector<store::Span> step_spans = reader.spans(store::SpanKind::kStep);  // read once, used twice
+  const int steps = run_steps(step_spans, request.options.steps);
   GpuConditions conditions;
   conditions.inlet_offset_c.assign(world, 0.0);
   sim::SimResult predicted = reference(request, layout, steps, conditions.inlet_offset_c);
@@ -189,7 +193,7 @@ GpuConditions conditions_from_run(const std::string& run_dir, const PartitionReq
     conditions.heat_source = "none: the run has no temp_gpu_c samples (no extra heat assumed)";
   }
   std::string kind;
-  const std::vector<double> measured_s = compute_time_per_rank_s(reader, world, kind);
+  const std::vector<double> measured_s = compute_time_per_rank_s(reader, step_spans, world, kind);
   const int ranks_with_work = static_cast<int>(
       std::count_if(measured_s.begin(), measured_s.end(), [](double seconds) { return seconds > 0; }));
   if (ranks_with_work == world) {

@@ -108,18 +108,19 @@ bool ranks_before(const Evaluation& a, const Evaluation& b, Objective objective)
 /// `evaluation`; `graphs` caches their graphs across a layout's power caps.
 void evaluate_partitions(Evaluation& evaluation, bool uniform, bool balanced,
                          std::optional<graph::Graph> (&graphs)[2], const SearchRequest& request) {
-  Evaluation other = evaluation;
+  std::optional<Evaluation> other;
+  if (balanced) other.emplace(evaluation);  // before the uniform partition's figures land in `evaluation`
   if (uniform) {
     if (!graphs[0]) graphs[0].emplace(graph::build_graph(request.space.model, evaluation.candidate.layout));
     evaluate(evaluation, *graphs[0], request);
   }
-  if (!balanced) return;
-  other.candidate = *other.balanced;
-  if (!graphs[1]) graphs[1].emplace(graph::build_graph(request.space.model, other.candidate.layout));
-  evaluate(other, *graphs[1], request);
-  if (uniform && !ranks_before(other, evaluation, request.objective)) return;
-  other.uniform_iteration_s = uniform ? evaluation.iteration_s : 0.0;
-  evaluation = std::move(other);
+  if (!other) return;
+  other->candidate = *other->balanced;
+  if (!graphs[1]) graphs[1].emplace(graph::build_graph(request.space.model, other->candidate.layout));
+  evaluate(*other, *graphs[1], request);
+  if (uniform && !ranks_before(*other, evaluation, request.objective)) return;
+  other->uniform_iteration_s = uniform ? evaluation.iteration_s : 0.0;
+  evaluation = std::move(*other);
 }
 
 /// Sets `evaluation.balanced` (and its lower bound) to the pipeline layout at the layers per stage that

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <unordered_map>
 
@@ -502,7 +503,11 @@ SimResult simulate(const graph::Graph& graph, const ClusterSpec& cluster, const 
   const auto wall_start = std::chrono::steady_clock::now();
   validate_options(graph, options_by_gpu);
   check_stage_moves(graph.layout, cluster.node.gpus);
-  const SimOptions options = options_per_rank(options_by_gpu, graph.layout, cluster.node.gpus);
+  // Without a stage -> GPU order ranks are GPUs: no copy of the options on the planner's hot path.
+  std::optional<SimOptions> placed;
+  if (!graph.layout.stage_gpus.empty())
+    placed = options_per_rank(options_by_gpu, graph.layout, cluster.node.gpus);
+  const SimOptions& options = placed ? *placed : options_by_gpu;
   SimResult result = describe_run(graph, cluster, options);
   std::vector<ProgramPower> powers = cost_programs(graph, cluster.gpu, result);
   std::vector<GpuState> gpus = init_gpu_states(graph, cluster, options, powers, result);

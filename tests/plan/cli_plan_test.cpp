@@ -342,6 +342,18 @@ TEST(CaloPlanPartition, FromARealBenchRunReadsItsRanksOpSpans) {
   ASSERT_EQ(speed.size(), 2u);
   EXPECT_DOUBLE_EQ(std::max(speed[0], speed[1]), 1.0);
   EXPECT_GT(std::min(speed[0], speed[1]), 0.0);
+  // Bad input: a run with neither op spans nor clocks, and an order given to the search that finds one.
+  outcome = run_calo("bench --backend cpu " + job + " --steps 1 --warmup 0 --no-progress --out " +
+                     (dir / "plain").string());
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  outcome = run_calo("plan partition " + job + " --cluster cpu-host --from " + (dir / "plain").string());
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_TRUE(
+      contains(outcome.output, "has neither op spans nor clock_sm_mhz samples; bench it with --trace-ops"))
+      << outcome.output;
+  outcome = run_calo("plan partition " + job + " --cluster cpu-host --stage-gpus 1,0");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "drop --stage-gpus")) << outcome.output;
   std::filesystem::remove_all(dir);
 #else
   GTEST_SKIP() << "built without the run store or MPI (calo bench on several ranks)";

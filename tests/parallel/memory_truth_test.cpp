@@ -1,0 +1,116 @@
+// The memory model against what a real PyTorch training step held on one H200
+// (tests/fixtures/memory-truth-h200, issue 39 item 1): every measured configuration, term by term. The
+// issue's target is 5 % on the peak; the bounds below are today's errors (docs/BENCHMARKS.md "Memory model
+// against PyTorch"), so that the model cannot drift further from measurement unnoticed, and tighten as the
+// model is reconciled (issue 39 item 3).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/model_spec.h"
+#include "parallel/layout.h"
+#include "parallel/memory.h"
+#include "parallel/validate.h"
+
+namespace calo::parallel {
+namespace {
+
+struct Truth {
+  nlohmann::json row;
+  MemoryBreakdown model;
+};
+
+Recompute recompute_named(const std::string& name) {
+  if (name == "full") return Recompute::kFull;
+  if (name == "selective") return Recompute::kSelective;
+  return Recompute::kNone;
+}
+
+// Every measured line with the model's breakdown for the same model slice and layout (one GPU).
+std::vector<Truth> load_truths() {
+  std::ifstream in(std::string(CALO_SOURCE_DIR) + "/tests/fixtures/memory-truth-h200/memory_truth.jsonl");
+  std::vector<Truth> truths;
+  std::string line;
+  while (std::getline(in, line)) {
+    Truth truth;
+    truth.row = nlohmann::json::parse(line);
+    model::ModelSpec model = model::load_model("llama3-8b");
+    model.num_layers = truth.row.at("layers").get<int>();
+    Layout layout;
+    layout.micro_batch = truth.row.at("mbs").get<int>();
+    layout.global_batch = layout.micro_batch;
+    layout.seq_length = truth.row.at("seq").get<int>();
+    layout.recompute = recompute_named(truth.row.at("recompute").get<std::string>());
+    truth.model = memory_per_gpu(model, resolve_layout(model, layout));
+    truths.push_back(truth);
+  }
+  return truths;
+}
+
+double error(double model, double measured) {
+  return (model - measured) / measured;
+}
+
+TEST(MemoryTruth, EveryH200MeasurementIsComparedAndNoneErred) {
+  const std::vector<Truth> truths = load_truths();
+  ASSERT_EQ(truths.size(), 14u) << "the fixture's 14 configurations";
+  std::printf(
+      "layers seq mbs recompute | activations GiB model/measured (err) | peak GiB model/measured (err)\n");
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  for (const Truth& truth : truths) {
+    EXPECT_FALSE(truth.row.contains("error")) << truth.row.dump();
+    const double activations = truth.row.at("activations_bytes").get<double>();
+    const double peak = truth.row.at("peak_step_bytes").get<double>();
+    std::printf("%d %d %d %s | %.2f / %.2f (%+.1f %%) | %.2f / %.2f (%+.1f %%)\n",
+                truth.row.at("layers").get<int>(), truth.row.at("seq").get<int>(),
+                truth.row.at("mbs").get<int>(), truth.row.at("recompute").get<std::string>().c_str(),
+                truth.model.activations_bytes / kGiB, activations / kGiB,
+                100 * error(truth.model.activations_bytes, activations), truth.model.total_bytes() / kGiB,
+                peak / kGiB, 100 * error(truth.model.total_bytes(), peak));
+  }
+}
+
+TEST(MemoryTruth, ParametersAndStateMatchTheMeasuredSlice) {
+  for (const Truth& truth : load_truths()) {
+    const double params = truth.row.at("params").get<double>();
+    // The model counts the slice's parameters exactly (bf16 weights: 2 bytes each).
+    EXPECT_NEAR(truth.model.weights_bytes, truth.row.at("weights_bytes").get<double>(), 1e-6 * params);
+    // State: the model keeps 16 bytes per parameter (bf16 gradients); the trainer 18 (fp32 master gradient,
+    // as Megatron-LM's main grads). Today's error -11.1 %.
+    const double model_state =
+        truth.model.weights_bytes + truth.model.gradients_bytes + truth.model.optimizer_bytes;
+    const double measured_state = truth.row.at("state_bytes_before_step").get<double>();
+    EXPECT_NEAR(error(model_state, measured_state), -0.111, 0.01) << truth.row.dump();
+  }
+}
+
+TEST(MemoryTruth, ActivationsAndPeakWithinTodaysErrorOfEveryConfiguration) {
+  for (const Truth& truth : load_truths()) {
+    const std::string recompute = truth.row.at("recompute").get<std::string>();
+    const double activations =
+        error(truth.model.activations_bytes, truth.row.at("activations_bytes").get<double>());
+    const double peak = error(truth.model.total_bytes(), truth.row.at("peak_step_bytes").get<double>());
+    // Today: without full recompute the model keeps 10-19 % fewer activation bytes than autograd saved (per
+    // layer 139 kB a token against 186.5 kB measured: eager SwiGLU keeps gate, up, silu(gate) and the
+    // product, eager RoPE and the attention output's reshape keep copies, where the model counts fused
+    // kernels' inputs); with full recompute it matches to 0.1 %. The peak is 16-34 % low: the state term
+    // above, the bf16 gradients alive beside the fp32 ones, and the loss's backward transient (about 8 bytes
+    // per vocabulary entry per token), which the model does not hold.
+    if (recompute == "full") {
+      EXPECT_LT(std::abs(activations), 0.001) << truth.row.dump();
+    } else {
+      EXPECT_GT(activations, -0.20) << truth.row.dump();
+      EXPECT_LT(activations, -0.10) << truth.row.dump();
+    }
+    EXPECT_GT(peak, -0.35) << truth.row.dump();
+    EXPECT_LT(peak, -0.15) << truth.row.dump();
+  }
+}
+
+}  // namespace
+}  // namespace calo::parallel

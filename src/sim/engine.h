@@ -75,6 +75,7 @@ class Engine {
 
  private:
   struct ProgramStreams;
+  class Iteration;  ///< one call of run(): its state and steps (engine.cpp)
   const std::vector<double>& comm_costs(int program, int representative);
   const graph::Graph& graph_;
   const ClusterSpec& cluster_;

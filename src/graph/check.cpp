@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <tuple>
+#include <utility>
 
 #include "model/accounting.h"
 #include "parallel/schedule.h"
@@ -187,10 +188,8 @@ struct SimGroup {
   std::int64_t completed = 0;  // collectives completed
 };
 
-}  // namespace
-
-std::vector<Problem> check_deadlock(const Graph& graph, DeadlockScope scope) {
-  std::vector<Problem> problems;
+/// Ranks the deadlock check executes: all of them, or one per distinct program role of every stage.
+std::vector<int> simulated_ranks(const Graph& graph, DeadlockScope scope) {
   const parallel::Layout& layout = graph.layout;
   const int world = graph.world_size();
   if (scope == DeadlockScope::kAuto)
@@ -198,153 +197,213 @@ std::vector<Problem> check_deadlock(const Graph& graph, DeadlockScope scope) {
   std::vector<int> ranks;
   if (scope == DeadlockScope::kAllRanks) {
     for (int rank = 0; rank < world; ++rank) ranks.push_back(rank);
-  } else {
-    // One rank per distinct program role of every stage: tp index 0, dp indices covering every role.
-    bool by_ep = false;
-    for (const auto& program : graph.programs) by_ep = by_ep || program.ep_index >= 0;
-    // Every cp index of the representative replica: the ring needs all its members.
-    const int dp_indices = by_ep ? layout.ep : 1;
-    for (int stage = 0; stage < layout.pp; ++stage)
-      for (int dp_index = 0; dp_index < dp_indices; ++dp_index)
-        for (int cp_index = 0; cp_index < layout.cp; ++cp_index)
-          ranks.push_back(layout.tp * (cp_index + layout.cp * (dp_index + layout.dp * stage)));
+    return ranks;
   }
-  std::vector<int> slot_of_rank(world, -1);
-  std::vector<SimRank> sims(ranks.size());
-  for (std::size_t slot = 0; slot < ranks.size(); ++slot) {
-    SimRank& sim = sims[slot];
-    sim.rank = ranks[slot];
-    slot_of_rank[sim.rank] = static_cast<int>(slot);
-    sim.program = &graph.program(sim.rank);
-    sim.done.assign(sim.program->ops.size(), 0);
-    sim.remaining = sim.program->ops.size();
-    for (std::size_t index = 0; index < sim.program->ops.size(); ++index)
-      sim.queue[static_cast<int>(sim.program->ops[index].stream)].push_back(static_cast<std::int32_t>(index));
-  }
-  std::vector<SimGroup> groups(graph.groups.size());
-  for (std::size_t group_id = 0; group_id < graph.groups.size(); ++group_id)
-    for (int member : graph.groups[group_id].ranks)
-      if (slot_of_rank[member] >= 0) ++groups[group_id].needed;
+  // One rank per distinct program role of every stage: tp index 0, dp indices covering every role.
+  bool by_ep = false;
+  for (const auto& program : graph.programs) by_ep = by_ep || program.ep_index >= 0;
+  // Every cp index of the representative replica: the ring needs all its members.
+  const int dp_indices = by_ep ? layout.ep : 1;
+  for (int stage = 0; stage < layout.pp; ++stage)
+    for (int dp_index = 0; dp_index < dp_indices; ++dp_index)
+      for (int cp_index = 0; cp_index < layout.cp; ++cp_index)
+        ranks.push_back(layout.tp * (cp_index + layout.cp * (dp_index + layout.dp * stage)));
+  return ranks;
+}
 
-  auto deps_done = [](const SimRank& sim, std::size_t index) {
-    for (std::int32_t dep : sim.program->deps_of(index))
-      if (!sim.done[dep]) return false;
-    return true;
-  };
-  auto mark = [](SimRank& sim, std::size_t index) {
-    sim.done[index] = 1;
-    --sim.remaining;
-  };
-  auto finish = [&](SimRank& sim, int stream) {
-    mark(sim, sim.queue[stream][sim.head[stream]]);
+/// Whether every dependency of op `index` has finished.
+bool deps_done(const SimRank& sim, std::size_t index) {
+  for (std::int32_t dep : sim.program->deps_of(index))
+    if (!sim.done[dep]) return false;
+  return true;
+}
+
+/// Marks op `index` finished.
+void mark(SimRank& sim, std::size_t index) {
+  sim.done[index] = 1;
+  --sim.remaining;
+}
+
+/// Finishes the op at the stream's head and moves the head past it.
+void finish(SimRank& sim, int stream) {
+  mark(sim, sim.queue[stream][sim.head[stream]]);
+  ++sim.head[stream];
+}
+
+/// Moves a stream's head past finished ops (batched point-to-point ops finish out of order).
+void advance(SimRank& sim, int stream) {
+  while (sim.head[stream] < sim.queue[stream].size() && sim.done[sim.queue[stream][sim.head[stream]]])
     ++sim.head[stream];
-  };
-  // Moves a stream's head past finished ops (batched point-to-point ops finish out of order).
-  auto advance = [](SimRank& sim, int stream) {
-    while (sim.head[stream] < sim.queue[stream].size() && sim.done[sim.queue[stream][sim.head[stream]]])
-      ++sim.head[stream];
-  };
-  // A batch is launched once every op in it has its dependencies.
-  auto batch_ready = [&](const SimRank& sim, int stream, std::size_t end) {
-    for (std::size_t position = sim.head[stream]; position < end; ++position)
-      if (!deps_done(sim, sim.queue[stream][position])) return false;
-    return true;
-  };
-  // End of the batch that starts at the stream's head: one op, or the run of ops sharing its p2p_batch.
-  auto head_batch_end = [](const SimRank& sim, int stream) {
-    const auto& queue = sim.queue[stream];
-    std::size_t end = sim.head[stream];
-    if (end >= queue.size()) return end;
-    const Op& first = sim.program->ops[queue[end]];
+}
+
+/// A batch is launched once every op in it has its dependencies.
+bool batch_ready(const SimRank& sim, int stream, std::size_t end) {
+  for (std::size_t position = sim.head[stream]; position < end; ++position)
+    if (!deps_done(sim, sim.queue[stream][position])) return false;
+  return true;
+}
+
+/// End of the batch that starts at the stream's head: one op, or the run of ops sharing its p2p_batch.
+std::size_t head_batch_end(const SimRank& sim, int stream) {
+  const auto& queue = sim.queue[stream];
+  std::size_t end = sim.head[stream];
+  if (end >= queue.size()) return end;
+  const Op& first = sim.program->ops[queue[end]];
+  ++end;
+  if (!is_p2p(first) || first.p2p_batch < 0) return end;
+  while (end < queue.size()) {
+    const Op& op = sim.program->ops[queue[end]];
+    if (!is_p2p(op) || op.p2p_batch != first.p2p_batch) break;
     ++end;
-    if (!is_p2p(first) || first.p2p_batch < 0) return end;
-    while (end < queue.size()) {
-      const Op& op = sim.program->ops[queue[end]];
-      if (!is_p2p(op) || op.p2p_batch != first.p2p_batch) break;
-      ++end;
+  }
+  return end;
+}
+
+/// Blocking execution of the simulated ranks' programs until no stream can move.
+class DeadlockSimulation {
+ public:
+  /// Sets up every simulated rank's stream queues and each group's simulated member count.
+  DeadlockSimulation(const Graph& graph, const std::vector<int>& ranks)
+      : graph_(graph),
+        slot_of_rank_(graph.world_size(), -1),
+        sims_(ranks.size()),
+        groups_(graph.groups.size()) {
+    for (std::size_t slot = 0; slot < ranks.size(); ++slot) {
+      SimRank& sim = sims_[slot];
+      sim.rank = ranks[slot];
+      slot_of_rank_[sim.rank] = static_cast<int>(slot);
+      sim.program = &graph.program(sim.rank);
+      sim.done.assign(sim.program->ops.size(), 0);
+      sim.remaining = sim.program->ops.size();
+      for (std::size_t index = 0; index < sim.program->ops.size(); ++index)
+        sim.queue[static_cast<int>(sim.program->ops[index].stream)].push_back(
+            static_cast<std::int32_t>(index));
     }
-    return end;
-  };
-  bool progress = true;
-  while (progress) {
-    progress = false;
-    for (SimRank& sim : sims) {
+    for (std::size_t group_id = 0; group_id < graph.groups.size(); ++group_id)
+      for (int member : graph.groups[group_id].ranks)
+        if (slot_of_rank_[member] >= 0) ++groups_[group_id].needed;
+  }
+
+  /// Sweeps all ranks and streams until a full sweep finishes nothing.
+  void run() {
+    progress_ = true;
+    while (progress_) {
+      progress_ = false;
+      for (SimRank& sim : sims_)
+        for (int stream = 0; stream < kNumStreams; ++stream) run_stream(sim, stream);
+    }
+  }
+
+  /// Adds one "deadlock" problem per stream of a rank that did not finish.
+  void report_stuck(std::vector<Problem>& problems) const {
+    for (const SimRank& sim : sims_) {
+      if (sim.remaining == 0) continue;
       for (int stream = 0; stream < kNumStreams; ++stream) {
-        while (sim.head[stream] < sim.queue[stream].size()) {
-          const std::size_t index = sim.queue[stream][sim.head[stream]];
-          const Op& op = sim.program->ops[index];
-          if (!deps_done(sim, index)) break;
-          if (op.kind == OpKind::kCollective) {
-            const int group_id = graph.group_id(sim.rank, op.group);
-            if (group_id < 0) break;  // reported by check_collectives
-            SimGroup& group = groups[group_id];
-            const int kind = static_cast<int>(op.group);
-            if (!sim.arrived[stream]) {
-              sim.arrived[stream] = true;
-              if (++group.arrived == group.needed) {
-                group.arrived = 0;
-                ++group.completed;
-              }
-            }
-            if (group.completed <= sim.completed[kind]) break;
-            ++sim.completed[kind];
-            sim.arrived[stream] = false;
-            finish(sim, stream);
-            progress = true;
-          } else if (is_p2p(op)) {
-            // The head batch: consecutive ops of one batched isend/irecv; each matches its peer's op in the
-            // peer's head batch, in any order.
-            const std::size_t batch_end = head_batch_end(sim, stream);
-            if (!batch_ready(sim, stream, batch_end)) break;
-            for (std::size_t position = sim.head[stream]; position < batch_end; ++position) {
-              const std::size_t mine = sim.queue[stream][position];
-              if (sim.done[mine]) continue;
-              const Op& this_op = sim.program->ops[mine];
-              const int peer = graph.peer_rank(sim.rank, this_op);
-              const int peer_slot = peer >= 0 && peer < world ? slot_of_rank[peer] : -1;
-              if (peer_slot < 0) continue;
-              SimRank& other = sims[peer_slot];
-              const int other_stream = static_cast<int>(this_op.stream);
-              const std::size_t other_end = head_batch_end(other, other_stream);
-              if (!batch_ready(other, other_stream, other_end)) continue;
-              for (std::size_t other_position = other.head[other_stream]; other_position < other_end;
-                   ++other_position) {
-                const std::size_t theirs = other.queue[other_stream][other_position];
-                const Op& match = other.program->ops[theirs];
-                const bool complementary = (this_op.kind == OpKind::kSend && match.kind == OpKind::kRecv) ||
-                                           (this_op.kind == OpKind::kRecv && match.kind == OpKind::kSend);
-                if (other.done[theirs] || !complementary || match.tag != this_op.tag ||
-                    graph.peer_rank(peer, match) != sim.rank)
-                  continue;
-                mark(other, theirs);
-                mark(sim, mine);
-                progress = true;
-                advance(other, other_stream);
-                break;
-              }
-            }
-            advance(sim, stream);
-            if (sim.head[stream] < batch_end) break;
-          } else {
-            finish(sim, stream);
-            progress = true;
-          }
-        }
+        if (sim.head[stream] >= sim.queue[stream].size()) continue;
+        const std::size_t index = sim.queue[stream][sim.head[stream]];
+        const Op& op = sim.program->ops[index];
+        add_problem(problems, "deadlock",
+                    fmt::format("rank {} {} stream stuck at op {} ({}; microbatch {}, layer {}), {} ops left",
+                                sim.rank, to_string(op.stream), index, describe(op), op.microbatch, op.layer,
+                                sim.remaining));
       }
     }
   }
-  for (const SimRank& sim : sims) {
-    if (sim.remaining == 0) continue;
-    for (int stream = 0; stream < kNumStreams; ++stream) {
-      if (sim.head[stream] >= sim.queue[stream].size()) continue;
+
+ private:
+  /// Executes a stream's ops from its head until one blocks.
+  void run_stream(SimRank& sim, int stream) {
+    while (sim.head[stream] < sim.queue[stream].size()) {
       const std::size_t index = sim.queue[stream][sim.head[stream]];
       const Op& op = sim.program->ops[index];
-      add_problem(
-          problems, "deadlock",
-          fmt::format("rank {} {} stream stuck at op {} ({}; microbatch {}, layer {}), {} ops left", sim.rank,
-                      to_string(op.stream), index, describe(op), op.microbatch, op.layer, sim.remaining));
+      if (!deps_done(sim, index)) break;
+      if (op.kind == OpKind::kCollective) {
+        if (!try_collective(sim, stream, op)) break;
+      } else if (is_p2p(op)) {
+        if (!try_p2p_batch(sim, stream)) break;
+      } else {
+        finish(sim, stream);
+        progress_ = true;
+      }
     }
   }
+
+  /// Arrives at the head collective and finishes it once the whole group has; false while it waits.
+  bool try_collective(SimRank& sim, int stream, const Op& op) {
+    const int group_id = graph_.group_id(sim.rank, op.group);
+    if (group_id < 0) return false;  // reported by check_collectives
+    SimGroup& group = groups_[group_id];
+    const int kind = static_cast<int>(op.group);
+    if (!sim.arrived[stream]) {
+      sim.arrived[stream] = true;
+      if (++group.arrived == group.needed) {
+        group.arrived = 0;
+        ++group.completed;
+      }
+    }
+    if (group.completed <= sim.completed[kind]) return false;
+    ++sim.completed[kind];
+    sim.arrived[stream] = false;
+    finish(sim, stream);
+    progress_ = true;
+    return true;
+  }
+
+  /// Matches the head batch's ops against their peers' head batches; false while part of it is left.
+  bool try_p2p_batch(SimRank& sim, int stream) {
+    // The head batch: consecutive ops of one batched isend/irecv; each matches its peer's op in the peer's
+    // head batch, in any order.
+    const std::size_t batch_end = head_batch_end(sim, stream);
+    if (!batch_ready(sim, stream, batch_end)) return false;
+    for (std::size_t position = sim.head[stream]; position < batch_end; ++position) {
+      const std::size_t mine = sim.queue[stream][position];
+      if (!sim.done[mine]) match_with_peer(sim, mine);
+    }
+    advance(sim, stream);
+    return sim.head[stream] >= batch_end;
+  }
+
+  /// Finishes op `mine` together with the complementary op in its peer's launched head batch, if any.
+  void match_with_peer(SimRank& sim, std::size_t mine) {
+    const Op& this_op = sim.program->ops[mine];
+    const int peer = graph_.peer_rank(sim.rank, this_op);
+    const int peer_slot = peer >= 0 && peer < graph_.world_size() ? slot_of_rank_[peer] : -1;
+    if (peer_slot < 0) return;
+    SimRank& other = sims_[peer_slot];
+    const int other_stream = static_cast<int>(this_op.stream);
+    const std::size_t other_end = head_batch_end(other, other_stream);
+    if (!batch_ready(other, other_stream, other_end)) return;
+    for (std::size_t other_position = other.head[other_stream]; other_position < other_end;
+         ++other_position) {
+      const std::size_t theirs = other.queue[other_stream][other_position];
+      const Op& match = other.program->ops[theirs];
+      const bool complementary = (this_op.kind == OpKind::kSend && match.kind == OpKind::kRecv) ||
+                                 (this_op.kind == OpKind::kRecv && match.kind == OpKind::kSend);
+      if (other.done[theirs] || !complementary || match.tag != this_op.tag ||
+          graph_.peer_rank(peer, match) != sim.rank)
+        continue;
+      mark(other, theirs);
+      mark(sim, mine);
+      progress_ = true;
+      advance(other, other_stream);
+      return;
+    }
+  }
+
+  const Graph& graph_;
+  std::vector<int> slot_of_rank_;
+  std::vector<SimRank> sims_;
+  std::vector<SimGroup> groups_;
+  bool progress_ = false;  // some op finished in the current sweep
+};
+
+}  // namespace
+
+std::vector<Problem> check_deadlock(const Graph& graph, DeadlockScope scope) {
+  std::vector<Problem> problems;
+  DeadlockSimulation simulation(graph, simulated_ranks(graph, scope));
+  simulation.run();
+  simulation.report_stuck(problems);
   return problems;
 }
 
@@ -460,43 +519,113 @@ double expected_cp_bytes_per_layer(const model::ModelSpec& model, const parallel
   return (layout.cp - 1) * kv * passes;
 }
 
-CommVolumes expected_comm_volumes(const model::ModelSpec& model, const parallel::Layout& layout) {
-  // Symbols as in docs/METRICS.md: T = b s / c tokens per micro-batch on a rank (c = cp), T_l = T/t under
-  // sequence parallel, m micro-batches, C = t c d ranks per stage, R = 1 with full recompute else 0. All
-  // volumes in bytes.
-  CommVolumes volumes;
-  const double t = layout.tp, c = layout.cp, d = layout.dp, e = layout.ep, m = layout.num_microbatches();
-  const double h = model.hidden_size;
-  const double tokens = static_cast<double>(layout.micro_batch) * layout.seq_length / c;
-  const bool sp = layout.sequence_parallel && layout.tp > 1;
-  const double tokens_local = sp ? tokens / t : tokens;
-  const double ranks_per_stage = t * c * d;
-  const double full = layout.recompute == model::Recompute::kFull ? 1.0 : 0.0;
-  const double act = 2.0 * tokens * h;  // bf16 activation of one micro-batch, T x h
-  const double k = model.is_moe() ? model.moe_top_k : 0;
-  const auto partition = parallel::layer_partition(layout, model.num_layers);
-  const int virtual_stages = static_cast<int>(partition.size());
-  const auto counts = model::count_parameters(model);
-  const double word = counts.embedding - counts.positions;
+namespace {
 
-  // Tensor parallel, per rank per micro-batch.
-  if (layout.tp > 1) {
-    double dense_layer = sp ? (4.0 + 6.0 + 4.0 * full) * act : (2.0 + 2.0 + 2.0 * full) * act;
-    if (model.is_moe()) {
-      // Attention half of the dense layer plus TP gather/scatter of the routed tokens: 2 (fwd) + 2 (bwd).
-      dense_layer = (2.0 + 3.0 + 2.0 * full) * act + (2.0 + 2.0 + 2.0 * full) * 2.0 * tokens * k * h;
-    }
-    const double embedding = sp ? 2.0 * act : act;
-    const double output = (sp ? 3.0 * act : act) + 12.0 * tokens;
-    double per_rank = 0;
-    for (int virtual_stage = 0; virtual_stage < virtual_stages; ++virtual_stage) {
-      per_rank += partition[virtual_stage].count * dense_layer;
-      if (virtual_stage == 0) per_rank += embedding;
-      if (virtual_stage == virtual_stages - 1) per_rank += output;
-    }
-    volumes.tp_bytes = ranks_per_stage * m * per_rank;
+/// Symbols of docs/METRICS.md's closed forms, from model and layout.
+struct VolumeSymbols {
+  double t = 0, c = 0, d = 0, e = 0, m = 0;  // tp, cp, dp, ep sizes and micro-batches
+  double h = 0;                              // hidden size
+  double tokens = 0;                         // T = b s / c tokens per micro-batch on a rank
+  bool sp = false;                           // sequence parallel in effect
+  double tokens_local = 0;                   // T_l = T/t under sequence parallel, else T
+  double ranks_per_stage = 0;                // C = t c d
+  double full = 0;                           // R = 1 with full recompute else 0
+  double act_bytes = 0;                      // bf16 activation of one micro-batch, T x h
+  double k = 0;                              // experts per token (0 for dense models)
+  std::vector<parallel::LayerRange> partition;
+  int virtual_stages = 0;
+  model::ParameterCounts counts;
+  double word = 0;  // word-embedding parameters
+};
+
+/// Computes the closed forms' symbols.
+VolumeSymbols volume_symbols(const model::ModelSpec& model, const parallel::Layout& layout) {
+  VolumeSymbols sym;
+  sym.t = layout.tp;
+  sym.c = layout.cp;
+  sym.d = layout.dp;
+  sym.e = layout.ep;
+  sym.m = layout.num_microbatches();
+  sym.h = model.hidden_size;
+  sym.tokens = static_cast<double>(layout.micro_batch) * layout.seq_length / sym.c;
+  sym.sp = layout.sequence_parallel && layout.tp > 1;
+  sym.tokens_local = sym.sp ? sym.tokens / sym.t : sym.tokens;
+  sym.ranks_per_stage = sym.t * sym.c * sym.d;
+  sym.full = layout.recompute == model::Recompute::kFull ? 1.0 : 0.0;
+  sym.act_bytes = 2.0 * sym.tokens * sym.h;
+  sym.k = model.is_moe() ? model.moe_top_k : 0;
+  sym.partition = parallel::layer_partition(layout, model.num_layers);
+  sym.virtual_stages = static_cast<int>(sym.partition.size());
+  sym.counts = model::count_parameters(model);
+  sym.word = sym.counts.embedding - sym.counts.positions;
+  return sym;
+}
+
+/// Tensor-parallel bytes over all ranks (per rank per micro-batch, times C m); 0 without tp.
+double expected_tp_bytes(const model::ModelSpec& model, const parallel::Layout& layout,
+                         const VolumeSymbols& sym) {
+  if (layout.tp <= 1) return 0.0;
+  const double act = sym.act_bytes, full = sym.full;
+  double dense_layer = sym.sp ? (4.0 + 6.0 + 4.0 * full) * act : (2.0 + 2.0 + 2.0 * full) * act;
+  if (model.is_moe()) {
+    // Attention half of the dense layer plus TP gather/scatter of the routed tokens: 2 (fwd) + 2 (bwd).
+    dense_layer =
+        (2.0 + 3.0 + 2.0 * full) * act + (2.0 + 2.0 + 2.0 * full) * 2.0 * sym.tokens * sym.k * sym.h;
   }
+  const double embedding = sym.sp ? 2.0 * act : act;
+  const double output = (sym.sp ? 3.0 * act : act) + 12.0 * sym.tokens;
+  double per_rank = 0;
+  for (int virtual_stage = 0; virtual_stage < sym.virtual_stages; ++virtual_stage) {
+    per_rank += sym.partition[virtual_stage].count * dense_layer;
+    if (virtual_stage == 0) per_rank += embedding;
+    if (virtual_stage == sym.virtual_stages - 1) per_rank += output;
+  }
+  return sym.ranks_per_stage * sym.m * per_rank;
+}
 
+/// Per-rank dense and expert parameters of one virtual stage.
+std::pair<double, double> stage_parameters(const model::ModelSpec& model, const parallel::Layout& layout,
+                                           const VolumeSymbols& sym, int virtual_stage) {
+  const auto& counts = sym.counts;
+  const double t = sym.t;
+  double dense = 0, expert = 0;
+  const double layers = sym.partition[virtual_stage].count;
+  if (model.is_moe()) {
+    dense += layers * (counts.per_layer_attention / t + counts.per_layer_norm + counts.per_layer_router);
+    expert += layers * counts.per_expert * (model.num_experts / sym.e) / t;
+  } else {
+    dense += layers * ((counts.per_layer_attention + counts.per_layer_mlp) / t + counts.per_layer_norm);
+  }
+  if (virtual_stage == 0) dense += sym.word / t + counts.positions;
+  if (virtual_stage == sym.virtual_stages - 1) {
+    const double output = model.tied_embeddings ? (layout.pp > 1 ? sym.word : 0.0) : counts.output;
+    dense += output / t + counts.final_norm;
+  }
+  return {dense, expert};
+}
+
+/// Collectives each parameter byte of a chunk takes part in per iteration, by ZeRO stage.
+double dp_passes(const parallel::Layout& layout, const std::vector<parallel::PipelineSlot>& schedule,
+                 int chunk, double m) {
+  double gathers = 2.0 * m;
+  if (layout.zero_stage == 3 && !layout.reshard_after_forward) {
+    gathers = 0;
+    bool previous_forward = false;
+    for (const auto& slot : schedule) {
+      if (slot.chunk != chunk) continue;
+      if (!previous_forward) ++gathers;
+      previous_forward = slot.pass == parallel::PassKind::kForward;
+    }
+  }
+  return layout.zero_stage == 3   ? gathers + m
+         : layout.zero_stage == 2 ? m + 1.0
+         : layout.zero_stage == 1 ? 2.0
+                                  : 1.0;
+}
+
+/// Adds the data-parallel bytes (and their replicate-group part) of every virtual stage to `volumes`.
+void add_expected_dp_bytes(const model::ModelSpec& model, const parallel::Layout& layout,
+                           const VolumeSymbols& sym, CommVolumes& volumes) {
   // Data parallel: per-rank dense and expert parameters of each virtual stage, times the collectives each
   // parameter byte takes part in per iteration (buffer bytes: all-reduce, all-gather output, reduce-scatter
   // input): all-reduce 1; ZeRO-1 reduce-scatter + all-gather 2; ZeRO-2 a reduce-scatter per micro-batch +
@@ -505,54 +634,43 @@ CommVolumes expected_comm_volumes(const model::ModelSpec& model, const parallel:
   // runs the dense ones over the shard group of S ranks and all-reduces each reduce-scattered shard (1/S of
   // the bytes) over the replicate group.
   const int pp = layout.pp;
-  const double shard = layout.shard_size();
+  const double m = sym.m, shard = layout.shard_size();
   for (int stage = 0; stage < pp; ++stage) {
     const auto schedule = parallel::stage_schedule(layout, stage);
-    for (int virtual_stage = stage; virtual_stage < virtual_stages; virtual_stage += pp) {
-      const int chunk = virtual_stage / pp;
-      double dense = 0, expert = 0;
-      const double layers = partition[virtual_stage].count;
-      if (model.is_moe()) {
-        dense += layers * (counts.per_layer_attention / t + counts.per_layer_norm + counts.per_layer_router);
-        expert += layers * counts.per_expert * (model.num_experts / e) / t;
-      } else {
-        dense += layers * ((counts.per_layer_attention + counts.per_layer_mlp) / t + counts.per_layer_norm);
-      }
-      if (virtual_stage == 0) dense += word / t + counts.positions;
-      if (virtual_stage == virtual_stages - 1) {
-        const double output = model.tied_embeddings ? (pp > 1 ? word : 0.0) : counts.output;
-        dense += output / t + counts.final_norm;
-      }
-      double gathers = 2.0 * m;
-      if (layout.zero_stage == 3 && !layout.reshard_after_forward) {
-        gathers = 0;
-        bool previous_forward = false;
-        for (const auto& slot : schedule) {
-          if (slot.chunk != chunk) continue;
-          if (!previous_forward) ++gathers;
-          previous_forward = slot.pass == parallel::PassKind::kForward;
-        }
-      }
-      const double passes = layout.zero_stage == 3   ? gathers + m
-                            : layout.zero_stage == 2 ? m + 1.0
-                            : layout.zero_stage == 1 ? 2.0
-                                                     : 1.0;
+    for (int virtual_stage = stage; virtual_stage < sym.virtual_stages; virtual_stage += pp) {
+      const auto [dense, expert] = stage_parameters(model, layout, sym, virtual_stage);
+      const double passes = dp_passes(layout, schedule, virtual_stage / pp, m);
       double per_rank = 0;
       if (layout.hybrid_sharding()) {
         if (shard > 1) per_rank += passes * 2.0 * dense;
         per_rank += m * 2.0 * dense / shard;
-        volumes.dp_replicate_bytes += ranks_per_stage * m * 2.0 * dense / shard;
+        volumes.dp_replicate_bytes += sym.ranks_per_stage * m * 2.0 * dense / shard;
       } else if (layout.grad_reduce_size() > 1) {  // dp * cp ranks hold the dense parameters
         per_rank += passes * 2.0 * dense;
       }
       if (layout.dp / layout.ep > 1) per_rank += passes * 2.0 * expert;
-      volumes.dp_bytes += ranks_per_stage * per_rank;
+      volumes.dp_bytes += sym.ranks_per_stage * per_rank;
     }
   }
-  if (model.tied_embeddings && pp > 1) volumes.dp_bytes += 2.0 * ranks_per_stage * 2.0 * word / t;
+  if (model.tied_embeddings && pp > 1) volumes.dp_bytes += 2.0 * sym.ranks_per_stage * 2.0 * sym.word / sym.t;
+}
+
+}  // namespace
+
+CommVolumes expected_comm_volumes(const model::ModelSpec& model, const parallel::Layout& layout) {
+  // Symbols as in docs/METRICS.md: T = b s / c tokens per micro-batch on a rank (c = cp), T_l = T/t under
+  // sequence parallel, m micro-batches, C = t c d ranks per stage, R = 1 with full recompute else 0. All
+  // volumes in bytes.
+  CommVolumes volumes;
+  const VolumeSymbols sym = volume_symbols(model, layout);
+  const double t = sym.t, m = sym.m, h = sym.h, ranks_per_stage = sym.ranks_per_stage;
+
+  volumes.tp_bytes = expected_tp_bytes(model, layout, sym);
+  add_expected_dp_bytes(model, layout, sym, volumes);
 
   // Pipeline: every virtual-stage boundary carries one activation forward and one gradient backward.
-  if (pp > 1) volumes.pp_bytes = ranks_per_stage * m * 2.0 * (virtual_stages - 1) * 2.0 * tokens_local * h;
+  if (layout.pp > 1)
+    volumes.pp_bytes = ranks_per_stage * m * 2.0 * (sym.virtual_stages - 1) * 2.0 * sym.tokens_local * h;
   // Scatter/gather: each rank sends 1/t of it, and every receiving rank all-gathers the whole activation.
   if (layout.scatter_gather_in_effect()) {
     volumes.tp_bytes += volumes.pp_bytes;
@@ -564,7 +682,7 @@ CommVolumes expected_comm_volumes(const model::ModelSpec& model, const parallel:
   // Expert parallel: dispatch + combine all-to-all in forward, both again in backward (and in recompute).
   if (model.is_moe() && layout.ep > 1)
     volumes.ep_bytes =
-        ranks_per_stage * m * model.num_layers * (4.0 + 2.0 * full) * 2.0 * tokens_local * k * h;
+        ranks_per_stage * m * model.num_layers * (4.0 + 2.0 * sym.full) * 2.0 * sym.tokens_local * sym.k * h;
   return volumes;
 }
 

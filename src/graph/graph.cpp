@@ -100,26 +100,58 @@ class ProgramBuilder {
 
   void build() {
     const auto schedule = parallel::stage_schedule(layout_, stage_);
-    // The last backward slot of each chunk: gradients of that chunk are final after it.
-    std::vector<int> last_backward(layout_.virtual_stages, -1);
-    std::vector<int> first_forward(layout_.virtual_stages, -1);
-    for (int slot_index = 0; slot_index < static_cast<int>(schedule.size()); ++slot_index) {
-      const auto& slot = schedule[slot_index];
-      if (slot.pass == parallel::PassKind::kBackward) last_backward[slot.chunk] = slot_index;
-      if (slot.pass == parallel::PassKind::kForward && first_forward[slot.chunk] < 0)
-        first_forward[slot.chunk] = slot_index;
-    }
+    const ChunkSlots chunk_slots = chunk_slots_of(schedule);
     // ZeRO-1/2 gather the updated parameters after the optimizer step (FSDP gathers per unit before use).
     const bool gather_after_step = layout_.zero_stage == 1 || layout_.zero_stage == 2;
-    // ZeRO-1 overlapped parameter gather: the previous step's all-gathers run at the start of this one.
-    if (gather_after_step && layout_.overlap_param_gather) {
+    if (gather_after_step && layout_.overlap_param_gather) emit_overlapped_param_gathers();
+    run_schedule(schedule, chunk_slots);
+    emit_step_grad_reductions();
+    const int optimizer_index = emit_optimizer_step();
+    // ZeRO-1/2 without overlap: gather the updated parameters right after the step.
+    if (gather_after_step && !layout_.overlap_param_gather) {
       for (int chunk = 0; chunk < layout_.virtual_stages; ++chunk)
         for (int unit : forward_units(chunk))
-          param_gather_op_[{chunk, unit}] =
-              emit_param_collectives(CollectiveKind::kAllGather, chunk, unit, -1, Phase::kForward, {});
+          emit_param_collectives(CollectiveKind::kAllGather, chunk, unit, -1, Phase::kOptimizer,
+                                 {optimizer_index});
     }
-    // Steps between pipeline exchanges: one slot, or under the interleaved schedule a forward followed by a
-    // backward (Megatron-LM's steady state exchanges once per forward/backward pair).
+  }
+
+ private:
+  // ---- build() steps
+  // --------------------------------------------------------------------------------------------
+
+  /// Per chunk, the slot of its first forward and of its last backward (-1: none).
+  struct ChunkSlots {
+    std::vector<int> first_forward;
+    std::vector<int> last_backward;  ///< gradients of the chunk are final after this slot
+  };
+
+  /// The first-forward and last-backward slot of each chunk in `schedule`.
+  ChunkSlots chunk_slots_of(const std::vector<parallel::PipelineSlot>& schedule) const {
+    ChunkSlots chunk_slots;
+    chunk_slots.last_backward.assign(layout_.virtual_stages, -1);
+    chunk_slots.first_forward.assign(layout_.virtual_stages, -1);
+    for (int slot_index = 0; slot_index < static_cast<int>(schedule.size()); ++slot_index) {
+      const auto& slot = schedule[slot_index];
+      if (slot.pass == parallel::PassKind::kBackward) chunk_slots.last_backward[slot.chunk] = slot_index;
+      if (slot.pass == parallel::PassKind::kForward && chunk_slots.first_forward[slot.chunk] < 0)
+        chunk_slots.first_forward[slot.chunk] = slot_index;
+    }
+    return chunk_slots;
+  }
+
+  /// ZeRO-1 overlapped parameter gather: the previous step's all-gathers run at the start of this one.
+  void emit_overlapped_param_gathers() {
+    for (int chunk = 0; chunk < layout_.virtual_stages; ++chunk)
+      for (int unit : forward_units(chunk))
+        param_gather_op_[{chunk, unit}] =
+            emit_param_collectives(CollectiveKind::kAllGather, chunk, unit, -1, Phase::kForward, {});
+  }
+
+  /// Steps between pipeline exchanges, each [first slot, end slot): one slot, or under the interleaved
+  /// schedule a forward followed by a backward (Megatron-LM's steady state exchanges once per
+  /// forward/backward pair).
+  std::vector<std::pair<int, int>> exchange_steps(const std::vector<parallel::PipelineSlot>& schedule) const {
     // Only steady-state forwards pair with a backward: when m == pp every forward is a warm-up one, and
     // pairing the last with the first backward made its input wait on a gradient that needs its own output
     // (deadlock).
@@ -134,6 +166,12 @@ class ProgramBuilder {
       steps.emplace_back(slot_index, end);
       slot_index = end;
     }
+    return steps;
+  }
+
+  /// Emits the forward and backward passes of `schedule`, step by step, with the pipeline exchanges between.
+  void run_schedule(const std::vector<parallel::PipelineSlot>& schedule, const ChunkSlots& chunk_slots) {
+    const std::vector<std::pair<int, int>> steps = exchange_steps(schedule);
     auto slots_of = [&](std::size_t step) {
       std::vector<parallel::PipelineSlot> result;
       if (step < steps.size())
@@ -146,14 +184,19 @@ class ProgramBuilder {
       for (int slot_index = steps[step].first; slot_index < steps[step].second; ++slot_index) {
         const auto& slot = schedule[slot_index];
         if (slot.pass == parallel::PassKind::kForward) {
-          run_forward(slot.microbatch, slot.chunk, slot_index == first_forward[slot.chunk]);
+          run_forward(slot.microbatch, slot.chunk, slot_index == chunk_slots.first_forward[slot.chunk]);
         } else {
-          run_backward(slot.microbatch, slot.chunk, slot_index == last_backward[slot.chunk]);
+          run_backward(slot.microbatch, slot.chunk, slot_index == chunk_slots.last_backward[slot.chunk]);
         }
       }
       // Exchange with the neighbours: this step's outputs, the next step's inputs.
       emit_exchange(slots_of(step), slots_of(step + 1));
     }
+  }
+
+  /// The gradient collectives after the last backward: every bucket's reduction when not overlapped with
+  /// backward, and the tied embedding's all-reduce.
+  void emit_step_grad_reductions() {
     // Gradient reduction when not overlapped with backward: all buckets after the last backward (ZeRO-2/3
     // reduce every micro-batch's gradients in its backward instead).
     if (layout_.zero_stage < 2 && !layout_.overlap_grad_reduce) {
@@ -173,7 +216,10 @@ class ProgramBuilder {
       op.parameters = (counts_.embedding - counts_.positions) / static_cast<double>(dims_.tp);
       grad_ops_.push_back(add(op, {last_compute_}));
     }
-    // Optimizer step over this rank's (sharded) parameters.
+  }
+
+  /// Parameters this rank's optimizer step updates (its shard under ZeRO >= 1).
+  double optimizer_params() const {
     UnitParams total;
     for (int chunk = 0; chunk < layout_.virtual_stages; ++chunk)
       for (int unit : forward_units(chunk)) {
@@ -188,6 +234,13 @@ class ProgramBuilder {
           layout_.hybrid_sharding() ? layout_.shard_size() : layout_.grad_reduce_size();
       shard = total.dense / dense_shards + total.expert / (layout_.dp / layout_.ep);
     }
+    return shard;
+  }
+
+  /// Optimizer step over this rank's (sharded) parameters, after every wait and gradient op; returns its
+  /// index (also the new last compute op).
+  int emit_optimizer_step() {
+    const double shard = optimizer_params();
     Op optimizer;
     optimizer.kind = OpKind::kOptimizer;
     optimizer.phase = Phase::kOptimizer;
@@ -200,16 +253,8 @@ class ProgramBuilder {
     deps.push_back(last_compute_);
     const int optimizer_index = add(optimizer, deps);
     last_compute_ = optimizer_index;
-    // ZeRO-1/2 without overlap: gather the updated parameters right after the step.
-    if (gather_after_step && !layout_.overlap_param_gather) {
-      for (int chunk = 0; chunk < layout_.virtual_stages; ++chunk)
-        for (int unit : forward_units(chunk))
-          emit_param_collectives(CollectiveKind::kAllGather, chunk, unit, -1, Phase::kOptimizer,
-                                 {optimizer_index});
-    }
+    return optimizer_index;
   }
-
- private:
   // ---- bookkeeping
   // --------------------------------------------------------------------------------------------
 

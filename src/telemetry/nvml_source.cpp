@@ -204,6 +204,14 @@ double raw_double(const nvmlFieldValue_t& field) {
   return static_cast<double>(raw_integer(field));
 }
 
+// A field-values request for `spec`'s field id and scope.
+nvmlFieldValue_t field_request(const Spec& spec) {
+  nvmlFieldValue_t field{};
+  field.fieldId = spec.field_id;
+  field.scopeId = spec.scope;
+  return field;
+}
+
 }  // namespace
 
 struct NvmlSource::Impl {
@@ -303,9 +311,7 @@ struct NvmlSource::Impl {
     nvmlReturn_t result = NVML_SUCCESS;
     switch (spec.query) {
       case Query::kField: {
-        nvmlFieldValue_t field{};
-        field.fieldId = spec.field_id;
-        field.scopeId = spec.scope;
+        nvmlFieldValue_t field = field_request(spec);
         result = api.field_values(gpu.handle, 1, &field);
         if (result != NVML_SUCCESS) return failure(result);
         return from_field(gpu, metric_index, field);
@@ -367,67 +373,71 @@ struct NvmlSource::Impl {
     if (result != NVML_SUCCESS) return failure(result);
     return reading;
   }
-};
 
-NvmlSource::NvmlSource(const std::string& library_path, const GpuScope& scope)
-    : impl_(std::make_unique<Impl>()) {
-  Impl& impl = *impl_;
-  const std::string path = library_path.empty() ? "libnvidia-ml.so.1" : library_path;
-  impl.library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (impl.library == nullptr) {
+  // dlopens `path`; on failure notes why in `reason` and returns false.
+  bool open_library(const std::string& path) {
+    library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (library != nullptr) return true;
     const char* error = dlerror();
-    impl.reason = fmt::format("{} could not be loaded ({}): no NVIDIA driver on this host", path,
-                              error ? error : "unknown error");
-    return;
+    reason = fmt::format("{} could not be loaded ({}): no NVIDIA driver on this host", path,
+                         error ? error : "unknown error");
+    return false;
   }
-  Api& api = impl.api;
-  bool ok = load_symbol(impl.library, "nvmlInit_v2", api.init) &&
-            load_symbol(impl.library, "nvmlShutdown", api.shutdown) &&
-            load_symbol(impl.library, "nvmlErrorString", api.error_string) &&
-            load_symbol(impl.library, "nvmlSystemGetDriverVersion", api.driver_version) &&
-            load_symbol(impl.library, "nvmlDeviceGetCount_v2", api.device_count) &&
-            load_symbol(impl.library, "nvmlDeviceGetHandleByIndex_v2", api.handle_by_index) &&
-            load_symbol(impl.library, "nvmlDeviceGetName", api.device_name) &&
-            load_symbol(impl.library, "nvmlDeviceGetUUID", api.device_uuid) &&
-            load_symbol(impl.library, "nvmlDeviceGetPciInfo_v3", api.pci_info) &&
-            load_symbol(impl.library, "nvmlDeviceGetEnforcedPowerLimit", api.power_limit) &&
-            load_symbol(impl.library, "nvmlDeviceGetMaxClockInfo", api.max_clock) &&
-            load_symbol(impl.library, "nvmlDeviceGetClockInfo", api.clock) &&
-            load_symbol(impl.library, "nvmlDeviceGetFieldValues", api.field_values) &&
-            load_symbol(impl.library, "nvmlDeviceGetTotalEnergyConsumption", api.energy) &&
-            load_symbol(impl.library, "nvmlDeviceGetCurrentClocksEventReasons", api.reasons) &&
-            load_symbol(impl.library, "nvmlDeviceGetUtilizationRates", api.utilization) &&
-            load_symbol(impl.library, "nvmlDeviceGetMemoryInfo", api.memory);
-  load_symbol(impl.library, "nvmlDeviceGetSamples", api.samples);
-  if (!load_symbol(impl.library, "nvmlDeviceGetTemperatureV", api.temperature_v)) {
-    ok = ok && load_symbol(impl.library, "nvmlDeviceGetTemperature", api.temperature_legacy);
+
+  // Resolves every NVML function into `api` (nvmlDeviceGetSamples optional, the legacy temperature call as
+  // fallback); on a missing one notes why in `reason` and returns false.
+  bool load_api(const std::string& path) {
+    bool ok = load_symbol(library, "nvmlInit_v2", api.init) &&
+              load_symbol(library, "nvmlShutdown", api.shutdown) &&
+              load_symbol(library, "nvmlErrorString", api.error_string) &&
+              load_symbol(library, "nvmlSystemGetDriverVersion", api.driver_version) &&
+              load_symbol(library, "nvmlDeviceGetCount_v2", api.device_count) &&
+              load_symbol(library, "nvmlDeviceGetHandleByIndex_v2", api.handle_by_index) &&
+              load_symbol(library, "nvmlDeviceGetName", api.device_name) &&
+              load_symbol(library, "nvmlDeviceGetUUID", api.device_uuid) &&
+              load_symbol(library, "nvmlDeviceGetPciInfo_v3", api.pci_info) &&
+              load_symbol(library, "nvmlDeviceGetEnforcedPowerLimit", api.power_limit) &&
+              load_symbol(library, "nvmlDeviceGetMaxClockInfo", api.max_clock) &&
+              load_symbol(library, "nvmlDeviceGetClockInfo", api.clock) &&
+              load_symbol(library, "nvmlDeviceGetFieldValues", api.field_values) &&
+              load_symbol(library, "nvmlDeviceGetTotalEnergyConsumption", api.energy) &&
+              load_symbol(library, "nvmlDeviceGetCurrentClocksEventReasons", api.reasons) &&
+              load_symbol(library, "nvmlDeviceGetUtilizationRates", api.utilization) &&
+              load_symbol(library, "nvmlDeviceGetMemoryInfo", api.memory);
+    load_symbol(library, "nvmlDeviceGetSamples", api.samples);
+    if (!load_symbol(library, "nvmlDeviceGetTemperatureV", api.temperature_v)) {
+      ok = ok && load_symbol(library, "nvmlDeviceGetTemperature", api.temperature_legacy);
+    }
+    if (!ok) {
+      reason =
+          fmt::format("{} lacks NVML functions calo needs (driver older than R535?): {}", path, dlerror());
+    }
+    return ok;
   }
-  if (!ok) {
-    impl.reason =
-        fmt::format("{} lacks NVML functions calo needs (driver older than R535?): {}", path, dlerror());
-    return;
+
+  // nvmlInit, then the wall-to-monotonic offset for sensor timestamps; on failure notes why and returns
+  // false.
+  bool initialize() {
+    const nvmlReturn_t result = api.init();
+    if (result != NVML_SUCCESS) {
+      reason = fmt::format("nvmlInit failed: {}", error_text(result));
+      return false;
+    }
+    initialized = true;
+    wall_minus_monotonic_ns = core::wall_ns() - core::monotonic_ns();
+    return true;
   }
-  nvmlReturn_t result = api.init();
-  if (result != NVML_SUCCESS) {
-    impl.reason = fmt::format("nvmlInit failed: {}", impl.error_text(result));
-    return;
+
+  // GPUs NVML sees on the host into `count`; on failure notes why and returns false.
+  bool count_gpus(unsigned int& count) {
+    const nvmlReturn_t result = api.device_count(&count);
+    if (result == NVML_SUCCESS) return true;
+    reason = fmt::format("nvmlDeviceGetCount failed: {}", error_text(result));
+    return false;
   }
-  impl.initialized = true;
-  impl.wall_minus_monotonic_ns = core::wall_ns() - core::monotonic_ns();
-  char driver[96] = {};
-  api.driver_version(driver, sizeof(driver));
-  unsigned int count = 0;
-  result = api.device_count(&count);
-  if (result != NVML_SUCCESS) {
-    impl.reason = fmt::format("nvmlDeviceGetCount failed: {}", impl.error_text(result));
-    return;
-  }
-  std::vector<std::string> left_out;    // NVML indices of GPUs outside the job's scope
-  std::vector<std::string> every_name;  // every GPU's name, NVML order
-  for (unsigned int index = 0; index < count; ++index) {
-    Impl::Gpu gpu;
-    result = api.handle_by_index(index, &gpu.handle);
-    if (result != NVML_SUCCESS) continue;  // e.g. no permission on this GPU; the others are still read
+
+  // Index, kind, driver, name and UUID of GPU `index` (name and UUID left empty where NVML declines).
+  DeviceInfo identify(const Gpu& gpu, unsigned int index, const char* driver) const {
     DeviceInfo device;
     device.index = static_cast<int>(index);
     device.kind = "gpu";
@@ -435,70 +445,119 @@ NvmlSource::NvmlSource(const std::string& library_path, const GpuScope& scope)
     char text[256] = {};
     if (api.device_name(gpu.handle, text, sizeof(text)) == NVML_SUCCESS) device.name = text;
     if (api.device_uuid(gpu.handle, text, sizeof(text)) == NVML_SUCCESS) device.uuid = text;
-    every_name.push_back(device.name);
-    if (!scope.admits(device.index, device.uuid)) {
-      left_out.push_back(std::to_string(index));
-      continue;
-    }
+    return device;
+  }
+
+  // PCI bus, enforced power limit (W) and maximum SM / memory clocks (MHz) of `device`, each where NVML
+  // answers.
+  void read_limits(const Gpu& gpu, DeviceInfo& device) const {
     nvmlPciInfo_t pci{};
     if (api.pci_info(gpu.handle, &pci) == NVML_SUCCESS) device.pci_bus = pci.busId;
     unsigned int value = 0;
     if (api.power_limit(gpu.handle, &value) == NVML_SUCCESS) device.power_limit_w = value / 1000.0;
     if (api.max_clock(gpu.handle, NVML_CLOCK_SM, &value) == NVML_SUCCESS) device.max_sm_mhz = value;
     if (api.max_clock(gpu.handle, NVML_CLOCK_MEM, &value) == NVML_SUCCESS) device.max_mem_mhz = value;
-    // Probe every metric once: keep those the driver answers with the value type we expect.
+  }
+
+  // Reads non-field metric `spec` once on `gpu` (as a temporary last metric); its error text, "" when it
+  // reads.
+  std::string probe_query(Gpu& gpu, const Spec& spec) {
+    gpu.specs.push_back(&spec);
+    gpu.unwrappers.emplace_back(64);
+    nvmlUtilization_t utilization{};
+    bool utilization_done = false;
+    Reading reading = read_one(gpu, gpu.specs.size() - 1, &utilization, &utilization_done);
+    gpu.specs.pop_back();
+    gpu.unwrappers.pop_back();
+    return reading.status != ReadStatus::kOk ? reading.error : std::string();
+  }
+
+  // Why `spec` cannot be read on `gpu`, "" when it can: an NVML error, or a counter field the driver answers
+  // with a floating-point value (its field ids differ from our nvml.h).
+  std::string probe_failure(Gpu& gpu, const Spec& spec, const char* driver) {
+    if (spec.query != Query::kField) return probe_query(gpu, spec);
+    nvmlFieldValue_t field = field_request(spec);
+    nvmlReturn_t probe_result = api.field_values(gpu.handle, 1, &field);
+    if (probe_result == NVML_SUCCESS) probe_result = field.nvmlReturn;
+    if (probe_result != NVML_SUCCESS) return error_text(probe_result);
+    if (spec.kind == MetricKind::kCounter && !is_integer_type(field.valueType)) {
+      return fmt::format(
+          "field id {} answers a floating-point value on driver {}, not a counter: this "
+          "driver numbers fields differently from the nvml.h calo was built with",
+          spec.field_id, driver);
+    }
+    return "";
+  }
+
+  // Bits at which `spec`'s raw value wraps: its field's value type, 64 for the other queries.
+  int counter_width_bits(const Gpu& gpu, const Spec& spec) const {
+    if (spec.query != Query::kField) return 64;
+    nvmlFieldValue_t field = field_request(spec);
+    if (api.field_values(gpu.handle, 1, &field) != NVML_SUCCESS) return 64;
+    return width_bits(field.valueType);
+  }
+
+  // Probes every metric once: keeps those the driver answers with the value type we expect, lists the others
+  // with the reason in device.unsupported.
+  void probe_metrics(Gpu& gpu, DeviceInfo& device, const char* driver) {
     for (const Spec& spec : kSpecs) {
-      nvmlReturn_t probe_result = NVML_SUCCESS;
-      std::string why;
-      if (spec.query == Query::kField) {
-        nvmlFieldValue_t field{};
-        field.fieldId = spec.field_id;
-        field.scopeId = spec.scope;
-        probe_result = api.field_values(gpu.handle, 1, &field);
-        if (probe_result == NVML_SUCCESS) probe_result = field.nvmlReturn;
-        if (probe_result == NVML_SUCCESS && spec.kind == MetricKind::kCounter &&
-            !is_integer_type(field.valueType)) {
-          why = fmt::format(
-              "field id {} answers a floating-point value on driver {}, not a counter: this "
-              "driver numbers fields differently from the nvml.h calo was built with",
-              spec.field_id, driver);
-        }
-      } else {
-        gpu.specs.push_back(&spec);
-        gpu.unwrappers.emplace_back(64);
-        nvmlUtilization_t utilization{};
-        bool utilization_done = false;
-        Reading reading = impl.read_one(gpu, gpu.specs.size() - 1, &utilization, &utilization_done);
-        gpu.specs.pop_back();
-        gpu.unwrappers.pop_back();
-        if (reading.status != ReadStatus::kOk) why = reading.error;
-      }
-      if (probe_result != NVML_SUCCESS) why = impl.error_text(probe_result);
+      const std::string why = probe_failure(gpu, spec, driver);
       if (!why.empty()) {
         device.unsupported.push_back(fmt::format("{}: {}", spec.name, why));
         continue;
       }
-      int bits = 64;
-      if (spec.query == Query::kField) {
-        nvmlFieldValue_t field{};
-        field.fieldId = spec.field_id;
-        field.scopeId = spec.scope;
-        if (api.field_values(gpu.handle, 1, &field) == NVML_SUCCESS) bits = width_bits(field.valueType);
-      }
+      const int bits = counter_width_bits(gpu, spec);
       gpu.specs.push_back(&spec);
       gpu.unwrappers.emplace_back(bits);
       device.metrics.push_back({spec.name, spec.unit, spec.kind, spec.group, spec.period_ns, spec.cost_ns,
                                 spec.query == Query::kPowerSamples});
     }
-    impl.devices.push_back(std::move(device));
-    impl.gpus.push_back(std::move(gpu));
   }
+
+  // Adds GPU `index` to devices / gpus when NVML opens it and `scope` admits it; records its name in
+  // `every_name` and, when out of scope, its index in `left_out`.
+  void open_gpu(unsigned int index, const char* driver, const GpuScope& scope,
+                std::vector<std::string>& left_out, std::vector<std::string>& every_name) {
+    Gpu gpu;
+    if (api.handle_by_index(index, &gpu.handle) != NVML_SUCCESS) {
+      return;  // e.g. no permission on this GPU; the others are still read
+    }
+    DeviceInfo device = identify(gpu, index, driver);
+    every_name.push_back(device.name);
+    if (!scope.admits(device.index, device.uuid)) {
+      left_out.push_back(std::to_string(index));
+      return;
+    }
+    read_limits(gpu, device);
+    probe_metrics(gpu, device, driver);
+    devices.push_back(std::move(device));
+    gpus.push_back(std::move(gpu));
+  }
+
+  // Why no device was opened out of the host's `count` GPUs.
+  std::string no_device_reason(unsigned int count, const std::vector<std::string>& left_out) const {
+    return count == 0 ? "NVML found no GPU"
+           : !left_out.empty()
+               ? fmt::format("none of this host's {} GPUs is the job's: {}", count, scope_note)
+               : "NVML could open none of the GPUs";
+  }
+};
+
+NvmlSource::NvmlSource(const std::string& library_path, const GpuScope& scope)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& impl = *impl_;
+  const std::string path = library_path.empty() ? "libnvidia-ml.so.1" : library_path;
+  if (!impl.open_library(path) || !impl.load_api(path) || !impl.initialize()) return;
+  char driver[96] = {};
+  impl.api.driver_version(driver, sizeof(driver));
+  unsigned int count = 0;
+  if (!impl.count_gpus(count)) return;
+  std::vector<std::string> left_out;    // NVML indices of GPUs outside the job's scope
+  std::vector<std::string> every_name;  // every GPU's name, NVML order
+  for (unsigned int index = 0; index < count; ++index)
+    impl.open_gpu(index, driver, scope, left_out, every_name);
   impl.scope_note = scope_summary(scope, left_out, every_name);
-  if (impl.devices.empty())
-    impl.reason = count == 0 ? "NVML found no GPU"
-                  : !left_out.empty()
-                      ? fmt::format("none of this host's {} GPUs is the job's: {}", count, impl.scope_note)
-                      : "NVML could open none of the GPUs";
+  if (impl.devices.empty()) impl.reason = impl.no_device_reason(count, left_out);
 }
 
 std::string NvmlSource::scope_note() const {

@@ -141,38 +141,56 @@ void fill_device_metrics(Recording& recording) {
   }
 }
 
-}  // namespace
-
-Recording load_fixture_csv(const std::filesystem::path& csv_path) {
-  std::string text = read_text_file(csv_path);
-  std::string_view rest(text);
-  auto next_line = [&rest](std::string_view& line) {
-    if (rest.empty()) return false;
-    std::size_t end = rest.find('\n');
-    line = rest.substr(0, end);
-    rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
+// The lines of a text, one at a time, without their "\n" or "\r\n".
+class LineReader {
+ public:
+  explicit LineReader(std::string_view text) : rest_(text) {}
+  // Sets `line` to the next line; false at the end of the text.
+  bool next(std::string_view& line) {
+    if (rest_.empty()) return false;
+    std::size_t end = rest_.find('\n');
+    line = rest_.substr(0, end);
+    rest_ = end == std::string_view::npos ? std::string_view() : rest_.substr(end + 1);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     return true;
-  };
+  }
+
+ private:
+  std::string_view rest_;
+};
+
+// The fixture's header: its column names and where the columns every row needs are.
+struct FixtureHeader {
+  std::vector<std::string_view> names;
+  int time_column = -1;   // "t": seconds since the start
+  int gpu_column = -1;    // "gpu": the GPU's index
+  int phase_column = -1;  // "phase": the workload phase, or -1 if the fixture has none
+  // Position of column `name`, or -1.
+  int column_of(std::string_view name) const {
+    auto found = std::find(names.begin(), names.end(), name);
+    return found == names.end() ? -1 : static_cast<int>(found - names.begin());
+  }
+};
+
+// Reads the header line; throws InputError if the file is empty or lacks the 't' and 'gpu' columns.
+FixtureHeader read_fixture_header(LineReader& lines, const std::filesystem::path& csv_path) {
   std::string_view header_line;
-  if (!next_line(header_line))
+  if (!lines.next(header_line))
     throw InputError(fmt::format("{} is empty; expected the fixture CSV", csv_path.string()));
-  std::vector<std::string_view> header = split_fields(header_line);
-  auto column_of = [&header](std::string_view name) -> int {
-    auto found = std::find(header.begin(), header.end(), name);
-    return found == header.end() ? -1 : static_cast<int>(found - header.begin());
-  };
-  int time_column = column_of("t");
-  int gpu_column = column_of("gpu");
-  int phase_column = column_of("phase");
-  if (time_column < 0 || gpu_column < 0) {
+  FixtureHeader header;
+  header.names = split_fields(header_line);
+  header.time_column = header.column_of("t");
+  header.gpu_column = header.column_of("gpu");
+  header.phase_column = header.column_of("phase");
+  if (header.time_column < 0 || header.gpu_column < 0) {
     throw InputError(fmt::format("{} lacks the 't' and 'gpu' columns of the NVML fixture format (README.md)",
                                  csv_path.string()));
   }
+  return header;
+}
 
-  Recording recording;
-  recording.origin = csv_path.string();
-  // Wall clock at t = 0 from meta.json, else estimated from the first NVML timestamp.
+// Wall clock at t = 0 in ns from the meta.json beside the CSV; 0 when there is none or it does not say.
+int64_t read_meta_wall0_ns(const std::filesystem::path& csv_path) {
   int64_t wall0_ns = 0;
   std::filesystem::path meta_path = csv_path.parent_path() / "meta.json";
   if (std::filesystem::exists(meta_path)) {
@@ -184,18 +202,24 @@ Recording load_fixture_csv(const std::filesystem::path& csv_path) {
       throw InputError(fmt::format("{} is not valid JSON: {}", meta_path.string(), error.what()));
     }
   }
+  return wall0_ns;
+}
 
-  struct ColumnPlan {
-    int value_column;
-    int timestamp_column;
-    int metric_index;
-    double scale;
-  };
+// Where one fixture column's values go.
+struct ColumnPlan {
+  int value_column;      // CSV column with the value
+  int timestamp_column;  // CSV column with NVML's timestamp in µs, or -1
+  int metric_index;      // into Recording::metrics
+  double scale;          // calo value = CSV value × scale
+};
+
+// Adds a metric to `recording` for each known fixture column the header has; returns where their values are.
+std::vector<ColumnPlan> plan_fixture_columns(const FixtureHeader& header, Recording& recording) {
   std::vector<ColumnPlan> plan;
   for (const FixtureColumn& column : kFixtureColumns) {
-    int value_column = column_of(column.column);
+    int value_column = header.column_of(column.column);
     if (value_column < 0) continue;
-    int timestamp_column = column.timestamp_column.empty() ? -1 : column_of(column.timestamp_column);
+    int timestamp_column = column.timestamp_column.empty() ? -1 : header.column_of(column.timestamp_column);
     MetricInfo info;
     info.name = column.metric;
     info.unit = column.unit;
@@ -205,68 +229,112 @@ Recording load_fixture_csv(const std::filesystem::path& csv_path) {
         {value_column, timestamp_column, static_cast<int>(recording.metrics.size()), column.scale});
     recording.metrics.push_back(info);
   }
+  return plan;
+}
 
-  std::map<int64_t, int32_t> device_of_gpu;
-  std::string current_phase;
-  int64_t last_t_ns = 0;
+// Wall clock at t = 0: from meta.json, else estimated from the first NVML timestamp met.
+struct FixtureWall0 {
+  int64_t wall0_ns = 0;
+  bool known = false;
+};
+
+// What reading the rows keeps track of besides the recording.
+struct FixtureRowState {
+  std::map<int64_t, int32_t> device_of_gpu;  // GPU index -> device position
+  std::string current_phase;                 // phase of the previous row
+  int64_t last_t_ns = 0;                     // latest row time
+  FixtureWall0 wall0;
+};
+
+// The device position of GPU `gpu`, adding the device to `recording` the first time it appears.
+int32_t device_position_of(int64_t gpu, FixtureRowState& state, Recording& recording) {
+  auto [device_entry, inserted] =
+      state.device_of_gpu.emplace(gpu, static_cast<int32_t>(state.device_of_gpu.size()));
+  if (inserted) {
+    DeviceInfo device;
+    device.index = static_cast<int>(gpu);
+    device.kind = "gpu";
+    device.name = "NVIDIA H200 (replay)";
+    recording.devices.push_back(device);
+  }
+  return device_entry->second;
+}
+
+// Starts a new phase span at `t_ns` when the row's phase differs from the previous row's (ending that one).
+void follow_phase(std::string_view phase, int64_t t_ns, FixtureRowState& state, Recording& recording) {
+  if (phase == state.current_phase) return;
+  if (!recording.phases.empty()) recording.phases.back().t_end_ns = t_ns;
+  recording.phases.push_back(ReplayPhase{std::string(phase), t_ns, t_ns});
+  state.current_phase = phase;
+}
+
+// Appends one record per planned column with a value in this row (an empty or bad value is an NVML error).
+void append_row_records(const std::vector<std::string_view>& fields, const std::vector<ColumnPlan>& plan,
+                        int64_t t_ns, int32_t device_position, FixtureWall0& wall0, Recording& recording) {
+  for (const ColumnPlan& column : plan) {
+    double raw = 0;
+    if (!parse_double(fields[static_cast<std::size_t>(column.value_column)], raw)) continue;  // NVML error
+    ReplayRecord record;
+    record.t_ns = t_ns;
+    record.device_position = device_position;
+    record.metric_index = column.metric_index;
+    record.value = raw * column.scale;
+    int64_t timestamp_us = 0;
+    if (column.timestamp_column >= 0 &&
+        parse_int(fields[static_cast<std::size_t>(column.timestamp_column)], timestamp_us)) {
+      if (!wall0.known) {
+        wall0.wall0_ns = timestamp_us * 1000 - t_ns;
+        wall0.known = true;
+      }
+      record.sensor_t_ns = timestamp_us * 1000 - wall0.wall0_ns;
+    }
+    recording.records.push_back(record);
+  }
+}
+
+// Reads every data row into `recording` (devices, phases, records); throws InputError on a malformed row.
+void read_fixture_rows(LineReader& lines, const FixtureHeader& header, const std::vector<ColumnPlan>& plan,
+                       const std::filesystem::path& csv_path, FixtureRowState& state, Recording& recording) {
   std::string_view line;
   int64_t line_number = 1;
-  bool wall0_known = wall0_ns != 0;
-  while (next_line(line)) {
+  while (lines.next(line)) {
     ++line_number;
     if (line.empty()) continue;
     std::vector<std::string_view> fields = split_fields(line);
-    if (fields.size() != header.size()) {
+    if (fields.size() != header.names.size()) {
       throw InputError(fmt::format("{} line {}: {} fields, header has {}", csv_path.string(), line_number,
-                                   fields.size(), header.size()));
+                                   fields.size(), header.names.size()));
     }
     double t_s = 0;
     int64_t gpu = 0;
-    if (!parse_double(fields[static_cast<std::size_t>(time_column)], t_s) ||
-        !parse_int(fields[static_cast<std::size_t>(gpu_column)], gpu)) {
+    if (!parse_double(fields[static_cast<std::size_t>(header.time_column)], t_s) ||
+        !parse_int(fields[static_cast<std::size_t>(header.gpu_column)], gpu)) {
       throw InputError(fmt::format("{} line {}: bad 't' or 'gpu' value", csv_path.string(), line_number));
     }
     int64_t t_ns = std::llround(t_s * 1e9);
-    last_t_ns = std::max(last_t_ns, t_ns);
-    auto [device_entry, inserted] = device_of_gpu.emplace(gpu, static_cast<int32_t>(device_of_gpu.size()));
-    if (inserted) {
-      DeviceInfo device;
-      device.index = static_cast<int>(gpu);
-      device.kind = "gpu";
-      device.name = "NVIDIA H200 (replay)";
-      recording.devices.push_back(device);
-    }
-    int32_t device_position = device_entry->second;
-    if (phase_column >= 0) {
-      std::string_view phase = fields[static_cast<std::size_t>(phase_column)];
-      if (phase != current_phase) {
-        if (!recording.phases.empty()) recording.phases.back().t_end_ns = t_ns;
-        recording.phases.push_back(ReplayPhase{std::string(phase), t_ns, t_ns});
-        current_phase = phase;
-      }
-    }
-    for (const ColumnPlan& column : plan) {
-      double raw = 0;
-      if (!parse_double(fields[static_cast<std::size_t>(column.value_column)], raw)) continue;  // NVML error
-      ReplayRecord record;
-      record.t_ns = t_ns;
-      record.device_position = device_position;
-      record.metric_index = column.metric_index;
-      record.value = raw * column.scale;
-      int64_t timestamp_us = 0;
-      if (column.timestamp_column >= 0 &&
-          parse_int(fields[static_cast<std::size_t>(column.timestamp_column)], timestamp_us)) {
-        if (!wall0_known) {
-          wall0_ns = timestamp_us * 1000 - t_ns;
-          wall0_known = true;
-        }
-        record.sensor_t_ns = timestamp_us * 1000 - wall0_ns;
-      }
-      recording.records.push_back(record);
-    }
+    state.last_t_ns = std::max(state.last_t_ns, t_ns);
+    const int32_t device_position = device_position_of(gpu, state, recording);
+    if (header.phase_column >= 0)
+      follow_phase(fields[static_cast<std::size_t>(header.phase_column)], t_ns, state, recording);
+    append_row_records(fields, plan, t_ns, device_position, state.wall0, recording);
   }
-  if (!recording.phases.empty()) recording.phases.back().t_end_ns = last_t_ns;
-  recording.wall_offset_ns = wall0_ns;
+}
+
+}  // namespace
+
+Recording load_fixture_csv(const std::filesystem::path& csv_path) {
+  std::string text = read_text_file(csv_path);
+  LineReader lines(text);
+  const FixtureHeader header = read_fixture_header(lines, csv_path);
+  Recording recording;
+  recording.origin = csv_path.string();
+  FixtureRowState state;
+  state.wall0.wall0_ns = read_meta_wall0_ns(csv_path);
+  state.wall0.known = state.wall0.wall0_ns != 0;
+  const std::vector<ColumnPlan> plan = plan_fixture_columns(header, recording);
+  read_fixture_rows(lines, header, plan, csv_path, state, recording);
+  if (!recording.phases.empty()) recording.phases.back().t_end_ns = state.last_t_ns;
+  recording.wall_offset_ns = state.wall0.wall0_ns;
   sort_records(recording.records);
   fill_device_metrics(recording);
   return recording;

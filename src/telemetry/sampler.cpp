@@ -167,6 +167,7 @@ struct Sampler::Loop {
   mutable std::mutex stats_mutex;  // guards stats/jitter for stats() while running
   std::mutex wake_mutex;           // with wake: the loop sleeps to its deadline or until stop()
   std::condition_variable wake;
+  struct Runner;  // the steps of run_loop() (defined there)
 };
 
 // Per source: the slow loops read one at a time (they would only spin against each other inside the driver)
@@ -298,185 +299,279 @@ void Sampler::report(const SamplerEvent& event) {
   if (sink_.on_event) sink_.on_event(event);
 }
 
-void Sampler::run_loop(Loop& loop) {
-  Source& source = *sources_[loop.source_position];
-  const size_t lost_offset = device_offset_[loop.source_position];
-  std::vector<SampleRecord> batch;
-  std::vector<size_t> due_indices;  // task indices due now, grouped per device
-  std::vector<size_t> metric_indices;
-  std::vector<Reading> readings;
+// The thread of one loop: the source it reads, buffers reused by every pass, and the steps of a pass. Nested
+// in Loop so that it may use the sampler's private state (gates, lost devices, sink).
+struct Sampler::Loop::Runner {
+  Runner(Sampler& owner, Loop& owned)
+      : sampler(owner),
+        loop(owned),
+        source(*owner.sources_[owned.source_position]),
+        lost_offset(owner.device_offset_[owned.source_position]) {}
+
+  // Asks for real-time priority and records in the stats whether it was granted.
+  void claim_realtime_priority();
+  // The earliest deadline of the active tasks; INT64_MAX when none is left.
+  int64_t earliest_deadline_ns() const;
+  // Sleeps to `deadline_ns` (a fast loop first posts it for the slow ones); false when stop() woke it.
+  bool sleep_to_deadline(int64_t deadline_ns);
+  // Counts a wake-up and its delay past the deadline.
+  void record_wakeup(int64_t woke_ns, int64_t deadline_ns);
+  // Reads the due tasks device by device, their values into `batch`, and counts the pass.
+  void read_due_tasks(bool closing, int64_t woke_ns);
+  // Ends a pass: lets slow reads in again, hands `batch` to the sink, adds the pass to the stats.
+  void end_pass(bool closing);
+  // After the last pass: holds no slow read back and records the sleeps left and the thread's CPU time.
+  void end_thread(int64_t cpu_start_ns);
+
+ private:
+  // What one pass counted, added to the loop's stats when the pass ends.
+  struct PassCounts {
+    uint64_t late = 0;    // reads that started more than half a period after their deadline
+    uint64_t missed = 0;  // deadlines skipped because a read overran them
+    uint64_t errors = 0;  // transient read errors
+    int64_t read_ns = 0;  // wall time spent inside source reads
+  };
+
+  // Fills `due_indices` with the tasks to read now (all due counters and buffered metrics when closing).
+  void collect_due_tasks(bool closing, int64_t woke_ns);
+  // Reads the due tasks `due_indices[begin, end)` of one device with one batch call.
+  void read_device(uint32_t device_position, size_t begin, size_t end);
+  // Slow loops: takes the source's slow turn and waits for a gap between fast reads (empty lock otherwise).
+  std::unique_lock<std::mutex> take_slow_turn(size_t begin, size_t end);
+  // After a slow read: periods that follow CPU cost and the expected read costs follow what the read took.
+  void follow_slow_read(size_t begin, size_t end, int64_t query_cpu_ns, int64_t read_wall_ns);
+  // Moves `task`'s deadline past the read by whole periods, counting a late start and skipped deadlines.
+  void advance_deadline(Task& task, int64_t read_begin_ns, int64_t read_end_ns);
+  // Turns one reading into samples in `batch`, or into an event (unsupported, device lost, first error).
+  void take_reading(Task& task, uint32_t device_position, const Reading& reading, int64_t t_ns);
+
+  Sampler& sampler;
+  Loop& loop;
+  Source& source;
+  size_t lost_offset = 0;              // first device_lost_ slot of the loop's source
+  uint64_t sleeps = 0;                 // since the last time stats were updated
+  PassCounts counts;                   // of the pass under way
+  std::vector<SampleRecord> batch;     // the values of this pass
+  std::vector<size_t> due_indices;     // task indices due now, grouped per device
+  std::vector<size_t> metric_indices;  // metric indices of one device's due tasks
+  std::vector<Reading> readings;       // their readings
+};
+
+void Sampler::Loop::Runner::claim_realtime_priority() {
   // Real-time priority (SCHED_FIFO 1) where allowed: a busy host (data loaders on every core) otherwise
   // delays wake-ups by tens of ms. The loop sleeps between reads, so it cannot starve anything.
   sched_param priority{};
   priority.sched_priority = 1;
   const bool realtime = pthread_setschedparam(pthread_self(), SCHED_FIFO, &priority) == 0;
-  {
-    std::lock_guard lock(loop.stats_mutex);
-    loop.stats.realtime = realtime;
+  std::lock_guard lock(loop.stats_mutex);
+  loop.stats.realtime = realtime;
+}
+
+int64_t Sampler::Loop::Runner::earliest_deadline_ns() const {
+  int64_t deadline_ns = INT64_MAX;
+  for (const auto& task : loop.tasks) {
+    if (task.active) deadline_ns = std::min(deadline_ns, task.next_deadline_ns);
   }
-  const int64_t cpu_start_ns = core::thread_cpu_ns();
-  // When stop() is called every counter is read once more (the closing pass), so that counter deltas (energy,
-  // throttle seconds) cover the recording to its end even where a counter's period is seconds long.
-  bool closing = false;
-  uint64_t sleeps = 0;  // since the last time stats were updated
-  while (true) {
-    closing = stopping_.load(std::memory_order_relaxed);
-    int64_t deadline_ns = INT64_MAX;
-    for (const auto& task : loop.tasks) {
-      if (task.active) deadline_ns = std::min(deadline_ns, task.next_deadline_ns);
-    }
-    if (deadline_ns == INT64_MAX) break;  // nothing left to read (all unsupported or lost)
-    if (!closing) {
-      if (!loop.slow) loop.next_read_ns.store(deadline_ns, std::memory_order_release);
-      sleep_until_or_stop(loop, deadline_ns);
-      ++sleeps;  // added to stats under the lock taken at the end of this pass
-      if (stopping_.load(std::memory_order_relaxed)) continue;  // woken by stop(): the closing pass is next
-    }
-    if (!loop.slow) loop.reading.store(true, std::memory_order_release);  // slow loops keep out of the way
-    const int64_t woke_ns = core::monotonic_ns();
-    if (!closing) {
-      std::lock_guard lock(loop.stats_mutex);
-      ++loop.stats.wakeups;
-      loop.jitter.add(woke_ns - deadline_ns);
-    }
-    // Collect the due tasks; tasks are stored device by device, so each device's due tasks are adjacent and
-    // are read with one batch call.
-    due_indices.clear();
-    for (size_t task_index = 0; task_index < loop.tasks.size(); ++task_index) {
-      const Task& task = loop.tasks[task_index];
-      if (!task.active) continue;
-      // The closing pass reads what would otherwise be lost: counter deltas and buffered samples since the
-      // last read (a gauge's last value is already recorded).
-      const auto& info = source.devices()[task.device_position].metrics[task.metric_index];
-      const bool due =
-          closing ? info.kind == MetricKind::kCounter || info.buffered : task.next_deadline_ns <= woke_ns;
-      if (due) due_indices.push_back(task_index);
-    }
-    batch.clear();
-    uint64_t late = 0;
-    uint64_t missed = 0;
-    uint64_t errors = 0;
-    int64_t read_ns = 0;
-    for (size_t begin = 0; begin < due_indices.size();) {
-      const uint32_t device_position = loop.tasks[due_indices[begin]].device_position;
-      size_t end = begin;
-      while (end < due_indices.size() && loop.tasks[due_indices[end]].device_position == device_position)
-        ++end;
-      if (device_lost_[lost_offset + device_position].load()) {
-        for (size_t position = begin; position < end; ++position)
-          loop.tasks[due_indices[position]].active = false;
-        begin = end;
-        continue;
-      }
-      metric_indices.clear();
-      for (size_t position = begin; position < end; ++position) {
-        metric_indices.push_back(loop.tasks[due_indices[position]].metric_index);
-      }
-      readings.assign(metric_indices.size(), Reading{});
-      std::unique_lock<std::mutex> slow_turn;
-      if (loop.slow) {
-        int64_t expected_cost_ns = 0;
-        for (size_t position = begin; position < end; ++position)
-          expected_cost_ns += loop.tasks[due_indices[position]].cost_ns;
-        slow_turn = std::unique_lock(gates_[loop.source_position]->slow_turn);
-        wait_for_gap(loop, expected_cost_ns);
-      }
-      const int64_t read_cpu_begin_ns = loop.slow ? core::thread_cpu_ns() : 0;
-      const int64_t read_begin_ns = core::monotonic_ns();
-      source.read_batch(device_position, metric_indices, readings);
-      const int64_t read_end_ns = core::monotonic_ns();
-      if (slow_turn.owns_lock()) {
-        slow_turn.unlock();
-        // The CPU a query really costs (cold, under load: 2-3x the cheapest read measured at start) sets the
-        // period of the metrics it returns at their default, so that each query (NVLink TX and RX come in
-        // one call) stays within kSlowMetricCpuShare of a core.
-        const int64_t query_cpu_ns = core::thread_cpu_ns() - read_cpu_begin_ns;
-        for (size_t position = begin; position < end; ++position) {
-          Task& task = loop.tasks[due_indices[position]];
-          if (task.budget_default_ns == 0) continue;  // a period the user gave, or a buffered metric
-          task.cpu_per_read_ns += (query_cpu_ns - task.cpu_per_read_ns) / 8;
-          task.period_ns = cpu_budget_period_ns(task.budget_default_ns, task.cpu_per_read_ns);
-        }
-        // The gap needed is what reads really take (energy: 2.4 ms at start, up to 5 ms later): follow rises
-        // at once and falls slowly.
-        const int64_t share_ns = (read_end_ns - read_begin_ns) / static_cast<int64_t>(end - begin);
-        for (size_t position = begin; position < end; ++position) {
-          int64_t& cost_ns = loop.tasks[due_indices[position]].cost_ns;
-          cost_ns = std::max(share_ns, cost_ns - cost_ns / 16);
-        }
-      }
-      read_ns += read_end_ns - read_begin_ns;
-      const int64_t t_ns = read_begin_ns + (read_end_ns - read_begin_ns) / 2;
-      for (size_t position = begin; position < end; ++position) {
-        Task& task = loop.tasks[due_indices[position]];
-        const Reading& reading = readings[position - begin];
-        const auto& metric = source.devices()[device_position].metrics[task.metric_index];
-        if (read_begin_ns - task.next_deadline_ns > task.period_ns / 2) ++late;
-        // Advance by whole periods from the scheduled deadline (not from now): no drift; overrun periods are
-        // skipped and counted, never replayed in a burst.
-        task.next_deadline_ns += task.period_ns;
-        if (task.next_deadline_ns <= read_end_ns) {
-          const int64_t behind = (read_end_ns - task.next_deadline_ns) / task.period_ns + 1;
-          missed += static_cast<uint64_t>(behind);
-          task.next_deadline_ns += behind * task.period_ns;
-        }
-        switch (reading.status) {
-          case ReadStatus::kOk:
-            if (metric.buffered) {  // each sample at the time the source took it (none if none is new)
-              for (const TimedValue& sample : reading.series) {
-                if (sample.sensor_t_ns < started_ns_) continue;  // taken before the recording began
-                batch.push_back({loop.source_position, device_position, task.metric_index, sample.sensor_t_ns,
-                                 sample.value, sample.sensor_t_ns});
-              }
-            } else {
-              batch.push_back({loop.source_position, device_position, task.metric_index, t_ns, reading.value,
-                               reading.sensor_t_ns});
-            }
-            break;
-          case ReadStatus::kUnsupported:
-            task.active = false;
-            report({t_ns, false, loop.source_position, device_position,
-                    fmt::format("{} device {}: {} is not supported, no longer read ({})", source.name(),
-                                source.devices()[device_position].index, metric.name, reading.error)});
-            break;
-          case ReadStatus::kDeviceLost:
-            task.active = false;
-            if (!device_lost_[lost_offset + device_position].exchange(true)) {
-              report({t_ns, true, loop.source_position, device_position,
-                      fmt::format("{} device {} is lost ({}); the other devices keep recording",
-                                  source.name(), source.devices()[device_position].index, reading.error)});
-            }
-            break;
-          case ReadStatus::kError:
-            ++errors;
-            if (!task.error_reported && !reading.error.empty()) {
-              task.error_reported = true;
-              report({t_ns, false, loop.source_position, device_position,
-                      fmt::format("{} device {}: reading {} failed ({}); will keep trying", source.name(),
-                                  source.devices()[device_position].index, metric.name, reading.error)});
-            }
-            break;
-        }
-      }
-      begin = end;
-    }
-    if (!loop.slow) loop.reading.store(false, std::memory_order_release);
-    if (!batch.empty() && sink_.on_samples) sink_.on_samples(batch);
-    std::lock_guard lock(loop.stats_mutex);
-    loop.stats.samples += batch.size();
-    loop.stats.sleeps += sleeps;
-    sleeps = 0;
-    loop.stats.late += closing ? 0 : late;
-    loop.stats.missed += closing ? 0 : missed;
-    loop.stats.read_errors += errors;
-    loop.stats.read_ns_total += read_ns;
-    if (closing) break;
+  return deadline_ns;
+}
+
+bool Sampler::Loop::Runner::sleep_to_deadline(int64_t deadline_ns) {
+  if (!loop.slow) loop.next_read_ns.store(deadline_ns, std::memory_order_release);
+  sampler.sleep_until_or_stop(loop, deadline_ns);
+  ++sleeps;  // added to stats under the lock taken at the end of this pass
+  return !sampler.stopping_.load(std::memory_order_relaxed);
+}
+
+void Sampler::Loop::Runner::record_wakeup(int64_t woke_ns, int64_t deadline_ns) {
+  std::lock_guard lock(loop.stats_mutex);
+  ++loop.stats.wakeups;
+  loop.jitter.add(woke_ns - deadline_ns);
+}
+
+void Sampler::Loop::Runner::collect_due_tasks(bool closing, int64_t woke_ns) {
+  // Tasks are stored device by device, so each device's due tasks are adjacent and are read with one batch
+  // call.
+  due_indices.clear();
+  for (size_t task_index = 0; task_index < loop.tasks.size(); ++task_index) {
+    const Task& task = loop.tasks[task_index];
+    if (!task.active) continue;
+    // The closing pass reads what would otherwise be lost: counter deltas and buffered samples since the
+    // last read (a gauge's last value is already recorded).
+    const auto& info = source.devices()[task.device_position].metrics[task.metric_index];
+    const bool due =
+        closing ? info.kind == MetricKind::kCounter || info.buffered : task.next_deadline_ns <= woke_ns;
+    if (due) due_indices.push_back(task_index);
   }
+}
+
+void Sampler::Loop::Runner::read_due_tasks(bool closing, int64_t woke_ns) {
+  collect_due_tasks(closing, woke_ns);
+  batch.clear();
+  counts = PassCounts{};
+  for (size_t begin = 0; begin < due_indices.size();) {
+    const uint32_t device_position = loop.tasks[due_indices[begin]].device_position;
+    size_t end = begin;
+    while (end < due_indices.size() && loop.tasks[due_indices[end]].device_position == device_position) ++end;
+    read_device(device_position, begin, end);
+    begin = end;
+  }
+}
+
+void Sampler::Loop::Runner::read_device(uint32_t device_position, size_t begin, size_t end) {
+  if (sampler.device_lost_[lost_offset + device_position].load()) {
+    for (size_t position = begin; position < end; ++position)
+      loop.tasks[due_indices[position]].active = false;
+    return;
+  }
+  metric_indices.clear();
+  for (size_t position = begin; position < end; ++position) {
+    metric_indices.push_back(loop.tasks[due_indices[position]].metric_index);
+  }
+  readings.assign(metric_indices.size(), Reading{});
+  std::unique_lock<std::mutex> slow_turn = take_slow_turn(begin, end);
+  const int64_t read_cpu_begin_ns = loop.slow ? core::thread_cpu_ns() : 0;
+  const int64_t read_begin_ns = core::monotonic_ns();
+  source.read_batch(device_position, metric_indices, readings);
+  const int64_t read_end_ns = core::monotonic_ns();
+  if (slow_turn.owns_lock()) {
+    slow_turn.unlock();
+    follow_slow_read(begin, end, core::thread_cpu_ns() - read_cpu_begin_ns, read_end_ns - read_begin_ns);
+  }
+  counts.read_ns += read_end_ns - read_begin_ns;
+  const int64_t t_ns = read_begin_ns + (read_end_ns - read_begin_ns) / 2;
+  for (size_t position = begin; position < end; ++position) {
+    Task& task = loop.tasks[due_indices[position]];
+    advance_deadline(task, read_begin_ns, read_end_ns);
+    take_reading(task, device_position, readings[position - begin], t_ns);
+  }
+}
+
+std::unique_lock<std::mutex> Sampler::Loop::Runner::take_slow_turn(size_t begin, size_t end) {
+  if (!loop.slow) return {};
+  int64_t expected_cost_ns = 0;
+  for (size_t position = begin; position < end; ++position)
+    expected_cost_ns += loop.tasks[due_indices[position]].cost_ns;
+  std::unique_lock slow_turn(sampler.gates_[loop.source_position]->slow_turn);
+  sampler.wait_for_gap(loop, expected_cost_ns);
+  return slow_turn;
+}
+
+void Sampler::Loop::Runner::follow_slow_read(size_t begin, size_t end, int64_t query_cpu_ns,
+                                             int64_t read_wall_ns) {
+  // The CPU a query really costs (cold, under load: 2-3x the cheapest read measured at start) sets the
+  // period of the metrics it returns at their default, so that each query (NVLink TX and RX come in
+  // one call) stays within kSlowMetricCpuShare of a core.
+  for (size_t position = begin; position < end; ++position) {
+    Task& task = loop.tasks[due_indices[position]];
+    if (task.budget_default_ns == 0) continue;  // a period the user gave, or a buffered metric
+    task.cpu_per_read_ns += (query_cpu_ns - task.cpu_per_read_ns) / 8;
+    task.period_ns = cpu_budget_period_ns(task.budget_default_ns, task.cpu_per_read_ns);
+  }
+  // The gap needed is what reads really take (energy: 2.4 ms at start, up to 5 ms later): follow rises
+  // at once and falls slowly.
+  const int64_t share_ns = read_wall_ns / static_cast<int64_t>(end - begin);
+  for (size_t position = begin; position < end; ++position) {
+    int64_t& cost_ns = loop.tasks[due_indices[position]].cost_ns;
+    cost_ns = std::max(share_ns, cost_ns - cost_ns / 16);
+  }
+}
+
+void Sampler::Loop::Runner::advance_deadline(Task& task, int64_t read_begin_ns, int64_t read_end_ns) {
+  if (read_begin_ns - task.next_deadline_ns > task.period_ns / 2) ++counts.late;
+  // Advance by whole periods from the scheduled deadline (not from now): no drift; overrun periods are
+  // skipped and counted, never replayed in a burst.
+  task.next_deadline_ns += task.period_ns;
+  if (task.next_deadline_ns <= read_end_ns) {
+    const int64_t behind = (read_end_ns - task.next_deadline_ns) / task.period_ns + 1;
+    counts.missed += static_cast<uint64_t>(behind);
+    task.next_deadline_ns += behind * task.period_ns;
+  }
+}
+
+void Sampler::Loop::Runner::take_reading(Task& task, uint32_t device_position, const Reading& reading,
+                                         int64_t t_ns) {
+  const uint32_t source_position = loop.source_position;
+  const DeviceInfo& device = source.devices()[device_position];
+  const auto& metric = device.metrics[task.metric_index];
+  switch (reading.status) {
+    case ReadStatus::kOk:
+      if (metric.buffered) {  // each sample at the time the source took it (none if none is new)
+        for (const TimedValue& sample : reading.series) {
+          if (sample.sensor_t_ns < sampler.started_ns_) continue;  // taken before the recording began
+          batch.push_back({source_position, device_position, task.metric_index, sample.sensor_t_ns,
+                           sample.value, sample.sensor_t_ns});
+        }
+      } else {
+        batch.push_back(
+            {source_position, device_position, task.metric_index, t_ns, reading.value, reading.sensor_t_ns});
+      }
+      break;
+    case ReadStatus::kUnsupported:
+      task.active = false;
+      sampler.report({t_ns, false, source_position, device_position,
+                      fmt::format("{} device {}: {} is not supported, no longer read ({})", source.name(),
+                                  device.index, metric.name, reading.error)});
+      break;
+    case ReadStatus::kDeviceLost:
+      task.active = false;
+      if (!sampler.device_lost_[lost_offset + device_position].exchange(true)) {
+        sampler.report({t_ns, true, source_position, device_position,
+                        fmt::format("{} device {} is lost ({}); the other devices keep recording",
+                                    source.name(), device.index, reading.error)});
+      }
+      break;
+    case ReadStatus::kError:
+      ++counts.errors;
+      if (!task.error_reported && !reading.error.empty()) {
+        task.error_reported = true;
+        sampler.report({t_ns, false, source_position, device_position,
+                        fmt::format("{} device {}: reading {} failed ({}); will keep trying", source.name(),
+                                    device.index, metric.name, reading.error)});
+      }
+      break;
+  }
+}
+
+void Sampler::Loop::Runner::end_pass(bool closing) {
+  if (!loop.slow) loop.reading.store(false, std::memory_order_release);
+  if (!batch.empty() && sampler.sink_.on_samples) sampler.sink_.on_samples(batch);
+  std::lock_guard lock(loop.stats_mutex);
+  loop.stats.samples += batch.size();
+  loop.stats.sleeps += sleeps;
+  sleeps = 0;
+  loop.stats.late += closing ? 0 : counts.late;
+  loop.stats.missed += closing ? 0 : counts.missed;
+  loop.stats.read_errors += counts.errors;
+  loop.stats.read_ns_total += counts.read_ns;
+}
+
+void Sampler::Loop::Runner::end_thread(int64_t cpu_start_ns) {
   loop.next_read_ns.store(INT64_MAX, std::memory_order_release);  // a stopped fast loop holds nobody back
   loop.reading.store(false, std::memory_order_release);
   std::lock_guard lock(loop.stats_mutex);
   loop.stats.sleeps += sleeps;
   loop.stats.cpu_ns = core::thread_cpu_ns() - cpu_start_ns;
+}
+
+void Sampler::run_loop(Loop& loop) {
+  Loop::Runner runner(*this, loop);
+  runner.claim_realtime_priority();
+  const int64_t cpu_start_ns = core::thread_cpu_ns();
+  // When stop() is called every counter is read once more (the closing pass), so that counter deltas (energy,
+  // throttle seconds) cover the recording to its end even where a counter's period is seconds long.
+  while (true) {
+    const bool closing = stopping_.load(std::memory_order_relaxed);
+    const int64_t deadline_ns = runner.earliest_deadline_ns();
+    if (deadline_ns == INT64_MAX) break;  // nothing left to read (all unsupported or lost)
+    if (!closing && !runner.sleep_to_deadline(deadline_ns)) continue;  // woken by stop(): closing pass next
+    if (!loop.slow) loop.reading.store(true, std::memory_order_release);  // slow loops keep out of the way
+    const int64_t woke_ns = core::monotonic_ns();
+    if (!closing) runner.record_wakeup(woke_ns, deadline_ns);
+    runner.read_due_tasks(closing, woke_ns);
+    runner.end_pass(closing);
+    if (closing) break;
+  }
+  runner.end_thread(cpu_start_ns);
 }
 
 std::vector<LoopStats> Sampler::stats() const {

@@ -1,6 +1,5 @@
-// Kineto trace ingestion: a hand-rolled single-pass JSON scanner (no DOM; ~memchr speed on strings) that
-// keeps only what the breakdown needs. nlohmann's SAX parser was measured slower (docs/BENCHMARKS.md
-// "Analysis").
+// Kineto trace ingestion: reads the trace files (memory-mapped, or inflated from gzip), has each scanned
+// (trace_ingest_parse.cpp), merges them on one time base as the ranks of one job, and writes a run.
 #include "analyze/trace_ingest.h"
 
 #include <fcntl.h>
@@ -11,304 +10,29 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <charconv>
-#include <cmath>
 #include <cstring>
-#include <functional>
 #include <limits>
 #include <map>
 #include <unordered_map>
 
 #include "analyze/breakdown.h"
+#include "analyze/trace_ingest_internal.h"
 #include "core/error.h"
 #include "store/run_store.h"
 
 namespace calo::analyze {
 namespace {
 
-constexpr int64_t kUnset = std::numeric_limits<int64_t>::min();
-// Most ranks one job may have (distributedInfo); beyond is a malformed trace, not a job.
-constexpr int64_t kMaxRanks = 1 << 20;
+using ingest_detail::CollectiveMeta;
+using ingest_detail::FileState;
+using ingest_detail::kUnset;
+using ingest_detail::NameTable;
+using ingest_detail::parse_into;
+using ingest_detail::RawKernel;
+
 // Most bytes a gzip trace may inflate to in memory. A 2 MB file of zeros inflates to 2 GB; a larger real
 // trace is read uncompressed (mapped, not copied): gunzip it first.
 constexpr std::size_t kMaxInflatedBytes = std::size_t{1} << 30;
-// Largest time a trace may give (ts, dur, baseTimeNanoseconds): 3e18 ns, Unix time in 2065. With ts >= 0 and
-// base >= 0, base + ts - origin + dur <= 9e18 < INT64_MAX, so the merge arithmetic cannot overflow.
-constexpr int64_t kMaxTraceTimeNs = 3'000'000'000'000'000'000;
-
-// Cursor over one JSON text. Strings without escapes are returned as views into the text.
-class Scanner {
- public:
-  Scanner(const char* begin, const char* end, const std::string& source)
-      : begin_(begin), pos_(begin), end_(end), source_(source) {}
-
-  [[noreturn]] void fail(std::string_view what) const {
-    throw InputError(
-        fmt::format("{}: malformed JSON at byte {}: {}; pass a PyTorch profiler trace as written "
-                    "(torch.profiler export_chrome_trace, JSON or .json.gz)",
-                    source_, pos_ - begin_, what));
-  }
-
-  void skip_ws() {
-    while (pos_ < end_ && (*pos_ == ' ' || *pos_ == '\n' || *pos_ == '\r' || *pos_ == '\t')) ++pos_;
-  }
-  char peek() {
-    skip_ws();
-    if (pos_ >= end_) fail("unexpected end of file");
-    return *pos_;
-  }
-  bool at_end() {
-    skip_ws();
-    return pos_ >= end_;
-  }
-  void expect(char wanted) {
-    if (peek() != wanted) fail(fmt::format("expected '{}' but found '{}'", wanted, *pos_));
-    ++pos_;
-  }
-  bool consume(char wanted) {
-    if (peek() != wanted) return false;
-    ++pos_;
-    return true;
-  }
-
-  // Reads a string; returns a view into the text, or into `scratch` when it had escapes.
-  std::string_view string(std::string& scratch) {
-    expect('"');
-    const char* start = pos_;
-    const auto* quote =
-        static_cast<const char*>(std::memchr(pos_, '"', static_cast<std::size_t>(end_ - pos_)));
-    if (quote == nullptr) fail("unterminated string");
-    if (std::memchr(pos_, '\\', static_cast<std::size_t>(quote - pos_)) == nullptr) {
-      pos_ = quote + 1;
-      return {start, static_cast<std::size_t>(quote - start)};
-    }
-    scratch.clear();
-    while (true) {
-      if (pos_ >= end_) fail("unterminated string");
-      char c = *pos_++;
-      if (c == '"') break;
-      if (c != '\\') {
-        scratch.push_back(c);
-        continue;
-      }
-      if (pos_ >= end_) fail("unterminated escape");
-      char escape = *pos_++;
-      switch (escape) {
-        case 'n':
-          scratch.push_back('\n');
-          break;
-        case 't':
-          scratch.push_back('\t');
-          break;
-        case 'r':
-          scratch.push_back('\r');
-          break;
-        case 'b':
-          scratch.push_back('\b');
-          break;
-        case 'f':
-          scratch.push_back('\f');
-          break;
-        case 'u':
-          append_unicode_escape(scratch);
-          break;
-        default:
-          scratch.push_back(escape);
-          break;  // \" \\ \/
-      }
-    }
-    return scratch;
-  }
-
-  void skip_string() {
-    ++pos_;  // opening quote
-    while (true) {
-      const auto* quote =
-          static_cast<const char*>(std::memchr(pos_, '"', static_cast<std::size_t>(end_ - pos_)));
-      if (quote == nullptr) fail("unterminated string");
-      const char* back = quote;
-      while (back > pos_ && back[-1] == '\\') --back;
-      pos_ = quote + 1;
-      if (((quote - back) & 1) == 0) return;
-    }
-  }
-
-  void skip_value() {
-    char first = peek();
-    if (first == '"') {
-      skip_string();
-      return;
-    }
-    if (first == '{' || first == '[') {
-      int depth = 0;
-      while (pos_ < end_) {
-        char c = *pos_;
-        if (c == '"') {
-          skip_string();
-          continue;
-        }
-        ++pos_;
-        if (c == '{' || c == '[') {
-          ++depth;
-        } else if (c == '}' || c == ']') {
-          if (--depth == 0) return;
-        }
-      }
-      fail("unterminated object or array");
-    }
-    scalar_token();
-  }
-
-  // A number/true/false/null token as text.
-  std::string_view scalar_token() {
-    skip_ws();
-    const char* start = pos_;
-    while (pos_ < end_ && *pos_ != ',' && *pos_ != '}' && *pos_ != ']' && *pos_ != ' ' && *pos_ != '\n' &&
-           *pos_ != '\r' && *pos_ != '\t') {
-      ++pos_;
-    }
-    if (pos_ == start) fail("expected a value");
-    return {start, static_cast<std::size_t>(pos_ - start)};
-  }
-
-  // An integer from a number or a numeric string; kUnset for anything else (e.g. pid "Spans").
-  int64_t integer(std::string& scratch) {
-    std::string_view text = peek() == '"' ? string(scratch) : scalar_token();
-    int64_t value = 0;
-    auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (error != std::errc() || end == text.data()) return kUnset;
-    return value;
-  }
-
-  // A whole number in [0, max] (plain or quoted), as distributedInfo's rank and world size; fails naming
-  // `what` on anything else ("x", -1, 1e30, 2.5), which would otherwise place the trace at the wrong rank.
-  int64_t count(std::string& scratch, std::string_view what, int64_t max) {
-    std::string_view text = peek() == '"' ? string(scratch) : scalar_token();
-    int64_t value = 0;
-    auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (error != std::errc() || end != text.data() + text.size() || value < 0 || value > max)
-      fail(fmt::format("{} is '{}', not a whole number from 0 to {}", what, text, max));
-    return value;
-  }
-
-  // Microseconds with an optional fraction ("1700000000123.456") as exact ns, in [-kMaxTraceTimeNs,
-  // kMaxTraceTimeNs] (fails beyond: a longer number would overflow int64).
-  int64_t microseconds_as_ns() {
-    std::string_view text = scalar_token();
-    const char* cursor = text.data();
-    const char* stop = cursor + text.size();
-    bool negative = cursor < stop && *cursor == '-';
-    if (negative) ++cursor;
-    constexpr int64_t kMaxWholeUs = kMaxTraceTimeNs / 1000;
-    int64_t whole = 0;
-    const char* digits_begin = cursor;
-    while (cursor < stop && *cursor >= '0' && *cursor <= '9') {
-      whole = whole * 10 + (*cursor++ - '0');
-      if (whole > kMaxWholeUs) fail(fmt::format("time '{}' us is out of range", text));
-    }
-    if (cursor == digits_begin) fail(fmt::format("expected a number, found '{}'", text));
-    int64_t fraction_ns = 0;
-    if (cursor < stop && *cursor == '.') {
-      ++cursor;
-      int64_t scale = 100;
-      while (cursor < stop && *cursor >= '0' && *cursor <= '9') {
-        fraction_ns += scale * (*cursor++ - '0');
-        scale /= 10;
-      }
-    }
-    if (cursor < stop) {  // exponent or other notation: take the slow path
-      std::string copy(text);
-      const double ns = std::strtod(copy.c_str(), nullptr) * 1000.0;
-      if (!(std::fabs(ns) <= static_cast<double>(kMaxTraceTimeNs)))  // also NaN
-        fail(fmt::format("time '{}' us is out of range", text));
-      return static_cast<int64_t>(ns);
-    }
-    int64_t ns = whole * 1000 + fraction_ns;
-    if (ns > kMaxTraceTimeNs) fail(fmt::format("time '{}' us is out of range", text));
-    return negative ? -ns : ns;
-  }
-
-  uint64_t offset() const { return static_cast<uint64_t>(pos_ - begin_); }
-
- private:
-  void append_unicode_escape(std::string& out) {
-    if (end_ - pos_ < 4) fail("short \\u escape");
-    unsigned code = 0;
-    auto [ptr, error] = std::from_chars(pos_, pos_ + 4, code, 16);
-    if (error != std::errc() || ptr != pos_ + 4) fail("bad \\u escape");
-    pos_ += 4;
-    if (code < 0x80) {
-      out.push_back(static_cast<char>(code));
-    } else if (code < 0x800) {
-      out.push_back(static_cast<char>(0xC0 | (code >> 6)));
-      out.push_back(static_cast<char>(0x80 | (code & 0x3F)));
-    } else {  // BMP; surrogate halves are kept as-is (names never contain them)
-      out.push_back(static_cast<char>(0xE0 | (code >> 12)));
-      out.push_back(static_cast<char>(0x80 | ((code >> 6) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | (code & 0x3F)));
-    }
-  }
-
-  const char* begin_;
-  const char* pos_;
-  const char* end_;
-  const std::string& source_;
-};
-
-struct NameHash {
-  using is_transparent = void;
-  std::size_t operator()(std::string_view name) const { return std::hash<std::string_view>{}(name); }
-};
-
-// NCCL metadata of a collective (on a kernel's args or on the CPU op that launched it).
-struct CollectiveMeta {
-  std::string name;                  // "Collective name"
-  int64_t in_nelems = 0;             // "In msg nelems"
-  int64_t out_nelems = 0;            // "Out msg nelems"
-  int32_t group_size = 0;            // "Group size"
-  int32_t dtype_bytes = 0;           // size of "dtype"
-  std::vector<int32_t> group_ranks;  // "Process Group Ranks" ("[0, 1, 2, 3]"), empty if absent or malformed
-};
-
-/// The global ranks of a "Process Group Ranks" string such as "[0, 1, 2, 3]"; empty when it is anything else
-/// (a malformed list is no placement, not an error: the group size still says how many ranks there are).
-std::vector<int32_t> parse_group_ranks(std::string_view text) {
-  std::vector<int32_t> ranks;
-  std::size_t at = 0;
-  auto skip_spaces = [&] {
-    while (at < text.size() && text[at] == ' ') ++at;
-  };
-  skip_spaces();
-  if (at >= text.size() || text[at] != '[') return {};
-  ++at;
-  skip_spaces();
-  if (at < text.size() && text[at] == ']') return {};
-  while (at < text.size()) {
-    skip_spaces();
-    int64_t value = 0;
-    const std::size_t digits_begin = at;
-    while (at < text.size() && text[at] >= '0' && text[at] <= '9' && value <= INT32_MAX)
-      value = value * 10 + (text[at++] - '0');
-    if (at == digits_begin || value > INT32_MAX) return {};
-    ranks.push_back(static_cast<int32_t>(value));
-    skip_spaces();
-    if (at < text.size() && text[at] == ',') {
-      ++at;
-      continue;
-    }
-    return at + 1 == text.size() && text[at] == ']' ? ranks : std::vector<int32_t>{};
-  }
-  return {};
-}
-
-int32_t dtype_size_bytes(std::string_view dtype) {
-  static const std::map<std::string_view, int32_t> sizes = {
-      {"Float", 4}, {"float", 4},         {"Double", 8},      {"BFloat16", 2},     {"Half", 2},
-      {"Int", 4},   {"Long", 8},          {"Short", 2},       {"Char", 1},         {"Byte", 1},
-      {"Bool", 1},  {"Float8_e4m3fn", 1}, {"Float8_e5m2", 1}, {"ComplexFloat", 8}, {"UInt32", 4}};
-  auto found = sizes.find(dtype);
-  return found == sizes.end() ? 0 : found->second;
-}
 
 double message_bytes(KernelCategory category, const CollectiveMeta& meta) {
   double element_bytes = meta.dtype_bytes;
@@ -324,295 +48,6 @@ double message_bytes(KernelCategory category, const CollectiveMeta& meta) {
   }
 }
 
-// One GPU activity before lanes and the time origin are known.
-struct RawKernel {
-  int32_t name_id = 0;
-  bool is_memory = false;
-  int32_t device = 0;
-  int32_t stream = 0;
-  int64_t t_begin_ns = 0;  // trace's own ts units (before baseTimeNanoseconds)
-  int64_t duration_ns = 0;
-  int64_t external_id = kUnset;
-  int32_t meta_index = -1;  // index into FileState::kernel_meta, -1 if the kernel carried none
-};
-
-struct RawStep {
-  int64_t step = 0;
-  int64_t t_begin_ns = 0;
-  int64_t duration_ns = 0;
-};
-
-// Per-file parse state.
-struct FileState {
-  std::vector<RawKernel> kernels;
-  std::vector<RawStep> steps;
-  std::vector<CollectiveMeta> kernel_meta;
-  std::unordered_map<int64_t, CollectiveMeta> op_meta;  // External id of a CPU op -> its collective
-  std::unordered_map<int64_t, TraceOp> aten_ops;        // External id of an aten CPU op -> its inputs
-  std::map<int64_t, std::string> device_names;
-  int64_t rank = kUnset;
-  int64_t world_size = 0;
-  int64_t base_ns = 0;
-  uint64_t events = 0;
-  bool keep_op_shapes = false;  // parse aten ops' inputs (ingest_traces' keep_op_shapes)
-};
-
-// Interning of kernel names shared by all files.
-struct NameTable {
-  std::unordered_map<std::string, int32_t, NameHash, std::equal_to<>> ids;
-  std::vector<std::string>* names = nullptr;
-  int32_t intern(std::string_view name) {
-    auto found = ids.find(name);
-    if (found != ids.end()) return found->second;
-    auto id = static_cast<int32_t>(names->size());
-    names->emplace_back(name);
-    ids.emplace(std::string(name), id);
-    return id;
-  }
-};
-
-bool cat_is(std::string_view cat, std::string_view lower, std::string_view legacy) {
-  return cat == lower || cat == legacy;
-}
-
-// "Input Dims": one entry per input; a flat list of integers is a tensor's shape, anything else (a scalar's
-// [], a tensor list's nested lists) is kept as an empty shape.
-std::vector<std::vector<int64_t>> parse_dims(Scanner& scan, std::string& scratch) {
-  std::vector<std::vector<int64_t>> dims;
-  scan.expect('[');
-  if (scan.consume(']')) return dims;
-  do {
-    std::vector<int64_t>& shape = dims.emplace_back();
-    if (scan.peek() != '[') {
-      scan.skip_value();
-      continue;
-    }
-    scan.expect('[');
-    if (scan.consume(']')) continue;
-    bool flat = true;
-    do {
-      if (scan.peek() == '[' || scan.peek() == '{' || scan.peek() == '"') {
-        scan.skip_value();
-        flat = false;
-      } else {
-        shape.push_back(scan.integer(scratch));
-      }
-    } while (scan.consume(','));
-    scan.expect(']');
-    if (!flat) shape.clear();
-  } while (scan.consume(','));
-  scan.expect(']');
-  return dims;
-}
-
-// "Input type" / "Concrete Inputs": a list of strings (other values are kept as "").
-std::vector<std::string> parse_strings(Scanner& scan, std::string& scratch) {
-  std::vector<std::string> values;
-  scan.expect('[');
-  if (scan.consume(']')) return values;
-  do {
-    if (scan.peek() == '"') {
-      values.emplace_back(scan.string(scratch));
-    } else {
-      scan.skip_value();
-      values.emplace_back();
-    }
-  } while (scan.consume(','));
-  scan.expect(']');
-  return values;
-}
-
-// Parses one event object (cursor just before '{').
-void parse_event(Scanner& scan, FileState& state, NameTable& names, std::string& scratch_a,
-                 std::string& scratch_b) {
-  scan.expect('{');
-  std::string_view ph;
-  std::string_view cat;
-  std::string_view name;
-  std::string name_copy;  // only when `name` had escapes and other strings follow
-  int64_t pid = kUnset;
-  int64_t tid = kUnset;
-  int64_t ts_ns = kUnset;
-  int64_t dur_ns = 0;
-  int64_t device = kUnset;
-  int64_t stream = kUnset;
-  int64_t external_id = kUnset;
-  CollectiveMeta meta;
-  bool has_meta = false;
-  TraceOp inputs;
-  bool has_dims = false;
-  std::string scratch_key;
-  std::string scratch_value;
-  if (!scan.consume('}')) {
-    do {
-      std::string_view key = scan.string(scratch_key);
-      scan.expect(':');
-      if (key == "ph") {
-        ph = scan.string(scratch_a);
-        if (ph.data() == scratch_a.data()) ph = "?";
-      } else if (key == "cat") {
-        cat = scan.string(scratch_b);
-        if (cat.data() == scratch_b.data()) cat = "?";
-      } else if (key == "name") {
-        if (scan.peek() != '"') {
-          scan.skip_value();
-          continue;
-        }
-        name = scan.string(scratch_value);
-        if (name.data() == scratch_value.data()) {
-          name_copy = scratch_value;
-          name = name_copy;
-        }
-      } else if (key == "ts") {
-        ts_ns = scan.microseconds_as_ns();
-        if (ts_ns < 0) scan.fail("negative ts");
-      } else if (key == "dur") {
-        dur_ns = scan.microseconds_as_ns();
-      } else if (key == "pid") {
-        pid = scan.integer(scratch_value);
-      } else if (key == "tid") {
-        tid = scan.integer(scratch_value);
-      } else if (key == "args" && scan.peek() == '{') {
-        scan.expect('{');
-        if (scan.consume('}')) continue;
-        do {
-          std::string_view arg = scan.string(scratch_key);
-          scan.expect(':');
-          if (arg == "device") {
-            device = scan.integer(scratch_value);
-          } else if (arg == "stream") {
-            stream = scan.integer(scratch_value);
-          } else if (arg == "External id" || arg == "external id") {
-            external_id = scan.integer(scratch_value);
-          } else if (arg == "Collective name" && scan.peek() == '"') {
-            meta.name = std::string(scan.string(scratch_value));
-            has_meta = true;
-          } else if (arg == "In msg nelems") {
-            meta.in_nelems = std::max<int64_t>(0, scan.integer(scratch_value));
-          } else if (arg == "Out msg nelems") {
-            meta.out_nelems = std::max<int64_t>(0, scan.integer(scratch_value));
-          } else if (arg == "Group size") {
-            meta.group_size = static_cast<int32_t>(std::max<int64_t>(0, scan.integer(scratch_value)));
-          } else if (arg == "Process Group Ranks" && scan.peek() == '"') {
-            meta.group_ranks = parse_group_ranks(scan.string(scratch_value));
-          } else if (arg == "dtype" && scan.peek() == '"') {
-            meta.dtype_bytes = dtype_size_bytes(scan.string(scratch_value));
-          } else if (state.keep_op_shapes && arg == "Input Dims" && scan.peek() == '[') {
-            inputs.input_dims = parse_dims(scan, scratch_value);
-            has_dims = true;
-          } else if (state.keep_op_shapes && arg == "Input type" && scan.peek() == '[') {
-            inputs.input_types = parse_strings(scan, scratch_value);
-          } else if (state.keep_op_shapes && arg == "Concrete Inputs" && scan.peek() == '[') {
-            inputs.concrete_inputs = parse_strings(scan, scratch_value);
-          } else {
-            scan.skip_value();
-          }
-        } while (scan.consume(','));
-        scan.expect('}');
-      } else {
-        scan.skip_value();
-      }
-    } while (scan.consume(','));
-    scan.expect('}');
-  }
-  ++state.events;
-  if (ph != "X" || ts_ns == kUnset) return;
-  bool is_kernel = cat_is(cat, "kernel", "Kernel");
-  bool is_memory = cat_is(cat, "gpu_memcpy", "Memcpy") || cat_is(cat, "gpu_memset", "Memset");
-  if (is_kernel || is_memory) {
-    RawKernel kernel;
-    kernel.name_id = names.intern(name);
-    kernel.is_memory = is_memory;
-    kernel.device = static_cast<int32_t>(device != kUnset ? device : (pid != kUnset ? pid : 0));
-    kernel.stream = static_cast<int32_t>(stream != kUnset ? stream : (tid != kUnset ? tid : 0));
-    kernel.t_begin_ns = ts_ns;
-    kernel.duration_ns = std::max<int64_t>(0, dur_ns);
-    kernel.external_id = external_id;
-    if (has_meta) {
-      kernel.meta_index = static_cast<int32_t>(state.kernel_meta.size());
-      state.kernel_meta.push_back(std::move(meta));
-    }
-    state.kernels.push_back(kernel);
-    return;
-  }
-  if (has_meta && external_id != kUnset) {
-    state.op_meta[external_id] = std::move(meta);
-    return;
-  }
-  if (has_dims && external_id != kUnset && name.starts_with("aten::") && cat_is(cat, "cpu_op", "Operator")) {
-    inputs.name = std::string(name);
-    state.aten_ops[external_id] = std::move(inputs);
-    return;
-  }
-  if (external_id != kUnset && (name.starts_with("nccl:") || name.starts_with("c10d::"))) {
-    auto& entry = state.op_meta[external_id];
-    if (entry.name.empty()) entry.name = std::string(name);
-    return;
-  }
-  constexpr std::string_view kStepPrefix = "ProfilerStep#";
-  if (name.starts_with(kStepPrefix) && !cat_is(cat, "gpu_user_annotation", "gpu_user_annotation")) {
-    int64_t step = 0;
-    auto digits = name.substr(kStepPrefix.size());
-    std::from_chars(digits.data(), digits.data() + digits.size(), step);
-    state.steps.push_back({step, ts_ns, std::max<int64_t>(0, dur_ns)});
-  }
-}
-
-void parse_distributed_info(Scanner& scan, FileState& state, std::string& scratch) {
-  scan.expect('{');
-  if (scan.consume('}')) return;
-  do {
-    std::string_view key = scan.string(scratch);
-    scan.expect(':');
-    if (key == "rank") {
-      state.rank = scan.count(scratch, "distributedInfo.rank", kMaxRanks - 1);
-    } else if (key == "world_size") {
-      state.world_size = scan.count(scratch, "distributedInfo.world_size", kMaxRanks);
-    } else {
-      scan.skip_value();
-    }
-  } while (scan.consume(','));
-  scan.expect('}');
-}
-
-void parse_device_properties(Scanner& scan, FileState& state, std::string& scratch) {
-  scan.expect('[');
-  if (scan.consume(']')) return;
-  do {
-    scan.expect('{');
-    int64_t id = kUnset;
-    std::string device_name;
-    if (!scan.consume('}')) {
-      do {
-        std::string_view key = scan.string(scratch);
-        scan.expect(':');
-        if (key == "id") {
-          id = scan.integer(scratch);
-        } else if (key == "name" && scan.peek() == '"') {
-          device_name = std::string(scan.string(scratch));
-        } else {
-          scan.skip_value();
-        }
-      } while (scan.consume(','));
-      scan.expect('}');
-    }
-    if (id != kUnset) state.device_names[id] = device_name;
-  } while (scan.consume(','));
-  scan.expect(']');
-}
-
-void parse_events_array(Scanner& scan, FileState& state, NameTable& names) {
-  std::string scratch_a;
-  std::string scratch_b;
-  scan.expect('[');
-  if (scan.consume(']')) return;
-  do {
-    if (scan.peek() == ']') break;  // tolerate a trailing comma (older Kineto versions wrote one)
-    parse_event(scan, state, names, scratch_a, scratch_b);
-  } while (scan.consume(','));
-  scan.expect(']');
-}
-
 // Raw kernels/steps of all files with their rank and absolute time, before lanes are fixed.
 struct PendingFile {
   FileState state;
@@ -620,41 +55,6 @@ struct PendingFile {
   std::string source;
 };
 
-void parse_into(const char* text, std::size_t size, const std::string& source, FileState& state,
-                NameTable& names) {
-  Scanner scan(text, text + size, source);
-  std::string scratch;
-  if (scan.at_end()) scan.fail("empty file");
-  if (scan.peek() == '[') {
-    parse_events_array(scan, state, names);
-  } else {
-    scan.expect('{');
-    if (!scan.consume('}')) {
-      do {
-        std::string_view key = scan.string(scratch);
-        scan.expect(':');
-        if (key == "traceEvents") {
-          parse_events_array(scan, state, names);
-        } else if (key == "distributedInfo" && scan.peek() == '{') {
-          parse_distributed_info(scan, state, scratch);
-        } else if (key == "deviceProperties" && scan.peek() == '[') {
-          parse_device_properties(scan, state, scratch);
-        } else if (key == "baseTimeNanoseconds") {
-          int64_t base = scan.integer(scratch);
-          if (base != kUnset && (base < 0 || base > kMaxTraceTimeNs))
-            scan.fail(fmt::format("baseTimeNanoseconds {} is out of range", base));
-          state.base_ns = base == kUnset ? 0 : base;
-        } else {
-          scan.skip_value();
-        }
-      } while (scan.consume(','));
-      scan.expect('}');
-    }
-  }
-  if (!scan.at_end()) scan.fail("trailing characters after the trace object");
-}
-
-// Fixes lanes, the time origin and categories; appends to `data`.
 /// Traces given together are the ranks of one job: each rank once, one world size, every rank inside it.
 void require_one_job(const std::vector<PendingFile>& files) {
   std::map<int32_t, const PendingFile*> by_rank;
@@ -684,124 +84,171 @@ void require_one_job(const std::vector<PendingFile>& files) {
   }
 }
 
-void merge_files(std::vector<PendingFile>& files, TraceData& data) {
-  KernelClassifier classifier;
-  std::vector<int8_t> name_category(data.names.size(), -1);
-  std::map<std::pair<int32_t, int32_t>, int32_t> lane_of;  // (rank, device) -> provisional lane
-  std::vector<TraceLane> lanes;
-  std::map<std::vector<int32_t>, int32_t> group_of;  // rank list -> index into data.groups
-  for (std::size_t index = 0; index < data.groups.size(); ++index)
-    group_of.emplace(data.groups[index], static_cast<int32_t>(index));
-  auto group_index = [&](const std::vector<int32_t>& ranks) {
-    auto [found, added] = group_of.emplace(ranks, static_cast<int32_t>(data.groups.size()));
-    if (added) data.groups.push_back(ranks);
-    return found->second;
-  };
-  int64_t origin = std::numeric_limits<int64_t>::max();
-  for (auto& file : files) {
-    for (const auto& kernel : file.state.kernels)
-      origin = std::min(origin, file.state.base_ns + kernel.t_begin_ns);
-    for (const auto& step : file.state.steps) origin = std::min(origin, file.state.base_ns + step.t_begin_ns);
+// Fixes lanes, the time origin and categories of parsed files before they join a TraceData: the provisional
+// lanes (one per (rank, device), in order of discovery) and the process groups found so far.
+class FileMerger {
+ public:
+  explicit FileMerger(TraceData& data) : data_(data), name_category_(data.names.size(), -1) {
+    for (std::size_t index = 0; index < data.groups.size(); ++index)
+      group_of_.emplace(data.groups[index], static_cast<int32_t>(index));
   }
-  if (origin == std::numeric_limits<int64_t>::max()) origin = 0;
-  data.origin_unix_ns = origin;
-  auto lane_for = [&](const PendingFile& file, int32_t device) {
+
+  // Sets the time origin: the earliest kernel or step begin of all files (absolute), 0 if they hold none.
+  void set_origin(const std::vector<PendingFile>& files) {
+    int64_t origin = std::numeric_limits<int64_t>::max();
+    for (const auto& file : files) {
+      for (const auto& kernel : file.state.kernels)
+        origin = std::min(origin, file.state.base_ns + kernel.t_begin_ns);
+      for (const auto& step : file.state.steps)
+        origin = std::min(origin, file.state.base_ns + step.t_begin_ns);
+    }
+    if (origin == std::numeric_limits<int64_t>::max()) origin = 0;
+    origin_ns_ = origin;
+    data_.origin_unix_ns = origin;
+  }
+
+  // Appends `file`'s kernels to `kernels` on the merged time base, each classified, with its collective's
+  // message and group, and its aten op moved into data.ops.
+  void merge_kernels(PendingFile& file, std::vector<TraceKernel>& kernels) {
+    auto& state = file.state;
+    std::unordered_map<int64_t, int32_t> op_index;  // External id -> index into data.ops
+    for (const auto& raw : state.kernels) {
+      const std::string& name = data_.names[static_cast<std::size_t>(raw.name_id)];
+      const CollectiveMeta* meta = collective_of(state, raw, name);
+      TraceKernel kernel;
+      kernel.lane = lane_for(file, raw.device);
+      kernel.stream = raw.stream;
+      kernel.name_id = raw.name_id;
+      kernel.category = category_of(raw, name, meta);
+      if (meta != nullptr && is_comm(kernel.category)) add_collective(*meta, kernel);
+      kernel.t_begin_ns = state.base_ns + raw.t_begin_ns - origin_ns_;
+      kernel.t_end_ns = kernel.t_begin_ns + raw.duration_ns;
+      if (raw.external_id != kUnset && !raw.is_memory) link_op(state, raw.external_id, op_index, kernel);
+      kernels.push_back(kernel);
+    }
+    state.aten_ops.clear();
+  }
+
+  // Appends every file's steps to `steps` (on the first lane of the file's rank, else its device 0) and
+  // takes the files' world size and event counts into data.
+  void merge_steps(const std::vector<PendingFile>& files, std::vector<TraceStep>& steps) {
+    for (const auto& file : files) {
+      for (const auto& raw : file.state.steps) {
+        int32_t lane = -1;
+        for (std::size_t index = 0; index < lanes_.size(); ++index) {
+          if (lanes_[index].rank == file.rank) {
+            lane = static_cast<int32_t>(index);
+            break;
+          }
+        }
+        if (lane < 0) lane = lane_for(file, 0);
+        int64_t begin = file.state.base_ns + raw.t_begin_ns - origin_ns_;
+        steps.push_back({lane, raw.step, begin, begin + raw.duration_ns});
+      }
+      data_.world_size = std::max(data_.world_size, static_cast<int32_t>(file.state.world_size));
+      data_.events_seen += file.state.events;
+    }
+  }
+
+  // Appends the lanes to data ordered by (rank, device) and renumbers `kernels` and `steps` to match.
+  void renumber_lanes(std::vector<TraceKernel>& kernels, std::vector<TraceStep>& steps) {
+    std::vector<int32_t> order(lanes_.size());
+    for (std::size_t index = 0; index < order.size(); ++index) order[index] = static_cast<int32_t>(index);
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      return std::make_pair(lanes_[static_cast<std::size_t>(a)].rank,
+                            lanes_[static_cast<std::size_t>(a)].device) <
+             std::make_pair(lanes_[static_cast<std::size_t>(b)].rank,
+                            lanes_[static_cast<std::size_t>(b)].device);
+    });
+    std::vector<int32_t> new_index(lanes_.size());
+    auto base_lane = static_cast<int32_t>(data_.lanes.size());
+    for (std::size_t position = 0; position < order.size(); ++position) {
+      new_index[static_cast<std::size_t>(order[position])] = base_lane + static_cast<int32_t>(position);
+      data_.lanes.push_back(lanes_[static_cast<std::size_t>(order[position])]);
+    }
+    for (auto& kernel : kernels) kernel.lane = new_index[static_cast<std::size_t>(kernel.lane)];
+    for (auto& step : steps) step.lane = new_index[static_cast<std::size_t>(step.lane)];
+  }
+
+ private:
+  // The provisional lane of (`file`'s rank, `device`), added on first sight.
+  int32_t lane_for(const PendingFile& file, int32_t device) {
     auto key = std::make_pair(file.rank, device);
-    auto found = lane_of.find(key);
-    if (found != lane_of.end()) return found->second;
+    auto found = lane_of_.find(key);
+    if (found != lane_of_.end()) return found->second;
     TraceLane lane;
     lane.rank = file.rank;
     lane.device = device;
     auto name = file.state.device_names.find(device);
     if (name != file.state.device_names.end()) lane.device_name = name->second;
     lane.source_file = file.source;
-    auto index = static_cast<int32_t>(lanes.size());
-    lanes.push_back(lane);
-    lane_of.emplace(key, index);
+    auto index = static_cast<int32_t>(lanes_.size());
+    lanes_.push_back(lane);
+    lane_of_.emplace(key, index);
     return index;
-  };
-  std::vector<TraceKernel> kernels;
-  std::vector<TraceStep> steps;
-  for (auto& file : files) {
-    auto& state = file.state;
-    std::unordered_map<int64_t, int32_t> op_index;  // External id -> index into data.ops
-    for (const auto& raw : state.kernels) {
-      const std::string& name = data.names[static_cast<std::size_t>(raw.name_id)];
-      const CollectiveMeta* meta = nullptr;
-      if (raw.meta_index >= 0) {
-        meta = &state.kernel_meta[static_cast<std::size_t>(raw.meta_index)];
-      } else if (raw.external_id != kUnset && is_nccl_kernel(name)) {
-        auto found = state.op_meta.find(raw.external_id);
-        if (found != state.op_meta.end()) meta = &found->second;
-      }
-      TraceKernel kernel;
-      kernel.lane = lane_for(file, raw.device);
-      kernel.stream = raw.stream;
-      kernel.name_id = raw.name_id;
-      auto& cached = name_category[static_cast<std::size_t>(raw.name_id)];
-      if (raw.is_memory) {
-        kernel.category = KernelCategory::kElementwise;
-      } else if (meta != nullptr || is_nccl_kernel(name)) {
-        kernel.category = classifier.classify(name, false, meta != nullptr ? meta->name : std::string_view());
-      } else {
-        if (cached < 0) cached = static_cast<int8_t>(classifier.classify(name, false, {}));
-        kernel.category = static_cast<KernelCategory>(cached);
-      }
-      if (meta != nullptr && is_comm(kernel.category)) {
-        kernel.message_bytes = message_bytes(kernel.category, *meta);
-        kernel.group_size = meta->group_size;
-        kernel.p2p_send = kernel.category == KernelCategory::kSendRecv && meta->name == "send";
-        if (!meta->group_ranks.empty() && static_cast<int32_t>(meta->group_ranks.size()) == meta->group_size)
-          kernel.group = group_index(meta->group_ranks);
-      }
-      kernel.t_begin_ns = state.base_ns + raw.t_begin_ns - origin;
-      kernel.t_end_ns = kernel.t_begin_ns + raw.duration_ns;
-      if (raw.external_id != kUnset && !raw.is_memory) {
-        auto linked = op_index.find(raw.external_id);
-        if (linked != op_index.end()) {
-          kernel.op = linked->second;
-        } else if (auto found = state.aten_ops.find(raw.external_id); found != state.aten_ops.end()) {
-          kernel.op = static_cast<int32_t>(data.ops.size());
-          data.ops.push_back(std::move(found->second));
-          op_index.emplace(raw.external_id, kernel.op);
-        }
-      }
-      kernels.push_back(kernel);
+  }
+
+  // The index into data.groups of the process group `ranks`, added on first sight.
+  int32_t group_index(const std::vector<int32_t>& ranks) {
+    auto [found, added] = group_of_.emplace(ranks, static_cast<int32_t>(data_.groups.size()));
+    if (added) data_.groups.push_back(ranks);
+    return found->second;
+  }
+
+  // The NCCL metadata of `raw`: its own, else (an NCCL kernel) its launching CPU op's; null if none.
+  static const CollectiveMeta* collective_of(const FileState& state, const RawKernel& raw,
+                                             const std::string& name) {
+    if (raw.meta_index >= 0) return &state.kernel_meta[static_cast<std::size_t>(raw.meta_index)];
+    if (raw.external_id != kUnset && is_nccl_kernel(name)) {
+      auto found = state.op_meta.find(raw.external_id);
+      if (found != state.op_meta.end()) return &found->second;
     }
-    state.aten_ops.clear();
+    return nullptr;
   }
-  for (auto& file : files) {
-    for (const auto& raw : file.state.steps) {
-      int32_t lane = -1;
-      for (std::size_t index = 0; index < lanes.size(); ++index) {
-        if (lanes[index].rank == file.rank) {
-          lane = static_cast<int32_t>(index);
-          break;
-        }
-      }
-      if (lane < 0) lane = lane_for(file, 0);
-      int64_t begin = file.state.base_ns + raw.t_begin_ns - origin;
-      steps.push_back({lane, raw.step, begin, begin + raw.duration_ns});
+
+  // The category of `raw`: memcpy/memset are elementwise; plain kernels are classified once per name.
+  KernelCategory category_of(const RawKernel& raw, const std::string& name, const CollectiveMeta* meta) {
+    auto& cached = name_category_[static_cast<std::size_t>(raw.name_id)];
+    if (raw.is_memory) return KernelCategory::kElementwise;
+    if (meta != nullptr || is_nccl_kernel(name))
+      return classifier_.classify(name, false, meta != nullptr ? meta->name : std::string_view());
+    if (cached < 0) cached = static_cast<int8_t>(classifier_.classify(name, false, {}));
+    return static_cast<KernelCategory>(cached);
+  }
+
+  // Sets a collective kernel's message size, group size, send side and process group from `meta`.
+  void add_collective(const CollectiveMeta& meta, TraceKernel& kernel) {
+    kernel.message_bytes = message_bytes(kernel.category, meta);
+    kernel.group_size = meta.group_size;
+    kernel.p2p_send = kernel.category == KernelCategory::kSendRecv && meta.name == "send";
+    if (!meta.group_ranks.empty() && static_cast<int32_t>(meta.group_ranks.size()) == meta.group_size)
+      kernel.group = group_index(meta.group_ranks);
+  }
+
+  // Links `kernel` to the aten op of `external_id`, moving the op into data.ops on its first kernel.
+  void link_op(FileState& state, int64_t external_id, std::unordered_map<int64_t, int32_t>& op_index,
+               TraceKernel& kernel) {
+    auto linked = op_index.find(external_id);
+    if (linked != op_index.end()) {
+      kernel.op = linked->second;
+    } else if (auto found = state.aten_ops.find(external_id); found != state.aten_ops.end()) {
+      kernel.op = static_cast<int32_t>(data_.ops.size());
+      data_.ops.push_back(std::move(found->second));
+      op_index.emplace(external_id, kernel.op);
     }
-    data.world_size = std::max(data.world_size, static_cast<int32_t>(file.state.world_size));
-    data.events_seen += file.state.events;
   }
-  // Renumber lanes by (rank, device).
-  std::vector<int32_t> order(lanes.size());
-  for (std::size_t index = 0; index < order.size(); ++index) order[index] = static_cast<int32_t>(index);
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    return std::make_pair(lanes[static_cast<std::size_t>(a)].rank,
-                          lanes[static_cast<std::size_t>(a)].device) <
-           std::make_pair(lanes[static_cast<std::size_t>(b)].rank, lanes[static_cast<std::size_t>(b)].device);
-  });
-  std::vector<int32_t> new_index(lanes.size());
-  auto base_lane = static_cast<int32_t>(data.lanes.size());
-  for (std::size_t position = 0; position < order.size(); ++position) {
-    new_index[static_cast<std::size_t>(order[position])] = base_lane + static_cast<int32_t>(position);
-    data.lanes.push_back(lanes[static_cast<std::size_t>(order[position])]);
-  }
-  for (auto& kernel : kernels) kernel.lane = new_index[static_cast<std::size_t>(kernel.lane)];
-  for (auto& step : steps) step.lane = new_index[static_cast<std::size_t>(step.lane)];
+
+  TraceData& data_;
+  KernelClassifier classifier_;
+  std::vector<int8_t> name_category_;                       // per name id: cached category, -1 unknown
+  std::map<std::pair<int32_t, int32_t>, int32_t> lane_of_;  // (rank, device) -> provisional lane
+  std::vector<TraceLane> lanes_;                            // provisional lanes, in order of discovery
+  std::map<std::vector<int32_t>, int32_t> group_of_;        // rank list -> index into data.groups
+  int64_t origin_ns_ = 0;                                   // absolute time of t=0
+};
+
+// Appends `kernels` and `steps` to `data`, each ordered by (lane, begin), and extends data.end_ns.
+void append_in_lane_order(std::vector<TraceKernel>& kernels, std::vector<TraceStep>& steps, TraceData& data) {
   auto by_lane_time = [](const auto& a, const auto& b) {
     return std::make_pair(a.lane, a.t_begin_ns) < std::make_pair(b.lane, b.t_begin_ns);
   };
@@ -811,6 +258,18 @@ void merge_files(std::vector<PendingFile>& files, TraceData& data) {
   for (const auto& step : steps) data.end_ns = std::max(data.end_ns, step.t_end_ns);
   data.kernels.insert(data.kernels.end(), kernels.begin(), kernels.end());
   data.steps.insert(data.steps.end(), steps.begin(), steps.end());
+}
+
+// Fixes lanes, the time origin and categories of `files`; appends to `data`.
+void merge_files(std::vector<PendingFile>& files, TraceData& data) {
+  FileMerger merger(data);
+  merger.set_origin(files);
+  std::vector<TraceKernel> kernels;
+  std::vector<TraceStep> steps;
+  for (auto& file : files) merger.merge_kernels(file, kernels);
+  merger.merge_steps(files, steps);
+  merger.renumber_lanes(kernels, steps);
+  append_in_lane_order(kernels, steps, data);
 }
 
 // Read-only memory map of a whole file.

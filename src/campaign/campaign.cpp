@@ -1,15 +1,11 @@
 #include "campaign/campaign.h"
 
 #include <fmt/format.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -19,10 +15,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
-#include "core/output_file.h"
 #include "core/shell.h"
-#include "core/spawn.h"
-#include "core/table.h"
 #include "model/model_spec.h"
 #include "parallel/layout.h"
 #include "parallel/memory.h"
@@ -223,84 +216,6 @@ parallel::Layout point_layout(const Spec& spec, const Point& point, int* gpus) {
   return layout;
 }
 
-nlohmann::json read_json_file(const std::filesystem::path& path) {
-  std::ifstream file(path);
-  if (!file) return nullptr;
-  std::stringstream text;
-  text << file.rdbuf();
-  try {
-    return nlohmann::json::parse(text.str());
-  } catch (const std::exception&) {
-    return nullptr;
-  }
-}
-
-/// Writes `index` to out_dir/campaign.json through a temporary file and a rename (a stop leaves the old or
-/// new).
-void write_index(const std::filesystem::path& out_dir, const nlohmann::json& index) {
-  core::write_file_atomically(out_dir / "campaign.json", index.dump(2) + "\n", "--out");
-}
-
-/// Headline figures of a point from the JSON its child printed: `calo sim --json` (top level) or `calo bench
-/// --json` (power and heat under "telemetry"). A figure the run did not measure is null, never 0.
-nlohmann::json headline(const nlohmann::json& summary) {
-  auto number = [&summary](std::initializer_list<const char*> keys) -> nlohmann::json {
-    for (const char* key : keys) {
-      for (const nlohmann::json* object :
-           {&summary, summary.contains("telemetry") ? &summary["telemetry"] : nullptr}) {
-        if (object != nullptr && object->is_object() && object->contains(key) && (*object)[key].is_number())
-          return (*object)[key];
-      }
-    }
-    return nullptr;
-  };
-  nlohmann::json energy_per_token_j = number({"energy_per_token_j"});
-  const nlohmann::json tokens_per_s = number({"tokens_per_s"}), iteration_s = number({"iteration_s"}),
-                       energy_per_step_j = number({"energy_per_step_j"});
-  if (energy_per_token_j.is_null() && !tokens_per_s.is_null() && !iteration_s.is_null() &&
-      !energy_per_step_j.is_null() && tokens_per_s.get<double>() * iteration_s.get<double>() > 0) {
-    energy_per_token_j =
-        energy_per_step_j.get<double>() / (tokens_per_s.get<double>() * iteration_s.get<double>());
-  }
-  return {{"tokens_per_s", tokens_per_s},
-          {"mfu", number({"mfu"})},
-          {"energy_per_token_j", energy_per_token_j},
-          {"peak_power_w", number({"peak_power_w"})},
-          {"max_temp_c", number({"max_die_c", "peak_temp_c"})}};
-}
-
-/// Starts `calo_bin args...` with stdout to `stdout_path`, stderr to `stderr_path`; returns the child's pid.
-pid_t spawn(const std::filesystem::path& calo_bin, const std::vector<std::string>& args,
-            const std::filesystem::path& stdout_path, const std::filesystem::path& stderr_path) {
-  core::ChildSpec spec;
-  spec.executable = calo_bin.string();
-  spec.argv = {calo_bin.string()};
-  spec.argv.insert(spec.argv.end(), args.begin(), args.end());
-  spec.stdout_path = stdout_path.string();
-  spec.stderr_path = stderr_path.string();
-  spec.failure_context = "calo sweep: fork failed";
-  spec.failure_hint = "; fewer --jobs may help";
-  return core::spawn_child(spec);
-}
-
-/// The last non-empty line of a text file (a failed point's error message), at most 300 characters.
-std::string last_line(const std::filesystem::path& path) {
-  std::ifstream file(path);
-  std::string line, last;
-  while (std::getline(file, line)) {
-    if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
-  }
-  if (last.size() > 300) last = last.substr(0, 297) + "...";
-  return last;
-}
-
-std::string format_duration(double seconds) {
-  const long long whole = static_cast<long long>(seconds + 0.5);
-  if (whole >= 3600) return fmt::format("{}h{:02}m", whole / 3600, (whole % 3600) / 60);
-  if (whole >= 60) return fmt::format("{}m{:02}s", whole / 60, whole % 60);
-  return fmt::format("{}s", whole);
-}
-
 }  // namespace
 
 std::vector<std::string> axis_keys(const Spec& spec) {
@@ -335,13 +250,13 @@ void check_campaign_name(const std::string& name, const std::string& origin) {
   }
 }
 
-}  // namespace
+/// Flags as (key, value text), as Spec::fixed holds them.
+using FlagList = std::vector<std::pair<std::string, std::string>>;
+/// Swept keys with their value texts, as Spec::axes holds them.
+using AxisList = std::vector<std::pair<std::string, std::vector<std::string>>>;
 
-Spec parse_spec(const nlohmann::json& object, const std::string& origin) {
-  if (!object.is_object())
-    throw InputError(fmt::format("{}: a campaign spec is a mapping (model:, cluster:, axes:)", origin));
-  Spec spec;
-  spec.source = object;
+/// Throws InputError naming the first top-level key a spec does not have.
+void check_top_keys(const nlohmann::json& object, const std::string& origin) {
   static const std::vector<std::string> top = {"name", "model", "layers", "cluster",
                                                "gpus", "steps", "fixed",  "axes"};
   for (const auto& [key, value] : object.items()) {
@@ -349,98 +264,120 @@ Spec parse_spec(const nlohmann::json& object, const std::string& origin) {
       throw InputError(fmt::format("{}: unknown key '{}'; a spec has {}", origin, key, fmt::join(top, ", ")));
     }
   }
-  auto text = [&](const char* key, bool required) {
-    if (!object.contains(key)) {
-      if (required)
-        throw InputError(
-            fmt::format("{}: missing '{}'; add `{}: NAME` (a preset or a YAML path)", origin, key, key));
-      return std::string();
-    }
-    if (!object[key].is_string())
-      throw InputError(fmt::format("{}: '{}' must be a name or path", origin, key));
-    return object[key].get<std::string>();
-  };
-  spec.name = text("name", false);
-  if (spec.name.empty()) {
-    spec.name = std::filesystem::path(origin).stem().string();  // a file name: any odd character becomes '-'
-    for (char& character : spec.name)
+}
+
+/// The string under `key` ("" when absent and not `required`); InputError when missing or not a string.
+std::string spec_text(const nlohmann::json& object, const char* key, bool required,
+                      const std::string& origin) {
+  if (!object.contains(key)) {
+    if (required)
+      throw InputError(
+          fmt::format("{}: missing '{}'; add `{}: NAME` (a preset or a YAML path)", origin, key, key));
+    return std::string();
+  }
+  if (!object[key].is_string()) throw InputError(fmt::format("{}: '{}' must be a name or path", origin, key));
+  return object[key].get<std::string>();
+}
+
+/// The campaign's name: `name:`, else the origin's file stem with odd characters as '-'; checked plain.
+std::string campaign_name(const nlohmann::json& object, const std::string& origin) {
+  std::string name = spec_text(object, "name", false, origin);
+  if (name.empty()) {
+    name = std::filesystem::path(origin).stem().string();  // a file name: any odd character becomes '-'
+    for (char& character : name)
       if (!std::isalnum(static_cast<unsigned char>(character)) && character != '_' && character != '.')
         character = '-';
-    if (spec.name.empty() || spec.name.front() == '.') spec.name = "campaign" + spec.name;
+    if (name.empty() || name.front() == '.') name = "campaign" + name;
   }
-  check_campaign_name(spec.name, origin);
-  spec.model = text("model", true);
-  spec.cluster = text("cluster", true);
-  // Checked as int64 before narrowing to int (gpus: 4294967297 used to pass as 1).
-  auto positive_int = [&](const char* key) {
-    const nlohmann::json& value = object[key];
-    if (!value.is_number_integer() || value.get<int64_t>() < 1 ||
-        value.get<int64_t>() > std::numeric_limits<int>::max())
-      throw InputError(fmt::format("{}: '{}' must be a positive integer, e.g. `{}: {}`", origin, key, key,
-                                   std::string_view(key) == "gpus" ? 32 : 2));
-    return static_cast<int>(value.get<int64_t>());
-  };
-  if (object.contains("gpus")) spec.gpus = positive_int("gpus");
-  if (object.contains("steps")) spec.steps = positive_int("steps");
-  if (object.contains("layers")) spec.layers = positive_int("layers");
-  if (spec.steps > sim::kMaxSimSteps)
-    throw InputError(fmt::format("{}: 'steps' = {} is beyond the {} one simulation takes; use fewer", origin,
-                                 spec.steps, sim::kMaxSimSteps));
-  if (object.contains("fixed")) {
-    if (!object["fixed"].is_object())
-      throw InputError(
-          fmt::format("{}: 'fixed' must map flags to values, e.g. `fixed: {{gbs: 128}}`", origin));
-    for (const auto& [key, value] : object["fixed"].items()) {
-      const std::string where = fmt::format("{}: fixed.{}", origin, key);
-      check_key(key, where);
-      if (key == "gpus")
-        throw InputError(fmt::format("{}: give gpus at the top level (`gpus: N`) or as an axis", where));
-      if (key == "layout")
-        throw InputError(fmt::format(
-            "{}: 'layout' is an axis (a list of flag mappings); give its flags under fixed", where));
-      spec.fixed.emplace_back(key, scalar_text(value, where));
-      check_value(key, spec.fixed.back().second, where);
+  check_campaign_name(name, origin);
+  return name;
+}
+
+/// The positive integer under `key`, checked as int64 before narrowing to int (gpus: 4294967297 used to pass
+/// as 1).
+int positive_int(const nlohmann::json& object, const char* key, const std::string& origin) {
+  const nlohmann::json& value = object[key];
+  if (!value.is_number_integer() || value.get<int64_t>() < 1 ||
+      value.get<int64_t>() > std::numeric_limits<int>::max())
+    throw InputError(fmt::format("{}: '{}' must be a positive integer, e.g. `{}: {}`", origin, key, key,
+                                 std::string_view(key) == "gpus" ? 32 : 2));
+  return static_cast<int>(value.get<int64_t>());
+}
+
+/// The `fixed:` flags as (key, value text), each key and value checked.
+FlagList parse_fixed(const nlohmann::json& fixed, const std::string& origin) {
+  if (!fixed.is_object())
+    throw InputError(fmt::format("{}: 'fixed' must map flags to values, e.g. `fixed: {{gbs: 128}}`", origin));
+  FlagList flags;
+  for (const auto& [key, value] : fixed.items()) {
+    const std::string where = fmt::format("{}: fixed.{}", origin, key);
+    check_key(key, where);
+    if (key == "gpus")
+      throw InputError(fmt::format("{}: give gpus at the top level (`gpus: N`) or as an axis", where));
+    if (key == "layout")
+      throw InputError(fmt::format(
+          "{}: 'layout' is an axis (a list of flag mappings); give its flags under fixed", where));
+    flags.emplace_back(key, scalar_text(value, where));
+    check_value(key, flags.back().second, where);
+  }
+  return flags;
+}
+
+/// One value of a layout axis, a mapping of flags that move together (e.g. {tp: 8, pp: 2}), as "tp=8,pp=2".
+std::string layout_bundle(const nlohmann::json& value, const std::string& where) {
+  if (!value.is_object() || value.empty())
+    throw InputError(fmt::format("{}: each layout is a mapping of flags, e.g. `- {{tp: 8, pp: 2}}`", where));
+  std::string bundle;
+  for (const std::string& flag : ordered_keys(value)) {
+    const nlohmann::json& flag_value = value[flag];
+    check_key(flag, where);
+    if (flag == "layout")
+      throw InputError(fmt::format("{}: a layout cannot hold 'layout'; use tp, pp, dp, ep, ...", where));
+    const std::string flag_text = scalar_text(flag_value, where + "." + flag);
+    check_value(flag, flag_text, where + "." + flag);
+    bundle += (bundle.empty() ? "" : ",") + flag + "=" + flag_text;
+  }
+  return bundle;
+}
+
+/// The value texts of the axis `key`: checked scalars, or layout bundles for the layout axis.
+std::vector<std::string> axis_values(const std::string& key, const nlohmann::json& values,
+                                     const FlagList& fixed, const std::string& where) {
+  check_key(key, where);
+  if (!values.is_array() || values.empty())
+    throw InputError(fmt::format("{}: give a non-empty list, e.g. `{}: [1, 2]`", where, key));
+  for (const auto& [fixed_key, unused] : fixed) {
+    if (fixed_key == key)
+      throw InputError(fmt::format("{}: '{}' is both fixed and an axis; remove it from fixed", where, key));
+  }
+  std::vector<std::string> texts;
+  for (const auto& value : values) {
+    if (key != "layout") {
+      texts.push_back(scalar_text(value, where));
+      check_value(key, texts.back(), where);
+      continue;
     }
+    texts.push_back(layout_bundle(value, where));
   }
+  return texts;
+}
+
+/// The `axes:` keys in known_keys() order, each with its value texts.
+AxisList parse_axes(const nlohmann::json& object, const FlagList& fixed, const std::string& origin) {
   if (!object.contains("axes") || !object["axes"].is_object() || object["axes"].empty()) {
     throw InputError(fmt::format(
         "{}: missing 'axes'; add e.g. `axes: {{mbs: [1, 2, 4]}}` (a key to a list of values)", origin));
   }
+  AxisList axes;
   for (const std::string& key : ordered_keys(object["axes"])) {
-    const nlohmann::json& values = object["axes"][key];
     const std::string where = fmt::format("{}: axes.{}", origin, key);
-    check_key(key, where);
-    if (!values.is_array() || values.empty())
-      throw InputError(fmt::format("{}: give a non-empty list, e.g. `{}: [1, 2]`", where, key));
-    for (const auto& [fixed_key, unused] : spec.fixed) {
-      if (fixed_key == key)
-        throw InputError(fmt::format("{}: '{}' is both fixed and an axis; remove it from fixed", where, key));
-    }
-    std::vector<std::string> texts;
-    for (const auto& value : values) {
-      if (key != "layout") {
-        texts.push_back(scalar_text(value, where));
-        check_value(key, texts.back(), where);
-        continue;
-      }
-      // A layout axis: each value is a mapping of flags that move together, e.g. {tp: 8, pp: 2}.
-      if (!value.is_object() || value.empty())
-        throw InputError(
-            fmt::format("{}: each layout is a mapping of flags, e.g. `- {{tp: 8, pp: 2}}`", where));
-      std::string bundle;
-      for (const std::string& flag : ordered_keys(value)) {
-        const nlohmann::json& flag_value = value[flag];
-        check_key(flag, where);
-        if (flag == "layout")
-          throw InputError(fmt::format("{}: a layout cannot hold 'layout'; use tp, pp, dp, ep, ...", where));
-        const std::string flag_text = scalar_text(flag_value, where + "." + flag);
-        check_value(flag, flag_text, where + "." + flag);
-        bundle += (bundle.empty() ? "" : ",") + flag + "=" + flag_text;
-      }
-      texts.push_back(bundle);
-    }
-    spec.axes.emplace_back(key, std::move(texts));
+    axes.emplace_back(key, axis_values(key, object["axes"][key], fixed, where));
   }
+  return axes;
+}
+
+/// Throws InputError when the grid has more than kMaxGridPoints points, or no point gets a GPU count.
+void check_grid(const Spec& spec, const std::string& origin) {
   // Every point is a run: a larger grid is a mistake, and expanding one that a few lines describe (20 axes of
   // 10 values) would exhaust memory.
   double grid_points = 1;
@@ -454,6 +391,28 @@ Spec parse_spec(const nlohmann::json& object, const std::string& origin) {
     if (!swept)
       throw InputError(fmt::format("{}: missing 'gpus'; add `gpus: N` or an axis `gpus: [..]`", origin));
   }
+}
+
+}  // namespace
+
+Spec parse_spec(const nlohmann::json& object, const std::string& origin) {
+  if (!object.is_object())
+    throw InputError(fmt::format("{}: a campaign spec is a mapping (model:, cluster:, axes:)", origin));
+  Spec spec;
+  spec.source = object;
+  check_top_keys(object, origin);
+  spec.name = campaign_name(object, origin);
+  spec.model = spec_text(object, "model", true, origin);
+  spec.cluster = spec_text(object, "cluster", true, origin);
+  if (object.contains("gpus")) spec.gpus = positive_int(object, "gpus", origin);
+  if (object.contains("steps")) spec.steps = positive_int(object, "steps", origin);
+  if (object.contains("layers")) spec.layers = positive_int(object, "layers", origin);
+  if (spec.steps > sim::kMaxSimSteps)
+    throw InputError(fmt::format("{}: 'steps' = {} is beyond the {} one simulation takes; use fewer", origin,
+                                 spec.steps, sim::kMaxSimSteps));
+  if (object.contains("fixed")) spec.fixed = parse_fixed(object["fixed"], origin);
+  spec.axes = parse_axes(object, spec.fixed, origin);
+  check_grid(spec, origin);
   return spec;
 }
 
@@ -616,181 +575,6 @@ std::vector<std::string> point_commands(const Spec& spec, const std::string& bac
     commands.push_back(command + " > " + base + ".json 2> " + base + ".log");
   }
   return commands;
-}
-
-namespace {
-
-/// The index before anything runs: every point with its status (skipped with the reason; done when `previous`
-/// says so and its run exists, or when --adopt finds its output; pending otherwise, its cut-off run removed).
-/// `pending` receives the positions of the points to run.
-nlohmann::json initial_index(const Spec& spec, const std::vector<Point>& points, const RunOptions& options,
-                             const nlohmann::json& previous, std::vector<std::size_t>& pending) {
-  nlohmann::json index = {{"campaign", spec.name},
-                          {"spec", spec.source},
-                          {"backend", options.backend},
-                          {"axes", axis_keys(spec)},
-                          {"points", nlohmann::json::array()}};
-  for (const Point& point : points) {
-    nlohmann::json flags = nlohmann::json::object();
-    for (const auto& [key, value] : point.flags) flags[key] = value;
-    nlohmann::json entry = {
-        {"name", point.name}, {"flags", flags}, {"axis_values", point.axis_values}, {"run_dir", point.name}};
-    const std::filesystem::path run_dir = options.out_dir / point.name;
-    bool done = false;
-    if (previous.is_object() && previous.contains("points")) {
-      for (const auto& old : previous["points"]) {
-        if (old.value("name", "") == point.name && old.value("status", "") == "done" &&
-            std::filesystem::exists(run_dir)) {
-          entry = old;
-          done = true;
-        }
-      }
-    }
-    const nlohmann::json made = options.adopt && !done && std::filesystem::exists(run_dir)
-                                    ? read_json_file(options.out_dir / (point.name + ".json"))
-                                    : nlohmann::json();
-    if (!point.skip_reason.empty()) {
-      entry["status"] = "skipped";
-      entry["reason"] = point.skip_reason;
-    } else if (made.is_object()) {
-      entry["status"] = "done";  // run by the printed command elsewhere (--adopt)
-      entry["figures"] = headline(made);
-      entry["adopted"] = true;
-    } else if (!done) {
-      entry["status"] = "pending";
-      if (std::filesystem::exists(run_dir)) std::filesystem::remove_all(run_dir);  // a run cut off mid-way
-      pending.push_back(index["points"].size());
-    }
-    index["points"].push_back(entry);
-  }
-  return index;
-}
-
-}  // namespace
-
-nlohmann::json run_campaign(const Spec& spec, const RunOptions& options) {
-  if (options.backend != "sim" && options.backend != "cpu" && options.backend != "cuda")
-    throw InputError(fmt::format("--backend '{}': use sim, cpu or cuda", options.backend));
-  if (options.jobs < 1) throw InputError("--jobs: give 1 or more");
-  const auto has_cap = [](const auto& flags) {
-    return std::any_of(flags.begin(), flags.end(),
-                       [](const auto& flag) { return flag.first == "power-cap"; });
-  };
-  const bool caps_swept =
-      has_cap(spec.fixed) || std::any_of(spec.axes.begin(), spec.axes.end(),
-                                         [](const auto& axis) { return axis.first == "power-cap"; });
-  if (options.backend != "sim" && caps_swept)
-    throw InputError(fmt::format(
-        "campaign {}: power-cap is simulated only (calo bench measures the card as it is and never changes a "
-        "GPU's settings); run it with --backend sim",
-        spec.name));
-  std::vector<Point> points = expand_grid(spec);
-  validate_points(spec, points);
-  require_runnable(spec, points);
-  const std::filesystem::path index_path = options.out_dir / "campaign.json";
-  nlohmann::json previous = nullptr;
-  if (std::filesystem::exists(index_path)) {
-    if (!options.resume)
-      throw InputError(
-          fmt::format("--out {}: holds a campaign already; add --resume to finish it or give a new --out",
-                      options.out_dir.string()));
-    previous = read_json_file(index_path);
-    const bool damaged = !previous.is_object() || !previous.contains("points");
-    if (damaged && options.adopt) previous = nullptr;  // the results on disk say what is done
-    if (damaged && !options.adopt) {
-      throw InputError(
-          fmt::format("--resume: {} is damaged (not a campaign index), so which points are done is unknown; "
-                      "add --adopt to "
-                      "index the points whose results are on disk and run the rest",
-                      index_path.string()));
-    }
-  }
-  std::filesystem::create_directories(options.out_dir);
-
-  std::vector<std::size_t> pending;
-  nlohmann::json index = initial_index(spec, points, options, previous, pending);
-  write_index(options.out_dir, index);
-  fmt::print(
-      stderr, "calo sweep {}: {} point(s), {} to run, {} skipped, {} already done ({} at once)\n", spec.name,
-      points.size(), pending.size(),
-      std::count_if(points.begin(), points.end(), [](const Point& p) { return !p.skip_reason.empty(); }),
-      points.size() - pending.size() -
-          std::count_if(points.begin(), points.end(), [](const Point& p) { return !p.skip_reason.empty(); }),
-      options.jobs);
-
-  const auto started = std::chrono::steady_clock::now();
-  std::map<pid_t, std::size_t> running;
-  std::map<std::size_t, std::chrono::steady_clock::time_point> launched;
-  std::size_t next = 0, finished = 0;
-  auto launch = [&](std::size_t slot) {
-    nlohmann::json& entry = index["points"][slot];
-    const std::string name = entry["name"];
-    const Point& point = points[slot];
-    const std::filesystem::path run_dir = options.out_dir / name;
-    const pid_t pid = spawn(options.calo_bin, point_arguments(spec, point, options.backend, run_dir),
-                            options.out_dir / (name + ".json"), options.out_dir / (name + ".log"));
-    entry["status"] = "running";
-    running[pid] = slot;
-    launched[slot] = std::chrono::steady_clock::now();
-  };
-  while (finished < pending.size()) {
-    while (running.size() < static_cast<std::size_t>(options.jobs) && next < pending.size())
-      launch(pending[next++]);
-    int wait_status = 0;
-    const pid_t pid = waitpid(-1, &wait_status, 0);
-    if (pid < 0) break;
-    auto found = running.find(pid);
-    if (found == running.end()) continue;
-    nlohmann::json& entry = index["points"][found->second];
-    entry["wall_s"] =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - launched[found->second]).count();
-    running.erase(found);
-    ++finished;
-    const std::string name = entry["name"];
-    const nlohmann::json summary = read_json_file(options.out_dir / (name + ".json"));
-    const bool ok = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0 && summary.is_object();
-    if (ok) {
-      entry["status"] = "done";
-      entry["figures"] = headline(summary);
-    } else {
-      entry["status"] = "failed";
-      const std::string exit_text = WIFEXITED(wait_status)
-                                        ? fmt::format("exit status {}", WEXITSTATUS(wait_status))
-                                        : fmt::format("killed by signal {}", WTERMSIG(wait_status));
-      const std::string error = last_line(options.out_dir / (name + ".log"));
-      entry["reason"] = fmt::format("{}{}{}; see {}.log", exit_text, error.empty() ? "" : ": ", error, name);
-    }
-    write_index(options.out_dir, index);
-    const double elapsed_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    const double eta_s = elapsed_s / finished * (pending.size() - finished);
-    fmt::print(stderr, "[{}/{}] {} {} ({} elapsed, ETA {})\n", finished, pending.size(), name,
-               entry["status"].get<std::string>(), format_duration(elapsed_s), format_duration(eta_s));
-  }
-  return index;
-}
-
-std::string summary_table(const nlohmann::json& index) {
-  core::TextTable table(
-      {"point", "status", "tokens/s", "MFU %", "energy/token J", "peak power W", "max temp C", "note"});
-  auto cell = [](const nlohmann::json& value, double scale, const char* format) {
-    return value.is_number() ? fmt::format(fmt::runtime(format), value.get<double>() * scale)
-                             : std::string("-");
-  };
-  for (const auto& entry : index["points"]) {
-    const std::string status = entry.value("status", "");
-    if (status == "done") {
-      const auto& figures = entry["figures"];
-      table.add_row({entry["name"].get<std::string>(), status, cell(figures["tokens_per_s"], 1, "{:.0f}"),
-                     cell(figures["mfu"], 100, "{:.1f}"), cell(figures["energy_per_token_j"], 1, "{:.3f}"),
-                     cell(figures["peak_power_w"], 1, "{:.0f}"), cell(figures["max_temp_c"], 1, "{:.1f}"),
-                     ""});
-    } else {
-      table.add_row(
-          {entry["name"].get<std::string>(), status, "", "", "", "", "", entry.value("reason", "")});
-    }
-  }
-  return table.render();
 }
 
 }  // namespace calo::campaign

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "cli/command.h"
 #include "cli/layout_flags.h"
@@ -87,59 +89,84 @@ int list_presets(bool json) {
   return 0;
 }
 
-int show_model(const ModelFlags& flags) {
-  const auto [spec, layout] = resolve(flags.layout);
+/// What `calo model` shows of a model under a layout.
+struct ModelFigures {
+  model::ParameterCounts counts;
+  model::FlopsPerToken flops;                     ///< per token
+  double recompute_flops = 0;                     ///< per token, under the layout's recomputation
+  double tokens_per_iteration = 0;                ///< global batch x sequence length
+  std::vector<parallel::MemoryBreakdown> stages;  ///< memory per GPU of each pipeline stage
+  parallel::MemoryBreakdown most_loaded;          ///< memory per GPU of the most loaded stage
+};
+
+/// Counts, FLOPs and memory of `spec` under `layout`.
+ModelFigures model_figures(const model::ModelSpec& spec, const parallel::Layout& layout) {
   const int seq = layout.seq_length;
-  const double tokens_per_iteration = static_cast<double>(layout.global_batch) * seq;
-  const model::ParameterCounts counts = model::count_parameters(spec);
-  const model::FlopsPerToken flops = model::flops_per_token(spec, seq);
-  const double recompute_flops = model::recompute_flops_per_token(spec, seq, layout.recompute);
-  auto activations = [&](model::Recompute mode) {
-    return model::activation_bytes_per_layer(spec, seq / layout.cp, layout.micro_batch, layout.tp,
-                                             layout.sequence_parallel, mode,
-                                             layout.attention == parallel::AttentionImpl::kFused);
-  };
-  std::vector<parallel::MemoryBreakdown> stages;
+  ModelFigures figures;
+  figures.tokens_per_iteration = static_cast<double>(layout.global_batch) * seq;
+  figures.counts = model::count_parameters(spec);
+  figures.flops = model::flops_per_token(spec, seq);
+  figures.recompute_flops = model::recompute_flops_per_token(spec, seq, layout.recompute);
   for (int stage = 0; stage < layout.pp; ++stage)
-    stages.push_back(parallel::memory_for_stage(spec, layout, stage));
-  const parallel::MemoryBreakdown most_loaded = parallel::memory_per_gpu(spec, layout);
+    figures.stages.push_back(parallel::memory_for_stage(spec, layout, stage));
+  figures.most_loaded = parallel::memory_per_gpu(spec, layout);
+  return figures;
+}
 
-  if (flags.json) {
-    nlohmann::json stage_list = nlohmann::json::array();
-    for (const auto& memory : stages) stage_list.push_back(memory_json(memory));
-    print_json({{"model", model::to_json(spec)},
-                {"layout", parallel::to_json(layout)},
-                {"parameters", parameters_json(counts)},
-                {"flops_per_token",
-                 {{"forward", flops.forward},
-                  {"backward", flops.backward},
-                  {"attention_forward", flops.attention_forward},
-                  {"logits_forward", flops.logits_forward},
-                  {"recompute", recompute_flops},
-                  {"model_total", flops.total()},
-                  {"hardware_total", flops.total() + recompute_flops}}},
-                {"tokens_per_iteration", tokens_per_iteration},
-                {"flops_per_iteration",
-                 {{"model_total", flops.total() * tokens_per_iteration},
-                  {"hardware_total", (flops.total() + recompute_flops) * tokens_per_iteration}}},
-                {"activation_bytes_per_layer",
-                 {{"none", activations(model::Recompute::kNone)},
-                  {"selective", activations(model::Recompute::kSelective)},
-                  {"full", activations(model::Recompute::kFull)},
-                  {"selected", activations(layout.recompute)}}},
-                {"memory_per_gpu", memory_json(most_loaded)},
-                {"memory_per_stage", stage_list}});
-    return 0;
-  }
+/// Activation bytes per layer of one micro-batch on one tp rank under recomputation `mode`.
+double activation_bytes(const model::ModelSpec& spec, const parallel::Layout& layout, model::Recompute mode) {
+  return model::activation_bytes_per_layer(spec, layout.seq_length / layout.cp, layout.micro_batch, layout.tp,
+                                           layout.sequence_parallel, mode,
+                                           layout.attention == parallel::AttentionImpl::kFused);
+}
 
+/// Prints everything `calo model` shows as one JSON object.
+void print_model_json(const model::ModelSpec& spec, const parallel::Layout& layout,
+                      const ModelFigures& figures) {
+  const model::FlopsPerToken& flops = figures.flops;
+  const double recompute_flops = figures.recompute_flops;
+  const double tokens_per_iteration = figures.tokens_per_iteration;
+  auto activations = [&](model::Recompute mode) { return activation_bytes(spec, layout, mode); };
+  nlohmann::json stage_list = nlohmann::json::array();
+  for (const auto& memory : figures.stages) stage_list.push_back(memory_json(memory));
+  print_json({{"model", model::to_json(spec)},
+              {"layout", parallel::to_json(layout)},
+              {"parameters", parameters_json(figures.counts)},
+              {"flops_per_token",
+               {{"forward", flops.forward},
+                {"backward", flops.backward},
+                {"attention_forward", flops.attention_forward},
+                {"logits_forward", flops.logits_forward},
+                {"recompute", recompute_flops},
+                {"model_total", flops.total()},
+                {"hardware_total", flops.total() + recompute_flops}}},
+              {"tokens_per_iteration", tokens_per_iteration},
+              {"flops_per_iteration",
+               {{"model_total", flops.total() * tokens_per_iteration},
+                {"hardware_total", (flops.total() + recompute_flops) * tokens_per_iteration}}},
+              {"activation_bytes_per_layer",
+               {{"none", activations(model::Recompute::kNone)},
+                {"selective", activations(model::Recompute::kSelective)},
+                {"full", activations(model::Recompute::kFull)},
+                {"selected", activations(layout.recompute)}}},
+              {"memory_per_gpu", memory_json(figures.most_loaded)},
+              {"memory_per_stage", stage_list}});
+}
+
+/// Prints the header lines: architecture, components and layout.
+void print_model_header(const model::ModelSpec& spec, const parallel::Layout& layout) {
   fmt::print("# model {}: {}\n", spec.name, architecture_line(spec));
   fmt::print("# {}\n", components_line(spec));
   fmt::print(
       "# layout {}: {} GPUs, {} micro-batches of {} x {} tokens, sequence parallel {}, ZeRO {}, "
       "recompute {}\n\n",
-      parallel::describe(layout), layout.world_size(), layout.num_microbatches(), layout.micro_batch, seq,
-      layout.sequence_parallel ? "on" : "off", layout.zero_stage, parallel::to_string(layout.recompute));
+      parallel::describe(layout), layout.world_size(), layout.num_microbatches(), layout.micro_batch,
+      layout.seq_length, layout.sequence_parallel ? "on" : "off", layout.zero_stage,
+      parallel::to_string(layout.recompute));
+}
 
+/// Prints the parameter counts table.
+void print_parameter_table(const model::ModelSpec& spec, const model::ParameterCounts& counts) {
   core::TextTable params({"parameters", "count"});
   params.add_row({"total", core::format_count(counts.total)});
   if (spec.is_moe()) params.add_row({"active per token", core::format_count(counts.active_per_token)});
@@ -151,35 +178,45 @@ int show_model(const ModelFlags& flags) {
   if (spec.is_moe()) params.add_row({"  router", core::format_count(counts.per_layer_router)});
   params.add_row({"  norms", core::format_count(counts.per_layer_norm)});
   fmt::print("{}\n", params.render());
+}
 
+/// Prints the FLOPs table: per token and per iteration.
+void print_flops_table(const parallel::Layout& layout, const ModelFigures& figures) {
+  const model::FlopsPerToken& flops = figures.flops;
   core::TextTable compute({"FLOPs", "per token", "per iteration"});
   auto flops_row = [&](const std::string& name, double per_token) {
     compute.add_row(
-        {name, core::format_flops(per_token), core::format_flops(per_token * tokens_per_iteration)});
+        {name, core::format_flops(per_token), core::format_flops(per_token * figures.tokens_per_iteration)});
   };
   flops_row("forward", flops.forward);
   flops_row("  attention core", flops.attention_forward);
   flops_row("  logits", flops.logits_forward);
   flops_row("backward", flops.backward);
-  flops_row("recompute (" + parallel::to_string(layout.recompute) + ")", recompute_flops);
+  flops_row("recompute (" + parallel::to_string(layout.recompute) + ")", figures.recompute_flops);
   flops_row("model (fwd+bwd)", flops.total());
-  flops_row("hardware (+recompute)", flops.total() + recompute_flops);
+  flops_row("hardware (+recompute)", flops.total() + figures.recompute_flops);
   fmt::print("{}\n", compute.render());
+}
 
+/// Prints the activation bytes per layer under each recomputation mode (the layout's starred).
+void print_activation_table(const model::ModelSpec& spec, const parallel::Layout& layout) {
   core::TextTable activation_table({"activations per layer", "bytes"});
   for (model::Recompute mode :
        {model::Recompute::kNone, model::Recompute::kSelective, model::Recompute::kFull}) {
     activation_table.add_row(
         {"recompute " + parallel::to_string(mode) + (mode == layout.recompute ? " *" : ""),
-         core::format_bytes(activations(mode))});
+         core::format_bytes(activation_bytes(spec, layout, mode))});
   }
   fmt::print("{}(per micro-batch of {} on one tp rank; {} attention, bf16)\n\n", activation_table.render(),
              layout.micro_batch,
              layout.attention == parallel::AttentionImpl::kFused ? "flash" : "unfused (softmax kept)");
+}
 
+/// Prints the memory per GPU of each pipeline stage and the most loaded one.
+void print_memory_table(const ModelFigures& figures) {
   core::TextTable memory_table(
       {"stage", "weights", "gradients", "optimizer", "activations", "total", "in-flight"});
-  for (const auto& memory : stages) {
+  for (const auto& memory : figures.stages) {
     memory_table.add_row(
         {std::to_string(memory.stage), core::format_bytes(memory.weights_bytes),
          core::format_bytes(memory.gradients_bytes), core::format_bytes(memory.optimizer_bytes),
@@ -187,8 +224,22 @@ int show_model(const ModelFlags& flags) {
          std::to_string(memory.inflight_microbatches)});
   }
   fmt::print("memory per GPU by pipeline stage\n{}", memory_table.render());
-  fmt::print("most loaded: stage {}, {} per GPU\n", most_loaded.stage,
-             core::format_bytes(most_loaded.total_bytes()));
+  fmt::print("most loaded: stage {}, {} per GPU\n", figures.most_loaded.stage,
+             core::format_bytes(figures.most_loaded.total_bytes()));
+}
+
+int show_model(const ModelFlags& flags) {
+  const auto [spec, layout] = resolve(flags.layout);
+  const ModelFigures figures = model_figures(spec, layout);
+  if (flags.json) {
+    print_model_json(spec, layout, figures);
+    return 0;
+  }
+  print_model_header(spec, layout);
+  print_parameter_table(spec, figures.counts);
+  print_flops_table(layout, figures);
+  print_activation_table(spec, layout);
+  print_memory_table(figures);
   return 0;
 }
 

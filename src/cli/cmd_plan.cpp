@@ -516,101 +516,133 @@ int run_plan(const PlanFlags& flags) {
   return 0;
 }
 
+/// The job and the space searched: --model, --cluster, --gpus, --gbs, --seq, --max-cp.
+void add_job_flags(CLI::App& app, PlanFlags& flags) {
+  app.add_option("--model,-m", flags.model, "Model preset name or YAML file");
+  app.add_option("--cluster,-c", flags.cluster, "Cluster preset or YAML file");
+  app.add_option("--gpus,-n", flags.gpus, "GPUs (every layout uses all of them)");
+  app.add_option("--gbs,--global-batch", flags.global_batch, "Global batch in sequences (fixed)");
+  app.add_option("--seq", flags.seq_length, "Sequence length; default the model's");
+  app.add_option("--max-cp", flags.max_cp,
+                 "Largest context-parallel size searched (powers of two; default 16 at sequences of 32K "
+                 "tokens or more, else 1)");
+}
+
+/// The ranking and its power limits: --objective, --power-budget-w, --max-peak-power-w, --power-cap, --top,
+/// --steps, --jobs.
+void add_ranking_flags(CLI::App& app, PlanFlags& flags) {
+  app.add_option("--objective", flags.objective, "Ranking: throughput, energy (tokens/J) or pareto")
+      ->capture_default_str();
+  app.add_option("--power-budget-w", flags.power_budget_w, "Most mean power of all GPUs together (W)");
+  app.add_option("--max-peak-power-w", flags.max_peak_power_w, "Most peak power of any one GPU (W)");
+  app.add_option("--power-cap", flags.power_caps_w,
+                 "Power caps per GPU to search as an axis, e.g. 400,550,700 (W; each layout is simulated "
+                 "under each; `nvidia-smi -pl` sets one)")
+      ->delimiter(',');
+  app.add_option("--top", flags.top, "Rows of the ranking (pruning keeps these exact)")
+      ->capture_default_str();
+  app.add_option("--steps", flags.steps, "Simulated steps per layout")->capture_default_str();
+  app.add_option("--jobs,-j,--threads", flags.threads,
+                 "Candidates simulated at once, one thread each (default: one per core); the same "
+                 "flag as calo sweep's and calo report's --jobs");
+}
+
+/// What is printed and how the search runs: --json, --all, --no-prune, --uniform-partitions, --progress,
+/// --quiet.
+void add_output_flags(CLI::App& app, PlanFlags& flags) {
+  app.add_flag("--json", flags.json, "Print the result as JSON");
+  app.add_flag("--all", flags.show_all, "Also list every candidate with its verdict (oom, pruned, ...)");
+  app.add_flag("--no-prune", flags.no_prune, "Simulate every fitting layout (no lower-bound pruning)");
+  app.add_flag("--uniform-partitions", flags.uniform_partitions,
+               "Rank pipeline layouts at equal layers per stage only (default: also at the layers per stage "
+               "that balance the stages' compute, whichever simulates better)");
+  app.add_flag("--progress", flags.progress,
+               "Progress bar on stderr even when it is not a terminal (otherwise a line every 10 s)");
+  app.add_flag("--quiet,-q", flags.quiet, "No progress on stderr");
+}
+
+/// The layout constraints: --tp, --cp, --pp, --dp, --ep, --vpp, --mbs, --zero, --schedule, --recompute,
+/// --overlap, --no-overlap (each a value or a comma-separated list).
+void add_constraint_flags(CLI::App& app, PlanFlags& flags) {
+  plan::LayoutConstraints& constraints = flags.constraints;
+  app.add_option("--tp", constraints.tp, "Only these tensor-parallel sizes (e.g. 4 or 2,4)")->delimiter(',');
+  app.add_option("--cp", constraints.cp, "Only these context-parallel sizes")->delimiter(',');
+  app.add_option("--pp", constraints.pp, "Only these pipeline-parallel sizes")->delimiter(',');
+  app.add_option("--dp", constraints.dp, "Only these data-parallel sizes")->delimiter(',');
+  app.add_option("--ep", constraints.ep, "Only these expert-parallel sizes (MoE)")->delimiter(',');
+  app.add_option("--vpp,--virtual-stages", constraints.vpp, "Only these model chunks per pipeline rank")
+      ->delimiter(',');
+  app.add_option("--mbs,--micro-batch", constraints.micro_batch, "Only these micro-batch sizes")
+      ->delimiter(',');
+  app.add_option("--zero", constraints.zero_stage, "Only these ZeRO stages (0-3)")->delimiter(',');
+  app.add_option("--schedule", flags.schedule, "Only these pipeline schedules (gpipe, 1f1b, interleaved)")
+      ->delimiter(',');
+  app.add_option("--recompute", flags.recompute, "Only these recomputation modes (none, selective, full)")
+      ->delimiter(',');
+  app.add_flag("--overlap", flags.overlap, "Only layouts that overlap communication with compute");
+  app.add_flag("--no-overlap", flags.no_overlap, "Only layouts without overlap");
+}
+
+/// The examples and notes under `calo plan --help`.
+void add_plan_footer(CLI::App& app) {
+  app.footer(
+      "Examples:\n"
+      "  calo plan --model llama3-70b --cluster h100-hgx-calibrated --gpus 64 --gbs 512 --top 5\n"
+      "  calo plan --model llama3-70b --cluster h100-hgx-calibrated --gpus 64 --gbs 512 --tp 4,8 --mbs 1 "
+      "--recompute none,selective   # only these settings\n"
+      "Rows within 3 % of the first are equivalent within the model's error (the header says so). The "
+      "header "
+      "also says whether the cluster is fitted to measurements (prefer a -calibrated preset). "
+      "docs/PLANNER.md");
+}
+
+/// The `calo plan partition` subcommand and its flags.
+CLI::App* add_partition_subcommand(CLI::App& app, PartitionFlags& partition) {
+  CLI::App* sub = app.add_subcommand(
+      "partition", "uneven --layers-per-stage for slow or hot GPUs, found by simulation (never hotter)");
+  add_layout_flags(*sub, partition.layout, false);
+  sub->add_option("--cluster,-c", partition.cluster, "Cluster preset or YAML file");
+  sub->add_option("--gpus,-n", partition.gpus, "GPUs; dp = gpus / (tp*cp*pp) unless --dp is given");
+  sub->add_option("--steps", partition.steps, "Simulated steps per partition (heat builds up)")
+      ->capture_default_str();
+  sub->add_option("--slow-gpu", partition.slow_gpus, "RANK=SPEED: a GPU at SPEED x nominal; repeatable");
+  sub->add_option("--hot-gpu", partition.hot_gpus, "RANK=DEGREES: extra inlet temperature; repeatable");
+  sub->add_option(
+      "--from", partition.from_run,
+      "Run (record, bench or sim) whose GPUs' median clock and hottest temperature set speed and heat");
+  sub->add_flag("--json", partition.json, "Print the result as JSON");
+  return sub;
+}
+
+/// The `calo plan power` subcommand and its flags.
+CLI::App* add_power_subcommand(CLI::App& app, PowerFlags& power) {
+  CLI::App* power_sub = app.add_subcommand(
+      "power", "per-stage clock locks that save the energy of stages waiting on the critical one (advice)");
+  add_layout_flags(*power_sub, power.layout, false);
+  power_sub->add_option("--cluster,-c", power.cluster, "Cluster preset or YAML file");
+  power_sub->add_option("--gpus,-n", power.gpus, "GPUs; dp = gpus / (tp*cp*pp) unless --dp is given");
+  power_sub->add_option("--steps", power.steps, "Simulated steps per cap set")->capture_default_str();
+  power_sub->add_option("--max-slowdown-pct", power.max_slowdown_pct, "Most step-time growth allowed (%)")
+      ->capture_default_str();
+  power_sub->add_option("--slow-gpu", power.slow_gpus, "RANK=SPEED: a GPU at SPEED x nominal; repeatable");
+  power_sub->add_option("--hot-gpu", power.hot_gpus, "RANK=DEGREES: extra inlet temperature; repeatable");
+  power_sub->add_flag("--json", power.json, "Print the result as JSON");
+  return power_sub;
+}
+
 const CommandRegistration kPlan(
     "plan", "find the layout to run: search the layout space through the simulator (ranking, Pareto front)",
     45, [](CLI::App& app) -> std::function<int()> {
       auto flags = std::make_shared<PlanFlags>();
-      app.add_option("--model,-m", flags->model, "Model preset name or YAML file");
-      app.add_option("--cluster,-c", flags->cluster, "Cluster preset or YAML file");
-      app.add_option("--gpus,-n", flags->gpus, "GPUs (every layout uses all of them)");
-      app.add_option("--gbs,--global-batch", flags->global_batch, "Global batch in sequences (fixed)");
-      app.add_option("--seq", flags->seq_length, "Sequence length; default the model's");
-      app.add_option("--max-cp", flags->max_cp,
-                     "Largest context-parallel size searched (powers of two; default 16 at sequences of 32K "
-                     "tokens or more, else 1)");
-      app.add_option("--objective", flags->objective, "Ranking: throughput, energy (tokens/J) or pareto")
-          ->capture_default_str();
-      app.add_option("--power-budget-w", flags->power_budget_w, "Most mean power of all GPUs together (W)");
-      app.add_option("--max-peak-power-w", flags->max_peak_power_w, "Most peak power of any one GPU (W)");
-      app.add_option("--power-cap", flags->power_caps_w,
-                     "Power caps per GPU to search as an axis, e.g. 400,550,700 (W; each layout is simulated "
-                     "under each; `nvidia-smi -pl` sets one)")
-          ->delimiter(',');
-      app.add_option("--top", flags->top, "Rows of the ranking (pruning keeps these exact)")
-          ->capture_default_str();
-      app.add_option("--steps", flags->steps, "Simulated steps per layout")->capture_default_str();
-      app.add_option("--jobs,-j,--threads", flags->threads,
-                     "Candidates simulated at once, one thread each (default: one per core); the same "
-                     "flag as calo sweep's and calo report's --jobs");
-      app.add_flag("--json", flags->json, "Print the result as JSON");
-      app.add_flag("--all", flags->show_all, "Also list every candidate with its verdict (oom, pruned, ...)");
-      app.add_flag("--no-prune", flags->no_prune, "Simulate every fitting layout (no lower-bound pruning)");
-      app.add_flag(
-          "--uniform-partitions", flags->uniform_partitions,
-          "Rank pipeline layouts at equal layers per stage only (default: also at the layers per stage "
-          "that balance the stages' compute, whichever simulates better)");
-      app.add_flag("--progress", flags->progress,
-                   "Progress bar on stderr even when it is not a terminal (otherwise a line every 10 s)");
-      app.add_flag("--quiet,-q", flags->quiet, "No progress on stderr");
-      app.add_option("--tp", flags->constraints.tp, "Only these tensor-parallel sizes (e.g. 4 or 2,4)")
-          ->delimiter(',');
-      app.add_option("--cp", flags->constraints.cp, "Only these context-parallel sizes")->delimiter(',');
-      app.add_option("--pp", flags->constraints.pp, "Only these pipeline-parallel sizes")->delimiter(',');
-      app.add_option("--dp", flags->constraints.dp, "Only these data-parallel sizes")->delimiter(',');
-      app.add_option("--ep", flags->constraints.ep, "Only these expert-parallel sizes (MoE)")->delimiter(',');
-      app.add_option("--vpp,--virtual-stages", flags->constraints.vpp,
-                     "Only these model chunks per pipeline rank")
-          ->delimiter(',');
-      app.add_option("--mbs,--micro-batch", flags->constraints.micro_batch, "Only these micro-batch sizes")
-          ->delimiter(',');
-      app.add_option("--zero", flags->constraints.zero_stage, "Only these ZeRO stages (0-3)")->delimiter(',');
-      app.add_option("--schedule", flags->schedule,
-                     "Only these pipeline schedules (gpipe, 1f1b, interleaved)")
-          ->delimiter(',');
-      app.add_option("--recompute", flags->recompute,
-                     "Only these recomputation modes (none, selective, full)")
-          ->delimiter(',');
-      app.add_flag("--overlap", flags->overlap, "Only layouts that overlap communication with compute");
-      app.add_flag("--no-overlap", flags->no_overlap, "Only layouts without overlap");
-      app.footer(
-          "Examples:\n"
-          "  calo plan --model llama3-70b --cluster h100-hgx-calibrated --gpus 64 --gbs 512 --top 5\n"
-          "  calo plan --model llama3-70b --cluster h100-hgx-calibrated --gpus 64 --gbs 512 --tp 4,8 --mbs 1 "
-          "--recompute none,selective   # only these settings\n"
-          "Rows within 3 % of the first are equivalent within the model's error (the header says so). The "
-          "header "
-          "also says whether the cluster is fitted to measurements (prefer a -calibrated preset). "
-          "docs/PLANNER.md");
+      add_job_flags(app, *flags);
+      add_ranking_flags(app, *flags);
+      add_output_flags(app, *flags);
+      add_constraint_flags(app, *flags);
+      add_plan_footer(app);
       auto partition = std::make_shared<PartitionFlags>();
-      CLI::App* sub = app.add_subcommand(
-          "partition", "uneven --layers-per-stage for slow or hot GPUs, found by simulation (never hotter)");
-      add_layout_flags(*sub, partition->layout, false);
-      sub->add_option("--cluster,-c", partition->cluster, "Cluster preset or YAML file");
-      sub->add_option("--gpus,-n", partition->gpus, "GPUs; dp = gpus / (tp*cp*pp) unless --dp is given");
-      sub->add_option("--steps", partition->steps, "Simulated steps per partition (heat builds up)")
-          ->capture_default_str();
-      sub->add_option("--slow-gpu", partition->slow_gpus, "RANK=SPEED: a GPU at SPEED x nominal; repeatable");
-      sub->add_option("--hot-gpu", partition->hot_gpus, "RANK=DEGREES: extra inlet temperature; repeatable");
-      sub->add_option(
-          "--from", partition->from_run,
-          "Run (record, bench or sim) whose GPUs' median clock and hottest temperature set speed and heat");
-      sub->add_flag("--json", partition->json, "Print the result as JSON");
+      CLI::App* sub = add_partition_subcommand(app, *partition);
       auto power = std::make_shared<PowerFlags>();
-      CLI::App* power_sub = app.add_subcommand(
-          "power",
-          "per-stage clock locks that save the energy of stages waiting on the critical one (advice)");
-      add_layout_flags(*power_sub, power->layout, false);
-      power_sub->add_option("--cluster,-c", power->cluster, "Cluster preset or YAML file");
-      power_sub->add_option("--gpus,-n", power->gpus, "GPUs; dp = gpus / (tp*cp*pp) unless --dp is given");
-      power_sub->add_option("--steps", power->steps, "Simulated steps per cap set")->capture_default_str();
-      power_sub
-          ->add_option("--max-slowdown-pct", power->max_slowdown_pct, "Most step-time growth allowed (%)")
-          ->capture_default_str();
-      power_sub->add_option("--slow-gpu", power->slow_gpus,
-                            "RANK=SPEED: a GPU at SPEED x nominal; repeatable");
-      power_sub->add_option("--hot-gpu", power->hot_gpus,
-                            "RANK=DEGREES: extra inlet temperature; repeatable");
-      power_sub->add_flag("--json", power->json, "Print the result as JSON");
+      CLI::App* power_sub = add_power_subcommand(app, *power);
       return [flags, partition, sub, power, power_sub] {
         partition->gpus_given = sub->count("--gpus") > 0;
         partition->dp_given = sub->count("--dp") > 0;

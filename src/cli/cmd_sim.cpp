@@ -318,33 +318,38 @@ std::string describe_twin(const TwinNote& twin, const SimFlags& flags) {
   return text;
 }
 
-int run_sim(SimFlags& flags) {
-  if (flags.list) {
-    for (const auto& name : core::preset_names("clusters")) {
-      const sim::ClusterSpec cluster = sim::load_cluster(name);
-      fmt::print("{:18} {}\n", name, cluster.description);
-    }
-    return 0;
+/// Prints the cluster presets (--list), one line each.
+void list_clusters() {
+  for (const auto& name : core::preset_names("clusters")) {
+    const sim::ClusterSpec cluster = sim::load_cluster(name);
+    fmt::print("{:18} {}\n", name, cluster.description);
   }
+}
+
+/// Rejects a missing --cluster and step counts below their minimum.
+void check_sim_flags(const SimFlags& flags) {
   require_input(!flags.cluster.empty(),
                 "--cluster is required; presets: " +
                     fmt::format("{}", fmt::join(core::preset_names("clusters"), ", ")));
   require_input(flags.steps >= 1, fmt::format("--steps {}: give 1 or more measured steps", flags.steps));
   require_input(flags.warmup >= 0, fmt::format("--warmup {}: give 0 or more warm-up steps", flags.warmup));
-  sim::ClusterSpec cluster = sim::load_cluster(flags.cluster);
-  TwinNote twin;
-  auto [model, resolved] =
-      flags.from.empty() ? job_from_flags(flags, cluster) : job_from_run(flags, cluster, twin);
-  std::vector<std::string> warnings;
-  if (std::string memory = check_memory(model, resolved, cluster, flags.allow_oom); !memory.empty())
+}
+
+/// The job's graph; appends the memory and collective warnings to `warnings` and prints them to stderr.
+graph::Graph build_sim_graph(const model::ModelSpec& model, const parallel::Layout& layout,
+                             const sim::ClusterSpec& cluster, bool allow_oom,
+                             std::vector<std::string>& warnings) {
+  if (std::string memory = check_memory(model, layout, cluster, allow_oom); !memory.empty())
     warnings.push_back(std::move(memory));
-  const graph::Graph graph = graph::build_graph(model, resolved);
+  graph::Graph graph = graph::build_graph(model, layout);
   for (std::string& line : sim::collective_line_warnings(graph, cluster)) warnings.push_back(std::move(line));
   for (const std::string& warning : warnings) fmt::print(stderr, "warning: {}\n", warning);
-  const int world = graph.world_size();
-  require_input(flags.timeline.empty() || world <= 64,
-                fmt::format("--timeline is for small cases (<= 64 GPUs); this layout has {} GPUs", world));
+  return graph;
+}
 
+/// The simulation options of the flags for `world` GPUs (checking the cost flags and --op-spans first).
+sim::SimOptions sim_options(const SimFlags& flags, const sim::ClusterSpec& cluster, const TwinNote& twin,
+                            int world) {
   sim::SimOptions options;
   options.steps = flags.steps + flags.warmup;  // as for calo bench: warm-up steps come before --steps
   options.warmup_steps = flags.warmup;
@@ -371,68 +376,131 @@ int run_sim(SimFlags& flags) {
       if (step + 1 == steps) fmt::print(stderr, "\n");
     };
   }
-  const sim::SimResult result = sim::simulate(graph, cluster, options);
-  if (!flags.timeline.empty()) write_timeline(flags.timeline, graph, result);
-  nlohmann::json json = sim::to_json(result, flags.per_gpu);
-  if (!warnings.empty()) json["warnings"] = warnings;
+  return options;
+}
+
+/// The "from" JSON object of a --from simulation (null without --from).
+nlohmann::json twin_json(const TwinNote& twin) {
   nlohmann::json from = nullptr;
   if (!twin.run_dir.empty()) {
     from = {{"run", twin.run_dir}, {"card", twin.card}};
     from["initial_die_c"] = core::json_number(twin.initial_die_c);
     from["card_r_scale"] = core::json_number(twin.card_r_scale);
-    json["from"] = from;
   }
+  return from;
+}
 
+/// What a simulation produced, for storing and printing it.
+struct SimOutcome {
+  const model::ModelSpec& model;
+  const parallel::Layout& layout;
+  const sim::ClusterSpec& cluster;
+  const graph::Graph& graph;
+  const sim::SimOptions& options;
+  const sim::SimResult& result;
+  const std::vector<std::string>& warnings;
+  const nlohmann::json& from;  ///< twin_json's object; null without --from
+};
+
+/// Stores the simulation as a run (unless --no-store); returns where ("" = not stored) and adds run_dir to
+/// `json`.
+std::string store_sim(const SimFlags& flags, const SimOutcome& outcome, nlohmann::json& json) {
   std::string stored;
 #ifdef CALO_SIM_HAS_STORE
   if (!flags.no_store) {
-    const std::string name = fmt::format("sim-{}-{}gpu", model.name, world);
+    const int world = outcome.graph.world_size();
+    const std::string name = fmt::format("sim-{}-{}gpu", outcome.model.name, world);
     const std::filesystem::path run_dir =
         flags.out.empty() ? store::make_run_dir("runs", name) : std::filesystem::path(flags.out);
-    nlohmann::json config = {{"model", model::to_json(model)},   {"layout", parallel::to_json(resolved)},
-                             {"cluster", sim::to_json(cluster)}, {"steps", flags.steps},
-                             {"power_cap", options.power_cap},   {"thermal", options.thermal}};
+    const sim::SimOptions& options = outcome.options;
+    nlohmann::json config = {
+        {"model", model::to_json(outcome.model)},   {"layout", parallel::to_json(outcome.layout)},
+        {"cluster", sim::to_json(outcome.cluster)}, {"steps", flags.steps},
+        {"power_cap", options.power_cap},           {"thermal", options.thermal}};
     config["warmup"] = flags.warmup;
     config["op_spans"] =
         options.record_timeline ? (options.timeline_distinct_ranks ? "distinct" : "all") : "none";
-    if (!from.is_null()) config["from"] = from;
-    if (!warnings.empty()) config["warnings"] = warnings;
-    sim::store_sim_run(run_dir, name, command_line(flags, resolved, world), config, graph, cluster, result);
+    if (!outcome.from.is_null()) config["from"] = outcome.from;
+    if (!outcome.warnings.empty()) config["warnings"] = outcome.warnings;
+    sim::store_sim_run(run_dir, name, command_line(flags, outcome.layout, world), config, outcome.graph,
+                       outcome.cluster, outcome.result);
     stored = run_dir.string();
     json["run_dir"] = stored;
   }
 #else
+  (void)json;
   if (!flags.no_store && !flags.out.empty()) {
-    core::write_file_atomically(flags.out, to_json(result, true).dump(2) + "\n", "--out");
+    core::write_file_atomically(flags.out, to_json(outcome.result, true).dump(2) + "\n", "--out");
     stored = flags.out;
   }
 #endif
-  std::string cost_text;
-  if (flags.cost_given) {
-    const double energy_per_token_j = json["energy_per_step_j"].get<double>() / result.tokens_per_step;
-    const int nodes = (world + cluster.node.gpus - 1) / cluster.node.gpus;
-    const sim::CostEstimate cost =
-        sim::estimate_cost(sim::tokens_per_s(result), energy_per_token_j, nodes, flags.cost);
-    json["cost"] = {{"tokens", flags.cost.tokens},
-                    {"wall_s", cost.wall_s},
-                    {"gpu_energy_j", cost.gpu_energy_j},
-                    {"host_energy_j", cost.host_energy_j},
-                    {"facility_energy_j", cost.facility_energy_j},
-                    {"pue", flags.cost.pue},
-                    {"host_power_w", flags.cost.host_power_w},
-                    {"price_per_kwh", flags.cost.price_per_kwh},
-                    {"cost", cost.cost}};
-    cost_text = sim::describe_cost(cost, flags.cost, world, nodes);
+  return stored;
+}
+
+/// The cost of training --tokens at the simulated rate: adds "cost" to `json`, returns the text lines.
+std::string add_cost(const SimFlags& flags, const SimOutcome& outcome, nlohmann::json& json) {
+  const sim::SimResult& result = outcome.result;
+  const int world = outcome.graph.world_size();
+  const int gpus_per_node = outcome.cluster.node.gpus;
+  const double energy_per_token_j = json["energy_per_step_j"].get<double>() / result.tokens_per_step;
+  const int nodes = (world + gpus_per_node - 1) / gpus_per_node;
+  const sim::CostEstimate cost =
+      sim::estimate_cost(sim::tokens_per_s(result), energy_per_token_j, nodes, flags.cost);
+  json["cost"] = {{"tokens", flags.cost.tokens},
+                  {"wall_s", cost.wall_s},
+                  {"gpu_energy_j", cost.gpu_energy_j},
+                  {"host_energy_j", cost.host_energy_j},
+                  {"facility_energy_j", cost.facility_energy_j},
+                  {"pue", flags.cost.pue},
+                  {"host_power_w", flags.cost.host_power_w},
+                  {"price_per_kwh", flags.cost.price_per_kwh},
+                  {"cost", cost.cost}};
+  return sim::describe_cost(cost, flags.cost, world, nodes);
+}
+
+/// Prints the result as text: the twin line, the summary, cost, warnings and where things were written.
+void print_sim_text(const SimFlags& flags, const SimOutcome& outcome, const TwinNote& twin,
+                    const nlohmann::json& json, const std::string& cost_text, const std::string& stored) {
+  if (!twin.run_dir.empty()) fmt::print("# {}\n", describe_twin(twin, flags));
+  print_summary(outcome.result, json, outcome.cluster.gpu.power_limit_w,
+                calibrate::is_cpu_host(outcome.cluster.gpu));
+  fmt::print("{}", cost_text);
+  for (const std::string& warning : outcome.warnings) fmt::print("# WARNING: {}\n", warning);
+  if (!stored.empty()) fmt::print("# stored as run (kind sim): {}\n", stored);
+  if (!flags.timeline.empty()) fmt::print("# timeline (Perfetto/Chrome trace): {}\n", flags.timeline);
+}
+
+int run_sim(SimFlags& flags) {
+  if (flags.list) {
+    list_clusters();
+    return 0;
   }
+  check_sim_flags(flags);
+  sim::ClusterSpec cluster = sim::load_cluster(flags.cluster);
+  TwinNote twin;
+  auto [model, resolved] =
+      flags.from.empty() ? job_from_flags(flags, cluster) : job_from_run(flags, cluster, twin);
+  std::vector<std::string> warnings;
+  const graph::Graph graph = build_sim_graph(model, resolved, cluster, flags.allow_oom, warnings);
+  const int world = graph.world_size();
+  require_input(flags.timeline.empty() || world <= 64,
+                fmt::format("--timeline is for small cases (<= 64 GPUs); this layout has {} GPUs", world));
+
+  const sim::SimOptions options = sim_options(flags, cluster, twin, world);
+  const sim::SimResult result = sim::simulate(graph, cluster, options);
+  if (!flags.timeline.empty()) write_timeline(flags.timeline, graph, result);
+  nlohmann::json json = sim::to_json(result, flags.per_gpu);
+  if (!warnings.empty()) json["warnings"] = warnings;
+  const nlohmann::json from = twin_json(twin);
+  if (!from.is_null()) json["from"] = from;
+
+  const SimOutcome outcome{model, resolved, cluster, graph, options, result, warnings, from};
+  const std::string stored = store_sim(flags, outcome, json);
+  const std::string cost_text = flags.cost_given ? add_cost(flags, outcome, json) : std::string();
   if (flags.json) {
     print_json(json);
   } else {
-    if (!twin.run_dir.empty()) fmt::print("# {}\n", describe_twin(twin, flags));
-    print_summary(result, json, cluster.gpu.power_limit_w, calibrate::is_cpu_host(cluster.gpu));
-    fmt::print("{}", cost_text);
-    for (const std::string& warning : warnings) fmt::print("# WARNING: {}\n", warning);
-    if (!stored.empty()) fmt::print("# stored as run (kind sim): {}\n", stored);
-    if (!flags.timeline.empty()) fmt::print("# timeline (Perfetto/Chrome trace): {}\n", flags.timeline);
+    print_sim_text(flags, outcome, twin, json, cost_text, stored);
   }
   return 0;
 }

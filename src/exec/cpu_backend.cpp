@@ -201,6 +201,138 @@ double read_host_memory_bytes() {
   return pages > 0 && page_size > 0 ? static_cast<double>(pages) * static_cast<double>(page_size) : 0.0;
 }
 
+/// The (batch, head) of an attention op that check_attention recomputes in double: the last one, its shape
+/// and the reference values of its rows.
+struct AttentionReference {
+  /// Takes the shape and buffers of `op` (kept by reference).
+  explicit AttentionReference(const CpuOp& op)
+      : prepared(op),
+        shape(op.rank_op.op.attention),
+        sq(shape.seq),
+        sk(shape.keys()),
+        shift(shape.causal ? sk - sq : 0),
+        d(shape.head_dim),
+        group(std::max(1, shape.heads / std::max(1, shape.kv_heads))),
+        batch(shape.batch - 1),
+        head(shape.heads - 1),
+        kv_head(head / group),
+        scale(1.0 / std::sqrt(static_cast<double>(d))) {}
+
+  /// Row 0 of query head `query_head` of the checked batch in a query-shaped buffer (Q, O, dO, dQ).
+  const float* query_rows(int buffer, std::int64_t query_head) const {
+    return prepared.buffers[buffer]->data() + ((batch * shape.heads + query_head) * sq * d);
+  }
+
+  /// Row 0 of the checked kv head in a key-shaped buffer (K, V, dK, dV).
+  const float* key_rows(int buffer) const {
+    return prepared.buffers[buffer]->data() + ((batch * shape.kv_heads + kv_head) * sk * d);
+  }
+
+  /// Softmax probabilities of query row `row` of `queries` over all sk keys (0 where masked).
+  std::vector<double> probabilities(const float* queries, std::int64_t row) const {
+    const float* k = key_rows(1);
+    std::vector<double> p(static_cast<size_t>(sk), 0.0);
+    const std::int64_t visible = shape.causal ? shift + row + 1 : sk;
+    double max_score = -INFINITY;
+    for (std::int64_t col = 0; col < visible; ++col) {
+      double dot = 0;
+      for (std::int64_t x = 0; x < d; ++x) dot += static_cast<double>(queries[row * d + x]) * k[col * d + x];
+      p[static_cast<size_t>(col)] = dot * scale;
+      max_score = std::max(max_score, p[static_cast<size_t>(col)]);
+    }
+    double sum = 0;
+    for (std::int64_t col = 0; col < visible; ++col)
+      sum += (p[static_cast<size_t>(col)] = std::exp(p[static_cast<size_t>(col)] - max_score));
+    for (auto& value : p) value /= sum;
+    return p;
+  }
+
+  /// Forward: the expected O row `row` = P V.
+  std::vector<double> output_row(std::int64_t row) const {
+    const auto p = probabilities(query_rows(0, head), row);
+    const float* v = key_rows(2);
+    std::vector<double> want(static_cast<size_t>(d), 0.0);
+    for (std::int64_t col = 0; col < sk; ++col)
+      for (std::int64_t x = 0; x < d; ++x)
+        want[static_cast<size_t>(x)] += p[static_cast<size_t>(col)] * v[col * d + x];
+    return want;
+  }
+
+  /// Backward: the expected dQ row `row` = dS K with dS = P (dO V^T - rowsum(dO o O)) * scale.
+  std::vector<double> d_query_row(std::int64_t row) const {
+    const auto p = probabilities(query_rows(0, head), row);
+    const float* k = key_rows(1);
+    const float* v = key_rows(2);
+    const float* o = query_rows(3, head);
+    std::vector<double> want(static_cast<size_t>(d), 0.0);
+    const float* d_out = query_rows(6, head);
+    double row_dot = 0;
+    for (std::int64_t x = 0; x < d; ++x) row_dot += static_cast<double>(d_out[row * d + x]) * o[row * d + x];
+    for (std::int64_t col = 0; col < sk; ++col) {
+      double dp = 0;
+      for (std::int64_t x = 0; x < d; ++x) dp += static_cast<double>(d_out[row * d + x]) * v[col * d + x];
+      const double ds = p[static_cast<size_t>(col)] * (dp - row_dot) * scale;
+      for (std::int64_t x = 0; x < d; ++x) want[static_cast<size_t>(x)] += ds * k[col * d + x];
+    }
+    return want;
+  }
+
+  /// Backward: the expected dK and dV of key row `key` of the checked kv head, summed over the heads of its
+  /// group and over the query rows that see that key.
+  void key_gradient_rows(std::int64_t key, std::vector<double>& want_dk, std::vector<double>& want_dv) const {
+    const float* v = key_rows(2);
+    want_dk.assign(static_cast<size_t>(d), 0.0);
+    want_dv.assign(static_cast<size_t>(d), 0.0);
+    for (std::int64_t member = kv_head * group;
+         member < std::min<std::int64_t>((kv_head + 1) * group, shape.heads); ++member) {
+      const float* q_member = query_rows(0, member);
+      const float* o_member = query_rows(3, member);
+      const float* d_out = query_rows(6, member);
+      for (std::int64_t row = shape.causal ? key - shift : 0; row < sq; ++row) {
+        const auto p = probabilities(q_member, row);
+        double row_dot = 0;
+        double dp = 0;
+        for (std::int64_t x = 0; x < d; ++x) {
+          row_dot += static_cast<double>(d_out[row * d + x]) * o_member[row * d + x];
+          dp += static_cast<double>(d_out[row * d + x]) * v[key * d + x];
+        }
+        const double p_key = p[static_cast<size_t>(key)];
+        const double ds = p_key * (dp - row_dot) * scale;
+        for (std::int64_t x = 0; x < d; ++x) {
+          want_dv[static_cast<size_t>(x)] += p_key * d_out[row * d + x];
+          want_dk[static_cast<size_t>(x)] += ds * q_member[row * d + x];
+        }
+      }
+    }
+  }
+
+  /// Counts the d values of `got` against `want` into `check` (tolerance grows with the key count).
+  void compare_row(OpCheck& check, const float* got, const std::vector<double>& want,
+                   const std::string& what) const {
+    for (std::int64_t x = 0; x < d; ++x) {
+      const double expected = want[static_cast<size_t>(x)];
+      const bool correct =
+          !(std::abs(got[x] - expected) > 1e-3 * (1.0 + std::abs(expected)) + 1e-4 * static_cast<double>(sk));
+      check.count(correct, [&] {
+        return fmt::format("op {} ({}): {} col {} = {} but the reference says {}", prepared.index,
+                           graph::describe(prepared.rank_op.op), what, x, got[x], expected);
+      });
+    }
+  }
+
+  const CpuOp& prepared;
+  const graph::AttentionShape& shape;
+  const std::int64_t sq;       // query rows
+  const std::int64_t sk;       // key rows
+  const std::int64_t shift;    // bottom-right causal: row r sees keys <= shift + r
+  const std::int64_t d;        // head dimension
+  const std::int64_t group;    // query heads per kv head
+  const std::int64_t batch;    // the checked sequence: the last
+  const std::int64_t head;     // the checked query head: the last
+  const std::int64_t kv_head;  // its kv head
+  const double scale;          // 1 / sqrt(d)
+};
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const BackendConfig& config) : config_(config) {
@@ -696,111 +828,26 @@ class CpuBackend final : public Backend {
 
   /// Recomputes two output rows of the last (batch, head) in double and compares (O forward, dQ backward).
   void check_attention(CpuOp& prepared) {
-    const auto& shape = prepared.rank_op.op.attention;
-    const std::int64_t sq = shape.seq;
-    const std::int64_t sk = shape.keys();
-    const std::int64_t shift = shape.causal ? sk - sq : 0;
-    const std::int64_t d = shape.head_dim;
-    const std::int64_t group = std::max(1, shape.heads / std::max(1, shape.kv_heads));
-    const std::int64_t batch = shape.batch - 1;
-    const std::int64_t head = shape.heads - 1;
-    const std::int64_t kv_head = head / group;
-    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-    const float* q = prepared.buffers[0]->data() + ((batch * shape.heads + head) * sq * d);
-    const float* k = prepared.buffers[1]->data() + ((batch * shape.kv_heads + kv_head) * sk * d);
-    const float* v = prepared.buffers[2]->data() + ((batch * shape.kv_heads + kv_head) * sk * d);
-    const float* o = prepared.buffers[3]->data() + ((batch * shape.heads + head) * sq * d);
-    auto probabilities_of = [&](const float* queries, std::int64_t row) {
-      std::vector<double> p(static_cast<size_t>(sk), 0.0);
-      const std::int64_t visible = shape.causal ? shift + row + 1 : sk;
-      double max_score = -INFINITY;
-      for (std::int64_t col = 0; col < visible; ++col) {
-        double dot = 0;
-        for (std::int64_t x = 0; x < d; ++x)
-          dot += static_cast<double>(queries[row * d + x]) * k[col * d + x];
-        p[static_cast<size_t>(col)] = dot * scale;
-        max_score = std::max(max_score, p[static_cast<size_t>(col)]);
-      }
-      double sum = 0;
-      for (std::int64_t col = 0; col < visible; ++col)
-        sum += (p[static_cast<size_t>(col)] = std::exp(p[static_cast<size_t>(col)] - max_score));
-      for (auto& value : p) value /= sum;
-      return p;
-    };
-    auto probabilities = [&](std::int64_t row) { return probabilities_of(q, row); };
-    std::int64_t wrong = 0;
-    std::int64_t values = 0;
-    std::string failure;
-    auto compare_row = [&](const float* got, const std::vector<double>& want, const std::string& what) {
-      for (std::int64_t x = 0; x < d; ++x) {
-        ++values;
-        const double expected = want[static_cast<size_t>(x)];
-        if (std::abs(got[x] - expected) >
-            1e-3 * (1.0 + std::abs(expected)) + 1e-4 * static_cast<double>(sk)) {
-          ++wrong;
-          if (failure.empty())
-            failure = fmt::format("op {} ({}): {} col {} = {} but the reference says {}", prepared.index,
-                                  graph::describe(prepared.rank_op.op), what, x, got[x], expected);
-        }
-      }
-    };
-    for (std::int64_t row : {std::int64_t{0}, sq - 1}) {
-      const auto p = probabilities(row);
-      std::vector<double> want(static_cast<size_t>(d), 0.0);
-      const float* got = nullptr;
-      if (!shape.backward) {
-        for (std::int64_t col = 0; col < sk; ++col)
-          for (std::int64_t x = 0; x < d; ++x)
-            want[static_cast<size_t>(x)] += p[static_cast<size_t>(col)] * v[col * d + x];
-        got = o + row * d;
-      } else {
-        const float* d_out = prepared.buffers[6]->data() + ((batch * shape.heads + head) * sq * d);
-        double row_dot = 0;
-        for (std::int64_t x = 0; x < d; ++x)
-          row_dot += static_cast<double>(d_out[row * d + x]) * o[row * d + x];
-        for (std::int64_t col = 0; col < sk; ++col) {
-          double dp = 0;
-          for (std::int64_t x = 0; x < d; ++x) dp += static_cast<double>(d_out[row * d + x]) * v[col * d + x];
-          const double ds = p[static_cast<size_t>(col)] * (dp - row_dot) * scale;
-          for (std::int64_t x = 0; x < d; ++x) want[static_cast<size_t>(x)] += ds * k[col * d + x];
-        }
-        got = prepared.buffers[7]->data() + ((batch * shape.heads + head) * sq * d) + row * d;
-      }
-      compare_row(got, want, fmt::format("row {}", row));
+    const AttentionReference reference(prepared);
+    const std::int64_t d = reference.d;
+    const bool backward = reference.shape.backward;
+    OpCheck check;
+    for (std::int64_t row : {std::int64_t{0}, reference.sq - 1}) {
+      const auto want = backward ? reference.d_query_row(row) : reference.output_row(row);
+      const float* got = reference.query_rows(backward ? 7 : 3, reference.head) + row * d;  // dQ or O
+      reference.compare_row(check, got, want, fmt::format("row {}", row));
     }
-    if (shape.backward) {
+    if (backward) {
       // dK and dV of key row s-1 of the last kv head: summed over the heads of its group and over the query
       // rows that see that key (only row s-1 under the causal mask).
-      const std::int64_t key = sk - 1;
-      std::vector<double> want_dk(static_cast<size_t>(d), 0.0);
-      std::vector<double> want_dv(static_cast<size_t>(d), 0.0);
-      for (std::int64_t member = kv_head * group;
-           member < std::min<std::int64_t>((kv_head + 1) * group, shape.heads); ++member) {
-        const std::int64_t offset = (batch * shape.heads + member) * sq * d;
-        const float* q_member = prepared.buffers[0]->data() + offset;
-        const float* o_member = prepared.buffers[3]->data() + offset;
-        const float* d_out = prepared.buffers[6]->data() + offset;
-        for (std::int64_t row = shape.causal ? key - shift : 0; row < sq; ++row) {
-          const auto p = probabilities_of(q_member, row);
-          double row_dot = 0;
-          double dp = 0;
-          for (std::int64_t x = 0; x < d; ++x) {
-            row_dot += static_cast<double>(d_out[row * d + x]) * o_member[row * d + x];
-            dp += static_cast<double>(d_out[row * d + x]) * v[key * d + x];
-          }
-          const double p_key = p[static_cast<size_t>(key)];
-          const double ds = p_key * (dp - row_dot) * scale;
-          for (std::int64_t x = 0; x < d; ++x) {
-            want_dv[static_cast<size_t>(x)] += p_key * d_out[row * d + x];
-            want_dk[static_cast<size_t>(x)] += ds * q_member[row * d + x];
-          }
-        }
-      }
-      const std::int64_t kv_offset = (batch * shape.kv_heads + kv_head) * sk * d + key * d;
-      compare_row(prepared.buffers[8]->data() + kv_offset, want_dk, fmt::format("dK row {}", key));
-      compare_row(prepared.buffers[9]->data() + kv_offset, want_dv, fmt::format("dV row {}", key));
+      const std::int64_t key = reference.sk - 1;
+      std::vector<double> want_dk;
+      std::vector<double> want_dv;
+      reference.key_gradient_rows(key, want_dk, want_dv);
+      reference.compare_row(check, reference.key_rows(8) + key * d, want_dk, fmt::format("dK row {}", key));
+      reference.compare_row(check, reference.key_rows(9) + key * d, want_dv, fmt::format("dV row {}", key));
     }
-    checks_.add(values, wrong, failure);
+    checks_.add(check);
   }
 
   /// Row r of the unfused attention's scores (query position r % s) sees keys [0, r % s] when causal.

@@ -496,23 +496,23 @@ std::vector<int> nearest_feasible_gpus(const SpaceRequest& request, int limit) {
   return found;
 }
 
-SearchResult search_layouts(const SearchRequest& request) {
-  const auto started = std::chrono::steady_clock::now();
-  check_constraints(request);
+namespace {
+
+/// The layout space of the request on its cluster; refuses (InputError) when no layout fits.
+LayoutSpace searched_space(const SearchRequest& request) {
   SpaceRequest space_request = request.space;
   space_request.device_memory_bytes = request.cluster.gpu.memory_bytes;
   space_request.gpus_per_node = request.cluster.node.gpus;
   space_request.attention = request.cluster.attention;
-  const LayoutSpace space = enumerate_layouts(space_request);
+  LayoutSpace space = enumerate_layouts(space_request);
   if (space.fitting() == 0) refuse_empty(request, space_request, space);
+  return space;
+}
 
-  SearchResult result;
-  result.invalid = space.invalid;
-  result.excluded = space.excluded;
-  // One evaluation per layout and power cap, the caps of a layout next to each other; `fitting` holds the
-  // first of each fitting layout's group.
-  const std::vector<double> caps_w =
-      request.power_caps_w.empty() ? std::vector<double>{0.0} : request.power_caps_w;
+/// Adds one evaluation per layout and power cap to `result`, the caps of a layout next to each other, and
+/// counts the layouts out of memory; returns the index of the first of each fitting layout's group.
+std::vector<std::size_t> add_evaluations(const LayoutSpace& space, const std::vector<double>& caps_w,
+                                         SearchResult& result) {
   std::vector<std::size_t> fitting;
   for (const Candidate& candidate : space.candidates) {
     if (candidate.fits) fitting.push_back(result.evaluations.size());
@@ -524,13 +524,14 @@ SearchResult search_layouts(const SearchRequest& request) {
       result.evaluations.push_back(std::move(evaluation));
     }
   }
-  const int threads = request.threads > 0
-                          ? request.threads
-                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  Progress progress(request, fitting.size() * (1 + caps_w.size()));
+  return fitting;
+}
 
-  // Chapter 1: the lower bound of every fitting layout (graph build + cost model, no engine); a cap only
-  // lengthens a step, so one bound holds for all of a layout's caps.
+/// Chapter 1: the lower bound of every fitting layout (graph build + cost model, no engine); a cap only
+/// lengthens a step, so one bound holds for all of a layout's caps.
+void bound_layouts(const SearchRequest& request, const std::vector<double>& caps_w,
+                   const std::vector<std::size_t>& fitting, int threads, Progress& progress,
+                   SearchResult& result) {
   parallel_for(fitting.size(), threads, [&](std::size_t item) {
     Evaluation& evaluation = result.evaluations[fitting[item]];
     const graph::Graph graph = graph::build_graph(request.space.model, evaluation.candidate.layout);
@@ -544,9 +545,14 @@ SearchResult search_layouts(const SearchRequest& request) {
     }
     progress.step();
   });
+}
 
-  // Chapter 2: simulate in increasing lower-bound order; skip a layout once its bound (on step time, or on
-  // energy: every GPU draws at least idle power for at least the bound) exceeds the k-th best feasible score.
+/// Chapter 2: simulate in increasing lower-bound order (sorting `fitting`); skip a layout once its bound (on
+/// step time, or on energy: every GPU draws at least idle power for at least the bound) exceeds the k-th best
+/// feasible score.
+void simulate_in_bound_order(const SearchRequest& request, const std::vector<double>& caps_w,
+                             std::vector<std::size_t>& fitting, int threads, Progress& progress,
+                             SearchResult& result) {
   std::stable_sort(fitting.begin(), fitting.end(), [&](std::size_t a, std::size_t b) {
     return least_bound_s(result.evaluations[a]) < least_bound_s(result.evaluations[b]);
   });
@@ -578,8 +584,10 @@ SearchResult search_layouts(const SearchRequest& request) {
       progress.step();
     }
   });
+}
 
-  // Chapter 3: ranking and the Pareto front.
+/// Counts the pruned and simulated evaluations into `result`; returns the indices of the ranked ones.
+std::vector<std::size_t> count_verdicts(SearchResult& result) {
   std::vector<std::size_t> ranked;
   for (std::size_t index = 0; index < result.evaluations.size(); ++index) {
     const Verdict verdict = result.evaluations[index].verdict;
@@ -588,6 +596,13 @@ SearchResult search_layouts(const SearchRequest& request) {
       ++result.simulated;
     if (verdict == Verdict::kRanked) ranked.push_back(index);
   }
+  return ranked;
+}
+
+/// Chapter 3: marks the Pareto front of the `ranked` evaluations (result.pareto, fastest first) and sorts
+/// them into result.ranking (best first; under the Pareto objective the front first).
+void rank_and_mark_front(const SearchRequest& request, std::vector<std::size_t> ranked,
+                         SearchResult& result) {
   for (std::size_t index : ranked) {
     Evaluation& evaluation = result.evaluations[index];
     evaluation.pareto = std::none_of(ranked.begin(), ranked.end(), [&](std::size_t other) {
@@ -606,6 +621,29 @@ SearchResult search_layouts(const SearchRequest& request) {
     return score(first, request.objective) < score(second, request.objective);
   });
   result.ranking = std::move(ranked);
+}
+
+}  // namespace
+
+SearchResult search_layouts(const SearchRequest& request) {
+  const auto started = std::chrono::steady_clock::now();
+  check_constraints(request);
+  const LayoutSpace space = searched_space(request);
+
+  SearchResult result;
+  result.invalid = space.invalid;
+  result.excluded = space.excluded;
+  const std::vector<double> caps_w =
+      request.power_caps_w.empty() ? std::vector<double>{0.0} : request.power_caps_w;
+  std::vector<std::size_t> fitting = add_evaluations(space, caps_w, result);
+  const int threads = request.threads > 0
+                          ? request.threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  Progress progress(request, fitting.size() * (1 + caps_w.size()));
+
+  bound_layouts(request, caps_w, fitting, threads, progress, result);
+  simulate_in_bound_order(request, caps_w, fitting, threads, progress, result);
+  rank_and_mark_front(request, count_verdicts(result), result);
   if (result.ranking.empty()) refuse_over_budget(request, result);
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return result;

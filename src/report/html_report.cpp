@@ -11,6 +11,7 @@
 #include "analyze/compare.h"
 #include "core/device_names.h"
 #include "core/table.h"
+#include "report/html_report_internal.h"
 #include "report/many_gpus.h"
 #include "report/svg_chart.h"
 
@@ -82,12 +83,6 @@ std::string percent(double ratio) {
 std::string device_label(const store::DeviceInfo& device) {
   if (device.kind == store::DeviceKind::kCpu) return device.name.empty() ? "host" : device.name;
   return fmt::format("GPU {} (n{} s{})", device.idx, device.node, device.slot);
-}
-
-// Wraps a chart in an element that the verdict links to.
-std::string anchored(const std::string& id, const std::string& chart) {
-  if (chart.empty()) return "";
-  return fmt::format("<div id=\"{}\">\n{}</div>\n", id, chart);
 }
 
 std::string run_header(const analyze::RunAnalysis& run, std::size_t index) {
@@ -248,140 +243,6 @@ std::string time_series_section(const analyze::RunAnalysis& run, const std::stri
                        item.label, unit, x_end_s, lines, marks));
       break;
     }
-  }
-  return out;
-}
-
-// Runs over several nodes: mean power and peak temperature per GPU on a node x slot grid (one colour scale).
-std::string node_slot_section(const analyze::RunAnalysis& run, const std::string& prefix) {
-  int32_t nodes = 0;
-  int32_t slots = 0;
-  for (const auto& metrics : run.device_metrics) {
-    if (metrics.device.kind != store::DeviceKind::kGpu) continue;
-    nodes = std::max(nodes, metrics.device.node + 1);
-    slots = std::max(slots, metrics.device.slot + 1);
-  }
-  if (nodes < 2) return "";
-  auto grid = [&](auto member) {
-    std::vector<std::vector<double>> values(static_cast<std::size_t>(nodes),
-                                            std::vector<double>(static_cast<std::size_t>(slots), NAN));
-    for (const auto& metrics : run.device_metrics) {
-      if (metrics.device.kind != store::DeviceKind::kGpu) continue;
-      values[static_cast<std::size_t>(metrics.device.node)][static_cast<std::size_t>(metrics.device.slot)] =
-          metrics.*member;
-    }
-    return values;
-  };
-  return anchored(prefix + "node-power", node_slot_heatmap("Mean power per GPU, node × slot", "W",
-                                                           grid(&analyze::DeviceMetrics::power_mean_w))) +
-         anchored(prefix + "node-temp",
-                  node_slot_heatmap("Peak temperature per GPU, node × slot", "°C",
-                                    grid(&analyze::DeviceMetrics::temp_peak_c), NodeFold::kMax));
-}
-
-std::string heatmap_section(const analyze::RunAnalysis& run, const std::string& prefix) {
-  std::vector<HeatmapRow> rows;
-  std::vector<std::vector<double>> values;
-  std::vector<std::string> columns = {"P mean W",  "P peak W",  "P p99 W", "swing W",
-                                      "T mean °C", "T peak °C", "SM MHz",  "energy J",
-                                      "pcap %",    "thermal %", "lag ms"};
-  std::vector<std::size_t> order(run.device_metrics.size());
-  for (std::size_t index = 0; index < order.size(); ++index) order[index] = index;
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    const auto& da = run.device_metrics[a].device;
-    const auto& db = run.device_metrics[b].device;
-    return std::make_pair(da.node, da.slot) < std::make_pair(db.node, db.slot);
-  });
-  bool any = false;
-  for (std::size_t index : order) {
-    const auto& metrics = run.device_metrics[index];
-    if (metrics.device.kind != store::DeviceKind::kGpu) continue;
-    double thermal = NAN;
-    if (!std::isnan(metrics.throttle_fraction[1]) || !std::isnan(metrics.throttle_fraction[2])) {
-      thermal = (std::isnan(metrics.throttle_fraction[1]) ? 0 : metrics.throttle_fraction[1]) +
-                (std::isnan(metrics.throttle_fraction[2]) ? 0 : metrics.throttle_fraction[2]);
-      thermal *= 100.0;
-    }
-    std::vector<double> row = {metrics.power_mean_w,
-                               metrics.power_peak_w,
-                               metrics.power_p99_w,
-                               metrics.power_swing_100ms_w,
-                               metrics.temp_mean_c,
-                               metrics.temp_peak_c,
-                               metrics.sm_clock_mean_mhz,
-                               metrics.energy_j,
-                               metrics.throttle_fraction[0] * 100.0,
-                               thermal,
-                               metrics.straggler_lag_ms};
-    for (double value : row) any = any || !std::isnan(value);
-    rows.push_back({fmt::format("GPU {} (slot {})", metrics.device.idx, metrics.device.slot),
-                    fmt::format("node {}", metrics.device.node)});
-    values.push_back(row);
-  }
-  if (!any) return "";
-  drop_empty_columns(columns, values);
-  std::string shown = "GPUs";
-  std::string out;
-  if (rows.size() > kMaxGpuRows) {  // thousands of rows: every GPU's spread in a table, the outliers drawn
-    std::vector<std::string> labels;
-    for (const auto& row : rows) labels.push_back(row.label + ", " + row.group);
-    out +=
-        fmt::format("<p>Spread over all {} GPUs:</p>\n", rows.size()) + spread_table(columns, labels, values);
-    std::vector<HeatmapRow> kept_rows;
-    std::vector<std::vector<double>> kept_values;
-    for (std::size_t row : outlier_rows(values, kMaxGpuLines)) {
-      kept_rows.push_back(rows[row]);
-      kept_values.push_back(values[row]);
-    }
-    shown = fmt::format("The {} of {} GPUs furthest from the median in any column", kept_rows.size(),
-                        rows.size());
-    rows = std::move(kept_rows);
-    values = std::move(kept_values);
-  }
-  out += anchored(prefix + "gpus",
-                  heatmap_chart(shown + " × metrics, grouped by node (P power, swing: largest "
-                                        "change within 100 ms, T temperature, pcap / "
-                                        "thermal: throttled share of time, lag: mean step-end lag "
-                                        "behind the median; colour per column: light "
-                                        "= low, dark = high)",
-                                rows, columns, values));
-  out += node_slot_section(run, prefix);
-  if (!run.stragglers.empty()) {
-    out += "<p><b>Stragglers</b> (ended their step last in more than 2/n of the steps): ";
-    for (int32_t idx : run.stragglers) {
-      for (const auto& metrics : run.device_metrics) {
-        if (metrics.device.idx != idx) continue;
-        out += fmt::format(
-            "GPU {} — last in {:.0f}% of steps, +{:.2f} ms after the median, mean SM clock {} MHz, "
-            "mean temperature {} °C. ",
-            idx, metrics.straggler_fraction * 100, metrics.straggler_lag_ms,
-            number(metrics.sm_clock_mean_mhz), number(metrics.temp_mean_c));
-      }
-    }
-    out += "</p>\n";
-  }
-  if (!run.nodes.empty()) {
-    // Above kMaxNodeRows nodes only the hottest are listed (by peak temperature); every slot is.
-    std::vector<analyze::ThermalGroup> nodes = run.nodes;
-    if (nodes.size() > kMaxNodeRows) {
-      std::stable_sort(nodes.begin(), nodes.end(),
-                       [](const auto& a, const auto& b) { return a.temp_peak_c > b.temp_peak_c; });
-      nodes.resize(8);
-      out += fmt::format("<p>The 8 hottest of {} nodes (peak temperature), then every slot:</p>\n",
-                         run.nodes.size());
-    }
-    out +=
-        "<table><tr><th class=\"key\">group</th><th>mean temp °C</th><th>spread °C</th><th>imbalance %</th>"
-        "<th>peak °C</th></tr>\n";
-    const std::vector<analyze::ThermalGroup>& listed_nodes = nodes;
-    for (const auto* groups : {&listed_nodes, &run.slots}) {
-      for (const auto& group : *groups) {
-        out += fmt::format("<tr><td class=\"key\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-                           escape_html(group.label), number(group.temp_mean_c), number(group.temp_spread_c),
-                           number(group.imbalance_pct), number(group.temp_peak_c));
-      }
-    }
-    out += "</table>\n";
   }
   return out;
 }

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/time.h"
+#include "store/run_store_internal.h"
 #include "store/sqlite_db.h"
 
 namespace calo::store {
@@ -21,12 +22,9 @@ namespace calo::store {
 namespace {
 
 using detail::Database;
+using detail::kSchemaVersion;
 using detail::Statement;
 
-// Schema version stored in PRAGMA user_version; bump on incompatible changes (docs/RUN_STORE.md).
-// 2: run.wall_offset_ns is the wall-clock time at t_ns = 0 for every kind (in 1, `record` and `bench` runs
-// wrote the wall-clock time at the host's CLOCK_MONOTONIC zero; RunReader::run() converts those).
-constexpr int kSchemaVersion = 2;
 // Rows bound into one multi-row INSERT (5 parameters each; SQLite allows 32766 parameters).
 constexpr std::size_t kRowsPerInsert = 256;
 // Largest transaction when the writer has a backlog (about a second of work at the measured insert rate).
@@ -83,16 +81,126 @@ void bind_optional(Statement& statement, int index, int64_t value) {
   }
 }
 
-int64_t column_optional(const Statement& statement, int index) {
-  return statement.column_is_null(index) ? kNone : statement.column_int(index);
-}
-
 // ended_ns update queued behind the data.
 struct RunEnd {
   int64_t ended_ns = 0;
 };
 
 using MiscItem = std::variant<DeviceInfo, MetricInfo, Span, SummaryRow, Event, RunEnd>;
+
+// The prepared inserts of one batch's rows other than samples; visiting a MiscItem with it writes the item's
+// row.
+class MiscRowWriter {
+ public:
+  // Prepares every insert on `database` (inside the batch's transaction).
+  explicit MiscRowWriter(Database& database)
+      : insert_device_(database,
+                       "INSERT OR REPLACE INTO device(idx, node, slot, kind, name, uuid, pci_bus, "
+                       "power_limit_w, max_sm_mhz, driver) VALUES(?,?,?,?,?,?,?,?,?,?)"),
+        insert_metric_(database, "INSERT OR IGNORE INTO metric(id, name, unit, kind) VALUES(?,?,?,?)"),
+        insert_span_(database,
+                     "INSERT INTO span(rank, device_idx, kind, name, category, t_begin_ns, t_end_ns, step, "
+                     "microbatch, stage) VALUES(?,?,?,?,?,?,?,?,?,?)"),
+        insert_summary_(database, "INSERT INTO summary(scope, key, value, unit) VALUES(?,?,?,?)"),
+        insert_event_(database,
+                      "INSERT INTO event(t_ns, level, device_idx, source, message) VALUES(?,?,?,?,?)"),
+        update_end_(database, "UPDATE run SET ended_ns = ? WHERE id = 1") {}
+
+  // Inserts (or replaces) the device row of `device`.
+  void operator()(const DeviceInfo& device) {
+    insert_device_.bind(1, int64_t{device.idx});
+    insert_device_.bind(2, int64_t{device.node});
+    insert_device_.bind(3, int64_t{device.slot});
+    insert_device_.bind(4, to_string(device.kind));
+    insert_device_.bind(5, device.name);
+    insert_device_.bind(6, device.uuid);
+    insert_device_.bind(7, device.pci_bus);
+    insert_device_.bind(8, device.power_limit_w);
+    insert_device_.bind(9, device.max_sm_mhz);
+    insert_device_.bind(10, device.driver);
+    insert_device_.run();
+  }
+
+  // Inserts the metric row of `metric` unless its id is already stored.
+  void operator()(const MetricInfo& metric) {
+    insert_metric_.bind(1, int64_t{metric.id});
+    insert_metric_.bind(2, metric.name);
+    insert_metric_.bind(3, metric.unit);
+    insert_metric_.bind(4, to_string(metric.kind));
+    insert_metric_.run();
+  }
+
+  // Inserts one span row (kNone fields as NULL).
+  void operator()(const Span& span) {
+    bind_optional(insert_span_, 1, span.rank);
+    bind_optional(insert_span_, 2, span.device_idx);
+    insert_span_.bind(3, to_string(span.kind));
+    insert_span_.bind(4, span.name);
+    insert_span_.bind(5, span.category);
+    insert_span_.bind(6, span.t_begin_ns);
+    insert_span_.bind(7, span.t_end_ns);
+    bind_optional(insert_span_, 8, span.step);
+    bind_optional(insert_span_, 9, span.microbatch);
+    bind_optional(insert_span_, 10, span.stage);
+    insert_span_.run();
+  }
+
+  // Inserts one summary row.
+  void operator()(const SummaryRow& row) {
+    insert_summary_.bind(1, row.scope);
+    insert_summary_.bind(2, row.key);
+    insert_summary_.bind(3, row.value);
+    insert_summary_.bind(4, row.unit);
+    insert_summary_.run();
+  }
+
+  // Inserts one event row (device_idx kNone as NULL).
+  void operator()(const Event& event) {
+    insert_event_.bind(1, event.t_ns);
+    insert_event_.bind(2, to_string(event.level));
+    bind_optional(insert_event_, 3, event.device_idx);
+    insert_event_.bind(4, event.source);
+    insert_event_.bind(5, event.message);
+    insert_event_.run();
+  }
+
+  // Stores the run's ended_ns.
+  void operator()(const RunEnd& end) {
+    update_end_.bind(1, end.ended_ns);
+    update_end_.run();
+  }
+
+ private:
+  Statement insert_device_;
+  Statement insert_metric_;
+  Statement insert_span_;
+  Statement insert_summary_;
+  Statement insert_event_;
+  Statement update_end_;
+};
+
+// Binds `rows` samples from `first` on to `statement` (5 parameters a row, NULL for kNoSensorTime), runs it
+// once and resets it; throws through `database` when the insert fails.
+void insert_sample_rows(const Database& database, sqlite3_stmt* statement, const Sample* first,
+                        std::size_t rows) {
+  int parameter = 1;
+  for (std::size_t row = 0; row < rows; ++row) {
+    const Sample& sample = first[row];
+    sqlite3_bind_int(statement, parameter, sample.device_idx);
+    sqlite3_bind_int(statement, parameter + 1, sample.metric_id);
+    sqlite3_bind_int64(statement, parameter + 2, sample.t_ns);
+    sqlite3_bind_double(statement, parameter + 3, sample.value);
+    if (sample.sensor_t_ns == kNoSensorTime) {
+      sqlite3_bind_null(statement, parameter + 4);
+    } else {
+      sqlite3_bind_int64(statement, parameter + 4, sample.sensor_t_ns);
+    }
+    parameter += 5;
+  }
+  int code = sqlite3_step(statement);
+  sqlite3_reset(statement);
+  if (code != SQLITE_DONE) database.check(code, "inserting samples");
+}
 
 }  // namespace
 
@@ -188,6 +296,11 @@ struct RunWriter::Impl {
 
   void writer_loop();
   void commit_batch(std::vector<Sample>& samples, std::vector<MiscItem>& misc, uint64_t dropped_total);
+  // Writes the batch's non-sample rows, then a warning event when more samples were dropped since the last
+  // one.
+  void write_misc(const std::vector<MiscItem>& misc, uint64_t dropped_total);
+  // Inserts `samples` in multi-row steps, committing a backlog in slices of kMaxRowsPerTransaction rows.
+  void write_samples(const std::vector<Sample>& samples);
 };
 
 void require_no_run(const std::filesystem::path& run_dir) {
@@ -304,118 +417,44 @@ void RunWriter::Impl::commit_batch(std::vector<Sample>& samples, std::vector<Mis
   Database& database = *db;
   database.exec("BEGIN");
   try {
-    if (!misc.empty() || dropped_total != dropped_reported) {
-      Statement insert_device(database,
-                              "INSERT OR REPLACE INTO device(idx, node, slot, kind, name, uuid, pci_bus, "
-                              "power_limit_w, max_sm_mhz, driver) VALUES(?,?,?,?,?,?,?,?,?,?)");
-      Statement insert_metric(database, "INSERT OR IGNORE INTO metric(id, name, unit, kind) VALUES(?,?,?,?)");
-      Statement insert_span(
-          database,
-          "INSERT INTO span(rank, device_idx, kind, name, category, t_begin_ns, t_end_ns, step, "
-          "microbatch, stage) VALUES(?,?,?,?,?,?,?,?,?,?)");
-      Statement insert_summary(database, "INSERT INTO summary(scope, key, value, unit) VALUES(?,?,?,?)");
-      Statement insert_event(database,
-                             "INSERT INTO event(t_ns, level, device_idx, source, message) VALUES(?,?,?,?,?)");
-      Statement update_end(database, "UPDATE run SET ended_ns = ? WHERE id = 1");
-      auto write_event = [&](const Event& event) {
-        insert_event.bind(1, event.t_ns);
-        insert_event.bind(2, to_string(event.level));
-        bind_optional(insert_event, 3, event.device_idx);
-        insert_event.bind(4, event.source);
-        insert_event.bind(5, event.message);
-        insert_event.run();
-      };
-      for (const MiscItem& item : misc) {
-        if (const auto* device = std::get_if<DeviceInfo>(&item)) {
-          insert_device.bind(1, int64_t{device->idx});
-          insert_device.bind(2, int64_t{device->node});
-          insert_device.bind(3, int64_t{device->slot});
-          insert_device.bind(4, to_string(device->kind));
-          insert_device.bind(5, device->name);
-          insert_device.bind(6, device->uuid);
-          insert_device.bind(7, device->pci_bus);
-          insert_device.bind(8, device->power_limit_w);
-          insert_device.bind(9, device->max_sm_mhz);
-          insert_device.bind(10, device->driver);
-          insert_device.run();
-        } else if (const auto* metric = std::get_if<MetricInfo>(&item)) {
-          insert_metric.bind(1, int64_t{metric->id});
-          insert_metric.bind(2, metric->name);
-          insert_metric.bind(3, metric->unit);
-          insert_metric.bind(4, to_string(metric->kind));
-          insert_metric.run();
-        } else if (const auto* span = std::get_if<Span>(&item)) {
-          bind_optional(insert_span, 1, span->rank);
-          bind_optional(insert_span, 2, span->device_idx);
-          insert_span.bind(3, to_string(span->kind));
-          insert_span.bind(4, span->name);
-          insert_span.bind(5, span->category);
-          insert_span.bind(6, span->t_begin_ns);
-          insert_span.bind(7, span->t_end_ns);
-          bind_optional(insert_span, 8, span->step);
-          bind_optional(insert_span, 9, span->microbatch);
-          bind_optional(insert_span, 10, span->stage);
-          insert_span.run();
-        } else if (const auto* row = std::get_if<SummaryRow>(&item)) {
-          insert_summary.bind(1, row->scope);
-          insert_summary.bind(2, row->key);
-          insert_summary.bind(3, row->value);
-          insert_summary.bind(4, row->unit);
-          insert_summary.run();
-        } else if (const auto* event = std::get_if<Event>(&item)) {
-          write_event(*event);
-        } else if (const auto* end = std::get_if<RunEnd>(&item)) {
-          update_end.bind(1, end->ended_ns);
-          update_end.run();
-        }
-      }
-      if (dropped_total != dropped_reported) {
-        int64_t now_ns = core::monotonic_ns() - info.started_ns;
-        write_event(Event{now_ns, EventLevel::kWarning, kNone, "store",
-                          fmt::format("dropped {} samples so far: the writer queue was full ({} samples); "
-                                      "raise WriterOptions::max_queued_samples or lower sampling rates",
-                                      dropped_total, options.max_queued_samples)});
-      }
-    }
-    if (!samples.empty()) {
-      // The hot loop talks to the C API directly: persistent prepared statements inserting kRowsPerInsert
-      // rows per step (fewer VDBE runs per row), then one row at a time for the remainder.
-      std::size_t position = 0;
-      auto bind_rows = [&](sqlite3_stmt* raw, std::size_t rows) {
-        int parameter = 1;
-        for (std::size_t row = 0; row < rows; ++row) {
-          const Sample& sample = samples[position + row];
-          sqlite3_bind_int(raw, parameter, sample.device_idx);
-          sqlite3_bind_int(raw, parameter + 1, sample.metric_id);
-          sqlite3_bind_int64(raw, parameter + 2, sample.t_ns);
-          sqlite3_bind_double(raw, parameter + 3, sample.value);
-          if (sample.sensor_t_ns == kNoSensorTime) {
-            sqlite3_bind_null(raw, parameter + 4);
-          } else {
-            sqlite3_bind_int64(raw, parameter + 4, sample.sensor_t_ns);
-          }
-          parameter += 5;
-        }
-        int code = sqlite3_step(raw);
-        sqlite3_reset(raw);
-        if (code != SQLITE_DONE) database.check(code, "inserting samples");
-        position += rows;
-      };
-      while (samples.size() - position >= kRowsPerInsert) {
-        bind_rows(insert_samples->raw(), kRowsPerInsert);
-        // A backlog (writer behind the producers) is committed in bounded slices, so the durable part keeps
-        // advancing about once a second instead of waiting for one huge transaction.
-        if (position % kMaxRowsPerTransaction == 0) {
-          database.exec("COMMIT");
-          database.exec("BEGIN");
-        }
-      }
-      while (position < samples.size()) bind_rows(insert_sample->raw(), 1);
-    }
+    if (!misc.empty() || dropped_total != dropped_reported) write_misc(misc, dropped_total);
+    if (!samples.empty()) write_samples(samples);
     database.exec("COMMIT");
   } catch (...) {
     sqlite3_exec(database.handle(), "ROLLBACK", nullptr, nullptr, nullptr);
     throw;
+  }
+}
+
+void RunWriter::Impl::write_misc(const std::vector<MiscItem>& misc, uint64_t dropped_total) {
+  MiscRowWriter writer(*db);
+  for (const MiscItem& item : misc) std::visit(writer, item);
+  if (dropped_total != dropped_reported) {
+    int64_t now_ns = core::monotonic_ns() - info.started_ns;
+    writer(Event{now_ns, EventLevel::kWarning, kNone, "store",
+                 fmt::format("dropped {} samples so far: the writer queue was full ({} samples); "
+                             "raise WriterOptions::max_queued_samples or lower sampling rates",
+                             dropped_total, options.max_queued_samples)});
+  }
+}
+
+void RunWriter::Impl::write_samples(const std::vector<Sample>& samples) {
+  // The hot loop talks to the C API directly: persistent prepared statements inserting kRowsPerInsert
+  // rows per step (fewer VDBE runs per row), then one row at a time for the remainder.
+  Database& database = *db;
+  std::size_t position = 0;
+  while (samples.size() - position >= kRowsPerInsert) {
+    insert_sample_rows(database, insert_samples->raw(), samples.data() + position, kRowsPerInsert);
+    position += kRowsPerInsert;
+    // A backlog (writer behind the producers) is committed in bounded slices, so the durable part keeps
+    // advancing about once a second instead of waiting for one huge transaction.
+    if (position % kMaxRowsPerTransaction == 0) {
+      database.exec("COMMIT");
+      database.exec("BEGIN");
+    }
+  }
+  for (; position < samples.size(); ++position) {
+    insert_sample_rows(database, insert_sample->raw(), samples.data() + position, 1);
   }
 }
 
@@ -497,284 +536,6 @@ WriterStats RunWriter::stats() const {
 }
 
 const std::filesystem::path& RunWriter::run_dir() const {
-  return impl_->run_dir;
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// Reader
-
-// Latest host CLOCK_MONOTONIC a run may state (~126 years of uptime): far from int64's end, so sums of stored
-// times cannot overflow.
-constexpr int64_t kMaxStoredTimeNs = int64_t{4} << 60;
-
-struct RunReader::Impl {
-  std::filesystem::path run_dir;
-  std::unique_ptr<Database> db;
-  int64_t schema_version = kSchemaVersion;  // PRAGMA user_version of the file
-};
-
-RunReader::RunReader(const std::filesystem::path& run_dir_or_db) : impl_(std::make_unique<Impl>()) {
-  std::filesystem::path db_path = run_dir_or_db;
-  if (std::filesystem::is_directory(run_dir_or_db)) {
-    db_path = run_dir_or_db / kRunDbName;
-    impl_->run_dir = run_dir_or_db;
-  } else {
-    impl_->run_dir = run_dir_or_db.parent_path();
-  }
-  if (!std::filesystem::exists(db_path)) {
-    throw InputError(fmt::format("{} is not a run: {} does not exist; pass a directory written by calo",
-                                 run_dir_or_db.string(), db_path.string()));
-  }
-  if (!std::filesystem::is_regular_file(db_path)) {  // a FIFO or device would block the open forever
-    throw InputError(
-        fmt::format("{} is not a run: {} is not a regular file; pass a directory written by calo",
-                    run_dir_or_db.string(), db_path.string()));
-  }
-  // Read-write when possible so SQLite can recover the WAL of a crashed writer; read-only otherwise.
-  try {
-    impl_->db = std::make_unique<Database>(db_path, SQLITE_OPEN_READWRITE);
-  } catch (const InputError&) {
-    impl_->db = std::make_unique<Database>(db_path, SQLITE_OPEN_READONLY);
-  }
-  bool is_run = false;
-  try {
-    is_run = impl_->db->has_object("run") && impl_->db->has_object("sample") &&
-             impl_->db->query_int("SELECT count(*) FROM run") == 1;
-  } catch (const RuntimeFailure&) {
-    is_run = false;
-  }
-  if (!is_run) {
-    throw InputError(fmt::format("{} is not a calo run database (no run/sample tables); pass a run directory",
-                                 db_path.string()));
-  }
-  impl_->schema_version = impl_->db->query_int("PRAGMA user_version", kSchemaVersion);
-}
-
-RunInfo migrate_run_info(RunInfo info, int64_t schema_version) {
-  const bool host_clock_offset = info.kind == RunKind::kRecord || info.kind == RunKind::kBench;
-  if (schema_version == 1 && host_clock_offset && info.wall_offset_ns != 0) {
-    info.wall_offset_ns += info.started_ns;  // wall at CLOCK_MONOTONIC zero + started_ns = wall at t_ns = 0
-  }
-  return info;
-}
-
-RunReader::~RunReader() = default;
-RunReader::RunReader(RunReader&&) noexcept = default;
-RunReader& RunReader::operator=(RunReader&&) noexcept = default;
-
-RunInfo RunReader::run() const {
-  Statement query(
-      *impl_->db,
-      "SELECT kind, name, command, config_json, host, started_ns, ended_ns, wall_offset_ns, version "
-      "FROM run WHERE id = 1");
-  RunInfo info;
-  if (!query.step()) return info;
-  info.kind = parse_run_kind(query.column_text(0));
-  info.name = query.column_text(1);
-  info.command = query.column_text(2);
-  info.config_json = query.column_text(3);
-  info.host = query.column_text(4);
-  info.started_ns = query.column_int(5);
-  info.ended_ns = query.column_int(6);
-  info.wall_offset_ns = query.column_int(7);
-  info.version = query.column_text(8);
-  // Every duration is ended_ns - started_ns or t_ns + started_ns: times beyond kMaxStoredTimeNs would
-  // overflow.
-  const bool times_valid = info.started_ns >= 0 && info.started_ns <= kMaxStoredTimeNs &&
-                           info.ended_ns >= 0 && info.ended_ns <= kMaxStoredTimeNs;
-  if (!times_valid) {
-    throw InputError(
-        fmt::format("{}: damaged run times (started_ns {}, ended_ns {}); calo writes both in [0, "
-                    "2^62] (ended_ns 0 when interrupted); re-record the run",
-                    (impl_->run_dir / kRunDbName).string(), info.started_ns, info.ended_ns));
-  }
-  return migrate_run_info(info, impl_->schema_version);
-}
-
-std::vector<DeviceInfo> RunReader::devices() const {
-  Statement query(
-      *impl_->db,
-      "SELECT idx, node, slot, kind, name, uuid, pci_bus, power_limit_w, max_sm_mhz, driver FROM device "
-      "ORDER BY idx");
-  std::vector<DeviceInfo> devices;
-  while (query.step()) {
-    DeviceInfo device;
-    device.idx = static_cast<int32_t>(query.column_int(0));
-    device.node = static_cast<int32_t>(query.column_int(1));
-    device.slot = static_cast<int32_t>(query.column_int(2));
-    device.kind = parse_device_kind(query.column_text(3));
-    device.name = query.column_text(4);
-    device.uuid = query.column_text(5);
-    device.pci_bus = query.column_text(6);
-    device.power_limit_w = query.column_double(7);
-    device.max_sm_mhz = query.column_double(8);
-    device.driver = query.column_text(9);
-    devices.push_back(std::move(device));
-  }
-  return devices;
-}
-
-std::vector<MetricInfo> RunReader::metrics() const {
-  Statement query(*impl_->db, "SELECT id, name, unit, kind FROM metric ORDER BY id");
-  std::vector<MetricInfo> metrics;
-  while (query.step()) {
-    metrics.push_back(MetricInfo{static_cast<int32_t>(query.column_int(0)), query.column_text(1),
-                                 query.column_text(2), parse_metric_kind(query.column_text(3))});
-  }
-  return metrics;
-}
-
-std::optional<MetricInfo> RunReader::find_metric(std::string_view name) const {
-  Statement query(*impl_->db, "SELECT id, name, unit, kind FROM metric WHERE name = ?");
-  query.bind(1, name);
-  if (!query.step()) return std::nullopt;
-  return MetricInfo{static_cast<int32_t>(query.column_int(0)), query.column_text(1), query.column_text(2),
-                    parse_metric_kind(query.column_text(3))};
-}
-
-void RunReader::for_each_sample(int32_t device_idx, int32_t metric_id,
-                                const std::function<void(const Sample&)>& visit, int64_t t_begin_ns,
-                                int64_t t_end_ns) const {
-  Statement query(*impl_->db,
-                  "SELECT t_ns, value, sensor_t_ns FROM sample WHERE device_idx = ? AND metric_id = ? "
-                  "AND t_ns >= ? AND t_ns < ? ORDER BY t_ns, rowid");
-  query.bind(1, int64_t{device_idx});
-  query.bind(2, int64_t{metric_id});
-  query.bind(3, t_begin_ns);
-  query.bind(4, t_end_ns);
-  Sample sample;
-  sample.device_idx = device_idx;
-  sample.metric_id = metric_id;
-  while (query.step()) {
-    sample.t_ns = query.column_int(0);
-    sample.value = query.column_double(1);
-    sample.sensor_t_ns = query.column_is_null(2) ? kNoSensorTime : query.column_int(2);
-    visit(sample);
-  }
-}
-
-std::vector<Sample> RunReader::samples(int32_t device_idx, int32_t metric_id, int64_t t_begin_ns,
-                                       int64_t t_end_ns) const {
-  std::vector<Sample> result;
-  for_each_sample(
-      device_idx, metric_id, [&](const Sample& sample) { result.push_back(sample); }, t_begin_ns, t_end_ns);
-  return result;
-}
-
-void RunReader::for_each_sample_in_time_order(const std::function<void(const Sample&)>& visit) const {
-  Statement query(*impl_->db,
-                  "SELECT device_idx, metric_id, t_ns, value, sensor_t_ns FROM sample "
-                  "ORDER BY t_ns, device_idx, metric_id, rowid");
-  Sample sample;
-  while (query.step()) {
-    sample.device_idx = static_cast<int32_t>(query.column_int(0));
-    sample.metric_id = static_cast<int32_t>(query.column_int(1));
-    sample.t_ns = query.column_int(2);
-    sample.value = query.column_double(3);
-    sample.sensor_t_ns = query.column_is_null(4) ? kNoSensorTime : query.column_int(4);
-    visit(sample);
-  }
-}
-
-int64_t RunReader::for_each_sample_since(int64_t after_rowid,
-                                         const std::function<void(const Sample&)>& visit) const {
-  Statement query(*impl_->db,
-                  "SELECT device_idx, metric_id, t_ns, value, sensor_t_ns, rowid FROM sample WHERE rowid > ? "
-                  "ORDER BY rowid");
-  query.bind(1, after_rowid);
-  Sample sample;
-  int64_t last_rowid = after_rowid;
-  while (query.step()) {
-    sample.device_idx = static_cast<int32_t>(query.column_int(0));
-    sample.metric_id = static_cast<int32_t>(query.column_int(1));
-    sample.t_ns = query.column_int(2);
-    sample.value = query.column_double(3);
-    sample.sensor_t_ns = query.column_is_null(4) ? kNoSensorTime : query.column_int(4);
-    last_rowid = query.column_int(5);
-    visit(sample);
-  }
-  return last_rowid;
-}
-
-int64_t RunReader::sample_count() const {
-  return impl_->db->query_int("SELECT count(*) FROM sample");
-}
-
-namespace {
-// One span row: columns rank, device_idx, kind, name, category, t_begin_ns, t_end_ns, step, microbatch,
-// stage.
-Span read_span_row(const Statement& query) {
-  Span span;
-  span.rank = static_cast<int32_t>(column_optional(query, 0));
-  span.device_idx = static_cast<int32_t>(column_optional(query, 1));
-  span.kind = parse_span_kind(query.column_text(2));
-  span.name = query.column_text(3);
-  span.category = query.column_text(4);
-  span.t_begin_ns = query.column_int(5);
-  span.t_end_ns = query.column_int(6);
-  span.step = column_optional(query, 7);
-  span.microbatch = static_cast<int32_t>(column_optional(query, 8));
-  span.stage = static_cast<int32_t>(column_optional(query, 9));
-  return span;
-}
-}  // namespace
-
-std::vector<Span> RunReader::spans(std::optional<SpanKind> kind) const {
-  std::string sql =
-      "SELECT rank, device_idx, kind, name, category, t_begin_ns, t_end_ns, step, microbatch, stage FROM "
-      "span";
-  if (kind) sql += " WHERE kind = ?";
-  sql += " ORDER BY t_begin_ns, rank, device_idx, rowid";
-  Statement query(*impl_->db, sql);
-  if (kind) query.bind(1, to_string(*kind));
-  std::vector<Span> spans;
-  while (query.step()) spans.push_back(read_span_row(query));
-  return spans;
-}
-
-int64_t RunReader::for_each_span_since(int64_t after_rowid, SpanKind kind,
-                                       const std::function<void(const Span&)>& visit) const {
-  Statement query(
-      *impl_->db,
-      "SELECT rank, device_idx, kind, name, category, t_begin_ns, t_end_ns, step, microbatch, stage, "
-      "rowid FROM span WHERE rowid > ? AND kind = ? ORDER BY rowid");
-  query.bind(1, after_rowid);
-  query.bind(2, to_string(kind));
-  int64_t last_rowid = after_rowid;
-  while (query.step()) {
-    visit(read_span_row(query));
-    last_rowid = query.column_int(10);
-  }
-  return last_rowid;
-}
-
-std::vector<SummaryRow> RunReader::summaries(std::optional<std::string_view> scope) const {
-  std::string sql = "SELECT scope, key, value, unit FROM summary";
-  if (scope) sql += " WHERE scope = ?";
-  sql += " ORDER BY rowid";
-  Statement query(*impl_->db, sql);
-  if (scope) query.bind(1, *scope);
-  std::vector<SummaryRow> rows;
-  while (query.step()) {
-    rows.push_back(
-        SummaryRow{query.column_text(0), query.column_text(1), query.column_double(2), query.column_text(3)});
-  }
-  return rows;
-}
-
-std::vector<Event> RunReader::events() const {
-  Statement query(*impl_->db,
-                  "SELECT t_ns, level, device_idx, source, message FROM event ORDER BY t_ns, rowid");
-  std::vector<Event> events;
-  while (query.step()) {
-    events.push_back(Event{query.column_int(0), parse_event_level(query.column_text(1)),
-                           static_cast<int32_t>(column_optional(query, 2)), query.column_text(3),
-                           query.column_text(4)});
-  }
-  return events;
-}
-
-const std::filesystem::path& RunReader::run_dir() const {
   return impl_->run_dir;
 }
 

@@ -29,137 +29,187 @@ std::int64_t attention_score_block_values(const graph::AttentionShape& shape) {
          shape.keys();
 }
 
+namespace {
+
+/// Loop-invariant sizes of one attention op, in values (bf16 elements) unless named otherwise.
+struct AttentionLayout {
+  std::int64_t query_rows = 0;    ///< shape.seq
+  std::int64_t keys = 0;          ///< key rows (more or fewer than query_rows on a context-parallel step)
+  std::int64_t causal_shift = 0;  ///< bottom-right causal: query row r sees keys [0, causal_shift + r]
+  std::int64_t head_dim = 0;      ///< values per head row
+  std::int64_t kv_heads = 1;      ///< matrices per batched call (at least 1)
+  std::int64_t group = 1;         ///< query heads per kv head
+  std::int64_t block_rows = 0;    ///< query rows per block
+  std::int64_t blocks = 0;        ///< blocks per query head
+  float scale = 1.0f;             ///< softmax scale 1 / sqrt(head_dim)
+  std::int64_t score_stride = 0;  ///< values between kv heads in the score block
+  std::int64_t q_stride = 0;      ///< values between the query heads of one batched call
+  std::int64_t kv_stride = 0;     ///< values between kv heads
+};
+
+/// One query block of one (batch, group member): where its operands start and how many keys it sees.
+struct QueryBlock {
+  std::int64_t q_offset = 0;  ///< first value of the block in q / o / d_out / d_q
+  std::int64_t kv_base = 0;   ///< first value of the batch in k / v / d_k / d_v
+  std::int64_t columns = 0;   ///< key columns computed for the block
+  ScoreBlock score_geometry;  ///< the block's scores for the softmax kernels
+};
+
+/// Derives the loop-invariant sizes of `shape`.
+AttentionLayout attention_layout(const graph::AttentionShape& shape) {
+  AttentionLayout layout;
+  layout.query_rows = shape.seq;
+  layout.keys = shape.keys();
+  layout.causal_shift = layout.keys - layout.query_rows;
+  layout.head_dim = shape.head_dim;
+  layout.kv_heads = std::max(1, shape.kv_heads);
+  layout.group = std::max<std::int64_t>(1, shape.heads / layout.kv_heads);
+  layout.block_rows = attention_block_rows(layout.query_rows);
+  layout.blocks = layout.query_rows / layout.block_rows;
+  layout.scale = 1.0f / std::sqrt(static_cast<float>(layout.head_dim));
+  layout.score_stride = layout.block_rows * layout.keys;
+  layout.q_stride = layout.group * layout.query_rows * layout.head_dim;
+  layout.kv_stride = layout.keys * layout.head_dim;
+  return layout;
+}
+
+/// Locates query block `block` of query head `member` of batch `batch` (matrix b of a batched call is kv
+/// head b; its query head is b * group + member).
+QueryBlock query_block(const graph::AttentionShape& shape, const AttentionLayout& layout, std::int64_t batch,
+                       std::int64_t member, std::int64_t block) {
+  const std::int64_t d = layout.head_dim;
+  const std::int64_t first_row = block * layout.block_rows;
+  QueryBlock query;
+  query.q_offset = ((batch * shape.heads + member) * layout.query_rows) * d + first_row * d;
+  query.kv_base = (batch * layout.kv_heads * layout.keys) * d;
+  query.columns = shape.causal ? layout.causal_shift + first_row + layout.block_rows : layout.keys;
+  ScoreBlock& geometry = query.score_geometry;
+  geometry.batch = layout.kv_heads;
+  geometry.batch_stride = layout.score_stride;
+  geometry.rows = layout.block_rows;
+  geometry.columns = query.columns;
+  geometry.ld = layout.keys;
+  geometry.first_row = layout.causal_shift + first_row;  // key position of the block's first query row
+  geometry.causal = shape.causal;
+  return query;
+}
+
+/// [block rows, columns] score-shaped product of a query-side block and key-side rows transposed (S, dP).
+GemmCall rows_by_keys_call(const AttentionLayout& layout, std::int64_t columns) {
+  GemmCall call;
+  call.m = layout.block_rows;
+  call.n = columns;
+  call.k = layout.head_dim;
+  call.transpose_b = true;
+  call.lda = layout.head_dim;
+  call.ldb = layout.head_dim;
+  call.ldc = layout.keys;
+  call.batch = layout.kv_heads;
+  call.stride_a = layout.q_stride;
+  call.stride_b = layout.kv_stride;
+  call.stride_c = layout.score_stride;
+  return call;
+}
+
+/// [block rows, head_dim] query-side product of a score block and key-side rows (O, dQ).
+GemmCall rows_by_head_dim_call(const AttentionLayout& layout, std::int64_t columns) {
+  GemmCall call;
+  call.m = layout.block_rows;
+  call.n = layout.head_dim;
+  call.k = columns;
+  call.lda = layout.keys;
+  call.ldb = layout.head_dim;
+  call.ldc = layout.head_dim;
+  call.batch = layout.kv_heads;
+  call.stride_a = layout.score_stride;
+  call.stride_b = layout.kv_stride;
+  call.stride_c = layout.q_stride;
+  return call;
+}
+
+/// [columns, head_dim] key-side gradient accumulated from a score block transposed and a query-side block
+/// (dV, dK).
+GemmCall keys_by_head_dim_call(const AttentionLayout& layout, std::int64_t columns) {
+  GemmCall call;
+  call.m = columns;
+  call.n = layout.head_dim;
+  call.k = layout.block_rows;
+  call.transpose_a = true;
+  call.lda = layout.keys;
+  call.ldb = layout.head_dim;
+  call.ldc = layout.head_dim;
+  call.batch = layout.kv_heads;
+  call.stride_a = layout.score_stride;
+  call.stride_b = layout.q_stride;
+  call.stride_c = layout.kv_stride;
+  call.beta = 1.0f;
+  return call;
+}
+
+/// Zeroes d_k and d_v, which the backward blocks accumulate into.
+void zero_kv_gradients(const graph::AttentionShape& shape, const AttentionLayout& layout,
+                       const AttentionBuffers& buffers, cudaStream_t stream) {
+  const std::size_t kv_bytes =
+      static_cast<std::size_t>(shape.batch) * layout.kv_heads * layout.keys * layout.head_dim * sizeof(bf16);
+  CALO_CUDA(cudaMemsetAsync(buffers.d_k, 0, kv_bytes, stream));
+  CALO_CUDA(cudaMemsetAsync(buffers.d_v, 0, kv_bytes, stream));
+}
+
+/// Computes the block's probabilities P = softmax(scale * Q_blk K^T) into buffers.scores.
+void block_probabilities(GemmRunner& gemm, const AttentionLayout& layout, const QueryBlock& query,
+                         const AttentionBuffers& buffers, cudaStream_t stream) {
+  GemmCall scores = rows_by_keys_call(layout, query.columns);
+  scores.alpha = layout.scale;
+  gemm.run(scores, buffers.q + query.q_offset, buffers.k + query.kv_base, buffers.scores, stream);
+  causal_softmax(buffers.scores, query.score_geometry, stream);
+  CALO_CUDA_LAUNCH();
+}
+
+/// Forward: O_blk = P V.
+void block_forward(GemmRunner& gemm, const AttentionLayout& layout, const QueryBlock& query,
+                   const AttentionBuffers& buffers, cudaStream_t stream) {
+  gemm.run(rows_by_head_dim_call(layout, query.columns), buffers.scores, buffers.v + query.kv_base,
+           buffers.o + query.q_offset, stream);
+}
+
+/// Backward from P: dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO o O)) * scale, dQ = dS K, dK += dS^T Q.
+void block_backward(GemmRunner& gemm, const AttentionLayout& layout, const QueryBlock& query,
+                    const AttentionBuffers& buffers, cudaStream_t stream) {
+  const std::int64_t columns = query.columns;
+  const bf16* d_out = buffers.d_out + query.q_offset;
+  // dV[0:cols] += P^T dO_blk
+  gemm.run(keys_by_head_dim_call(layout, columns), buffers.scores, d_out, buffers.d_v + query.kv_base,
+           stream);
+  // dP = dO_blk V^T
+  gemm.run(rows_by_keys_call(layout, columns), d_out, buffers.v + query.kv_base, buffers.dscores, stream);
+  // dS = P (dP - rowsum(dO o O)) * scale
+  softmax_backward(buffers.scores, buffers.dscores, d_out, buffers.o + query.q_offset, layout.q_stride,
+                   layout.head_dim, layout.scale, query.score_geometry, stream);
+  CALO_CUDA_LAUNCH();
+  // dQ_blk = dS K[0:cols]
+  gemm.run(rows_by_head_dim_call(layout, columns), buffers.dscores, buffers.k + query.kv_base,
+           buffers.d_q + query.q_offset, stream);
+  // dK[0:cols] += dS^T Q_blk
+  gemm.run(keys_by_head_dim_call(layout, columns), buffers.dscores, buffers.q + query.q_offset,
+           buffers.d_k + query.kv_base, stream);
+}
+
+}  // namespace
+
 void run_attention(GemmRunner& gemm, const graph::AttentionShape& shape, const AttentionBuffers& buffers,
                    cudaStream_t stream) {
-  const std::int64_t s = shape.seq;        // query rows
-  const std::int64_t keys = shape.keys();  // key rows (more or fewer than s on a context-parallel step)
-  const std::int64_t shift = keys - s;     // bottom-right causal: query row r sees keys [0, shift + r]
-  const std::int64_t d = shape.head_dim;
-  const std::int64_t kv_heads = std::max(1, shape.kv_heads);
-  const std::int64_t group = std::max<std::int64_t>(1, shape.heads / kv_heads);
-  const std::int64_t block_rows = attention_block_rows(s);
-  const std::int64_t blocks = s / block_rows;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const std::int64_t score_stride = block_rows * keys;  // per kv head in the score block
-  if (shape.backward) {
-    const std::size_t kv_bytes = static_cast<std::size_t>(shape.batch) * kv_heads * keys * d * sizeof(bf16);
-    CALO_CUDA(cudaMemsetAsync(buffers.d_k, 0, kv_bytes, stream));
-    CALO_CUDA(cudaMemsetAsync(buffers.d_v, 0, kv_bytes, stream));
-  }
+  const AttentionLayout layout = attention_layout(shape);
+  if (shape.backward) zero_kv_gradients(shape, layout, buffers, stream);
   for (std::int64_t batch = 0; batch < shape.batch; ++batch) {
-    for (std::int64_t member = 0; member < group; ++member) {
-      // Matrix b of a batched call is kv head b; its query head is b * group + member.
-      const std::int64_t q_base = ((batch * shape.heads + member) * s) * d;
-      const std::int64_t kv_base = (batch * kv_heads * keys) * d;
-      const std::int64_t q_stride = group * s * d;
-      const std::int64_t kv_stride = keys * d;
-      for (std::int64_t block = 0; block < blocks; ++block) {
-        const std::int64_t first_row = block * block_rows;
-        const std::int64_t columns = shape.causal ? shift + first_row + block_rows : keys;
-        ScoreBlock geometry;
-        geometry.batch = kv_heads;
-        geometry.batch_stride = score_stride;
-        geometry.rows = block_rows;
-        geometry.columns = columns;
-        geometry.ld = keys;
-        geometry.first_row = shift + first_row;  // key position of the block's first query row
-        geometry.causal = shape.causal;
-        const std::int64_t row_offset = first_row * d;
-        // S = scale * Q_blk K^T
-        GemmCall scores;
-        scores.m = block_rows;
-        scores.n = columns;
-        scores.k = d;
-        scores.transpose_b = true;
-        scores.lda = d;
-        scores.ldb = d;
-        scores.ldc = keys;
-        scores.batch = kv_heads;
-        scores.stride_a = q_stride;
-        scores.stride_b = kv_stride;
-        scores.stride_c = score_stride;
-        scores.alpha = scale;
-        gemm.run(scores, buffers.q + q_base + row_offset, buffers.k + kv_base, buffers.scores, stream);
-        causal_softmax(buffers.scores, geometry, stream);
-        CALO_CUDA_LAUNCH();
-        if (!shape.backward) {
-          // O_blk = P V
-          GemmCall output;
-          output.m = block_rows;
-          output.n = d;
-          output.k = columns;
-          output.lda = keys;
-          output.ldb = d;
-          output.ldc = d;
-          output.batch = kv_heads;
-          output.stride_a = score_stride;
-          output.stride_b = kv_stride;
-          output.stride_c = q_stride;
-          gemm.run(output, buffers.scores, buffers.v + kv_base, buffers.o + q_base + row_offset, stream);
-          continue;
+    for (std::int64_t member = 0; member < layout.group; ++member) {
+      for (std::int64_t block = 0; block < layout.blocks; ++block) {
+        const QueryBlock query = query_block(shape, layout, batch, member, block);
+        block_probabilities(gemm, layout, query, buffers, stream);
+        if (shape.backward) {
+          block_backward(gemm, layout, query, buffers, stream);
+        } else {
+          block_forward(gemm, layout, query, buffers, stream);
         }
-        const bf16* d_out = buffers.d_out + q_base + row_offset;
-        // dV[0:cols] += P^T dO_blk
-        GemmCall d_v;
-        d_v.m = columns;
-        d_v.n = d;
-        d_v.k = block_rows;
-        d_v.transpose_a = true;
-        d_v.lda = keys;
-        d_v.ldb = d;
-        d_v.ldc = d;
-        d_v.batch = kv_heads;
-        d_v.stride_a = score_stride;
-        d_v.stride_b = q_stride;
-        d_v.stride_c = kv_stride;
-        d_v.beta = 1.0f;
-        gemm.run(d_v, buffers.scores, d_out, buffers.d_v + kv_base, stream);
-        // dP = dO_blk V^T
-        GemmCall d_prob;
-        d_prob.m = block_rows;
-        d_prob.n = columns;
-        d_prob.k = d;
-        d_prob.transpose_b = true;
-        d_prob.lda = d;
-        d_prob.ldb = d;
-        d_prob.ldc = keys;
-        d_prob.batch = kv_heads;
-        d_prob.stride_a = q_stride;
-        d_prob.stride_b = kv_stride;
-        d_prob.stride_c = score_stride;
-        gemm.run(d_prob, d_out, buffers.v + kv_base, buffers.dscores, stream);
-        // dS = P (dP - rowsum(dO o O)) * scale
-        softmax_backward(buffers.scores, buffers.dscores, d_out, buffers.o + q_base + row_offset, q_stride, d,
-                         scale, geometry, stream);
-        CALO_CUDA_LAUNCH();
-        // dQ_blk = dS K[0:cols]
-        GemmCall d_q;
-        d_q.m = block_rows;
-        d_q.n = d;
-        d_q.k = columns;
-        d_q.lda = keys;
-        d_q.ldb = d;
-        d_q.ldc = d;
-        d_q.batch = kv_heads;
-        d_q.stride_a = score_stride;
-        d_q.stride_b = kv_stride;
-        d_q.stride_c = q_stride;
-        gemm.run(d_q, buffers.dscores, buffers.k + kv_base, buffers.d_q + q_base + row_offset, stream);
-        // dK[0:cols] += dS^T Q_blk
-        GemmCall d_k;
-        d_k.m = columns;
-        d_k.n = d;
-        d_k.k = block_rows;
-        d_k.transpose_a = true;
-        d_k.lda = keys;
-        d_k.ldb = d;
-        d_k.ldc = d;
-        d_k.batch = kv_heads;
-        d_k.stride_a = score_stride;
-        d_k.stride_b = q_stride;
-        d_k.stride_c = kv_stride;
-        d_k.beta = 1.0f;
-        gemm.run(d_k, buffers.dscores, buffers.q + q_base + row_offset, buffers.d_k + kv_base, stream);
       }
     }
   }

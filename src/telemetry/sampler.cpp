@@ -343,7 +343,7 @@ struct Sampler::Loop::Runner {
   // Moves `task`'s deadline past the read by whole periods, counting a late start and skipped deadlines.
   void advance_deadline(Task& task, int64_t read_begin_ns, int64_t read_end_ns);
   // Turns one reading into samples in `batch`, or into an event (unsupported, device lost, first error).
-  void take_reading(Task& task, uint32_t device_position, const Reading& reading, int64_t t_ns);
+  void take_reading(Task& task, uint32_t device_position, const Reading& result, int64_t t_ns);
 
   Sampler& sampler;
   Loop& loop;
@@ -488,45 +488,45 @@ void Sampler::Loop::Runner::advance_deadline(Task& task, int64_t read_begin_ns, 
   }
 }
 
-void Sampler::Loop::Runner::take_reading(Task& task, uint32_t device_position, const Reading& reading,
+void Sampler::Loop::Runner::take_reading(Task& task, uint32_t device_position, const Reading& result,
                                          int64_t t_ns) {
-  const uint32_t source_position = loop.source_position;
+  const uint32_t source_index = loop.source_position;
   const DeviceInfo& device = source.devices()[device_position];
   const auto& metric = device.metrics[task.metric_index];
-  switch (reading.status) {
+  switch (result.status) {
     case ReadStatus::kOk:
       if (metric.buffered) {  // each sample at the time the source took it (none if none is new)
-        for (const TimedValue& sample : reading.series) {
+        for (const TimedValue& sample : result.series) {
           if (sample.sensor_t_ns < sampler.started_ns_) continue;  // taken before the recording began
-          batch.push_back({source_position, device_position, task.metric_index, sample.sensor_t_ns,
-                           sample.value, sample.sensor_t_ns});
+          batch.push_back({source_index, device_position, task.metric_index, sample.sensor_t_ns, sample.value,
+                           sample.sensor_t_ns});
         }
       } else {
         batch.push_back(
-            {source_position, device_position, task.metric_index, t_ns, reading.value, reading.sensor_t_ns});
+            {source_index, device_position, task.metric_index, t_ns, result.value, result.sensor_t_ns});
       }
       break;
     case ReadStatus::kUnsupported:
       task.active = false;
-      sampler.report({t_ns, false, source_position, device_position,
+      sampler.report({t_ns, false, source_index, device_position,
                       fmt::format("{} device {}: {} is not supported, no longer read ({})", source.name(),
-                                  device.index, metric.name, reading.error)});
+                                  device.index, metric.name, result.error)});
       break;
     case ReadStatus::kDeviceLost:
       task.active = false;
       if (!sampler.device_lost_[lost_offset + device_position].exchange(true)) {
-        sampler.report({t_ns, true, source_position, device_position,
+        sampler.report({t_ns, true, source_index, device_position,
                         fmt::format("{} device {} is lost ({}); the other devices keep recording",
-                                    source.name(), device.index, reading.error)});
+                                    source.name(), device.index, result.error)});
       }
       break;
     case ReadStatus::kError:
       ++counts.errors;
-      if (!task.error_reported && !reading.error.empty()) {
+      if (!task.error_reported && !result.error.empty()) {
         task.error_reported = true;
-        sampler.report({t_ns, false, source_position, device_position,
+        sampler.report({t_ns, false, source_index, device_position,
                         fmt::format("{} device {}: reading {} failed ({}); will keep trying", source.name(),
-                                    device.index, metric.name, reading.error)});
+                                    device.index, metric.name, result.error)});
       }
       break;
   }

@@ -1,0 +1,155 @@
+// PipelineEmitter: the pipeline schedule's exchange steps and p2p messages (builder_internal.h).
+#include <algorithm>
+
+#include "graph/builder_internal.h"
+
+namespace calo::graph::detail {
+
+ChunkSlots PipelineEmitter::chunk_slots_of(const std::vector<parallel::PipelineSlot>& schedule) const {
+  ChunkSlots chunk_slots;
+  chunk_slots.last_backward.assign(layout_.virtual_stages, -1);
+  chunk_slots.first_forward.assign(layout_.virtual_stages, -1);
+  for (int slot_index = 0; slot_index < static_cast<int>(schedule.size()); ++slot_index) {
+    const auto& slot = schedule[slot_index];
+    if (slot.pass == parallel::PassKind::kBackward) chunk_slots.last_backward[slot.chunk] = slot_index;
+    if (slot.pass == parallel::PassKind::kForward && chunk_slots.first_forward[slot.chunk] < 0)
+      chunk_slots.first_forward[slot.chunk] = slot_index;
+  }
+  return chunk_slots;
+}
+
+std::vector<std::pair<int, int>> PipelineEmitter::exchange_steps(
+    const std::vector<parallel::PipelineSlot>& schedule) const {
+  // Only steady-state forwards pair with a backward: when m == pp every forward is a warm-up one, and
+  // pairing the last with the first backward made its input wait on a gradient that needs its own output
+  // (deadlock).
+  std::vector<std::pair<int, int>> steps;  // [first slot, end slot)
+  const int slots = static_cast<int>(schedule.size());
+  const int warmup = parallel::warmup_slots(layout_, core_.stage);
+  for (int slot_index = 0; slot_index < slots;) {
+    const bool pair = layout_.schedule == parallel::Schedule::kInterleaved && slot_index >= warmup &&
+                      slot_index + 1 < slots && schedule[slot_index].pass == parallel::PassKind::kForward &&
+                      schedule[slot_index + 1].pass == parallel::PassKind::kBackward;
+    const int end = slot_index + (pair ? 2 : 1);
+    steps.emplace_back(slot_index, end);
+    slot_index = end;
+  }
+  return steps;
+}
+
+/// Bytes of one stage-boundary activation (or its gradient) on one rank.
+double PipelineEmitter::p2p_bytes() const {
+  return kBf16Bytes * static_cast<double>(dims_.tokens_local * dims_.hidden);
+}
+
+/// Bytes each rank sends across a stage boundary: 1/tp of the activation under pipeline scatter/gather.
+double PipelineEmitter::p2p_sent_bytes() const {
+  return layout_.scatter_gather_in_effect() ? p2p_bytes() / static_cast<double>(dims_.tp) : p2p_bytes();
+}
+
+/// Tag of the message crossing boundary (v, v+1) for `microbatch`; direction 0 forward, 1 backward.
+int PipelineEmitter::tag(int microbatch, int boundary, int direction) const {
+  return (microbatch * core_.num_virtual + boundary) * 2 + direction;
+}
+
+/// The receive a slot needs before it can run (none on the first/last virtual stage).
+bool PipelineEmitter::slot_receive(const parallel::PipelineSlot& slot, int virtual_stage, P2p& p2p) const {
+  p2p.send = false;
+  p2p.microbatch = slot.microbatch;
+  p2p.chunk = slot.chunk;
+  if (slot.pass == parallel::PassKind::kForward) {
+    if (virtual_stage == 0) return false;
+    p2p.toward_next = false;
+    p2p.peer_stage = (virtual_stage - 1) % layout_.pp;
+    p2p.tag = tag(slot.microbatch, virtual_stage - 1, 0);
+  } else {
+    if (virtual_stage == core_.num_virtual - 1) return false;
+    p2p.toward_next = true;
+    p2p.peer_stage = (virtual_stage + 1) % layout_.pp;
+    p2p.tag = tag(slot.microbatch, virtual_stage, 1);
+  }
+  return true;
+}
+
+/// The send a slot makes after it ran (none on the last/first virtual stage).
+bool PipelineEmitter::slot_send(const parallel::PipelineSlot& slot, int virtual_stage, P2p& p2p) const {
+  p2p.send = true;
+  p2p.microbatch = slot.microbatch;
+  p2p.chunk = slot.chunk;
+  if (slot.pass == parallel::PassKind::kForward) {
+    if (virtual_stage == core_.num_virtual - 1) return false;
+    p2p.toward_next = true;
+    p2p.peer_stage = (virtual_stage + 1) % layout_.pp;
+    p2p.tag = tag(slot.microbatch, virtual_stage, 0);
+  } else {
+    if (virtual_stage == 0) return false;
+    p2p.toward_next = false;
+    p2p.peer_stage = (virtual_stage - 1) % layout_.pp;
+    p2p.tag = tag(slot.microbatch, virtual_stage - 1, 1);
+  }
+  return true;
+}
+
+void PipelineEmitter::emit_p2p(const P2p& p2p) {
+  Op op;
+  op.kind = p2p.send ? OpKind::kSend : OpKind::kRecv;
+  op.stream = Stream::kPpComm;
+  op.group = GroupKind::kPp;
+  op.bytes = p2p_sent_bytes();
+  op.peer_stage = p2p.peer_stage;
+  op.tag = p2p.tag;
+  op.p2p_batch = core_.p2p_batch;
+  const int saved_microbatch = core_.current_microbatch, saved_chunk = core_.current_chunk;
+  core_.current_microbatch = p2p.microbatch;
+  core_.current_chunk = p2p.chunk;
+  const Phase saved_phase = core_.phase;
+  // Tag parity is the direction: 0 forward activations, 1 backward gradients.
+  op.phase = (p2p.tag % 2 == 0) ? Phase::kForward : Phase::kBackward;
+  if (p2p.send) {
+    core_.add(op, {core_.last_compute});
+  } else if (layout_.scatter_gather_in_effect()) {
+    // Megatron-LM's gather_split_1d_tensor: the received 1/tp slices are all-gathered over the TP group
+    // before the stage uses them.
+    const int receive = core_.add(op, {});
+    core_.waits.push_back(core_.add(BuilderCore::collective_op(CollectiveKind::kAllGather, GroupKind::kTp,
+                                                               p2p_bytes(), Stream::kTpComm, op.phase),
+                                    {receive}));
+  } else {
+    core_.waits.push_back(core_.add(op, {}));
+  }
+  core_.current_microbatch = saved_microbatch;
+  core_.current_chunk = saved_chunk;
+  core_.phase = saved_phase;
+}
+
+/// Listed in Megatron-LM's batched isend/irecv (_p2p_ops) order: even stages send-next, recv-prev,
+/// send-prev, recv-next; odd stages recv-prev, send-next, recv-next, send-prev.
+void PipelineEmitter::emit_exchange(const std::vector<parallel::PipelineSlot>& done,
+                                    const std::vector<parallel::PipelineSlot>& next) {
+  const int stage = core_.stage;
+  std::vector<P2p> ops;
+  P2p p2p;
+  for (const auto& slot : done)
+    if (slot_send(slot, slot.chunk * layout_.pp + stage, p2p)) ops.push_back(p2p);
+  for (const auto& slot : next)
+    if (slot_receive(slot, slot.chunk * layout_.pp + stage, p2p)) ops.push_back(p2p);
+  auto rank_of = [&](const P2p& op) {
+    const bool even = stage % 2 == 0;
+    if (even) {
+      if (op.send && op.toward_next) return 0;
+      if (!op.send && !op.toward_next) return 1;
+      if (op.send && !op.toward_next) return 2;
+      return 3;
+    }
+    if (!op.send && !op.toward_next) return 0;
+    if (op.send && op.toward_next) return 1;
+    if (!op.send && op.toward_next) return 2;
+    return 3;
+  };
+  std::stable_sort(ops.begin(), ops.end(),
+                   [&](const P2p& a, const P2p& b) { return rank_of(a) < rank_of(b); });
+  for (const auto& op : ops) emit_p2p(op);
+  ++core_.p2p_batch;
+}
+
+}  // namespace calo::graph::detail

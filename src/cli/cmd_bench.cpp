@@ -69,9 +69,17 @@ int run_bench(const BenchFlags& flags) {
   options.backend = flags.backend;
   options.check = flags.check;
   options.trace_ops = flags.trace_ops;
-  options.progress = !flags.no_progress && !flags.json;
+  if (!flags.no_progress && !flags.json && isatty(STDERR_FILENO) != 0) {
+    // One line on the terminal, rewritten after each step and ended after the last.
+    options.on_step = [](const exec::BenchStepProgress& step) {
+      fmt::print(stderr, "\rcalo bench: step {}/{}{} {}   ", step.step + 1, step.total_steps,
+                 step.warmup ? " (warm-up)" : "", exec::format_step_time(step.duration_s));
+      if (step.step + 1 == step.total_steps) fmt::print(stderr, "\n");
+    };
+  }
   options.out_dir = flags.out;
   options.seed = flags.seed;
+  options.notice = [](std::string_view line) { fmt::print(stderr, "{}\n", line); };
   std::string command = "calo";
   for (const auto& word : own_arguments()) command += " " + word;
   options.command_line = command;

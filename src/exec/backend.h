@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/progress.h"
 #include "graph/graph.h"
 
 namespace calo::exec {
@@ -49,6 +50,8 @@ struct BackendConfig {
   int local_world_size = 1;   ///< processes on this host
   bool check = false;         ///< --check: fill inputs with verifiable data and verify every checked op
   std::uint64_t seed = 1234;  ///< base seed of random operand data (the rank is mixed in)
+  /// Lines "calo: ..." for the user, rank 0 only (e.g. why attention uses the fallback); unset = silent.
+  core::NoticeFn notice;
 };
 
 /// Op counts per graph::OpKind (index = static_cast<int>(kind)).

@@ -67,13 +67,6 @@ std::string format_or_na(double value, const std::string& pattern) {
   return std::isfinite(value) ? fmt::format(fmt::runtime(pattern), value) : std::string("n/a");
 }
 
-std::string format_duration(double seconds) {
-  if (!std::isfinite(seconds)) return "n/a";
-  if (seconds < 1e-3) return fmt::format("{:.1f} us", seconds * 1e6);
-  if (seconds < 1.0) return fmt::format("{:.3f} ms", seconds * 1e3);
-  return fmt::format("{:.3f} s", seconds);
-}
-
 /// What each rank sends to the others at the end (msgpack of JSON).
 nlohmann::json rank_json(int rank, const std::vector<StepTiming>& steps, const Executor& executor,
                          const Backend& backend, std::int64_t wall_at_monotonic_zero_ns) {
@@ -184,6 +177,7 @@ RankSetup set_up_rank(const BenchOptions& options, const LaunchInfo& launch) {
   config.local_world_size = launch.local_world_size;
   config.check = options.check;
   config.seed = options.seed;
+  config.notice = options.notice;
   RankSetup setup;
   setup.backend = factory.create(config);
   setup.device = setup.backend->device();
@@ -258,21 +252,19 @@ BenchStore open_bench_store(const BenchOptions& options, const LaunchInfo& launc
   return bench_store;
 }
 
-// Warm-up + measured steps; a progress line on a terminal (rank 0).
+// Warm-up + measured steps; rank 0 reports each finished step to options.on_step.
 std::vector<StepTiming> run_steps(const BenchOptions& options, RankSetup& setup, bool leader) {
   const int total_steps = options.warmup + options.steps;
   std::vector<StepTiming> steps;
   steps.reserve(static_cast<size_t>(total_steps));
-  const bool show_progress = leader && options.progress && isatty(STDERR_FILENO) != 0;
+  const bool report_steps = leader && options.on_step;
   for (int step = 0; step < total_steps; ++step) {
     steps.push_back(setup.executor->run_step(*setup.bootstrap));
-    if (show_progress) {
-      fmt::print(stderr, "\rcalo bench: step {}/{}{} {}   ", step + 1, total_steps,
-                 step < options.warmup ? " (warm-up)" : "",
-                 format_duration(static_cast<double>(steps.back().duration_ns()) / 1e9));
+    if (report_steps) {
+      options.on_step(
+          {step, total_steps, step < options.warmup, static_cast<double>(steps.back().duration_ns()) / 1e9});
     }
   }
-  if (show_progress) fmt::print(stderr, "\n");
   return steps;
 }
 
@@ -293,6 +285,13 @@ std::vector<nlohmann::json> gather_ranks(int rank, const std::vector<StepTiming>
 }
 
 }  // namespace
+
+std::string format_step_time(double seconds) {
+  if (!std::isfinite(seconds)) return "n/a";
+  if (seconds < 1e-3) return fmt::format("{:.1f} us", seconds * 1e6);
+  if (seconds < 1.0) return fmt::format("{:.3f} ms", seconds * 1e3);
+  return fmt::format("{:.3f} s", seconds);
+}
 
 Verification verify_ranks(const std::vector<nlohmann::json>& ranks, const graph::Graph& graph,
                           int total_steps) {
@@ -644,10 +643,10 @@ std::string format_bench_text(const BenchOptions& options, const LaunchInfo& lau
                       bench_store.run_dir.string());
   for (const auto& note : bench_store.telemetry->notes()) text += fmt::format("# note: {}\n", note);
   core::TextTable table({"metric", "value"});
-  table.add_row({"step time mean", format_duration(step_mean_s)});
-  table.add_row({"step time p50", format_duration(percentile(job.measured_s, 0.5))});
-  table.add_row({"step time p99", format_duration(percentile(job.measured_s, 0.99))});
-  table.add_row({"warm-up step time mean", format_duration(mean(job.warmup_s))});
+  table.add_row({"step time mean", format_step_time(step_mean_s)});
+  table.add_row({"step time p50", format_step_time(percentile(job.measured_s, 0.5))});
+  table.add_row({"step time p99", format_step_time(percentile(job.measured_s, 0.99))});
+  table.add_row({"warm-up step time mean", format_step_time(mean(job.warmup_s))});
   table.add_row({"tokens/s", format_or_na(throughput.tokens_per_step / step_mean_s, "{:.1f}")});
   table.add_row({"TFLOP/s per device (model)", format_or_na(throughput.tflops_per_device, "{:.4f}")});
   table.add_row({"MFU", format_or_na(throughput.mfu * 100, "{:.2f} %")});

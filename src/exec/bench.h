@@ -5,14 +5,24 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/progress.h"
 #include "exec/launch.h"
 #include "model/model_spec.h"
 #include "parallel/layout.h"
 
 namespace calo::exec {
+
+/// One finished step, for a progress line (BenchOptions::on_step).
+struct BenchStepProgress {
+  int step = 0;           ///< 0-based index over warm-up and measured steps
+  int total_steps = 0;    ///< warm-up + measured steps
+  bool warmup = false;    ///< a warm-up step
+  double duration_s = 0;  ///< the step's duration
+};
 
 /// Settings of one bench run (identical on every rank).
 struct BenchOptions {
@@ -24,10 +34,13 @@ struct BenchOptions {
   std::string backend = "auto";   ///< "auto" | "cpu" | "cuda"
   bool check = false;             ///< verify results (--check)
   bool trace_ops = false;         ///< per-op spans (--trace-ops)
-  bool progress = true;           ///< progress line on a terminal (rank 0)
   std::filesystem::path out_dir;  ///< run directory; empty = runs/<date>-bench-<model>
   std::string command_line;       ///< the command, for the run record
   std::uint64_t seed = 1234;      ///< operand data seed
+  /// Called on rank 0 after each step, warm-up included (the CLI's progress line); unset = silent.
+  std::function<void(const BenchStepProgress&)> on_step;
+  /// The backend's lines "calo: ..." (rank 0, BackendConfig::notice); unset = silent.
+  core::NoticeFn notice;
 };
 
 /// What one rank reports back.
@@ -41,6 +54,9 @@ struct BenchOutcome {
 /// Runs this process's rank (MPI is initialized here when the launch needs it). Throws InputError for a
 /// layout that does not match the job or does not fit the device, RuntimeFailure for execution failures.
 BenchOutcome run_bench_rank(const BenchOptions& options, LaunchInfo launch);
+
+/// A step time as the bench summary writes it: "42.0 us", "151.700 ms", "1.234 s"; "n/a" when not finite.
+std::string format_step_time(double seconds);
 
 /// Plans memory on the parent before spawning ranks (when the backend can describe its device without
 /// starting); throws InputError when the layout does not fit.

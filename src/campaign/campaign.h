@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/progress.h"
+
 namespace calo::campaign {
 
 /// One sweep as read from its YAML file.
@@ -72,6 +74,9 @@ struct RunOptions {
   int jobs = 1;                    ///< points run at once
   bool adopt =
       false;  ///< points whose DIR/<point>.json and run dir exist (made by point_commands) count as done
+  /// Progress lines: the plan ("calo sweep NAME: N point(s), ...") once, then "[finished/pending] name
+  /// status (elapsed, ETA)" after each point; unset = silent.
+  core::NoticeFn notice;
 };
 
 /// One shell command per runnable point (the child `calo ...` run_campaign would start, stdout to
@@ -81,8 +86,8 @@ struct RunOptions {
 std::vector<std::string> point_commands(const Spec& spec, const std::string& backend,
                                         const std::filesystem::path& out_dir, const std::string& calo);
 
-/// Runs every valid point (children of `calo_bin`), writes the index after each, prints progress with ETA to
-/// stderr. Returns the final index. InputError if out_dir holds a campaign and `resume` is false.
+/// Runs every valid point (children of `calo_bin`), writes the index after each, reports progress with ETA to
+/// options.notice. Returns the final index. InputError if out_dir holds a campaign and `resume` is false.
 nlohmann::json run_campaign(const Spec& spec, const RunOptions& options);
 
 /// The summary table of an index: one row per point (status, tokens/s, MFU, energy/token, peak power, max

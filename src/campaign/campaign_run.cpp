@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -188,12 +187,14 @@ nlohmann::json previous_index(const RunOptions& options) {
   return previous;
 }
 
-/// Prints the plan to stderr: points in all, to run, skipped, already done, and how many run at once.
-void print_plan(const Spec& spec, const std::vector<Point>& points, std::size_t pending_count, int jobs) {
+/// The plan line: points in all, to run, skipped, already done, and how many run at once.
+std::string plan_line(const Spec& spec, const std::vector<Point>& points, std::size_t pending_count,
+                      int jobs) {
   const auto skipped =
       std::count_if(points.begin(), points.end(), [](const Point& p) { return !p.skip_reason.empty(); });
-  fmt::print(stderr, "calo sweep {}: {} point(s), {} to run, {} skipped, {} already done ({} at once)\n",
-             spec.name, points.size(), pending_count, skipped, points.size() - pending_count - skipped, jobs);
+  return fmt::format("calo sweep {}: {} point(s), {} to run, {} skipped, {} already done ({} at once)",
+                     spec.name, points.size(), pending_count, skipped,
+                     points.size() - pending_count - skipped, jobs);
 }
 
 /// Runs the pending points of an index as children, at most options.jobs at once, updating the index.
@@ -221,7 +222,7 @@ class PointRunner {
       ++finished_;
       record_result(entry, wait_status);
       write_index(options_.out_dir, index_);
-      print_progress(entry);
+      if (options_.notice) options_.notice(progress_line(entry));
     }
   }
 
@@ -257,14 +258,15 @@ class PointRunner {
     }
   }
 
-  /// Prints "[finished/pending] name status (elapsed, ETA)" to stderr.
-  void print_progress(const nlohmann::json& entry) const {
+  /// "[finished/pending] name status (elapsed, ETA)".
+  std::string progress_line(const nlohmann::json& entry) const {
     const std::string name = entry["name"];
     const double elapsed_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
     const double eta_s = elapsed_s / finished_ * (pending_.size() - finished_);
-    fmt::print(stderr, "[{}/{}] {} {} ({} elapsed, ETA {})\n", finished_, pending_.size(), name,
-               entry["status"].get<std::string>(), format_duration(elapsed_s), format_duration(eta_s));
+    return fmt::format("[{}/{}] {} {} ({} elapsed, ETA {})", finished_, pending_.size(), name,
+                       entry["status"].get<std::string>(), format_duration(elapsed_s),
+                       format_duration(eta_s));
   }
 
   const Spec& spec_;
@@ -292,7 +294,7 @@ nlohmann::json run_campaign(const Spec& spec, const RunOptions& options) {
   std::vector<std::size_t> pending;
   nlohmann::json index = initial_index(spec, points, options, previous, pending);
   write_index(options.out_dir, index);
-  print_plan(spec, points, pending.size(), options.jobs);
+  if (options.notice) options.notice(plan_line(spec, points, pending.size(), options.jobs));
   PointRunner(spec, points, options, pending, index).run();
   return index;
 }

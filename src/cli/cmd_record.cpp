@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "cli/command.h"
 #include "core/error.h"
@@ -38,6 +39,7 @@ int run_record(const RecordFlags& flags) {
   options.sources = flags.sources;
   options.gpus = telemetry::job_gpu_scope_from_environment(flags.gpus);
   options.echo_output = !flags.quiet;
+  options.notice = [](std::string_view line) { fmt::print(stderr, "{}\n", line); };
   for (const auto& source : flags.sources) {
     require_input(source == "nvml" || source == "amdsmi" || source == "procfs",
                   fmt::format("--sources {}: unknown source; valid: nvml, amdsmi, procfs", source));

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <string_view>
 #include <thread>
 
 #include "campaign/campaign.h"
@@ -44,6 +45,7 @@ int run_sweep(const SweepFlags& flags) {
                  : flags.backend == "sim"
                      ? static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))
                      : 1;
+  options.notice = [](std::string_view line) { fmt::print(stderr, "{}\n", line); };
   const nlohmann::json index = campaign::run_campaign(spec, options);
   fmt::print("# calo sweep: {} ({} backend) -> {}\n", spec.name, flags.backend,
              (options.out_dir / "campaign.json").string());

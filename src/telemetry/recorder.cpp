@@ -235,9 +235,10 @@ class DeviceMap {
   std::vector<std::pair<int32_t, std::string>> labels_;
 };
 
-// Sampler output -> store (times moved onto the run's time base); events also go to stderr.
+// Sampler output -> store (times moved onto the run's time base); events also go to `notice`, one at a time.
 SamplerSink store_sink(store::RunWriter& writer, const DeviceMap& devices,
-                       const std::vector<Source*>& sources, int64_t started_ns, std::mutex& print_mutex) {
+                       const std::vector<Source*>& sources, int64_t started_ns, const core::NoticeFn& notice,
+                       std::mutex& notice_mutex) {
   SamplerSink sink;
   sink.on_samples = [&writer, &devices, started_ns](std::span<const SampleRecord> records) {
     store::Sample converted[64];
@@ -255,13 +256,15 @@ SamplerSink store_sink(store::RunWriter& writer, const DeviceMap& devices,
     }
     if (count > 0) writer.append(std::span<const store::Sample>(converted, count));
   };
-  sink.on_event = [&writer, &devices, &sources, &print_mutex, started_ns](const SamplerEvent& event) {
+  sink.on_event = [&writer, &devices, &sources, &notice, &notice_mutex,
+                   started_ns](const SamplerEvent& event) {
     writer.log_event({event.t_ns - started_ns,
                       event.is_error ? store::EventLevel::kError : store::EventLevel::kWarning,
                       devices.device_idx(event.source_position, event.device_position),
                       sources[event.source_position]->name(), event.message});
-    std::lock_guard lock(print_mutex);
-    fmt::print(stderr, "calo: {}\n", event.message);
+    if (!notice) return;
+    std::lock_guard lock(notice_mutex);
+    notice(fmt::format("calo: {}", event.message));
   };
   return sink;
 }
@@ -537,11 +540,14 @@ RecordResult record(const RecordOptions& options) {
   StepRecorder steps(writer, started_ns);
   const fs::path socket_path = marker_socket_path(result.run_dir);
   MarkerSocket marker_socket(socket_path.string(), steps.assembler());
-  std::mutex print_mutex;
-  Sampler sampler(sources.used, periods, store_sink(writer, devices, sources.used, started_ns, print_mutex));
-  for (const auto& note : result.notes) fmt::print(stderr, "calo: {}\n", note);
-  fmt::print(stderr, "calo: recording {} device(s) into {}\n", devices.labels().size(),
-             result.run_dir.string());
+  std::mutex notice_mutex;
+  Sampler sampler(sources.used, periods,
+                  store_sink(writer, devices, sources.used, started_ns, options.notice, notice_mutex));
+  if (options.notice) {
+    for (const auto& note : result.notes) options.notice(fmt::format("calo: {}", note));
+    options.notice(fmt::format("calo: recording {} device(s) into {}", devices.labels().size(),
+                               result.run_dir.string()));
+  }
   sampler.start(started_ns);
 
   const ChildOutcome child =

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/progress.h"
 #include "store/run_store.h"
 #include "telemetry/gpu_scope.h"
 #include "telemetry/sampler.h"
@@ -29,6 +30,9 @@ struct RecordOptions {
   std::function<void(const std::filesystem::path&)> on_store_open;
   /// Called when sampling and markers have stopped, before the store is summarized and closed.
   std::function<void()> on_store_closing;
+  /// Lines "calo: ..." as the recording starts (each note, then "recording N device(s) into DIR") and for
+  /// each sampler warning or error (from the sampler's thread, one at a time); unset = silent.
+  core::NoticeFn notice;
 };
 
 /// Step-time statistics of one rank (or of the output-line markers, rank -1).

@@ -23,8 +23,9 @@
 #include "core/error.h"
 #include "core/table.h"
 #include "graph/graph.h"
+#include "parallel/memory.h"
 #include "plan/layout_space.h"
-#include "plan/search.h"
+#include "plan/suggest.h"
 #include "sim/cluster.h"
 #include "sim/cost_model.h"
 #include "sim/job_cost.h"
@@ -115,40 +116,23 @@ std::string check_memory(const model::ModelSpec& model, const parallel::Layout& 
       cluster.gpu.name, core::format_bytes(cluster.gpu.memory_bytes), parallel::kFragmentationFraction * 100,
       core::format_bytes(parallel::kRuntimeReserveBytes));
   if (allow_oom) return "does not fit memory (simulated anyway, --allow-oom): " + message;
-  plan::SpaceRequest request;
-  request.model = model;
-  request.gpus = layout.world_size();
-  request.global_batch = layout.global_batch;
-  request.seq_length = layout.seq_length;
-  request.gpus_per_node = cluster.node.gpus;
-  request.attention = layout.attention;
-  request.device_memory_bytes = cluster.gpu.memory_bytes;
-  // Long sequences: suggest context-parallel layouts too (cp up to 16, or the layout's own).
-  request.max_cp = std::max(layout.cp, plan::default_max_cp(layout.seq_length));
-  const plan::LayoutSpace space = plan::enumerate_layouts(request);
-  const std::vector<plan::Candidate> nearest =
-      plan::nearest_fitting(space, layout, static_cast<int>(space.candidates.size()));
-  std::vector<plan::Candidate> fitting(nearest.begin(),
-                                       nearest.begin() + std::min<std::size_t>(5, nearest.size()));
-  // At long sequences keep the nearest context-parallel layout in view even when five others are nearer.
-  const auto has_cp = [](const plan::Candidate& candidate) { return candidate.layout.cp > 1; };
-  if (request.max_cp > 1 && std::none_of(fitting.begin(), fitting.end(), has_cp)) {
-    const auto nearest_cp = std::find_if(nearest.begin(), nearest.end(), has_cp);
-    if (nearest_cp != nearest.end()) fitting.push_back(*nearest_cp);
-  }
+  const plan::FittingSuggestion suggestion =
+      plan::suggest_fitting_layouts(model, layout, cluster.node.gpus, cluster.gpu.memory_bytes);
+  const std::vector<plan::Candidate>& fitting = suggestion.fitting;
   message += ".\n";
   if (fitting.empty()) {
-    const std::vector<int> gpus = plan::nearest_feasible_gpus(request, 2);
+    const std::vector<int>& gpus = suggestion.nearest_gpus;
     message += fmt::format(
         "No layout of {} GPUs fits this model at --gbs {}; {}, or --allow-oom to simulate anyway.",
-        request.gpus, layout.global_batch,
+        layout.world_size(), layout.global_batch,
         gpus.empty()
             ? std::string("use more GPUs (`calo plan` lists what fits)")
             : fmt::format("nearest GPU counts with a fitting layout: --gpus {} (`calo plan` ranks them)",
                           fmt::join(gpus, " or --gpus ")));
   } else {
-    message += fmt::format(
-        "Layouts of the same {} GPUs and batch that fit (or --allow-oom to simulate anyway):", request.gpus);
+    message +=
+        fmt::format("Layouts of the same {} GPUs and batch that fit (or --allow-oom to simulate anyway):",
+                    layout.world_size());
     for (const plan::Candidate& candidate : fitting) {
       message += fmt::format("\n  {}  ({} per GPU)", plan::calo_flags(candidate.layout),
                              core::format_bytes(candidate.memory.total_bytes()));
@@ -464,6 +448,18 @@ void print_sim_text(const SimFlags& flags, const SimOutcome& outcome, const Twin
   if (!twin.run_dir.empty()) fmt::print("# {}\n", describe_twin(twin, flags));
   print_summary(outcome.result, json, outcome.cluster.gpu.power_limit_w,
                 calibrate::is_cpu_host(outcome.cluster.gpu));
+  const nlohmann::json& memory = json["memory"];
+  fmt::print(
+      "# memory per {} (model, stage {}): {} of {} usable (weights {}, gradients {}, optimizer {}, "
+      "activations {} for {} micro-batch(es) in flight)\n",
+      calibrate::is_cpu_host(outcome.cluster.gpu) ? "rank" : "GPU", memory["stage"].get<int>(),
+      core::format_bytes(memory["total_bytes"].get<double>()),
+      core::format_bytes(memory["usable_bytes"].get<double>()),
+      core::format_bytes(memory["weights_bytes"].get<double>()),
+      core::format_bytes(memory["gradients_bytes"].get<double>()),
+      core::format_bytes(memory["optimizer_bytes"].get<double>()),
+      core::format_bytes(memory["activations_bytes"].get<double>()),
+      memory["inflight_microbatches"].get<int>());
   fmt::print("{}", cost_text);
   for (const std::string& warning : outcome.warnings) fmt::print("# WARNING: {}\n", warning);
   if (!stored.empty()) fmt::print("# stored as run (kind sim): {}\n", stored);
@@ -490,6 +486,7 @@ int run_sim(SimFlags& flags) {
   const sim::SimResult result = sim::simulate(graph, cluster, options);
   if (!flags.timeline.empty()) write_timeline(flags.timeline, graph, result);
   nlohmann::json json = sim::to_json(result, flags.per_gpu);
+  json["memory"] = parallel::to_json(parallel::memory_per_gpu(model, resolved), cluster.gpu.memory_bytes);
   if (!warnings.empty()) json["warnings"] = warnings;
   const nlohmann::json from = twin_json(twin);
   if (!from.is_null()) json["from"] = from;

@@ -192,4 +192,18 @@ MemoryBreakdown memory_per_gpu(const model::ModelSpec& model, const Layout& layo
   return most_loaded;
 }
 
+nlohmann::json to_json(const MemoryBreakdown& memory, double device_bytes) {
+  const double usable_bytes = usable_memory_bytes(device_bytes);
+  return {{"weights_bytes", memory.weights_bytes},
+          {"gradients_bytes", memory.gradients_bytes},
+          {"optimizer_bytes", memory.optimizer_bytes},
+          {"activations_bytes", memory.activations_bytes},
+          {"total_bytes", memory.total_bytes()},
+          {"usable_bytes", usable_bytes},
+          {"device_bytes", device_bytes},
+          {"fits", memory.total_bytes() <= usable_bytes},
+          {"stage", memory.stage},
+          {"inflight_microbatches", memory.inflight_microbatches}};
+}
+
 }  // namespace calo::parallel

@@ -1,6 +1,8 @@
 // Memory per GPU of a model under a layout: weights, gradients, optimizer state, activations.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include "model/model_spec.h"
 #include "parallel/layout.h"
 
@@ -40,5 +42,10 @@ MemoryBreakdown memory_per_gpu(const model::ModelSpec& model, const Layout& layo
 
 /// Memory of one specific pipeline stage.
 MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& layout, int stage);
+
+/// The breakdown as JSON for a GPU of `device_bytes`: each category, the total, the usable bytes, whether it
+/// fits, the stage and its in-flight micro-batches (`calo sim --json`'s "memory"; docs/METRICS.md "Memory per
+/// GPU").
+nlohmann::json to_json(const MemoryBreakdown& memory, double device_bytes);
 
 }  // namespace calo::parallel

@@ -39,6 +39,29 @@ TEST(CalosimCli, PrintsJsonWithEveryFigure) {
   EXPECT_GT(json["exposed_comm_s"]["tp"].get<double>(), 0);  // dp = 2 derived, tp = 2 all-reduces
 }
 
+TEST(CalosimCli, JsonAndTextCarryTheMemoryBreakdownOfTheLayout) {
+  // The Llama3-8B 4-layer slice at 8K tokens on one H200 (bench/torchtitan's shapes): 3.58 GiB bf16 weights
+  // and gradients, 21.49 GiB fp32 master + Adam, 8.29 GiB activations of one micro-batch = 36.95 GiB (`calo
+  // model`).
+  const std::string job = "sim --model llama3-8b --layers 4 --seq 8192 --gbs 1 --cluster h200-hgx --no-store";
+  const Outcome outcome = run_calo(job + " --json");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  const nlohmann::json memory = nlohmann::json::parse(outcome.output)["memory"];
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  EXPECT_NEAR(memory["weights_bytes"].get<double>() / gib, 3.58, 0.01);
+  EXPECT_NEAR(memory["gradients_bytes"].get<double>() / gib, 3.58, 0.01);
+  EXPECT_NEAR(memory["optimizer_bytes"].get<double>() / gib, 21.49, 0.01);
+  EXPECT_NEAR(memory["activations_bytes"].get<double>() / gib, 8.29, 0.01);
+  EXPECT_NEAR(memory["total_bytes"].get<double>() / gib, 36.95, 0.01);
+  EXPECT_TRUE(memory["fits"].get<bool>());
+  EXPECT_LT(memory["usable_bytes"].get<double>(), memory["device_bytes"].get<double>());
+  EXPECT_EQ(memory["inflight_microbatches"].get<int>(), 1);
+  const Outcome text = run_calo(job);
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("# memory per GPU (model, stage 0): 36.95 GiB of "), std::string::npos)
+      << text.output;
+}
+
 TEST(CalosimCli, StoresARunAndWritesATimeline) {
   const auto dir = testing::temp_dir("cli");
   const std::string timeline = (dir / "timeline.json").string();

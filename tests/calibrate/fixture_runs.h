@@ -4,21 +4,27 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 
+#include "../common/run_calo.h"
 #include "../common/scratch.h"
 
 namespace calo::testing {
 
-/// tests/fixtures/<fixture>/runs.tgz unpacked into a directory of this test binary; returns its runs/.
+/// tests/fixtures/<fixture>/runs.tgz (or runs.txz, xz-compressed) unpacked into a directory of this test
+/// binary; returns its runs/.
 inline std::filesystem::path unpack_fixture(const std::string& fixture) {
   const std::filesystem::path target = scratch_path("fixture-" + fixture);
   std::filesystem::create_directories(target);
-  const std::string command = "tar -xzf " + std::string(CALO_SOURCE_DIR) + "/tests/fixtures/" + fixture +
-                              "/runs.tgz -C " + target.string();
+  const std::filesystem::path dir = std::filesystem::path(CALO_SOURCE_DIR) / "tests" / "fixtures" / fixture;
+  const bool xz = !std::filesystem::exists(dir / "runs.tgz") && std::filesystem::exists(dir / "runs.txz");
+  const std::string command = std::string(xz ? "tar -xJf " : "tar -xzf ") +
+                              (dir / (xz ? "runs.txz" : "runs.tgz")).string() + " -C " + target.string();
   EXPECT_EQ(std::system(command.c_str()), 0) << command;
   return target / "runs";
 }
@@ -59,6 +65,29 @@ inline const std::filesystem::path& h100_probe_runs() {
 inline const std::filesystem::path& h200_probe_runs() {
   static const std::filesystem::path dir = unpack_fixture("h200-controller-probe");
   return dir;
+}
+
+/// One figure of `calo compare --json MEASURED SIM`: both values and the sim's relative error.
+struct Compared {
+  double measured = NAN, simulated = NAN, error = NAN;
+};
+
+/// `calo compare --json measured simulated`: the figures that have both values, by key (empty on failure).
+inline std::map<std::string, Compared> compare_figures(const std::filesystem::path& measured,
+                                                       const std::filesystem::path& simulated) {
+  std::map<std::string, Compared> figures;
+  const Outcome compared = run_calo("compare --json " + measured.string() + " " + simulated.string());
+  EXPECT_EQ(compared.exit_code, 0) << compared.output;
+  if (compared.exit_code != 0) return figures;
+  const nlohmann::json comparison = nlohmann::json::parse(compared.output);  // the rows refer into it
+  for (const auto& row : comparison["rows"]) {
+    if (!row["values"][0].is_number() || !row["values"][1].is_number()) continue;
+    Compared& figure = figures[row["key"].get<std::string>()];
+    figure.measured = row["values"][0].get<double>();
+    figure.simulated = row["values"][1].get<double>();
+    if (row["sim_error"][1].is_number()) figure.error = row["sim_error"][1].get<double>();
+  }
+  return figures;
 }
 
 }  // namespace calo::testing

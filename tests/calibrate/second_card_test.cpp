@@ -20,6 +20,8 @@ namespace calo::calibrate {
 namespace {
 
 namespace fs = std::filesystem;
+using calo::testing::compare_figures;
+using calo::testing::Compared;
 using calo::testing::expect_issue_targets;
 using calo::testing::h200_runs;
 using calo::testing::Outcome;
@@ -57,33 +59,16 @@ TEST(SecondCard, TheH200RunsMeetEveryTargetHeldOutAndShipAsAPreset) {
   EXPECT_NEAR(preset.gpu.thermal.r_die_k_per_w, fitted.thermal.r_die_k_per_w, 1e-9);
 }
 
-/// One figure of `calo compare --json MEASURED SIM`: both values and the sim's relative error.
-struct Compared {
-  double measured = NAN, simulated = NAN, error = NAN;
-};
-
 /// Simulates `run`'s twin on h100-hgx-calibrated into `twin` (`calo sim --from`) and rates it with `calo
 /// compare --json`: the figures with both values, by key. `sim_output` receives what the sim printed.
 std::map<std::string, Compared> twin_on_preset(const fs::path& run, const fs::path& twin,
                                                std::string* sim_output = nullptr) {
-  std::map<std::string, Compared> figures;
   const Outcome simulated =
       run_calo("sim --from " + run.string() + " --cluster h100-hgx-calibrated --out " + twin.string());
   EXPECT_EQ(simulated.exit_code, 0) << simulated.output;
   if (sim_output) *sim_output = simulated.output;
-  if (simulated.exit_code != 0) return figures;
-  const Outcome compared = run_calo("compare --json " + run.string() + " " + twin.string());
-  EXPECT_EQ(compared.exit_code, 0) << compared.output;
-  if (compared.exit_code != 0) return figures;
-  const nlohmann::json comparison = nlohmann::json::parse(compared.output);  // the rows refer into it
-  for (const auto& row : comparison["rows"]) {
-    if (!row["values"][0].is_number() || !row["values"][1].is_number()) continue;
-    Compared& figure = figures[row["key"].get<std::string>()];
-    figure.measured = row["values"][0].get<double>();
-    figure.simulated = row["values"][1].get<double>();
-    if (row["sim_error"][1].is_number()) figure.error = row["sim_error"][1].get<double>();
-  }
-  return figures;
+  if (simulated.exit_code != 0) return {};
+  return compare_figures(run, twin);
 }
 
 TEST(SecondCard, TheH100PresetOnAThirdCardItNeverSaw) {

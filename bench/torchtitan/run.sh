@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# torchtitan beside `calo bench` on the GPU host (issue 43): the same Llama3-8B slice trained by torchtitan 0.2.2
+# (compile off and on) under `calo record --markers torchtitan`, and by `calo bench --backend cuda`; step time,
+# tokens/s, peak memory, mean/peak power per GPU and energy per step of each, in one summary.
+#
+#   1. here (build machine):  bench/torchtitan/run.sh stage    downloads the wheels, packs them into .carry/torchtitan-site.tar.xz
+#                             bench/gpu/exec_run.sh stage       builds calo into .carry/exec-cuda-bin
+#   2. GPU host (repo root, carry .carry/torchtitan-site.tar.xz and .carry/exec-cuda-bin):
+#                             bash bench/torchtitan/run.sh      [TITAN_LAYERS=4 TITAN_SEQ=8192 TITAN_STEPS=30
+#                                                                TITAN_NPROC=1 TITAN_CASES="eager compile calo"]
+#      writes $OUT/titan_summary.txt (the figures) and $OUT/titan_runs.tar.gz (every log, JSON and run directory).
+set -uo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+wheels="$repo/.carry/torchtitan-wheels"  # stage only
+
+if [ "${1:-}" = "stage" ]; then
+  set -e
+  mkdir -p "$wheels"
+  # torchtitan and the pure packages its trainer, model and parallelism code import (not HF datasets: see
+  # titan_train.py); --no-deps keeps the set exact. Sizes: docs/DEPENDENCIES.md.
+  pip download --no-deps --python-version 3.12 --only-binary=:all: --dest "$wheels" \
+    --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform any \
+    torchtitan==0.2.2 torchdata==0.11.0 tokenizers==0.23.3 einops==0.8.2 tyro==1.0.17 docstring-parser==0.18.0 typeguard==4.6.1 shtab==1.13.0 rich==15.0.0 \
+    markdown-it-py==4.3.0 mdurl==0.1.2 pygments==2.21.0
+  # Installed here and packed as one xz tarball (the wheels themselves are zip: 7.3 MB; packed: ~3 MB).
+  site="$(mktemp -d)"
+  pip install --quiet --no-deps --no-index --target "$site" "$wheels"/*.whl
+  rm -rf "$site"/bin "$site"/torchtitan/experiments
+  tar -cJf "$repo/.carry/torchtitan-site.tar.xz" -C "$site" .
+  rm -rf "$site" "$wheels"
+  du -sh "$repo/.carry/torchtitan-site.tar.xz"
+  exit 0
+fi
+
+out="${OUT:-$repo/titan-out}"
+mkdir -p "$out"
+work="$(mktemp -d /tmp/titan.XXXXXX)"
+summary="$out/titan_summary.txt"
+: >"$summary"
+say() { echo "$*" | tee -a "$summary"; }
+
+layers="${TITAN_LAYERS:-4}" seq="${TITAN_SEQ:-8192}" steps="${TITAN_STEPS:-30}" nproc="${TITAN_NPROC:-1}"
+cases="${TITAN_CASES:-eager compile calo}"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export CALO_DATA_DIR="$repo/data"
+for dir in /usr/local/cuda/lib64 /usr/local/cuda/lib; do
+  [ -d "$dir" ] && export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+done
+
+mkdir -p "$work/site"
+tar -xJf "$repo/.carry/torchtitan-site.tar.xz" -C "$work/site" || say "unpacking .carry/torchtitan-site.tar.xz failed"
+export PYTHONPATH="$work/site${PYTHONPATH:+:$PYTHONPATH}"
+# shellcheck source=bench/gpu/unpack_carry.sh
+source "$repo/bench/gpu/unpack_carry.sh"
+bin="$(unpack_carry "$repo/${TITAN_CALO_BIN:-.carry/exec-cuda-bin}" titan-calo)"
+say "# $(nvidia-smi --query-gpu=name,power.limit,driver_version --format=csv,noheader | head -1)"
+say "# torch $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -1); torchtitan 0.2.2; layers $layers seq $seq steps $steps nproc $nproc"
+
+runs="$work/runs"
+mkdir -p "$runs"
+# titan NAME EXTRA_FLAGS...: torchtitan under calo record (its step lines become the run's steps).
+titan() {
+  local name="$1"
+  shift
+  local t0=$SECONDS
+  timeout --kill-after=10 "${TITAN_LIMIT_S:-240}" "$bin/calo" record --markers torchtitan --out "$runs/$name" \
+    --name "$name" -- torchrun --standalone --nproc_per_node "$nproc" "$repo/bench/torchtitan/titan_train.py" \
+    --layers "$layers" --seq "$seq" --steps "$steps" --dump "$work/dump-$name" --json "$runs/$name.json" "$@" \
+    >"$runs/$name.log" 2>&1
+  say "== $name: exit $? after $((SECONDS - t0)) s"
+  grep -E 'Error|error:' "$runs/$name.log" | tail -3 | sed "s/^/   $name| /" | tee -a "$summary" >/dev/null
+  grep -E '^.*step: *[0-9]+ ' "$runs/$name.log" | tail -2 | sed "s/^/   $name| /" | tee -a "$summary" >/dev/null
+}
+for case in $cases; do
+  case "$case" in
+    eager) titan titan-eager ;;
+    compile) titan titan-compile --compile ;;
+    selective) titan titan-compile-sac --compile --ac selective ;;
+    profile) titan titan-profile --compile --steps 8 --profile-step 6 ;;
+    calo)
+      t0=$SECONDS
+      timeout --kill-after=10 240 "$bin/calo" bench --backend cuda --model llama3-8b --layers "$layers" --seq "$seq" \
+        --gbs "$nproc" --dp "$nproc" --steps "$steps" --no-progress --json --out "$runs/calo-bench" \
+        >"$runs/calo-bench.log" 2>&1
+      say "== calo-bench: exit $? after $((SECONDS - t0)) s"
+      ;;
+  esac
+done
+
+# Side by side: `calo compare` over the recorded runs (step windows, energy per step, mean/peak power), the
+# first present run the reference; then torchtitan's own figures (step time from its JSON, peak memory).
+present=()
+for name in calo-bench titan-eager titan-compile titan-compile-sac; do [ -d "$runs/$name" ] && present+=("$runs/$name"); done
+if [ "${#present[@]}" -ge 2 ]; then
+  "$bin/calo" compare "${present[@]}" >"$runs/compare.txt" 2>&1
+  "$bin/calo" compare "${present[@]}" --json >"$runs/compare.json" 2>/dev/null
+  tee -a "$summary" <"$runs/compare.txt"
+fi
+python3 "$repo/bench/torchtitan/summarize.py" "$runs" | tee -a "$summary"
+tar -czf "$out/titan_runs.tar.gz" -C "$work" runs $(cd "$work" && ls -d dump-*/profile_traces 2>/dev/null) \
+  2>/dev/null
+ls -la "$out"

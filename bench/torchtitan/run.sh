@@ -77,6 +77,19 @@ for case in $cases; do
     compile) titan titan-compile --compile ;;
     selective) titan titan-compile-sac --compile --ac selective ;;
     profile) titan titan-profile --compile --steps 8 --profile-step 6 ;;
+    memory)
+      # Memory ground truth (issue 39): the allocator's peak per step across sequence, micro-batch and recompute,
+      # 8 steps each (compiled unless named eager); the model's prediction is `calo model` of the same shapes.
+      for spec in "s8k-none:--seq 8192" "s8k-none-eager:--seq 8192 --eager" "s8k-selective:--seq 8192 --ac selective" \
+        "s8k-full:--seq 8192 --ac full" "s8k-mbs2-none:--seq 8192 --local-batch 2" "s16k-none:--seq 16384" \
+        "s16k-full:--seq 16384 --ac full" "s4k-mbs4-none:--seq 4096 --local-batch 4"; do
+        flags="${spec#*:}"
+        compile="--compile"
+        case "$flags" in *--eager*) compile="" flags="${flags/--eager/}" ;; esac
+        # shellcheck disable=SC2086
+        titan "mem-${spec%%:*}" $compile $flags --steps 8 --warmup 3
+      done
+      ;;
     calo)
       t0=$SECONDS
       timeout --kill-after=10 240 "$bin/calo" bench --backend cuda --model llama3-8b --layers "$layers" --seq "$seq" \

@@ -25,13 +25,16 @@ def calo_bench(log):
 
 def main():
     runs = pathlib.Path(sys.argv[1])
-    for path in sorted(runs.glob("titan-*.json")):
+    for path in sorted(runs.glob("*.json")):
         r = json.loads(path.read_text())
+        if r.get("peer") != "torchtitan":
+            continue
         print(f"{path.stem}: torchtitan {r['torchtitan_version']} torch {r['torch_version']} on {r['device']}, "
               f"compile {r['compile']}, ac {r['ac']}: step {r['step_s_mean'] * 1e3:.1f} ms mean "
               f"(min {r['step_s_min'] * 1e3:.1f}, max {r['step_s_max'] * 1e3:.1f}, {r['steps_kept']} steps), "
               f"{r['tokens_per_s']:.0f} tokens/s, peak reserved {logged_peak_gib(runs / (path.stem + '.log')):.2f} GiB "
-              f"(torchtitan's log), allocated after the last step "
+              f"(torchtitan's log), peak allocated {r.get('peak_allocated_bytes', float('nan')) / 2**30:.2f} GiB, "
+              f"allocated after the last step "
               f"{r.get('allocated_after_last_step_bytes', r.get('peak_allocated_bytes', 0)) / 2**30:.2f} GiB")
     log = runs / "calo-bench.log"
     if log.exists():

@@ -20,8 +20,8 @@ Usage (one process per GPU):
   torchrun --standalone --nproc_per_node N titan_train.py [--flavor 8B] [--layers 4] [--seq 8192]
       [--local-batch 1] [--steps 30] [--warmup 5] [--compile] [--tp 1] [--pp 1] [--ac none|selective|full]
       [--profile-step K] [--dump DIR] [--json OUT.json] [-- more torchtitan flags]
-Writes, on rank 0, a JSON summary (mean step time after warm-up, tokens/s, memory resident after the last step,
-the torchtitan command line) to --json; torchtitan's own log lines are printed unchanged.
+Writes, on rank 0, a JSON summary (mean step time after warm-up, tokens/s, the allocator's peak per logged step and
+resident memory after the last step, the torchtitan command line) to --json; torchtitan's own log lines are printed unchanged.
 """
 import argparse
 import dataclasses
@@ -145,6 +145,20 @@ def torchtitan_flags(args, flavor):
 
 
 STEP_SECONDS = []  # device-synchronised wall time of each Trainer.train_step, this rank
+STEP_PEAK_BYTES = []  # torch.cuda.max_memory_allocated just before torchtitan resets it (once per logged step)
+
+
+def record_peaks_before_resets():
+    """torchtitan resets the allocator's peak statistics each time it logs a step; keep each peak first."""
+    import torch
+
+    reset = torch.cuda.reset_peak_memory_stats
+
+    def recording_reset(*args, **kwargs):
+        STEP_PEAK_BYTES.append(torch.cuda.max_memory_allocated())
+        return reset(*args, **kwargs)
+
+    torch.cuda.reset_peak_memory_stats = recording_reset
 
 
 def timed_trainer():
@@ -193,8 +207,9 @@ def summary(args, flags, world):
         "step_s_max": max(kept) if kept else None,
         "step_s_all": STEP_SECONDS,
         "tokens_per_s": args.local_batch * args.seq * data_parallel / mean_s,
-        # torchtitan resets the peak statistics each time it logs, so these are what the final step's log left
-        # behind (the resident states); the peak of a step is its log line's `memory:` (max reserved).
+        # torchtitan resets the peak statistics each time it logs; the peaks are kept just before each reset.
+        "peak_allocated_bytes": max(STEP_PEAK_BYTES[args.warmup:] or STEP_PEAK_BYTES or [0]),
+        "peak_allocated_bytes_by_reset": STEP_PEAK_BYTES,
         "allocated_after_last_step_bytes": torch.cuda.memory_allocated(),
         "reserved_after_last_step_bytes": torch.cuda.memory_reserved(),
     }
@@ -209,6 +224,7 @@ def main():
     register_spec(args)
     from torchtitan.train import main as torchtitan_main
 
+    record_peaks_before_resets()
     torchtitan_main(timed_trainer())
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if int(os.environ.get("RANK", "0")) == 0 and args.json:

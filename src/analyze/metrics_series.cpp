@@ -16,6 +16,7 @@
 #include "analyze/metrics.h"
 #include "analyze/metrics_internal.h"
 #include "analyze/window_mean.h"
+#include "core/threads.h"
 #include "store/summary.h"
 
 namespace calo::analyze {
@@ -382,8 +383,7 @@ class SeriesReduction {
     int32_t threads =
         options_.threads > 0 ? options_.threads : static_cast<int32_t>(std::thread::hardware_concurrency());
     threads = std::clamp<int32_t>(threads, 1, static_cast<int32_t>(std::max<std::size_t>(device_count_, 1)));
-    std::mutex error_mutex;
-    std::exception_ptr first_error;
+    core::FirstException failure;
     std::atomic<std::size_t> next_device{0};
     auto work = [&] {
       try {
@@ -398,15 +398,11 @@ class SeriesReduction {
           summarize(slot, accumulators);
         }
       } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (!first_error) first_error = std::current_exception();
+        failure.capture();
       }
     };
-    std::vector<std::thread> pool;
-    for (int32_t worker = 1; worker < threads; ++worker) pool.emplace_back(work);
-    work();
-    for (auto& thread : pool) thread.join();
-    if (first_error) std::rethrow_exception(first_error);
+    core::run_on_threads(threads, work);
+    failure.rethrow();
   }
 
   const std::filesystem::path& run_dir_;

@@ -378,6 +378,20 @@ std::string gunzip(const char* data, std::size_t size, const std::string& source
   return text;
 }
 
+// A span on `lane` (its rank, and the lane as the device) from t_begin_ns to t_end_ns.
+store::Span lane_span(const TraceData& data, int32_t lane, store::SpanKind kind, std::string name,
+                      std::string category, int64_t t_begin_ns, int64_t t_end_ns) {
+  store::Span span;
+  span.rank = data.lanes[static_cast<std::size_t>(lane)].rank;
+  span.device_idx = lane;
+  span.kind = kind;
+  span.name = std::move(name);
+  span.category = std::move(category);
+  span.t_begin_ns = t_begin_ns;
+  span.t_end_ns = t_end_ns;
+  return span;
+}
+
 }  // namespace
 
 void parse_kineto_json(const char* text, std::size_t size, const std::string& source_name,
@@ -438,25 +452,14 @@ void write_trace_run(const TraceData& data, store::RunWriter& writer) {
     writer.add_device(device);
   }
   for (const auto& kernel : data.kernels) {
-    store::Span span;
-    span.rank = data.lanes[static_cast<std::size_t>(kernel.lane)].rank;
-    span.device_idx = kernel.lane;
-    span.kind = store::SpanKind::kKernel;
-    span.name = data.names[static_cast<std::size_t>(kernel.name_id)];
-    span.category = std::string(to_string(kernel.category));
-    span.t_begin_ns = kernel.t_begin_ns;
-    span.t_end_ns = kernel.t_end_ns;
-    writer.append_span(span);
+    writer.append_span(lane_span(
+        data, kernel.lane, store::SpanKind::kKernel, data.names[static_cast<std::size_t>(kernel.name_id)],
+        std::string(to_string(kernel.category)), kernel.t_begin_ns, kernel.t_end_ns));
   }
   for (const auto& step : data.steps) {
-    store::Span span;
-    span.rank = data.lanes[static_cast<std::size_t>(step.lane)].rank;
-    span.device_idx = step.lane;
-    span.kind = store::SpanKind::kStep;
-    span.name = fmt::format("ProfilerStep#{}", step.step);
-    span.category = "step";
-    span.t_begin_ns = step.t_begin_ns;
-    span.t_end_ns = step.t_end_ns;
+    store::Span span =
+        lane_span(data, step.lane, store::SpanKind::kStep, fmt::format("ProfilerStep#{}", step.step), "step",
+                  step.t_begin_ns, step.t_end_ns);
     span.step = step.step;
     writer.append_span(span);
   }

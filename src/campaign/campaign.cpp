@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <map>
 #include <sstream>
 #include <string_view>
+#include <utility>
 
 #include "core/config.h"
 #include "core/error.h"
@@ -151,6 +153,43 @@ void check_key(const std::string& key, const std::string& where) {
   throw InputError(fmt::format("{}: unknown key '{}'; use one of {}", where, key, fmt::join(keys, ", ")));
 }
 
+/// Point keys that set a whole-number field of the layout (int_value).
+constexpr std::array<std::pair<std::string_view, int parallel::Layout::*>, 10> kIntLayoutKeys{{
+    {"tp", &parallel::Layout::tp},
+    {"cp", &parallel::Layout::cp},
+    {"pp", &parallel::Layout::pp},
+    {"ep", &parallel::Layout::ep},
+    {"mbs", &parallel::Layout::micro_batch},
+    {"gbs", &parallel::Layout::global_batch},
+    {"seq", &parallel::Layout::seq_length},
+    {"zero", &parallel::Layout::zero_stage},
+    {"fsdp-shard-group", &parallel::Layout::fsdp_shard_size},
+    {"vpp", &parallel::Layout::virtual_stages},
+}};
+
+/// Point keys that turn a feature of the layout on or off (flag_on).
+constexpr std::array<std::pair<std::string_view, bool parallel::Layout::*>, 5> kFlagLayoutKeys{{
+    {"overlap-tp", &parallel::Layout::overlap_tp_comm},
+    {"overlap-grad", &parallel::Layout::overlap_grad_reduce},
+    {"overlap-param", &parallel::Layout::overlap_param_gather},
+    {"sequence-parallel", &parallel::Layout::sequence_parallel},
+    {"pp-scatter-gather", &parallel::Layout::pipeline_scatter_gather},
+}};
+
+/// Sets the field of `layout` that `key` names in `keys` to convert(value, where); false when `key` is not
+/// in `keys`.
+template <typename Field, std::size_t N, typename Convert>
+bool set_layout_field(const std::array<std::pair<std::string_view, Field parallel::Layout::*>, N>& keys,
+                      const std::string& key, const std::string& value, const std::string& where,
+                      Convert convert, parallel::Layout& layout) {
+  for (const auto& [name, field] : keys) {
+    if (name != key) continue;
+    layout.*field = convert(value, where);
+    return true;
+  }
+  return false;
+}
+
 /// The layout a point describes, before validation (the mapping `calo sim`'s layout flags apply).
 parallel::Layout point_layout(const Spec& spec, const Point& point, int* gpus) {
   parallel::Layout layout;
@@ -159,32 +198,15 @@ parallel::Layout point_layout(const Spec& spec, const Point& point, int* gpus) {
   bool dp_given = false;
   for (const auto& [key, value] : point.flags) {
     const std::string where = fmt::format("point {} key '{}'", point.name, key);
+    if (set_layout_field(kIntLayoutKeys, key, value, where, int_value, layout) ||
+        set_layout_field(kFlagLayoutKeys, key, value, where, flag_on, layout))
+      continue;
     if (key == "gpus")
       *gpus = int_value(value, where);
-    else if (key == "tp")
-      layout.tp = int_value(value, where);
-    else if (key == "cp")
-      layout.cp = int_value(value, where);
-    else if (key == "pp")
-      layout.pp = int_value(value, where);
     else if (key == "dp")
       layout.dp = int_value(value, where), dp_given = true;
-    else if (key == "ep")
-      layout.ep = int_value(value, where);
-    else if (key == "mbs")
-      layout.micro_batch = int_value(value, where);
-    else if (key == "gbs")
-      layout.global_batch = int_value(value, where);
-    else if (key == "seq")
-      layout.seq_length = int_value(value, where);
-    else if (key == "zero")
-      layout.zero_stage = int_value(value, where);
-    else if (key == "fsdp-shard-group")
-      layout.fsdp_shard_size = int_value(value, where);
     else if (key == "fsdp-reshard-after-forward")
       layout.reshard_after_forward = value == "on";
-    else if (key == "vpp")
-      layout.virtual_stages = int_value(value, where);
     else if (key == "recompute")
       layout.recompute = parallel::parse_recompute(value);
     else if (key == "schedule")
@@ -193,18 +215,8 @@ parallel::Layout point_layout(const Spec& spec, const Point& point, int* gpus) {
       layout.cp_comm = parallel::parse_cp_comm(value);
     else if (key == "overlap")
       overlap_all = flag_on(value, where);
-    else if (key == "overlap-tp")
-      layout.overlap_tp_comm = flag_on(value, where);
-    else if (key == "overlap-grad")
-      layout.overlap_grad_reduce = flag_on(value, where);
-    else if (key == "overlap-param")
-      layout.overlap_param_gather = flag_on(value, where);
-    else if (key == "sequence-parallel")
-      layout.sequence_parallel = flag_on(value, where);
     else if (key == "attention")
       layout.attention = parallel::parse_attention(value, where);
-    else if (key == "pp-scatter-gather")
-      layout.pipeline_scatter_gather = flag_on(value, where);
   }
   if (overlap_all) {
     layout.overlap_tp_comm = true;

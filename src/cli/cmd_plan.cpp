@@ -94,55 +94,54 @@ std::function<void(std::size_t, std::size_t)> progress_printer(bool terminal) {
   };
 }
 
-/// Flags of `calo plan partition`.
-struct PartitionFlags {
+/// Flags `calo plan partition` and `calo plan power` share: the job they simulate and its GPUs' conditions.
+struct SimJobFlags {
+  /// Flags with `default_steps` simulated steps.
+  explicit SimJobFlags(int default_steps) : steps(default_steps) {}
   LayoutFlags layout;
   int gpus = 0;  ///< --gpus N (as calo sim: dp derived unless --dp)
   bool gpus_given = false;
   bool dp_given = false;
   std::string cluster;
-  int steps = 20;
+  int steps = 0;
   std::vector<std::string> slow_gpus;
   std::vector<std::string> hot_gpus;
-  std::string from_run;
   bool json = false;
 };
 
-/// Fills the job part of a partition or power request: model, layout, cluster, steps, slow and hot GPUs.
+/// Flags of `calo plan partition`.
+struct PartitionFlags : SimJobFlags {
+  PartitionFlags() : SimJobFlags(20) {}
+  std::string from_run;
+};
+
+/// Fills the job part of a partition or power request from `flags`: model, layout (--gpus applied),
+/// cluster, steps, slow and hot GPUs; returns the model and layout.
 template <typename Request>
-void set_up_job(const model::ModelSpec& model, const parallel::Layout& layout, const std::string& cluster,
-                int steps, const std::vector<std::string>& slow_gpus,
-                const std::vector<std::string>& hot_gpus, Request& request) {
+std::pair<model::ModelSpec, parallel::Layout> set_up_job(const SimJobFlags& flags, Request& request) {
+  LayoutFlags layout_flags = flags.layout;
+  apply_gpus(flags.gpus, flags.gpus_given, flags.dp_given, layout_flags.layout);
+  auto [model, layout] = resolve(layout_flags);
   request.model = model;
   request.layout = layout;
-  request.cluster = sim::load_cluster(cluster);
-  request.options.steps = steps;
+  request.cluster = sim::load_cluster(flags.cluster);
+  request.options.steps = flags.steps;
   const int world = layout.world_size();
-  request.options.speed_factors = per_gpu_values(slow_gpus, world, 1.0, "--slow-gpu");
-  request.options.inlet_offset_c = per_gpu_values(hot_gpus, world, 0.0, "--hot-gpu");
+  request.options.speed_factors = per_gpu_values(flags.slow_gpus, world, 1.0, "--slow-gpu");
+  request.options.inlet_offset_c = per_gpu_values(flags.hot_gpus, world, 0.0, "--hot-gpu");
+  return {model, layout};
 }
 
 /// Flags of `calo plan power`.
-struct PowerFlags {
-  LayoutFlags layout;
-  int gpus = 0;  ///< --gpus N (as calo sim: dp derived unless --dp)
-  bool gpus_given = false;
-  bool dp_given = false;
-  std::string cluster;
-  int steps = 5;
+struct PowerFlags : SimJobFlags {
+  PowerFlags() : SimJobFlags(5) {}
   double max_slowdown_pct = 1.0;
-  std::vector<std::string> slow_gpus;
-  std::vector<std::string> hot_gpus;
-  bool json = false;
 };
 
 int run_power(const PowerFlags& flags) {
   require_input(!flags.cluster.empty(), "--cluster is required (see `calo sim --list`)");
   plan::PowerPlanRequest request;
-  LayoutFlags layout_flags = flags.layout;
-  apply_gpus(flags.gpus, flags.gpus_given, flags.dp_given, layout_flags.layout);
-  auto [model, layout] = resolve(layout_flags);
-  set_up_job(model, layout, flags.cluster, flags.steps, flags.slow_gpus, flags.hot_gpus, request);
+  auto [model, layout] = set_up_job(flags, request);
   request.max_slowdown = flags.max_slowdown_pct / 100.0;
   const int world = layout.world_size();
   const plan::PowerPlanResult result = plan::plan_power(request);
@@ -237,10 +236,7 @@ int run_partition(const PartitionFlags& flags) {
       "calo plan partition searches the stage -> GPU order itself; drop --stage-gpus (give it to calo "
       "sim or calo bench to run an order)");
   plan::PartitionRequest request;
-  LayoutFlags layout_flags = flags.layout;
-  apply_gpus(flags.gpus, flags.gpus_given, flags.dp_given, layout_flags.layout);
-  auto [model, layout] = resolve(layout_flags);
-  set_up_job(model, layout, flags.cluster, flags.steps, flags.slow_gpus, flags.hot_gpus, request);
+  auto [model, layout] = set_up_job(flags, request);
   const int world = layout.world_size();
   plan::GpuConditions conditions;
   if (!flags.from_run.empty()) {
@@ -596,17 +592,33 @@ void add_plan_footer(CLI::App& app) {
       "docs/PLANNER.md");
 }
 
+/// The job flags of a partition or power subcommand `sub`: layout, cluster, --gpus and --steps
+/// (`steps_help`).
+void add_sim_job_flags(CLI::App& sub, SimJobFlags& job, const char* steps_help) {
+  add_layout_flags(sub, job.layout, false);
+  sub.add_option("--cluster,-c", job.cluster, "Cluster preset or YAML file");
+  sub.add_option("--gpus,-n", job.gpus, "GPUs; dp = gpus / (tp*cp*pp) unless --dp is given");
+  sub.add_option("--steps", job.steps, steps_help)->capture_default_str();
+}
+
+/// --slow-gpu and --hot-gpu of a partition or power subcommand `sub`.
+void add_gpu_condition_flags(CLI::App& sub, SimJobFlags& job) {
+  sub.add_option("--slow-gpu", job.slow_gpus, "RANK=SPEED: a GPU at SPEED x nominal; repeatable");
+  sub.add_option("--hot-gpu", job.hot_gpus, "RANK=DEGREES: extra inlet temperature; repeatable");
+}
+
+/// Notes which of --gpus and --dp the user gave to subcommand `sub`.
+void note_given_flags(const CLI::App& sub, SimJobFlags& job) {
+  job.gpus_given = sub.count("--gpus") > 0;
+  job.dp_given = sub.count("--dp") > 0;
+}
+
 /// The `calo plan partition` subcommand and its flags.
 CLI::App* add_partition_subcommand(CLI::App& app, PartitionFlags& partition) {
   CLI::App* sub = app.add_subcommand(
       "partition", "uneven --layers-per-stage for slow or hot GPUs, found by simulation (never hotter)");
-  add_layout_flags(*sub, partition.layout, false);
-  sub->add_option("--cluster,-c", partition.cluster, "Cluster preset or YAML file");
-  sub->add_option("--gpus,-n", partition.gpus, "GPUs; dp = gpus / (tp*cp*pp) unless --dp is given");
-  sub->add_option("--steps", partition.steps, "Simulated steps per partition (heat builds up)")
-      ->capture_default_str();
-  sub->add_option("--slow-gpu", partition.slow_gpus, "RANK=SPEED: a GPU at SPEED x nominal; repeatable");
-  sub->add_option("--hot-gpu", partition.hot_gpus, "RANK=DEGREES: extra inlet temperature; repeatable");
+  add_sim_job_flags(*sub, partition, "Simulated steps per partition (heat builds up)");
+  add_gpu_condition_flags(*sub, partition);
   sub->add_option(
       "--from", partition.from_run,
       "Run (record, bench or sim) whose GPUs' median clock and hottest temperature set speed and heat");
@@ -618,14 +630,10 @@ CLI::App* add_partition_subcommand(CLI::App& app, PartitionFlags& partition) {
 CLI::App* add_power_subcommand(CLI::App& app, PowerFlags& power) {
   CLI::App* power_sub = app.add_subcommand(
       "power", "per-stage clock locks that save the energy of stages waiting on the critical one (advice)");
-  add_layout_flags(*power_sub, power.layout, false);
-  power_sub->add_option("--cluster,-c", power.cluster, "Cluster preset or YAML file");
-  power_sub->add_option("--gpus,-n", power.gpus, "GPUs; dp = gpus / (tp*cp*pp) unless --dp is given");
-  power_sub->add_option("--steps", power.steps, "Simulated steps per cap set")->capture_default_str();
+  add_sim_job_flags(*power_sub, power, "Simulated steps per cap set");
   power_sub->add_option("--max-slowdown-pct", power.max_slowdown_pct, "Most step-time growth allowed (%)")
       ->capture_default_str();
-  power_sub->add_option("--slow-gpu", power.slow_gpus, "RANK=SPEED: a GPU at SPEED x nominal; repeatable");
-  power_sub->add_option("--hot-gpu", power.hot_gpus, "RANK=DEGREES: extra inlet temperature; repeatable");
+  add_gpu_condition_flags(*power_sub, power);
   power_sub->add_flag("--json", power.json, "Print the result as JSON");
   return power_sub;
 }
@@ -644,10 +652,8 @@ const CommandRegistration kPlan(
       auto power = std::make_shared<PowerFlags>();
       CLI::App* power_sub = add_power_subcommand(app, *power);
       return [flags, partition, sub, power, power_sub] {
-        partition->gpus_given = sub->count("--gpus") > 0;
-        partition->dp_given = sub->count("--dp") > 0;
-        power->gpus_given = power_sub->count("--gpus") > 0;
-        power->dp_given = power_sub->count("--dp") > 0;
+        note_given_flags(*sub, *partition);
+        note_given_flags(*power_sub, *power);
         if (sub->parsed()) {
           require_model_flag(*sub, "calo plan partition");
           return run_partition(*partition);

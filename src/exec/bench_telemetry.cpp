@@ -12,30 +12,7 @@ BenchTelemetry::BenchTelemetry(store::RunWriter& writer, std::int64_t started_ns
                                const telemetry::GpuScope& job_gpus)
     : writer_(writer), started_ns_(started_ns) {
   all_sources_ = telemetry::open_local_sources(job_gpus);
-  std::vector<std::string> gpu_reasons;
-  bool any_gpu = false;
-  for (auto& source : all_sources_) {
-    if (!source->available()) {
-      if (source->name() != "procfs")
-        gpu_reasons.push_back(source->name() + ": " + source->unavailable_reason());
-      else
-        notes_.push_back("host metrics not available: " + source->unavailable_reason());
-      continue;
-    }
-    if (source->name() != "procfs") any_gpu = true;
-    if (std::string scope = source->scope_note(); !scope.empty())
-      notes_.push_back(source->name() + ": " + scope);
-    sources_.push_back(source.get());
-  }
-  std::stable_sort(sources_.begin(), sources_.end(),
-                   [](const telemetry::Source* left, const telemetry::Source* right) {
-                     return left->name() != "procfs" && right->name() == "procfs";
-                   });
-  if (!any_gpu) {
-    std::string joined;
-    for (const auto& reason : gpu_reasons) joined += (joined.empty() ? "" : "; ") + reason;
-    notes_.push_back("GPU telemetry: not available (" + joined + "); recording host metrics only");
-  }
+  sources_ = telemetry::usable_sources(all_sources_, {}, "GPU telemetry", notes_);
   std::int32_t next_idx = 0;
   targets_.resize(sources_.size());
   for (size_t source_position = 0; source_position < sources_.size(); ++source_position) {

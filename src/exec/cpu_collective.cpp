@@ -34,32 +34,20 @@ void prepare_all_to_all(CpuContext& context, CpuOp& prepared, std::uint64_t seed
   const std::vector<std::int64_t>& rows = split.rows;
   // Dispatch (even occurrence in the program) sends rows[d] to each d; combine sends rows[me] back to each.
   const bool combine = expert_parallel && (context.all_to_all_seen++ % 2 == 1);
-  prepared.send_counts.resize(static_cast<size_t>(members));
-  prepared.recv_counts.resize(static_cast<size_t>(members));
-  prepared.send_offsets.resize(static_cast<size_t>(members));
-  prepared.recv_offsets.resize(static_cast<size_t>(members));
-  prepared.peer_send_offset_to_me.resize(static_cast<size_t>(members));
-  int send_total = 0;
-  int recv_total = 0;
-  for (std::int64_t peer = 0; peer < members; ++peer) {
-    const auto index = static_cast<size_t>(peer);
-    const std::int64_t send_rows = combine ? rows[static_cast<size_t>(me)] : rows[index];
-    const std::int64_t recv_rows = combine ? rows[index] : rows[static_cast<size_t>(me)];
-    prepared.send_counts[index] = static_cast<int>(send_rows * row_elements);
-    prepared.recv_counts[index] = static_cast<int>(recv_rows * row_elements);
-    prepared.send_offsets[index] = send_total;
-    prepared.recv_offsets[index] = recv_total;
-    send_total += prepared.send_counts[index];
-    recv_total += prepared.recv_counts[index];
-    // Where my block starts in peer's send buffer.
-    std::int64_t offset_rows = 0;
-    if (combine) {
-      offset_rows = me * rows[index];
-    } else {
-      for (std::int64_t before = 0; before < me; ++before) offset_rows += rows[static_cast<size_t>(before)];
-    }
-    prepared.peer_send_offset_to_me[index] = offset_rows * row_elements;
-  }
+  const AllToAllCounts counts = all_to_all_counts(rows, me, row_elements, combine);
+  // MPI takes int counts and displacements.
+  const auto to_int = [](const std::vector<std::int64_t>& values) {
+    std::vector<int> ints(values.size());
+    for (size_t i = 0; i < values.size(); ++i) ints[i] = static_cast<int>(values[i]);
+    return ints;
+  };
+  prepared.send_counts = to_int(counts.send_counts);
+  prepared.recv_counts = to_int(counts.recv_counts);
+  prepared.send_offsets = to_int(counts.send_offsets);
+  prepared.recv_offsets = to_int(counts.recv_offsets);
+  prepared.peer_send_offset_to_me = counts.peer_send_offset_to_me;
+  const std::int64_t send_total = counts.send_elements;
+  const std::int64_t recv_total = counts.recv_elements;
   prepared.elements = send_total;
   prepared.buffers = {context.owned(send_total, seed), context.owned(recv_total, seed + 1)};
 }

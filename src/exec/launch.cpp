@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -118,6 +119,29 @@ std::string self_executable() {
   return path.string();
 }
 
+/// The environment variables through which an MPI launcher tells a process where it stands.
+struct MpiEnv {
+  const char* rank;              ///< global rank
+  const char* world_size;        ///< ranks in all
+  const char* local_rank;        ///< rank on this node
+  const char* local_world_size;  ///< ranks on this node
+};
+
+/// Open MPI's, then MPICH / Intel MPI's (PMI).
+constexpr std::array<MpiEnv, 2> kMpiEnvs{{
+    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+}};
+
+/// The first MPI launcher whose rank variable is set, or nullptr.
+const MpiEnv* mpi_env() {
+  for (const MpiEnv& mpi : kMpiEnvs) {
+    if (env_set(mpi.rank)) return &mpi;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 LaunchInfo detect_launch() {
@@ -130,18 +154,12 @@ LaunchInfo detect_launch() {
     info.local_world_size = info.world_size;
     const char* socket = std::getenv(kEnvBootstrap);
     info.bootstrap_path = socket != nullptr ? socket : "";
-  } else if (env_set("OMPI_COMM_WORLD_RANK")) {
+  } else if (const MpiEnv* mpi = mpi_env(); mpi != nullptr) {
     info.launcher = "mpi";
-    info.rank = env_int("OMPI_COMM_WORLD_RANK", 0);
-    info.world_size = env_int("OMPI_COMM_WORLD_SIZE", 1);
-    info.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", info.rank);
-    info.local_world_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", info.world_size);
-  } else if (env_set("PMI_RANK")) {
-    info.launcher = "mpi";
-    info.rank = env_int("PMI_RANK", 0);
-    info.world_size = env_int("PMI_SIZE", 1);
-    info.local_rank = env_int("MPI_LOCALRANKID", info.rank);
-    info.local_world_size = env_int("MPI_LOCALNRANKS", info.world_size);
+    info.rank = env_int(mpi->rank, 0);
+    info.world_size = env_int(mpi->world_size, 1);
+    info.local_rank = env_int(mpi->local_rank, info.rank);
+    info.local_world_size = env_int(mpi->local_world_size, info.world_size);
   } else if (env_set("SLURM_PROCID") && env_int("SLURM_NTASKS", 1) > 1) {
     info.launcher = "slurm";
     info.rank = env_int("SLURM_PROCID", 0);

@@ -45,6 +45,15 @@ std::vector<double> ranks_per_program(const Graph& graph) {
   return counts;
 }
 
+// Calls visit(op, ranks) for every op of every program, `ranks` the number of ranks that run the program.
+template <typename Visit>
+void for_each_op_with_ranks(const Graph& graph, Visit visit) {
+  const std::vector<double> counts = ranks_per_program(graph);
+  for (std::size_t program = 0; program < graph.programs.size(); ++program) {
+    for (const Op& op : graph.programs[program].ops) visit(op, counts[program]);
+  }
+}
+
 bool is_p2p(const Op& op) {
   return op.kind == OpKind::kSend || op.kind == OpKind::kRecv;
 }
@@ -412,14 +421,10 @@ std::vector<Problem> check_deadlock(const Graph& graph, DeadlockScope scope) {
 
 FlopTotals flop_totals(const Graph& graph) {
   FlopTotals totals;
-  const auto counts = ranks_per_program(graph);
-  for (std::size_t program = 0; program < graph.programs.size(); ++program) {
-    for (const Op& op : graph.programs[program].ops) {
-      if (op.kind == OpKind::kGemm && !is_attention_gemm(op)) totals.gemm += op.flops * counts[program];
-      if (op.kind == OpKind::kAttention || is_attention_gemm(op))
-        totals.attention += op.flops * counts[program];
-    }
-  }
+  for_each_op_with_ranks(graph, [&](const Op& op, double ranks) {
+    if (op.kind == OpKind::kGemm && !is_attention_gemm(op)) totals.gemm += op.flops * ranks;
+    if (op.kind == OpKind::kAttention || is_attention_gemm(op)) totals.attention += op.flops * ranks;
+  });
   const auto& layout = graph.layout;
   const double tokens = static_cast<double>(layout.global_batch) * layout.seq_length;
   const auto per_token = model::flops_per_token(graph.model, layout.seq_length);
@@ -459,40 +464,36 @@ std::vector<Problem> check_flops(const Graph& graph) {
 
 CommVolumes comm_volumes(const Graph& graph) {
   CommVolumes volumes;
-  const auto counts = ranks_per_program(graph);
-  for (std::size_t program = 0; program < graph.programs.size(); ++program) {
-    for (const Op& op : graph.programs[program].ops) {
-      const double bytes = op.bytes * counts[program];
-      if (op.kind == OpKind::kSend)
-        (op.group == GroupKind::kCp ? volumes.cp_bytes : volumes.pp_bytes) += bytes;
-      if (op.kind != OpKind::kCollective) continue;
-      switch (op.group) {
-        case GroupKind::kTp:
-          volumes.tp_bytes += bytes;
-          break;
-        case GroupKind::kDp:
-        case GroupKind::kDpCp:
-        case GroupKind::kExpertDp:
-        case GroupKind::kEmbedding:
-        case GroupKind::kDpShard:
-          volumes.dp_bytes += bytes;
-          break;
-        case GroupKind::kDpReplicate:
-          volumes.dp_bytes += bytes;
-          volumes.dp_replicate_bytes += bytes;
-          break;
-        case GroupKind::kCp:
-          volumes.cp_bytes += bytes;
-          break;
-        case GroupKind::kPp:
-          volumes.pp_bytes += bytes;
-          break;
-        case GroupKind::kEp:
-          volumes.ep_bytes += bytes;
-          break;
-      }
+  for_each_op_with_ranks(graph, [&](const Op& op, double ranks) {
+    const double bytes = op.bytes * ranks;
+    if (op.kind == OpKind::kSend) (op.group == GroupKind::kCp ? volumes.cp_bytes : volumes.pp_bytes) += bytes;
+    if (op.kind != OpKind::kCollective) return;
+    switch (op.group) {
+      case GroupKind::kTp:
+        volumes.tp_bytes += bytes;
+        break;
+      case GroupKind::kDp:
+      case GroupKind::kDpCp:
+      case GroupKind::kExpertDp:
+      case GroupKind::kEmbedding:
+      case GroupKind::kDpShard:
+        volumes.dp_bytes += bytes;
+        break;
+      case GroupKind::kDpReplicate:
+        volumes.dp_bytes += bytes;
+        volumes.dp_replicate_bytes += bytes;
+        break;
+      case GroupKind::kCp:
+        volumes.cp_bytes += bytes;
+        break;
+      case GroupKind::kPp:
+        volumes.pp_bytes += bytes;
+        break;
+      case GroupKind::kEp:
+        volumes.ep_bytes += bytes;
+        break;
     }
-  }
+  });
   return volumes;
 }
 

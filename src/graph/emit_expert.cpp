@@ -5,6 +5,18 @@
 
 namespace calo::graph::detail {
 
+namespace {
+
+/// Adds a blocking `kind` collective of `bytes` over `group` on `stream`, after op `after`, when the group
+/// has more than one member (`members`); its index, or -1 when there is none.
+int group_collective(BuilderCore& core, std::int64_t members, CollectiveKind kind, GroupKind group,
+                     double bytes, Stream stream, int after) {
+  if (members <= 1) return -1;
+  return core.blocking(BuilderCore::collective_op(kind, group, bytes, stream, core.phase), after);
+}
+
+}  // namespace
+
 ExpertEmitter::ExpertEmitter(BuilderCore& core) : Emitter(core) {
   expert_tokens_ = expert_token_counts();
 }
@@ -79,14 +91,10 @@ void ExpertEmitter::moe_exchange(bool backward) {
       static_cast<double>(dims_.tokens_local) * model_.moe_top_k * dims_.hidden * kBf16Bytes;
   const double gathered_bytes = local_expert_tokens() * static_cast<double>(dims_.hidden) * kBf16Bytes;
   // The TP gather forwards what the dispatch received; the combine sends what the TP scatter reduced.
-  int dispatch = -1;
-  if (layout_.ep > 1)
-    dispatch = core_.blocking(BuilderCore::collective_op(CollectiveKind::kAllToAll, GroupKind::kEp,
-                                                         routed_bytes, Stream::kEpComm, core_.phase));
-  if (dims_.tp > 1)
-    core_.blocking(BuilderCore::collective_op(CollectiveKind::kAllGather, GroupKind::kTp, gathered_bytes,
-                                              Stream::kTpComm, core_.phase),
-                   dispatch);
+  const int dispatch = group_collective(core_, layout_.ep, CollectiveKind::kAllToAll, GroupKind::kEp,
+                                        routed_bytes, Stream::kEpComm, -1);
+  group_collective(core_, dims_.tp, CollectiveKind::kAllGather, GroupKind::kTp, gathered_bytes,
+                   Stream::kTpComm, dispatch);
   auto [first, count] = local_experts();
   const std::int64_t ffn_per_rank = dims_.ffn / dims_.tp;
   const std::int64_t fc1_per_rank = dims_.fc1_out / dims_.tp;
@@ -104,14 +112,10 @@ void ExpertEmitter::moe_exchange(bool backward) {
       core_.gemm(GemmWeight::kExpertFc1, GemmPass::kWgrad, dims_.hidden, fc1_per_rank, tokens, expert);
     }
   }
-  int scatter = -1;
-  if (dims_.tp > 1)
-    scatter = core_.blocking(BuilderCore::collective_op(CollectiveKind::kReduceScatter, GroupKind::kTp,
-                                                        gathered_bytes, Stream::kTpComm, core_.phase));
-  if (layout_.ep > 1)
-    core_.blocking(BuilderCore::collective_op(CollectiveKind::kAllToAll, GroupKind::kEp, routed_bytes,
-                                              Stream::kEpComm, core_.phase),
-                   scatter);
+  const int scatter = group_collective(core_, dims_.tp, CollectiveKind::kReduceScatter, GroupKind::kTp,
+                                       gathered_bytes, Stream::kTpComm, -1);
+  group_collective(core_, layout_.ep, CollectiveKind::kAllToAll, GroupKind::kEp, routed_bytes,
+                   Stream::kEpComm, scatter);
 }
 
 }  // namespace calo::graph::detail

@@ -1,138 +1,60 @@
 // Names of the graph's enums and ops: to_string, span_name, describe (graph.h).
 #include <fmt/format.h>
 
+#include "core/enum_names.h"
 #include "graph/graph.h"
 
 namespace calo::graph {
 
+constexpr std::array kOpKindNames{"gemm", "attention", "elementwise", "collective",
+                                  "send", "recv",      "optimizer"};
+static_assert(kOpKindNames.size() == kNumOpKinds);
+
 const char* to_string(OpKind kind) {
-  switch (kind) {
-    case OpKind::kGemm:
-      return "gemm";
-    case OpKind::kAttention:
-      return "attention";
-    case OpKind::kElementwise:
-      return "elementwise";
-    case OpKind::kCollective:
-      return "collective";
-    case OpKind::kSend:
-      return "send";
-    case OpKind::kRecv:
-      return "recv";
-    case OpKind::kOptimizer:
-      return "optimizer";
-  }
-  return "?";
+  return core::enum_name(kind, kOpKindNames);
 }
+
+constexpr std::array kStreamNames{"compute", "tp-comm", "dp-comm", "pp-comm", "ep-comm", "cp-comm"};
+static_assert(kStreamNames.size() == kNumStreams);
 
 const char* to_string(Stream stream) {
-  switch (stream) {
-    case Stream::kCompute:
-      return "compute";
-    case Stream::kTpComm:
-      return "tp-comm";
-    case Stream::kDpComm:
-      return "dp-comm";
-    case Stream::kPpComm:
-      return "pp-comm";
-    case Stream::kEpComm:
-      return "ep-comm";
-    case Stream::kCpComm:
-      return "cp-comm";
-  }
-  return "?";
+  return core::enum_name(stream, kStreamNames);
 }
 
+constexpr std::array kPhaseNames{"fwd", "bwd", "recompute", "optimizer"};
+
 const char* to_string(Phase phase) {
-  switch (phase) {
-    case Phase::kForward:
-      return "fwd";
-    case Phase::kBackward:
-      return "bwd";
-    case Phase::kRecompute:
-      return "recompute";
-    case Phase::kOptimizer:
-      return "optimizer";
-  }
-  return "?";
+  return core::enum_name(phase, kPhaseNames);
 }
 
 const char* to_string(DType dtype) {
   return dtype == DType::kBf16 ? "bf16" : "fp32";
 }
 
+constexpr std::array kGemmWeightNames{"qkv",    "proj",       "fc1",        "fc2",        "logits",
+                                      "router", "expert_fc1", "expert_fc2", "attn_score", "attn_context"};
+
 const char* to_string(GemmWeight weight) {
-  switch (weight) {
-    case GemmWeight::kQkv:
-      return "qkv";
-    case GemmWeight::kProj:
-      return "proj";
-    case GemmWeight::kFc1:
-      return "fc1";
-    case GemmWeight::kFc2:
-      return "fc2";
-    case GemmWeight::kLogits:
-      return "logits";
-    case GemmWeight::kRouter:
-      return "router";
-    case GemmWeight::kExpertFc1:
-      return "expert_fc1";
-    case GemmWeight::kExpertFc2:
-      return "expert_fc2";
-    case GemmWeight::kAttnScore:
-      return "attn_score";
-    case GemmWeight::kAttnContext:
-      return "attn_context";
-  }
-  return "?";
+  return core::enum_name(weight, kGemmWeightNames);
 }
+
+constexpr std::array kGemmPassNames{"fwd", "dgrad", "wgrad"};
 
 const char* to_string(GemmPass pass) {
-  switch (pass) {
-    case GemmPass::kForward:
-      return "fwd";
-    case GemmPass::kDgrad:
-      return "dgrad";
-    case GemmPass::kWgrad:
-      return "wgrad";
-  }
-  return "?";
+  return core::enum_name(pass, kGemmPassNames);
 }
+
+constexpr std::array kElementwiseKindNames{"norm",      "activation",    "rope",    "residual_add",
+                                           "embedding", "cross_entropy", "routing", "softmax"};
 
 const char* to_string(ElementwiseKind kind) {
-  switch (kind) {
-    case ElementwiseKind::kNorm:
-      return "norm";
-    case ElementwiseKind::kActivation:
-      return "activation";
-    case ElementwiseKind::kRope:
-      return "rope";
-    case ElementwiseKind::kResidualAdd:
-      return "residual_add";
-    case ElementwiseKind::kEmbedding:
-      return "embedding";
-    case ElementwiseKind::kCrossEntropy:
-      return "cross_entropy";
-    case ElementwiseKind::kRouting:
-      return "routing";
-    case ElementwiseKind::kSoftmax:
-      return "softmax";
-  }
-  return "?";
+  return core::enum_name(kind, kElementwiseKindNames);
 }
 
+constexpr std::array kCollectiveKindNames{"all_reduce", "all_gather", "reduce_scatter", "all_to_all"};
+
 const char* to_string(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::kAllReduce:
-      return "all_reduce";
-    case CollectiveKind::kAllGather:
-      return "all_gather";
-    case CollectiveKind::kReduceScatter:
-      return "reduce_scatter";
-    case CollectiveKind::kAllToAll:
-      return "all_to_all";
-  }
-  return "?";
+  return core::enum_name(kind, kCollectiveKindNames);
 }
 
 std::string span_name(const Op& op) {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/enum_names.h"
 #include "core/error.h"
 
 namespace calo::parallel {
@@ -43,28 +44,16 @@ std::string to_string(CpComm comm) {
   return comm == CpComm::kAllGather ? "allgather" : "p2p";
 }
 
+constexpr std::array kRecomputeNames{"none", "selective", "full"};
+
 std::string to_string(Recompute recompute) {
-  switch (recompute) {
-    case Recompute::kNone:
-      return "none";
-    case Recompute::kSelective:
-      return "selective";
-    case Recompute::kFull:
-      return "full";
-  }
-  return "?";
+  return core::enum_name(recompute, kRecomputeNames);
 }
 
+constexpr std::array kScheduleNames{"gpipe", "1f1b", "interleaved"};
+
 std::string to_string(Schedule schedule) {
-  switch (schedule) {
-    case Schedule::kGpipe:
-      return "gpipe";
-    case Schedule::k1F1B:
-      return "1f1b";
-    case Schedule::kInterleaved:
-      return "interleaved";
-  }
-  return "?";
+  return core::enum_name(schedule, kScheduleNames);
 }
 
 nlohmann::json to_json(const Layout& layout) {

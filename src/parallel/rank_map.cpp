@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "core/enum_names.h"
 #include "core/error.h"
 
 namespace calo::parallel {
@@ -79,25 +80,28 @@ std::vector<int> RankMap::group(GroupKind kind, int rank) const {
   const RankCoord at = coord(rank);
   std::vector<int> members;
   members.reserve(group_size(kind));
+  // The ranks at dp indices first, first + stride, ... (count of them), the other coordinates as `rank`'s.
+  const auto dp_slice = [&](int first, int stride, int count) {
+    for (int index = 0; index < count; ++index)
+      members.push_back(rank_of(at.tp, at.cp, first + stride * index, at.pp));
+  };
   switch (kind) {
     case GroupKind::kTp:
       for (int index = 0; index < tp_; ++index) members.push_back(rank_of(index, at.cp, at.dp, at.pp));
       break;
     case GroupKind::kDp:
-      for (int index = 0; index < dp_; ++index) members.push_back(rank_of(at.tp, at.cp, index, at.pp));
+      dp_slice(0, 1, dp_);
       break;
     case GroupKind::kPp:
       for (int index = 0; index < pp_; ++index) members.push_back(rank_of(at.tp, at.cp, at.dp, index));
       break;
     case GroupKind::kEp:
       // Same expert-data-parallel index: dp indices edp*ep .. edp*ep + ep-1 (consecutive).
-      for (int index = 0; index < ep_; ++index)
-        members.push_back(rank_of(at.tp, at.cp, at.edp * ep_ + index, at.pp));
+      dp_slice(at.edp * ep_, 1, ep_);
       break;
     case GroupKind::kExpertDp:
       // Same expert-parallel index: dp indices ep_index + ep*k (strided by ep).
-      for (int index = 0; index < dp_ / ep_; ++index)
-        members.push_back(rank_of(at.tp, at.cp, at.ep + ep_ * index, at.pp));
+      dp_slice(at.ep, ep_, dp_ / ep_);
       break;
     case GroupKind::kEmbedding:
       if (at.pp == 0 || at.pp == pp_ - 1) {
@@ -107,13 +111,11 @@ std::vector<int> RankMap::group(GroupKind kind, int rank) const {
       break;
     case GroupKind::kDpShard:
       // Same replicate index: dp indices replicate*S .. replicate*S + S-1 (consecutive).
-      for (int index = 0; index < shard_; ++index)
-        members.push_back(rank_of(at.tp, at.cp, at.replicate * shard_ + index, at.pp));
+      dp_slice(at.replicate * shard_, 1, shard_);
       break;
     case GroupKind::kDpReplicate:
       // Same shard index: dp indices shard + S*k (strided by S).
-      for (int index = 0; index < dp_ / shard_; ++index)
-        members.push_back(rank_of(at.tp, at.cp, at.shard + shard_ * index, at.pp));
+      dp_slice(at.shard, shard_, dp_ / shard_);
       break;
     case GroupKind::kCp:
       for (int index = 0; index < cp_; ++index) members.push_back(rank_of(at.tp, index, at.dp, at.pp));
@@ -164,30 +166,12 @@ std::vector<std::vector<int>> RankMap::all_groups(GroupKind kind) const {
   return groups;  // ordered by smallest member, since each group's first member is its smallest
 }
 
+constexpr std::array kGroupKindNames{"tp",        "dp",       "pp",           "ep", "edp",
+                                     "embedding", "dp_shard", "dp_replicate", "cp", "dp-cp"};
+static_assert(kGroupKindNames.size() == kNumGroupKinds);
+
 const char* to_string(GroupKind kind) {
-  switch (kind) {
-    case GroupKind::kTp:
-      return "tp";
-    case GroupKind::kDp:
-      return "dp";
-    case GroupKind::kPp:
-      return "pp";
-    case GroupKind::kEp:
-      return "ep";
-    case GroupKind::kExpertDp:
-      return "edp";
-    case GroupKind::kEmbedding:
-      return "embedding";
-    case GroupKind::kDpShard:
-      return "dp_shard";
-    case GroupKind::kDpReplicate:
-      return "dp_replicate";
-    case GroupKind::kCp:
-      return "cp";
-    case GroupKind::kDpCp:
-      return "dp-cp";
-  }
-  return "?";
+  return core::enum_name(kind, kGroupKindNames);
 }
 
 }  // namespace calo::parallel

@@ -8,19 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "core/divisors.h"
 #include "core/error.h"
 
 namespace calo::parallel {
 namespace {
-
-/// Positive divisors of `value` in increasing order.
-std::vector<int> divisors(int value) {
-  std::vector<int> result;
-  for (int candidate = 1; candidate <= value; ++candidate) {
-    if (value % candidate == 0) result.push_back(candidate);
-  }
-  return result;
-}
 
 /// A valid stage -> GPU order to show: the last two stages swapped ("0,1,3,2"), or "0" for one stage.
 std::string example_order(int stages) {
@@ -99,11 +91,12 @@ void check_sharding(const Layout& layout) {
         fmt::format("hybrid sharding (--fsdp-shard-group {}) shards parameters, which needs --zero 3 "
                     "(zero stage is {}); add --zero 3 or drop --fsdp-shard-group",
                     layout.fsdp_shard_size, layout.zero_stage));
-    require_input(layout.dp % layout.fsdp_shard_size == 0,
-                  fmt::format("--fsdp-shard-group {} does not divide dp={} (the shard groups tile the "
-                              "data-parallel ranks); {}",
-                              layout.fsdp_shard_size, layout.dp,
-                              nearby(divisors(layout.dp), layout.fsdp_shard_size, "--fsdp-shard-group ")));
+    require_input(
+        layout.dp % layout.fsdp_shard_size == 0,
+        fmt::format("--fsdp-shard-group {} does not divide dp={} (the shard groups tile the "
+                    "data-parallel ranks); {}",
+                    layout.fsdp_shard_size, layout.dp,
+                    nearby(core::divisors(layout.dp), layout.fsdp_shard_size, "--fsdp-shard-group ")));
   }
   require_input(
       layout.reshard_after_forward || layout.zero_stage == 3,
@@ -116,7 +109,7 @@ void check_tensor_parallel(const model::ModelSpec& model, const Layout& layout) 
   // A tp size is valid when it divides every dimension Megatron-LM splits over tp: attention heads, query
   // groups (kv heads; Megatron requires num_query_groups % tp == 0, no kv replication) and the FFN width.
   int common = std::gcd(std::gcd(model.num_attention_heads, model.num_kv_heads), model.ffn_hidden_size);
-  std::vector<int> valid_tp = divisors(common);
+  std::vector<int> valid_tp = core::divisors(common);
   require_input(model.num_attention_heads % layout.tp == 0,
                 fmt::format("tp={} does not divide {} attention heads; {}", layout.tp,
                             model.num_attention_heads, nearby(valid_tp, layout.tp)));
@@ -224,7 +217,7 @@ void check_pipeline(const model::ModelSpec& model, Layout& layout) {
     }
     if (!valid_chunks.empty()) suggestion = nearby(valid_chunks, chunks, "vpp=");
   }
-  if (suggestion.empty()) suggestion = nearby(divisors(layers), layout.pp, "pp=");
+  if (suggestion.empty()) suggestion = nearby(core::divisors(layers), layout.pp, "pp=");
   require_input(virtual_stage_count <= layers,
                 fmt::format("pp={} × vpp={} = {} stages exceed the {} layers of {}; {}", layout.pp, chunks,
                             virtual_stage_count, layers, model.name, suggestion));
@@ -266,7 +259,7 @@ void check_experts(const model::ModelSpec& model, const Layout& layout) {
                               model.name));
     return;
   }
-  std::vector<int> valid_ep = divisors(std::gcd(layout.dp, model.num_experts));
+  std::vector<int> valid_ep = core::divisors(std::gcd(layout.dp, model.num_experts));
   require_input(
       layout.dp % layout.ep == 0,
       fmt::format("ep={} does not divide dp={} (expert parallelism is carved out of data parallelism, "

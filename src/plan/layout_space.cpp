@@ -5,21 +5,13 @@
 
 #include <algorithm>
 
+#include "core/divisors.h"
 #include "core/error.h"
 #include "core/table.h"
 #include "parallel/validate.h"
 
 namespace calo::plan {
 namespace {
-
-/// Positive divisors of `value` in increasing order.
-std::vector<int> divisors_of(int value) {
-  std::vector<int> result;
-  for (int candidate = 1; candidate <= value; ++candidate) {
-    if (value % candidate == 0) result.push_back(candidate);
-  }
-  return result;
-}
 
 /// The sizes (tp, pp, dp, ep, vpp + schedule) of the space before the per-rank options.
 struct Sizes {
@@ -30,16 +22,16 @@ struct Sizes {
 std::vector<Sizes> enumerate_sizes(const SpaceRequest& request) {
   const model::ModelSpec& model = request.model;
   std::vector<Sizes> result;
-  for (int tp : divisors_of(request.gpus)) {
+  for (int tp : core::divisors(request.gpus)) {
     if (tp > request.gpus_per_node || model.num_attention_heads % tp != 0) continue;
     for (int cp = 1; cp <= request.max_cp && (request.gpus / tp) % cp == 0; cp *= 2) {
-      for (int pp : divisors_of(request.gpus / (tp * cp))) {
+      for (int pp : core::divisors(request.gpus / (tp * cp))) {
         if (pp > model.num_layers) continue;
         const int dp = request.gpus / (tp * cp * pp);
         std::vector<int> eps{1};
         if (model.is_moe()) {
           eps.clear();
-          for (int ep : divisors_of(dp)) {
+          for (int ep : core::divisors(dp)) {
             if (model.num_experts % ep == 0) eps.push_back(ep);
           }
         }
@@ -148,7 +140,7 @@ LayoutSpace enumerate_layouts(const SpaceRequest& request) {
       ++space.invalid;
       continue;
     }
-    for (int micro_batch : divisors_of(request.global_batch / sizes.dp)) {
+    for (int micro_batch : core::divisors(request.global_batch / sizes.dp)) {
       for (auto recompute :
            {parallel::Recompute::kNone, parallel::Recompute::kSelective, parallel::Recompute::kFull}) {
         for (const Sharding& sharding : shardings(sizes, request.gpus_per_node)) {

@@ -12,8 +12,10 @@
 #include <thread>
 #include <tuple>
 
+#include "core/enum_names.h"
 #include "core/error.h"
 #include "core/table.h"
+#include "core/threads.h"
 #include "graph/graph.h"
 #include "parallel/memory.h"
 #include "parallel/validate.h"
@@ -164,23 +166,17 @@ class TopScores {
 template <typename Work>
 void parallel_for(std::size_t count, int threads, Work&& work) {
   std::atomic<std::size_t> next{0};
-  std::exception_ptr failure;
-  std::mutex failure_mutex;
-  auto worker = [&] {
+  core::FirstException failure;
+  core::run_on_threads(threads, [&] {
     for (std::size_t index = next++; index < count; index = next++) {
       try {
         work(index);
       } catch (...) {
-        std::lock_guard lock(failure_mutex);
-        if (!failure) failure = std::current_exception();
+        failure.capture();
       }
     }
-  };
-  std::vector<std::thread> pool;
-  for (int thread = 1; thread < threads; ++thread) pool.emplace_back(worker);
-  worker();
-  for (auto& thread : pool) thread.join();
-  if (failure) std::rethrow_exception(failure);
+  });
+  failure.rethrow();
 }
 
 /// Progress reporting shared by the workers (callback serialised).
@@ -333,32 +329,16 @@ Objective parse_objective(const std::string& text) {
   throw InputError(fmt::format("--objective '{}': give throughput, energy or pareto", text));
 }
 
+constexpr std::array kObjectiveNames{"throughput", "energy", "pareto"};
+
 std::string to_string(Objective objective) {
-  switch (objective) {
-    case Objective::kThroughput:
-      return "throughput";
-    case Objective::kEnergy:
-      return "energy";
-    case Objective::kPareto:
-      return "pareto";
-  }
-  return "?";
+  return core::enum_name(objective, kObjectiveNames);
 }
 
+constexpr std::array kVerdictNames{"ranked", "oom", "pruned", "over-budget", "failed"};
+
 const char* to_string(Verdict verdict) {
-  switch (verdict) {
-    case Verdict::kRanked:
-      return "ranked";
-    case Verdict::kOutOfMemory:
-      return "oom";
-    case Verdict::kPruned:
-      return "pruned";
-    case Verdict::kOverBudget:
-      return "over-budget";
-    case Verdict::kFailed:
-      return "failed";
-  }
-  return "?";
+  return core::enum_name(verdict, kVerdictNames);
 }
 
 namespace {

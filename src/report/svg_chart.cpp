@@ -167,6 +167,47 @@ double colour_share(double value, double lo, double hi) {
   return (value - lo) / (hi - lo);
 }
 
+// An empty heat-map cell (no value) at (x, y), `width` x `height` with a 1-unit gap on every side.
+std::string empty_heat_cell(double x, double y, double width, double height) {
+  return fmt::format(
+      "<rect class=\"cell-empty\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\"/>\n", x + 1,
+      y + 1, width - 2, height - 2);
+}
+
+// A heat-map cell at (x, y), `width` x `height`, coloured by `share` from cool (0, light yellow) to hot (1,
+// dark red), with `title` on hover and `value_text` in its middle (white on dark cells).
+std::string heat_cell(double x, double y, double width, double height, double share, const std::string& title,
+                      const std::string& value_text) {
+  return fmt::format(
+      "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"rgb({},{},{})\">"
+      "<title>{}</title></rect><text class=\"cell\" x=\"{:.1f}\" y=\"{:.1f}\" "
+      "text-anchor=\"middle\"{}>{}</text>\n",
+      x + 1, y + 1, width - 2, height - 2, static_cast<int>(255 - 75 * share),
+      static_cast<int>(245 - 200 * share), static_cast<int>(200 - 170 * share), title, x + width / 2, y + 15,
+      share > 0.6 ? " fill=\"#fff\"" : "", value_text);
+}
+
+// The least and greatest value of a table and how many values it has, NaN (no value) left out.
+struct ValueRange {
+  double lo = 0;       // least value, or the starting lo when there is none below it
+  double hi = 0;       // greatest value, or the starting hi when there is none above it
+  int64_t points = 0;  // values that are not NaN
+};
+
+// The range of the non-NaN `values`, starting from `lo` and `hi`.
+ValueRange value_range(const std::vector<std::vector<double>>& values, double lo, double hi) {
+  ValueRange range{lo, hi, 0};
+  for (const auto& row : values) {
+    for (double value : row) {
+      if (std::isnan(value)) continue;
+      range.lo = std::min(range.lo, value);
+      range.hi = std::max(range.hi, value);
+      ++range.points;
+    }
+  }
+  return range;
+}
+
 std::pair<double, double> padded_range(double min, double max) {
   if (!std::isfinite(min) || !std::isfinite(max)) return {0, 1};
   if (max <= min) {  // flat series: a readable band around the value, not +-1 of a large number
@@ -399,24 +440,13 @@ std::string heatmap_chart(const std::string& title, const std::vector<HeatmapRow
       double x = kLabelW + kColW * static_cast<double>(column);
       double y = kHeader + kRowH * static_cast<double>(row);
       if (std::isnan(value)) {
-        out += fmt::format(
-            "<rect class=\"cell-empty\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\"/>\n",
-            x + 1, y + 1, kColW - 2, kRowH - 2);
+        out += empty_heat_cell(x, y, kColW, kRowH);
         continue;
       }
-      double share = colour_share(value, lo, hi);
-      // Cool (light yellow) to hot (dark red).
-      int red = static_cast<int>(255 - 75 * share);
-      int green = static_cast<int>(245 - 200 * share);
-      int blue = static_cast<int>(200 - 170 * share);
-      out += fmt::format(
-          "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"rgb({},{},{})\">"
-          "<title>{} {}: {}</title></rect><text class=\"cell\" x=\"{:.1f}\" y=\"{:.1f}\" "
-          "text-anchor=\"middle\"{}>{}"
-          "</text>\n",
-          x + 1, y + 1, kColW - 2, kRowH - 2, red, green, blue, escape_html(rows[row].label),
-          escape_html(column_labels[column]), format_cell(value), x + kColW / 2, y + 15,
-          share > 0.6 ? " fill=\"#fff\"" : "", format_cell(value));
+      const double share = colour_share(value, lo, hi);
+      const std::string hover = fmt::format("{} {}: {}", escape_html(rows[row].label),
+                                            escape_html(column_labels[column]), format_cell(value));
+      out += heat_cell(x, y, kColW, kRowH, share, hover, format_cell(value));
     }
   }
   out += close_figure();
@@ -540,17 +570,10 @@ std::string grouped_bar_chart(const std::string& title, const std::vector<std::s
 std::string column_chart(const std::string& title, const std::string& y_label, const std::string& y_unit,
                          const std::vector<std::string>& categories, const std::vector<std::string>& series,
                          const std::vector<std::vector<double>>& values, const std::string& kind) {
-  double hi = 0;
-  double lo = 0;
-  int64_t points = 0;
-  for (const auto& row : values) {
-    for (double value : row) {
-      if (std::isnan(value)) continue;
-      hi = std::max(hi, value);
-      lo = std::min(lo, value);
-      ++points;
-    }
-  }
+  const ValueRange range = value_range(values, 0, 0);
+  const double hi = range.hi;
+  const double lo = range.lo;
+  const int64_t points = range.points;
   Frame frame{kWidth, 230, 0, 1, lo, hi > lo ? hi * 1.12 : 1};
   std::string out = open_figure(kind, points, title, frame.width, frame.height);
   out += axes(frame, "", fmt::format("{} ({})", y_label, y_unit), false);
@@ -604,17 +627,11 @@ std::string grid_heatmap(const std::string& title, const std::string& unit,
   double cell_w = 70;
   for (const std::string& label : row_labels) label_w = std::max(label_w, 16.0 + 6.2 * label.size());
   for (const std::string& label : column_labels) cell_w = std::max(cell_w, 12.0 + 6.2 * label.size());
-  double lo = std::numeric_limits<double>::infinity();
-  double hi = -lo;
-  int64_t points = 0;
-  for (const auto& row : values) {
-    for (double value : row) {
-      if (std::isnan(value)) continue;
-      lo = std::min(lo, value);
-      hi = std::max(hi, value);
-      ++points;
-    }
-  }
+  const ValueRange range =
+      value_range(values, std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity());
+  const double lo = range.lo;
+  const double hi = range.hi;
+  const int64_t points = range.points;
   const double columns = static_cast<double>(column_labels.size());
   // Wide enough for the legend line under the cells (better-worse legends run to ~75 characters).
   const double legend_w = better == Better::kNeither ? 300.0 : 480.0;
@@ -634,21 +651,15 @@ std::string grid_heatmap(const std::string& title, const std::string& unit,
       double value = row < values.size() && column < values[row].size() ? values[row][column] : std::nan("");
       double x = label_w + cell_w * static_cast<double>(column);
       if (std::isnan(value)) {
-        out += fmt::format(
-            "<rect class=\"cell-empty\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\"/>\n",
-            x + 1, y + 1, cell_w - 2, kCellH - 2);
+        out += empty_heat_cell(x, y, cell_w, kCellH);
         continue;
       }
       double share = colour_share(value, lo, hi);
       if (better == Better::kLower && colour_share(hi, lo, hi) > 0) share = 1 - share;  // dark = the good end
-      out += fmt::format(
-          "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"rgb({},{},{})\">"
-          "<title>{} {}: {} {}</title></rect><text class=\"cell\" x=\"{:.1f}\" y=\"{:.1f}\" "
-          "text-anchor=\"middle\"{}>{}</text>\n",
-          x + 1, y + 1, cell_w - 2, kCellH - 2, static_cast<int>(255 - 75 * share),
-          static_cast<int>(245 - 200 * share), static_cast<int>(200 - 170 * share),
-          escape_html(row_labels[row]), escape_html(column_labels[column]), format_cell(value),
-          escape_html(unit), x + cell_w / 2, y + 15, share > 0.6 ? " fill=\"#fff\"" : "", format_cell(value));
+      const std::string hover =
+          fmt::format("{} {}: {} {}", escape_html(row_labels[row]), escape_html(column_labels[column]),
+                      format_cell(value), escape_html(unit));
+      out += heat_cell(x, y, cell_w, kCellH, share, hover, format_cell(value));
     }
   }
   const std::string low = points > 0 ? format_cell(lo) : "-";

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "core/config.h"
+#include "core/enum_names.h"
 #include "core/error.h"
 
 namespace calo::sim {
@@ -333,20 +334,11 @@ CollectiveSpec parse_collective(const nlohmann::json& object, const std::string&
 
 }  // namespace
 
+constexpr std::array kPowerClassNames{"gemm", "attention", "elementwise", "optimizer", "communication"};
+static_assert(kPowerClassNames.size() == kNumPowerClasses);
+
 const char* to_string(PowerClass power_class) {
-  switch (power_class) {
-    case PowerClass::kGemm:
-      return "gemm";
-    case PowerClass::kAttention:
-      return "attention";
-    case PowerClass::kElementwise:
-      return "elementwise";
-    case PowerClass::kOptimizer:
-      return "optimizer";
-    case PowerClass::kCommunication:
-      return "communication";
-  }
-  return "?";
+  return core::enum_name(power_class, kPowerClassNames);
 }
 
 double ClusterSpec::slot_inlet_c(int slot) const {

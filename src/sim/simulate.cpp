@@ -95,6 +95,14 @@ struct GpuState {
   ThermalState thermal;          ///< die and sink temperatures
 };
 
+/// Throws InputError unless `values` (`what`, e.g. "speed factors") is empty or holds one value per GPU of
+/// `world`.
+template <typename Value>
+void require_per_gpu(const std::vector<Value>& values, int world, std::string_view what) {
+  require_input(values.empty() || static_cast<int>(values.size()) == world,
+                fmt::format("{} {} given for {} GPUs; give one per GPU or none", values.size(), what, world));
+}
+
 /// Stage 1: options that cannot apply to this graph end the simulation before any work.
 void validate_options(const graph::Graph& graph, const SimOptions& options) {
   const int world = graph.world_size();
@@ -110,25 +118,15 @@ void validate_options(const graph::Graph& graph, const SimOptions& options) {
   require_input(options.warmup_steps >= 0 && options.warmup_steps < options.steps,
                 fmt::format("--warmup {} must be in [0, --steps {}): warm-up steps are part of --steps",
                             options.warmup_steps, options.steps));
-  require_input(options.speed_factors.empty() || static_cast<int>(options.speed_factors.size()) == world,
-                fmt::format("{} speed factors given for {} GPUs; give one per GPU or none",
-                            options.speed_factors.size(), world));
+  require_per_gpu(options.speed_factors, world, "speed factors");
   for (double speed : options.speed_factors) {
     require_input(speed > 0 && speed <= 10,
                   fmt::format("speed factor {} is out of range; use (0, 10]", speed));
   }
-  require_input(options.inlet_offset_c.empty() || static_cast<int>(options.inlet_offset_c.size()) == world,
-                fmt::format("{} inlet offsets given for {} GPUs; give one per GPU or none",
-                            options.inlet_offset_c.size(), world));
-  require_input(options.slot_of_rank.empty() || static_cast<int>(options.slot_of_rank.size()) == world,
-                fmt::format("{} slots given for {} GPUs; give one per GPU or none",
-                            options.slot_of_rank.size(), world));
-  require_input(options.power_limit_w.empty() || static_cast<int>(options.power_limit_w.size()) == world,
-                fmt::format("{} power caps given for {} GPUs; give one per GPU or none",
-                            options.power_limit_w.size(), world));
-  require_input(options.max_clock_mhz.empty() || static_cast<int>(options.max_clock_mhz.size()) == world,
-                fmt::format("{} clock locks given for {} GPUs; give one per GPU or none",
-                            options.max_clock_mhz.size(), world));
+  require_per_gpu(options.inlet_offset_c, world, "inlet offsets");
+  require_per_gpu(options.slot_of_rank, world, "slots");
+  require_per_gpu(options.power_limit_w, world, "power caps");
+  require_per_gpu(options.max_clock_mhz, world, "clock locks");
   require_input(options.fixed_clock_mhz < 0 || options.fixed_clock_mhz > 0,
                 fmt::format("--fixed-clock-mhz {} must be > 0", options.fixed_clock_mhz));
 }

@@ -81,6 +81,28 @@ void bind_optional(Statement& statement, int index, int64_t value) {
   }
 }
 
+// An integer column bound as NULL when it is kNone.
+struct Nullable {
+  int64_t value = kNone;
+};
+
+void bind_value(Statement& statement, int index, Nullable nullable) {
+  bind_optional(statement, index, nullable.value);
+}
+
+template <typename Value>
+void bind_value(Statement& statement, int index, const Value& value) {
+  statement.bind(index, value);
+}
+
+// Binds `values` to parameters 1, 2, ... in order and runs `statement`.
+template <typename... Values>
+void insert_row(Statement& statement, const Values&... values) {
+  int index = 0;
+  (bind_value(statement, ++index, values), ...);
+  statement.run();
+}
+
 // ended_ns update queued behind the data.
 struct RunEnd {
   int64_t ended_ns = 0;
@@ -108,60 +130,32 @@ class MiscRowWriter {
 
   // Inserts (or replaces) the device row of `device`.
   void operator()(const DeviceInfo& device) {
-    insert_device_.bind(1, int64_t{device.idx});
-    insert_device_.bind(2, int64_t{device.node});
-    insert_device_.bind(3, int64_t{device.slot});
-    insert_device_.bind(4, to_string(device.kind));
-    insert_device_.bind(5, device.name);
-    insert_device_.bind(6, device.uuid);
-    insert_device_.bind(7, device.pci_bus);
-    insert_device_.bind(8, device.power_limit_w);
-    insert_device_.bind(9, device.max_sm_mhz);
-    insert_device_.bind(10, device.driver);
-    insert_device_.run();
+    insert_row(insert_device_, int64_t{device.idx}, int64_t{device.node}, int64_t{device.slot},
+               to_string(device.kind), device.name, device.uuid, device.pci_bus, device.power_limit_w,
+               device.max_sm_mhz, device.driver);
   }
 
   // Inserts the metric row of `metric` unless its id is already stored.
   void operator()(const MetricInfo& metric) {
-    insert_metric_.bind(1, int64_t{metric.id});
-    insert_metric_.bind(2, metric.name);
-    insert_metric_.bind(3, metric.unit);
-    insert_metric_.bind(4, to_string(metric.kind));
-    insert_metric_.run();
+    insert_row(insert_metric_, int64_t{metric.id}, metric.name, metric.unit, to_string(metric.kind));
   }
 
   // Inserts one span row (kNone fields as NULL).
   void operator()(const Span& span) {
-    bind_optional(insert_span_, 1, span.rank);
-    bind_optional(insert_span_, 2, span.device_idx);
-    insert_span_.bind(3, to_string(span.kind));
-    insert_span_.bind(4, span.name);
-    insert_span_.bind(5, span.category);
-    insert_span_.bind(6, span.t_begin_ns);
-    insert_span_.bind(7, span.t_end_ns);
-    bind_optional(insert_span_, 8, span.step);
-    bind_optional(insert_span_, 9, span.microbatch);
-    bind_optional(insert_span_, 10, span.stage);
-    insert_span_.run();
+    insert_row(insert_span_, Nullable{span.rank}, Nullable{span.device_idx}, to_string(span.kind), span.name,
+               span.category, span.t_begin_ns, span.t_end_ns, Nullable{span.step}, Nullable{span.microbatch},
+               Nullable{span.stage});
   }
 
   // Inserts one summary row.
   void operator()(const SummaryRow& row) {
-    insert_summary_.bind(1, row.scope);
-    insert_summary_.bind(2, row.key);
-    insert_summary_.bind(3, row.value);
-    insert_summary_.bind(4, row.unit);
-    insert_summary_.run();
+    insert_row(insert_summary_, row.scope, row.key, row.value, row.unit);
   }
 
   // Inserts one event row (device_idx kNone as NULL).
   void operator()(const Event& event) {
-    insert_event_.bind(1, event.t_ns);
-    insert_event_.bind(2, to_string(event.level));
-    bind_optional(insert_event_, 3, event.device_idx);
-    insert_event_.bind(4, event.source);
-    insert_event_.bind(5, event.message);
-    insert_event_.run();
+    insert_row(insert_event_, event.t_ns, to_string(event.level), Nullable{event.device_idx}, event.source,
+               event.message);
   }
 
   // Stores the run's ended_ns.
@@ -342,16 +336,8 @@ RunWriter::RunWriter(const std::filesystem::path& run_dir, RunInfo info, WriterO
   Statement insert_run(db,
                        "INSERT INTO run(id, kind, name, command, config_json, host, started_ns, ended_ns, "
                        "wall_offset_ns, version) VALUES(1,?,?,?,?,?,?,?,?,?)");
-  insert_run.bind(1, to_string(info.kind));
-  insert_run.bind(2, info.name);
-  insert_run.bind(3, info.command);
-  insert_run.bind(4, info.config_json);
-  insert_run.bind(5, info.host);
-  insert_run.bind(6, info.started_ns);
-  insert_run.bind(7, info.ended_ns);
-  insert_run.bind(8, info.wall_offset_ns);
-  insert_run.bind(9, info.version);
-  insert_run.run();
+  insert_row(insert_run, to_string(info.kind), info.name, info.command, info.config_json, info.host,
+             info.started_ns, info.ended_ns, info.wall_offset_ns, info.version);
   db.exec("COMMIT");
   std::string multi_row_sql =
       "INSERT INTO sample(device_idx, metric_id, t_ns, value, sensor_t_ns) VALUES(?,?,?,?,?)";

@@ -19,6 +19,12 @@ int64_t column_optional(const Statement& statement, int index) {
   return statement.column_is_null(index) ? kNone : statement.column_int(index);
 }
 
+// The metric of the current row of a "SELECT id, name, unit, kind FROM metric" query.
+MetricInfo metric_of_row(const Statement& query) {
+  return MetricInfo{static_cast<int32_t>(query.column_int(0)), query.column_text(1), query.column_text(2),
+                    parse_metric_kind(query.column_text(3))};
+}
+
 }  // namespace
 
 // Latest host CLOCK_MONOTONIC a run may state (~126 years of uptime): far from int64's end, so sums of stored
@@ -136,8 +142,7 @@ std::vector<MetricInfo> RunReader::metrics() const {
   Statement query(*impl_->db, "SELECT id, name, unit, kind FROM metric ORDER BY id");
   std::vector<MetricInfo> metrics;
   while (query.step()) {
-    metrics.push_back(MetricInfo{static_cast<int32_t>(query.column_int(0)), query.column_text(1),
-                                 query.column_text(2), parse_metric_kind(query.column_text(3))});
+    metrics.push_back(metric_of_row(query));
   }
   return metrics;
 }
@@ -146,8 +151,7 @@ std::optional<MetricInfo> RunReader::find_metric(std::string_view name) const {
   Statement query(*impl_->db, "SELECT id, name, unit, kind FROM metric WHERE name = ?");
   query.bind(1, name);
   if (!query.step()) return std::nullopt;
-  return MetricInfo{static_cast<int32_t>(query.column_int(0)), query.column_text(1), query.column_text(2),
-                    parse_metric_kind(query.column_text(3))};
+  return metric_of_row(query);
 }
 
 void RunReader::for_each_sample(int32_t device_idx, int32_t metric_id,

@@ -105,33 +105,7 @@ struct OpenSources {
 
 OpenSources open_sources(const RecordOptions& options, std::vector<std::string>& notes) {
   OpenSources sources{open_local_sources(options.gpus), {}};
-  bool any_gpu = false;
-  std::vector<std::string> gpu_reasons;
-  for (auto& source : sources.owned) {
-    if (!options.sources.empty() &&
-        std::find(options.sources.begin(), options.sources.end(), source->name()) == options.sources.end()) {
-      continue;
-    }
-    if (!source->available()) {
-      if (source->name() != "procfs")
-        gpu_reasons.push_back(source->name() + ": " + source->unavailable_reason());
-      else
-        notes.push_back("host metrics not available: " + source->unavailable_reason());
-      continue;
-    }
-    if (source->name() != "procfs") any_gpu = true;
-    if (std::string scope = source->scope_note(); !scope.empty())
-      notes.push_back(source->name() + ": " + scope);
-    sources.used.push_back(source.get());
-  }
-  std::stable_sort(sources.used.begin(), sources.used.end(), [](const Source* left, const Source* right) {
-    return left->name() != "procfs" && right->name() == "procfs";
-  });
-  if (!any_gpu) {
-    std::string joined;
-    for (const auto& reason : gpu_reasons) joined += (joined.empty() ? "" : "; ") + reason;
-    notes.push_back("GPUs: not available (" + joined + "); recording host metrics only");
-  }
+  sources.used = usable_sources(sources.owned, options.sources, "GPUs", notes);
   return sources;
 }
 

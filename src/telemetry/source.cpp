@@ -1,22 +1,19 @@
 // Source helpers shared by every telemetry source: kind names, counter unwrapping, opening local sources.
 #include "telemetry/source.h"
 
+#include <algorithm>
+
+#include "core/enum_names.h"
 #include "telemetry/amdsmi_source.h"
 #include "telemetry/nvml_source.h"
 #include "telemetry/procfs_source.h"
 
 namespace calo::telemetry {
 
+constexpr std::array kMetricKindNames{"gauge", "counter", "bitmask"};
+
 std::string_view metric_kind_name(MetricKind kind) {
-  switch (kind) {
-    case MetricKind::kGauge:
-      return "gauge";
-    case MetricKind::kCounter:
-      return "counter";
-    case MetricKind::kBitmask:
-      return "bitmask";
-  }
-  return "gauge";
+  return core::enum_name(kind, kMetricKindNames, "gauge");
 }
 
 uint64_t CounterUnwrapper::unwrap(uint64_t raw) {
@@ -42,6 +39,41 @@ std::vector<std::unique_ptr<Source>> open_local_sources(const GpuScope& gpu_scop
   sources.push_back(std::make_unique<AmdSmiSource>());
   sources.push_back(std::make_unique<ProcfsSource>());
   return sources;
+}
+
+std::vector<Source*> usable_sources(const std::vector<std::unique_ptr<Source>>& sources,
+                                    const std::vector<std::string>& only_names,
+                                    std::string_view no_gpu_subject, std::vector<std::string>& notes) {
+  std::vector<Source*> used;
+  bool any_gpu = false;
+  std::vector<std::string> gpu_reasons;
+  for (const auto& source : sources) {
+    if (!only_names.empty() &&
+        std::find(only_names.begin(), only_names.end(), source->name()) == only_names.end()) {
+      continue;
+    }
+    if (!source->available()) {
+      if (source->name() != "procfs")
+        gpu_reasons.push_back(source->name() + ": " + source->unavailable_reason());
+      else
+        notes.push_back("host metrics not available: " + source->unavailable_reason());
+      continue;
+    }
+    if (source->name() != "procfs") any_gpu = true;
+    if (std::string scope = source->scope_note(); !scope.empty())
+      notes.push_back(source->name() + ": " + scope);
+    used.push_back(source.get());
+  }
+  std::stable_sort(used.begin(), used.end(), [](const Source* left, const Source* right) {
+    return left->name() != "procfs" && right->name() == "procfs";
+  });
+  if (!any_gpu) {
+    std::string joined;
+    for (const auto& reason : gpu_reasons) joined += (joined.empty() ? "" : "; ") + reason;
+    notes.push_back(std::string(no_gpu_subject) + ": not available (" + joined +
+                    "); recording host metrics only");
+  }
+  return used;
 }
 
 }  // namespace calo::telemetry

@@ -108,6 +108,13 @@ class Source {
 /// so callers can say why they cannot read (check available()). NVML reads only the GPUs `gpu_scope` admits.
 std::vector<std::unique_ptr<Source>> open_local_sources(const GpuScope& gpu_scope = {});
 
+/// The sources of `sources` that can be read and that `only_names` names (empty: all), GPUs first (in source
+/// order), then the host (procfs). Appends to `notes` why a source cannot be read and each one's scope note;
+/// with no GPU source, "<no_gpu_subject>: not available (<reasons>); recording host metrics only".
+std::vector<Source*> usable_sources(const std::vector<std::unique_ptr<Source>>& sources,
+                                    const std::vector<std::string>& only_names,
+                                    std::string_view no_gpu_subject, std::vector<std::string>& notes);
+
 /// Unwraps a counter read as an unsigned integer of `width_bits` (32 or 64) into a growing 64-bit total.
 class CounterUnwrapper {
  public:

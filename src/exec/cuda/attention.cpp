@@ -94,54 +94,62 @@ QueryBlock query_block(const graph::AttentionShape& shape, const AttentionLayout
   return query;
 }
 
+/// Row length and batch stride of one operand of the batched attention GEMMs, in values.
+struct BatchedOperand {
+  std::int64_t ld = 0;      ///< row length
+  std::int64_t stride = 0;  ///< values between kv heads
+};
+
+/// A score block: rows of `keys` values, one per kv head.
+BatchedOperand score_operand(const AttentionLayout& layout) {
+  return {layout.keys, layout.score_stride};
+}
+
+/// A query-side block (q, o, d_out, d_q): head rows of the group's query heads.
+BatchedOperand query_operand(const AttentionLayout& layout) {
+  return {layout.head_dim, layout.q_stride};
+}
+
+/// Key-side rows (k, v, d_k, d_v): head rows of one kv head.
+BatchedOperand kv_operand(const AttentionLayout& layout) {
+  return {layout.head_dim, layout.kv_stride};
+}
+
+/// An [m, n] = [m, k] x [k, n] product batched over the kv heads, with operands `a`, `b` and `c`.
+GemmCall batched_call(const AttentionLayout& layout, std::int64_t m, std::int64_t n, std::int64_t k,
+                      BatchedOperand a, BatchedOperand b, BatchedOperand c) {
+  return {.m = m,
+          .n = n,
+          .k = k,
+          .lda = a.ld,
+          .ldb = b.ld,
+          .ldc = c.ld,
+          .batch = layout.kv_heads,
+          .stride_a = a.stride,
+          .stride_b = b.stride,
+          .stride_c = c.stride};
+}
+
 /// [block rows, columns] score-shaped product of a query-side block and key-side rows transposed (S, dP).
 GemmCall rows_by_keys_call(const AttentionLayout& layout, std::int64_t columns) {
-  GemmCall call;
-  call.m = layout.block_rows;
-  call.n = columns;
-  call.k = layout.head_dim;
+  GemmCall call = batched_call(layout, layout.block_rows, columns, layout.head_dim, query_operand(layout),
+                               kv_operand(layout), score_operand(layout));
   call.transpose_b = true;
-  call.lda = layout.head_dim;
-  call.ldb = layout.head_dim;
-  call.ldc = layout.keys;
-  call.batch = layout.kv_heads;
-  call.stride_a = layout.q_stride;
-  call.stride_b = layout.kv_stride;
-  call.stride_c = layout.score_stride;
   return call;
 }
 
 /// [block rows, head_dim] query-side product of a score block and key-side rows (O, dQ).
 GemmCall rows_by_head_dim_call(const AttentionLayout& layout, std::int64_t columns) {
-  GemmCall call;
-  call.m = layout.block_rows;
-  call.n = layout.head_dim;
-  call.k = columns;
-  call.lda = layout.keys;
-  call.ldb = layout.head_dim;
-  call.ldc = layout.head_dim;
-  call.batch = layout.kv_heads;
-  call.stride_a = layout.score_stride;
-  call.stride_b = layout.kv_stride;
-  call.stride_c = layout.q_stride;
-  return call;
+  return batched_call(layout, layout.block_rows, layout.head_dim, columns, score_operand(layout),
+                      kv_operand(layout), query_operand(layout));
 }
 
 /// [columns, head_dim] key-side gradient accumulated from a score block transposed and a query-side block
 /// (dV, dK).
 GemmCall keys_by_head_dim_call(const AttentionLayout& layout, std::int64_t columns) {
-  GemmCall call;
-  call.m = columns;
-  call.n = layout.head_dim;
-  call.k = layout.block_rows;
+  GemmCall call = batched_call(layout, columns, layout.head_dim, layout.block_rows, score_operand(layout),
+                               query_operand(layout), kv_operand(layout));
   call.transpose_a = true;
-  call.lda = layout.keys;
-  call.ldb = layout.head_dim;
-  call.ldc = layout.head_dim;
-  call.batch = layout.kv_heads;
-  call.stride_a = layout.score_stride;
-  call.stride_b = layout.q_stride;
-  call.stride_c = layout.kv_stride;
   call.beta = 1.0f;
   return call;
 }

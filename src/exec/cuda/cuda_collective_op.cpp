@@ -41,31 +41,14 @@ void prepare_all_to_all(CudaContext& context, CudaOp& prepared, std::uint64_t se
   const bool expert_parallel = split.expert_parallel;
   const std::vector<std::int64_t>& rows = split.rows;
   const bool combine = expert_parallel && (context.all_to_all_seen[op.stream]++ % 2 == 1);
-  prepared.send_counts.assign(static_cast<size_t>(members), 0);
-  prepared.recv_counts.assign(static_cast<size_t>(members), 0);
-  prepared.send_offsets.assign(static_cast<size_t>(members), 0);
-  prepared.recv_offsets.assign(static_cast<size_t>(members), 0);
-  prepared.peer_send_offset_to_me.assign(static_cast<size_t>(members), 0);
-  std::int64_t send_total = 0;
-  std::int64_t recv_total = 0;
-  for (std::int64_t peer = 0; peer < members; ++peer) {
-    const auto index = static_cast<size_t>(peer);
-    const std::int64_t send_rows = combine ? rows[static_cast<size_t>(me)] : rows[index];
-    const std::int64_t recv_rows = combine ? rows[index] : rows[static_cast<size_t>(me)];
-    prepared.send_counts[index] = send_rows * row_values;
-    prepared.recv_counts[index] = recv_rows * row_values;
-    prepared.send_offsets[index] = send_total;
-    prepared.recv_offsets[index] = recv_total;
-    send_total += prepared.send_counts[index];
-    recv_total += prepared.recv_counts[index];
-    std::int64_t offset_rows = 0;
-    if (combine) {
-      offset_rows = me * rows[index];
-    } else {
-      for (std::int64_t before = 0; before < me; ++before) offset_rows += rows[static_cast<size_t>(before)];
-    }
-    prepared.peer_send_offset_to_me[index] = offset_rows * row_values;
-  }
+  AllToAllCounts counts = all_to_all_counts(rows, me, row_values, combine);
+  prepared.send_counts = std::move(counts.send_counts);
+  prepared.recv_counts = std::move(counts.recv_counts);
+  prepared.send_offsets = std::move(counts.send_offsets);
+  prepared.recv_offsets = std::move(counts.recv_offsets);
+  prepared.peer_send_offset_to_me = std::move(counts.peer_send_offset_to_me);
+  const std::int64_t send_total = counts.send_elements;
+  const std::int64_t recv_total = counts.recv_elements;
   prepared.elements = send_total;
   const std::string send_role = fmt::format("coll.send.{}", graph::to_string(op.stream));
   const std::string recv_role = fmt::format("coll.recv.{}", graph::to_string(op.stream));

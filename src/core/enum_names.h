@@ -1,0 +1,19 @@
+// Names of enums from one table per enum (the to_string of many modules): the table lists a name per
+// enumerator in declaration order, the enumerators running 0, 1, 2, ...
+#pragma once
+
+#include <array>
+#include <cstddef>
+
+namespace calo::core {
+
+/// The name of `value` in `names` (one per enumerator, in declaration order from 0), or `fallback` when
+/// `value` lies outside the table.
+template <typename Enum, std::size_t N>
+constexpr const char* enum_name(Enum value, const std::array<const char*, N>& names,
+                                const char* fallback = "?") {
+  const auto index = static_cast<std::size_t>(value);
+  return index < N ? names[index] : fallback;
+}
+
+}  // namespace calo::core

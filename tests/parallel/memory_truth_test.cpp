@@ -31,9 +31,10 @@ Recompute recompute_named(const std::string& name) {
   return Recompute::kNone;
 }
 
-// Every measured line with the model's breakdown for the same model slice and layout (one GPU).
-std::vector<Truth> load_truths() {
-  std::ifstream in(std::string(CALO_SOURCE_DIR) + "/tests/fixtures/memory-truth-h200/memory_truth.jsonl");
+// Every line of the fixture file `name` with the model's breakdown for the same model slice and layout (one
+// GPU); `recompute_of` maps the line's recompute name to the model's.
+std::vector<Truth> load_lines(const std::string& name, Recompute (*recompute_of)(const std::string&)) {
+  std::ifstream in(std::string(CALO_SOURCE_DIR) + "/tests/fixtures/memory-truth-h200/" + name);
   std::vector<Truth> truths;
   std::string line;
   while (std::getline(in, line)) {
@@ -45,11 +46,16 @@ std::vector<Truth> load_truths() {
     layout.micro_batch = truth.row.at("mbs").get<int>();
     layout.global_batch = layout.micro_batch;
     layout.seq_length = truth.row.at("seq").get<int>();
-    layout.recompute = recompute_named(truth.row.at("recompute").get<std::string>());
+    layout.recompute = recompute_of(truth.row.at("recompute").get<std::string>());
     truth.model = memory_per_gpu(model, resolve_layout(model, layout));
     truths.push_back(truth);
   }
   return truths;
+}
+
+// The PyTorch trainer's lines (memory_truth.jsonl).
+std::vector<Truth> load_truths() {
+  return load_lines("memory_truth.jsonl", recompute_named);
 }
 
 double error(double model, double measured) {
@@ -112,27 +118,12 @@ TEST(MemoryTruth, ActivationsAndPeakWithinTodaysErrorOfEveryConfiguration) {
   }
 }
 
-/// One line of torchtitan.jsonl with the model's breakdown of the same shapes (one GPU).
+/// torchtitan's lines (torchtitan.jsonl). Its selective AC is not calo's: it is compared as no recompute
+/// (what calo would hold).
 std::vector<Truth> load_torchtitan_truths() {
-  std::ifstream in(std::string(CALO_SOURCE_DIR) + "/tests/fixtures/memory-truth-h200/torchtitan.jsonl");
-  std::vector<Truth> truths;
-  std::string line;
-  while (std::getline(in, line)) {
-    Truth truth;
-    truth.row = nlohmann::json::parse(line);
-    model::ModelSpec model = model::load_model("llama3-8b");
-    model.num_layers = truth.row.at("layers").get<int>();
-    Layout layout;
-    layout.micro_batch = truth.row.at("mbs").get<int>();
-    layout.global_batch = layout.micro_batch;
-    layout.seq_length = truth.row.at("seq").get<int>();
-    // torchtitan's selective AC is not calo's: compare it as no recompute (what calo would hold).
-    const std::string recompute = truth.row.at("recompute").get<std::string>();
-    layout.recompute = recompute == "full" ? Recompute::kFull : Recompute::kNone;
-    truth.model = memory_per_gpu(model, resolve_layout(model, layout));
-    truths.push_back(truth);
-  }
-  return truths;
+  return load_lines("torchtitan.jsonl", [](const std::string& name) {
+    return name == "full" ? Recompute::kFull : Recompute::kNone;
+  });
 }
 
 /// The torchtitan line named `name`.

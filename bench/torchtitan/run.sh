@@ -3,11 +3,16 @@
 # (compile off and on) under `calo record --markers torchtitan`, and by `calo bench --backend cuda`; step time,
 # tokens/s, peak memory, mean/peak power per GPU and energy per step of each, in one summary.
 #
-#   1. here (build machine):  bench/torchtitan/run.sh stage    downloads the wheels, packs them into .carry/torchtitan-site.tar.xz
-#                             bench/gpu/exec_run.sh stage       builds calo into .carry/exec-cuda-bin
-#   2. GPU host (repo root, carry .carry/torchtitan-site.tar.xz and .carry/exec-cuda-bin):
+#   1. here (build machine):  bench/gpu/exec_run.sh stage       builds calo into .carry/exec-cuda-bin
+#                             bench/torchtitan/run.sh stage    downloads the wheels, packs them into
+#                                                              .carry/torchtitan-site.tar.xz, and copies calo alone
+#                                                              into .carry/calo-bin (the repo, the site and all of
+#                                                              exec-cuda-bin together pass the 64 MiB carry limit)
+#   2. GPU host (repo root, carry .carry/torchtitan-site.tar.xz and .carry/calo-bin):
 #                             bash bench/torchtitan/run.sh      [TITAN_LAYERS=4 TITAN_SEQ=8192 TITAN_STEPS=30
-#                                                                TITAN_NPROC=1 TITAN_CASES="eager compile calo"]
+#                                                                TITAN_NPROC=1 TITAN_CALO_BIN=.carry/calo-bin
+#                                                                TITAN_CASES="eager compile calo"; also profile,
+#                                                                selective, memory]
 #      writes $OUT/titan_summary.txt (the figures) and $OUT/titan_runs.tar.gz (every log, JSON and run directory).
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -29,6 +34,11 @@ if [ "${1:-}" = "stage" ]; then
   tar -cJf "$repo/.carry/torchtitan-site.tar.xz" -C "$site" .
   rm -rf "$site" "$wheels"
   du -sh "$repo/.carry/torchtitan-site.tar.xz"
+  if [ -f "$repo/.carry/exec-cuda-bin/calo.xz" ]; then
+    mkdir -p "$repo/.carry/calo-bin" && cp "$repo/.carry/exec-cuda-bin/calo.xz" "$repo/.carry/calo-bin/"
+  else
+    echo "no .carry/exec-cuda-bin/calo.xz: run bench/gpu/exec_run.sh stage first, then this again" >&2
+  fi
   exit 0
 fi
 
@@ -52,7 +62,7 @@ tar -xJf "$repo/.carry/torchtitan-site.tar.xz" -C "$work/site" || say "unpacking
 export PYTHONPATH="$work/site${PYTHONPATH:+:$PYTHONPATH}"
 # shellcheck source=bench/gpu/unpack_carry.sh
 source "$repo/bench/gpu/unpack_carry.sh"
-bin="$(unpack_carry "$repo/${TITAN_CALO_BIN:-.carry/exec-cuda-bin}" titan-calo)"
+bin="$(unpack_carry "$repo/${TITAN_CALO_BIN:-.carry/calo-bin}" titan-calo)"
 say "# $(nvidia-smi --query-gpu=name,power.limit,driver_version --format=csv,noheader | head -1)"
 say "# torch $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -1); torchtitan 0.2.2; layers $layers seq $seq steps $steps nproc $nproc"
 

@@ -22,6 +22,19 @@ TEST(Config, ParsesYamlScalarsToTypedJson) {
   EXPECT_EQ(json["f"].size(), 2u);
 }
 
+TEST(Config, NumbersAreReadWhateverTheyStartWithAndWordsStayText) {
+  // Only text that begins like a number is tried as one; every way a number can begin still reads as one.
+  auto json = parse_yaml("a: +5\nb: .5\nc: -2\nd: 0x10\ne: x1\nf: e5\ng: 5x\nh: '-'\n", "test");
+  EXPECT_EQ(json["a"].get<int>(), 5);
+  EXPECT_DOUBLE_EQ(json["b"].get<double>(), 0.5);
+  EXPECT_EQ(json["c"].get<int>(), -2);
+  EXPECT_DOUBLE_EQ(json["d"].get<double>(), 16.0);  // std::stod reads hexadecimal
+  EXPECT_EQ(json["e"].get<std::string>(), "x1");
+  EXPECT_EQ(json["f"].get<std::string>(), "e5");
+  EXPECT_EQ(json["g"].get<std::string>(), "5x");
+  EXPECT_EQ(json["h"].get<std::string>(), "-");
+}
+
 TEST(Config, MalformedYamlNamesOriginAndLine) {
   try {
     parse_yaml("a: [1, 2\nb: 3\n", "broken.yaml");

@@ -7,10 +7,14 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
 
 #include "core/config.h"
 #include "core/error.h"
 #include "core/output_file.h"
+#include "core/threads.h"
 
 namespace calo::calibrate {
 
@@ -34,60 +38,77 @@ std::string sweep_key(const MeasuredRun& run) {
   return run.model->name + " " + parallel::to_json(layout).dump();
 }
 
-std::vector<HeldOutRun> leave_one_out(const std::vector<MeasuredRun>& runs, const sim::ClusterSpec& base,
-                                      const FitSettings& settings, const CalibrateOptions& options) {
-  std::vector<HeldOutRun> rows;
-  std::vector<std::size_t> simulatable;
+/// Leave-one-out of the runs the simulator can replay: each one predicted by the fit made without it.
+HeldOutRun held_out_run(const std::vector<MeasuredRun>& runs, std::size_t held, const sim::ClusterSpec& base,
+                        const FitSettings& settings) {
+  std::vector<MeasuredRun> others;
   for (std::size_t index = 0; index < runs.size(); ++index) {
-    if (runs[index].simulatable()) simulatable.push_back(index);
+    if (index != held) others.push_back(runs[index]);
   }
-  if (simulatable.size() < 2) return rows;
-  for (std::size_t held : simulatable) {
-    if (options.progress)
-      options.progress(fmt::format("leave-one-out: fitting without {}", runs[held].label));
-    std::vector<MeasuredRun> others;
-    for (std::size_t index = 0; index < runs.size(); ++index) {
-      if (index != held) others.push_back(runs[index]);
-    }
-    const FitResult fit = fit_cluster(others, base, settings);
-    const MeasuredRun& run = runs[held];
-    HeldOutRun row{run.label,
-                   run.layout.micro_batch,
-                   sweep_key(run),
-                   run.figures,
-                   simulate_run(run, run_graph(run), cluster_for_run(fit, run)),
-                   {}};
-    for (const StageFit& stage : fit.stages)
-      row.parameters.insert(row.parameters.end(), stage.parameters.begin(), stage.parameters.end());
-    rows.push_back(std::move(row));
-  }
-  return rows;
+  const FitResult fit = fit_cluster(others, base, settings);
+  const MeasuredRun& run = runs[held];
+  HeldOutRun row{run.label,
+                 run.layout.micro_batch,
+                 sweep_key(run),
+                 run.figures,
+                 simulate_run(run, run_graph(run), cluster_for_run(fit, run)),
+                 {}};
+  for (const StageFit& stage : fit.stages)
+    row.parameters.insert(row.parameters.end(), stage.parameters.begin(), stage.parameters.end());
+  return row;
 }
 
-/// Leave-one-out of the thermal-only runs: each one's sustained peak temperature, replayed from its measured
-/// power by the thermal stage fitted without it (the other stages do not see these runs).
-std::vector<HeldOutRun> leave_thermal_runs_out(const std::vector<MeasuredRun>& runs,
-                                               const sim::ClusterSpec& base, const FitSettings& settings,
-                                               const CalibrateOptions& options) {
-  std::vector<HeldOutRun> rows;
-  for (std::size_t held = 0; held < settings.thermal_runs.size(); ++held) {
-    const MeasuredRun& run = settings.thermal_runs[held];
-    if (options.progress)
-      options.progress(fmt::format("leave-one-out: fitting without {} (thermal)", run.label));
-    FitSettings without = settings;
-    without.thermal_runs.erase(without.thermal_runs.begin() + static_cast<std::ptrdiff_t>(held));
-    const FitResult fit = fit_cluster(runs, base, without);
-    RunFigures measured, predicted;
-    measured.peak_temp_c = run.figures.peak_temp_c;
-    predicted.peak_temp_c = replayed_peak_temp_c(run, cluster_for_run(fit, run));
-    HeldOutRun row{run.label, 0, "", measured, predicted, {}, true};
-    for (const StageFit& stage : fit.stages) {
-      if (stage.stage == "thermal")
-        row.parameters.insert(row.parameters.end(), stage.parameters.begin(), stage.parameters.end());
-    }
-    rows.push_back(std::move(row));
+/// Leave-one-out of a thermal-only run: its sustained peak temperature, replayed from its measured power by
+/// the thermal stage fitted without it (the other stages do not see these runs).
+HeldOutRun held_out_thermal_run(const std::vector<MeasuredRun>& runs, std::size_t held,
+                                const sim::ClusterSpec& base, const FitSettings& settings) {
+  const MeasuredRun& run = settings.thermal_runs[held];
+  FitSettings without = settings;
+  without.thermal_runs.erase(without.thermal_runs.begin() + static_cast<std::ptrdiff_t>(held));
+  const FitResult fit = fit_cluster(runs, base, without);
+  RunFigures measured, predicted;
+  measured.peak_temp_c = run.figures.peak_temp_c;
+  predicted.peak_temp_c = replayed_peak_temp_c(run, cluster_for_run(fit, run));
+  HeldOutRun row{run.label, 0, "", measured, predicted, {}, true};
+  for (const StageFit& stage : fit.stages) {
+    if (stage.stage == "thermal")
+      row.parameters.insert(row.parameters.end(), stage.parameters.begin(), stage.parameters.end());
   }
-  return rows;
+  return row;
+}
+
+/// Every leave-one-out fit (the replayable runs' when there are two or more, then each thermal run's), made
+/// on one thread per core (the fits are independent); rows in that order whatever the threads' order.
+std::vector<HeldOutRun> leave_one_out(const std::vector<MeasuredRun>& runs, const sim::ClusterSpec& base,
+                                      const FitSettings& settings, const CalibrateOptions& options) {
+  struct Job {
+    std::size_t held;
+    bool thermal;
+  };
+  std::vector<Job> jobs;
+  for (std::size_t index = 0; index < runs.size(); ++index) {
+    if (runs[index].simulatable()) jobs.push_back({index, false});
+  }
+  if (jobs.size() < 2) jobs.clear();
+  for (std::size_t held = 0; held < settings.thermal_runs.size(); ++held) jobs.push_back({held, true});
+  std::vector<std::optional<HeldOutRun>> rows(jobs.size());
+  std::mutex progress_mutex;
+  const int threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1,
+                                 static_cast<int>(std::max<std::size_t>(jobs.size(), 1)));
+  core::parallel_for(jobs.size(), threads, [&](std::size_t item) {
+    const Job& job = jobs[item];
+    if (options.progress) {
+      const std::lock_guard lock(progress_mutex);
+      options.progress(job.thermal ? fmt::format("leave-one-out: fitting without {} (thermal)",
+                                                 settings.thermal_runs[job.held].label)
+                                   : fmt::format("leave-one-out: fitting without {}", runs[job.held].label));
+    }
+    rows[item] = job.thermal ? held_out_thermal_run(runs, job.held, base, settings)
+                             : held_out_run(runs, job.held, base, settings);
+  });
+  std::vector<HeldOutRun> ordered;
+  for (auto& row : rows) ordered.push_back(std::move(*row));
+  return ordered;
 }
 
 /// Each parameter the fit on all runs fitted, against its value in every leave-one-out fit that fitted it
@@ -353,8 +374,6 @@ Calibration calibrate(const std::vector<std::filesystem::path>& run_dirs, const 
   }
   if (options.leave_one_out) {
     calibration.held_out = leave_one_out(calibration.runs, base, settings, options);
-    const auto thermal_rows = leave_thermal_runs_out(calibration.runs, base, settings, options);
-    calibration.held_out.insert(calibration.held_out.end(), thermal_rows.begin(), thermal_rows.end());
   }
   summarize(calibration);
   return calibration;

@@ -1,6 +1,8 @@
 // Running one piece of work on several threads at once, and keeping the first exception any of them threw.
 #pragma once
 
+#include <atomic>
+#include <cstddef>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -33,6 +35,24 @@ void run_on_threads(int threads, const Work& work) {
   for (int thread = 1; thread < threads; ++thread) pool.emplace_back(work);
   work();
   for (auto& thread : pool) thread.join();
+}
+
+/// Runs `work(index)` for index 0..count-1 on `threads` threads (items taken in index order); rethrows the
+/// first exception once every thread is done.
+template <typename Work>
+void parallel_for(std::size_t count, int threads, Work&& work) {
+  std::atomic<std::size_t> next{0};
+  FirstException failure;
+  run_on_threads(threads, [&] {
+    for (std::size_t index = next++; index < count; index = next++) {
+      try {
+        work(index);
+      } catch (...) {
+        failure.capture();
+      }
+    }
+  });
+  failure.rethrow();
 }
 
 }  // namespace calo::core

@@ -162,23 +162,6 @@ class TopScores {
   std::vector<double> scores_;
 };
 
-/// Runs `work(index)` for index 0..count-1 on `threads` threads (work items taken in index order).
-template <typename Work>
-void parallel_for(std::size_t count, int threads, Work&& work) {
-  std::atomic<std::size_t> next{0};
-  core::FirstException failure;
-  core::run_on_threads(threads, [&] {
-    for (std::size_t index = next++; index < count; index = next++) {
-      try {
-        work(index);
-      } catch (...) {
-        failure.capture();
-      }
-    }
-  });
-  failure.rethrow();
-}
-
 /// Progress reporting shared by the workers (callback serialised).
 class Progress {
  public:
@@ -512,7 +495,7 @@ std::vector<std::size_t> add_evaluations(const LayoutSpace& space, const std::ve
 void bound_layouts(const SearchRequest& request, const std::vector<double>& caps_w,
                    const std::vector<std::size_t>& fitting, int threads, Progress& progress,
                    SearchResult& result) {
-  parallel_for(fitting.size(), threads, [&](std::size_t item) {
+  core::parallel_for(fitting.size(), threads, [&](std::size_t item) {
     Evaluation& evaluation = result.evaluations[fitting[item]];
     const graph::Graph graph = graph::build_graph(request.space.model, evaluation.candidate.layout);
     evaluation.lower_bound_s = step_time_lower_bound_s(graph, request.cluster);
@@ -539,7 +522,7 @@ void simulate_in_bound_order(const SearchRequest& request, const std::vector<dou
   TopScores top(request.top);
   const bool prune = request.prune && request.objective != Objective::kPareto;
   const double idle_cluster_w = request.cluster.gpu.idle_power_w * request.space.gpus;
-  parallel_for(fitting.size(), threads, [&](std::size_t item) {
+  core::parallel_for(fitting.size(), threads, [&](std::size_t item) {
     // Graphs built once for all of the layout's caps, when one is simulated: uniform, then balanced.
     std::optional<graph::Graph> graphs[2];
     auto admitted = [&](double bound_s) {

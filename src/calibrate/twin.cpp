@@ -36,13 +36,12 @@ RunTwin twin_of_run(const std::filesystem::path& run_dir, const sim::ClusterSpec
                             "calo record / ingest with a model) and simulates its twin",
                             run_dir.string()));
   const MeasuredRun run = load_measured_run(run_dir, cluster.gpu);
-  require_input(run.simulatable(),
-                fmt::format("--from {}: the run stores no model and layout (a calo record run measures any "
-                            "job); give --model and the layout flags instead of --from",
-                            run_dir.string()));
   RunTwin twin;
-  twin.model = *run.model;
-  twin.layout = parallel::resolve_layout(*run.model, run.layout);
+  twin.has_job = run.simulatable();
+  if (twin.has_job) {
+    twin.model = *run.model;
+    twin.layout = parallel::resolve_layout(*run.model, run.layout);
+  }
   twin.warmup_steps = run.warmup_steps;
   twin.measured_steps = run.measured_steps;
   twin.initial_die_c = run.initial_temp_c;

@@ -14,8 +14,11 @@ namespace calo::calibrate {
 
 /// A measured run's workload and conditions, as a simulation of it needs them.
 struct RunTwin {
-  model::ModelSpec model;      ///< the model the run measured (from its stored config)
-  parallel::Layout layout;     ///< its layout, resolved
+  /// The run stores the job it measured (calo bench; calo ingest with a model); a `calo record` run of any
+  /// job does not, and its twin takes the job from the user (`calo sim --from RUN --model ...`).
+  bool has_job = false;
+  model::ModelSpec model;      ///< the model the run measured (from its stored config), when has_job
+  parallel::Layout layout;     ///< its layout, resolved, when has_job
   int warmup_steps = 0;        ///< step spans named "warmup"
   int measured_steps = 0;      ///< step spans named "step"
   double initial_die_c = NAN;  ///< GPU temperature the run read last before its GPU loaded; NaN if none
@@ -27,8 +30,8 @@ struct RunTwin {
 };
 
 /// Reads `run_dir` as the twin to simulate on `cluster`. Throws InputError (naming the run and the fix) for a
-/// simulated run, a run without steps or without a stored model and layout (a `calo record` run), and a run
-/// of another GPU model than `cluster`'s.
+/// simulated run, a run without steps, and a run of another GPU model than `cluster`'s; a run without a
+/// stored model and layout (a `calo record` run) has has_job false.
 RunTwin twin_of_run(const std::filesystem::path& run_dir, const sim::ClusterSpec& cluster);
 
 /// `cluster` with every slot's thermal resistances scaled by `r_scale` (one card's fitted scale).

@@ -251,12 +251,24 @@ std::pair<model::ModelSpec, parallel::Layout> job_from_flags(SimFlags& flags,
   return resolve(flags.layout);
 }
 
-/// The job of the measured run --from names: its model and layout, its warm-up and measured steps and start
-/// temperature unless --steps / --warmup / --initial-temp are given, and its card's fitted thermal scale when
-/// the cluster's calibration lists the card (applied to `cluster`; `twin` says what was taken).
-std::pair<model::ModelSpec, parallel::Layout> job_from_run(SimFlags& flags, sim::ClusterSpec& cluster,
-                                                           TwinNote& twin) {
 #ifdef CALO_SIM_HAS_STORE
+/// The job of the measured run --from names: the run's stored model and layout (calo bench, or ingest with a
+/// model; the job flags are refused), or for a run that stores none (calo record of any job, a torchtitan
+/// training for one) the job the flags describe, --model required.
+std::pair<model::ModelSpec, parallel::Layout> twin_job(SimFlags& flags, const sim::ClusterSpec& cluster,
+                                                       const calibrate::RunTwin& run) {
+  if (!run.has_job) {
+    const bool model_given = std::any_of(flags.job_flags.begin(), flags.job_flags.end(), [](auto option) {
+      return option->get_name() == "--model" && option->count() > 0;
+    });
+    require_input(
+        model_given,
+        fmt::format("--from {}: the run stores no model and layout (calo record measures any job); "
+                    "say what it trained: add --model (a preset or YAML file) and the layout flags it "
+                    "ran with (--tp, --pp, --seq, --mbs, --gbs, ...)",
+                    flags.from));
+    return job_from_flags(flags, cluster);
+  }
   for (const CLI::Option* option : flags.job_flags) {
     require_input(option->count() == 0,
                   fmt::format("--from takes the model and layout from {}; drop {} (or drop --from to "
@@ -266,7 +278,19 @@ std::pair<model::ModelSpec, parallel::Layout> job_from_run(SimFlags& flags, sim:
   require_input(
       !flags.gpus_given && !flags.dp_given,
       fmt::format("--from takes the layout, and so the GPU count, from {}; drop --gpus/--dp", flags.from));
+  return {run.model, run.layout};
+}
+
+#endif
+
+/// The job of the measured run --from names (twin_job), its warm-up and measured steps and start
+/// temperature unless --steps / --warmup / --initial-temp are given, and its card's fitted thermal scale when
+/// the cluster's calibration lists the card (applied to `cluster`; `twin` says what was taken).
+std::pair<model::ModelSpec, parallel::Layout> job_from_run(SimFlags& flags, sim::ClusterSpec& cluster,
+                                                           TwinNote& twin) {
+#ifdef CALO_SIM_HAS_STORE
   const calibrate::RunTwin run = calibrate::twin_of_run(flags.from, cluster);
+  auto job = twin_job(flags, cluster, run);
   if (!flags.steps_given) flags.steps = run.measured_steps;
   if (!flags.warmup_given) flags.warmup = run.warmup_steps;
   twin.run_dir = flags.from;
@@ -276,7 +300,7 @@ std::pair<model::ModelSpec, parallel::Layout> job_from_run(SimFlags& flags, sim:
     twin.card_r_scale = run.card_r_scale;
     cluster = calibrate::with_card_r_scale(cluster, run.card_r_scale);
   }
-  return {run.model, run.layout};
+  return job;
 #else
   (void)cluster;
   (void)twin;
@@ -514,7 +538,8 @@ const CommandRegistration kSim(
              "--from", flags->from,
              "Simulate the twin of this measured run: its model, layout, warm-up and measured steps, "
              "start temperature and (in a calibrated cluster) its card's heat; then `calo compare RUN "
-             "SIM` shows the error of every figure")
+             "SIM` shows the error of every figure. A `calo record` run stores no model: give --model and "
+             "the layout flags with it")
           ->check(CLI::ExistingDirectory);
       app.add_option("--cluster,-c", flags->cluster, "Cluster preset (see --list) or YAML file");
       app.add_option("--gpus,-n", flags->gpus, "GPUs; dp = gpus / (tp*pp) unless --dp is given");

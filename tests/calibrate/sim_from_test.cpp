@@ -94,7 +94,8 @@ TEST(SimFrom, BadInputExitsTwoWithTheFix) {
     std::string flags;
     std::string says;
   } cases[] = {
-      {"--from " + (fixture_runs() / "train").string(), "give --model and the layout flags"},
+      {"--from " + (fixture_runs() / "train").string(),
+       "add --model (a preset or YAML file) and the layout flags"},
       {"--from " + sim.string(), "simulated run"},
       {"--from " + h200.string(), "H200"},
       {"--from " + (fixture_runs() / "mbs1").string() + " --tp 2", "drop --tp"},

@@ -12,6 +12,7 @@
 #include "core/device_names.h"
 #include "core/table.h"
 #include "report/html_report_internal.h"
+#include "report/memory_section.h"
 #include "report/many_gpus.h"
 #include "report/svg_chart.h"
 
@@ -647,6 +648,7 @@ std::string render_html_report(const std::vector<analyze::RunAnalysis>& runs, co
     if (!heat.empty()) out += "<h3>Per-GPU figures</h3>\n" + heat;
     std::string kernels = kernel_section(run, prefix);
     if (!kernels.empty()) out += "<h3>Kernel breakdown</h3>\n" + kernels;
+    out += memory_section(run, prefix);
   }
   out += "</body></html>\n";
   return out;

@@ -158,6 +158,57 @@ TEST_F(FixtureReport, EveryTimeSeriesChartDrawsDataInItsPlotArea) {
   EXPECT_EQ(image.coloured(72, 262, 728, 300), 0);
 }
 
+// The memory section of mbs8 (run 3, a calo bench run of 4 Llama3-8B layers, micro-batch 8, on one H100):
+// the model's terms, its total and the NVML peak in the table, and in the screenshot the model's bar drawn at
+// its share of the measured one (45.24 of 67.49 GiB) — the bars show the numbers, not just an <svg>.
+TEST_F(FixtureReport, MemorySectionShowsTheModelsTermsBesideTheMeasuredPeak) {
+  const auto section = html_.find("<div id=\"run3-memory\">");
+  ASSERT_NE(section, std::string::npos);
+  const std::string table = html_.substr(section, html_.find("</table>", section) - section);
+  for (const char* expected : {"<td>3.58</td>", "<td>21.49</td>", "<td>16.59</td>", "<td>45.24</td>",
+                               "<td>67.49</td>", "model / measured -33.0 %", "not a training"}) {
+    EXPECT_NE(table.find(expected), std::string::npos) << expected << " in " << table;
+  }
+  std::string chromium = chromium_binary();
+  if (chromium.empty()) GTEST_SKIP() << "no Chromium: scripts/install_deps.sh installs the Debian package";
+  const auto svg_begin = html_.find("<svg", section);
+  const std::string svg = html_.substr(svg_begin, html_.find("</svg>", svg_begin) + 6 - svg_begin);
+  const auto page = dir_->path / "memory.html";
+  std::ofstream(page) << "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><style>body{margin:0}"
+                         "svg{display:block;font-family:sans-serif;font-size:11px}</style></head><body>"
+                      << svg << "</body></html>";
+  const auto png = dir_->path / "memory.png";
+  int status = 0;
+  run_command(chromium + flags() + " --window-size=900,300 --screenshot=" + png.string() + " file://" +
+                  page.string() + " 2>/dev/null",
+              status);
+  ASSERT_EQ(status, 0);
+  const Image image = read_png(png);
+  // Each bar: a band of rows with data colour left of the legend (x < 740); its width is its right edge less
+  // the axis at the left of the plot.
+  std::vector<std::pair<uint32_t, uint32_t>> bars;  // (first x, last x) per band of rows
+  bool in_bar = false;
+  for (uint32_t y = 0; y < image.height; ++y) {
+    uint32_t first = image.width, last = 0;
+    for (uint32_t x = 0; x < 740 && x < image.width; ++x) {
+      if (image.coloured(x, y, x + 1, y + 1) == 0) continue;
+      first = std::min(first, x);
+      last = x;
+    }
+    if (last == 0) {
+      in_bar = false;
+      continue;
+    }
+    if (!in_bar) bars.push_back({first, last});
+    bars.back() = {std::min(bars.back().first, first), std::max(bars.back().second, last)};
+    in_bar = true;
+  }
+  ASSERT_EQ(bars.size(), 2u) << "a model bar and a measured bar";
+  const double model_px = bars[0].second - bars[0].first;
+  const double measured_px = bars[1].second - bars[1].first;
+  EXPECT_NEAR(model_px / measured_px, 45.24 / 67.49, 0.02) << model_px << " px vs " << measured_px << " px";
+}
+
 // The DOM after Chromium loaded the page: the page's own check finds no empty chart and no script error; the
 // sparse power series of bench8b is a line (L segments between its 20 ms samples), the verdict leads, the
 // error column is given for sim8b (same graph as bench8b) only, and simmbs4 is a projection.

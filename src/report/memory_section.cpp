@@ -1,0 +1,142 @@
+#include "report/memory_section.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
+
+#include "core/error.h"
+#include "model/model_spec.h"
+#include "parallel/layout.h"
+#include "parallel/memory.h"
+#include "parallel/validate.h"
+#include "report/html_report_internal.h"
+#include "report/svg_chart.h"
+
+namespace calo::report {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+/// The model's breakdown of the run's job (its stored model and layout); nullopt for a run that stores none
+/// (calo record) or whose stored job no longer parses.
+std::optional<parallel::MemoryBreakdown> predicted_memory(const nlohmann::json& config,
+                                                          const std::string& origin) {
+  if (!config.is_object() || !config.contains("model") || !config["model"].is_object() ||
+      !config.contains("layout") || !config["layout"].is_object())
+    return std::nullopt;
+  try {
+    const model::ModelSpec model = model::parse_model_spec(config["model"], origin + " (config model)");
+    const parallel::Layout layout =
+        parallel::resolve_layout(model, parallel::layout_from_json(config["layout"]));
+    return parallel::memory_per_gpu(model, layout);
+  } catch (const InputError&) {
+    return std::nullopt;
+  }
+}
+
+/// HBM capacity of the simulated cluster's GPU (sim runs store their cluster: gpu.memory_gib); NaN when not
+/// stored.
+double device_bytes(const nlohmann::json& config) {
+  const nlohmann::json::json_pointer pointer("/cluster/gpu/memory_gib");
+  if (!config.is_object() || !config.contains(pointer) || !config[pointer].is_number()) return NAN;
+  return config[pointer].get<double>() * kGiB;
+}
+
+/// The largest `mem_used_bytes` sample of any GPU and that GPU's index (-1 when the run measured none).
+std::pair<double, int> measured_peak_bytes(const analyze::RunAnalysis& run) {
+  const auto found = run.series.find("mem_used_bytes");
+  std::pair<double, int> peak{NAN, -1};
+  if (found == run.series.end()) return peak;
+  for (std::size_t device = 0; device < found->second.size(); ++device) {
+    const analyze::SeriesDigest& digest = found->second[device];
+    if (digest.count == 0) continue;
+    if (peak.second < 0 || digest.values.max > peak.first)
+      peak = {digest.values.max, static_cast<int>(device)};
+  }
+  return peak;
+}
+
+std::string gib(double bytes) {
+  return std::isnan(bytes) ? "–" : fmt::format("{:.2f}", bytes / kGiB);
+}
+
+/// The table: each term of the model, its total, the usable memory where known, the measured peak and the
+/// model's error against it.
+std::string breakdown_table(const std::optional<parallel::MemoryBreakdown>& memory, double capacity_bytes,
+                            std::pair<double, int> measured, store::RunKind kind) {
+  std::string rows;
+  auto row = [&](const std::string& term, double bytes, const std::string& note) {
+    rows += fmt::format("<tr><td class=\"key\">{}</td><td>{}</td><td class=\"key\">{}</td></tr>\n", term,
+                        gib(bytes), note);
+  };
+  if (memory) {
+    row("weights (bf16)", memory->weights_bytes, "");
+    row("gradients (bf16)", memory->gradients_bytes, "");
+    row("optimizer (fp32 master + Adam m, v)", memory->optimizer_bytes, "");
+    row("activations", memory->activations_bytes,
+        fmt::format("{} micro-batch(es) in flight on stage {}", memory->inflight_microbatches,
+                    memory->stage));
+    row("<b>model total</b>", memory->total_bytes(),
+        "the most loaded stage (docs/METRICS.md, \"Memory per GPU\")");
+  }
+  if (!std::isnan(capacity_bytes)) {
+    row("usable of the GPU", parallel::usable_memory_bytes(capacity_bytes),
+        fmt::format("{} GiB less 3 % fragmentation and 4 GiB runtime", gib(capacity_bytes)));
+  }
+  if (measured.second >= 0) {
+    std::string note = fmt::format(
+        "largest sample, GPU {}: every allocation on the device, CUDA context and "
+        "allocator cache included",
+        measured.second);
+    if (memory)
+      note += fmt::format("; model / measured {:+.1f} %", (memory->total_bytes() / measured.first - 1) * 100);
+    if (kind == store::RunKind::kBench) {
+      note +=
+          "; calo bench shares operand buffers and keeps no activations between passes (docs/EXECUTION.md), "
+          "so this is the bench's footprint, not a training's";
+    }
+    row("measured peak", measured.first, note);
+  }
+  return "<table><thead><tr><th class=\"key\">term</th><th>GiB per GPU</th><th "
+         "class=\"key\">note</th></tr></thead>"
+         "<tbody>\n" +
+         rows + "</tbody></table>\n";
+}
+
+}  // namespace
+
+std::string memory_section(const analyze::RunAnalysis& run, const std::string& prefix) {
+  const nlohmann::json config = nlohmann::json::parse(run.run.config_json, nullptr, false);
+  const auto memory = predicted_memory(config, run.run_dir.string());
+  const auto measured = measured_peak_bytes(run);
+  if (!memory && measured.second < 0) return "";
+  std::vector<std::string> bars;
+  std::vector<std::vector<double>> values;
+  std::vector<std::string> segments;
+  if (memory) {
+    segments = {"weights", "gradients", "optimizer", "activations"};
+    bars.push_back("model");
+    values.push_back({memory->weights_bytes / kGiB, memory->gradients_bytes / kGiB,
+                      memory->optimizer_bytes / kGiB, memory->activations_bytes / kGiB});
+  }
+  if (measured.second >= 0) {
+    segments.push_back("measured peak");
+    for (auto& row : values) row.push_back(0.0);
+    bars.push_back("measured");
+    values.emplace_back(segments.size() - 1, 0.0);
+    values.back().push_back(measured.first / kGiB);
+  }
+  const std::string title = !memory               ? "Memory per GPU: the measured peak"
+                            : measured.second < 0 ? "Memory per GPU: the model's terms"
+                                                  : "Memory per GPU: the model's terms and the measured peak";
+  const std::string chart = stacked_bar_chart(title, "GiB", bars, segments, values);
+  return "<h3>Memory per GPU</h3>\n" + anchored(prefix + "memory", chart) +
+         breakdown_table(memory, device_bytes(config), measured, run.run.kind);
+}
+
+}  // namespace calo::report

@@ -1,0 +1,15 @@
+// The report's memory section: the memory model's per-GPU breakdown of a run that names its job (calo bench,
+// calo sim), beside the peak the run's GPUs measured (NVML/AMD SMI `mem_used_bytes`) where it recorded one.
+#pragma once
+
+#include <string>
+
+#include "analyze/metrics.h"
+
+namespace calo::report {
+
+/// The run's "Memory per GPU" section (a stacked bar and a table, predicted vs measured with the error); ""
+/// when the run names no model and layout and measured no GPU memory.
+std::string memory_section(const analyze::RunAnalysis& run, const std::string& prefix);
+
+}  // namespace calo::report

@@ -61,6 +61,7 @@ nlohmann::json memory_json(const parallel::MemoryBreakdown& memory) {
           {"gradients_bytes", memory.gradients_bytes},
           {"optimizer_bytes", memory.optimizer_bytes},
           {"activations_bytes", memory.activations_bytes},
+          {"temporaries_bytes", memory.temporaries_bytes},
           {"total_bytes", memory.total_bytes()},
           {"inflight_microbatches", memory.inflight_microbatches}};
 }
@@ -214,14 +215,22 @@ void print_activation_table(const model::ModelSpec& spec, const parallel::Layout
 
 /// Prints the memory per GPU of each pipeline stage and the most loaded one.
 void print_memory_table(const ModelFigures& figures) {
-  core::TextTable memory_table(
-      {"stage", "weights", "gradients", "optimizer", "activations", "total", "in-flight"});
+  // The loss backward's column only where the trainer has one (--trainer pytorch).
+  const bool temporaries = std::any_of(figures.stages.begin(), figures.stages.end(),
+                                       [](const auto& memory) { return memory.temporaries_bytes > 0; });
+  std::vector<std::string> header = {"stage", "weights", "gradients", "optimizer", "activations"};
+  if (temporaries) header.push_back("loss backward");
+  header.insert(header.end(), {"total", "in-flight"});
+  core::TextTable memory_table(header);
   for (const auto& memory : figures.stages) {
-    memory_table.add_row(
-        {std::to_string(memory.stage), core::format_bytes(memory.weights_bytes),
-         core::format_bytes(memory.gradients_bytes), core::format_bytes(memory.optimizer_bytes),
-         core::format_bytes(memory.activations_bytes), core::format_bytes(memory.total_bytes()),
-         std::to_string(memory.inflight_microbatches)});
+    std::vector<std::string> row = {std::to_string(memory.stage), core::format_bytes(memory.weights_bytes),
+                                    core::format_bytes(memory.gradients_bytes),
+                                    core::format_bytes(memory.optimizer_bytes),
+                                    core::format_bytes(memory.activations_bytes)};
+    if (temporaries) row.push_back(core::format_bytes(memory.temporaries_bytes));
+    row.insert(row.end(),
+               {core::format_bytes(memory.total_bytes()), std::to_string(memory.inflight_microbatches)});
+    memory_table.add_row(row);
   }
   fmt::print("memory per GPU by pipeline stage\n{}", memory_table.render());
   fmt::print("most loaded: stage {}, {} per GPU\n", figures.most_loaded.stage,

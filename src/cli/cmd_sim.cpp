@@ -472,18 +472,12 @@ void print_sim_text(const SimFlags& flags, const SimOutcome& outcome, const Twin
   if (!twin.run_dir.empty()) fmt::print("# {}\n", describe_twin(twin, flags));
   print_summary(outcome.result, json, outcome.cluster.gpu.power_limit_w,
                 calibrate::is_cpu_host(outcome.cluster.gpu));
-  const nlohmann::json& memory = json["memory"];
-  fmt::print(
-      "# memory per {} (model, stage {}): {} of {} usable (weights {}, gradients {}, optimizer {}, "
-      "activations {} for {} micro-batch(es) in flight)\n",
-      calibrate::is_cpu_host(outcome.cluster.gpu) ? "rank" : "GPU", memory["stage"].get<int>(),
-      core::format_bytes(memory["total_bytes"].get<double>()),
-      core::format_bytes(memory["usable_bytes"].get<double>()),
-      core::format_bytes(memory["weights_bytes"].get<double>()),
-      core::format_bytes(memory["gradients_bytes"].get<double>()),
-      core::format_bytes(memory["optimizer_bytes"].get<double>()),
-      core::format_bytes(memory["activations_bytes"].get<double>()),
-      memory["inflight_microbatches"].get<int>());
+  const parallel::MemoryBreakdown memory = parallel::memory_per_gpu(outcome.model, outcome.layout);
+  fmt::print("# memory per {} (model, stage {}): {} of {} usable ({}; {} micro-batch(es) in flight)\n",
+             calibrate::is_cpu_host(outcome.cluster.gpu) ? "rank" : "GPU", memory.stage,
+             core::format_bytes(memory.total_bytes()),
+             core::format_bytes(parallel::usable_memory_bytes(outcome.cluster.gpu.memory_bytes)),
+             parallel::describe_terms(memory), memory.inflight_microbatches);
   fmt::print("{}", cost_text);
   for (const std::string& warning : outcome.warnings) fmt::print("# WARNING: {}\n", warning);
   if (!stored.empty()) fmt::print("# stored as run (kind sim): {}\n", stored);

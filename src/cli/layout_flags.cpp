@@ -74,6 +74,11 @@ void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional) 
       "--attention", flags.attention,
       "Attention core: fused (flash-style kernel) or unfused (GEMM + softmax + GEMM); default fused "
       "(calo sim: the cluster file's `attention`)");
+  app.add_option("--trainer", flags.trainer,
+                 "Memory accounting: default (bf16 gradients) or pytorch (a plain PyTorch mixed-precision "
+                 "trainer: fp32 master gradient, plain cross-entropy's fp32 backward at the loss; measured "
+                 "exact on an H200, docs/METRICS.md \"Memory per GPU\")")
+      ->capture_default_str();
   app.add_flag_callback(
       "--no-pp-scatter-gather", [&layout] { layout.pipeline_scatter_gather = false; },
       "Send whole stage activations instead of Megatron-LM's 1/tp scatter + TP all-gather (which applies "
@@ -116,6 +121,7 @@ std::pair<model::ModelSpec, parallel::Layout> resolve(const LayoutFlags& flags) 
   layout.recompute = parallel::parse_recompute(flags.recompute);
   layout.schedule = parallel::parse_schedule(flags.schedule);
   if (!flags.attention.empty()) layout.attention = parallel::parse_attention(flags.attention);
+  layout.trainer = parallel::parse_trainer(flags.trainer);
   if (flags.reshard_after_forward != "on" && flags.reshard_after_forward != "off")
     throw InputError("--fsdp-reshard-after-forward: '" + flags.reshard_after_forward +
                      "' is not on/off; write on or off");

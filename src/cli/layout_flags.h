@@ -27,6 +27,7 @@ struct LayoutFlags {
   std::string reshard_after_forward = "on";  ///< --fsdp-reshard-after-forward on|off
   /// --attention fused|unfused; empty = the default (or, for calo sim, the cluster's)
   std::string attention;
+  std::string trainer = "default";  ///< --trainer default|pytorch (memory accounting)
 };
 
 /// Adds --model (unless `model_positional`, then a positional MODEL) and all layout flags to `app`.

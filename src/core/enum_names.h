@@ -4,6 +4,8 @@
 
 #include <array>
 #include <cstddef>
+#include <optional>
+#include <string_view>
 
 namespace calo::core {
 
@@ -14,6 +16,16 @@ constexpr const char* enum_name(Enum value, const std::array<const char*, N>& na
                                 const char* fallback = "?") {
   const auto index = static_cast<std::size_t>(value);
   return index < N ? names[index] : fallback;
+}
+
+/// The enumerator whose name in `names` is `text`; nullopt when none is (the caller names the input and the
+/// choices).
+template <typename Enum, std::size_t N>
+constexpr std::optional<Enum> enum_value(std::string_view text, const std::array<const char*, N>& names) {
+  for (std::size_t index = 0; index < N; ++index) {
+    if (text == names[index]) return static_cast<Enum>(index);
+  }
+  return std::nullopt;
 }
 
 }  // namespace calo::core

@@ -41,13 +41,11 @@ void require_fits(const MemoryPlan& plan, const model::ModelSpec& model, const p
   std::string message = fmt::format(
       "model {} with layout {} needs {} per {} (stage {}), more than the {} usable of its {} ({:.0f} % of "
       "{}):\n"
-      "  weights {}, gradients {}, optimizer {}, activations {} ({} micro-batches in flight)\n",
+      "  {} ({} micro-batches in flight)\n",
       model.name, parallel::describe(layout), core::format_bytes(memory.total_bytes()),
       device.backend == "cpu" ? "rank" : "GPU", memory.stage, core::format_bytes(plan.usable_bytes),
       device.name, kUsableMemoryFraction * 100, core::format_bytes(plan.device_bytes),
-      core::format_bytes(memory.weights_bytes), core::format_bytes(memory.gradients_bytes),
-      core::format_bytes(memory.optimizer_bytes), core::format_bytes(memory.activations_bytes),
-      memory.inflight_microbatches);
+      parallel::describe_terms(memory), memory.inflight_microbatches);
   std::vector<std::string> fixes;
   auto consider = [&](const std::string& label, const parallel::Layout& variant) {
     const double total = variant_total(model, variant);

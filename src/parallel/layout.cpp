@@ -22,16 +22,29 @@ Schedule parse_schedule(const std::string& text) {
   throw InputError("--schedule: '" + text + "' is not a schedule; use gpipe, 1f1b or interleaved");
 }
 
+constexpr std::array kAttentionNames{"fused", "unfused"};
+constexpr std::array kTrainerNames{"default", "pytorch"};
+
 AttentionImpl parse_attention(const std::string& text, const std::string& what) {
-  if (text == "fused") return AttentionImpl::kFused;
-  if (text == "unfused") return AttentionImpl::kUnfused;
+  if (const auto value = core::enum_value<AttentionImpl>(text, kAttentionNames)) return *value;
   throw InputError(what + ": '" + text +
                    "' is not an attention implementation; use fused (flash-style kernel) or unfused (GEMM + "
                    "softmax + GEMM)");
 }
 
 std::string to_string(AttentionImpl attention) {
-  return attention == AttentionImpl::kUnfused ? "unfused" : "fused";
+  return core::enum_name(attention, kAttentionNames);
+}
+
+Trainer parse_trainer(const std::string& text, const std::string& what) {
+  if (const auto value = core::enum_value<Trainer>(text, kTrainerNames)) return *value;
+  throw InputError(what + ": '" + text +
+                   "' is not a trainer; use default (bf16 gradients) or pytorch (fp32 master gradient, plain "
+                   "cross-entropy)");
+}
+
+std::string to_string(Trainer trainer) {
+  return core::enum_name(trainer, kTrainerNames);
 }
 
 CpComm parse_cp_comm(const std::string& text) {
@@ -57,31 +70,34 @@ std::string to_string(Schedule schedule) {
 }
 
 nlohmann::json to_json(const Layout& layout) {
-  return {{"tp", layout.tp},
-          {"cp", layout.cp},
-          {"cp_comm", to_string(layout.cp_comm)},
-          {"pp", layout.pp},
-          {"dp", layout.dp},
-          {"ep", layout.ep},
-          {"world_size", layout.world_size()},
-          {"sequence_parallel", layout.sequence_parallel},
-          {"zero_stage", layout.zero_stage},
-          {"fsdp_shard_size", layout.fsdp_shard_size},
-          {"reshard_after_forward", layout.reshard_after_forward},
-          {"micro_batch", layout.micro_batch},
-          {"global_batch", layout.global_batch},
-          {"num_microbatches", layout.global_batch > 0 ? layout.num_microbatches() : 0},
-          {"seq_length", layout.seq_length},
-          {"recompute", to_string(layout.recompute)},
-          {"overlap_tp_comm", layout.overlap_tp_comm},
-          {"overlap_grad_reduce", layout.overlap_grad_reduce},
-          {"overlap_param_gather", layout.overlap_param_gather},
-          {"schedule", to_string(layout.schedule)},
-          {"virtual_stages", layout.virtual_stages},
-          {"layers_per_stage", layout.layers_per_stage},
-          {"stage_gpus", layout.stage_gpus},
-          {"attention", to_string(layout.attention)},
-          {"pipeline_scatter_gather", layout.pipeline_scatter_gather}};
+  nlohmann::json json = {{"tp", layout.tp},
+                         {"cp", layout.cp},
+                         {"cp_comm", to_string(layout.cp_comm)},
+                         {"pp", layout.pp},
+                         {"dp", layout.dp},
+                         {"ep", layout.ep},
+                         {"world_size", layout.world_size()},
+                         {"sequence_parallel", layout.sequence_parallel},
+                         {"zero_stage", layout.zero_stage},
+                         {"fsdp_shard_size", layout.fsdp_shard_size},
+                         {"reshard_after_forward", layout.reshard_after_forward},
+                         {"micro_batch", layout.micro_batch},
+                         {"global_batch", layout.global_batch},
+                         {"num_microbatches", layout.global_batch > 0 ? layout.num_microbatches() : 0},
+                         {"seq_length", layout.seq_length},
+                         {"recompute", to_string(layout.recompute)},
+                         {"overlap_tp_comm", layout.overlap_tp_comm},
+                         {"overlap_grad_reduce", layout.overlap_grad_reduce},
+                         {"overlap_param_gather", layout.overlap_param_gather},
+                         {"schedule", to_string(layout.schedule)},
+                         {"virtual_stages", layout.virtual_stages},
+                         {"layers_per_stage", layout.layers_per_stage},
+                         {"stage_gpus", layout.stage_gpus},
+                         {"attention", to_string(layout.attention)},
+                         {"pipeline_scatter_gather", layout.pipeline_scatter_gather}};
+  // Written only when not the default, so runs stored before the key existed compare equal to new ones.
+  if (layout.trainer != Trainer::kDefault) json["trainer"] = to_string(layout.trainer);
+  return json;
 }
 
 Layout layout_from_json(const nlohmann::json& object) {
@@ -110,6 +126,7 @@ Layout layout_from_json(const nlohmann::json& object) {
   layout.stage_gpus = object.value("stage_gpus", std::vector<int>{});
   layout.attention = parse_attention(object.value("attention", std::string("fused")), "layout.attention");
   layout.pipeline_scatter_gather = object.value("pipeline_scatter_gather", true);
+  layout.trainer = parse_trainer(object.value("trainer", std::string("default")), "layout.trainer");
   return layout;
 }
 
@@ -128,6 +145,7 @@ std::string describe(const Layout& layout) {
   if (layout.recompute != Recompute::kNone) text += " recompute-" + to_string(layout.recompute);
   if (layout.overlap_tp_comm || layout.overlap_grad_reduce || layout.overlap_param_gather) text += " overlap";
   if (layout.attention == AttentionImpl::kUnfused) text += " unfused-attn";
+  if (layout.trainer != Trainer::kDefault) text += " " + to_string(layout.trainer) + "-trainer";
   if (layout.scatter_gather_in_effect()) text += " pp-scatter-gather";
   if (layout.uneven_partition()) text += fmt::format(" layers-{}", fmt::join(layout.layers_per_stage, ","));
   if (!layout.stage_gpus.empty()) text += fmt::format(" stages-on-{}", fmt::join(layout.stage_gpus, ","));

@@ -23,6 +23,11 @@ enum class AttentionImpl { kFused, kUnfused };
 /// attention steps (TransformerEngine's default), or one all-gather of K/V before attention and a
 /// reduce-scatter of dK/dV after its backward (as Llama 3 trained).
 enum class CpComm { kP2p, kAllGather };
+/// Whose memory accounting the job follows (it changes no op, only what memory holds, docs/METRICS.md
+/// "Memory per GPU"): `default`, bf16 gradients and the loss's saved fp32 logits; `pytorch`, a plain PyTorch
+/// mixed-precision trainer (bf16 weights, an fp32 master gradient that outlives the bf16 one, plain
+/// cross-entropy, whose backward holds two fp32 tensors of the logits' size at the step's peak).
+enum class Trainer { kDefault, kPytorch };
 
 /// Most GPUs one layout may span: a limit on the work an input can ask for (--gpus 1e8 took 9 GB and
 /// minutes).
@@ -66,6 +71,7 @@ struct Layout {
   /// Megatron-LM's pipeline scatter/gather: without sequence parallel and with tp > 1, each TP rank sends
   /// 1/tp of the stage boundary activation and the receivers all-gather it over the TP group.
   bool pipeline_scatter_gather = true;
+  Trainer trainer = Trainer::kDefault;  ///< memory accounting convention (no effect on the graph)
 
   /// Total ranks: tp * cp * pp * dp.
   int world_size() const { return tp * cp * pp * dp; }
@@ -117,5 +123,9 @@ std::string to_string(Schedule schedule);
 AttentionImpl parse_attention(const std::string& text, const std::string& what = "--attention");
 /// Name of an attention implementation ("fused", "unfused").
 std::string to_string(AttentionImpl attention);
+/// Parses "default|pytorch"; throws InputError naming `what` (the flag or key) on anything else.
+Trainer parse_trainer(const std::string& text, const std::string& what = "--trainer");
+/// Name of a trainer's memory accounting ("default", "pytorch").
+std::string to_string(Trainer trainer);
 
 }  // namespace calo::parallel

@@ -2,12 +2,16 @@
 // (formulas in docs/METRICS.md, "Model accounting").
 #include "parallel/memory.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
+#include "core/table.h"
 #include "model/accounting.h"
 #include "parallel/schedule.h"
 
@@ -15,8 +19,16 @@ namespace calo::parallel {
 namespace {
 
 constexpr double kWeightBytesPerParam = 2.0;      // bf16 weights
-constexpr double kGradientBytesPerParam = 2.0;    // bf16 gradients
 constexpr double kOptimizerBytesPerParam = 12.0;  // fp32 master weights + Adam m + Adam v
+// The pytorch trainer's cross-entropy backward: the fp32 gradients of its log-softmax and of the fp32 logits,
+// alive together at the loss, per token and vocabulary entry (on top of the saved fp32 logits).
+constexpr double kLossBackwardBytesPerLogit = 8.0;
+
+// Gradient bytes per parameter: bf16 (default); the pytorch trainer's fp32 master gradient, which outlives
+// the bf16 gradients (freed once the optimizer copied them, before the next forward).
+double gradient_bytes_per_param(Trainer trainer) {
+  return trainer == Trainer::kPytorch ? 4.0 : 2.0;
+}
 
 // Layer counts per virtual stage (index chunk * pp + stage), from the layout's partition (explicit or
 // uniform).
@@ -100,13 +112,26 @@ std::vector<double> chunk_activation_bytes(const model::ModelSpec& model, const 
 }
 
 struct ActivationPeak {
-  double bytes = 0;
-  int microbatches = 0;  // distinct micro-batches with activations alive at the peak
+  double bytes = 0;              // activations alive at the peak
+  double temporaries_bytes = 0;  // the loss backward's transient, when the peak is at the loss
+  int microbatches = 0;          // distinct micro-batches with activations alive at the peak
 };
 
+// The transient of the loss's backward on `stage` (the pytorch trainer's, on the stage that holds the last
+// virtual stage) and the chunk it belongs to; {0, -1} elsewhere.
+std::pair<double, int> loss_transient(const model::ModelSpec& model, const Layout& layout, int stage) {
+  const int last_virtual = layout.pp * layout.virtual_stages - 1;
+  if (layout.trainer != Trainer::kPytorch || last_virtual % layout.pp != stage) return {0.0, -1};
+  const int seq_length = (layout.seq_length > 0 ? layout.seq_length : model.seq_length) / layout.cp;
+  const double logits = static_cast<double>(seq_length) * layout.micro_batch * model.vocab_size / layout.tp;
+  return {kLossBackwardBytesPerLogit * logits, last_virtual / layout.pp};
+}
+
 // Replays the stage's pipeline schedule (parallel/schedule.h: GPipe, 1F1B, Megatron's interleaved 1F1B) and
-// returns the peak of activation bytes alive between a chunk's forward pass and its backward pass.
-ActivationPeak peak_activations(const Layout& layout, int stage, const std::vector<double>& chunk_bytes) {
+// returns the peak of activation bytes alive between a chunk's forward pass and its backward pass, with
+// `transient` = {bytes, chunk} on top of them at the end of that chunk's forward (the loss).
+ActivationPeak peak_activations(const Layout& layout, int stage, const std::vector<double>& chunk_bytes,
+                                std::pair<double, int> transient) {
   double alive_bytes = 0;
   std::map<int, int> alive_chunks;  // micro-batch -> chunks whose activations are alive
   ActivationPeak peak;
@@ -114,8 +139,10 @@ ActivationPeak peak_activations(const Layout& layout, int stage, const std::vect
     if (slot.pass == PassKind::kForward) {
       alive_bytes += chunk_bytes.at(slot.chunk);
       ++alive_chunks[slot.microbatch];
-      if (alive_bytes > peak.bytes) {
+      const double temporaries = slot.chunk == transient.second ? transient.first : 0.0;
+      if (alive_bytes + temporaries > peak.bytes + peak.temporaries_bytes) {
         peak.bytes = alive_bytes;
+        peak.temporaries_bytes = temporaries;
         peak.microbatches = static_cast<int>(alive_chunks.size());
       }
     } else {
@@ -164,17 +191,19 @@ MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& la
         layout.reshard_after_forward ? gathered_layers * params.largest_unit : params.dense + params.expert;
     memory.weights_bytes += kWeightBytesPerParam * gathered;
   }
-  memory.gradients_bytes = kGradientBytesPerParam * held(shard_gradients);
+  memory.gradients_bytes = gradient_bytes_per_param(layout.trainer) * held(shard_gradients);
   if (shard_gradients) {
     // ZeRO-2/3 keep only their gradient shard; a unit's full gradient lives from its backward until its
     // reduce-scatter (two units when the reduce-scatter overlaps the next unit's backward).
     const double buckets = layout.overlap_grad_reduce ? 2.0 : 1.0;
-    memory.gradients_bytes += kGradientBytesPerParam * buckets * params.largest_unit;
+    memory.gradients_bytes += gradient_bytes_per_param(layout.trainer) * buckets * params.largest_unit;
   }
   memory.optimizer_bytes = kOptimizerBytesPerParam * held(shard_optimizer);
   const ActivationPeak peak =
-      peak_activations(layout, stage, chunk_activation_bytes(model, layout, stage, layers));
+      peak_activations(layout, stage, chunk_activation_bytes(model, layout, stage, layers),
+                       loss_transient(model, layout, stage));
   memory.activations_bytes = peak.bytes;
+  memory.temporaries_bytes = peak.temporaries_bytes;
   memory.inflight_microbatches = peak.microbatches;
   return memory;
 }
@@ -192,12 +221,22 @@ MemoryBreakdown memory_per_gpu(const model::ModelSpec& model, const Layout& layo
   return most_loaded;
 }
 
+std::string describe_terms(const MemoryBreakdown& memory) {
+  std::string text =
+      fmt::format("weights {}, gradients {}, optimizer {}, activations {}",
+                  core::format_bytes(memory.weights_bytes), core::format_bytes(memory.gradients_bytes),
+                  core::format_bytes(memory.optimizer_bytes), core::format_bytes(memory.activations_bytes));
+  if (memory.temporaries_bytes > 0) text += ", loss backward " + core::format_bytes(memory.temporaries_bytes);
+  return text;
+}
+
 nlohmann::json to_json(const MemoryBreakdown& memory, double device_bytes) {
   const double usable_bytes = usable_memory_bytes(device_bytes);
   return {{"weights_bytes", memory.weights_bytes},
           {"gradients_bytes", memory.gradients_bytes},
           {"optimizer_bytes", memory.optimizer_bytes},
           {"activations_bytes", memory.activations_bytes},
+          {"temporaries_bytes", memory.temporaries_bytes},
           {"total_bytes", memory.total_bytes()},
           {"usable_bytes", usable_bytes},
           {"device_bytes", device_bytes},

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "model/model_spec.h"
 #include "parallel/layout.h"
@@ -32,7 +33,13 @@ struct MemoryBreakdown {
   double gradients_bytes = 0;    ///< bf16 gradient buffers (ZeRO-2/3: shard + the units awaiting reduction)
   double optimizer_bytes = 0;    ///< fp32 master weights + Adam m and v, after sharding
   double activations_bytes = 0;  ///< activations of all in-flight micro-batches (pipeline depth included)
-  double total_bytes() const { return weights_bytes + gradients_bytes + optimizer_bytes + activations_bytes; }
+  /// Transients on top of them at the peak: the pytorch trainer's cross-entropy backward (two fp32 tensors of
+  /// the logits' size, on the last stage at the loss); 0 under the default accounting.
+  double temporaries_bytes = 0;
+  /// Everything above: the stage's peak.
+  double total_bytes() const {
+    return weights_bytes + gradients_bytes + optimizer_bytes + activations_bytes + temporaries_bytes;
+  }
   int stage = 0;                  ///< the pipeline stage these numbers describe (the most loaded one)
   int inflight_microbatches = 0;  ///< micro-batches whose activations are alive at once on that stage
 };
@@ -42,6 +49,11 @@ MemoryBreakdown memory_per_gpu(const model::ModelSpec& model, const Layout& layo
 
 /// Memory of one specific pipeline stage.
 MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& layout, int stage);
+
+/// "weights W, gradients G, optimizer O, activations A" (and ", loss backward T" where there are
+/// temporaries), each in core::format_bytes's units: the one wording of the terms in every message and table
+/// line.
+std::string describe_terms(const MemoryBreakdown& memory);
 
 /// The breakdown as JSON for a GPU of `device_bytes`: each category, the total, the usable bytes, whether it
 /// fits, the stage and its in-flight micro-batches (`calo sim --json`'s "memory"; docs/METRICS.md "Memory per

@@ -291,10 +291,7 @@ std::string megatron_flags(const parallel::Layout& layout) {
 }
 
 std::string describe_memory(const parallel::MemoryBreakdown& memory) {
-  return fmt::format("{} (weights {}, gradients {}, optimizer {}, activations {})",
-                     core::format_bytes(memory.total_bytes()), core::format_bytes(memory.weights_bytes),
-                     core::format_bytes(memory.gradients_bytes), core::format_bytes(memory.optimizer_bytes),
-                     core::format_bytes(memory.activations_bytes));
+  return fmt::format("{} ({})", core::format_bytes(memory.total_bytes()), parallel::describe_terms(memory));
 }
 
 }  // namespace calo::plan

@@ -76,11 +76,14 @@ std::string breakdown_table(const std::optional<parallel::MemoryBreakdown>& memo
   };
   if (memory) {
     row("weights (bf16)", memory->weights_bytes, "");
-    row("gradients (bf16)", memory->gradients_bytes, "");
+    row("gradients", memory->gradients_bytes, "bf16; fp32 master gradients under the pytorch trainer");
     row("optimizer (fp32 master + Adam m, v)", memory->optimizer_bytes, "");
     row("activations", memory->activations_bytes,
         fmt::format("{} micro-batch(es) in flight on stage {}", memory->inflight_microbatches,
                     memory->stage));
+    if (memory->temporaries_bytes > 0)
+      row("loss backward", memory->temporaries_bytes,
+          "fp32 cross-entropy gradients at the loss (pytorch trainer)");
     row("<b>model total</b>", memory->total_bytes(),
         "the most loaded stage (docs/METRICS.md, \"Memory per GPU\")");
   }
@@ -123,6 +126,10 @@ std::string memory_section(const analyze::RunAnalysis& run, const std::string& p
     bars.push_back("model");
     values.push_back({memory->weights_bytes / kGiB, memory->gradients_bytes / kGiB,
                       memory->optimizer_bytes / kGiB, memory->activations_bytes / kGiB});
+    if (memory->temporaries_bytes > 0) {
+      segments.push_back("loss backward");
+      values.back().push_back(memory->temporaries_bytes / kGiB);
+    }
   }
   if (measured.second >= 0) {
     segments.push_back("measured peak");

@@ -33,7 +33,8 @@ Recompute recompute_named(const std::string& name) {
 
 // Every line of the fixture file `name` with the model's breakdown for the same model slice and layout (one
 // GPU); `recompute_of` maps the line's recompute name to the model's.
-std::vector<Truth> load_lines(const std::string& name, Recompute (*recompute_of)(const std::string&)) {
+std::vector<Truth> load_lines(const std::string& name, Recompute (*recompute_of)(const std::string&),
+                              Trainer trainer = Trainer::kDefault) {
   std::ifstream in(std::string(CALO_SOURCE_DIR) + "/tests/fixtures/memory-truth-h200/" + name);
   std::vector<Truth> truths;
   std::string line;
@@ -47,15 +48,16 @@ std::vector<Truth> load_lines(const std::string& name, Recompute (*recompute_of)
     layout.global_batch = layout.micro_batch;
     layout.seq_length = truth.row.at("seq").get<int>();
     layout.recompute = recompute_of(truth.row.at("recompute").get<std::string>());
+    layout.trainer = trainer;
     truth.model = memory_per_gpu(model, resolve_layout(model, layout));
     truths.push_back(truth);
   }
   return truths;
 }
 
-// The PyTorch trainer's lines (memory_truth.jsonl).
-std::vector<Truth> load_truths() {
-  return load_lines("memory_truth.jsonl", recompute_named);
+// The PyTorch trainer's lines (memory_truth.jsonl), under the model's `trainer` accounting.
+std::vector<Truth> load_truths(Trainer trainer = Trainer::kDefault) {
+  return load_lines("memory_truth.jsonl", recompute_named, trainer);
 }
 
 double error(double model, double measured) {
@@ -115,6 +117,29 @@ TEST(MemoryTruth, ActivationsAndPeakWithinTodaysErrorOfEveryConfiguration) {
     }
     EXPECT_GT(peak, -0.35) << truth.row.dump();
     EXPECT_LT(peak, -0.15) << truth.row.dump();
+  }
+}
+
+TEST(MemoryTruth, ThePytorchTrainersAccountingHoldsEveryPeakWithin5Percent) {
+  // --trainer pytorch: the fp32 master gradient (4 bytes per parameter; the bf16 gradients are freed before
+  // the next forward) and plain cross-entropy's backward transient (two fp32 tensors of the logits' size at
+  // the loss). State is then the trainer's to the byte, the transient explains the rest of the peak to 0.00 %
+  // given the measured activations, and what is left is the activation term's own error (-15 % without
+  // recompute): every peak within 5 %, the target (today: -1.0 % to -4.3 %).
+  for (const Truth& truth : load_truths(Trainer::kPytorch)) {
+    const double measured_state = truth.row.at("state_bytes_before_step").get<double>();
+    const double model_state =
+        truth.model.weights_bytes + truth.model.gradients_bytes + truth.model.optimizer_bytes;
+    EXPECT_NEAR(error(model_state, measured_state), 0.0, 0.005) << truth.row.dump();
+    const double tokens = truth.row.at("seq").get<double>() * truth.row.at("mbs").get<double>();
+    EXPECT_DOUBLE_EQ(truth.model.temporaries_bytes, 8.0 * 128256 * tokens);
+    const double measured_peak = truth.row.at("peak_step_bytes").get<double>();
+    const double with_measured_activations =
+        model_state + truth.row.at("activations_bytes").get<double>() + truth.model.temporaries_bytes;
+    EXPECT_NEAR(error(with_measured_activations, measured_peak), 0.0, 0.005) << truth.row.dump();
+    const double peak = error(truth.model.total_bytes(), measured_peak);
+    EXPECT_LE(std::abs(peak), 0.05) << truth.row.dump();
+    EXPECT_LT(peak, 0.0) << "under-predicted today (the activation term); a change that flips it is news";
   }
 }
 

@@ -35,6 +35,7 @@ struct PlanFlags {
   int global_batch = 0;
   int seq_length = 0;
   int max_cp = 0;                    // 0 = plan::default_max_cp of the sequence length
+  std::string trainer = "default";   // --trainer: memory accounting of every layout
   std::vector<double> power_caps_w;  // --power-cap 400,500,700: a searched axis
   std::string objective = "throughput";
   double power_budget_w = 0;
@@ -462,6 +463,7 @@ int run_plan(const PlanFlags& flags) {
                   "for {} at sequences of {} tokens or more and 1 below",
                   flags.max_cp, plan::default_max_cp(plan::kLongSequenceTokens), plan::kLongSequenceTokens));
   request.space.max_cp = flags.max_cp > 0 ? flags.max_cp : plan::default_max_cp(seq_length);
+  request.space.trainer = parallel::parse_trainer(flags.trainer);
   request.space.constraints = constraints_of(flags);
   // A --cp constraint asks for context parallelism even at sequences that do not get it by default.
   for (int cp : flags.constraints.cp) request.space.max_cp = std::max(request.space.max_cp, cp);
@@ -512,13 +514,17 @@ int run_plan(const PlanFlags& flags) {
   return 0;
 }
 
-/// The job and the space searched: --model, --cluster, --gpus, --gbs, --seq, --max-cp.
+/// The job and the space searched: --model, --cluster, --gpus, --gbs, --seq, --trainer, --max-cp.
 void add_job_flags(CLI::App& app, PlanFlags& flags) {
   app.add_option("--model,-m", flags.model, "Model preset name or YAML file");
   app.add_option("--cluster,-c", flags.cluster, "Cluster preset or YAML file");
   app.add_option("--gpus,-n", flags.gpus, "GPUs (every layout uses all of them)");
   app.add_option("--gbs,--global-batch", flags.global_batch, "Global batch in sequences (fixed)");
   app.add_option("--seq", flags.seq_length, "Sequence length; default the model's");
+  app.add_option("--trainer", flags.trainer,
+                 "Memory accounting of every layout: default (bf16 gradients) or pytorch (fp32 master "
+                 "gradient, plain cross-entropy's fp32 backward at the loss), as calo sim's --trainer")
+      ->capture_default_str();
   app.add_option("--max-cp", flags.max_cp,
                  "Largest context-parallel size searched (powers of two; default 16 at sequences of 32K "
                  "tokens or more, else 1)");

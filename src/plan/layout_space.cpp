@@ -160,6 +160,7 @@ LayoutSpace enumerate_layouts(const SpaceRequest& request) {
             layout.recompute = recompute;
             layout.zero_stage = zero_stage;
             layout.attention = request.attention;
+            layout.trainer = request.trainer;
             layout.fsdp_shard_size = sharding.shard_size;
             layout.overlap_tp_comm = overlap && sizes.tp > 1;
             layout.overlap_grad_reduce = overlap && sizes.dp * sizes.cp > 1;
@@ -230,6 +231,8 @@ std::string calo_flags(const parallel::Layout& layout) {
   if (layout.tp > 1 && !layout.sequence_parallel) text += " --no-sequence-parallel";
   if (layout.attention == parallel::AttentionImpl::kUnfused) text += " --attention unfused";
   if (!layout.pipeline_scatter_gather) text += " --no-pp-scatter-gather";
+  if (layout.trainer != parallel::Trainer::kDefault)
+    text += " --trainer " + parallel::to_string(layout.trainer);
   if (layout.uneven_partition())
     text += fmt::format(" --layers-per-stage {}", fmt::join(layout.layers_per_stage, ","));
   if (!layout.stage_gpus.empty()) text += fmt::format(" --stage-gpus {}", fmt::join(layout.stage_gpus, ","));

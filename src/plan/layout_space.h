@@ -38,6 +38,7 @@ struct SpaceRequest {
   int gpus_per_node = 8;           ///< tp never spans nodes (tp <= gpus_per_node)
   double device_memory_bytes = 0;  ///< HBM per GPU; a layout fits when its accounted total <= usable share
   parallel::AttentionImpl attention = parallel::AttentionImpl::kFused;  ///< attention core of every layout
+  parallel::Trainer trainer = parallel::Trainer::kDefault;  ///< memory accounting of every layout (--trainer)
   int max_cp = 1;  ///< context-parallel sizes enumerated: powers of two up to max_cp (1 = no cp)
   LayoutConstraints constraints;  ///< settings held to given values; layouts outside are not enumerated
 };

@@ -55,6 +55,26 @@ TEST(LayoutSpace, EveryCandidateIsValidUsesAllGpusAndCarriesTheMemoryVerdict) {
   EXPECT_LT(space.fitting(), static_cast<int>(space.candidates.size()));  // some do not fit 141 GB
 }
 
+TEST(LayoutSpace, ThePytorchTrainersAccountingFitsFewerLayoutsAndTheFlagsSayIt) {
+  // --trainer pytorch: fp32 master gradients and the loss backward's transient on every layout; the same
+  // layouts, each holding more, so no layout fits that did not fit by default, some that did no longer do,
+  // and the pasteable flags carry the trainer (so `calo sim` with them refuses or accepts the same way).
+  SpaceRequest request = small_request().space;
+  request.device_memory_bytes = sim::load_cluster("h100-hgx").gpu.memory_bytes;
+  const LayoutSpace by_default = enumerate_layouts(request);
+  request.trainer = parallel::Trainer::kPytorch;
+  const LayoutSpace pytorch = enumerate_layouts(request);
+  ASSERT_EQ(pytorch.candidates.size(), by_default.candidates.size());
+  for (std::size_t index = 0; index < pytorch.candidates.size(); ++index) {
+    const Candidate& candidate = pytorch.candidates[index];
+    EXPECT_GT(candidate.memory.total_bytes(), by_default.candidates[index].memory.total_bytes());
+    EXPECT_TRUE(!candidate.fits || by_default.candidates[index].fits) << calo_flags(candidate.layout);
+    EXPECT_NE(calo_flags(candidate.layout).find("--trainer pytorch"), std::string::npos);
+  }
+  EXPECT_LT(pytorch.fitting(), by_default.fitting());
+  EXPECT_GT(pytorch.fitting(), 0);
+}
+
 TEST(LayoutSpace, ZeroTwoAndHybridShardingWithinANodeAreCandidates) {
   // Llama3-8B on 4 nodes of 8: hybrid sharding with S = 8 / tp for every tp with 1 < S < dp.
   SpaceRequest request = small_request(32, 32).space;

@@ -407,7 +407,8 @@ struct SimOutcome {
   const sim::SimOptions& options;
   const sim::SimResult& result;
   const std::vector<std::string>& warnings;
-  const nlohmann::json& from;  ///< twin_json's object; null without --from
+  const nlohmann::json& from;               ///< twin_json's object; null without --from
+  const parallel::MemoryBreakdown& memory;  ///< the model's memory per GPU of the job (most loaded stage)
 };
 
 /// Stores the simulation as a run (unless --no-store); returns where ("" = not stored) and adds run_dir to
@@ -472,7 +473,7 @@ void print_sim_text(const SimFlags& flags, const SimOutcome& outcome, const Twin
   if (!twin.run_dir.empty()) fmt::print("# {}\n", describe_twin(twin, flags));
   print_summary(outcome.result, json, outcome.cluster.gpu.power_limit_w,
                 calibrate::is_cpu_host(outcome.cluster.gpu));
-  const parallel::MemoryBreakdown memory = parallel::memory_per_gpu(outcome.model, outcome.layout);
+  const parallel::MemoryBreakdown& memory = outcome.memory;
   fmt::print("# memory per {} (model, stage {}): {} of {} usable ({}; {} micro-batch(es) in flight)\n",
              calibrate::is_cpu_host(outcome.cluster.gpu) ? "rank" : "GPU", memory.stage,
              core::format_bytes(memory.total_bytes()),
@@ -504,12 +505,13 @@ int run_sim(SimFlags& flags) {
   const sim::SimResult result = sim::simulate(graph, cluster, options);
   if (!flags.timeline.empty()) write_timeline(flags.timeline, graph, result);
   nlohmann::json json = sim::to_json(result, flags.per_gpu);
-  json["memory"] = parallel::to_json(parallel::memory_per_gpu(model, resolved), cluster.gpu.memory_bytes);
+  const parallel::MemoryBreakdown memory = parallel::memory_per_gpu(model, resolved);
+  json["memory"] = parallel::to_json(memory, cluster.gpu.memory_bytes);
   if (!warnings.empty()) json["warnings"] = warnings;
   const nlohmann::json from = twin_json(twin);
   if (!from.is_null()) json["from"] = from;
 
-  const SimOutcome outcome{model, resolved, cluster, graph, options, result, warnings, from};
+  const SimOutcome outcome{model, resolved, cluster, graph, options, result, warnings, from, memory};
   const std::string stored = store_sim(flags, outcome, json);
   const std::string cost_text = flags.cost_given ? add_cost(flags, outcome, json) : std::string();
   if (flags.json) {

@@ -131,6 +131,8 @@ const BadLayout kBadLayouts[] = {
      "--recompute: 'partial' is not a mode; use none, selective or full"},
     {{"model", "tiny-dense", "--schedule", "zb-v"},
      "--schedule: 'zb-v' is not a schedule; use gpipe, 1f1b or interleaved"},
+    {{"model", "tiny-dense", "--trainer", "deepspeed"},
+     "--trainer: 'deepspeed' is not a trainer; use default (bf16 gradients) or pytorch"},
     {{"model", "tiny-dense", "--pp", "2", "--layers-per-stage", "2,x"},
      "--layers-per-stage: 'x' in '2,x' is not a layer count"},
     {{"model", "tiny-dense", "--pp", "2", "--layers-per-stage", "2,2,"},

@@ -43,6 +43,7 @@ struct PlanFlags {
   int top = 10;
   int steps = 1;
   int threads = 0;
+  double max_minutes = 5;  // --max-minutes: refuse a space estimated to take longer (0 = no limit)
   bool json = false;
   bool show_all = false;
   bool no_prune = false;
@@ -412,13 +413,15 @@ void print_text(const plan::SearchRequest& request, const plan::SearchResult& re
   fmt::print("# cluster {}\n", sim::cluster_trust(request.cluster).summary);
   fmt::print(
       "# {} {}: {}{} invalid combinations skipped, {} do not fit memory, {} pruned by the lower bound, "
-      "{} simulated; {:.2f} s\n",
+      "{}{} simulated; {:.2f} s (estimated {:.0f} s)\n",
       result.evaluations.size(),
       request.power_caps_w.empty()
           ? "layouts"
           : fmt::format("(layout, power cap) pairs over {} caps", request.power_caps_w.size()),
       result.excluded > 0 ? fmt::format("{} outside the constraints, ", result.excluded) : std::string(),
-      result.invalid, result.out_of_memory, result.pruned, result.simulated, result.wall_s);
+      result.invalid, result.out_of_memory, result.pruned,
+      result.too_large > 0 ? fmt::format("{} too large to simulate, ", result.too_large) : std::string(),
+      result.simulated, result.wall_s, result.estimated_s);
   core::TextTable table = make_table();
   const int rows = std::min<int>(flags.top, static_cast<int>(result.ranking.size()));
   for (int row = 0; row < rows; ++row)
@@ -475,6 +478,7 @@ int run_plan(const PlanFlags& flags) {
   request.steps = flags.steps;
   request.power_caps_w = flags.power_caps_w;
   request.threads = flags.threads;
+  request.max_minutes = flags.max_minutes;
   request.prune = !flags.no_prune;
   request.balance_partitions = !flags.uniform_partitions;
   if (!flags.quiet) request.progress = progress_printer(flags.progress || isatty(STDERR_FILENO) != 0);
@@ -492,6 +496,9 @@ int run_plan(const PlanFlags& flags) {
                            {"invalid", result.invalid},
                            {"out_of_memory", result.out_of_memory},
                            {"pruned", result.pruned},
+                           {"too_large", result.too_large},
+                           {"graph_ops", result.graph_ops},
+                           {"estimated_s", result.estimated_s},
                            {"simulated", result.simulated},
                            {"wall_s", result.wall_s}};
     nlohmann::json ranking = nlohmann::json::array();
@@ -547,6 +554,11 @@ void add_ranking_flags(CLI::App& app, PlanFlags& flags) {
   app.add_option("--jobs,-j,--threads", flags.threads,
                  "Candidates simulated at once, one thread each (default: one per core); the same "
                  "flag as calo sweep's and calo report's --jobs");
+  app.add_option("--max-minutes", flags.max_minutes,
+                 "Refuse (exit 2, before any simulation) a space whose search is estimated to take longer on "
+                 "these threads, naming the flags that narrow it; 0 = no limit")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
 }
 
 /// What is printed and how the search runs: --json, --all, --no-prune, --uniform-partitions, --progress,

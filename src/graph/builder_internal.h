@@ -23,6 +23,11 @@
 
 namespace calo::graph::detail {
 
+/// build_graph without the op budget check (check_op_budget's own small graphs); `expected_ops` (the
+/// estimate, 0 = unknown) sizes the first program's op vector.
+Graph build_graph_unchecked(const model::ModelSpec& model, const parallel::Layout& layout,
+                            const GraphOptions& options, std::int64_t expected_ops = 0);
+
 /// Bytes per bf16 element.
 inline constexpr double kBf16Bytes = 2.0;
 /// Bytes per fp32 element.

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "graph/builder_internal.h"
+#include "graph/op_budget.h"
 #include "parallel/rank_map.h"
 #include "parallel/schedule.h"
 
@@ -200,6 +201,12 @@ int Graph::peer_rank(int rank, const Op& op) const {
 
 Graph build_graph(const model::ModelSpec& model, const parallel::Layout& layout,
                   const GraphOptions& options) {
+  const std::int64_t expected_ops = check_op_budget(model, layout, options);
+  return detail::build_graph_unchecked(model, layout, options, expected_ops);
+}
+
+Graph detail::build_graph_unchecked(const model::ModelSpec& model, const parallel::Layout& layout,
+                                    const GraphOptions& options, std::int64_t expected_ops) {
   if (model.is_moe()) {
     require_input(
         options.expert_load_imbalance >= 1.0 && options.expert_load_imbalance <= model.num_experts,
@@ -225,9 +232,14 @@ Graph build_graph(const model::ModelSpec& model, const parallel::Layout& layout,
                      (options.expert_load_imbalance != 1.0 || routed % model.num_experts != 0);
   const int roles_per_stage = by_ep ? layout.ep : 1;
   graph.programs.resize(static_cast<std::size_t>(layout.pp) * roles_per_stage);
-  // Programs of a graph are about the same length: each reserves the first one's size (+1/8), so the op
-  // vectors of all but the first grow without copies (the planner builds thousands of graphs).
-  std::size_t first_ops = 0, first_deps = 0;
+  // Programs of a graph are about the same length: the first reserves its share of the expected ops (+1/16,
+  // the estimate is within 2 %), each other one the first one's size (+1/8), so op vectors grow without
+  // copies (the planner builds thousands of graphs).
+  std::size_t first_ops =
+      static_cast<std::size_t>(expected_ops / static_cast<std::int64_t>(graph.programs.size()));
+  first_ops += first_ops / 16;
+  std::size_t first_deps = 0;
+  bool first = true;
   for (int stage = 0; stage < layout.pp; ++stage) {
     for (int role = 0; role < roles_per_stage; ++role) {
       RankProgram& program = graph.programs[stage * roles_per_stage + role];
@@ -236,7 +248,8 @@ Graph build_graph(const model::ModelSpec& model, const parallel::Layout& layout,
       program.ops.reserve(first_ops + first_ops / 8);
       program.deps.reserve(first_deps + first_deps / 8);
       ProgramBuilder(graph.model, graph.layout, graph.options, stage, program.ep_index, program).build();
-      if (first_ops == 0) {
+      if (first) {
+        first = false;
         first_ops = program.ops.size();
         first_deps = program.deps.size();
       }

@@ -1,6 +1,7 @@
 #include "plan/search.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <atomic>
@@ -17,6 +18,7 @@
 #include "core/table.h"
 #include "core/threads.h"
 #include "graph/graph.h"
+#include "graph/op_budget.h"
 #include "parallel/memory.h"
 #include "parallel/validate.h"
 #include "plan/balanced_partition.h"
@@ -318,7 +320,7 @@ std::string to_string(Objective objective) {
   return core::enum_name(objective, kObjectiveNames);
 }
 
-constexpr std::array kVerdictNames{"ranked", "oom", "pruned", "over-budget", "failed"};
+constexpr std::array kVerdictNames{"ranked", "oom", "pruned", "over-budget", "failed", "too-large"};
 
 const char* to_string(Verdict verdict) {
   return core::enum_name(verdict, kVerdictNames);
@@ -431,6 +433,10 @@ double step_time_lower_bound_s(const graph::Graph& graph, const sim::ClusterSpec
   return bound_s;
 }
 
+double estimated_search_s(double graph_ops, int caps, int steps, int threads) {
+  return graph_ops * kSearchSecondsPerGraphOp * (1.0 + caps * steps) / 2.0 / std::max(1, threads);
+}
+
 int equivalent_to_first(const SearchResult& result, Objective objective) {
   if (result.ranking.empty()) return 0;
   const double first = score(result.evaluations[result.ranking.front()], objective);
@@ -488,6 +494,57 @@ std::vector<std::size_t> add_evaluations(const LayoutSpace& space, const std::ve
     }
   }
   return fitting;
+}
+
+/// The flags that narrow a space, for a refusal: the constraints the request does not hold yet.
+std::string narrowing_flags(const SearchRequest& request) {
+  std::vector<std::string> flags;
+  const LayoutConstraints& held = request.space.constraints;
+  if (held.tp.empty()) flags.push_back("--tp 4,8");
+  if (held.micro_batch.empty()) flags.push_back("--mbs 1,2");
+  if (held.schedule.empty()) flags.push_back("--schedule 1f1b");
+  if (held.recompute.empty()) flags.push_back("--recompute none,selective");
+  if (held.zero_stage.empty()) flags.push_back("--zero 1");
+  return flags.empty() ? std::string("fewer values in the layout flags")
+                       : fmt::format("e.g. {}", fmt::join(flags, " "));
+}
+
+/// Chapter 0: the size of every fitting layout's graph (graph::estimated_op_count, before any is built); a
+/// layout beyond graph::kMaxGraphOps leaves `fitting` as too large. Refuses a space whose estimated search
+/// time exceeds request.max_minutes, naming the flags that narrow it.
+void size_layouts(const SearchRequest& request, const std::vector<double>& caps_w,
+                  std::vector<std::size_t>& fitting, int threads, SearchResult& result) {
+  std::vector<std::int64_t> ops(fitting.size());
+  core::parallel_for(fitting.size(), threads, [&](std::size_t item) {
+    const Evaluation& evaluation = result.evaluations[fitting[item]];
+    ops[item] = graph::estimated_op_count(request.space.model, evaluation.candidate.layout);
+  });
+  std::vector<std::size_t> kept;
+  for (std::size_t item = 0; item < fitting.size(); ++item) {
+    if (ops[item] <= graph::kMaxGraphOps) {
+      kept.push_back(fitting[item]);
+      result.graph_ops += static_cast<double>(ops[item]);
+      continue;
+    }
+    ++result.too_large;
+    for (std::size_t cap = 0; cap < caps_w.size(); ++cap) {
+      Evaluation& evaluation = result.evaluations[fitting[item] + cap];
+      evaluation.verdict = Verdict::kTooLarge;
+      evaluation.note = fmt::format("a graph of about {:.0f} M ops (at most {:.0f} M)", ops[item] / 1e6,
+                                    graph::kMaxGraphOps / 1e6);
+    }
+  }
+  fitting = std::move(kept);
+  result.estimated_s =
+      estimated_search_s(result.graph_ops, static_cast<int>(caps_w.size()), request.steps, threads);
+  require_input(
+      request.max_minutes <= 0 || result.estimated_s <= request.max_minutes * 60,
+      fmt::format(
+          "this space is {} fitting layouts whose graphs hold about {:.2f} G ops: about {:.1f} min on {} "
+          "threads, beyond --max-minutes {:g}; narrow it ({}), run where there are more cores, or give "
+          "--max-minutes {:.0f}",
+          fitting.size(), result.graph_ops / 1e9, result.estimated_s / 60, threads, request.max_minutes,
+          narrowing_flags(request), std::ceil(result.estimated_s / 60 * 1.5)));
 }
 
 /// Chapter 1: the lower bound of every fitting layout (graph build + cost model, no engine); a cap only
@@ -602,6 +659,7 @@ SearchResult search_layouts(const SearchRequest& request) {
   const int threads = request.threads > 0
                           ? request.threads
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  size_layouts(request, caps_w, fitting, threads, result);
   Progress progress(request, fitting.size() * (1 + caps_w.size()));
 
   bound_layouts(request, caps_w, fitting, threads, progress, result);

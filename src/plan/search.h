@@ -33,7 +33,10 @@ struct SearchRequest {
   int steps = 1;                ///< simulated steps per layout (temperatures evolve across them)
   /// Power caps searched as an axis (W per GPU, every GPU alike); empty = the card's limit only.
   std::vector<double> power_caps_w;
-  int threads = 0;    ///< worker threads; 0 = std::thread::hardware_concurrency()
+  int threads = 0;  ///< worker threads; 0 = std::thread::hardware_concurrency()
+  /// > 0: refuse (InputError, before any graph is built) a space whose estimated search time
+  /// (estimated_search_s) on `threads` exceeds this many minutes; 0 = no limit (`calo plan --max-minutes`).
+  double max_minutes = 0;
   bool prune = true;  ///< skip layouts whose lower bound proves they cannot make the top K
   /// Try each pipeline layout (vpp 1) also at the layers per stage that balance its stages' compute
   /// (balanced_partition.h) and rank it at whichever simulates better; false = uniform partitions only.
@@ -43,8 +46,9 @@ struct SearchRequest {
 };
 
 /// What happened to one candidate.
-enum class Verdict { kRanked, kOutOfMemory, kPruned, kOverBudget, kFailed };
-/// Name of a verdict ("ranked", "oom", "pruned", "over-budget", "failed").
+enum class Verdict { kRanked, kOutOfMemory, kPruned, kOverBudget, kFailed, kTooLarge };
+/// Name of a verdict ("ranked", "oom", "pruned", "over-budget", "failed", "too-large": a graph beyond
+/// graph::kMaxGraphOps, never built).
 const char* to_string(Verdict verdict);
 
 /// One candidate and its figures (simulated ones only when verdict is kRanked or kOverBudget).
@@ -82,6 +86,9 @@ struct SearchResult {
   int simulated = 0;                    ///< layouts simulated
   int pruned = 0;                       ///< layouts skipped by the lower bound
   int out_of_memory = 0;                ///< layouts that do not fit memory
+  int too_large = 0;                    ///< fitting layouts whose graph exceeds graph::kMaxGraphOps
+  double graph_ops = 0;                 ///< estimated ops of the fitting layouts' graphs (the search's work)
+  double estimated_s = 0;               ///< estimated_search_s of the search before it ran
   double wall_s = 0;                    ///< host time of the search
 };
 
@@ -109,6 +116,16 @@ std::vector<FrontCorner> front_corners(const SearchResult& result);
 /// pipeline stage k the forward of micro-batch 0 on stages < k + stage k's micro-batch compute + the
 /// backward of the last micro-batch on stages < k (docs/PLANNER.md, "Pruning").
 double step_time_lower_bound_s(const graph::Graph& graph, const sim::ClusterSpec& cluster);
+
+/// Wall seconds per graph op per thread of a search (bound every fitting layout, then simulate what the bound
+/// admits), measured on the 2-core development VM: Llama3-70B on 64 H100 333 ns, GPT3-175B on 8192 H200 429
+/// ns (docs/BENCHMARKS.md, "Planner: layout search speed").
+inline constexpr double kSearchSecondsPerGraphOp = 400e-9;
+
+/// Estimated wall seconds of a search over fitting layouts whose graphs hold `graph_ops` ops, simulated
+/// under `caps` power caps for `steps` steps each, on `threads` threads (kSearchSecondsPerGraphOp; the bound
+/// is half of it at one cap and one step).
+double estimated_search_s(double graph_ops, int caps, int steps, int threads);
 
 /// Runs the search. Throws InputError for contradictory constraints (a power budget below the idle power of
 /// all GPUs), for a space without any valid layout and for a space where no layout fits memory, each with

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "graph/graph.h"
+#include "graph/op_budget.h"
 #include "model/model_spec.h"
 #include "parallel/validate.h"
 #include "plan/balanced_partition.h"
@@ -445,6 +446,55 @@ TEST(Search, NoLayoutForTheGpuCountIsRefusedWithTheNearestFeasibleCount) {
   } catch (const InputError& error) {
     EXPECT_NE(std::string(error.what()).find("--gpus 8"), std::string::npos) << error.what();
   }
+}
+
+TEST(Search, ALayoutWhoseGraphExceedsTheOpBudgetIsTooLargeAndNeverBuiltTheRestRank) {
+  // tiny-dense at 1024 layers, 640 sequences on 8 GPUs: dp 1 is 640 micro-batches (~17 M ops, over the
+  // budget), dp 8 is 80 (~2 M ops).
+  SearchRequest request = small_request(8, 640);
+  request.space.model = model::load_model("tiny-dense");
+  request.space.model.num_layers = 1024;
+  request.space.seq_length = 0;
+  request.space.constraints.dp = {1, 8};
+  request.space.constraints.micro_batch = {1};
+  request.space.constraints.recompute = {parallel::Recompute::kNone};
+  request.space.constraints.zero_stage = {0};
+  request.space.constraints.overlap = false;
+  request.space.constraints.schedule = {parallel::Schedule::k1F1B};
+  const SearchResult result = search_layouts(request);
+  EXPECT_GT(result.too_large, 0);
+  ASSERT_FALSE(result.ranking.empty());
+  for (const Evaluation& evaluation : result.evaluations) {
+    const parallel::Layout& layout = evaluation.candidate.layout;
+    if (!evaluation.candidate.fits) continue;
+    SCOPED_TRACE(parallel::describe(layout));
+    const bool over = graph::estimated_op_count(request.space.model, layout) > graph::kMaxGraphOps;
+    EXPECT_EQ(over, layout.dp == 1);
+    EXPECT_EQ(evaluation.verdict == Verdict::kTooLarge, over);
+    if (over) {
+      EXPECT_NE(evaluation.note.find("M ops (at most 16 M)"), std::string::npos) << evaluation.note;
+    }
+  }
+  EXPECT_GT(result.graph_ops, 0);
+  EXPECT_GT(result.estimated_s, 0);
+}
+
+TEST(Search, ASpaceEstimatedBeyondMaxMinutesIsRefusedBeforeAnySimulationNamingTheFlags) {
+  SearchRequest request = small_request();
+  request.max_minutes = 0.001;  // 0.06 s: this space takes about a second on 2 threads
+  try {
+    search_layouts(request);
+    FAIL() << "a space beyond --max-minutes was searched";
+  } catch (const InputError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("beyond --max-minutes 0.001"), std::string::npos) << message;
+    EXPECT_NE(message.find("on 2 threads"), std::string::npos) << message;
+    EXPECT_NE(message.find("--mbs 1,2"), std::string::npos) << message;
+  }
+  request.max_minutes = 0;  // no limit: the estimate is still reported, and near the measured time
+  const SearchResult result = search_layouts(request);
+  EXPECT_GT(result.estimated_s, result.wall_s / 4);
+  EXPECT_LT(result.estimated_s, result.wall_s * 4);
 }
 
 }  // namespace

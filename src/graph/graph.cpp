@@ -233,7 +233,7 @@ Graph detail::build_graph_unchecked(const model::ModelSpec& model, const paralle
   const int roles_per_stage = by_ep ? layout.ep : 1;
   graph.programs.resize(static_cast<std::size_t>(layout.pp) * roles_per_stage);
   // Programs of a graph are about the same length: the first reserves its share of the expected ops (+1/16,
-  // the estimate is within 2 %), each other one the first one's size (+1/8), so op vectors grow without
+  // the estimate is 0-3.2 % above), each other one the first one's size (+1/8), so op vectors grow without
   // copies (the planner builds thousands of graphs).
   std::size_t first_ops =
       static_cast<std::size_t>(expected_ops / static_cast<std::int64_t>(graph.programs.size()));

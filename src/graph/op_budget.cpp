@@ -74,11 +74,10 @@ std::int64_t check_op_budget(const model::ModelSpec& model, const parallel::Layo
   if (ops <= kMaxGraphOps) return ops;
   throw InputError(fmt::format(
       "{} of {} ({} layers, {} micro-batches per step) is a graph of about {:.0f} M ops, beyond the {:.0f} M "
-      "one simulation may build (about 80 B each, so ~{:.1f} GB); fewer micro-batches fit: raise --mbs or "
-      "lower "
-      "--gbs (or use fewer layers)",
+      "one simulation may build (~{:.1f} GB at about 0.4 KB per op with the engine and the stored op spans); "
+      "fewer micro-batches fit: raise --mbs or lower --gbs (or use fewer layers)",
       parallel::describe(layout), model.name, model.num_layers, layout.num_microbatches(), ops / 1e6,
-      kMaxGraphOps / 1e6, ops * 80.0 / 1e9));
+      kMaxGraphOps / 1e6, ops * 400.0 / 1e9));
 }
 
 }  // namespace calo::graph

@@ -140,7 +140,7 @@ INSTANTIATE_TEST_SUITE_P(
                  "--no-store"},
                 "micro-batches per step, beyond the 16384"},
         Hostile{sim_with({"--model", "{}/fixtures/hostile/model-1024-layers.yaml", "--gbs", "16384"}),
-                "is a graph of about 436 M ops, beyond the 16 M one simulation may build"},
+                "is a graph of about 436 M ops, beyond the 4 M one simulation may build"},
         Hostile{{"plan", "--model", "{}/fixtures/hostile/model-1024-layers.yaml", "--cluster", "h100-hgx",
                  "--gpus", "64", "--gbs", "512", "--quiet"},
                 "beyond --max-minutes 5; narrow it"},

@@ -547,18 +547,4 @@ RecordResult record(const RecordOptions& options) {
   return result;
 }
 
-store::DeviceInfo to_store_device(const DeviceInfo& device, int device_idx) {
-  store::DeviceInfo row;
-  row.idx = device_idx;
-  row.slot = device.index;
-  row.kind = device.kind == "gpu" ? store::DeviceKind::kGpu : store::DeviceKind::kCpu;
-  row.name = device.name;
-  row.uuid = device.uuid;
-  row.pci_bus = device.pci_bus;
-  row.power_limit_w = device.power_limit_w;
-  row.max_sm_mhz = device.max_sm_mhz;
-  row.driver = device.driver;
-  return row;
-}
-
 }  // namespace calo::telemetry

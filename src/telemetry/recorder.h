@@ -114,7 +114,20 @@ inline MetricKind from_store_kind(store::MetricKind kind) {
   return MetricKind::kGauge;
 }
 
-/// The run-store row of a telemetry device, numbered `device_idx` within the run.
-store::DeviceInfo to_store_device(const DeviceInfo& device, int device_idx);
+/// The run-store row of a telemetry device, numbered `device_idx` within the run (inline: the replay source
+/// is also built without the recorder, into the store tests and bench_store_ingest).
+inline store::DeviceInfo to_store_device(const DeviceInfo& device, int device_idx) {
+  store::DeviceInfo row;
+  row.idx = device_idx;
+  row.slot = device.index;
+  row.kind = device.kind == "gpu" ? store::DeviceKind::kGpu : store::DeviceKind::kCpu;
+  row.name = device.name;
+  row.uuid = device.uuid;
+  row.pci_bus = device.pci_bus;
+  row.power_limit_w = device.power_limit_w;
+  row.max_sm_mhz = device.max_sm_mhz;
+  row.driver = device.driver;
+  return row;
+}
 
 }  // namespace calo::telemetry

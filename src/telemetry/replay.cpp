@@ -444,20 +444,8 @@ ReplayResult play(const Recording& recording, const ReplayOptions& options,
 }
 
 ReplayResult replay_into(const Recording& recording, store::RunWriter& writer, const ReplayOptions& options) {
-  for (std::size_t position = 0; position < recording.devices.size(); ++position) {
-    const DeviceInfo& device = recording.devices[position];
-    store::DeviceInfo stored;
-    stored.idx = static_cast<int32_t>(position);
-    stored.slot = device.index;
-    stored.kind = device.kind == "cpu" ? store::DeviceKind::kCpu : store::DeviceKind::kGpu;
-    stored.name = device.name;
-    stored.uuid = device.uuid;
-    stored.pci_bus = device.pci_bus;
-    stored.power_limit_w = device.power_limit_w;
-    stored.max_sm_mhz = device.max_sm_mhz;
-    stored.driver = device.driver;
-    writer.add_device(stored);
-  }
+  for (std::size_t position = 0; position < recording.devices.size(); ++position)
+    writer.add_device(to_store_device(recording.devices[position], static_cast<int>(position)));
   std::vector<int32_t> metric_ids;
   metric_ids.reserve(recording.metrics.size());
   for (const MetricInfo& metric : recording.metrics) {

@@ -361,11 +361,14 @@ void RunWriter::Impl::writer_loop() {
   std::unique_lock lock(mutex);
   auto next_commit = std::chrono::steady_clock::now() + std::chrono::nanoseconds(options.commit_interval_ns);
   while (true) {
-    wake_writer.wait_until(lock, next_commit, [&] { return stopping || ticket_requested > ticket_done; });
+    wake_writer.wait_until(lock, next_commit, [&] {
+      return stopping || ticket_requested > ticket_done || pending_misc.size() >= options.max_queued_misc;
+    });
     bool stop_after = stopping;
     uint64_t ticket = ticket_requested;
     samples.swap(pending_samples);
     misc.swap(pending_misc);
+    batch_done.notify_all();  // append_span waiting on a full queue may go on
     uint64_t dropped_total = stats.samples_dropped;
     next_commit = std::chrono::steady_clock::now() + std::chrono::nanoseconds(options.commit_interval_ns);
     if (writer_error.empty() && (!samples.empty() || !misc.empty() || dropped_total != dropped_reported)) {
@@ -477,8 +480,17 @@ void RunWriter::append(std::span<const Sample> samples) {
 }
 
 void RunWriter::append_span(const Span& span) {
-  std::lock_guard lock(impl_->mutex);
+  std::unique_lock lock(impl_->mutex);
   impl_->pending_misc.emplace_back(span);
+  WriterStats& stats = impl_->stats;
+  stats.max_queued_misc = std::max<uint64_t>(stats.max_queued_misc, impl_->pending_misc.size());
+  if (impl_->pending_misc.size() < impl_->options.max_queued_misc || !impl_->writer_thread.joinable()) return;
+  // A full queue: the writer takes it at once (it commits while the caller queues the next ones).
+  impl_->wake_writer.notify_one();
+  impl_->batch_done.wait(lock, [&] {
+    return impl_->pending_misc.size() < impl_->options.max_queued_misc || !impl_->writer_error.empty() ||
+           impl_->stopping;
+  });
 }
 
 void RunWriter::add_summary(const SummaryRow& row) {

@@ -135,6 +135,9 @@ struct WriterOptions {
   int64_t commit_interval_ns = 1'000'000'000;  ///< at most this long between commits (crash loses <= this)
   std::size_t max_queued_samples = 64u << 20;  ///< queue grows up to this many samples; beyond, samples drop
   bool create_indexes_on_finish = true;        ///< build the (device, metric, t) index in finish()
+  /// Spans, summaries and events queued before append_span waits for the writer thread to take them (a
+  /// simulated run's millions of op spans queued whole held ~0.13 KB each until the writer caught up).
+  std::size_t max_queued_misc = 1u << 17;
 };
 
 /// Counters of a writer, for reports and the ingest benchmark.
@@ -144,6 +147,7 @@ struct WriterStats {
   uint64_t samples_dropped = 0;     ///< samples refused because the queue was full (target: 0)
   uint64_t commits = 0;             ///< transactions committed
   uint64_t max_queued_samples = 0;  ///< largest queue depth seen
+  uint64_t max_queued_misc = 0;     ///< largest span/summary/event queue depth seen
   int64_t writer_cpu_ns = 0;        ///< CPU time of the writer thread so far (CLOCK_THREAD_CPUTIME_ID)
   int64_t writer_busy_ns = 0;       ///< wall time the writer thread spent inside commits
 };
@@ -182,7 +186,8 @@ class RunWriter {
   void append(const Sample& sample);
   /// Queues many samples under one lock; thread-safe.
   void append(std::span<const Sample> samples);
-  /// Queues one span; thread-safe.
+  /// Queues one span; thread-safe. Waits for the writer thread to take the queue once it holds
+  /// WriterOptions::max_queued_misc spans, summaries and events.
   void append_span(const Span& span);
   /// Queues one summary row; thread-safe.
   void add_summary(const SummaryRow& row);

@@ -182,6 +182,30 @@ TEST(RunStore, QueueOverflowIsCountedAndLogged) {
   EXPECT_NE(events[0].message.find("dropped 15 samples"), std::string::npos) << events[0].message;
 }
 
+TEST(RunStore, ManySpansWaitForTheWriterInsteadOfQueueingWholeAndAllAreCommitted) {
+  // A simulated run appends millions of op spans at once: the queue is bounded by max_queued_misc (the
+  // appender waits for the writer thread to take it), and nothing is lost.
+  TempDir temp;
+  WriterOptions options;
+  options.commit_interval_ns = 60'000'000'000;  // only a full queue wakes the writer during the test
+  options.max_queued_misc = 100;
+  RunWriter writer(temp.path() / "run", test_run_info(), options);
+  constexpr int kSpans = 20'000;
+  for (int index = 0; index < kSpans; ++index) {
+    Span span;
+    span.kind = SpanKind::kOp;
+    span.name = "op";
+    span.t_begin_ns = index;
+    span.t_end_ns = index + 1;
+    writer.append_span(span);
+  }
+  EXPECT_LE(writer.stats().max_queued_misc, 100u);
+  EXPECT_GE(writer.stats().commits, kSpans / 100u - 1);
+  writer.finish(kSpans);
+  RunReader reader(temp.path() / "run");
+  EXPECT_EQ(reader.spans(SpanKind::kOp).size(), static_cast<std::size_t>(kSpans));
+}
+
 TEST(RunStore, RefusesExistingRunAndUnwritableDirectories) {
   TempDir temp;
   { RunWriter writer(temp.path() / "run", test_run_info()); }

@@ -129,6 +129,18 @@ void validate_options(const graph::Graph& graph, const SimOptions& options) {
   require_per_gpu(options.max_clock_mhz, world, "clock locks");
   require_input(options.fixed_clock_mhz < 0 || options.fixed_clock_mhz > 0,
                 fmt::format("--fixed-clock-mhz {} must be > 0", options.fixed_clock_mhz));
+  if (options.record_timeline && !options.timeline_distinct_ranks) {
+    std::int64_t spans = 0;
+    for (int rank = 0; rank < world; ++rank)
+      spans += static_cast<std::int64_t>(graph.program(rank).ops.size());
+    require_input(
+        spans <= kMaxTimelineSpans,
+        fmt::format(
+            "every GPU's op spans of the last step (--op-spans all, --timeline) are {:.0f} M spans for "
+            "this layout, beyond the {:.0f} M one simulation keeps (~24 B each in memory, ~90 B stored); "
+            "use --op-spans distinct (one GPU per distinct timeline, the default) or fewer micro-batches",
+            spans / 1e6, kMaxTimelineSpans / 1e6));
+  }
 }
 
 /// Stage 2: what is simulated (names, sizes, peaks) before any step runs.

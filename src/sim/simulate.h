@@ -46,6 +46,9 @@ struct SimOptions {
 inline constexpr int kMaxSimSteps = 100'000;
 /// Most GPU-steps (GPUs x steps) one simulation keeps per-step figures for (~28 bytes each).
 inline constexpr int64_t kMaxSimGpuSteps = 10'000'000;
+/// Most op spans a simulation records when it keeps every GPU's (--op-spans all, --timeline): 24 B each in
+/// memory, ~90 B each in a stored run (Llama3-70B TP8-PP8-DP1 gbs 512 on 64 GPUs: 12 M spans, 1.1 GB stored).
+inline constexpr int64_t kMaxTimelineSpans = 16'000'000;
 
 /// Per-GPU outcome over all steps.
 struct GpuResult {

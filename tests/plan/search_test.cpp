@@ -472,7 +472,7 @@ TEST(Search, ALayoutWhoseGraphExceedsTheOpBudgetIsTooLargeAndNeverBuiltTheRestRa
     EXPECT_EQ(over, layout.dp == 1);
     EXPECT_EQ(evaluation.verdict == Verdict::kTooLarge, over);
     if (over) {
-      EXPECT_NE(evaluation.note.find("M ops (at most 4 M)"), std::string::npos) << evaluation.note;
+      EXPECT_NE(evaluation.note.find("M ops (at most 5 M)"), std::string::npos) << evaluation.note;
     }
   }
   EXPECT_GT(result.graph_ops, 0);

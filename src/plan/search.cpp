@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 #include <tuple>
 
@@ -496,12 +497,27 @@ std::vector<std::size_t> add_evaluations(const LayoutSpace& space, const std::ve
   return fitting;
 }
 
-/// The flags that narrow a space, for a refusal: the constraints the request does not hold yet.
-std::string narrowing_flags(const SearchRequest& request) {
+/// The flags that narrow a space, for a refusal: for each setting the request does not hold yet, values the
+/// fitting layouts (`fitting`, into result.evaluations) have: the two largest tp and the two smallest
+/// micro-batches, 1F1B, no or selective recompute, ZeRO-1.
+std::string narrowing_flags(const SearchRequest& request, const std::vector<std::size_t>& fitting,
+                            const SearchResult& result) {
+  std::set<int> tp, micro_batch;
+  for (std::size_t index : fitting) {
+    tp.insert(result.evaluations[index].candidate.layout.tp);
+    micro_batch.insert(result.evaluations[index].candidate.layout.micro_batch);
+  }
+  auto two = [](auto first, auto last) {
+    std::vector<int> values(first, last);
+    if (values.size() > 2) values.resize(2);
+    std::sort(values.begin(), values.end());
+    return fmt::format("{}", fmt::join(values, ","));
+  };
   std::vector<std::string> flags;
   const LayoutConstraints& held = request.space.constraints;
-  if (held.tp.empty()) flags.push_back("--tp 4,8");
-  if (held.micro_batch.empty()) flags.push_back("--mbs 1,2");
+  if (held.tp.empty() && tp.size() > 2) flags.push_back("--tp " + two(tp.rbegin(), tp.rend()));
+  if (held.micro_batch.empty() && micro_batch.size() > 2)
+    flags.push_back("--mbs " + two(micro_batch.begin(), micro_batch.end()));
   if (held.schedule.empty()) flags.push_back("--schedule 1f1b");
   if (held.recompute.empty()) flags.push_back("--recompute none,selective");
   if (held.zero_stage.empty()) flags.push_back("--zero 1");
@@ -544,7 +560,7 @@ void size_layouts(const SearchRequest& request, const std::vector<double>& caps_
           "threads, beyond --max-minutes {:g}; narrow it ({}), run where there are more cores, or give "
           "--max-minutes {:.0f}",
           fitting.size(), result.graph_ops / 1e9, result.estimated_s / 60, threads, request.max_minutes,
-          narrowing_flags(request), std::ceil(result.estimated_s / 60 * 1.5)));
+          narrowing_flags(request, fitting, result), std::ceil(result.estimated_s / 60 * 1.5)));
 }
 
 /// Chapter 1: the lower bound of every fitting layout (graph build + cost model, no engine); a cap only

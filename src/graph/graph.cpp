@@ -235,23 +235,19 @@ Graph detail::build_graph_unchecked(const model::ModelSpec& model, const paralle
   // Programs of a graph are about the same length: the first reserves its share of the expected ops (+1/16,
   // the estimate is 0-3.2 % above), each other one the first one's size (+1/8), so op vectors grow without
   // copies (the planner builds thousands of graphs).
-  std::size_t first_ops =
-      static_cast<std::size_t>(expected_ops / static_cast<std::int64_t>(graph.programs.size()));
-  first_ops += first_ops / 16;
-  std::size_t first_deps = 0;
-  bool first = true;
+  const auto share_ops = static_cast<std::size_t>(expected_ops) / graph.programs.size();
+  std::size_t reserve_ops = share_ops + share_ops / 16, reserve_deps = 0;
   for (int stage = 0; stage < layout.pp; ++stage) {
     for (int role = 0; role < roles_per_stage; ++role) {
       RankProgram& program = graph.programs[stage * roles_per_stage + role];
       program.stage = stage;
       program.ep_index = by_ep ? role : -1;
-      program.ops.reserve(first_ops + first_ops / 8);
-      program.deps.reserve(first_deps + first_deps / 8);
+      program.ops.reserve(reserve_ops);
+      program.deps.reserve(reserve_deps);
       ProgramBuilder(graph.model, graph.layout, graph.options, stage, program.ep_index, program).build();
-      if (first) {
-        first = false;
-        first_ops = program.ops.size();
-        first_deps = program.deps.size();
+      if (&program == &graph.programs.front()) {
+        reserve_ops = program.ops.size() + program.ops.size() / 8;
+        reserve_deps = program.deps.size() + program.deps.size() / 8;
       }
     }
   }

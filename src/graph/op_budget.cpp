@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 
 #include "core/error.h"
 #include "graph/builder_internal.h"
@@ -42,12 +41,11 @@ ProxyCount proxy_ops(const model::ModelSpec& model, const parallel::Layout& layo
 std::int64_t estimated_op_count(const model::ModelSpec& model, const parallel::Layout& layout,
                                 const GraphOptions& options) {
   // ops(L, m) = fixed + per_layer L + per_microbatch m + per_layer_microbatch L m on one stage.
-  const int second_layers = std::min(2, model.num_layers);
   const ProxyCount first = proxy_ops(model, layout, 1, 1, options);
   const std::int64_t one_one = first.ops;
   const std::int64_t one_two = proxy_ops(model, layout, 1, 2, options).ops;
   std::int64_t both = 0, per_layer = 0;
-  if (second_layers == 2) {
+  if (model.num_layers >= 2) {
     const std::int64_t two_one = proxy_ops(model, layout, 2, 1, options).ops;
     const std::int64_t two_two = proxy_ops(model, layout, 2, 2, options).ops;
     both = two_two - two_one - one_two + one_one;
@@ -74,10 +72,11 @@ std::int64_t check_op_budget(const model::ModelSpec& model, const parallel::Layo
   if (ops <= kMaxGraphOps) return ops;
   throw InputError(fmt::format(
       "{} of {} ({} layers, {} micro-batches per step) is a graph of about {:.0f} M ops, beyond the {:.0f} M "
-      "one simulation may build (~{:.1f} GB at about 0.4 KB per op with the engine and the stored op spans); "
+      "one simulation may build (~{:.1f} GB at about {:.1f} KB per op with the engine and the stored op "
+      "spans); "
       "fewer micro-batches fit: raise --mbs or lower --gbs (or use fewer layers)",
       parallel::describe(layout), model.name, model.num_layers, layout.num_microbatches(), ops / 1e6,
-      kMaxGraphOps / 1e6, ops * 400.0 / 1e9));
+      kMaxGraphOps / 1e6, ops * kStoredBytesPerOp / 1e9, kStoredBytesPerOp / 1e3));
 }
 
 }  // namespace calo::graph

@@ -8,9 +8,12 @@
 namespace calo::graph {
 
 /// Most ops one graph may hold, all programs together: `calo sim` keeps ~0.23 KB per op (the graph and the
-/// engine) and ~0.35 KB storing the run with its op spans, so 1.0-1.6 GB at the limit (docs/BENCHMARKS.md,
+/// engine) and ~0.3 KB storing the run with its op spans, so ~1.75 GB at the limit (docs/BENCHMARKS.md,
 /// "Graph op budget").
 inline constexpr std::int64_t kMaxGraphOps = 5'000'000;
+
+/// Bytes per op a refusal quotes for a graph's memory: the measured ~0.3 KB of a stored run, rounded up.
+inline constexpr double kStoredBytesPerOp = 400.0;
 
 /// The ops build_graph would emit for `model` under the resolved `layout`, from four small graphs (a 1- and
 /// 2-layer slice at 1 and 2 micro-batches, without pipeline) scaled to the layout's layers and micro-batches,

@@ -12,7 +12,9 @@
 #                             bash bench/torchtitan/run.sh      [TITAN_LAYERS=4 TITAN_SEQ=8192 TITAN_STEPS=30
 #                                                                TITAN_NPROC=1 TITAN_CALO_BIN=.carry/calo-bin
 #                                                                TITAN_CASES="eager compile calo"; also profile,
-#                                                                selective, memory]
+#                                                                selective, memory; on several GPUs fsdp tp pp cp
+#                                                                tp-eager pp-eager calo-fsdp calo-tp calo-pp calo-cp
+#                                                                memory-parallel]
 #      writes $OUT/titan_summary.txt (the figures) and $OUT/titan_runs.tar.gz (every log, JSON and run directory).
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -73,13 +75,39 @@ titan() {
   local name="$1"
   shift
   local t0=$SECONDS
+  # With several ranks every one prints torchtitan's step lines; only rank 0's reach the console (calo record's
+  # markers), each rank's whole output is kept under torchrun-NAME/ (as torchtitan's own run_train.sh does).
+  local ranks=()
+  [ "$nproc" -gt 1 ] && ranks=(--local-ranks-filter 0 --role rank --tee 3 --log-dir "$runs/torchrun-$name")
   timeout --kill-after=10 "${TITAN_LIMIT_S:-240}" "$bin/calo" record --markers torchtitan --out "$runs/$name" \
-    --name "$name" -- torchrun --standalone --nproc_per_node "$nproc" "$repo/bench/torchtitan/titan_train.py" \
+    --name "$name" -- torchrun --standalone --nproc_per_node "$nproc" "${ranks[@]}" \
+    "$repo/bench/torchtitan/titan_train.py" \
     --layers "$layers" --seq "$seq" --steps "$steps" --dump "$work/dump-$name" --json "$runs/$name.json" "$@" \
     >"$runs/$name.log" 2>&1
   say "== $name: exit $? after $((SECONDS - t0)) s"
   grep -E 'Error|error:' "$runs/$name.log" | tail -3 | sed "s/^/   $name| /" | tee -a "$summary" >/dev/null
   grep -E '^.*step: *[0-9]+ ' "$runs/$name.log" | tail -2 | sed "s/^/   $name| /" | tee -a "$summary" >/dev/null
+}
+# titan_memory NAME:FLAGS...: one 8-step run per spec (TITAN_MEMORY_SPECS, ;-separated, replaces the list), named
+# mem-NAME, compiled unless FLAGS hold --eager.
+titan_memory() {
+  local specs=("$@") spec flags compile
+  [ -n "${TITAN_MEMORY_SPECS:-}" ] && IFS=';' read -r -a specs <<<"$TITAN_MEMORY_SPECS"
+  for spec in "${specs[@]}"; do
+    flags="${spec#*:}"
+    compile="--compile"
+    case "$flags" in *--eager*) compile="" flags="${flags/--eager/}" ;; esac
+    # shellcheck disable=SC2086
+    titan "mem-${spec%%:*}" --steps 8 --warmup 3 $compile $flags
+  done
+}
+# calo_bench NAME FLAGS...: `calo bench --backend cuda` of the same model slice and sequence, layout FLAGS.
+calo_bench() {
+  local name="$1" t0=$SECONDS
+  shift
+  timeout --kill-after=10 240 "$bin/calo" bench --backend cuda --model llama3-8b --layers "$layers" --seq "$seq" \
+    --steps "$steps" --no-progress --json --out "$runs/$name" "$@" >"$runs/$name.log" 2>&1
+  say "== $name: exit $? after $((SECONDS - t0)) s"
 }
 for case in $cases; do
   case "$case" in
@@ -88,32 +116,45 @@ for case in $cases; do
     selective) titan titan-compile-sac --compile --ac selective ;;
     profile) titan titan-profile --compile --steps 8 --profile-step 6 ;;
     memory)
-      # Memory ground truth (issue 39): the allocator's peak per step across sequence, micro-batch and recompute,
-      # 8 steps each (compiled unless named eager); the model's prediction is `calo model` of the same shapes.
-      for spec in "s8k-none:--seq 8192" "s8k-none-eager:--seq 8192 --eager" "s8k-selective:--seq 8192 --ac selective" \
-        "s8k-full:--seq 8192 --ac full" "s8k-mbs2-none:--seq 8192 --local-batch 2" "s16k-none:--seq 16384" \
-        "s16k-full:--seq 16384 --ac full" "s4k-mbs4-none:--seq 4096 --local-batch 4"; do
-        flags="${spec#*:}"
-        compile="--compile"
-        case "$flags" in *--eager*) compile="" flags="${flags/--eager/}" ;; esac
-        # shellcheck disable=SC2086
-        titan "mem-${spec%%:*}" $compile $flags --steps 8 --warmup 3
-      done
+      # Memory ground truth (issue 39): the allocator's peak per step across sequence, micro-batch and recompute;
+      # the model's prediction is `calo model` of the same shapes.
+      titan_memory "s8k-none:--seq 8192" "s8k-none-eager:--seq 8192 --eager" \
+        "s8k-selective:--seq 8192 --ac selective" "s8k-full:--seq 8192 --ac full" \
+        "s8k-mbs2-none:--seq 8192 --local-batch 2" "s16k-none:--seq 16384" "s16k-full:--seq 16384 --ac full" \
+        "s4k-mbs4-none:--seq 4096 --local-batch 4"
       ;;
-    calo)
-      t0=$SECONDS
-      timeout --kill-after=10 240 "$bin/calo" bench --backend cuda --model llama3-8b --layers "$layers" --seq "$seq" \
-        --gbs "$nproc" --dp "$nproc" --steps "$steps" --no-progress --json --out "$runs/calo-bench" \
-        >"$runs/calo-bench.log" 2>&1
-      say "== calo-bench: exit $? after $((SECONDS - t0)) s"
+    # Several GPUs (TITAN_NPROC=2 or 4): torchtitan's layouts over all of them, each beside calo's same layout.
+    fsdp) titan titan-fsdp --compile ;;
+    tp) titan titan-tp --compile --tp "$nproc" ;;
+    pp) titan titan-pp --compile --pp "$nproc" --local-batch 4 ;;  # 1F1B, 4 micro-batches of 1 sequence
+    cp) titan titan-cp --compile --cp "$nproc" ;;
+    # TP or PP alone: torchtitan 0.2.2 trains them in fp32 ("Mixed precision training with TP or PP is only
+    # supported when FSDP/HSDP/CP is enabled"), 6-12x slower than FSDP; eager shows compile is not the cause.
+    tp-eager) titan titan-tp-eager --tp "$nproc" ;;
+    pp-eager) titan titan-pp-eager --pp "$nproc" --local-batch 4 ;;
+    memory-parallel)
+      # Memory ground truth on several GPUs (issue 39): FSDP2 (calo's ZeRO 3), CP and DDP, compiled. (TP and PP alone
+      # train in fp32 in torchtitan 0.2.2 — "Mixed precision training with TP or PP is only supported when
+      # FSDP/HSDP/CP is enabled" — so they need 4 GPUs, TP or PP beside FSDP.) Every rank's peak.
+      titan_memory "fsdp-s8k-none:--seq 8192" "fsdp-s8k-full:--seq 8192 --ac full" "fsdp-s16k-none:--seq 16384" \
+        "fsdp-s8k-mbs2-none:--seq 8192 --local-batch 2" "fsdp-s8k-none-eager:--seq 8192 --eager" \
+        "fsdp-s4k-mbs4-none:--seq 4096 --local-batch 4" "fsdp-s16k-full:--seq 16384 --ac full" \
+        "cp-s8k-none:--seq 8192 --cp $nproc" "cp-s16k-none:--seq 16384 --cp $nproc" "cp-s16k-full:--seq 16384 --cp $nproc --ac full" \
+        "ddp-s8k-none:--seq 8192 -- --parallelism.data_parallel_replicate_degree $nproc --parallelism.data_parallel_shard_degree 1"
       ;;
+    calo) calo_bench calo-bench --gbs "$nproc" --dp "$nproc" ;;
+    calo-fsdp) calo_bench calo-fsdp --gbs "$nproc" --dp "$nproc" --zero 3 --overlap ;;
+    calo-tp) calo_bench calo-tp --gbs 1 --tp "$nproc" ;;
+    calo-pp) calo_bench calo-pp --gbs 4 --mbs 1 --pp "$nproc" ;;
+    calo-cp) calo_bench calo-cp --gbs 1 --cp "$nproc" ;;
   esac
 done
 
 # Side by side: `calo compare` over the recorded runs (step windows, energy per step, mean/peak power), the
 # first present run the reference; then torchtitan's own figures (step time from its JSON, peak memory).
 present=()
-for name in calo-bench titan-eager titan-compile titan-compile-sac; do [ -d "$runs/$name" ] && present+=("$runs/$name"); done
+for name in calo-bench titan-eager titan-compile titan-compile-sac calo-fsdp titan-fsdp calo-tp titan-tp \
+  titan-tp-eager calo-pp titan-pp titan-pp-eager calo-cp titan-cp; do [ -d "$runs/$name" ] && present+=("$runs/$name"); done
 if [ "${#present[@]}" -ge 2 ]; then
   "$bin/calo" compare "${present[@]}" >"$runs/compare.txt" 2>&1
   "$bin/calo" compare "${present[@]}" --json >"$runs/compare.json" 2>/dev/null

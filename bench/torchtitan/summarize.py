@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Prints one line per run of bench/torchtitan/run.sh: torchtitan's own JSON (titan_train.py --json), the peak
-memory of its last logged step (`memory: X GiB`, torch's max reserved) and the `calo bench --json` report in its
-log; usage: summarize.py RUNS_DIR."""
+memory of its last logged step (`memory: X GiB`, torch's max reserved), every other rank's step and peak, and each
+`calo bench --json` report in a calo-*.log; usage: summarize.py RUNS_DIR."""
 import json
 import pathlib
 import re
@@ -29,6 +29,11 @@ def main():
         r = json.loads(path.read_text())
         if r.get("peer") != "torchtitan":
             continue
+        if r.get("rank", 0) > 0:  # another rank of a several-GPU run: its own step time and memory
+            print(f"{path.stem}: step {r['step_s_mean'] * 1e3:.1f} ms mean, peak allocated "
+                  f"{r['peak_allocated_bytes'] / 2**30:.2f} GiB, allocated after the last step "
+                  f"{r['allocated_after_last_step_bytes'] / 2**30:.2f} GiB")
+            continue
         print(f"{path.stem}: torchtitan {r['torchtitan_version']} torch {r['torch_version']} on {r['device']}, "
               f"compile {r['compile']}, ac {r['ac']}: step {r['step_s_mean'] * 1e3:.1f} ms mean "
               f"(min {r['step_s_min'] * 1e3:.1f}, max {r['step_s_max'] * 1e3:.1f}, {r['steps_kept']} steps), "
@@ -36,13 +41,12 @@ def main():
               f"(torchtitan's log), peak allocated {r.get('peak_allocated_bytes', float('nan')) / 2**30:.2f} GiB, "
               f"allocated after the last step "
               f"{r.get('allocated_after_last_step_bytes', r.get('peak_allocated_bytes', 0)) / 2**30:.2f} GiB")
-    log = runs / "calo-bench.log"
-    if log.exists():
+    for log in sorted(runs.glob("calo-*.log")):
         report = calo_bench(log)
         if report is None:
-            print("calo-bench: no JSON report in its log")
+            print(f"{log.stem}: no JSON report in its log")
         else:
-            print("calo-bench: " + json.dumps(report)[:1500])
+            print(f"{log.stem}: " + json.dumps(report)[:1500])
 
 
 if __name__ == "__main__":

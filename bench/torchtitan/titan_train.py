@@ -18,9 +18,9 @@ placeholder module stands in for that import; calling anything in it raises.
 
 Usage (one process per GPU):
   torchrun --standalone --nproc_per_node N titan_train.py [--flavor 8B] [--layers 4] [--seq 8192]
-      [--local-batch 1] [--steps 30] [--warmup 5] [--compile] [--tp 1] [--pp 1] [--ac none|selective|full]
+      [--local-batch 1] [--steps 30] [--warmup 5] [--compile] [--tp 1] [--pp 1] [--cp 1] [--ac none|selective|full]
       [--profile-step K] [--dump DIR] [--json OUT.json] [-- more torchtitan flags]
-Writes, on rank 0, a JSON summary (mean step time after warm-up, tokens/s, the allocator's peak per logged step and
+Writes, on every rank (rank 0 at --json, rank r at NAME.rank<r>.json), a JSON summary (mean step time after warm-up, tokens/s, the allocator's peak per logged step and
 resident memory after the last step, the torchtitan command line) to --json; torchtitan's own log lines are printed unchanged.
 """
 import argparse
@@ -63,6 +63,7 @@ def parse_args():
     parser.add_argument("--compile", action="store_true", help="torch.compile the model and the loss")
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
     parser.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree")
+    parser.add_argument("--cp", type=int, default=1, help="context-parallel degree")
     parser.add_argument("--ac", default="none", choices=["none", "selective", "full"], help="activation checkpointing")
     parser.add_argument("--profile-step", type=int, default=0, help="write torchtitan's Kineto trace of this step")
     parser.add_argument("--dump", default="titan_out", help="torchtitan dump folder (traces, logs)")
@@ -135,6 +136,7 @@ def torchtitan_flags(args, flavor):
              "--training.steps", str(args.steps), "--lr_scheduler.warmup_steps", "2",
              "--parallelism.tensor_parallel_degree", str(args.tp),
              "--parallelism.pipeline_parallel_degree", str(args.pp),
+             "--parallelism.context_parallel_degree", str(args.cp),
              "--activation_checkpoint.mode", args.ac, "--metrics.log_freq", "1",
              "--metrics.disable_color_printing"]
     if args.compile:
@@ -185,7 +187,7 @@ def summary(args, flags, world):
 
     kept = STEP_SECONDS[args.warmup:] or STEP_SECONDS
     mean_s = sum(kept) / len(kept) if kept else float("nan")
-    data_parallel = max(world // max(args.tp * args.pp, 1), 1)
+    data_parallel = max(world // max(args.tp * args.pp * args.cp, 1), 1)
     return {
         "peer": "torchtitan",
         "torchtitan_version": torchtitan.__version__,
@@ -199,6 +201,8 @@ def summary(args, flags, world):
         "world": world,
         "tp": args.tp,
         "pp": args.pp,
+        "cp": args.cp,
+        "rank": int(os.environ.get("RANK", "0")),
         "compile": args.compile,
         "ac": args.ac,
         "steps_kept": len(kept),
@@ -215,6 +219,14 @@ def summary(args, flags, world):
     }
 
 
+def rank_json_path(path, rank):
+    """Where `rank` writes its summary: rank 0 at --json itself, rank r at NAME.rank<r>.json beside it."""
+    if rank == 0:
+        return path
+    stem, dot, ext = path.rpartition(".")
+    return f"{stem}.rank{rank}.{ext}" if dot else f"{path}.rank{rank}"
+
+
 def main():
     args = parse_args()
     flags = torchtitan_flags(args, sliced_flavor(args))
@@ -227,8 +239,8 @@ def main():
     record_peaks_before_resets()
     torchtitan_main(timed_trainer())
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if int(os.environ.get("RANK", "0")) == 0 and args.json:
-        with open(args.json, "w") as out:
+    if args.json:
+        with open(rank_json_path(args.json, int(os.environ.get("RANK", "0"))), "w") as out:
             json.dump(summary(args, flags, world), out, indent=1)
 
 

@@ -233,8 +233,11 @@ void print_memory_table(const ModelFigures& figures) {
     memory_table.add_row(row);
   }
   fmt::print("memory per GPU by pipeline stage\n{}", memory_table.render());
-  fmt::print("most loaded: stage {}, {} per GPU\n", figures.most_loaded.stage,
-             core::format_bytes(figures.most_loaded.total_bytes()));
+  fmt::print("most loaded: stage {}, {} per GPU{}\n", figures.most_loaded.stage,
+             core::format_bytes(figures.most_loaded.total_bytes()),
+             figures.most_loaded.at_backward_end
+                 ? ", at the end of backward (every gradient shard complete, activations freed)"
+                 : "");
 }
 
 int show_model(const ModelFlags& flags) {

@@ -529,8 +529,9 @@ void add_job_flags(CLI::App& app, PlanFlags& flags) {
   app.add_option("--gbs,--global-batch", flags.global_batch, "Global batch in sequences (fixed)");
   app.add_option("--seq", flags.seq_length, "Sequence length; default the model's");
   app.add_option("--trainer", flags.trainer,
-                 "Memory accounting of every layout: default (bf16 gradients) or pytorch (fp32 master "
-                 "gradient, plain cross-entropy's fp32 backward at the loss), as calo sim's --trainer")
+                 "Memory accounting of every layout: default (bf16 gradients), pytorch (fp32 master "
+                 "gradient, plain cross-entropy's fp32 backward at the loss) or torchtitan (FSDP2 or DDP "
+                 "mixed precision), as calo sim's --trainer")
       ->capture_default_str();
   app.add_option("--max-cp", flags.max_cp,
                  "Largest context-parallel size searched (powers of two; default 16 at sequences of 32K "

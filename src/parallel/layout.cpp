@@ -23,7 +23,7 @@ Schedule parse_schedule(const std::string& text) {
 }
 
 constexpr std::array kAttentionNames{"fused", "unfused"};
-constexpr std::array kTrainerNames{"default", "pytorch"};
+constexpr std::array kTrainerNames{"default", "pytorch", "torchtitan"};
 
 AttentionImpl parse_attention(const std::string& text, const std::string& what) {
   if (const auto value = core::enum_value<AttentionImpl>(text, kAttentionNames)) return *value;
@@ -39,8 +39,8 @@ std::string to_string(AttentionImpl attention) {
 Trainer parse_trainer(const std::string& text, const std::string& what) {
   if (const auto value = core::enum_value<Trainer>(text, kTrainerNames)) return *value;
   throw InputError(what + ": '" + text +
-                   "' is not a trainer; use default (bf16 gradients) or pytorch (fp32 master gradient, plain "
-                   "cross-entropy)");
+                   "' is not a trainer; use default (bf16 gradients), pytorch (fp32 master gradient, plain "
+                   "cross-entropy) or torchtitan (FSDP2 or DDP mixed precision, fp32 parameters)");
 }
 
 std::string to_string(Trainer trainer) {

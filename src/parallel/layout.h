@@ -26,8 +26,10 @@ enum class CpComm { kP2p, kAllGather };
 /// Whose memory accounting the job follows (it changes no op, only what memory holds, docs/METRICS.md
 /// "Memory per GPU"): `default`, bf16 gradients and the loss's saved fp32 logits; `pytorch`, a plain PyTorch
 /// mixed-precision trainer (bf16 weights, an fp32 master gradient that outlives the bf16 one, plain
-/// cross-entropy, whose backward holds two fp32 tensors of the logits' size at the step's peak).
-enum class Trainer { kDefault, kPytorch };
+/// cross-entropy, whose backward holds two fp32 tensors of the logits' size at the step's peak);
+/// `torchtitan`, torchtitan's FSDP2 (--zero 3) or DDP/one-GPU (--zero 0) mixed precision: fp32 parameters,
+/// bf16 compute copies, gradients freed at each step's start.
+enum class Trainer { kDefault, kPytorch, kTorchtitan };
 
 /// Most GPUs one layout may span: a limit on the work an input can ask for (--gpus 1e8 took 9 GB and
 /// minutes).
@@ -125,7 +127,7 @@ AttentionImpl parse_attention(const std::string& text, const std::string& what =
 std::string to_string(AttentionImpl attention);
 /// Parses "default|pytorch"; throws InputError naming `what` (the flag or key) on anything else.
 Trainer parse_trainer(const std::string& text, const std::string& what = "--trainer");
-/// Name of a trainer's memory accounting ("default", "pytorch").
+/// Name of a trainer's memory accounting ("default", "pytorch", "torchtitan").
 std::string to_string(Trainer trainer);
 
 }  // namespace calo::parallel

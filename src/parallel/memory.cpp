@@ -154,6 +154,34 @@ ActivationPeak peak_activations(const Layout& layout, int stage, const std::vect
   return peak;
 }
 
+// torchtitan's accounting (Trainer::kTorchtitan) of one stage, whose parameters are `params` and whose
+// sharded state is `state_params` (the dense and expert parts over their shard groups under FSDP2, all of
+// them otherwise), with `activations` alive at the end of forward. The peak is the larger of two moments:
+// - the end of forward: fp32 parameters (4 B/param) and Adam moments (8), gradients set to None at the step's
+//   start, the bf16 compute copies (FSDP2: the gathered unit; otherwise autocast's cache of every weight's
+//   bf16 cast, 2 B/param), DDP's fp32 gradient buckets (4 B/param, kept between steps), and the activations;
+// - under FSDP2 the end of backward: the fp32 gradient shards (4 B/param) beside parameters and moments, and
+//   the largest unit's bf16 gradient with its fp32 copy for the reduce-scatter (torchtitan reduces in fp32).
+MemoryBreakdown torchtitan_peak(const Layout& layout, const StageParameters& params, double state_params,
+                                const ActivationPeak& activations) {
+  const bool fsdp = layout.zero_stage >= 3;
+  const double all_params = params.dense + params.expert;
+  MemoryBreakdown forward_end;
+  forward_end.weights_bytes =
+      4.0 * state_params + kWeightBytesPerParam * (fsdp ? params.largest_unit : all_params);
+  forward_end.gradients_bytes = !fsdp && layout.dp > 1 ? 4.0 * all_params : 0.0;
+  forward_end.optimizer_bytes = 8.0 * state_params;
+  forward_end.activations_bytes = activations.bytes;
+  forward_end.inflight_microbatches = activations.microbatches;
+  if (!fsdp) return forward_end;
+  MemoryBreakdown backward_end;
+  backward_end.at_backward_end = true;
+  backward_end.weights_bytes = 4.0 * state_params;
+  backward_end.gradients_bytes = 4.0 * state_params + (kWeightBytesPerParam + 4.0) * params.largest_unit;
+  backward_end.optimizer_bytes = 8.0 * state_params;
+  return backward_end.total_bytes() > forward_end.total_bytes() ? backward_end : forward_end;
+}
+
 }  // namespace
 
 MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& layout, int stage) {
@@ -179,8 +207,19 @@ MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& la
     return params.dense / (sharded ? dense_shards : 1.0) + params.expert / (sharded ? expert_shards : 1.0);
   };
 
+  const ActivationPeak peak =
+      peak_activations(layout, stage, chunk_activation_bytes(model, layout, stage, layers),
+                       loss_transient(model, layout, stage));
+  if (layout.trainer == Trainer::kTorchtitan) {
+    MemoryBreakdown memory = torchtitan_peak(layout, params, held(shard_weights), peak);
+    memory.stage = stage;
+    memory.trainer = layout.trainer;
+    return memory;
+  }
+
   MemoryBreakdown memory;
   memory.stage = stage;
+  memory.trainer = layout.trainer;
   memory.weights_bytes = kWeightBytesPerParam * held(shard_weights);
   if (shard_weights) {
     // FSDP gathers one unit's parameters before use (two with prefetch when the gather overlaps); without
@@ -199,9 +238,6 @@ MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& la
     memory.gradients_bytes += gradient_bytes_per_param(layout.trainer) * buckets * params.largest_unit;
   }
   memory.optimizer_bytes = kOptimizerBytesPerParam * held(shard_optimizer);
-  const ActivationPeak peak =
-      peak_activations(layout, stage, chunk_activation_bytes(model, layout, stage, layers),
-                       loss_transient(model, layout, stage));
   memory.activations_bytes = peak.bytes;
   memory.temporaries_bytes = peak.temporaries_bytes;
   memory.inflight_microbatches = peak.microbatches;
@@ -227,6 +263,7 @@ std::string describe_terms(const MemoryBreakdown& memory) {
                   core::format_bytes(memory.weights_bytes), core::format_bytes(memory.gradients_bytes),
                   core::format_bytes(memory.optimizer_bytes), core::format_bytes(memory.activations_bytes));
   if (memory.temporaries_bytes > 0) text += ", loss backward " + core::format_bytes(memory.temporaries_bytes);
+  if (memory.at_backward_end) text += ", at the end of backward";
   return text;
 }
 
@@ -242,7 +279,9 @@ nlohmann::json to_json(const MemoryBreakdown& memory, double device_bytes) {
           {"device_bytes", device_bytes},
           {"fits", memory.total_bytes() <= usable_bytes},
           {"stage", memory.stage},
-          {"inflight_microbatches", memory.inflight_microbatches}};
+          {"inflight_microbatches", memory.inflight_microbatches},
+          {"trainer", to_string(memory.trainer)},
+          {"peak_at", memory.at_backward_end ? "backward_end" : "forward_end"}};
 }
 
 }  // namespace calo::parallel

@@ -40,8 +40,12 @@ struct MemoryBreakdown {
   double total_bytes() const {
     return weights_bytes + gradients_bytes + optimizer_bytes + activations_bytes + temporaries_bytes;
   }
-  int stage = 0;                  ///< the pipeline stage these numbers describe (the most loaded one)
-  int inflight_microbatches = 0;  ///< micro-batches whose activations are alive at once on that stage
+  int stage = 0;                        ///< the pipeline stage these numbers describe (the most loaded one)
+  int inflight_microbatches = 0;        ///< micro-batches whose activations are alive at once on that stage
+  Trainer trainer = Trainer::kDefault;  ///< whose accounting the terms follow (what each term holds)
+  /// The peak is at the end of backward (torchtitan's FSDP2 with small activations: every gradient shard
+  /// complete, activations freed), not at the end of forward.
+  bool at_backward_end = false;
 };
 
 /// Memory per GPU for `model` under resolved `layout` (most loaded stage; stage 0 under 1F1B).
@@ -51,13 +55,13 @@ MemoryBreakdown memory_per_gpu(const model::ModelSpec& model, const Layout& layo
 MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& layout, int stage);
 
 /// "weights W, gradients G, optimizer O, activations A" (and ", loss backward T" where there are
-/// temporaries), each in core::format_bytes's units: the one wording of the terms in every message and table
-/// line.
+/// temporaries, ", at the end of backward" where the peak is there), each in core::format_bytes's units: the
+/// one wording of the terms in every message and table line.
 std::string describe_terms(const MemoryBreakdown& memory);
 
 /// The breakdown as JSON for a GPU of `device_bytes`: each category, the total, the usable bytes, whether it
-/// fits, the stage and its in-flight micro-batches (`calo sim --json`'s "memory"; docs/METRICS.md "Memory per
-/// GPU").
+/// fits, the stage and its in-flight micro-batches, the trainer and the moment of the peak (`calo sim
+/// --json`'s "memory"; docs/METRICS.md "Memory per GPU").
 nlohmann::json to_json(const MemoryBreakdown& memory, double device_bytes);
 
 }  // namespace calo::parallel

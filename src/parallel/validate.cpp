@@ -105,6 +105,28 @@ void check_sharding(const Layout& layout) {
                   layout.zero_stage));
 }
 
+// torchtitan's accounting covers what torchtitan runs in mixed precision: FSDP2 (--zero 3) over dp*cp > 1
+// ranks, or DDP / one GPU (--zero 0) without tp, pp or cp. It has no ZeRO-1/2, and trains TP or PP without
+// FSDP in fp32 ("Mixed precision training with TP or PP is only supported when FSDP/HSDP/CP is enabled").
+void check_trainer(const Layout& layout) {
+  if (layout.trainer != Trainer::kTorchtitan) return;
+  require_input(layout.zero_stage == 0 || layout.zero_stage == 3,
+                fmt::format("--trainer torchtitan shards with FSDP2 (--zero 3) or replicates (--zero 0); "
+                            "torchtitan has no ZeRO stage {}: use --zero 3 or --zero 0",
+                            layout.zero_stage));
+  if (layout.zero_stage == 3) {
+    require_input(layout.dp * layout.cp > 1,
+                  "--trainer torchtitan --zero 3 shards over dp*cp ranks, which is 1 here; raise --dp or "
+                  "--cp, or use --zero 0");
+  } else {
+    require_input(layout.tp == 1 && layout.pp == 1 && layout.cp == 1,
+                  fmt::format("--trainer torchtitan without FSDP2 (--zero 0) trains {} in fp32 (torchtitan "
+                              "keeps mixed precision for TP, PP and CP only beside FSDP2), which calo does "
+                              "not model; add --zero 3 with dp*cp > 1",
+                              describe(layout)));
+  }
+}
+
 void check_tensor_parallel(const model::ModelSpec& model, const Layout& layout) {
   // A tp size is valid when it divides every dimension Megatron-LM splits over tp: attention heads, query
   // groups (kv heads; Megatron requires num_query_groups % tp == 0, no kv replication) and the FFN width.
@@ -304,6 +326,7 @@ void check_overlap(const Layout& layout) {
 Layout resolve_layout(const model::ModelSpec& model, Layout layout, bool sequence_parallel_explicit) {
   check_sizes(layout);
   check_sharding(layout);
+  check_trainer(layout);
   check_tensor_parallel(model, layout);
   // Sequence parallel only splits activations over tp; with tp = 1 there is nothing to split, so it is turned
   // off (Megatron-LM does the same). Without an explicit choice it follows tp > 1.

@@ -75,12 +75,18 @@ std::string breakdown_table(const std::optional<parallel::MemoryBreakdown>& memo
                         gib(bytes), note);
   };
   if (memory) {
-    row("weights (bf16)", memory->weights_bytes, "");
-    row("gradients", memory->gradients_bytes, "bf16; fp32 master gradients under the pytorch trainer");
-    row("optimizer (fp32 master + Adam m, v)", memory->optimizer_bytes, "");
+    const bool torchtitan = memory->trainer == parallel::Trainer::kTorchtitan;
+    row("weights", memory->weights_bytes,
+        torchtitan ? "fp32 parameters + bf16 compute copies (torchtitan trainer)" : "bf16");
+    row("gradients", memory->gradients_bytes,
+        torchtitan ? "fp32, alive only in backward (torchtitan trainer)"
+                   : "bf16; fp32 master gradients under the pytorch trainer");
+    row("optimizer", memory->optimizer_bytes,
+        torchtitan ? "Adam m, v (fp32)" : "fp32 master weights + Adam m, v");
     row("activations", memory->activations_bytes,
-        fmt::format("{} micro-batch(es) in flight on stage {}", memory->inflight_microbatches,
-                    memory->stage));
+        memory->at_backward_end ? "freed: the peak is at the end of backward"
+                                : fmt::format("{} micro-batch(es) in flight on stage {}",
+                                              memory->inflight_microbatches, memory->stage));
     if (memory->temporaries_bytes > 0)
       row("loss backward", memory->temporaries_bytes,
           "fp32 cross-entropy gradients at the loss (pytorch trainer)");

@@ -31,11 +31,28 @@ Recompute recompute_named(const std::string& name) {
   return Recompute::kNone;
 }
 
-// Every line of the fixture file `name` with the model's breakdown for the same model slice and layout (one
-// GPU); `recompute_of` maps the line's recompute name to the model's.
+// The layout a fixture line ran: one GPU unless it names its world, tp, pp, cp and data parallelism
+// (torchtitan's FSDP2 is calo's ZeRO 3 over dp * cp ranks; DDP and one GPU are ZeRO 0).
+Layout line_layout(const nlohmann::json& row) {
+  Layout layout;
+  layout.tp = row.value("tp", 1);
+  layout.pp = row.value("pp", 1);
+  layout.cp = row.value("cp", 1);
+  layout.dp = row.value("world", 1) / (layout.tp * layout.pp * layout.cp);
+  layout.zero_stage = row.value("data_parallel", "none") == "fsdp" ? 3 : 0;
+  layout.micro_batch = row.at("mbs").get<int>();
+  layout.global_batch = layout.micro_batch * layout.dp;
+  layout.seq_length = row.at("seq").get<int>();
+  return layout;
+}
+
+// Every line of the fixture file `name` (under tests/fixtures/`dir`) with the model's breakdown for the same
+// model slice and layout; `recompute_of` maps the line's recompute name to the model's.
 std::vector<Truth> load_lines(const std::string& name, Recompute (*recompute_of)(const std::string&),
-                              Trainer trainer = Trainer::kDefault) {
-  std::ifstream in(std::string(CALO_SOURCE_DIR) + "/tests/fixtures/memory-truth-h200/" + name);
+                              Trainer trainer = Trainer::kDefault,
+                              const std::string& dir = "memory-truth-h200") {
+  std::ifstream in(std::string(CALO_SOURCE_DIR) + "/tests/fixtures/" + dir + "/" + name);
+  EXPECT_TRUE(in.good()) << "tests/fixtures/" << dir << "/" << name;
   std::vector<Truth> truths;
   std::string line;
   while (std::getline(in, line)) {
@@ -43,10 +60,7 @@ std::vector<Truth> load_lines(const std::string& name, Recompute (*recompute_of)
     truth.row = nlohmann::json::parse(line);
     model::ModelSpec model = model::load_model("llama3-8b");
     model.num_layers = truth.row.at("layers").get<int>();
-    Layout layout;
-    layout.micro_batch = truth.row.at("mbs").get<int>();
-    layout.global_batch = layout.micro_batch;
-    layout.seq_length = truth.row.at("seq").get<int>();
+    Layout layout = line_layout(truth.row);
     layout.recompute = recompute_of(truth.row.at("recompute").get<std::string>());
     layout.trainer = trainer;
     truth.model = memory_per_gpu(model, resolve_layout(model, layout));
@@ -143,12 +157,20 @@ TEST(MemoryTruth, ThePytorchTrainersAccountingHoldsEveryPeakWithin5Percent) {
   }
 }
 
-/// torchtitan's lines (torchtitan.jsonl). Its selective AC is not calo's: it is compared as no recompute
-/// (what calo would hold).
-std::vector<Truth> load_torchtitan_truths() {
-  return load_lines("torchtitan.jsonl", [](const std::string& name) {
-    return name == "full" ? Recompute::kFull : Recompute::kNone;
-  });
+/// torchtitan's recompute name as calo's: its selective AC is not calo's (it recomputes every second matmul);
+/// it is compared as no recompute (what calo would hold).
+Recompute torchtitan_recompute(const std::string& name) {
+  return name == "full" ? Recompute::kFull : Recompute::kNone;
+}
+
+/// torchtitan's lines on one H200 (memory-truth-h200/torchtitan.jsonl) under `trainer`'s accounting.
+std::vector<Truth> load_torchtitan_truths(Trainer trainer = Trainer::kDefault) {
+  return load_lines("torchtitan.jsonl", torchtitan_recompute, trainer);
+}
+
+/// torchtitan's lines on two H200 (memory-truth-h200x2/torchtitan.jsonl: FSDP2, CP, DDP) under `trainer`'s.
+std::vector<Truth> load_torchtitan_pair_truths(Trainer trainer = Trainer::kTorchtitan) {
+  return load_lines("torchtitan.jsonl", torchtitan_recompute, trainer, "memory-truth-h200x2");
 }
 
 /// The torchtitan line named `name`.
@@ -196,6 +218,61 @@ TEST(MemoryTruth, TorchtitanPeaksWithinTodaysErrorOfEveryConfiguration) {
     const double state =
         truth.model.weights_bytes + truth.model.gradients_bytes + truth.model.optimizer_bytes;
     EXPECT_NEAR(error(state, truth.row.at("resident_after_step_bytes").get<double>()), 0.0, 0.005) << name;
+  }
+}
+
+TEST(MemoryTruth, TorchtitansAccountingHoldsEveryCompiledPeakOnOneAndTwoH200sWithin5Percent) {
+  // --trainer torchtitan (docs/METRICS.md "Memory per GPU"): the larger of the end of forward (fp32
+  // parameters and moments, gradients freed, bf16 compute copies, DDP's fp32 buckets, activations) and, under
+  // FSDP2, the end of backward (fp32 gradient shards and the largest unit's bf16 gradient with its fp32
+  // copy). Every compiled torchtitan peak, every rank, within the 5 % (today -2.8 % to +1.8 %) except
+  // one: one GPU at 16K tokens with full recompute, +6.0 % (the model's non-layer activations grow faster
+  // than compiled torchtitan's under full recompute). Eager torchtitan keeps more activations than the fused
+  // kernels calo models, and torchtitan's selective AC is not calo's: those are held at today's errors.
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  std::vector<Truth> truths = load_torchtitan_truths(Trainer::kTorchtitan);
+  ASSERT_EQ(truths.size(), 8u);
+  const std::vector<Truth> pair = load_torchtitan_pair_truths();
+  ASSERT_EQ(pair.size(), 11u) << "the two-H200 fixture's 11 runs";
+  truths.insert(truths.end(), pair.begin(), pair.end());
+  int within = 0;
+  for (const Truth& truth : truths) {
+    std::string name = truth.row.at("name").get<std::string>();
+    if (name.rfind("mem-", 0) == 0) name.erase(0, 4);  // the one-GPU fixture keeps the runs' names
+    const int world = truth.row.value("world", 1);
+    const std::vector<double> peaks =
+        truth.row.value("peak_allocated_bytes_by_rank",
+                        std::vector<double>{truth.row.at("peak_allocated_bytes").get<double>()});
+    ASSERT_EQ(static_cast<int>(peaks.size()), world) << name;
+    for (size_t rank = 0; rank < peaks.size(); ++rank) {
+      const double peak = error(truth.model.total_bytes(), peaks[rank]);
+      std::printf("%d GPU %-20s rank %zu: model %.2f GiB, measured %.2f GiB (%+.1f %%)\n", world,
+                  name.c_str(), rank, truth.model.total_bytes() / kGiB, peaks[rank] / kGiB, 100 * peak);
+      if (!truth.row.at("compile").get<bool>()) {
+        EXPECT_LT(peak, -0.20) << name << ": eager keeps more than the fused kernels modelled";
+        EXPECT_GT(peak, -0.32) << name;
+      } else if (name == "s8k-selective") {
+        EXPECT_NEAR(peak, 0.114, 0.01) << name << ": torchtitan's selective AC, compared as none";
+      } else if (world == 1 && name == "s16k-full") {
+        EXPECT_NEAR(peak, 0.060, 0.01) << name << ": today's one miss";
+      } else {
+        EXPECT_LE(std::abs(peak), 0.05) << name << " rank " << rank;
+        ++within;
+      }
+    }
+  }
+  EXPECT_EQ(within, 5 + 2 * 10) << "5 one-GPU and 10 two-GPU compiled runs (both ranks) within 5 %";
+}
+
+TEST(MemoryTruth, TorchtitansStateBetweenStepsIs16BytesPerParameterSharded) {
+  // What stays between steps, the base of the torchtitan accounting: fp32 parameters, gradients and Adam
+  // moments, 16 bytes per parameter, over dp * cp ranks under FSDP2; DDP adds its fp32 gradient buckets (4).
+  for (const Truth& truth : load_torchtitan_pair_truths()) {
+    const std::string data_parallel = truth.row.at("data_parallel").get<std::string>();
+    const double params = 1923125248.0;  // the 4-layer Llama3-8B slice (memory-truth-h200/memory_truth.jsonl)
+    const double state = data_parallel == "fsdp" ? 16.0 * params / 2 : 20.0 * params;
+    EXPECT_NEAR(error(state, truth.row.at("resident_after_step_bytes").get<double>()), 0.0, 0.005)
+        << truth.row.dump();
   }
 }
 

@@ -315,6 +315,9 @@ class DataEmitter : public Emitter {
   };
 
   UnitParams unit_params(int unit) const;
+  /// Bytes per parameter a collective of `kind` moves: bf16 parameters gathered; gradients reduced in bf16,
+  /// or fp32 under the torchtitan trainer (its FSDP2 / DDP reduce dtype).
+  double bytes_per_param(CollectiveKind kind) const;
   double optimizer_params() const;
   std::vector<std::int32_t> emit_param_collectives(CollectiveKind kind, int chunk, int unit, int microbatch,
                                                    Phase phase, const std::vector<std::int32_t>& deps);

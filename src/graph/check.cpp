@@ -605,9 +605,15 @@ std::pair<double, double> stage_parameters(const model::ModelSpec& model, const 
   return {dense, expert};
 }
 
-/// Collectives each parameter byte of a chunk takes part in per iteration, by ZeRO stage.
-double dp_passes(const parallel::Layout& layout, const std::vector<parallel::PipelineSlot>& schedule,
-                 int chunk, double m) {
+/// Collectives each parameter of a chunk takes part in per iteration, by ZeRO stage: gathers of its bf16
+/// value and reductions of its gradient.
+struct DpPasses {
+  double gathers = 0;
+  double reduces = 0;
+};
+
+DpPasses dp_passes(const parallel::Layout& layout, const std::vector<parallel::PipelineSlot>& schedule,
+                   int chunk, double m) {
   double gathers = 2.0 * m;
   if (layout.zero_stage == 3 && !layout.reshard_after_forward) {
     gathers = 0;
@@ -618,10 +624,10 @@ double dp_passes(const parallel::Layout& layout, const std::vector<parallel::Pip
       previous_forward = slot.pass == parallel::PassKind::kForward;
     }
   }
-  return layout.zero_stage == 3   ? gathers + m
-         : layout.zero_stage == 2 ? m + 1.0
-         : layout.zero_stage == 1 ? 2.0
-                                  : 1.0;
+  return layout.zero_stage == 3   ? DpPasses{gathers, m}
+         : layout.zero_stage == 2 ? DpPasses{1.0, m}
+         : layout.zero_stage == 1 ? DpPasses{1.0, 1.0}
+                                  : DpPasses{0.0, 1.0};
 }
 
 /// Adds the data-parallel bytes (and their replicate-group part) of every virtual stage to `volumes`.
@@ -633,23 +639,26 @@ void add_expected_dp_bytes(const model::ModelSpec& model, const parallel::Layout
   // one all-gather, m + 1; FSDP a reduce-scatter per micro-batch plus its gathers G (2m when resharding after
   // forward, else the passes that find the chunk freed: FSDP2 frees after every backward). Hybrid sharding
   // runs the dense ones over the shard group of S ranks and all-reduces each reduce-scattered shard (1/S of
-  // the bytes) over the replicate group.
+  // the bytes) over the replicate group. A gather moves 2 bytes per parameter (bf16), a reduction 2, or 4
+  // under the torchtitan trainer (fp32 gradients).
   const int pp = layout.pp;
   const double m = sym.m, shard = layout.shard_size();
+  const double reduce_bytes = layout.trainer == parallel::Trainer::kTorchtitan ? 4.0 : 2.0;
   for (int stage = 0; stage < pp; ++stage) {
     const auto schedule = parallel::stage_schedule(layout, stage);
     for (int virtual_stage = stage; virtual_stage < sym.virtual_stages; virtual_stage += pp) {
       const auto [dense, expert] = stage_parameters(model, layout, sym, virtual_stage);
-      const double passes = dp_passes(layout, schedule, virtual_stage / pp, m);
+      const DpPasses passes = dp_passes(layout, schedule, virtual_stage / pp, m);
+      const double bytes_per_param = passes.gathers * 2.0 + passes.reduces * reduce_bytes;
       double per_rank = 0;
       if (layout.hybrid_sharding()) {
-        if (shard > 1) per_rank += passes * 2.0 * dense;
-        per_rank += m * 2.0 * dense / shard;
-        volumes.dp_replicate_bytes += sym.ranks_per_stage * m * 2.0 * dense / shard;
+        if (shard > 1) per_rank += bytes_per_param * dense;
+        per_rank += m * reduce_bytes * dense / shard;
+        volumes.dp_replicate_bytes += sym.ranks_per_stage * m * reduce_bytes * dense / shard;
       } else if (layout.grad_reduce_size() > 1) {  // dp * cp ranks hold the dense parameters
-        per_rank += passes * 2.0 * dense;
+        per_rank += bytes_per_param * dense;
       }
-      if (layout.dp / layout.ep > 1) per_rank += passes * 2.0 * expert;
+      if (layout.dp / layout.ep > 1) per_rank += bytes_per_param * expert;
       volumes.dp_bytes += sym.ranks_per_stage * per_rank;
     }
   }

@@ -50,6 +50,11 @@ DataEmitter::UnitParams DataEmitter::unit_params(int unit) const {
   return params;
 }
 
+double DataEmitter::bytes_per_param(CollectiveKind kind) const {
+  if (kind == CollectiveKind::kAllGather) return kBf16Bytes;
+  return layout_.trainer == parallel::Trainer::kTorchtitan ? kFp32Bytes : kBf16Bytes;
+}
+
 /// Emits the dp (dense) and expert-dp (expert) collectives of one unit; returns their indices. Under hybrid
 /// sharding the dense collective runs over the shard group, and a gradient reduce-scatter is followed by
 /// an all-reduce of the resulting shard over the replicate group.
@@ -66,7 +71,7 @@ std::vector<std::int32_t> DataEmitter::emit_param_collectives(CollectiveKind kin
   if (hybrid_ && params.dense > 0) {
     std::vector<std::int32_t> after = deps;
     if (layout_.shard_size() > 1) {
-      Op op = BuilderCore::collective_op(kind, GroupKind::kDpShard, params.dense * kBf16Bytes,
+      Op op = BuilderCore::collective_op(kind, GroupKind::kDpShard, params.dense * bytes_per_param(kind),
                                          Stream::kDpComm, phase);
       op.parameters = params.dense;
       ids.push_back(core_.add(op, deps));
@@ -75,17 +80,18 @@ std::vector<std::int32_t> DataEmitter::emit_param_collectives(CollectiveKind kin
     if (kind == CollectiveKind::kReduceScatter) {
       const double shard = params.dense / layout_.shard_size();
       Op op = BuilderCore::collective_op(CollectiveKind::kAllReduce, GroupKind::kDpReplicate,
-                                         shard * kBf16Bytes, Stream::kDpComm, phase);
+                                         shard * bytes_per_param(kind), Stream::kDpComm, phase);
       op.parameters = shard;
       ids.push_back(core_.add(op, after));
     }
   } else if (dp_reduce_ && params.dense > 0) {
-    Op op = BuilderCore::collective_op(kind, dp_group_, params.dense * kBf16Bytes, Stream::kDpComm, phase);
+    Op op = BuilderCore::collective_op(kind, dp_group_, params.dense * bytes_per_param(kind), Stream::kDpComm,
+                                       phase);
     op.parameters = params.dense;
     ids.push_back(core_.add(op, deps));
   }
   if (edp_reduce_ && params.expert > 0) {
-    Op op = BuilderCore::collective_op(kind, GroupKind::kExpertDp, params.expert * kBf16Bytes,
+    Op op = BuilderCore::collective_op(kind, GroupKind::kExpertDp, params.expert * bytes_per_param(kind),
                                        Stream::kDpComm, phase);
     op.parameters = params.expert;
     ids.push_back(core_.add(op, deps));

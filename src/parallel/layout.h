@@ -23,7 +23,8 @@ enum class AttentionImpl { kFused, kUnfused };
 /// attention steps (TransformerEngine's default), or one all-gather of K/V before attention and a
 /// reduce-scatter of dK/dV after its backward (as Llama 3 trained).
 enum class CpComm { kP2p, kAllGather };
-/// Whose memory accounting the job follows (it changes no op, only what memory holds, docs/METRICS.md
+/// Whose memory accounting the job follows (it changes what memory holds and, for torchtitan, which reduces
+/// gradients in fp32, the gradient collectives' bytes; no other op; docs/METRICS.md
 /// "Memory per GPU"): `default`, bf16 gradients and the loss's saved fp32 logits; `pytorch`, a plain PyTorch
 /// mixed-precision trainer (bf16 weights, an fp32 master gradient that outlives the bf16 one, plain
 /// cross-entropy, whose backward holds two fp32 tensors of the logits' size at the step's peak);

@@ -73,8 +73,8 @@ echo
 
 cluster=$stock_cluster
 echo "== 2a. calibrate: fit cluster '$stock_cluster' to the bench (docs/SIMULATOR.md, Calibration) =="
-if "$calo" calibrate "$root/bench" --cluster "$stock_cluster" --out "$root/calibrated.yaml"; then
-  cluster="$root/calibrated.yaml"
+if "$calo" calibrate "$root/bench" --cluster "$stock_cluster" --out "$root/$stock_cluster-calibrated.yaml"; then
+  cluster="$root/$stock_cluster-calibrated.yaml"
 else
   echo "calo: calibration did not fit this bench (see above); simulating on the stock '$stock_cluster' instead"
 fi

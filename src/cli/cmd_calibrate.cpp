@@ -206,7 +206,10 @@ int run_calibrate(const CalibrateFlags& flags) {
   if (!flags.json)
     options.progress = [](const std::string& line) { fmt::print(stderr, "calo calibrate: {}\n", line); };
   const calibrate::Calibration calibration = calibrate::calibrate(runs, flags.cluster, options);
-  const nlohmann::json cluster = calibrate::calibrated_cluster_json(calibration, flags.cluster);
+  nlohmann::json cluster = calibrate::calibrated_cluster_json(calibration, flags.cluster);
+  // Named after its file, as `--cluster FILE` runs will show it (`calo compare`, reports): a user's fit of
+  // h200-hgx is not the shipped h200-hgx-calibrated.
+  cluster["name"] = std::filesystem::path(flags.out).stem().string();
   calibrate::write_cluster_file(flags.out, cluster);
   if (flags.json) {
     print_json({{"out", flags.out}, {"cluster", cluster}});

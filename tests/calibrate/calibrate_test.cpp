@@ -512,6 +512,9 @@ TEST(CalibrateCli, WritesAFileThatCaloSimLoads) {
   ASSERT_EQ(calibrated.exit_code, 0) << calibrated.output;
   EXPECT_NE(calibrated.output.find("leave-one-out"), std::string::npos) << calibrated.output;
   EXPECT_NE(calibrated.output.find("kept from the base"), std::string::npos) << calibrated.output;
+  // Named after its file, not "h100-hgx-calibrated" (the shipped preset's name): runs simulated on it say
+  // which cluster they ran on.
+  EXPECT_EQ(sim::load_cluster(out.string()).name, "cli-calibrated");
   const Outcome simulated = run_calo("sim --model tiny-dense --cluster " + out.string() +
                                      " --gpus 1 --gbs 2 --steps 2 --no-store --json");
   EXPECT_EQ(simulated.exit_code, 0) << simulated.output;

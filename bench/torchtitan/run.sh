@@ -13,7 +13,8 @@
 #                                                                TITAN_NPROC=1 TITAN_CALO_BIN=.carry/calo-bin
 #                                                                TITAN_CASES="eager compile calo"; also profile,
 #                                                                selective, memory; on several GPUs fsdp tp pp cp
-#                                                                tp-eager pp-eager calo-fsdp calo-tp calo-pp calo-cp
+#                                                                tp-eager pp-eager calo-fsdp calo-fsdp-torchtitan
+#                                                                calo-tp calo-pp calo-cp
 #                                                                memory-parallel]
 #      writes $OUT/titan_summary.txt (the figures) and $OUT/titan_runs.tar.gz (every log, JSON and run directory).
 set -uo pipefail
@@ -144,6 +145,10 @@ for case in $cases; do
       ;;
     calo) calo_bench calo-bench --gbs "$nproc" --dp "$nproc" ;;
     calo-fsdp) calo_bench calo-fsdp --gbs "$nproc" --dp "$nproc" --zero 3 --overlap ;;
+    # The same with torchtitan's fp32 gradient reduce-scatters (--trainer torchtitan): the layout as torchtitan runs it.
+    calo-fsdp-torchtitan)
+      calo_bench calo-fsdp-torchtitan --gbs "$nproc" --dp "$nproc" --zero 3 --overlap --trainer torchtitan
+      ;;
     calo-tp) calo_bench calo-tp --gbs 1 --tp "$nproc" ;;
     calo-pp) calo_bench calo-pp --gbs 4 --mbs 1 --pp "$nproc" ;;
     calo-cp) calo_bench calo-cp --gbs 1 --cp "$nproc" ;;
@@ -153,8 +158,8 @@ done
 # Side by side: `calo compare` over the recorded runs (step windows, energy per step, mean/peak power), the
 # first present run the reference; then torchtitan's own figures (step time from its JSON, peak memory).
 present=()
-for name in calo-bench titan-eager titan-compile titan-compile-sac calo-fsdp titan-fsdp calo-tp titan-tp \
-  titan-tp-eager calo-pp titan-pp titan-pp-eager calo-cp titan-cp; do [ -d "$runs/$name" ] && present+=("$runs/$name"); done
+for name in calo-bench titan-eager titan-compile titan-compile-sac calo-fsdp calo-fsdp-torchtitan titan-fsdp calo-tp \
+  titan-tp titan-tp-eager calo-pp titan-pp titan-pp-eager calo-cp titan-cp; do [ -d "$runs/$name" ] && present+=("$runs/$name"); done
 if [ "${#present[@]}" -ge 2 ]; then
   "$bin/calo" compare "${present[@]}" >"$runs/compare.txt" 2>&1
   "$bin/calo" compare "${present[@]}" --json >"$runs/compare.json" 2>/dev/null

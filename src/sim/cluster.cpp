@@ -164,7 +164,8 @@ GpuSpec parse_gpu(const nlohmann::json& object, const std::string& origin) {
        "clock_power_exponent", "active_power_w", "efficiency", "thermal", "power_control"});
   GpuSpec gpu;
   gpu.name = reader.get_string("name");
-  gpu.peak_bf16_flops = physical(reader, origin, "peak_bf16_tflops", 0.01, 1e7) * kTera;
+  // At least 1 GFLOP/s: a 2-core VM's CPU backend calibrates to ~0.01 TFLOP/s (the main job's cpu-host fit).
+  gpu.peak_bf16_flops = physical(reader, origin, "peak_bf16_tflops", 1e-3, 1e7) * kTera;
   gpu.peak_fp32_flops =
       physical(reader, origin, "peak_fp32_tflops", 1e-3, 1e7, gpu.peak_bf16_flops / kTera / 16) * kTera;
   gpu.hbm_bandwidth_bytes_per_s = physical(reader, origin, "hbm_bandwidth_gb_s", 1, 1e12) * kGiga;

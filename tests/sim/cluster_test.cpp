@@ -29,6 +29,16 @@ TEST(Cluster, EveryPresetLoadsAndRoundTrips) {
   }
 }
 
+TEST(Cluster, ASlowCpuHostsCalibratedPeakLoads) {
+  // The main job on a 2-core VM calibrated cpu-host to 0.009781 TFLOP/s, under the old 0.01 floor, so its
+  // own simulation refused the file it had just written; 1 GFLOP/s is the floor now, 1e-12 is still refused.
+  nlohmann::json described = to_json(load_cluster("cpu-host"));
+  described["gpu"]["peak_bf16_tflops"] = 0.009781305848;
+  EXPECT_NEAR(parse_cluster(described, "2-core VM").gpu.peak_bf16_flops, 9.781305848e9, 1.0);
+  described["gpu"]["peak_bf16_tflops"] = 1e-12;
+  EXPECT_THROW(parse_cluster(described, "stuck"), InputError);
+}
+
 TEST(Cluster, TheRaiseResponseIsOptionalAndRoundTrips) {
   // Absent, the controller climbs back with its one response; given, with its own; written, the value in use.
   nlohmann::json described = to_json(load_cluster("h100-hgx"));

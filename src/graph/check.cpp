@@ -643,7 +643,7 @@ void add_expected_dp_bytes(const model::ModelSpec& model, const parallel::Layout
   // under the torchtitan trainer (fp32 gradients).
   const int pp = layout.pp;
   const double m = sym.m, shard = layout.shard_size();
-  const double reduce_bytes = layout.trainer == parallel::Trainer::kTorchtitan ? 4.0 : 2.0;
+  const double reduce_bytes = parallel::gradient_reduce_bytes_per_param(layout.trainer);
   for (int stage = 0; stage < pp; ++stage) {
     const auto schedule = parallel::stage_schedule(layout, stage);
     for (int virtual_stage = stage; virtual_stage < sym.virtual_stages; virtual_stage += pp) {

@@ -51,8 +51,8 @@ DataEmitter::UnitParams DataEmitter::unit_params(int unit) const {
 }
 
 double DataEmitter::bytes_per_param(CollectiveKind kind) const {
-  if (kind == CollectiveKind::kAllGather) return kBf16Bytes;
-  return layout_.trainer == parallel::Trainer::kTorchtitan ? kFp32Bytes : kBf16Bytes;
+  return kind == CollectiveKind::kAllGather ? kBf16Bytes
+                                            : parallel::gradient_reduce_bytes_per_param(layout_.trainer);
 }
 
 /// Emits the dp (dense) and expert-dp (expert) collectives of one unit; returns their indices. Under hybrid

@@ -47,6 +47,10 @@ std::string to_string(Trainer trainer) {
   return core::enum_name(trainer, kTrainerNames);
 }
 
+double gradient_reduce_bytes_per_param(Trainer trainer) {
+  return trainer == Trainer::kTorchtitan ? 4.0 : 2.0;
+}
+
 CpComm parse_cp_comm(const std::string& text) {
   if (text == "p2p") return CpComm::kP2p;
   if (text == "allgather") return CpComm::kAllGather;

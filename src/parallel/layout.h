@@ -126,9 +126,12 @@ std::string to_string(Schedule schedule);
 AttentionImpl parse_attention(const std::string& text, const std::string& what = "--attention");
 /// Name of an attention implementation ("fused", "unfused").
 std::string to_string(AttentionImpl attention);
-/// Parses "default|pytorch"; throws InputError naming `what` (the flag or key) on anything else.
+/// Parses "default|pytorch|torchtitan"; throws InputError naming `what` (the flag or key) on anything else.
 Trainer parse_trainer(const std::string& text, const std::string& what = "--trainer");
 /// Name of a trainer's memory accounting ("default", "pytorch", "torchtitan").
 std::string to_string(Trainer trainer);
+/// Bytes per parameter a gradient reduction moves under `trainer`: bf16 (2), or fp32 (4) for torchtitan,
+/// whose FSDP2 / DDP reduce in fp32.
+double gradient_reduce_bytes_per_param(Trainer trainer);
 
 }  // namespace calo::parallel

@@ -20,6 +20,8 @@ namespace {
 
 constexpr double kWeightBytesPerParam = 2.0;      // bf16 weights
 constexpr double kOptimizerBytesPerParam = 12.0;  // fp32 master weights + Adam m + Adam v
+constexpr double kFp32BytesPerParam = 4.0;        // an fp32 parameter or gradient (torchtitan's)
+constexpr double kMomentBytesPerParam = 8.0;      // Adam m + Adam v, fp32
 // The pytorch trainer's cross-entropy backward: the fp32 gradients of its log-softmax and of the fp32 logits,
 // alive together at the loss, per token and vocabulary entry (on top of the saved fp32 logits).
 constexpr double kLossBackwardBytesPerLogit = 8.0;
@@ -168,17 +170,18 @@ MemoryBreakdown torchtitan_peak(const Layout& layout, const StageParameters& par
   const double all_params = params.dense + params.expert;
   MemoryBreakdown forward_end;
   forward_end.weights_bytes =
-      4.0 * state_params + kWeightBytesPerParam * (fsdp ? params.largest_unit : all_params);
-  forward_end.gradients_bytes = !fsdp && layout.dp > 1 ? 4.0 * all_params : 0.0;
-  forward_end.optimizer_bytes = 8.0 * state_params;
+      kFp32BytesPerParam * state_params + kWeightBytesPerParam * (fsdp ? params.largest_unit : all_params);
+  forward_end.gradients_bytes = !fsdp && layout.dp > 1 ? kFp32BytesPerParam * all_params : 0.0;
+  forward_end.optimizer_bytes = kMomentBytesPerParam * state_params;
   forward_end.activations_bytes = activations.bytes;
   forward_end.inflight_microbatches = activations.microbatches;
   if (!fsdp) return forward_end;
   MemoryBreakdown backward_end;
   backward_end.at_backward_end = true;
-  backward_end.weights_bytes = 4.0 * state_params;
-  backward_end.gradients_bytes = 4.0 * state_params + (kWeightBytesPerParam + 4.0) * params.largest_unit;
-  backward_end.optimizer_bytes = 8.0 * state_params;
+  backward_end.weights_bytes = kFp32BytesPerParam * state_params;
+  backward_end.gradients_bytes =
+      kFp32BytesPerParam * state_params + (kWeightBytesPerParam + kFp32BytesPerParam) * params.largest_unit;
+  backward_end.optimizer_bytes = kMomentBytesPerParam * state_params;
   return backward_end.total_bytes() > forward_end.total_bytes() ? backward_end : forward_end;
 }
 

@@ -165,9 +165,12 @@ GpuSpec parse_gpu(const nlohmann::json& object, const std::string& origin) {
   GpuSpec gpu;
   gpu.name = reader.get_string("name");
   // At least 1 GFLOP/s: a 2-core VM's CPU backend calibrates to ~0.01 TFLOP/s (the main job's cpu-host fit).
-  gpu.peak_bf16_flops = physical(reader, origin, "peak_bf16_tflops", 1e-3, 1e7) * kTera;
-  gpu.peak_fp32_flops =
-      physical(reader, origin, "peak_fp32_tflops", 1e-3, 1e7, gpu.peak_bf16_flops / kTera / 16) * kTera;
+  // fp32 defaults to bf16 / 16, so its floor is the bf16 floor / 16: a file that leaves it out always loads.
+  constexpr double kMinBf16Tflops = 1e-3, kDefaultBf16PerFp32 = 16;
+  gpu.peak_bf16_flops = physical(reader, origin, "peak_bf16_tflops", kMinBf16Tflops, 1e7) * kTera;
+  gpu.peak_fp32_flops = physical(reader, origin, "peak_fp32_tflops", kMinBf16Tflops / kDefaultBf16PerFp32,
+                                 1e7, gpu.peak_bf16_flops / kTera / kDefaultBf16PerFp32) *
+                        kTera;
   gpu.hbm_bandwidth_bytes_per_s = physical(reader, origin, "hbm_bandwidth_gb_s", 1, 1e12) * kGiga;
   gpu.memory_bytes = physical(reader, origin, "memory_gib", 0.01, 1e5) * 1024.0 * 1024.0 * 1024.0;
   gpu.power_limit_w = physical(reader, origin, "power_limit_w", 1, 1e5);

@@ -35,6 +35,10 @@ TEST(Cluster, ASlowCpuHostsCalibratedPeakLoads) {
   nlohmann::json described = to_json(load_cluster("cpu-host"));
   described["gpu"]["peak_bf16_tflops"] = 0.009781305848;
   EXPECT_NEAR(parse_cluster(described, "2-core VM").gpu.peak_bf16_flops, 9.781305848e9, 1.0);
+  // Without peak_fp32_tflops it defaults to bf16 / 16, which is within its own floor.
+  described["gpu"].erase("peak_fp32_tflops");
+  described["gpu"]["peak_bf16_tflops"] = 1e-3;
+  EXPECT_NEAR(parse_cluster(described, "no fp32 figure").gpu.peak_fp32_flops, 1e9 / 16, 1.0);
   described["gpu"]["peak_bf16_tflops"] = 1e-12;
   EXPECT_THROW(parse_cluster(described, "stuck"), InputError);
 }

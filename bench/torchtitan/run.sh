@@ -130,7 +130,8 @@ for case in $cases; do
     pp) titan titan-pp --compile --pp "$nproc" --local-batch 4 ;;  # 1F1B, 4 micro-batches of 1 sequence
     cp) titan titan-cp --compile --cp "$nproc" ;;
     # TP or PP alone: torchtitan 0.2.2 trains them in fp32 ("Mixed precision training with TP or PP is only
-    # supported when FSDP/HSDP/CP is enabled"), 6-12x slower than FSDP; eager shows compile is not the cause.
+    # supported when FSDP/HSDP/CP is enabled"): 866 ms and 4.9 s steps on two H200 against calo's 81 and 417 ms
+    # (docs/BENCHMARKS.md); eager runs as slowly, so compile is not the cause.
     tp-eager) titan titan-tp-eager --tp "$nproc" ;;
     pp-eager) titan titan-pp-eager --pp "$nproc" --local-batch 4 ;;
     memory-parallel)
@@ -140,7 +141,8 @@ for case in $cases; do
       titan_memory "fsdp-s8k-none:--seq 8192" "fsdp-s8k-full:--seq 8192 --ac full" "fsdp-s16k-none:--seq 16384" \
         "fsdp-s8k-mbs2-none:--seq 8192 --local-batch 2" "fsdp-s8k-none-eager:--seq 8192 --eager" \
         "fsdp-s4k-mbs4-none:--seq 4096 --local-batch 4" "fsdp-s16k-full:--seq 16384 --ac full" \
-        "cp-s8k-none:--seq 8192 --cp $nproc" "cp-s16k-none:--seq 16384 --cp $nproc" "cp-s16k-full:--seq 16384 --cp $nproc --ac full" \
+        "cp-s8k-none:--seq 8192 --cp $nproc" "cp-s16k-none:--seq 16384 --cp $nproc" \
+        "cp-s16k-full:--seq 16384 --cp $nproc --ac full" \
         "ddp-s8k-none:--seq 8192 -- --parallelism.data_parallel_replicate_degree $nproc --parallelism.data_parallel_shard_degree 1"
       ;;
     calo) calo_bench calo-bench --gbs "$nproc" --dp "$nproc" ;;
@@ -159,7 +161,9 @@ done
 # first present run the reference; then torchtitan's own figures (step time from its JSON, peak memory).
 present=()
 for name in calo-bench titan-eager titan-compile titan-compile-sac calo-fsdp calo-fsdp-torchtitan titan-fsdp calo-tp \
-  titan-tp titan-tp-eager calo-pp titan-pp titan-pp-eager calo-cp titan-cp; do [ -d "$runs/$name" ] && present+=("$runs/$name"); done
+  titan-tp titan-tp-eager calo-pp titan-pp titan-pp-eager calo-cp titan-cp; do
+  [ -d "$runs/$name" ] && present+=("$runs/$name")
+done
 if [ "${#present[@]}" -ge 2 ]; then
   "$bin/calo" compare "${present[@]}" >"$runs/compare.txt" 2>&1
   "$bin/calo" compare "${present[@]}" --json >"$runs/compare.json" 2>/dev/null

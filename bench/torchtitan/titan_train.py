@@ -20,8 +20,9 @@ Usage (one process per GPU):
   torchrun --standalone --nproc_per_node N titan_train.py [--flavor 8B] [--layers 4] [--seq 8192]
       [--local-batch 1] [--steps 30] [--warmup 5] [--compile] [--tp 1] [--pp 1] [--cp 1] [--ac none|selective|full]
       [--profile-step K] [--dump DIR] [--json OUT.json] [-- more torchtitan flags]
-Writes, on every rank (rank 0 at --json, rank r at NAME.rank<r>.json), a JSON summary (mean step time after warm-up, tokens/s, the allocator's peak per logged step and
-resident memory after the last step, the torchtitan command line) to --json; torchtitan's own log lines are printed unchanged.
+Writes, on every rank (rank 0 at --json, rank r at NAME.rank<r>.json), a JSON summary: mean step time after
+warm-up, tokens/s, the allocator's peak per logged step and resident memory after the last step, the torchtitan
+command line. torchtitan's own log lines are printed unchanged.
 """
 import argparse
 import dataclasses

@@ -76,8 +76,10 @@ std::string breakdown_table(const std::optional<parallel::MemoryBreakdown>& memo
   };
   if (memory) {
     const bool torchtitan = memory->trainer == parallel::Trainer::kTorchtitan;
-    row("weights", memory->weights_bytes,
-        torchtitan ? "fp32 parameters + bf16 compute copies (torchtitan trainer)" : "bf16");
+    const char* torchtitan_weights =
+        memory->at_backward_end ? "fp32 parameters; the bf16 compute copies are freed (torchtitan trainer)"
+                                : "fp32 parameters + bf16 compute copies (torchtitan trainer)";
+    row("weights", memory->weights_bytes, torchtitan ? torchtitan_weights : "bf16");
     row("gradients", memory->gradients_bytes,
         torchtitan ? "fp32, alive only in backward (torchtitan trainer)"
                    : "bf16; fp32 master gradients under the pytorch trainer");

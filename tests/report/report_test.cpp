@@ -279,7 +279,7 @@ TEST(Commands, TheMemoryTableOfATorchtitanRunSaysWhereItsPeakIs) {
   ASSERT_NE(section, std::string::npos);
   const std::string table = html.substr(section, html.find("</table>", section) - section);
   for (const char* expected :
-       {"fp32 parameters + bf16 compute copies (torchtitan trainer)", "Adam m, v (fp32)",
+       {"fp32 parameters; the bf16 compute copies are freed (torchtitan trainer)", "Adam m, v (fp32)",
         "freed: the peak is at the end of backward", "<td>17.26</td>"}) {
     EXPECT_NE(table.find(expected), std::string::npos) << expected << " in " << table;
   }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -215,11 +216,14 @@ void print_activation_table(const model::ModelSpec& spec, const parallel::Layout
 
 /// Prints the memory per GPU of each pipeline stage and the most loaded one.
 void print_memory_table(const ModelFigures& figures) {
-  // The loss backward's column only where the trainer has one (--trainer pytorch).
-  const bool temporaries = std::any_of(figures.stages.begin(), figures.stages.end(),
-                                       [](const auto& memory) { return memory.temporaries_bytes > 0; });
+  // A transient's column only where a stage's peak has one (the pytorch trainer's loss backward, a recomputed
+  // layer), named by what it is ("transient" when stages differ).
+  std::set<std::string> transients;
+  for (const auto& memory : figures.stages)
+    if (memory.temporaries_bytes > 0) transients.insert(parallel::temporaries_label(memory));
+  const bool temporaries = !transients.empty();
   std::vector<std::string> header = {"stage", "weights", "gradients", "optimizer", "activations"};
-  if (temporaries) header.push_back("loss backward");
+  if (temporaries) header.push_back(transients.size() == 1 ? *transients.begin() : "transient");
   header.insert(header.end(), {"total", "in-flight"});
   core::TextTable memory_table(header);
   for (const auto& memory : figures.stages) {

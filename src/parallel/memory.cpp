@@ -115,8 +115,9 @@ std::vector<double> chunk_activation_bytes(const model::ModelSpec& model, const 
 
 struct ActivationPeak {
   double bytes = 0;              // activations alive at the peak
-  double temporaries_bytes = 0;  // the loss backward's transient, when the peak is at the loss
-  int microbatches = 0;          // distinct micro-batches with activations alive at the peak
+  double temporaries_bytes = 0;  // the loss backward's or a recomputed layer's transient at the peak
+  bool temporaries_from_recompute = false;  // the transient is a recomputed layer's
+  int microbatches = 0;                     // distinct micro-batches with activations alive at the peak
 };
 
 // The transient of the loss's backward on `stage` (the pytorch trainer's, on the stage that holds the last
@@ -129,11 +130,29 @@ std::pair<double, int> loss_transient(const model::ModelSpec& model, const Layou
   return {kLossBackwardBytesPerLogit * logits, last_virtual / layout.pp};
 }
 
+// What recomputation rebuilds for one layer's backward (per micro-batch): the layer's activations without
+// recompute less what the forward kept. Megatron's and PyTorch's checkpointing recompute a whole layer with
+// autograd saving its tensors, so they are alive beside the stage's stack while that layer's backward runs
+// (Korthikanti et al. 2022, section 4: full recompute needs one layer's activations on top of the inputs).
+// Compiled torchtitan's recompute frees as it goes (its measured peaks show no such term): 0 there.
+double recompute_transient_bytes(const model::ModelSpec& model, const Layout& layout) {
+  if (layout.recompute == Recompute::kNone || layout.trainer == Trainer::kTorchtitan) return 0.0;
+  const int seq_length = (layout.seq_length > 0 ? layout.seq_length : model.seq_length) / layout.cp;
+  auto per_layer = [&](Recompute recompute) {
+    return model::activation_bytes_per_layer(model, seq_length, layout.micro_batch, layout.tp,
+                                             layout.sequence_parallel, recompute,
+                                             layout.attention == AttentionImpl::kFused);
+  };
+  return per_layer(Recompute::kNone) - per_layer(layout.recompute);
+}
+
 // Replays the stage's pipeline schedule (parallel/schedule.h: GPipe, 1F1B, Megatron's interleaved 1F1B) and
 // returns the peak of activation bytes alive between a chunk's forward pass and its backward pass, with
-// `transient` = {bytes, chunk} on top of them at the end of that chunk's forward (the loss).
+// `transient` = {bytes, chunk} on top of them at the end of that chunk's forward (the loss), and
+// `backward_transient[chunk]` on top of them while that chunk's backward runs (recomputation's layer).
 ActivationPeak peak_activations(const Layout& layout, int stage, const std::vector<double>& chunk_bytes,
-                                std::pair<double, int> transient) {
+                                std::pair<double, int> transient,
+                                const std::vector<double>& backward_transient) {
   double alive_bytes = 0;
   std::map<int, int> alive_chunks;  // micro-batch -> chunks whose activations are alive
   ActivationPeak peak;
@@ -145,9 +164,17 @@ ActivationPeak peak_activations(const Layout& layout, int stage, const std::vect
       if (alive_bytes + temporaries > peak.bytes + peak.temporaries_bytes) {
         peak.bytes = alive_bytes;
         peak.temporaries_bytes = temporaries;
+        peak.temporaries_from_recompute = false;
         peak.microbatches = static_cast<int>(alive_chunks.size());
       }
     } else {
+      const double rebuilt = backward_transient.at(slot.chunk);
+      if (alive_bytes + rebuilt > peak.bytes + peak.temporaries_bytes) {
+        peak.bytes = alive_bytes;
+        peak.temporaries_bytes = rebuilt;
+        peak.temporaries_from_recompute = true;
+        peak.microbatches = static_cast<int>(alive_chunks.size());
+      }
       alive_bytes -= chunk_bytes.at(slot.chunk);
       auto found = alive_chunks.find(slot.microbatch);
       if (found != alive_chunks.end() && --found->second == 0) alive_chunks.erase(found);
@@ -185,9 +212,45 @@ MemoryBreakdown torchtitan_peak(const Layout& layout, const StageParameters& par
   return backward_end.total_bytes() > forward_end.total_bytes() ? backward_end : forward_end;
 }
 
-}  // namespace
+// Parameters a rank holds of `params` (sharded: its shard). Dense state is sharded over the dp group, or over
+// the shard group of S ranks under hybrid sharding (the dp / S shard groups replicate it); with context
+// parallel over dp * cp ranks (cp ranks of a replica hold the same weights), as Megatron-LM's distributed
+// optimizer does over its dp-cp group. Expert state over the expert-dp group.
+double held_params(const Layout& layout, const StageParameters& params, bool sharded) {
+  if (!sharded) return params.dense + params.expert;
+  const double dense_shards = layout.hybrid_sharding() ? layout.shard_size() : layout.grad_reduce_size();
+  const double expert_shards = static_cast<double>(layout.dp) / layout.ep;
+  return params.dense / dense_shards + params.expert / expert_shards;
+}
 
-MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& layout, int stage) {
+// What the default and pytorch trainers keep between steps: bf16 weights, gradients and the optimizer state,
+// each sharded by the ZeRO stage (no gathered unit, no gradient awaiting its reduce-scatter).
+struct HeldState {
+  double weights_bytes = 0;
+  double gradients_bytes = 0;
+  double optimizer_bytes = 0;
+};
+
+HeldState held_state(const Layout& layout, const StageParameters& params) {
+  HeldState state;
+  state.weights_bytes = kWeightBytesPerParam * held_params(layout, params, layout.zero_stage >= 3);
+  state.gradients_bytes =
+      gradient_bytes_per_param(layout.trainer) * held_params(layout, params, layout.zero_stage >= 2);
+  state.optimizer_bytes = kOptimizerBytesPerParam * held_params(layout, params, layout.zero_stage >= 1);
+  return state;
+}
+
+// recompute_transient_bytes for each model chunk of `stage` that has layers.
+std::vector<double> chunk_recompute_bytes(const model::ModelSpec& model, const Layout& layout, int stage,
+                                          const std::vector<int>& layers) {
+  const double per_layer = recompute_transient_bytes(model, layout);
+  std::vector<double> bytes(layout.virtual_stages, 0.0);
+  for (int chunk = 0; chunk < layout.virtual_stages; ++chunk)
+    bytes[chunk] = layers[chunk * layout.pp + stage] > 0 ? per_layer : 0.0;
+  return bytes;
+}
+
+void require_resolved(const Layout& layout, int stage) {
   require_input(stage >= 0 && stage < layout.pp,
                 "stage " + std::to_string(stage) + " is outside 0.." + std::to_string(layout.pp - 1));
   require_input(layout.tp >= 1 && layout.cp >= 1 && layout.pp >= 1 && layout.dp >= 1 && layout.ep >= 1 &&
@@ -195,26 +258,23 @@ MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& la
                 "memory needs a resolved layout (sizes >= 1, ep divides dp); got " + describe(layout));
   require_input(layout.global_batch > 0,
                 "memory needs a resolved layout (global batch set); got " + describe(layout));
+}
+
+}  // namespace
+
+MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& layout, int stage) {
+  require_resolved(layout, stage);
   const std::vector<int> layers = virtual_stage_layers(layout, model.num_layers);
   const StageParameters params = stage_parameters(model, layout, stage, layers);
-  // Dense state is sharded over the dp group, or over the shard group of S ranks under hybrid sharding (the
-  // dp / S shard groups replicate it); with context parallel over dp * cp ranks (cp ranks of a replica hold
-  // the same weights), as Megatron-LM's distributed optimizer does over its dp-cp group. Expert state over
-  // the expert-dp group.
-  const double dense_shards = layout.hybrid_sharding() ? layout.shard_size() : layout.grad_reduce_size();
-  const double expert_shards = static_cast<double>(layout.dp) / layout.ep;
   const bool shard_weights = layout.zero_stage >= 3;
   const bool shard_gradients = layout.zero_stage >= 2;
-  const bool shard_optimizer = layout.zero_stage >= 1;
-  auto held = [&](bool sharded) {
-    return params.dense / (sharded ? dense_shards : 1.0) + params.expert / (sharded ? expert_shards : 1.0);
-  };
 
-  const ActivationPeak peak =
-      peak_activations(layout, stage, chunk_activation_bytes(model, layout, stage, layers),
-                       loss_transient(model, layout, stage));
+  const ActivationPeak peak = peak_activations(
+      layout, stage, chunk_activation_bytes(model, layout, stage, layers),
+      loss_transient(model, layout, stage), chunk_recompute_bytes(model, layout, stage, layers));
   if (layout.trainer == Trainer::kTorchtitan) {
-    MemoryBreakdown memory = torchtitan_peak(layout, params, held(shard_weights), peak);
+    MemoryBreakdown memory =
+        torchtitan_peak(layout, params, held_params(layout, params, shard_weights), peak);
     memory.stage = stage;
     memory.trainer = layout.trainer;
     return memory;
@@ -223,7 +283,8 @@ MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& la
   MemoryBreakdown memory;
   memory.stage = stage;
   memory.trainer = layout.trainer;
-  memory.weights_bytes = kWeightBytesPerParam * held(shard_weights);
+  const HeldState state = held_state(layout, params);
+  memory.weights_bytes = state.weights_bytes;
   if (shard_weights) {
     // FSDP gathers one unit's parameters before use (two with prefetch when the gather overlaps); without
     // resharding after forward every gathered unit of the stage stays until its backward, so the peak holds
@@ -233,18 +294,36 @@ MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& la
         layout.reshard_after_forward ? gathered_layers * params.largest_unit : params.dense + params.expert;
     memory.weights_bytes += kWeightBytesPerParam * gathered;
   }
-  memory.gradients_bytes = gradient_bytes_per_param(layout.trainer) * held(shard_gradients);
+  memory.gradients_bytes = state.gradients_bytes;
   if (shard_gradients) {
     // ZeRO-2/3 keep only their gradient shard; a unit's full gradient lives from its backward until its
     // reduce-scatter (two units when the reduce-scatter overlaps the next unit's backward).
     const double buckets = layout.overlap_grad_reduce ? 2.0 : 1.0;
     memory.gradients_bytes += gradient_bytes_per_param(layout.trainer) * buckets * params.largest_unit;
   }
-  memory.optimizer_bytes = kOptimizerBytesPerParam * held(shard_optimizer);
+  memory.optimizer_bytes = state.optimizer_bytes;
   memory.activations_bytes = peak.bytes;
   memory.temporaries_bytes = peak.temporaries_bytes;
+  memory.temporaries_from_recompute = peak.temporaries_from_recompute;
   memory.inflight_microbatches = peak.microbatches;
   return memory;
+}
+
+StageHoldings holdings_for_stage(const model::ModelSpec& model, const Layout& layout, int stage) {
+  require_resolved(layout, stage);
+  require_input(layout.trainer != Trainer::kTorchtitan,
+                "--memory real replays the default and pytorch trainers' allocations; the torchtitan "
+                "trainer's are measured by bench/torchtitan (give --trainer default or pytorch)");
+  const std::vector<int> layers = virtual_stage_layers(layout, model.num_layers);
+  const HeldState state = held_state(layout, stage_parameters(model, layout, stage, layers));
+  StageHoldings holdings;
+  holdings.state_bytes = state.weights_bytes + state.gradients_bytes + state.optimizer_bytes;
+  holdings.chunk_activation_bytes = chunk_activation_bytes(model, layout, stage, layers);
+  holdings.recompute_transient_bytes = recompute_transient_bytes(model, layout);
+  holdings.loss_transient_bytes = loss_transient(model, layout, stage).first;
+  holdings.weight_bytes_per_param = kWeightBytesPerParam;
+  holdings.gradient_bytes_per_param = gradient_bytes_per_param(layout.trainer);
+  return holdings;
 }
 
 double usable_memory_bytes(double device_bytes) {
@@ -260,12 +339,17 @@ MemoryBreakdown memory_per_gpu(const model::ModelSpec& model, const Layout& layo
   return most_loaded;
 }
 
+std::string temporaries_label(const MemoryBreakdown& memory) {
+  return memory.temporaries_from_recompute ? "recomputed layer" : "loss backward";
+}
+
 std::string describe_terms(const MemoryBreakdown& memory) {
   std::string text =
       fmt::format("weights {}, gradients {}, optimizer {}, activations {}",
                   core::format_bytes(memory.weights_bytes), core::format_bytes(memory.gradients_bytes),
                   core::format_bytes(memory.optimizer_bytes), core::format_bytes(memory.activations_bytes));
-  if (memory.temporaries_bytes > 0) text += ", loss backward " + core::format_bytes(memory.temporaries_bytes);
+  if (memory.temporaries_bytes > 0)
+    text += ", " + temporaries_label(memory) + " " + core::format_bytes(memory.temporaries_bytes);
   if (memory.at_backward_end) text += ", at the end of backward";
   return text;
 }

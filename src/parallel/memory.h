@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "model/model_spec.h"
 #include "parallel/layout.h"
@@ -46,13 +47,35 @@ struct MemoryBreakdown {
   /// The peak is at the end of backward (torchtitan's FSDP2 with small activations: every gradient shard
   /// complete, activations freed), not at the end of forward.
   bool at_backward_end = false;
+  /// The temporaries are recomputation's rebuilt layer during its backward (else the loss backward).
+  bool temporaries_from_recompute = false;
 };
+
+/// What a breakdown's temporaries are: "recomputed layer" or "loss backward".
+std::string temporaries_label(const MemoryBreakdown& memory);
 
 /// Memory per GPU for `model` under resolved `layout` (most loaded stage; stage 0 under 1F1B).
 MemoryBreakdown memory_per_gpu(const model::ModelSpec& model, const Layout& layout);
 
 /// Memory of one specific pipeline stage.
 MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& layout, int stage);
+
+/// What a rank of one stage allocates for training, by lifetime (the sizes `calo bench --memory real` holds;
+/// the default and pytorch trainers' accounting, docs/METRICS.md "Memory per GPU").
+struct StageHoldings {
+  double state_bytes = 0;  ///< weights, gradients and optimizer state kept between steps (ZeRO shards only)
+  /// Per model chunk on the stage: the activations one micro-batch keeps from its forward to its backward.
+  std::vector<double> chunk_activation_bytes;
+  /// Per layer and micro-batch under recomputation: what the layer's recompute rebuilds for its backward.
+  double recompute_transient_bytes = 0;
+  double loss_transient_bytes = 0;      ///< the pytorch trainer's loss backward on the last stage, else 0
+  double weight_bytes_per_param = 0;    ///< a gathered (ZeRO-3) parameter's bytes
+  double gradient_bytes_per_param = 0;  ///< a gradient's bytes while it awaits its reduce-scatter
+};
+
+/// The holdings of one stage of `model` under resolved `layout`; throws InputError for the torchtitan trainer
+/// (its autocast cache and gradient lifetimes are not replayed).
+StageHoldings holdings_for_stage(const model::ModelSpec& model, const Layout& layout, int stage);
 
 /// "weights W, gradients G, optimizer O, activations A" (and ", loss backward T" where there are
 /// temporaries, ", at the end of backward" where the peak is there), each in core::format_bytes's units: the

@@ -90,8 +90,10 @@ std::string breakdown_table(const std::optional<parallel::MemoryBreakdown>& memo
                                 : fmt::format("{} micro-batch(es) in flight on stage {}",
                                               memory->inflight_microbatches, memory->stage));
     if (memory->temporaries_bytes > 0)
-      row("loss backward", memory->temporaries_bytes,
-          "fp32 cross-entropy gradients at the loss (pytorch trainer)");
+      row(parallel::temporaries_label(*memory), memory->temporaries_bytes,
+          memory->temporaries_from_recompute
+              ? "one layer's activations rebuilt by recomputation for its backward"
+              : "fp32 cross-entropy gradients at the loss (pytorch trainer)");
     row("<b>model total</b>", memory->total_bytes(),
         "the most loaded stage (docs/METRICS.md, \"Memory per GPU\")");
   }
@@ -135,7 +137,7 @@ std::string memory_section(const analyze::RunAnalysis& run, const std::string& p
     values.push_back({memory->weights_bytes / kGiB, memory->gradients_bytes / kGiB,
                       memory->optimizer_bytes / kGiB, memory->activations_bytes / kGiB});
     if (memory->temporaries_bytes > 0) {
-      segments.push_back("loss backward");
+      segments.push_back(parallel::temporaries_label(*memory));
       values.back().push_back(memory->temporaries_bytes / kGiB);
     }
   }

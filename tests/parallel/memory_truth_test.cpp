@@ -203,6 +203,9 @@ TEST(MemoryTruth, TorchtitanPeaksWithinTodaysErrorOfEveryConfiguration) {
   // gradients to None at each step's start, so its activation peak (end of forward) sees parameters and
   // moments only (21.5 GiB) plus its bf16 compute copies. Eager torchtitan keeps more activations (-13 %);
   // its selective AC recomputes more than calo's selective, compared here as calo without recompute (+23 %).
+  // Under full recompute the default accounting also counts the layer Megatron-LM's checkpointing rebuilds for
+  // its backward, which compiled torchtitan frees as it goes (+23.6 % at 16K tokens; --trainer torchtitan
+  // leaves it out).
   for (const Truth& truth : load_torchtitan_truths()) {
     const std::string name = truth.row.at("name").get<std::string>();
     const double peak = error(truth.model.total_bytes(), truth.row.at("peak_allocated_bytes").get<double>());
@@ -210,6 +213,8 @@ TEST(MemoryTruth, TorchtitanPeaksWithinTodaysErrorOfEveryConfiguration) {
       EXPECT_NEAR(peak, -0.13, 0.02) << name;
     } else if (name == "mem-s8k-selective") {
       EXPECT_NEAR(peak, 0.234, 0.02) << name;
+    } else if (name == "mem-s16k-full") {
+      EXPECT_NEAR(peak, 0.236, 0.02) << name;
     } else {
       EXPECT_GT(peak, 0.08) << name;
       EXPECT_LT(peak, 0.18) << name;

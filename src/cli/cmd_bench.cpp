@@ -1,7 +1,6 @@
 // `calo bench --model M [layout flags] [--layers N] [--steps K] [--warmup W] [--nproc N] [--backend B]
-// [--check]
-// [--trace-ops] [--json] [--out DIR]`: executes a training step's graph on real devices and summarizes
-// throughput, MFU, energy, power and temperature (docs/EXECUTION.md).
+// [--check] [--trace-ops] [--memory model|real] [--json] [--out DIR]`: executes a training step's graph on
+// real devices and summarizes throughput, MFU, energy, power and temperature (docs/EXECUTION.md).
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -30,6 +29,7 @@ struct BenchFlags {
   std::string backend = "auto";
   bool check = false;
   bool trace_ops = false;
+  std::string memory = "model";
   bool json = false;
   bool no_progress = false;
   std::string out;
@@ -69,6 +69,7 @@ int run_bench(const BenchFlags& flags) {
   options.backend = flags.backend;
   options.check = flags.check;
   options.trace_ops = flags.trace_ops;
+  options.memory_real = flags.memory == "real";
   if (!flags.no_progress && !flags.json && isatty(STDERR_FILENO) != 0) {
     // One line on the terminal, rewritten after each step and ended after the last.
     options.on_step = [](const exec::BenchStepProgress& step) {
@@ -126,6 +127,12 @@ const CommandRegistration kBench(
       app.add_flag("--check", flags->check,
                    "Verify collectives and spot-check GEMMs; wrong results fail the run");
       app.add_flag("--trace-ops", flags->trace_ops, "Write one span per op and step into the run store");
+      app.add_option("--memory", flags->memory,
+                     "model: operand buffers only, the layout admitted by the memory model; real: also hold "
+                     "what training allocates (state, each micro-batch's activations until its backward, "
+                     "FSDP gathers, gradient buckets) around the ops and report the peak against the model")
+          ->check(CLI::IsMember({"model", "real"}))
+          ->capture_default_str();
       app.add_flag("--json", flags->json, "Print the summary as JSON");
       app.add_flag("--no-progress", flags->no_progress, "No progress line on the terminal");
       app.add_option("--out", flags->out, "Run directory (default runs/<date>-bench-<model>)");

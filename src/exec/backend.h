@@ -65,6 +65,14 @@ struct CheckReport {
   std::vector<std::string> first_failures;  ///< up to 10 descriptions of wrong results (op, index, got, want)
 };
 
+/// Memory held through Backend::hold (`calo bench --memory real`) and the device memory in use.
+struct HeldMemory {
+  std::int64_t held_peak_bytes = 0;  ///< most bytes held at once through hold(), since creation
+  /// Device memory the rank uses: CUDA total - free (held memory stays reserved, as a caching allocator
+  /// keeps it); CPU the backend's buffers + held_peak_bytes.
+  std::int64_t device_used_bytes = 0;
+};
+
 /// An execution stream of one kind (graph::Stream); ops on it run in launch order. Owned by the executor.
 class Stream {
  public:
@@ -134,6 +142,14 @@ class Backend {
 
   /// Bytes of device memory this backend has allocated.
   virtual std::int64_t allocated_bytes() const = 0;
+
+  /// Enqueues on `stream` an allocation of `bytes` of device memory under `slot` (really backed: the pages
+  /// exist once it has run); throws RuntimeFailure naming `what` when the device has no room.
+  virtual void hold(std::int32_t slot, std::int64_t bytes, const std::string& what, Stream& stream) = 0;
+  /// Enqueues on `stream` the free of what hold() allocated under `slot`.
+  virtual void release(std::int32_t slot, Stream& stream) = 0;
+  /// What hold() has held at its peak and the device memory in use; call after synchronize().
+  virtual HeldMemory held_memory() = 0;
 };
 
 /// How to create one kind of backend.

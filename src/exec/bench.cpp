@@ -16,6 +16,7 @@
 #include "core/table.h"
 #include "core/time.h"
 #include "exec/backend.h"
+#include "exec/bench_memory.h"
 #include "exec/bench_stages.h"
 #include "exec/bench_telemetry.h"
 #include "exec/bootstrap.h"
@@ -189,6 +190,10 @@ RankSetup set_up_rank(const BenchOptions& options, const LaunchInfo& launch) {
   ExecutorOptions executor_options;
   executor_options.trace_ops = options.trace_ops;
   setup.executor = std::make_unique<Executor>(*setup.backend, *setup.graph, launch.rank, executor_options);
+  if (options.memory_real) {
+    setup.executor->use_memory_ledger(build_memory_ledger(
+        setup.executor->ops(), options.model, options.layout, setup.graph->program(launch.rank).stage));
+  }
   setup.executor->prepare();
   return setup;
 }
@@ -242,6 +247,7 @@ BenchStore open_bench_store(const BenchOptions& options, const LaunchInfo& launc
   config_json["warmup"] = options.warmup;
   config_json["check"] = options.check;
   config_json["trace_ops"] = options.trace_ops;
+  config_json["memory"] = options.memory_real ? "real" : "model";
   config_json["launcher"] = launch.launcher;
   config_json["bootstrap"] = setup.bootstrap->kind();
   info.config_json = config_json.dump();
@@ -269,9 +275,14 @@ std::vector<StepTiming> run_steps(const BenchOptions& options, RankSetup& setup,
 }
 
 // Everyone gets everyone's timings, counts and checks (so every rank decides the same exit code).
-std::vector<nlohmann::json> gather_ranks(int rank, const std::vector<StepTiming>& steps, RankSetup& setup) {
-  const nlohmann::json mine =
+std::vector<nlohmann::json> gather_ranks(const BenchOptions& options, int rank,
+                                         const std::vector<StepTiming>& steps, RankSetup& setup) {
+  nlohmann::json mine =
       rank_json(rank, steps, *setup.executor, *setup.backend, core::wall_ns() - core::monotonic_ns());
+  if (options.memory_real) {
+    mine["memory_real"] = rank_memory_json(*setup.backend, *setup.executor, options.model, options.layout,
+                                           setup.graph->program(rank).stage);
+  }
   const std::vector<std::uint8_t> packed = nlohmann::json::to_msgpack(mine);
   const auto gathered = setup.bootstrap->all_gather(
       std::span<const std::byte>(reinterpret_cast<const std::byte*>(packed.data()), packed.size()));
@@ -619,7 +630,7 @@ std::string format_bench_text(const BenchOptions& options, const LaunchInfo& lau
                               const std::vector<nlohmann::json>& ranks, const BenchStore& bench_store,
                               const JobSteps& job, const Throughput& throughput,
                               const TelemetryFigures& telemetry, const Verification& verification,
-                              int exit_code) {
+                              int exit_code, const std::string& memory_lines) {
   const DeviceDescription& device = setup.device;
   const int world = options.layout.world_size();
   const int total_steps = options.warmup + options.steps;
@@ -660,6 +671,7 @@ std::string format_bench_text(const BenchOptions& options, const LaunchInfo& lau
   table.add_row(
       {"throttle hw thermal / power brake", fmt::format("{:.3f} s / {:.3f} s", throttle[2], throttle[3])});
   text += table.render();
+  text += memory_lines;
   std::string per_kind;
   for (int kind = 0; kind < graph::kNumOpKinds; ++kind) {
     per_kind += fmt::format("{}{} {}", kind == 0 ? "" : ", ",
@@ -698,6 +710,7 @@ void plan_before_launch(const BenchOptions& options, int nproc) {
                       nproc, devices, factory.name, devices));
     }
   }
+  if (options.memory_real) parallel::holdings_for_stage(options.model, options.layout, 0);  // refusals first
   if (!factory.describe) return;
   const DeviceDescription device = factory.describe(0, nproc);
   require_fits(plan_memory(options.model, options.layout, device), options.model, options.layout, device);
@@ -718,7 +731,7 @@ BenchOutcome run_bench_rank(const BenchOptions& options, LaunchInfo launch) {
 
   const std::vector<StepTiming> steps = run_steps(options, setup, leader);
   if (bench_store) bench_store->telemetry->stop();
-  const std::vector<nlohmann::json> ranks = gather_ranks(launch.rank, steps, setup);
+  const std::vector<nlohmann::json> ranks = gather_ranks(options, launch.rank, steps, setup);
   const int total_steps = options.warmup + options.steps;
   const Verification verification = verify_ranks(ranks, *setup.graph, total_steps);
   const LeaderClock to_leader_clock(ranks);
@@ -727,6 +740,7 @@ BenchOutcome run_bench_rank(const BenchOptions& options, LaunchInfo launch) {
 
   BenchOutcome outcome;
   outcome.report = bench_report(options, launch, setup, ranks, verification, job, throughput);
+  if (options.memory_real) outcome.report["memory_real"] = memory_real_report(ranks);
   outcome.exit_code = (verification.wrong > 0 || !verification.count_problems.empty()) ? 1 : 0;
   if (!leader) return outcome;
 
@@ -737,9 +751,12 @@ BenchOutcome run_bench_rank(const BenchOptions& options, LaunchInfo launch) {
   outcome.report["run_dir"] = bench_store->run_dir.string();
   outcome.report["telemetry"] = telemetry_json(telemetry, *bench_store->telemetry);
   write_bench_summary(writer, job, throughput, telemetry, verification);
+  const std::string memory_lines =
+      options.memory_real ? memory_real_text(outcome.report["memory_real"]) : std::string();
+  if (options.memory_real) write_memory_summary(writer, outcome.report["memory_real"]);
   writer.finish(core::monotonic_ns());
   outcome.text = format_bench_text(options, launch, setup, ranks, *bench_store, job, throughput, telemetry,
-                                   verification, outcome.exit_code);
+                                   verification, outcome.exit_code, memory_lines);
   outcome.run_dir = bench_store->run_dir;
   return outcome;
 }

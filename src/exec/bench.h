@@ -26,14 +26,16 @@ struct BenchStepProgress {
 
 /// Settings of one bench run (identical on every rank).
 struct BenchOptions {
-  model::ModelSpec model;         ///< the model as executed (a slice when layers were cut)
-  int full_model_layers = 0;      ///< layers of the unsliced model (== model.num_layers when not sliced)
-  parallel::Layout layout;        ///< resolved layout
-  int steps = 10;                 ///< measured steps
-  int warmup = 2;                 ///< warm-up steps (run, recorded, excluded from the summary)
-  std::string backend = "auto";   ///< "auto" | "cpu" | "cuda"
-  bool check = false;             ///< verify results (--check)
-  bool trace_ops = false;         ///< per-op spans (--trace-ops)
+  model::ModelSpec model;        ///< the model as executed (a slice when layers were cut)
+  int full_model_layers = 0;     ///< layers of the unsliced model (== model.num_layers when not sliced)
+  parallel::Layout layout;       ///< resolved layout
+  int steps = 10;                ///< measured steps
+  int warmup = 2;                ///< warm-up steps (run, recorded, excluded from the summary)
+  std::string backend = "auto";  ///< "auto" | "cpu" | "cuda"
+  bool check = false;            ///< verify results (--check)
+  bool trace_ops = false;        ///< per-op spans (--trace-ops)
+  /// --memory real: hold training's allocations around the ops (exec/memory_ledger.h) and report their peak.
+  bool memory_real = false;
   std::filesystem::path out_dir;  ///< run directory; empty = runs/<date>-bench-<model>
   std::string command_line;       ///< the command, for the run record
   std::uint64_t seed = 1234;      ///< operand data seed

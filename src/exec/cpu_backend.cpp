@@ -13,6 +13,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <fstream>
 #include <mutex>
@@ -21,6 +22,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/table.h"
 #include "core/time.h"
 #include "exec/cpu_internal.h"
 #include "exec/mpi_env.h"
@@ -115,6 +117,40 @@ class CpuStream final : public Stream {
   std::int64_t pending_ = 0;
   bool stopping_ = false;
   std::thread thread_;
+};
+
+/// Host memory held through Backend::hold: pages touched so they exist; the total held and its peak.
+class HostHolds {
+ public:
+  void hold(std::int32_t slot, std::int64_t bytes, const std::string& what) {
+    std::unique_ptr<std::byte[]> block(new (std::nothrow) std::byte[static_cast<size_t>(bytes)]);
+    if (!block) {
+      throw RuntimeFailure(fmt::format("out of host memory holding {} for {} (--memory real)",
+                                       core::format_bytes(static_cast<double>(bytes)), what));
+    }
+    std::memset(block.get(), 0, static_cast<size_t>(bytes));
+    std::lock_guard lock(mutex_);
+    if (static_cast<size_t>(slot) >= blocks_.size()) blocks_.resize(static_cast<size_t>(slot) + 1);
+    blocks_[static_cast<size_t>(slot)] = {std::move(block), bytes};
+    held_bytes_ += bytes;
+    peak_bytes_ = std::max(peak_bytes_, held_bytes_);
+  }
+  void release(std::int32_t slot) {
+    std::lock_guard lock(mutex_);
+    if (static_cast<size_t>(slot) >= blocks_.size()) return;
+    held_bytes_ -= blocks_[static_cast<size_t>(slot)].second;
+    blocks_[static_cast<size_t>(slot)] = {};
+  }
+  std::int64_t peak_bytes() {
+    std::lock_guard lock(mutex_);
+    return peak_bytes_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::pair<std::unique_ptr<std::byte[]>, std::int64_t>> blocks_;
+  std::int64_t held_bytes_ = 0;
+  std::int64_t peak_bytes_ = 0;
 };
 
 /// Completes when its stream reaches it; keeps the host time it completed at.
@@ -338,6 +374,21 @@ class CpuBackend final : public Backend {
     return context_.allocated_bytes.load();
   }
 
+  void hold(std::int32_t slot, std::int64_t bytes, const std::string& what, Stream& stream) override {
+    static_cast<CpuStream&>(stream).enqueue([this, slot, bytes, what] {
+      if (!failed_.load()) holds_.hold(slot, bytes, what);
+    });
+  }
+
+  void release(std::int32_t slot, Stream& stream) override {
+    static_cast<CpuStream&>(stream).enqueue([this, slot] { holds_.release(slot); });
+  }
+
+  HeldMemory held_memory() override {
+    const std::int64_t peak = holds_.peak_bytes();
+    return {peak, context_.allocated_bytes.load() + peak};
+  }
+
  private:
   // Streams created here (owned by the executor, which outlives no backend call after its own death).
   std::vector<CpuStream*> streams_seen() {
@@ -357,6 +408,7 @@ class CpuBackend final : public Backend {
   std::mutex error_mutex_;
   std::string first_error_;
   std::vector<CpuStream*> streams_alive_;
+  HostHolds holds_;  // --memory real
 };
 
 }  // namespace

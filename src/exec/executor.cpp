@@ -1,6 +1,9 @@
 // Backend-independent executor: issue order, streams, cross-stream events, per-op timing.
 #include "exec/executor.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "core/time.h"
 
 namespace calo::exec {
@@ -50,8 +53,36 @@ Executor::~Executor() = default;
 void Executor::prepare() {
   prepared_.clear();
   prepared_.reserve(ops_.size());
+  std::int64_t optimizer_operand_bytes = 0;
   for (size_t index = 0; index < ops_.size(); ++index) {
+    const std::int64_t allocated_before = backend_.allocated_bytes();
     prepared_.push_back(backend_.prepare(ops_[index], static_cast<int>(index)));
+    if (ops_[index].op.kind == graph::OpKind::kOptimizer)
+      optimizer_operand_bytes += backend_.allocated_bytes() - allocated_before;
+  }
+  // The optimizer op's operands are the shard's fp32 state already: hold only the rest of the state.
+  state_in_operands_bytes_ = std::min(ledger_.state_bytes, optimizer_operand_bytes);
+  if (ledger_.state_bytes > state_in_operands_bytes_) {
+    Stream& compute = *streams_[static_cast<size_t>(ops_.front().op.stream)];
+    backend_.hold(ledger_.slots, ledger_.state_bytes - state_in_operands_bytes_,
+                  "weights, gradients and optimizer state beyond the optimizer's operands", compute);
+    backend_.synchronize();
+  }
+}
+
+void Executor::use_memory_ledger(MemoryLedger ledger) {
+  ledger_ = std::move(ledger);
+}
+
+void Executor::apply_ledger(size_t op_index, bool before_op, Stream& stream, size_t& cursor) {
+  for (; cursor < ledger_.actions.size(); ++cursor) {
+    const LedgerAction& action = ledger_.actions[cursor];
+    if (static_cast<size_t>(action.op_index) != op_index || action.before_op != before_op) return;
+    if (action.hold) {
+      backend_.hold(action.slot, action.bytes, action.what, stream);
+    } else {
+      backend_.release(action.slot, stream);
+    }
   }
 }
 
@@ -70,6 +101,7 @@ StepTiming Executor::run_step(Bootstrap& bootstrap) {
       if (streams_[stream]) backend_.record(*stream_start_events_[stream], *streams_[stream]);
     }
   }
+  size_t ledger_cursor = 0;
   for (size_t index = 0; index < ops_.size(); ++index) {
     const graph::RankOp& op = ops_[index];
     Stream& stream = *streams_[static_cast<size_t>(op.op.stream)];
@@ -77,9 +109,11 @@ StepTiming Executor::run_step(Bootstrap& bootstrap) {
       if (ops_[static_cast<size_t>(dep)].op.stream != op.op.stream)
         backend_.wait(stream, *done_events_[static_cast<size_t>(dep)]);
     }
+    apply_ledger(index, true, stream, ledger_cursor);
     if (options_.trace_ops) backend_.record(*begin_events_[index], stream);
     backend_.launch(*prepared_[index], stream);
     if (options_.trace_ops) backend_.record(*end_events_[index], stream);
+    apply_ledger(index, false, stream, ledger_cursor);
     if (done_events_[index]) backend_.record(*done_events_[index], stream);
   }
   backend_.synchronize();

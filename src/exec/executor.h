@@ -10,6 +10,7 @@
 
 #include "exec/backend.h"
 #include "exec/bootstrap.h"
+#include "exec/memory_ledger.h"
 #include "graph/graph.h"
 
 namespace calo::exec {
@@ -44,8 +45,17 @@ class Executor {
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
-  /// Prepares every op on the backend (allocations, random operands); call after Backend::connect().
+  /// Prepares every op on the backend (allocations, random operands); call after Backend::connect(). With a
+  /// memory ledger, also holds its state (Backend::hold) until the backend goes.
   void prepare();
+  /// `calo bench --memory real`: every step performs `ledger`'s allocations and frees around its ops (call
+  /// before prepare()).
+  void use_memory_ledger(MemoryLedger ledger);
+  /// The ledger in use (empty actions and state without one).
+  const MemoryLedger& memory_ledger() const { return ledger_; }
+  /// Bytes of the ledger's state that the backend already allocated as the optimizer ops' operands (fp32
+  /// parameters, gradients and Adam moments of the shard); prepare() holds only the rest.
+  std::int64_t state_in_operands_bytes() const { return state_in_operands_bytes_; }
   /// Runs one training step: host barrier over `bootstrap`, every op launched, all streams synchronized.
   StepTiming run_step(Bootstrap& bootstrap);
 
@@ -69,6 +79,11 @@ class Executor {
   std::vector<std::unique_ptr<Event>> end_events_;    // per op, trace_ops only
   std::vector<std::unique_ptr<Event>> stream_start_events_;  // per stream: step start reference
   std::int64_t cross_stream_waits_ = 0;
+  MemoryLedger ledger_;  // --memory real; empty otherwise
+  std::int64_t state_in_operands_bytes_ = 0;
+
+  // Enqueues the ledger's actions of op `op_index` (before or after its launch) on `stream`, from `cursor`.
+  void apply_ledger(size_t op_index, bool before_op, Stream& stream, size_t& cursor);
 };
 
 /// Per-kind op counts of a materialized program.

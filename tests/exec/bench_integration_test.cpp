@@ -244,6 +244,52 @@ TEST(BenchCpu, AnOutDirectoryHoldingARunExitsTwoBeforeAnyRankStarts) {
   EXPECT_NE(outcome.output.find("already holds a run"), std::string::npos) << outcome.output;
 }
 
+TEST(BenchCpu, MemoryRealHoldsTrainingsAllocationsOnEveryRankAndReportsThemBesideTheModel) {
+  // Pipeline 1F1B with full recompute: each stage's held peak is its in-flight micro-batches plus one layer's
+  // recomputed activations, as the model counts them; the device holds the bench's operands on top.
+  const auto report = bench_json("memory-real", {"--model", "tiny-dense", "--pp", "2", "--gbs", "8",
+                                                 "--recompute", "full", "--memory", "real"});
+  expect_clean(report, 2);
+  ASSERT_TRUE(report.contains("memory_real")) << report.dump();
+  const auto& ranks = report["memory_real"]["ranks"];
+  ASSERT_EQ(ranks.size(), 2u);
+  for (const auto& rank : ranks) {
+    const double held = rank["held_peak_bytes"].get<double>();
+    EXPECT_GT(held, 1e6) << rank.dump();
+    EXPECT_NEAR(rank["model_error"].get<double>(), 0.0, 1e-6) << rank.dump();
+    EXPECT_EQ(rank["ledger_serial_peak_bytes"].get<double>(), held) << rank.dump();
+    EXPECT_GT(rank["device_used_bytes"].get<double>(), held) << rank.dump();
+  }
+  EXPECT_EQ(ranks[1]["stage"].get<int>(), 1);
+  store::RunReader reader(report["run_dir"].get<std::string>());
+  std::map<std::string, double> summary;
+  for (const auto& row : reader.summaries()) summary[row.key] = row.value;
+  EXPECT_EQ(summary.count("memory_held_peak_bytes"), 1u);
+  EXPECT_EQ(summary.count("memory_model_error"), 1u);
+}
+
+TEST(BenchCpu, MemoryRealShowsFsdpsGatheredUnitsAndTheTextSaysWhatWasHeld) {
+  const fs::path out = fresh_dir("memory-real-fsdp");
+  const Outcome outcome =
+      run_calo({"bench",    "--backend", "cpu",       "--model", "tiny-dense", "--dp",      "2",
+                "--zero",   "3",         "--overlap", "--gbs",   "4",          "--steps",   "1",
+                "--warmup", "0",         "--memory",  "real",    "--out",      out.string()});
+  EXPECT_EQ(outcome.exit_code, 0) << outcome.output;
+  for (const char* needle : {"memory (--memory real", "rank 0 (stage 0): held ", "rank 1 (stage 0): held ",
+                             "the model ", "device in use"}) {
+    EXPECT_NE(outcome.output.find(needle), std::string::npos) << needle << "\n" << outcome.output;
+  }
+}
+
+TEST(BenchCpu, MemoryRealRefusesTheTorchtitanTrainerBeforeAnyRankStarts) {
+  const Outcome outcome =
+      run_calo({"bench", "--backend", "cpu", "--model", "tiny-dense", "--dp", "2", "--zero", "3", "--trainer",
+                "torchtitan", "--memory", "real", "--steps", "1"},
+               "timeout 60");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_NE(outcome.output.find("--trainer default or pytorch"), std::string::npos) << outcome.output;
+}
+
 TEST(BenchCpu, WrongCollectiveResultsFailTheRun) {
   const fs::path out = fresh_dir("fault");
   const Outcome outcome = run_calo({"bench", "--backend", "cpu", "--model", "tiny-dense", "--tp", "2",

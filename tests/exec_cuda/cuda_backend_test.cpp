@@ -17,6 +17,7 @@
 #include "exec/cuda/cudnn_attention.h"
 #include "exec/cuda/gemm.h"
 #include "exec/executor.h"
+#include "exec/memory_ledger.h"
 #include "gpu_test.h"
 #include "graph/graph.h"
 #include "model/model_spec.h"
@@ -146,6 +147,34 @@ StepRun run_single(const std::string& model_name, bool check, int steps,
   run.check = backend->check_report();
   run.attention_impl = backend->device().attention_impl;
   return run;
+}
+
+TEST(CudaBackend, HoldsAMemoryLedgerOnItsPoolAndReachesTheReplayedPeak) {
+  // --memory real on one GPU: every op runs on the compute stream, so the pool's high-water mark plus the
+  // state in the optimizer's operands is the ledger's replayed peak, and the device holds at least that much
+  // more than before the holds.
+  CALO_REQUIRE_GPU();
+  const model::ModelSpec spec = model::load_model("tiny-dense");
+  parallel::Layout wanted;
+  wanted.global_batch = 2;
+  wanted.recompute = model::Recompute::kFull;
+  const parallel::Layout layout = parallel::resolve_layout(spec, wanted);
+  const graph::Graph graph = graph::build_graph(spec, layout);
+  auto backend = BackendRegistry::instance().select("cuda").create(BackendConfig{});
+  LaunchInfo launch;
+  auto bootstrap = make_bootstrap(launch);
+  backend->connect(graph, 0, *bootstrap);
+  Executor executor(*backend, graph, 0);
+  executor.use_memory_ledger(build_memory_ledger(executor.ops(), spec, layout, 0));
+  executor.prepare();
+  for (int step = 0; step < 2; ++step) executor.run_step(*bootstrap);
+  const HeldMemory held = backend->held_memory();
+  const std::int64_t replayed = executor.memory_ledger().serial_peak_bytes;
+  const std::int64_t measured = held.held_peak_bytes + executor.state_in_operands_bytes();
+  // The pool rounds each allocation up (at most 2 MiB granularity per live block).
+  EXPECT_GE(measured, replayed);
+  EXPECT_LE(measured, replayed + executor.memory_ledger().slots * std::int64_t{2 << 20});
+  EXPECT_GT(held.device_used_bytes, measured);
 }
 
 TEST(CudaBackend, AcceptsContextParallelLayouts) {

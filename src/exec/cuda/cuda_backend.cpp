@@ -22,6 +22,7 @@
 
 #include "core/error.h"
 #include "exec/bootstrap.h"
+#include "exec/cuda/cuda_holds.h"
 #include "exec/cuda/cuda_internal.h"
 #include "exec/cuda/init.cuh"
 
@@ -402,6 +403,18 @@ class CudaBackend final : public Backend {
 
   std::int64_t allocated_bytes() const override { return context_.allocated_bytes; }
 
+  void hold(std::int32_t slot, std::int64_t bytes, const std::string& what, Stream& stream) override {
+    if (!holds_) holds_ = std::make_unique<cuda::DeviceHolds>(context_.device.local_index);
+    holds_->hold(slot, bytes, what, context_.rank, context_.allocated_bytes,
+                 static_cast<CudaStream&>(stream).handle());
+  }
+
+  void release(std::int32_t slot, Stream& stream) override {
+    if (holds_) holds_->release(slot, static_cast<CudaStream&>(stream).handle());
+  }
+
+  HeldMemory held_memory() override { return {holds_ ? holds_->peak_bytes() : 0, cuda::device_used_bytes()}; }
+
  private:
   /// Verifies one op's --check snapshot (at synchronize(), after the GPU finished).
   void verify(CudaOp& op) {
@@ -416,6 +429,7 @@ class CudaBackend final : public Backend {
   std::vector<std::weak_ptr<StreamHandle>> streams_;
   OpCounts executed_{};
   OpCounts launched_{};
+  std::unique_ptr<cuda::DeviceHolds> holds_;  // --memory real, created by the first hold
 };
 
 }  // namespace

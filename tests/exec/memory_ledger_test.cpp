@@ -1,0 +1,184 @@
+// `calo bench --memory real`'s ledger (exec/memory_ledger.h): every allocation is freed within the step, its
+// replayed peak is the memory model's figure where their lifetimes agree (1F1B, interleaved, recompute),
+// FSDP's gathered units live until their pass is done, and the executor holds the ledger on the CPU backend
+// with the peak it replays.
+#include "exec/memory_ledger.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "core/error.h"
+#include "exec/backend.h"
+#include "exec/bootstrap.h"
+#include "exec/executor.h"
+#include "graph/graph.h"
+#include "model/model_spec.h"
+#include "parallel/memory.h"
+#include "parallel/validate.h"
+
+namespace calo::exec {
+namespace {
+
+struct Built {
+  model::ModelSpec model;
+  parallel::Layout layout;
+  graph::Graph graph;
+};
+
+Built build(parallel::Layout layout, const std::string& model_name = "tiny-dense") {
+  Built built;
+  built.model = model::load_model(model_name);
+  built.layout = parallel::resolve_layout(built.model, layout);
+  built.graph = graph::build_graph(built.model, built.layout);
+  return built;
+}
+
+MemoryLedger ledger_of(const Built& built, int rank) {
+  return build_memory_ledger(graph::materialize(built.graph, rank), built.model, built.layout,
+                             built.graph.program(rank).stage);
+}
+
+// Each slot is held once and freed once, the free after the hold in launch order.
+void expect_balanced(const MemoryLedger& ledger) {
+  std::map<std::int32_t, std::pair<int, int>> seen;  // slot -> (hold position, free position)
+  for (size_t i = 0; i < ledger.actions.size(); ++i) {
+    const LedgerAction& action = ledger.actions[i];
+    auto& [held_at, freed_at] = seen.try_emplace(action.slot, -1, -1).first->second;
+    if (action.hold) {
+      EXPECT_EQ(held_at, -1) << "slot " << action.slot << " held twice";
+      held_at = static_cast<int>(i);
+      EXPECT_GT(action.bytes, 0) << action.what;
+    } else {
+      EXPECT_EQ(freed_at, -1) << "slot " << action.slot << " freed twice";
+      freed_at = static_cast<int>(i);
+    }
+  }
+  EXPECT_EQ(static_cast<std::int32_t>(seen.size()), ledger.slots);
+  for (const auto& [slot, positions] : seen) {
+    EXPECT_GE(positions.first, 0) << "slot " << slot << " freed but never held";
+    EXPECT_GT(positions.second, positions.first) << "slot " << slot << " not freed after its hold";
+  }
+}
+
+int count_holds(const MemoryLedger& ledger, const std::string& what_prefix) {
+  int count = 0;
+  for (const LedgerAction& action : ledger.actions)
+    count += action.hold && action.what.rfind(what_prefix, 0) == 0 ? 1 : 0;
+  return count;
+}
+
+TEST(MemoryLedger, EveryStagesReplayedPeakIsTheModelsUnderOneFOneBAndInterleaved) {
+  parallel::Layout one_f_one_b;
+  one_f_one_b.pp = 2;
+  one_f_one_b.global_batch = 8;
+  parallel::Layout interleaved = one_f_one_b;
+  interleaved.schedule = parallel::Schedule::kInterleaved;
+  interleaved.virtual_stages = 2;
+  for (const parallel::Layout& layout : {one_f_one_b, interleaved}) {
+    const Built built = build(layout);
+    for (int rank = 0; rank < built.layout.world_size(); ++rank) {
+      const MemoryLedger ledger = ledger_of(built, rank);
+      expect_balanced(ledger);
+      const int stage = built.graph.program(rank).stage;
+      const double model_bytes = parallel::memory_for_stage(built.model, built.layout, stage).total_bytes();
+      EXPECT_NEAR(static_cast<double>(ledger.serial_peak_bytes), model_bytes, 2.0)
+          << parallel::describe(built.layout) << " stage " << stage;
+      // One hold per chunk and micro-batch.
+      EXPECT_EQ(count_holds(ledger, "activations of chunk"),
+                built.layout.virtual_stages * built.layout.num_microbatches());
+    }
+  }
+}
+
+TEST(MemoryLedger, FullRecomputeHoldsOneLayersRebuiltActivationsDuringItsBackward) {
+  parallel::Layout layout;
+  layout.global_batch = 2;
+  layout.recompute = model::Recompute::kFull;
+  const Built built = build(layout);
+  const MemoryLedger ledger = ledger_of(built, 0);
+  expect_balanced(ledger);
+  const parallel::StageHoldings holdings = parallel::holdings_for_stage(built.model, built.layout, 0);
+  ASSERT_GT(holdings.recompute_transient_bytes, 0);
+  EXPECT_EQ(count_holds(ledger, "recomputed activations of layer"), built.model.num_layers * 2);
+  for (const LedgerAction& action : ledger.actions) {
+    if (action.hold && action.what.rfind("recomputed", 0) == 0) {
+      EXPECT_EQ(action.bytes, static_cast<std::int64_t>(holdings.recompute_transient_bytes));
+    }
+  }
+  // The model counts the same transient at the moment the ledger reaches it (the stack plus one layer).
+  EXPECT_NEAR(static_cast<double>(ledger.serial_peak_bytes),
+              parallel::memory_for_stage(built.model, built.layout, 0).total_bytes(), 2.0);
+}
+
+TEST(MemoryLedger, FsdpGathersLiveUntilThePassIsDoneOrWithoutReshardingUntilBackward) {
+  parallel::Layout layout;
+  layout.dp = 2;
+  layout.zero_stage = 3;
+  layout.global_batch = 4;
+  for (const bool reshard : {true, false}) {
+    layout.reshard_after_forward = reshard;
+    const Built built = build(layout);
+    const auto ops = graph::materialize(built.graph, 0);
+    const MemoryLedger ledger = ledger_of(built, 0);
+    expect_balanced(ledger);
+    ASSERT_GT(count_holds(ledger, "gathered parameters"), 0);
+    std::map<std::int32_t, const LedgerAction*> holds;
+    int forward_gathers_freed_in_backward = 0;
+    for (const LedgerAction& action : ledger.actions) {
+      if (action.hold && action.what.rfind("gathered", 0) == 0) holds[action.slot] = &action;
+      if (action.hold || !holds.count(action.slot)) continue;
+      const graph::Op& gather = ops[static_cast<size_t>(holds[action.slot]->op_index)].op;
+      const graph::Op& last_use = ops[static_cast<size_t>(action.op_index)].op;
+      EXPECT_EQ(last_use.layer, gather.layer) << holds[action.slot]->what;
+      if (gather.phase == graph::Phase::kForward && last_use.phase != graph::Phase::kForward)
+        ++forward_gathers_freed_in_backward;
+    }
+    if (reshard) {
+      EXPECT_EQ(forward_gathers_freed_in_backward, 0);
+    } else {
+      EXPECT_GT(forward_gathers_freed_in_backward, 0);
+    }
+  }
+}
+
+TEST(MemoryLedger, TheTorchtitanTrainerIsRefusedNamingTheTrainersItReplays) {
+  parallel::Layout layout;
+  layout.dp = 2;
+  layout.zero_stage = 3;
+  layout.trainer = parallel::Trainer::kTorchtitan;
+  const Built built = build(layout);
+  try {
+    ledger_of(built, 0);
+    FAIL() << "the torchtitan trainer was accepted";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("--trainer default or pytorch"), std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(MemoryLedger, TheExecutorHoldsItOnTheCpuBackendAndReachesTheReplayedPeak) {
+  parallel::Layout layout;
+  layout.global_batch = 2;
+  layout.recompute = model::Recompute::kFull;
+  const Built built = build(layout);
+  auto backend = BackendRegistry::instance().select("cpu").create(BackendConfig{});
+  LaunchInfo launch;
+  auto bootstrap = make_bootstrap(launch);
+  backend->connect(built.graph, 0, *bootstrap);
+  Executor executor(*backend, built.graph, 0);
+  const std::int64_t allocated_before = backend->allocated_bytes();
+  executor.use_memory_ledger(ledger_of(built, 0));
+  executor.prepare();
+  for (int step = 0; step < 2; ++step) executor.run_step(*bootstrap);
+  const HeldMemory held = backend->held_memory();
+  // Every op of world size 1 runs on the compute stream: holds happen in the replay's order exactly.
+  EXPECT_EQ(held.held_peak_bytes + executor.state_in_operands_bytes(),
+            executor.memory_ledger().serial_peak_bytes);
+  EXPECT_GT(executor.state_in_operands_bytes(), 0);
+  EXPECT_GE(held.device_used_bytes, held.held_peak_bytes + allocated_before);
+}
+
+}  // namespace
+}  // namespace calo::exec

@@ -6,7 +6,8 @@
 #   1. here (build machine), repo root: strip + xz build-exec-cuda/calo into .carry/calo-bin/calo.xz
 #      (`strip -o /tmp/calo build-exec-cuda/calo && xz -T2 -c /tmp/calo > .carry/calo-bin/calo.xz`)
 #   2. GPU host, repo root (carry .carry/calo-bin):  bash bench/memory_real/run.sh [BIN_DIR]
-#      writes $OUT/memory_real.tgz (NAME.json, NAME.err per run, nvidia-smi) and $OUT/memory_real.txt (table).
+#      writes $OUT/memory_real.tgz (NAME.json, NAME.err per run, nvidia-smi), $OUT/memory_real.txt (table) and
+#      $OUT/memory_real.jsonl (the lines of tests/fixtures/memory-real-h200x2, by bench/memory_real/fixture.py).
 set -uo pipefail
 repo="$PWD"
 # shellcheck source=bench/gpu/unpack_carry.sh
@@ -74,4 +75,5 @@ for path in sorted(work.glob("*.json")):
               f"{row['model_error'] * 100:+.1f} % | {used:.2f} | {used - held:.2f} |")
 PY
 cat "$out/memory_real.txt"
+python3 "$repo/bench/memory_real/fixture.py" "$work" >"$out/memory_real.jsonl"
 tar -C "$work" -czf "$out/memory_real.tgz" --exclude='*.db-wal' --exclude='run.db' .

@@ -1,9 +1,13 @@
 // Backend-independent executor: issue order, streams, cross-stream events, per-op timing.
 #include "exec/executor.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <utility>
 
+#include "core/error.h"
+#include "core/table.h"
 #include "core/time.h"
 
 namespace calo::exec {
@@ -62,12 +66,28 @@ void Executor::prepare() {
   }
   // The optimizer op's operands are the shard's fp32 state already: hold only the rest of the state.
   state_in_operands_bytes_ = std::min(ledger_.state_bytes, optimizer_operand_bytes);
+  if (!ledger_.actions.empty() || ledger_.state_bytes > 0) require_room_for_ledger();
   if (ledger_.state_bytes > state_in_operands_bytes_) {
     Stream& compute = *streams_[static_cast<size_t>(ops_.front().op.stream)];
     backend_.hold(ledger_.slots, ledger_.state_bytes - state_in_operands_bytes_,
                   "weights, gradients and optimizer state beyond the optimizer's operands", compute);
     backend_.synchronize();
   }
+}
+
+void Executor::require_room_for_ledger() {
+  const double in_use_bytes = static_cast<double>(backend_.held_memory().device_used_bytes);
+  const double to_hold_bytes = static_cast<double>(ledger_.serial_peak_bytes - state_in_operands_bytes_);
+  const double device_bytes = backend_.device().memory_bytes;
+  if (in_use_bytes + to_hold_bytes <= device_bytes) return;
+  throw InputError(fmt::format(
+      "--memory real: rank {} would hold {} at its peak beside the {} already in use (calo's operand "
+      "buffers, "
+      "runtime): more than the device's {}. The bench's operands are not carved out of the held "
+      "activations, so the largest layouts the model admits are measured with --memory model; or run a "
+      "smaller slice (--layers), more --tp/--pp, or --recompute full",
+      rank_, core::format_bytes(to_hold_bytes), core::format_bytes(in_use_bytes),
+      core::format_bytes(device_bytes)));
 }
 
 void Executor::use_memory_ledger(MemoryLedger ledger) {

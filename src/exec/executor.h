@@ -82,6 +82,8 @@ class Executor {
   MemoryLedger ledger_;  // --memory real; empty otherwise
   std::int64_t state_in_operands_bytes_ = 0;
 
+  // Throws InputError (exit 2, before any step) when the ledger's peak would not fit beside what is in use.
+  void require_room_for_ledger();
   // Enqueues the ledger's actions of op `op_index` (before or after its launch) on `stream`, from `cursor`.
   void apply_ledger(size_t op_index, bool before_op, Stream& stream, size_t& cursor);
 };

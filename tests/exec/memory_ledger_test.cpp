@@ -180,5 +180,26 @@ TEST(MemoryLedger, TheExecutorHoldsItOnTheCpuBackendAndReachesTheReplayedPeak) {
   EXPECT_GE(held.device_used_bytes, held.held_peak_bytes + allocated_before);
 }
 
+TEST(MemoryLedger, ALedgerBeyondTheDeviceIsRefusedBeforeAnythingIsHeld) {
+  // Exit 2 before the first step, naming --memory model, instead of running out of memory mid-run.
+  const Built built = build(parallel::Layout{});
+  auto backend = BackendRegistry::instance().select("cpu").create(BackendConfig{});
+  LaunchInfo launch;
+  auto bootstrap = make_bootstrap(launch);
+  backend->connect(built.graph, 0, *bootstrap);
+  Executor executor(*backend, built.graph, 0);
+  MemoryLedger ledger;
+  ledger.state_bytes = 1;
+  ledger.serial_peak_bytes = static_cast<std::int64_t>(backend->device().memory_bytes) + 1;
+  executor.use_memory_ledger(ledger);
+  try {
+    executor.prepare();
+    FAIL() << "a ledger larger than the device was accepted";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("--memory model"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(backend->held_memory().held_peak_bytes, 0);
+}
+
 }  // namespace
 }  // namespace calo::exec

@@ -177,6 +177,24 @@ TEST(CudaBackend, HoldsAMemoryLedgerOnItsPoolAndReachesTheReplayedPeak) {
   EXPECT_GT(held.device_used_bytes, measured);
 }
 
+TEST(CudaBackend, ALedgerBeyondTheGpuIsRefusedBeforeAnythingIsHeld) {
+  CALO_REQUIRE_GPU();
+  const model::ModelSpec spec = model::load_model("tiny-dense");
+  const parallel::Layout layout = parallel::resolve_layout(spec, parallel::Layout{});
+  const graph::Graph graph = graph::build_graph(spec, layout);
+  auto backend = BackendRegistry::instance().select("cuda").create(BackendConfig{});
+  LaunchInfo launch;
+  auto bootstrap = make_bootstrap(launch);
+  backend->connect(graph, 0, *bootstrap);
+  Executor executor(*backend, graph, 0);
+  MemoryLedger ledger;
+  ledger.state_bytes = 1;
+  ledger.serial_peak_bytes = static_cast<std::int64_t>(backend->device().memory_bytes);
+  executor.use_memory_ledger(ledger);
+  EXPECT_THROW(executor.prepare(), InputError);
+  EXPECT_EQ(backend->held_memory().held_peak_bytes, 0);
+}
+
 TEST(CudaBackend, AcceptsContextParallelLayouts) {
   // The NCCL K/V ring (and the all-gather variant) runs on the cuda backend: `calo bench` no longer refuses
   // cp > 1 for it. The ring itself needs two GPUs (multigpu_test.cpp, CudaMultiGpu.ContextParallel*).

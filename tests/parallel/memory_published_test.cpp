@@ -1,0 +1,91 @@
+// The memory model against the published accounting it claims to follow (issue 39 item 3): Megatron-LM's own
+// theoretical estimate (megatron/training/theoretical_memory_usage.py, compute_activation_memory: Korthikanti
+// et al. 2022's Table 2 with sequence parallel and selective recompute, first stage, the interleaved
+// schedule's 1 + (p - 1)/(p v) factor; compute_weight_and_optimizer_memory: 18 bytes per parameter, or 6 +
+// 12/d with the distributed optimizer, i.e. fp32 gradients). Read at NVIDIA/Megatron-LM 00caa53; the formulas
+// are restated below as the reference, not calo's code.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "model/model_spec.h"
+#include "parallel/layout.h"
+#include "parallel/memory.h"
+#include "parallel/validate.h"
+
+namespace calo::parallel {
+namespace {
+
+// Megatron-LM's compute_activation_memory (sequence parallel + selective recompute), in bytes per GPU.
+double megatron_activation_bytes(const model::ModelSpec& model, const Layout& layout) {
+  const double s = layout.seq_length, b = layout.micro_batch, h = model.hidden_size;
+  const double pp = layout.pp, v = layout.virtual_stages;
+  double bytes = s * b * h * (18.0 + 4.0 * model.ffn_hidden_size / h) * model.num_layers;
+  bytes += 8.0 * s * b * pp + s * b * h * pp;  // embedding input and dropout, pp micro-batches in flight
+  if (layout.schedule == Schedule::kInterleaved) bytes *= 1.0 + (pp - 1.0) / (pp * v);
+  return bytes / layout.tp;
+}
+
+struct Case {
+  std::string name;
+  std::string model;
+  Layout layout;
+};
+
+Layout production(int tp, int pp, int dp, int seq, int global_batch, int virtual_stages) {
+  Layout layout;
+  layout.tp = tp;
+  layout.pp = pp;
+  layout.dp = dp;
+  layout.seq_length = seq;
+  layout.micro_batch = 1;
+  layout.global_batch = global_batch;
+  layout.sequence_parallel = true;
+  layout.recompute = Recompute::kSelective;
+  layout.zero_stage = 1;
+  if (virtual_stages > 1) {
+    layout.schedule = Schedule::kInterleaved;
+    layout.virtual_stages = virtual_stages;
+  }
+  return layout;
+}
+
+TEST(MemoryPublished, ActivationsMeetMegatronsTheoreticalEstimateOnProductionLayouts) {
+  // Llama 3 405B as the Llama 3 paper's Table 4 ran it (TP8-PP16-DP64, 8K tokens, interleaved, 3/4 layers at
+  // the ends), and GPT-3 175B under 1F1B at the study's TP8-PP8.
+  Case llama{"llama3-405b TP8-PP16-DP64 vpp2", "llama3-405b", production(8, 16, 64, 8192, 2048, 2)};
+  for (int stage = 0; stage < 32; ++stage)
+    llama.layout.layers_per_stage.push_back(stage == 0 || stage == 31 ? 3 : 4);
+  const Case gpt{"gpt3-175b TP8-PP8-DP16 1f1b", "gpt3-175b", production(8, 8, 16, 2048, 1536, 1)};
+  for (const Case& each : {llama, gpt}) {
+    const model::ModelSpec model = model::load_model(each.model);
+    const Layout layout = resolve_layout(model, each.layout);
+    const double calo = memory_per_gpu(model, layout).activations_bytes;
+    const double megatron = megatron_activation_bytes(model, layout);
+    std::printf("%-34s activations: calo %.2f GiB, Megatron-LM's estimate %.2f GiB (%+.2f %%)\n",
+                each.name.c_str(), calo / 1073741824.0, megatron / 1073741824.0, (calo / megatron - 1) * 100);
+    // Calo counts the stage's own layers (the production partition, the real schedule's in-flight passes);
+    // Megatron's estimate spreads the layers evenly: within 1.5 %.
+    EXPECT_NEAR(calo / megatron - 1.0, 0.0, 0.015) << each.name;
+  }
+}
+
+TEST(MemoryPublished, MegatronsOwnEstimateRefusesTheLlama3ProductionLayoutOnAnH100Too) {
+  // Issue 39 asks that Meta's TP8-PP16 layout at 8K be accepted. Megatron-LM's estimator, which the
+  // activation term above matches, puts it above an 80 GB H100 as well: activations alone are ~90 GiB per
+  // GPU, and its state (6 + 12/d bytes per parameter: fp32 gradients) is larger than calo's default (4 +
+  // 12/d).
+  Layout wanted = production(8, 16, 64, 8192, 2048, 2);
+  for (int stage = 0; stage < 32; ++stage)
+    wanted.layers_per_stage.push_back(stage == 0 || stage == 31 ? 3 : 4);
+  const model::ModelSpec model = model::load_model("llama3-405b");
+  const Layout layout = resolve_layout(model, wanted);
+  const double h100_bytes = 80e9;
+  EXPECT_GT(megatron_activation_bytes(model, layout), h100_bytes);
+  EXPECT_GT(memory_per_gpu(model, layout).total_bytes(), usable_memory_bytes(h100_bytes));
+}
+
+}  // namespace
+}  // namespace calo::parallel

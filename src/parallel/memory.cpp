@@ -46,6 +46,8 @@ struct StageParameters {
   double dense = 0;
   double expert = 0;
   double largest_unit = 0;  // largest gather/reduce unit on this rank: a layer, the embedding or the head
+  double embedding = 0;     // the embedding lookup's parameters on this rank (first virtual stage), else 0
+  double head_matrix = 0;   // the output projection's parameters on this rank (last virtual stage), else 0
 };
 
 StageParameters stage_parameters(const model::ModelSpec& model, const Layout& layout, int stage,
@@ -70,15 +72,15 @@ StageParameters stage_parameters(const model::ModelSpec& model, const Layout& la
       // Word embedding is vocabulary-parallel over tp; learned positions are replicated.
       const double embedding = (counts.embedding - counts.positions) / tp + counts.positions;
       params.dense += embedding;
+      params.embedding += embedding;
       params.largest_unit = std::max(params.largest_unit, embedding);
     }
     if (virtual_stage == virtual_count - 1) {
       double head = counts.final_norm;
       const double vocab_matrix = static_cast<double>(model.vocab_size) * model.hidden_size / tp;
-      if (!model.tied_embeddings) {
-        head += vocab_matrix;
-      } else if (layout.pp > 1) {
-        head += vocab_matrix;  // Megatron keeps a copy of the tied embedding on the last stage
+      if (!model.tied_embeddings || layout.pp > 1) {
+        head += vocab_matrix;  // tied: Megatron keeps a copy of the tied embedding on the last stage
+        params.head_matrix += vocab_matrix;
       }
       params.dense += head;
       params.largest_unit = std::max(params.largest_unit, head);
@@ -183,31 +185,45 @@ ActivationPeak peak_activations(const Layout& layout, int stage, const std::vect
   return peak;
 }
 
+// The parameters whose bf16 copies compiled torchtitan holds at the end of forward: under FSDP2 the gathered
+// unit; otherwise the copies its compiled blocks save for backward (every weight but the embedding lookup,
+// measured on one H200: docs/BENCHMARKS.md "Memory model against PyTorch"), and under full recompute, whose
+// blocks save only their input, the output projection's alone (it runs outside the checkpointed blocks).
+double bf16_compute_params(const Layout& layout, const StageParameters& params) {
+  if (layout.zero_stage >= 3) return params.largest_unit;
+  if (layout.recompute == Recompute::kFull) return params.head_matrix;
+  return params.dense + params.expert - params.embedding;
+}
+
 // torchtitan's accounting (Trainer::kTorchtitan) of one stage, whose parameters are `params` and whose
 // sharded state is `state_params` (the dense and expert parts over their shard groups under FSDP2, all of
 // them otherwise), with `activations` alive at the end of forward. The peak is the larger of two moments:
 // - the end of forward: fp32 parameters (4 B/param) and Adam moments (8), gradients set to None at the step's
-//   start, the bf16 compute copies (FSDP2: the gathered unit; otherwise autocast's cache of every weight's
-//   bf16 cast, 2 B/param), DDP's fp32 gradient buckets (4 B/param, kept between steps), and the activations;
-// - under FSDP2 the end of backward: the fp32 gradient shards (4 B/param) beside parameters and moments, and
-//   the largest unit's bf16 gradient with its fp32 copy for the reduce-scatter (torchtitan reduces in fp32).
+//   start, the bf16 compute copies (bf16_compute_params), DDP's fp32 gradient buckets (4 B/param, kept
+//   between steps), and the activations;
+// - the end of backward: beside parameters and moments, under FSDP2 the fp32 gradient shards (4 B/param) and
+//   the largest unit's bf16 gradient with its fp32 copy for the reduce-scatter (torchtitan reduces in fp32);
+//   otherwise every fp32 gradient (and DDP's buckets).
 MemoryBreakdown torchtitan_peak(const Layout& layout, const StageParameters& params, double state_params,
                                 const ActivationPeak& activations) {
   const bool fsdp = layout.zero_stage >= 3;
   const double all_params = params.dense + params.expert;
+  const double ddp_buckets = !fsdp && layout.dp > 1 ? kFp32BytesPerParam * all_params : 0.0;
   MemoryBreakdown forward_end;
   forward_end.weights_bytes =
-      kFp32BytesPerParam * state_params + kWeightBytesPerParam * (fsdp ? params.largest_unit : all_params);
-  forward_end.gradients_bytes = !fsdp && layout.dp > 1 ? kFp32BytesPerParam * all_params : 0.0;
+      kFp32BytesPerParam * state_params + kWeightBytesPerParam * bf16_compute_params(layout, params);
+  forward_end.gradients_bytes = ddp_buckets;
   forward_end.optimizer_bytes = kMomentBytesPerParam * state_params;
   forward_end.activations_bytes = activations.bytes;
   forward_end.inflight_microbatches = activations.microbatches;
-  if (!fsdp) return forward_end;
   MemoryBreakdown backward_end;
   backward_end.at_backward_end = true;
   backward_end.weights_bytes = kFp32BytesPerParam * state_params;
-  backward_end.gradients_bytes =
-      kFp32BytesPerParam * state_params + (kWeightBytesPerParam + kFp32BytesPerParam) * params.largest_unit;
+  // FSDP2: the fp32 gradient shards and the largest unit's bf16 gradient with its fp32 reduce copy; without
+  // it every fp32 gradient (and DDP's buckets).
+  backward_end.gradients_bytes = fsdp ? kFp32BytesPerParam * state_params +
+                                            (kWeightBytesPerParam + kFp32BytesPerParam) * params.largest_unit
+                                      : kFp32BytesPerParam * all_params + ddp_buckets;
   backward_end.optimizer_bytes = kMomentBytesPerParam * state_params;
   return backward_end.total_bytes() > forward_end.total_bytes() ? backward_end : forward_end;
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -149,26 +150,38 @@ StepRun run_single(const std::string& model_name, bool check, int steps,
   return run;
 }
 
+/// tiny-dense under `wanted` on one GPU, connected, with an executor for rank 0 (--memory real tests).
+struct OneGpuRank {
+  model::ModelSpec spec = model::load_model("tiny-dense");
+  parallel::Layout layout;
+  graph::Graph graph;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Bootstrap> bootstrap;
+  std::unique_ptr<Executor> executor;
+
+  explicit OneGpuRank(const parallel::Layout& wanted)
+      : layout(parallel::resolve_layout(spec, wanted)), graph(graph::build_graph(spec, layout)) {
+    backend = BackendRegistry::instance().select("cuda").create(BackendConfig{});
+    bootstrap = make_bootstrap(LaunchInfo{});
+    backend->connect(graph, 0, *bootstrap);
+    executor = std::make_unique<Executor>(*backend, graph, 0);
+  }
+};
+
 TEST(CudaBackend, HoldsAMemoryLedgerOnItsPoolAndReachesTheReplayedPeak) {
   // --memory real on one GPU: every op runs on the compute stream, so the pool's high-water mark plus the
   // state in the optimizer's operands is the ledger's replayed peak, and the device holds at least that much
   // more than before the holds.
   CALO_REQUIRE_GPU();
-  const model::ModelSpec spec = model::load_model("tiny-dense");
   parallel::Layout wanted;
   wanted.global_batch = 2;
   wanted.recompute = model::Recompute::kFull;
-  const parallel::Layout layout = parallel::resolve_layout(spec, wanted);
-  const graph::Graph graph = graph::build_graph(spec, layout);
-  auto backend = BackendRegistry::instance().select("cuda").create(BackendConfig{});
-  LaunchInfo launch;
-  auto bootstrap = make_bootstrap(launch);
-  backend->connect(graph, 0, *bootstrap);
-  Executor executor(*backend, graph, 0);
-  executor.use_memory_ledger(build_memory_ledger(executor.ops(), spec, layout, 0));
+  OneGpuRank rank(wanted);
+  Executor& executor = *rank.executor;
+  executor.use_memory_ledger(build_memory_ledger(executor.ops(), rank.spec, rank.layout, 0));
   executor.prepare();
-  for (int step = 0; step < 2; ++step) executor.run_step(*bootstrap);
-  const HeldMemory held = backend->held_memory();
+  for (int step = 0; step < 2; ++step) executor.run_step(*rank.bootstrap);
+  const HeldMemory held = rank.backend->held_memory();
   const std::int64_t replayed = executor.memory_ledger().serial_peak_bytes;
   const std::int64_t measured = held.held_peak_bytes + executor.state_in_operands_bytes();
   // The pool rounds each allocation up (at most 2 MiB granularity per live block).
@@ -179,20 +192,13 @@ TEST(CudaBackend, HoldsAMemoryLedgerOnItsPoolAndReachesTheReplayedPeak) {
 
 TEST(CudaBackend, ALedgerBeyondTheGpuIsRefusedBeforeAnythingIsHeld) {
   CALO_REQUIRE_GPU();
-  const model::ModelSpec spec = model::load_model("tiny-dense");
-  const parallel::Layout layout = parallel::resolve_layout(spec, parallel::Layout{});
-  const graph::Graph graph = graph::build_graph(spec, layout);
-  auto backend = BackendRegistry::instance().select("cuda").create(BackendConfig{});
-  LaunchInfo launch;
-  auto bootstrap = make_bootstrap(launch);
-  backend->connect(graph, 0, *bootstrap);
-  Executor executor(*backend, graph, 0);
+  OneGpuRank rank(parallel::Layout{});
   MemoryLedger ledger;
   ledger.state_bytes = 1;
-  ledger.serial_peak_bytes = static_cast<std::int64_t>(backend->device().memory_bytes);
-  executor.use_memory_ledger(ledger);
-  EXPECT_THROW(executor.prepare(), InputError);
-  EXPECT_EQ(backend->held_memory().held_peak_bytes, 0);
+  ledger.serial_peak_bytes = static_cast<std::int64_t>(rank.backend->device().memory_bytes);
+  rank.executor->use_memory_ledger(ledger);
+  EXPECT_THROW(rank.executor->prepare(), InputError);
+  EXPECT_EQ(rank.backend->held_memory().held_peak_bytes, 0);
 }
 
 TEST(CudaBackend, AcceptsContextParallelLayouts) {

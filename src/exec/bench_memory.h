@@ -22,13 +22,15 @@ nlohmann::json rank_memory_json(Backend& backend, const Executor& executor, cons
                                 const parallel::Layout& layout, int stage);
 
 /// The job's report from every rank's rank_memory_json (`ranks[i]["memory_real"]`): per rank with its error
-/// against the model, and the rank whose error is largest.
+/// against the model, the rank whose error is largest (`worst`) and the rank that held the most
+/// (`most_loaded`).
 nlohmann::json memory_real_report(const std::vector<nlohmann::json>& ranks);
 
 /// The summary text's lines for `report` (every rank up to 8, else the worst one).
 std::string memory_real_text(const nlohmann::json& report);
 
-/// Summary rows (scope "bench") of the worst rank: held peak, device in use, the model's bytes, the error.
+/// Summary rows (scope "bench") of the rank that held the most: held peak, device in use, the model's bytes
+/// for its stage, the error.
 void write_memory_summary(store::RunWriter& writer, const nlohmann::json& report);
 
 }  // namespace calo::exec

@@ -15,6 +15,7 @@
 #include "parallel/validate.h"
 #include "report/html_report_internal.h"
 #include "report/svg_chart.h"
+#include "store/run_store.h"
 
 namespace calo::report {
 
@@ -61,6 +62,28 @@ std::pair<double, int> measured_peak_bytes(const analyze::RunAnalysis& run) {
   return peak;
 }
 
+/// What a `calo bench --memory real` run held, the rank that held the most (the summary rows of
+/// exec/bench_memory.h).
+struct HeldPeak {
+  double held_bytes = NAN;   ///< training's allocations held at once
+  double model_bytes = NAN;  ///< the model's total for that rank's stage
+};
+
+/// The run's held peak; NaN fields for a run without one (or whose store cannot be read again).
+HeldPeak held_peak(const analyze::RunAnalysis& run) {
+  HeldPeak held;
+  if (run.run.kind != store::RunKind::kBench) return held;
+  try {
+    for (const store::SummaryRow& row : store::RunReader(run.run_dir).summaries("bench")) {
+      if (row.key == "memory_held_peak_bytes") held.held_bytes = row.value;
+      if (row.key == "memory_model_bytes") held.model_bytes = row.value;
+    }
+  } catch (const InputError&) {
+    return HeldPeak{};
+  }
+  return held;
+}
+
 std::string gib(double bytes) {
   return std::isnan(bytes) ? "–" : fmt::format("{:.2f}", bytes / kGiB);
 }
@@ -68,7 +91,7 @@ std::string gib(double bytes) {
 /// The table: each term of the model, its total, the usable memory where known, the measured peak and the
 /// model's error against it.
 std::string breakdown_table(const std::optional<parallel::MemoryBreakdown>& memory, double capacity_bytes,
-                            std::pair<double, int> measured, store::RunKind kind) {
+                            std::pair<double, int> measured, store::RunKind kind, const HeldPeak& held) {
   std::string rows;
   auto row = [&](const std::string& term, double bytes, const std::string& note) {
     rows += fmt::format("<tr><td class=\"key\">{}</td><td>{}</td><td class=\"key\">{}</td></tr>\n", term,
@@ -108,12 +131,22 @@ std::string breakdown_table(const std::optional<parallel::MemoryBreakdown>& memo
         measured.second);
     if (memory)
       note += fmt::format("; model / measured {:+.1f} %", (memory->total_bytes() / measured.first - 1) * 100);
-    if (kind == store::RunKind::kBench) {
+    if (kind == store::RunKind::kBench && std::isnan(held.held_bytes)) {
       note +=
           "; calo bench shares operand buffers and keeps no activations between passes (docs/EXECUTION.md), "
           "so this is the bench's footprint, not a training's";
+    } else if (kind == store::RunKind::kBench) {
+      note += "; the held allocations below plus the bench's own operand buffers and the runtime";
     }
     row("measured peak", measured.first, note);
+  }
+  if (!std::isnan(held.held_bytes)) {
+    row("held as training holds it", held.held_bytes,
+        fmt::format(
+            "--memory real, the rank that held the most: training's allocations held around "
+            "the ops as the step ran; its stage's model {} GiB, model / held {:+.1f} % (docs/METRICS.md, "
+            "\"Held as training holds it\")",
+            gib(held.model_bytes), (held.model_bytes / held.held_bytes - 1) * 100));
   }
   return "<table><thead><tr><th class=\"key\">term</th><th>GiB per GPU</th><th "
          "class=\"key\">note</th></tr></thead>"
@@ -127,6 +160,7 @@ std::string memory_section(const analyze::RunAnalysis& run, const std::string& p
   const nlohmann::json config = nlohmann::json::parse(run.run.config_json, nullptr, false);
   const auto memory = predicted_memory(config, run.run_dir.string());
   const auto measured = measured_peak_bytes(run);
+  const HeldPeak held = held_peak(run);
   if (!memory && measured.second < 0) return "";
   std::vector<std::string> bars;
   std::vector<std::vector<double>> values;
@@ -141,19 +175,23 @@ std::string memory_section(const analyze::RunAnalysis& run, const std::string& p
       values.back().push_back(memory->temporaries_bytes / kGiB);
     }
   }
-  if (measured.second >= 0) {
-    segments.push_back("measured peak");
+  // Measured bars, each its own segment: the device's peak and, under --memory real, what training held.
+  auto measured_bar = [&](const std::string& bar, const std::string& segment, double bytes) {
+    segments.push_back(segment);
     for (auto& row : values) row.push_back(0.0);
-    bars.push_back("measured");
+    bars.push_back(bar);
     values.emplace_back(segments.size() - 1, 0.0);
-    values.back().push_back(measured.first / kGiB);
-  }
-  const std::string title = !memory               ? "Memory per GPU: the measured peak"
-                            : measured.second < 0 ? "Memory per GPU: the model's terms"
-                                                  : "Memory per GPU: the model's terms and the measured peak";
+    values.back().push_back(bytes / kGiB);
+  };
+  if (measured.second >= 0) measured_bar("measured", "measured peak", measured.first);
+  if (!std::isnan(held.held_bytes)) measured_bar("held", "held (--memory real)", held.held_bytes);
+  const bool any_measured = measured.second >= 0 || !std::isnan(held.held_bytes);
+  const std::string title = !memory         ? "Memory per GPU: the measured peak"
+                            : !any_measured ? "Memory per GPU: the model's terms"
+                                            : "Memory per GPU: the model's terms and what was measured";
   const std::string chart = stacked_bar_chart(title, "GiB", bars, segments, values);
   return "<h3>Memory per GPU</h3>\n" + anchored(prefix + "memory", chart) +
-         breakdown_table(memory, device_bytes(config), measured, run.run.kind);
+         breakdown_table(memory, device_bytes(config), measured, run.run.kind, held);
 }
 
 }  // namespace calo::report

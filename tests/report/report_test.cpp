@@ -285,6 +285,31 @@ TEST(Commands, TheMemoryTableOfATorchtitanRunSaysWhereItsPeakIs) {
   }
 }
 
+// A bench run with --memory real: the memory section shows what training's allocations held beside the
+// model's terms (a "held" bar and row, the model's error for that rank's stage), and its measured-peak note
+// stops saying the bench keeps no activations.
+TEST(Commands, TheMemoryTableOfABenchWithMemoryRealShowsWhatWasHeld) {
+  auto calo = std::filesystem::path(CALO_BINARY_DIR) / "calo";
+  if (!std::filesystem::exists(calo)) GTEST_SKIP() << "calo binary not built in " << CALO_BINARY_DIR;
+  calo::testing::TempDir dir("memory-real-report");
+  int status = 0;
+  const std::string out = run_command(calo.string() +
+                                          " bench --model tiny-dense --backend cpu --gbs 2 --recompute full "
+                                          "--memory real --steps 1 --warmup 0 --no-progress --out " +
+                                          (dir.path / "bench").string(),
+                                      status);
+  ASSERT_EQ(status, 0) << out;
+  const std::string html = render_html_report({analyze::analyze_run(dir.path / "bench")});
+  const auto section = html.find("<div id=\"run1-memory\">");
+  ASSERT_NE(section, std::string::npos);
+  const std::string memory = html.substr(section, html.find("</table>", section) - section);
+  for (const char* expected : {"held (--memory real)", "held as training holds it", "model / held +0.0 %",
+                               "the model&#39;s terms and what was measured"}) {
+    EXPECT_NE(memory.find(expected), std::string::npos) << expected << " in " << memory;
+  }
+  EXPECT_EQ(memory.find("keeps no activations between passes"), std::string::npos) << memory;
+}
+
 TEST(Commands, IngestReportExportCompare) {
   auto calo = std::filesystem::path(CALO_BINARY_DIR) / "calo";
   if (!std::filesystem::exists(calo)) GTEST_SKIP() << "calo binary not built in " << CALO_BINARY_DIR;

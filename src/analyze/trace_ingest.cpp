@@ -443,6 +443,16 @@ TraceData ingest_traces(const std::vector<std::filesystem::path>& paths, bool ke
   return data;
 }
 
+std::vector<LaneBreakdown> trace_kernel_breakdown(const TraceData& data) {
+  std::vector<KernelInterval> intervals;
+  intervals.reserve(data.kernels.size());
+  for (const auto& kernel : data.kernels) {
+    intervals.push_back({kernel.lane, kernel.category, kernel.t_begin_ns, kernel.t_end_ns,
+                         kernel.message_bytes, kernel.group_size});
+  }
+  return kernel_breakdown(intervals, static_cast<int32_t>(data.lanes.size()));
+}
+
 void write_trace_run(const TraceData& data, store::RunWriter& writer) {
   for (std::size_t lane = 0; lane < data.lanes.size(); ++lane) {
     store::DeviceInfo device;
@@ -463,13 +473,7 @@ void write_trace_run(const TraceData& data, store::RunWriter& writer) {
     span.step = step.step;
     writer.append_span(span);
   }
-  std::vector<KernelInterval> intervals;
-  intervals.reserve(data.kernels.size());
-  for (const auto& kernel : data.kernels) {
-    intervals.push_back({kernel.lane, kernel.category, kernel.t_begin_ns, kernel.t_end_ns,
-                         kernel.message_bytes, kernel.group_size});
-  }
-  auto breakdown = kernel_breakdown(intervals, static_cast<int32_t>(data.lanes.size()));
+  auto breakdown = trace_kernel_breakdown(data);
   for (const auto& lane : breakdown) {
     std::string scope = fmt::format("dev{}", lane.lane);
     for (auto category : kAllKernelCategories) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "analyze/breakdown.h"
 #include "analyze/kernel_category.h"
 
 namespace calo::store {
@@ -83,6 +84,10 @@ void parse_kineto_json(const char* text, std::size_t size, const std::string& so
 /// their inputs (TraceData::ops, TraceKernel::op; calibration needs them, the breakdown does not: 27 % more
 /// CPU on a shape-recorded trace).
 TraceData ingest_traces(const std::vector<std::filesystem::path>& paths, bool keep_op_shapes = false);
+
+/// The per-lane kernel breakdown of `data`'s kernels (busy, exposed and overlapped time per category), one
+/// entry per lane: what write_trace_run stores as summary rows and `calo ingest` prints.
+std::vector<LaneBreakdown> trace_kernel_breakdown(const TraceData& data);
 
 /// Writes `data` into a run: one device per lane, kernel spans (category as span category), step spans,
 /// and the per-lane breakdown summary rows (scope "rank<r>", docs/METRICS.md "Kernel breakdown").

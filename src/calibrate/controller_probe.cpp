@@ -10,6 +10,7 @@
 #include "calibrate/fit.h"
 #include "calibrate/measurement.h"
 #include "core/error.h"
+#include "core/median.h"
 #include "sim/power_dynamics.h"
 #include "sim/power_thermal.h"
 
@@ -59,8 +60,8 @@ void measure_levels(ProbeRun& probe) {
     }
     if (std::isfinite(first_peak_w)) full.push_back(first_peak_w);
   }
-  probe.idle_w = upper_median(std::move(idle));
-  probe.full_w = upper_median(std::move(full));
+  probe.idle_w = core::upper_median(std::move(idle));
+  probe.full_w = core::upper_median(std::move(full));
 }
 
 /// The phase of the burst whose window [begin, end + window] holds `t_ns` (empty when none); `cursor` walks

@@ -12,6 +12,7 @@
 #include "analyze/window_mean.h"
 #include "core/device_names.h"
 #include "core/error.h"
+#include "core/median.h"
 #include "parallel/validate.h"
 #include "sim/power_dynamics.h"
 #include "store/run_store.h"
@@ -66,7 +67,7 @@ double idle_power_w(const Series& power_w, const Series& util_pct, const Series&
     if (t_s >= first_step_s) break;
     if (value_at(util_pct, t_s) <= 0 && value_at(clock_mhz, t_s) >= 0.9 * max_sm_mhz) values.push_back(value);
   }
-  return values.size() < 3 ? NAN : upper_median(std::move(values));
+  return values.size() < 3 ? NAN : core::upper_median(std::move(values));
 }
 
 /// When the GPU starts working: the first power sample after the first step began at twice the run's lowest
@@ -142,13 +143,6 @@ double figure_value(const RunFigures& figures, std::size_t index) {
 double figure_error(std::size_t index, double measured, double simulated) {
   if (figure_names()[index].second == "C") return simulated - measured;
   return measured != 0 ? (simulated - measured) / measured : NAN;
-}
-
-double upper_median(std::vector<double> values) {
-  if (values.empty()) return NAN;
-  const auto middle = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
-  std::nth_element(values.begin(), middle, values.end());
-  return *middle;
 }
 
 namespace {
@@ -251,7 +245,7 @@ MeasuredRun load_measured_run(const std::filesystem::path& run_dir, const sim::G
       if (span.name == "step" && span.rank == 0)
         durations.push_back(static_cast<double>(span.t_end_ns - span.t_begin_ns) * 1e-9);
     }
-    if (!durations.empty()) run.figures.step_time_s = upper_median(std::move(durations));
+    if (!durations.empty()) run.figures.step_time_s = core::upper_median(std::move(durations));
   }
   double tflops = NAN, mfu = NAN;
   for (const store::SummaryRow& row : reader.summaries("bench")) {
@@ -296,7 +290,8 @@ std::vector<OpTiming> op_timings(const MeasuredRun& run, const graph::Graph& gra
   }
   for (std::size_t index = 0; index < compute.size(); ++index) {
     if (durations[index].empty()) return {};
-    timings.push_back({compute[index], upper_median(std::move(durations[index])), run.figures.sm_clock_mhz});
+    timings.push_back(
+        {compute[index], core::upper_median(std::move(durations[index])), run.figures.sm_clock_mhz});
   }
   return timings;
 }

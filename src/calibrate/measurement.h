@@ -60,9 +60,6 @@ struct MeasuredRun {
   bool simulatable() const { return model.has_value(); }
 };
 
-/// The element at size / 2 of `values` in sorted order (the upper middle for an even count); NaN when empty.
-double upper_median(std::vector<double> values);
-
 /// The product token of a GPU name ("NVIDIA H100 80GB HBM3" -> "H100"); empty if none.
 std::string gpu_model_token(const std::string& name);
 

@@ -44,13 +44,7 @@ int run_ingest(const IngestFlags& flags) {
     analyze::write_trace_run(data, writer);
     writer.finish(data.end_ns);
   }
-  std::vector<analyze::KernelInterval> intervals;
-  intervals.reserve(data.kernels.size());
-  for (const auto& kernel : data.kernels) {
-    intervals.push_back({kernel.lane, kernel.category, kernel.t_begin_ns, kernel.t_end_ns,
-                         kernel.message_bytes, kernel.group_size});
-  }
-  auto breakdown = analyze::kernel_breakdown(intervals, static_cast<int32_t>(data.lanes.size()));
+  auto breakdown = analyze::trace_kernel_breakdown(data);
   if (flags.json) {
     nlohmann::json lanes = nlohmann::json::array();
     for (const auto& lane : breakdown) {

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <limits>
 
+#include "core/median.h"
+
 namespace calo::report {
 namespace {
 
@@ -18,13 +20,6 @@ double line_mean(const TimeSeries& line) {
     count += bucket.count;
   }
   return count > 0 ? sum / count : NAN;
-}
-
-double median_of(std::vector<double> values) {
-  if (values.empty()) return NAN;
-  const auto middle = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
-  std::nth_element(values.begin(), middle, values.end());
-  return *middle;
 }
 
 std::string cell(double value) {
@@ -96,7 +91,7 @@ std::vector<std::size_t> outlier_rows(const std::vector<std::vector<double>>& va
     const auto [lo, hi] = std::minmax_element(present.begin(), present.end());
     const double range = *hi - *lo;
     if (!(range > 0)) continue;
-    const double median = median_of(present);
+    const double median = core::upper_median(present);
     for (std::size_t row = 0; row < values.size(); ++row) {
       if (column < values[row].size() && !std::isnan(values[row][column]))
         score[row] = std::max(score[row], std::fabs(values[row][column] - median) / range);
@@ -128,7 +123,7 @@ std::string spread_table(const std::vector<std::string>& columns, const std::vec
     if (present.empty()) continue;
     out += fmt::format(
         "<tr><td class=\"key\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-        escape_html(columns[column]), cell(values[lowest][column]), cell(median_of(present)),
+        escape_html(columns[column]), cell(values[lowest][column]), cell(core::upper_median(present)),
         cell(values[highest][column]), escape_html(row_labels[lowest]), escape_html(row_labels[highest]));
   }
   return out + "</table>\n";

@@ -25,6 +25,17 @@ MetricInfo metric_of_row(const Statement& query) {
                     parse_metric_kind(query.column_text(3))};
 }
 
+// The sample of the current row of a "SELECT device_idx, metric_id, t_ns, value, sensor_t_ns ..." query.
+Sample sample_of_row(const Statement& query) {
+  Sample sample;
+  sample.device_idx = static_cast<int32_t>(query.column_int(0));
+  sample.metric_id = static_cast<int32_t>(query.column_int(1));
+  sample.t_ns = query.column_int(2);
+  sample.value = query.column_double(3);
+  sample.sensor_t_ns = query.column_is_null(4) ? kNoSensorTime : query.column_int(4);
+  return sample;
+}
+
 }  // namespace
 
 // Latest host CLOCK_MONOTONIC a run may state (~126 years of uptime): far from int64's end, so sums of stored
@@ -187,15 +198,7 @@ void RunReader::for_each_sample_in_time_order(const std::function<void(const Sam
   Statement query(*impl_->db,
                   "SELECT device_idx, metric_id, t_ns, value, sensor_t_ns FROM sample "
                   "ORDER BY t_ns, device_idx, metric_id, rowid");
-  Sample sample;
-  while (query.step()) {
-    sample.device_idx = static_cast<int32_t>(query.column_int(0));
-    sample.metric_id = static_cast<int32_t>(query.column_int(1));
-    sample.t_ns = query.column_int(2);
-    sample.value = query.column_double(3);
-    sample.sensor_t_ns = query.column_is_null(4) ? kNoSensorTime : query.column_int(4);
-    visit(sample);
-  }
+  while (query.step()) visit(sample_of_row(query));
 }
 
 int64_t RunReader::for_each_sample_since(int64_t after_rowid,
@@ -204,16 +207,10 @@ int64_t RunReader::for_each_sample_since(int64_t after_rowid,
                   "SELECT device_idx, metric_id, t_ns, value, sensor_t_ns, rowid FROM sample WHERE rowid > ? "
                   "ORDER BY rowid");
   query.bind(1, after_rowid);
-  Sample sample;
   int64_t last_rowid = after_rowid;
   while (query.step()) {
-    sample.device_idx = static_cast<int32_t>(query.column_int(0));
-    sample.metric_id = static_cast<int32_t>(query.column_int(1));
-    sample.t_ns = query.column_int(2);
-    sample.value = query.column_double(3);
-    sample.sensor_t_ns = query.column_is_null(4) ? kNoSensorTime : query.column_int(4);
     last_rowid = query.column_int(5);
-    visit(sample);
+    visit(sample_of_row(query));
   }
   return last_rowid;
 }

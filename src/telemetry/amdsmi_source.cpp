@@ -85,23 +85,18 @@ const AmdSpec kAmdSpecs[] = {
     {"mem_used_bytes", "bytes", MetricKind::kGauge, "amdsmi.fast", 100 * kMs, AmdQuery::kMemUsed},
 };
 
-template <typename Function>
-bool load_amd(void* library, const char* symbol, Function& target) {
-  target = reinterpret_cast<Function>(dlsym(library, symbol));
-  return target != nullptr;
-}
-
 }  // namespace
 
-struct AmdSmiSource::Impl {
-  void* library = nullptr;
-  bool initialized = false;
-  std::string reason;
+struct AmdSmiSource::Impl : VendorLibrary {
   AmdApi api;
-  std::vector<DeviceInfo> devices;
   std::vector<AmdHandle> handles;
   std::vector<std::vector<const AmdSpec*>> specs;  // per device, parallel to metrics
   std::vector<std::vector<CounterUnwrapper>> unwrappers;
+
+  /// Shuts AMD SMI down when it initialized; ~VendorLibrary then unloads it.
+  ~Impl() override {
+    if (initialized) api.shut_down();
+  }
 
   Reading query(size_t device_position, const AmdSpec& spec, CounterUnwrapper* unwrapper) {
     AmdHandle handle = handles[device_position];
@@ -166,7 +161,8 @@ struct AmdSmiSource::Impl {
   }
 };
 
-AmdSmiSource::AmdSmiSource(const std::string& library_path) : impl_(std::make_unique<Impl>()) {
+AmdSmiSource::AmdSmiSource(const std::string& library_path)
+    : VendorLibrarySource(std::make_unique<Impl>()), impl_(library_as<Impl>()) {
   Impl& impl = *impl_;
   for (const std::string& path :
        library_path.empty() ? std::vector<std::string>{"libamd_smi.so", "/opt/rocm/lib/libamd_smi.so"}
@@ -179,18 +175,18 @@ AmdSmiSource::AmdSmiSource(const std::string& library_path) : impl_(std::make_un
     return;
   }
   AmdApi& api = impl.api;
-  const bool ok = load_amd(impl.library, "amdsmi_init", api.init) &&
-                  load_amd(impl.library, "amdsmi_shut_down", api.shut_down) &&
-                  load_amd(impl.library, "amdsmi_get_socket_handles", api.socket_handles) &&
-                  load_amd(impl.library, "amdsmi_get_processor_handles", api.processor_handles) &&
-                  load_amd(impl.library, "amdsmi_get_energy_count", api.energy_count) &&
-                  load_amd(impl.library, "amdsmi_get_temp_metric", api.temp_metric) &&
-                  load_amd(impl.library, "amdsmi_get_clock_info", api.clock_info) &&
-                  load_amd(impl.library, "amdsmi_get_gpu_activity", api.gpu_activity) &&
-                  load_amd(impl.library, "amdsmi_get_gpu_memory_usage", api.memory_usage) &&
-                  load_amd(impl.library, "amdsmi_get_power_info", api.power_info) &&
-                  load_amd(impl.library, "amdsmi_get_gpu_asic_info", api.asic_info) &&
-                  load_amd(impl.library, "amdsmi_get_power_cap_info", api.power_cap_info);
+  const bool ok = load_symbol(impl.library, "amdsmi_init", api.init) &&
+                  load_symbol(impl.library, "amdsmi_shut_down", api.shut_down) &&
+                  load_symbol(impl.library, "amdsmi_get_socket_handles", api.socket_handles) &&
+                  load_symbol(impl.library, "amdsmi_get_processor_handles", api.processor_handles) &&
+                  load_symbol(impl.library, "amdsmi_get_energy_count", api.energy_count) &&
+                  load_symbol(impl.library, "amdsmi_get_temp_metric", api.temp_metric) &&
+                  load_symbol(impl.library, "amdsmi_get_clock_info", api.clock_info) &&
+                  load_symbol(impl.library, "amdsmi_get_gpu_activity", api.gpu_activity) &&
+                  load_symbol(impl.library, "amdsmi_get_gpu_memory_usage", api.memory_usage) &&
+                  load_symbol(impl.library, "amdsmi_get_power_info", api.power_info) &&
+                  load_symbol(impl.library, "amdsmi_get_gpu_asic_info", api.asic_info) &&
+                  load_symbol(impl.library, "amdsmi_get_power_cap_info", api.power_cap_info);
   if (!ok) {
     impl.reason = "libamd_smi.so lacks functions calo needs (ROCm older than 6.0?)";
     return;
@@ -238,23 +234,6 @@ AmdSmiSource::AmdSmiSource(const std::string& library_path) : impl_(std::make_un
     }
   }
   if (impl.devices.empty()) impl.reason = "AMD SMI found no GPU";
-}
-
-AmdSmiSource::~AmdSmiSource() {
-  if (impl_->initialized) impl_->api.shut_down();
-  if (impl_->library) dlclose(impl_->library);
-}
-
-bool AmdSmiSource::available() const {
-  return impl_->initialized && !impl_->devices.empty();
-}
-
-std::string AmdSmiSource::unavailable_reason() const {
-  return available() ? "" : impl_->reason;
-}
-
-const std::vector<DeviceInfo>& AmdSmiSource::devices() const {
-  return impl_->devices;
 }
 
 Reading AmdSmiSource::read(size_t device_position, size_t metric_index) {

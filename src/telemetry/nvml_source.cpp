@@ -20,23 +20,14 @@ namespace calo::telemetry {
 
 #if !defined(CALO_HAVE_NVML_H)
 
-struct NvmlSource::Impl {
-  std::vector<DeviceInfo> devices;
+struct NvmlSource::Impl : VendorLibrary {
+  Impl() { reason = "calo was built without nvml.h (run scripts/install_deps.sh and rebuild)"; }
 };
 
-NvmlSource::NvmlSource(const std::string&, const GpuScope&) : impl_(std::make_unique<Impl>()) {}
+NvmlSource::NvmlSource(const std::string&, const GpuScope&)
+    : VendorLibrarySource(std::make_unique<Impl>()), impl_(library_as<Impl>()) {}
 std::string NvmlSource::scope_note() const {
   return "";
-}
-NvmlSource::~NvmlSource() = default;
-bool NvmlSource::available() const {
-  return false;
-}
-std::string NvmlSource::unavailable_reason() const {
-  return "calo was built without nvml.h (run scripts/install_deps.sh and rebuild)";
-}
-const std::vector<DeviceInfo>& NvmlSource::devices() const {
-  return impl_->devices;
 }
 Reading NvmlSource::read(size_t, size_t) {
   return {ReadStatus::kUnsupported, 0, kNoSensorTime, "no NVML", {}};
@@ -156,12 +147,6 @@ struct Api {
   decltype(&nvmlDeviceGetSamples) samples = nullptr;  // optional: power_sampled_w is unsupported without it
 };
 
-template <typename Function>
-bool load_symbol(void* library, const char* symbol, Function& target) {
-  target = reinterpret_cast<Function>(dlsym(library, symbol));
-  return target != nullptr;
-}
-
 bool is_integer_type(nvmlValueType_t type) {
   return type != NVML_VALUE_TYPE_DOUBLE;
 }
@@ -214,7 +199,7 @@ nvmlFieldValue_t field_request(const Spec& spec) {
 
 }  // namespace
 
-struct NvmlSource::Impl {
+struct NvmlSource::Impl : VendorLibrary {
   struct Gpu {
     nvmlDevice_t handle = nullptr;
     std::vector<const Spec*> specs;                // parallel to DeviceInfo::metrics
@@ -223,14 +208,15 @@ struct NvmlSource::Impl {
     bool power_samples_primed = false;             // the first read only learns where the ring stands
     std::vector<nvmlSample_t> power_samples;       // the ring's capacity, reused by every read
   };
-  void* library = nullptr;
-  bool initialized = false;
-  std::string reason;
   Api api;
-  std::vector<DeviceInfo> devices;
   std::vector<Gpu> gpus;
   std::string scope_note;               // which GPUs the job's scope left out, and why
   int64_t wall_minus_monotonic_ns = 0;  // converts NVML's wall-clock µs timestamps to CLOCK_MONOTONIC
+
+  /// Shuts NVML down when it initialized; ~VendorLibrary then unloads it.
+  ~Impl() override {
+    if (initialized) api.shutdown();
+  }
 
   std::string error_text(nvmlReturn_t result) const {
     return api.error_string ? std::string(api.error_string(result))
@@ -544,7 +530,7 @@ struct NvmlSource::Impl {
 };
 
 NvmlSource::NvmlSource(const std::string& library_path, const GpuScope& scope)
-    : impl_(std::make_unique<Impl>()) {
+    : VendorLibrarySource(std::make_unique<Impl>()), impl_(library_as<Impl>()) {
   Impl& impl = *impl_;
   const std::string path = library_path.empty() ? "libnvidia-ml.so.1" : library_path;
   if (!impl.open_library(path) || !impl.load_api(path) || !impl.initialize()) return;
@@ -562,23 +548,6 @@ NvmlSource::NvmlSource(const std::string& library_path, const GpuScope& scope)
 
 std::string NvmlSource::scope_note() const {
   return impl_->scope_note;
-}
-
-NvmlSource::~NvmlSource() {
-  if (impl_->initialized) impl_->api.shutdown();
-  if (impl_->library) dlclose(impl_->library);
-}
-
-bool NvmlSource::available() const {
-  return impl_->initialized && !impl_->devices.empty();
-}
-
-std::string NvmlSource::unavailable_reason() const {
-  return available() ? "" : impl_->reason;
-}
-
-const std::vector<DeviceInfo>& NvmlSource::devices() const {
-  return impl_->devices;
 }
 
 Reading NvmlSource::read(size_t device_position, size_t metric_index) {

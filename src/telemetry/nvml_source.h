@@ -6,24 +6,19 @@
 #include <vector>
 
 #include "telemetry/gpu_scope.h"
-#include "telemetry/source.h"
+#include "telemetry/vendor_library.h"
 
 namespace calo::telemetry {
 
 /// NVML source: power (instant, average), energy counter, temperatures, clocks, clock-event reasons and their
 /// cumulative counters, utilization, memory used, NVLink (all links) and PCIe byte counters of every GPU.
 /// Query groups (never share a sampler thread): nvml.fast, nvml.memory, nvml.energy, nvml.nvlink, nvml.pcie.
-class NvmlSource : public Source {
+class NvmlSource : public VendorLibrarySource {
  public:
   /// Loads the library (path "" = libnvidia-ml.so.1) and initializes NVML; failures make it unavailable.
   /// Only the GPUs `scope` admits become devices (the job's GPUs; by default every GPU).
   explicit NvmlSource(const std::string& library_path = "", const GpuScope& scope = {});
-  /// Shuts NVML down and unloads the library.
-  ~NvmlSource() override;
   std::string name() const override { return "nvml"; }
-  bool available() const override;
-  std::string unavailable_reason() const override;
-  const std::vector<DeviceInfo>& devices() const override;
   std::string scope_note() const override;
   Reading read(size_t device_position, size_t metric_index) override;
   void read_batch(size_t device_position, std::span<const size_t> metric_indices,
@@ -31,7 +26,7 @@ class NvmlSource : public Source {
 
  private:
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  Impl* impl_;  // owned by VendorLibrarySource, which unloads the library after Impl shut it down
 };
 
 }  // namespace calo::telemetry

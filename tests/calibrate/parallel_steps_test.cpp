@@ -15,6 +15,7 @@
 #include "calibrate/calibrate.h"
 #include "calibrate/kineto_input.h"
 #include "calibrate/measurement.h"
+#include "core/median.h"
 #include "fixture_runs.h"
 #include "sim/cluster.h"
 #include "sim/cost_model.h"
@@ -75,7 +76,7 @@ double measured_op_s(const MeasuredRun& run, const std::string& name) {
     if (span.name == name) durations.push_back(static_cast<double>(span.t_end_ns - span.t_begin_ns) * 1e-9);
   }
   EXPECT_FALSE(durations.empty()) << name;
-  return upper_median(durations);
+  return core::upper_median(durations);
 }
 
 TEST(ParallelSteps, TheSweepsLinesPredictATensorParallelStepsCollectives) {

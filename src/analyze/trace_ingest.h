@@ -90,7 +90,8 @@ TraceData ingest_traces(const std::vector<std::filesystem::path>& paths, bool ke
 std::vector<LaneBreakdown> trace_kernel_breakdown(const TraceData& data);
 
 /// Writes `data` into a run: one device per lane, kernel spans (category as span category), step spans,
-/// and the per-lane breakdown summary rows (scope "rank<r>", docs/METRICS.md "Kernel breakdown").
+/// and the per-lane breakdown summary rows (scope "dev<n>", the lane's device; docs/METRICS.md "Kernel
+/// breakdown").
 void write_trace_run(const TraceData& data, store::RunWriter& writer);
 
 }  // namespace calo::analyze

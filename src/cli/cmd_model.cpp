@@ -56,17 +56,6 @@ nlohmann::json parameters_json(const model::ParameterCounts& counts) {
           {"final_norm", counts.final_norm}};
 }
 
-nlohmann::json memory_json(const parallel::MemoryBreakdown& memory) {
-  return {{"stage", memory.stage},
-          {"weights_bytes", memory.weights_bytes},
-          {"gradients_bytes", memory.gradients_bytes},
-          {"optimizer_bytes", memory.optimizer_bytes},
-          {"activations_bytes", memory.activations_bytes},
-          {"temporaries_bytes", memory.temporaries_bytes},
-          {"total_bytes", memory.total_bytes()},
-          {"inflight_microbatches", memory.inflight_microbatches}};
-}
-
 int list_presets(bool json) {
   nlohmann::json presets = nlohmann::json::array();
   core::TextTable table({"preset", "layers", "hidden", "experts", "parameters", "active"});
@@ -130,7 +119,7 @@ void print_model_json(const model::ModelSpec& spec, const parallel::Layout& layo
   const double tokens_per_iteration = figures.tokens_per_iteration;
   auto activations = [&](model::Recompute mode) { return activation_bytes(spec, layout, mode); };
   nlohmann::json stage_list = nlohmann::json::array();
-  for (const auto& memory : figures.stages) stage_list.push_back(memory_json(memory));
+  for (const auto& memory : figures.stages) stage_list.push_back(parallel::to_json(memory));
   print_json({{"model", model::to_json(spec)},
               {"layout", parallel::to_json(layout)},
               {"parameters", parameters_json(figures.counts)},
@@ -151,7 +140,7 @@ void print_model_json(const model::ModelSpec& spec, const parallel::Layout& layo
                 {"selective", activations(model::Recompute::kSelective)},
                 {"full", activations(model::Recompute::kFull)},
                 {"selected", activations(layout.recompute)}}},
-              {"memory_per_gpu", memory_json(figures.most_loaded)},
+              {"memory_per_gpu", parallel::to_json(figures.most_loaded)},
               {"memory_per_stage", stage_list}});
 }
 

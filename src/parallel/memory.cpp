@@ -370,21 +370,26 @@ std::string describe_terms(const MemoryBreakdown& memory) {
   return text;
 }
 
-nlohmann::json to_json(const MemoryBreakdown& memory, double device_bytes) {
-  const double usable_bytes = usable_memory_bytes(device_bytes);
+nlohmann::json to_json(const MemoryBreakdown& memory) {
   return {{"weights_bytes", memory.weights_bytes},
           {"gradients_bytes", memory.gradients_bytes},
           {"optimizer_bytes", memory.optimizer_bytes},
           {"activations_bytes", memory.activations_bytes},
           {"temporaries_bytes", memory.temporaries_bytes},
           {"total_bytes", memory.total_bytes()},
-          {"usable_bytes", usable_bytes},
-          {"device_bytes", device_bytes},
-          {"fits", memory.total_bytes() <= usable_bytes},
           {"stage", memory.stage},
           {"inflight_microbatches", memory.inflight_microbatches},
           {"trainer", to_string(memory.trainer)},
           {"peak_at", memory.at_backward_end ? "backward_end" : "forward_end"}};
+}
+
+nlohmann::json to_json(const MemoryBreakdown& memory, double device_bytes) {
+  const double usable_bytes = usable_memory_bytes(device_bytes);
+  nlohmann::json json = to_json(memory);
+  json["usable_bytes"] = usable_bytes;
+  json["device_bytes"] = device_bytes;
+  json["fits"] = memory.total_bytes() <= usable_bytes;
+  return json;
 }
 
 }  // namespace calo::parallel

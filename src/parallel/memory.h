@@ -82,6 +82,9 @@ StageHoldings holdings_for_stage(const model::ModelSpec& model, const Layout& la
 /// one wording of the terms in every message and table line.
 std::string describe_terms(const MemoryBreakdown& memory);
 
+/// The breakdown as JSON: each category, the total, the stage and its in-flight micro-batches, the trainer
+/// and the moment of the peak (`calo model --json`'s stages).
+nlohmann::json to_json(const MemoryBreakdown& memory);
 /// The breakdown as JSON for a GPU of `device_bytes`: each category, the total, the usable bytes, whether it
 /// fits, the stage and its in-flight micro-batches, the trainer and the moment of the peak (`calo sim
 /// --json`'s "memory"; docs/METRICS.md "Memory per GPU").

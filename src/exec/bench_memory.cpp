@@ -3,8 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
-#include <cstdlib>
 
 #include "core/table.h"
 #include "parallel/memory.h"

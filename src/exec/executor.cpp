@@ -82,8 +82,7 @@ void Executor::require_room_for_ledger() {
   if (in_use_bytes + to_hold_bytes <= device_bytes) return;
   throw InputError(fmt::format(
       "--memory real: rank {} would hold {} at its peak beside the {} already in use (calo's operand "
-      "buffers, "
-      "runtime): more than the device's {}. The bench's operands are not carved out of the held "
+      "buffers, runtime): more than the device's {}. The bench's operands are not carved out of the held "
       "activations, so the largest layouts the model admits are measured with --memory model; or run a "
       "smaller slice (--layers), more --tp/--pp, or --recompute full",
       rank_, core::format_bytes(to_hold_bytes), core::format_bytes(in_use_bytes),

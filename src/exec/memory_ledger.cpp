@@ -33,7 +33,6 @@ struct Span {
     first = std::min(first, index);
     last = std::max(last, index);
   }
-  bool set() const { return last >= 0; }
 };
 
 using MicrobatchKey = std::pair<int, int>;   // (chunk or layer, micro-batch)
@@ -58,9 +57,7 @@ ProgramIndex index_program(const std::vector<graph::RankOp>& ops) {
     index.pass[{op.layer, op.microbatch, in_backward_pass(op)}].add(i);
     if (op.layer < 0) continue;
     if (op.phase == Phase::kRecompute) index.layer_recompute[layer].add(i);
-    if (op.phase == Phase::kBackward) {
-      index.layer_backward[layer].add(i);
-    }
+    if (op.phase == Phase::kBackward) index.layer_backward[layer].add(i);
     if (in_backward_pass(op)) index.layer_backward_pass[layer].add(i);
   }
   return index;

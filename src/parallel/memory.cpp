@@ -89,15 +89,25 @@ StageParameters stage_parameters(const model::ModelSpec& model, const Layout& la
   return params;
 }
 
+// Tokens of a sequence on one rank. Context parallel splits every sequence over cp ranks: each keeps the
+// activations of seq / cp tokens (attention is flash-style, linear in the tokens; the ring's K/V receive
+// buffers are transient).
+int rank_seq_length(const model::ModelSpec& model, const Layout& layout) {
+  return (layout.seq_length > 0 ? layout.seq_length : model.seq_length) / layout.cp;
+}
+
+// Activation bytes one layer keeps for backward per micro-batch on one rank, under `recompute`.
+double layer_activation_bytes(const model::ModelSpec& model, const Layout& layout, Recompute recompute) {
+  return model::activation_bytes_per_layer(model, rank_seq_length(model, layout), layout.micro_batch,
+                                           layout.tp, layout.sequence_parallel, recompute,
+                                           layout.attention == AttentionImpl::kFused);
+}
+
 // Per-micro-batch activation bytes of each model chunk on `stage`.
 std::vector<double> chunk_activation_bytes(const model::ModelSpec& model, const Layout& layout, int stage,
                                            const std::vector<int>& layers) {
-  // Context parallel splits every sequence over cp ranks: each keeps the activations of seq / cp tokens
-  // (attention is flash-style, linear in the tokens; the ring's K/V receive buffers are transient).
-  const int seq_length = (layout.seq_length > 0 ? layout.seq_length : model.seq_length) / layout.cp;
-  const double per_layer = model::activation_bytes_per_layer(model, seq_length, layout.micro_batch, layout.tp,
-                                                             layout.sequence_parallel, layout.recompute,
-                                                             layout.attention == AttentionImpl::kFused);
+  const int seq_length = rank_seq_length(model, layout);
+  const double per_layer = layer_activation_bytes(model, layout, layout.recompute);
   const int virtual_count = layout.pp * layout.virtual_stages;
   std::vector<double> bytes(layout.virtual_stages, 0.0);
   for (int chunk = 0; chunk < layout.virtual_stages; ++chunk) {
@@ -127,8 +137,8 @@ struct ActivationPeak {
 std::pair<double, int> loss_transient(const model::ModelSpec& model, const Layout& layout, int stage) {
   const int last_virtual = layout.pp * layout.virtual_stages - 1;
   if (layout.trainer != Trainer::kPytorch || last_virtual % layout.pp != stage) return {0.0, -1};
-  const int seq_length = (layout.seq_length > 0 ? layout.seq_length : model.seq_length) / layout.cp;
-  const double logits = static_cast<double>(seq_length) * layout.micro_batch * model.vocab_size / layout.tp;
+  const double logits =
+      static_cast<double>(rank_seq_length(model, layout)) * layout.micro_batch * model.vocab_size / layout.tp;
   return {kLossBackwardBytesPerLogit * logits, last_virtual / layout.pp};
 }
 
@@ -139,13 +149,8 @@ std::pair<double, int> loss_transient(const model::ModelSpec& model, const Layou
 // Compiled torchtitan's recompute frees as it goes (its measured peaks show no such term): 0 there.
 double recompute_transient_bytes(const model::ModelSpec& model, const Layout& layout) {
   if (layout.recompute == Recompute::kNone || layout.trainer == Trainer::kTorchtitan) return 0.0;
-  const int seq_length = (layout.seq_length > 0 ? layout.seq_length : model.seq_length) / layout.cp;
-  auto per_layer = [&](Recompute recompute) {
-    return model::activation_bytes_per_layer(model, seq_length, layout.micro_batch, layout.tp,
-                                             layout.sequence_parallel, recompute,
-                                             layout.attention == AttentionImpl::kFused);
-  };
-  return per_layer(Recompute::kNone) - per_layer(layout.recompute);
+  return layer_activation_bytes(model, layout, Recompute::kNone) -
+         layer_activation_bytes(model, layout, layout.recompute);
 }
 
 // Replays the stage's pipeline schedule (parallel/schedule.h: GPipe, 1F1B, Megatron's interleaved 1F1B) and

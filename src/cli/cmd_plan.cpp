@@ -498,6 +498,9 @@ int run_plan(const PlanFlags& flags) {
                            {"pruned", result.pruned},
                            {"too_large", result.too_large},
                            {"graph_ops", result.graph_ops},
+                           {"probe_ops", result.probe_ops},
+                           {"built_ops", result.built_ops},
+                           {"bound_wall_s", result.bound_wall_s},
                            {"estimated_s", result.estimated_s},
                            {"simulated", result.simulated},
                            {"wall_s", result.wall_s}};
@@ -549,7 +552,8 @@ void add_ranking_flags(CLI::App& app, PlanFlags& flags) {
                  "Power caps per GPU to search as an axis, e.g. 400,550,700 (W; each layout is simulated "
                  "under each; `nvidia-smi -pl` sets one)")
       ->delimiter(',');
-  app.add_option("--top", flags.top, "Rows of the ranking (pruning keeps these exact)")
+  app.add_option("--top", flags.top,
+                 "Rows of the ranking (the same as --no-prune's on every search measured; docs/PLANNER.md)")
       ->capture_default_str();
   app.add_option("--steps", flags.steps, "Simulated steps per layout")->capture_default_str();
   app.add_option("--jobs,-j,--threads", flags.threads,
@@ -567,7 +571,8 @@ void add_ranking_flags(CLI::App& app, PlanFlags& flags) {
 void add_output_flags(CLI::App& app, PlanFlags& flags) {
   app.add_flag("--json", flags.json, "Print the result as JSON");
   app.add_flag("--all", flags.show_all, "Also list every candidate with its verdict (oom, pruned, ...)");
-  app.add_flag("--no-prune", flags.no_prune, "Simulate every fitting layout (no lower-bound pruning)");
+  app.add_flag("--no-prune", flags.no_prune,
+               "Simulate every fitting layout (no pruning by the step-time bound: exhaustive, slower)");
   app.add_flag("--uniform-partitions", flags.uniform_partitions,
                "Rank pipeline layouts at equal layers per stage only (default: also at the layers per stage "
                "that balance the stages' compute, whichever simulates better)");

@@ -8,28 +8,51 @@
 
 namespace calo::plan {
 
-StageCompute stage_compute(const graph::Graph& graph, const sim::ClusterSpec& cluster) {
+namespace {
+
+/// stage_compute with op `index` of program `program` costing `cost(program, index)` at the maximum clock.
+template <typename CostOf>
+StageCompute sum_stage_compute(const graph::Graph& graph, CostOf cost) {
   const int stages = graph.layout.pp;
   StageCompute compute{std::vector<double>(stages, 0.0), std::vector<double>(stages, 0.0)};
   std::vector<bool> seen(stages, false);
-  for (const graph::RankProgram& program : graph.programs) {
+  for (std::size_t index = 0; index < graph.programs.size(); ++index) {
+    const graph::RankProgram& program = graph.programs[index];
     if (seen[program.stage]) continue;  // the programs of one stage differ by expert slice at most
     seen[program.stage] = true;
-    for (const graph::Op& op : program.ops) {
+    for (std::size_t op_index = 0; op_index < program.ops.size(); ++op_index) {
+      const graph::Op& op = program.ops[op_index];
       if (op.stream != graph::Stream::kCompute || op.kind == graph::OpKind::kCollective ||
           op.kind == graph::OpKind::kSend || op.kind == graph::OpKind::kRecv)
         continue;
-      const double duration_s = sim::compute_cost(cluster.gpu, op).duration_s(1.0, 1.0);
+      const double duration_s = cost(index, op).duration_s(1.0, 1.0);
       (op.layer >= 0 ? compute.layers_s : compute.extra_s)[program.stage] += duration_s;
     }
   }
   return compute;
 }
 
+}  // namespace
+
+StageCompute stage_compute(const graph::Graph& graph, const sim::ClusterSpec& cluster) {
+  return sum_stage_compute(
+      graph, [&](std::size_t, const graph::Op& op) { return sim::compute_cost(cluster.gpu, op); });
+}
+
+StageCompute stage_compute(const graph::Graph& graph,
+                           const std::vector<const std::vector<sim::ComputeCost>*>& costs) {
+  return sum_stage_compute(graph, [&](std::size_t program, const graph::Op& op) {
+    return (*costs[program])[&op - graph.programs[program].ops.data()];
+  });
+}
+
 std::vector<int> balanced_layers(const graph::Graph& graph, const sim::ClusterSpec& cluster) {
-  const parallel::Layout& layout = graph.layout;
+  if (graph.layout.pp < 2 || graph.layout.virtual_stages > 1) return {};
+  return balanced_layers(graph.layout, stage_compute(graph, cluster));
+}
+
+std::vector<int> balanced_layers(const parallel::Layout& layout, const StageCompute& compute) {
   if (layout.pp < 2 || layout.virtual_stages > 1) return {};
-  const StageCompute compute = stage_compute(graph, cluster);
   const int layers = std::accumulate(layout.layers_per_stage.begin(), layout.layers_per_stage.end(), 0);
   const double per_layer_s =
       std::accumulate(compute.layers_s.begin(), compute.layers_s.end(), 0.0) / std::max(1, layers);

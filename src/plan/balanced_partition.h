@@ -8,6 +8,7 @@
 
 #include "graph/graph.h"
 #include "sim/cluster.h"
+#include "sim/cost_model.h"
 
 namespace calo::plan {
 
@@ -25,10 +26,17 @@ inline constexpr double kMinBalanceGain = 0.01;
 /// The compute of each stage of `graph` on `cluster`'s GPU (cost model, no engine).
 StageCompute stage_compute(const graph::Graph& graph, const sim::ClusterSpec& cluster);
 
+/// The same from the ops' costs already computed: `costs[i]` holds those of graph.programs[i].
+StageCompute stage_compute(const graph::Graph& graph,
+                           const std::vector<const std::vector<sim::ComputeCost>*>& costs);
+
 /// Layers per stage minimising the busiest stage's compute (layers cost their mean per-layer time, each stage
 /// keeps its extra work, at least one layer each); empty when that relieves the busiest stage by less than
 /// kMinBalanceGain (the graph's own partition, nearly), or for layouts without pipeline (pp 1) or with model
 /// chunks (vpp > 1).
 std::vector<int> balanced_layers(const graph::Graph& graph, const sim::ClusterSpec& cluster);
+
+/// The same from `layout`'s stage compute (a LayoutProbe's, without the layout's whole graph).
+std::vector<int> balanced_layers(const parallel::Layout& layout, const StageCompute& compute);
 
 }  // namespace calo::plan

@@ -23,15 +23,12 @@
 #include "parallel/memory.h"
 #include "parallel/validate.h"
 #include "plan/balanced_partition.h"
+#include "plan/step_bound.h"
 #include "sim/cost_model.h"
 #include "sim/simulate.h"
 
 namespace calo::plan {
 namespace {
-
-bool is_comm(graph::OpKind kind) {
-  return kind == graph::OpKind::kCollective || kind == graph::OpKind::kSend || kind == graph::OpKind::kRecv;
-}
 
 /// Objective score, lower is better (step time, or energy per step: tokens per step are fixed by the job).
 double score(const Evaluation& evaluation, Objective objective) {
@@ -125,23 +122,27 @@ void evaluate_partitions(Evaluation& evaluation, bool uniform, bool balanced,
   evaluate(*other, *graphs[1], request);
   if (uniform && !ranks_before(*other, evaluation, request.objective)) return;
   other->uniform_iteration_s = uniform ? evaluation.iteration_s : 0.0;
+  other->lower_bound_s = other->balanced_lower_bound_s;  // the bound of the partition it now describes
   evaluation = std::move(*other);
 }
 
-/// Sets `evaluation.balanced` (and its lower bound) to the pipeline layout at the layers per stage that
-/// balance its stages' compute, when those differ from the uniform ones and fit memory.
-void add_balanced_partition(Evaluation& evaluation, const graph::Graph& graph, const SearchRequest& request) {
-  const std::vector<int> layers = balanced_layers(graph, request.cluster);
-  if (layers.empty()) return;
+/// Sets `evaluation.balanced` to the pipeline layout at the layers per stage that balance its stages' compute
+/// (from `probe`, the uniform partition's), when those differ from the uniform ones and fit memory; returns
+/// its probe.
+std::optional<LayoutProbe> add_balanced_partition(Evaluation& evaluation, const LayoutProbe& probe,
+                                                  const SearchRequest& request) {
+  const std::vector<int> layers = balanced_layers(evaluation.candidate.layout, probe.stage_compute());
+  if (layers.empty()) return std::nullopt;
   Candidate balanced = evaluation.candidate;
   balanced.layout.layers_per_stage = layers;
   balanced.layout = parallel::resolve_layout(request.space.model, balanced.layout, true);
   balanced.memory = parallel::memory_per_gpu(request.space.model, balanced.layout);
   balanced.fits = fits_memory(balanced.memory, request.cluster.gpu.memory_bytes);
-  if (!balanced.fits) return;
-  evaluation.balanced_lower_bound_s =
-      step_time_lower_bound_s(graph::build_graph(request.space.model, balanced.layout), request.cluster);
+  if (!balanced.fits) return std::nullopt;
+  std::optional<LayoutProbe> balanced_probe;
+  balanced_probe.emplace(request.space.model, balanced.layout, request.cluster);
   evaluation.balanced = std::move(balanced);
+  return balanced_probe;
 }
 
 /// The k best feasible scores seen so far; a candidate whose lower bound exceeds the k-th cannot enter.
@@ -327,115 +328,13 @@ const char* to_string(Verdict verdict) {
   return core::enum_name(verdict, kVerdictNames);
 }
 
-namespace {
-
-/// When `program`'s ops would end on global `rank` if it never waited for another rank: each stream in issue
-/// order, an op starting once its stream and its dependencies are done, compute ops taking `compute_s` (the
-/// maximum clock), a collective its own transfer time (the engine completes it after the last member arrives
-/// plus the slowest member's transfer, never sooner) and a message no time (its peer may have sent it long
-/// before). Every one of these is at least as long in the engine, so the step is at least this long.
-double isolated_program_s(const graph::Graph& graph, const sim::ClusterSpec& cluster,
-                          const graph::RankProgram& program, int rank, const std::vector<double>& compute_s) {
-  const auto placements = sim::rank_group_placements(graph, cluster, rank);
-  std::vector<double> finish_s(program.ops.size(), 0.0);
-  // Every layer repeats the same few collectives: cost each (kind, group, bytes) once.
-  std::map<std::tuple<int, int, double>, double> collective_s;
-  double stream_free_s[graph::kNumStreams] = {};
-  double end_s = 0;
-  for (std::size_t index = 0; index < program.ops.size(); ++index) {
-    const graph::Op& op = program.ops[index];
-    double ready_s = stream_free_s[static_cast<int>(op.stream)];
-    for (std::int32_t dep : program.deps_of(index)) ready_s = std::max(ready_s, finish_s[dep]);
-    double duration_s = compute_s[index];
-    if (op.kind == graph::OpKind::kCollective) {
-      const auto key = std::make_tuple(static_cast<int>(op.collective), static_cast<int>(op.group), op.bytes);
-      auto found = collective_s.find(key);
-      if (found == collective_s.end()) {
-        const double cost_s =
-            sim::collective_time_s(cluster, op.collective, op.bytes, placements[static_cast<int>(op.group)]);
-        found = collective_s.emplace(key, cost_s).first;
-      }
-      duration_s = found->second;
-    }
-    finish_s[index] = ready_s + duration_s;
-    stream_free_s[static_cast<int>(op.stream)] = finish_s[index];
-    end_s = std::max(end_s, finish_s[index]);
-  }
-  return end_s;
-}
-
-}  // namespace
-
-double step_time_lower_bound_s(const graph::Graph& graph, const sim::ClusterSpec& cluster) {
-  // Per program: the busiest stream's compute (a stream runs its ops one after another), and the pipeline
-  // terms: micro-batch 0's first-chunk forward (`head`, before any micro-batch op of the next stage can
-  // start) and the last micro-batch's first-chunk backward (`tail`, after the next stage's).
-  const int stages = graph.layout.pp;
-  const int last_microbatch = graph.layout.num_microbatches() - 1;
-  std::vector<double> head_s(stages, INFINITY);
-  std::vector<double> tail_s(stages, INFINITY);
-  struct ProgramTerms {
-    int stage = 0;
-    double microbatch_s = 0;  // compute-stream ops of micro-batches (issued after micro-batch 0 arrives)
-    double after_last_s = 0;  // compute-stream ops issued after the last micro-batch's first-chunk backward
-  };
-  std::vector<ProgramTerms> terms;
-  double bound_s = 0;
-  std::vector<int> rank_of_program(graph.programs.size(), -1);
-  for (int rank = graph.world_size() - 1; rank >= 0; --rank)
-    rank_of_program[graph.program_of_rank[rank]] = rank;
-  std::vector<double> compute_s;
-  for (std::size_t program_index = 0; program_index < graph.programs.size(); ++program_index) {
-    const graph::RankProgram& program = graph.programs[program_index];
-    double stream_s[graph::kNumStreams] = {};
-    double head = 0;
-    double tail = 0;
-    ProgramTerms item;
-    item.stage = program.stage;
-    compute_s.assign(program.ops.size(), 0.0);
-    for (std::size_t index = 0; index < program.ops.size(); ++index) {
-      const graph::Op& op = program.ops[index];
-      if (is_comm(op.kind)) continue;
-      const double duration_s = sim::compute_cost(cluster.gpu, op).duration_s(1.0, 1.0);
-      compute_s[index] = duration_s;
-      stream_s[static_cast<int>(op.stream)] += duration_s;
-      if (op.stream != graph::Stream::kCompute) continue;
-      item.after_last_s += duration_s;
-      if (op.microbatch < 0) continue;
-      item.microbatch_s += duration_s;
-      if (op.microbatch == 0 && op.chunk == 0 && op.phase == graph::Phase::kForward) head += duration_s;
-      if (op.microbatch == last_microbatch && op.chunk == 0 && op.phase == graph::Phase::kBackward) {
-        tail += duration_s;
-        item.after_last_s = 0;  // restart: only ops issued after this one count
-      }
-    }
-    bound_s = std::max(bound_s, *std::max_element(std::begin(stream_s), std::end(stream_s)));
-    if (rank_of_program[program_index] >= 0) {
-      bound_s = std::max(
-          bound_s, isolated_program_s(graph, cluster, program, rank_of_program[program_index], compute_s));
-    }
-    head_s[program.stage] = std::min(head_s[program.stage], head);
-    tail_s[program.stage] = std::min(tail_s[program.stage], tail);
-    terms.push_back(item);
-  }
-  // Stage k starts its micro-batch ops after stages 0..k-1 forwarded micro-batch 0 (issue order puts it
-  // first everywhere), and once it has sent the last micro-batch's gradient, stages k-1..0 still run that
-  // micro-batch's backward one after another.
-  for (const ProgramTerms& item : terms) {
-    double before_s = 0;
-    double after_s = 0;
-    for (int stage = 0; stage < item.stage; ++stage) {
-      before_s += head_s[stage];
-      after_s += tail_s[stage];
-    }
-    bound_s = std::max(bound_s, before_s + item.microbatch_s);
-    bound_s = std::max(bound_s, before_s + std::max(0.0, item.microbatch_s - item.after_last_s) + after_s);
-  }
-  return bound_s;
-}
-
-double estimated_search_s(double graph_ops, int caps, int steps, int threads) {
-  return graph_ops * kSearchSecondsPerGraphOp * (1.0 + caps * steps) / 2.0 / std::max(1, threads);
+double estimated_search_s(const SearchWork& work, int threads) {
+  const double built_ops = work.graph_ops * (work.prunes ? kPrunedBuiltFraction : 1.2);
+  const double simulated_steps =
+      work.evaluations * work.steps * (work.prunes ? kPrunedSimulatedFraction : 1.0);
+  return (work.probe_ops * kSearchSecondsPerProbeOp + built_ops * kSearchSecondsPerBuiltOp +
+          simulated_steps * kSearchSecondsPerSimulatedStep) /
+         std::max(1, threads);
 }
 
 int equivalent_to_first(const SearchResult& result, Objective objective) {
@@ -525,6 +424,15 @@ std::string narrowing_flags(const SearchRequest& request, const std::vector<std:
                        : fmt::format("e.g. {}", fmt::join(flags, " "));
 }
 
+/// Ops of the probe graphs of a layout whose whole graph holds `ops`: ops scale with micro-batches, and a
+/// pipeline layout may add a balanced partition's probe.
+double estimated_probe_ops(const parallel::Layout& layout, std::int64_t ops, bool balance_partitions) {
+  if (!probed(layout)) return static_cast<double>(ops);
+  const double share = static_cast<double>(probe_microbatches(layout, 0) + probe_microbatches(layout, 1)) /
+                       layout.num_microbatches();
+  return static_cast<double>(ops) * share * (balance_partitions && layout.pp > 1 ? 2 : 1);
+}
+
 /// Chapter 0: the size of every fitting layout's graph (graph::estimated_op_count, before any is built); a
 /// layout beyond graph::kMaxGraphOps leaves `fitting` as too large. Refuses a space whose estimated search
 /// time exceeds request.max_minutes, naming the flags that narrow it.
@@ -536,10 +444,16 @@ void size_layouts(const SearchRequest& request, const std::vector<double>& caps_
     ops[item] = graph::estimated_op_count(request.space.model, evaluation.candidate.layout);
   });
   std::vector<std::size_t> kept;
+  SearchWork work;
+  work.steps = request.steps;
+  // The energy bound (idle power for the step's bound) rarely prunes: counted as not pruning.
+  work.prunes = request.prune && request.objective == Objective::kThroughput;
   for (std::size_t item = 0; item < fitting.size(); ++item) {
     if (ops[item] <= graph::kMaxGraphOps) {
       kept.push_back(fitting[item]);
       result.graph_ops += static_cast<double>(ops[item]);
+      work.probe_ops += estimated_probe_ops(result.evaluations[fitting[item]].candidate.layout, ops[item],
+                                            request.balance_partitions);
       continue;
     }
     ++result.too_large;
@@ -551,8 +465,9 @@ void size_layouts(const SearchRequest& request, const std::vector<double>& caps_
     }
   }
   fitting = std::move(kept);
-  result.estimated_s =
-      estimated_search_s(result.graph_ops, static_cast<int>(caps_w.size()), request.steps, threads);
+  work.graph_ops = result.graph_ops;
+  work.evaluations = static_cast<double>(fitting.size() * caps_w.size());
+  result.estimated_s = estimated_search_s(work, threads);
   require_input(
       request.max_minutes <= 0 || result.estimated_s <= request.max_minutes * 60,
       fmt::format(
@@ -563,63 +478,115 @@ void size_layouts(const SearchRequest& request, const std::vector<double>& caps_
           narrowing_flags(request, fitting, result), std::ceil(result.estimated_s / 60 * 1.5)));
 }
 
-/// Chapter 1: the lower bound of every fitting layout (graph build + cost model, no engine); a cap only
-/// lengthens a step, so one bound holds for all of a layout's caps.
+/// Per evaluation, the compute stretch of each program its probe's bound ran at (chapter 2 bounds the whole
+/// graph at the same clocks): of the uniform partition, and of the balanced one.
+struct ProbeStretches {
+  std::vector<std::vector<double>> uniform;
+  std::vector<std::vector<double>> balanced;
+};
+
+/// Chapter 1: the bound of every fitting layout and power cap from its probe (terms (a)-(c), graphs of a few
+/// micro-batches, cost model, no engine), and the balanced partition's.
 void bound_layouts(const SearchRequest& request, const std::vector<double>& caps_w,
                    const std::vector<std::size_t>& fitting, int threads, Progress& progress,
-                   SearchResult& result) {
+                   SearchResult& result, ProbeStretches& stretches) {
+  stretches.uniform.resize(result.evaluations.size());
+  stretches.balanced.resize(result.evaluations.size());
+  std::atomic<std::int64_t> probe_ops{0};
   core::parallel_for(fitting.size(), threads, [&](std::size_t item) {
     Evaluation& evaluation = result.evaluations[fitting[item]];
-    const graph::Graph graph = graph::build_graph(request.space.model, evaluation.candidate.layout);
-    evaluation.lower_bound_s = step_time_lower_bound_s(graph, request.cluster);
-    if (request.balance_partitions) add_balanced_partition(evaluation, graph, request);
-    for (std::size_t cap = 1; cap < caps_w.size(); ++cap) {
-      Evaluation& capped = result.evaluations[fitting[item] + cap];
-      capped.lower_bound_s = evaluation.lower_bound_s;
+    LayoutProbe probe(request.space.model, evaluation.candidate.layout, request.cluster);
+    std::optional<LayoutProbe> balanced =
+        request.balance_partitions ? add_balanced_partition(evaluation, probe, request) : std::nullopt;
+    for (std::size_t cap = 0; cap < caps_w.size(); ++cap) {
+      const std::size_t index = fitting[item] + cap;
+      Evaluation& capped = result.evaluations[index];
+      ProbeBound bound = probe.bound(caps_w[cap]);
+      capped.lower_bound_s = bound.bound_s;
+      stretches.uniform[index] = std::move(bound.stretch);
       capped.balanced = evaluation.balanced;
-      capped.balanced_lower_bound_s = evaluation.balanced_lower_bound_s;
+      if (!balanced) continue;
+      ProbeBound balanced_bound = balanced->bound(caps_w[cap]);
+      capped.balanced_lower_bound_s = balanced_bound.bound_s;
+      stretches.balanced[index] = std::move(balanced_bound.stretch);
     }
+    probe_ops += probe.probe_ops() + (balanced ? balanced->probe_ops() : 0);
     progress.step();
   });
+  result.probe_ops = static_cast<double>(probe_ops.load());
 }
 
-/// Chapter 2: simulate in increasing lower-bound order (sorting `fitting`); skip a layout once its bound (on
-/// step time, or on energy: every GPU draws at least idle power for at least the bound) exceeds the k-th best
-/// feasible score.
+/// Whether a layout whose step is at least `bound_s` can still enter the top K.
+class Admission {
+ public:
+  Admission(const SearchRequest& request, const TopScores& top)
+      : top_(top),
+        prune_(request.prune && request.objective != Objective::kPareto),
+        // Energy: every GPU draws at least its idle power for at least the bound.
+        scale_(request.objective == Objective::kEnergy ? request.cluster.gpu.idle_power_w * request.space.gpus
+                                                       : 1.0) {}
+  bool operator()(double bound_s) const { return !prune_ || bound_s * scale_ <= top_.threshold(); }
+
+ private:
+  const TopScores& top_;
+  bool prune_;
+  double scale_;
+};
+
+/// Refines a partition's probe bound (`bound_s`) to terms (a)-(d) on its whole graph (built into `graph`
+/// when absent) at the probe's clocks (`stretch`); returns whether `admitted` still holds.
+bool refine_bound(double& bound_s, std::optional<graph::Graph>& graph, const parallel::Layout& layout,
+                  const std::vector<double>& stretch, const SearchRequest& request, const Admission& admitted,
+                  std::atomic<std::int64_t>& built_ops) {
+  if (!admitted(bound_s)) return false;
+  if (!graph) {
+    graph.emplace(graph::build_graph(request.space.model, layout));
+    for (const graph::RankProgram& program : graph->programs)
+      built_ops += static_cast<std::int64_t>(program.ops.size());
+  }
+  bound_s = std::max(bound_s, step_bound_at_stretch_s(*graph, request.cluster, stretch));
+  return admitted(bound_s);
+}
+
+/// Chapter 2: simulate in increasing bound order (sorting `fitting`); skip a layout once its bound (on step
+/// time, or on energy: every GPU draws at least idle power for at least the bound) exceeds the k-th best
+/// feasible score, first by its probe's bound, then by its whole graph's.
 void simulate_in_bound_order(const SearchRequest& request, const std::vector<double>& caps_w,
                              std::vector<std::size_t>& fitting, int threads, Progress& progress,
-                             SearchResult& result) {
+                             SearchResult& result, const ProbeStretches& stretches) {
   std::stable_sort(fitting.begin(), fitting.end(), [&](std::size_t a, std::size_t b) {
     return least_bound_s(result.evaluations[a]) < least_bound_s(result.evaluations[b]);
   });
   TopScores top(request.top);
-  const bool prune = request.prune && request.objective != Objective::kPareto;
-  const double idle_cluster_w = request.cluster.gpu.idle_power_w * request.space.gpus;
+  const Admission admitted(request, top);
+  std::atomic<std::int64_t> built_ops{0};
   core::parallel_for(fitting.size(), threads, [&](std::size_t item) {
     // Graphs built once for all of the layout's caps, when one is simulated: uniform, then balanced.
     std::optional<graph::Graph> graphs[2];
-    auto admitted = [&](double bound_s) {
-      const double bound = request.objective == Objective::kEnergy ? bound_s * idle_cluster_w : bound_s;
-      return !prune || bound <= top.threshold();
-    };
     for (std::size_t cap = 0; cap < caps_w.size(); ++cap) {
-      Evaluation& evaluation = result.evaluations[fitting[item] + cap];
-      const bool uniform = admitted(evaluation.lower_bound_s);
-      const bool balanced = evaluation.balanced && admitted(evaluation.balanced_lower_bound_s);
-      if (!uniform && !balanced) {
-        evaluation.verdict = Verdict::kPruned;
-      } else {
-        try {
+      const std::size_t index = fitting[item] + cap;
+      Evaluation& evaluation = result.evaluations[index];
+      try {
+        const bool uniform = refine_bound(evaluation.lower_bound_s, graphs[0], evaluation.candidate.layout,
+                                          stretches.uniform[index], request, admitted, built_ops);
+        const bool balanced =
+            evaluation.balanced &&
+            refine_bound(evaluation.balanced_lower_bound_s, graphs[1], evaluation.balanced->layout,
+                         stretches.balanced[index], request, admitted, built_ops);
+        if (!uniform && !balanced) {
+          evaluation.verdict = Verdict::kPruned;
+        } else {
           evaluate_partitions(evaluation, uniform, balanced, graphs, request);
           if (evaluation.verdict == Verdict::kRanked) top.add(score(evaluation, request.objective));
-        } catch (const std::exception& error) {
-          evaluation.verdict = Verdict::kFailed;
-          evaluation.note = error.what();
         }
+      } catch (const std::exception& error) {
+        evaluation.verdict = Verdict::kFailed;
+        evaluation.note = error.what();
       }
       progress.step();
     }
   });
+  result.built_ops = static_cast<double>(built_ops.load());
 }
 
 /// Counts the pruned and simulated evaluations into `result`; returns the indices of the ranked ones.
@@ -678,8 +645,10 @@ SearchResult search_layouts(const SearchRequest& request) {
   size_layouts(request, caps_w, fitting, threads, result);
   Progress progress(request, fitting.size() * (1 + caps_w.size()));
 
-  bound_layouts(request, caps_w, fitting, threads, progress, result);
-  simulate_in_bound_order(request, caps_w, fitting, threads, progress, result);
+  ProbeStretches stretches;
+  bound_layouts(request, caps_w, fitting, threads, progress, result, stretches);
+  result.bound_wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  simulate_in_bound_order(request, caps_w, fitting, threads, progress, result, stretches);
   rank_and_mark_front(request, count_verdicts(result), result);
   if (result.ranking.empty()) refuse_over_budget(request, result);
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

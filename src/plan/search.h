@@ -56,7 +56,9 @@ struct Evaluation {
   Candidate candidate;     ///< layout and memory
   double power_cap_w = 0;  ///< power cap of every GPU (SearchRequest::power_caps_w); 0 = the card's limit
   Verdict verdict = Verdict::kOutOfMemory;
-  double lower_bound_s = 0;      ///< step time >= this (busiest rank's compute at max clock)
+  /// The bound the search pruned by (plan/step_bound.h): terms (a)-(c) from the layout's probe, (a)-(d) on
+  /// its whole graph once built; compute at the power cap's clock (with kCapClockHeadroom)
+  double lower_bound_s = 0;
   double iteration_s = 0;        ///< simulated mean step time
   double tokens_per_s = 0;       ///< tokens per step / iteration_s
   double energy_per_step_j = 0;  ///< all GPUs, mean over steps
@@ -69,7 +71,7 @@ struct Evaluation {
   /// A pipeline layout's balanced partition (candidate.layout with other layers per stage, its memory),
   /// tried beside the uniform one; absent when it equals the uniform one or does not fit.
   std::optional<Candidate> balanced;
-  double balanced_lower_bound_s = 0;  ///< step_time_lower_bound_s of the balanced partition
+  double balanced_lower_bound_s = 0;  ///< lower_bound_s of the balanced partition
   /// When the balanced partition ranked better and `candidate` became it: the uniform partition's simulated
   /// step time (0 otherwise, or when the uniform partition was pruned).
   double uniform_iteration_s = 0;
@@ -88,6 +90,9 @@ struct SearchResult {
   int out_of_memory = 0;                ///< layouts that do not fit memory
   int too_large = 0;                    ///< fitting layouts whose graph exceeds graph::kMaxGraphOps
   double graph_ops = 0;                 ///< estimated ops of the fitting layouts' graphs (the search's work)
+  double probe_ops = 0;                 ///< ops of the probe graphs the bounds were computed on
+  double built_ops = 0;                 ///< ops of the whole graphs built (refined bounds, simulations)
+  double bound_wall_s = 0;              ///< host time of chapter 1 (every layout's probe bound)
   double estimated_s = 0;               ///< estimated_search_s of the search before it ran
   double wall_s = 0;                    ///< host time of the search
 };
@@ -111,21 +116,28 @@ struct FrontCorner {
 /// layout best on several figures is listed once, under the first. Empty when the front is.
 std::vector<FrontCorner> front_corners(const SearchResult& result);
 
-/// Lower bound on the step time of `graph` on `cluster`, from compute at the maximum clock and speed 1 (power
-/// cap, heat, slow GPUs, communication and waiting only lengthen it): the busiest stream of any rank, and per
-/// pipeline stage k the forward of micro-batch 0 on stages < k + stage k's micro-batch compute + the
-/// backward of the last micro-batch on stages < k (docs/PLANNER.md, "Pruning").
-double step_time_lower_bound_s(const graph::Graph& graph, const sim::ClusterSpec& cluster);
+/// A search's work, known before any graph is built (graph::estimated_op_count).
+struct SearchWork {
+  double probe_ops = 0;    ///< ops of the fitting layouts' probe graphs (LayoutProbe; balanced ones included)
+  double graph_ops = 0;    ///< ops of their whole graphs
+  double evaluations = 0;  ///< (layout, power cap) pairs to simulate
+  int steps = 1;           ///< simulated steps each
+  bool prunes = true;      ///< whether the bound prunes much (throughput objective, no --no-prune)
+};
 
-/// Wall seconds per graph op per thread of a search (bound every fitting layout, then simulate what the bound
-/// admits), measured on the 2-core development VM: Llama3-70B on 64 H100 333 ns, GPT3-175B on 8192 H200 429
-/// ns (docs/BENCHMARKS.md, "Planner: layout search speed").
-inline constexpr double kSearchSecondsPerGraphOp = 400e-9;
+/// A thread's wall seconds per probe op, per whole-graph op built (its bound and simulations), per simulated
+/// step, and the fractions of whole-graph ops built and of evaluations simulated when the bound prunes (1.2
+/// and 1 when it does not: balanced partitions add graphs): fitted to seven searches on the 2-core VM, the
+/// estimate 0.63-1.58x of their wall time (docs/BENCHMARKS.md, "Planner: layout search speed").
+inline constexpr double kSearchSecondsPerProbeOp = 100e-9;
+inline constexpr double kSearchSecondsPerBuiltOp = 550e-9;
+inline constexpr double kSearchSecondsPerSimulatedStep = 5e-3;
+inline constexpr double kPrunedBuiltFraction = 0.2;
+inline constexpr double kPrunedSimulatedFraction = 0.05;
 
-/// Estimated wall seconds of a search over fitting layouts whose graphs hold `graph_ops` ops, simulated
-/// under `caps` power caps for `steps` steps each, on `threads` threads (kSearchSecondsPerGraphOp; the bound
-/// is half of it at one cap and one step).
-double estimated_search_s(double graph_ops, int caps, int steps, int threads);
+/// Estimated wall seconds of a search of `work` on `threads` threads (docs/METRICS.md, "Estimated search
+/// time").
+double estimated_search_s(const SearchWork& work, int threads);
 
 /// Runs the search. Throws InputError for contradictory constraints (a power budget below the idle power of
 /// all GPUs), for a space without any valid layout and for a space where no layout fits memory, each with

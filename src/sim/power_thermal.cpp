@@ -64,29 +64,60 @@ double ProgramPower::power_cap_clock_mhz() {
 
 double ProgramPower::power_cap_clock_mhz(double extra_energy_j, double speed, double limit_w) {
   if (limit_w <= 0) limit_w = gpu_.power_limit_w;
-  // Mean busy power rises with the clock: bisect over clock bins for the highest one that fits.
+  auto busy_power_w = [&](const ProgramAtClock& summary) {
+    return gpu_.idle_power_w + speed * (summary.active_energy_j + extra_energy_j) / summary.busy_s;
+  };
+  // Mean busy power rises with the clock.
   auto fits = [&](double clock_mhz) {
     const ProgramAtClock& summary = at_clock(clock_mhz);
-    if (summary.busy_s <= 0) return true;
-    const double power_w =
-        gpu_.idle_power_w + speed * (summary.active_energy_j + extra_energy_j) / summary.busy_s;
-    return power_w <= limit_w;
+    return summary.busy_s <= 0 || busy_power_w(summary) <= limit_w;
   };
-  if (fits(gpu_.max_sm_mhz)) return gpu_.max_sm_mhz;
-  const double step = gpu_.clock_step_mhz;
-  if (!fits(gpu_.min_sm_mhz)) return gpu_.min_sm_mhz;
-  long long low_bin = 0;  // invariant: low fits, high does not
-  long long high_bin = static_cast<long long>(std::floor((gpu_.max_sm_mhz - gpu_.min_sm_mhz) / step));
-  if (fits(gpu_.min_sm_mhz + high_bin * step)) return gpu_.min_sm_mhz + high_bin * step;
-  while (high_bin - low_bin > 1) {
-    const long long middle = (low_bin + high_bin) / 2;
-    if (fits(gpu_.min_sm_mhz + middle * step)) {
-      low_bin = middle;
+  const ProgramAtClock& at_max = at_clock(gpu_.max_sm_mhz);
+  if (at_max.busy_s <= 0) return gpu_.max_sm_mhz;
+  return highest_fitting_clock_mhz(
+      gpu_, fits, power_law_cap_clock_mhz(gpu_, busy_power_w(at_max) - gpu_.idle_power_w, limit_w));
+}
+
+double power_law_cap_clock_mhz(const GpuSpec& gpu, double active_w, double limit_w) {
+  if (!(active_w > 0) || limit_w - gpu.idle_power_w >= active_w) return gpu.max_sm_mhz;
+  const double headroom_w = std::max(0.0, limit_w - gpu.idle_power_w);
+  return gpu.max_sm_mhz * std::pow(headroom_w / active_w, 1.0 / gpu.clock_power_exponent);
+}
+
+double highest_fitting_clock_mhz(const GpuSpec& gpu, const std::function<bool(double)>& fits,
+                                 double guess_mhz) {
+  if (fits(gpu.max_sm_mhz)) return gpu.max_sm_mhz;
+  const double step = gpu.clock_step_mhz;
+  const long long top_bin = static_cast<long long>(std::floor((gpu.max_sm_mhz - gpu.min_sm_mhz) / step));
+  auto fits_bin = [&](long long bin) { return fits(gpu.min_sm_mhz + static_cast<double>(bin) * step); };
+  // Invariant: bin `low` fits (or low = -1: none known to), bin `high` does not (top_bin + 1 is max_sm_mhz).
+  long long low = -1;
+  long long high = top_bin + 1;
+  if (guess_mhz > 0) {
+    const long long guess =
+        std::clamp(static_cast<long long>(std::floor((guess_mhz - gpu.min_sm_mhz) / step)), 0LL, top_bin);
+    long long stride = 1;
+    if (fits_bin(guess)) {
+      low = guess;
+      while (low + stride < high && fits_bin(low + stride)) low += stride, stride *= 2;
+      high = std::min(high, low + stride);
     } else {
-      high_bin = middle;
+      high = guess;
+      while (high - stride >= 0 && !fits_bin(high - stride)) high -= stride, stride *= 2;
+      low = high - stride >= 0 ? high - stride : -1;
     }
+  } else if (fits_bin(top_bin)) {
+    return gpu.min_sm_mhz + static_cast<double>(top_bin) * step;
   }
-  return gpu_.min_sm_mhz + low_bin * step;
+  if (low < 0) {
+    if (!fits_bin(0)) return gpu.min_sm_mhz;
+    low = 0;
+  }
+  while (high - low > 1) {
+    const long long middle = (low + high) / 2;
+    (fits_bin(middle) ? low : high) = middle;
+  }
+  return gpu.min_sm_mhz + static_cast<double>(low) * step;
 }
 
 double clock_bin_mhz(const GpuSpec& gpu, double clock_mhz) {

@@ -2,6 +2,7 @@
 // thermal RC model with thermal slowdown. Equations in docs/SIMULATOR.md.
 #pragma once
 
+#include <functional>
 #include <unordered_map>
 #include <vector>
 
@@ -42,6 +43,8 @@ class ProgramPower {
   ProgramPower(const GpuSpec& gpu, const graph::RankProgram& program);
   /// Cost of op `op_index` (zeros for communication ops).
   const ComputeCost& cost(std::size_t op_index) const { return costs_[op_index]; }
+  /// Costs of all ops, in program order.
+  const std::vector<ComputeCost>& costs() const { return costs_; }
   /// Number of ops (the program's, communication included).
   std::size_t size() const { return costs_.size(); }
   /// Summary at SM clock `clock_mhz` (memoized).
@@ -59,6 +62,18 @@ class ProgramPower {
   std::unordered_map<long long, ProgramAtClock> memo_;
   double cap_clock_mhz_ = -1;
 };
+
+/// Highest clock of `gpu` (max_sm_mhz, else a bin min_sm_mhz + k * clock_step_mhz) at which `fits` holds
+/// (`fits` must hold at every clock below one where it holds); min_sm_mhz when it holds at none. Searches
+/// outward from `guess_mhz` (doubling steps, then bisection) when given, else bisects all bins: the same
+/// answer, in fewer calls of `fits` when the guess is near.
+double highest_fitting_clock_mhz(const GpuSpec& gpu, const std::function<bool(double)>& fits,
+                                 double guess_mhz = -1);
+
+/// The clock at which mean busy power `idle + active_w * (f / f_max)^clock_power_exponent` equals `limit_w`,
+/// from the active power `active_w` at f_max: where the power cap puts a compute-bound program (a guess for
+/// highest_fitting_clock_mhz; memory-bound ops lose less power with the clock).
+double power_law_cap_clock_mhz(const GpuSpec& gpu, double active_w, double limit_w);
 
 /// Rounds a clock down to the GPU's DVFS bin and clamps it to [min_sm_mhz, max_sm_mhz].
 double clock_bin_mhz(const GpuSpec& gpu, double clock_mhz);

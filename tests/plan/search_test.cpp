@@ -13,6 +13,7 @@
 #include "model/model_spec.h"
 #include "parallel/validate.h"
 #include "plan/balanced_partition.h"
+#include "plan/step_bound.h"
 #include "sim/cost_model.h"
 #include "sim/simulate.h"
 

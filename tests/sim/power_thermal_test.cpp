@@ -148,6 +148,27 @@ TEST(Power, GemmLoopHoldsTheCapAtTheFixtureClock) {
             active_power_w(gpu, PowerClass::kGemm, 1.0, 1.0));
 }
 
+TEST(Power, TheCapClockSearchFromAGuessFindsTheBisectionsBinInFewerCalls) {
+  // Every threshold between below the minimum clock and above the maximum, every guess: the same bin as the
+  // search without a guess; from a guess within a bin or two, at most 4 calls where bisection takes ~8.
+  const GpuSpec gpu = load_cluster("h100-hgx").gpu;
+  int near_calls = 0;
+  int near_searches = 0;
+  for (double threshold = gpu.min_sm_mhz - 40; threshold <= gpu.max_sm_mhz + 40; threshold += 37) {
+    int calls = 0;
+    auto fits = [&](double clock_mhz) { return ++calls, clock_mhz <= threshold; };
+    const double bisected = highest_fitting_clock_mhz(gpu, fits);
+    for (double guess = gpu.min_sm_mhz - 100; guess <= gpu.max_sm_mhz + 100; guess += 53) {
+      calls = 0;
+      EXPECT_EQ(highest_fitting_clock_mhz(gpu, fits, guess), bisected) << threshold << " " << guess;
+      if (std::fabs(guess - threshold) < gpu.clock_step_mhz && threshold < gpu.max_sm_mhz)
+        near_calls += calls, ++near_searches;
+    }
+  }
+  ASSERT_GT(near_searches, 0);
+  EXPECT_LE(static_cast<double>(near_calls) / near_searches, 4.0);
+}
+
 }  // namespace
 }  // namespace calo::sim
 

@@ -131,7 +131,9 @@ void evaluate_partitions(Evaluation& evaluation, bool uniform, bool balanced,
 /// its probe.
 std::optional<LayoutProbe> add_balanced_partition(Evaluation& evaluation, const LayoutProbe& probe,
                                                   const SearchRequest& request) {
-  const std::vector<int> layers = balanced_layers(evaluation.candidate.layout, probe.stage_compute());
+  const parallel::Layout& layout = evaluation.candidate.layout;
+  if (layout.pp < 2 || layout.virtual_stages > 1) return std::nullopt;  // nothing to balance
+  const std::vector<int> layers = balanced_layers(layout, probe.stage_compute());
   if (layers.empty()) return std::nullopt;
   Candidate balanced = evaluation.candidate;
   balanced.layout.layers_per_stage = layers;

@@ -128,7 +128,7 @@ struct SearchWork {
 /// A thread's wall seconds per probe op, per whole-graph op built (its bound and simulations), per simulated
 /// step, and the fractions of whole-graph ops built and of evaluations simulated when the bound prunes (1.2
 /// and 1 when it does not: balanced partitions add graphs): fitted to seven searches on the 2-core VM, the
-/// estimate 0.63-1.58x of their wall time (docs/BENCHMARKS.md, "Planner: layout search speed").
+/// estimate 0.46-1.6x of their wall time (docs/BENCHMARKS.md, "Planner: layout search speed").
 inline constexpr double kSearchSecondsPerProbeOp = 100e-9;
 inline constexpr double kSearchSecondsPerBuiltOp = 550e-9;
 inline constexpr double kSearchSecondsPerSimulatedStep = 5e-3;

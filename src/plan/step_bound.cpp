@@ -28,11 +28,11 @@ struct ProgramTerms {
   double after_last_s = 0;  ///< compute-stream ops issued after the last micro-batch's first-chunk backward
 };
 
-/// `program`'s terms with its compute ops stretched by `stretch`; each op's duration into `compute_s` when
-/// given (communication ops 0).
-ProgramTerms program_terms(const graph::Graph& graph, const graph::RankProgram& program,
-                           const std::vector<sim::ComputeCost>& costs, double stretch,
-                           std::vector<double>* compute_s) {
+/// `program`'s terms with its compute ops stretched by `stretch`, op i costing `cost_of(i)`; each op's
+/// duration into `compute_s` when given (communication ops 0).
+template <typename CostOf>
+ProgramTerms program_terms(const graph::Graph& graph, const graph::RankProgram& program, CostOf cost_of,
+                           double stretch, std::vector<double>* compute_s) {
   const int last_microbatch = graph.layout.num_microbatches() - 1;
   ProgramTerms terms;
   terms.stage = program.stage;
@@ -40,7 +40,7 @@ ProgramTerms program_terms(const graph::Graph& graph, const graph::RankProgram& 
   for (std::size_t index = 0; index < program.ops.size(); ++index) {
     const graph::Op& op = program.ops[index];
     if (is_comm(op.kind)) continue;
-    const double duration_s = costs[index].duration_s(stretch, 1.0);
+    const double duration_s = cost_of(index).duration_s(stretch, 1.0);
     if (compute_s != nullptr) (*compute_s)[index] = duration_s;
     terms.stream_s[static_cast<int>(op.stream)] += duration_s;
     if (op.stream != graph::Stream::kCompute) continue;
@@ -153,16 +153,8 @@ double limit_w(const sim::GpuSpec& gpu, double cap_w) {
   return cap_w > 0 ? cap_w : gpu.power_limit_w;
 }
 
-/// Every op's cost of `program` on `gpu` (communication ops: zeros).
-std::vector<sim::ComputeCost> program_costs(const sim::GpuSpec& gpu, const graph::RankProgram& program) {
-  std::vector<sim::ComputeCost> costs;
-  costs.reserve(program.ops.size());
-  for (const graph::Op& op : program.ops) costs.push_back(sim::compute_cost(gpu, op));
-  return costs;
-}
-
 /// Terms (a)-(d) of `graph` with program i's compute stretched by `stretch[i]`; its ops' costs from
-/// `powers` when given (computed one program at a time otherwise).
+/// `powers` when given (computed as each op is reached otherwise: no cost vector for a whole graph).
 double bound_at_stretch_s(const graph::Graph& graph, const sim::ClusterSpec& cluster,
                           const std::vector<double>& stretch, const std::vector<sim::ProgramPower>* powers) {
   std::vector<int> rank_of_program(graph.programs.size(), -1);
@@ -172,12 +164,18 @@ double bound_at_stretch_s(const graph::Graph& graph, const sim::ClusterSpec& clu
   terms.reserve(graph.programs.size());
   double isolated_s = 0;
   std::vector<double> compute_s;
-  std::vector<sim::ComputeCost> costs;
   for (std::size_t index = 0; index < graph.programs.size(); ++index) {
     const graph::RankProgram& program = graph.programs[index];
-    if (powers == nullptr) costs = program_costs(cluster.gpu, program);
-    terms.push_back(
-        program_terms(graph, program, powers ? (*powers)[index].costs() : costs, stretch[index], &compute_s));
+    if (powers != nullptr) {
+      const std::vector<sim::ComputeCost>& costs = (*powers)[index].costs();
+      terms.push_back(program_terms(
+          graph, program, [&](std::size_t op) -> const sim::ComputeCost& { return costs[op]; },
+          stretch[index], &compute_s));
+    } else {
+      terms.push_back(program_terms(
+          graph, program, [&](std::size_t op) { return sim::compute_cost(cluster.gpu, program.ops[op]); },
+          stretch[index], &compute_s));
+    }
     if (rank_of_program[index] >= 0)
       isolated_s = std::max(isolated_s,
                             isolated_program_s(graph, cluster, program, rank_of_program[index], compute_s));
@@ -272,10 +270,13 @@ ProbeBound LayoutProbe::bound(double cap_w) {
       return BusyEnergy{at_layout(a.busy_s, b.busy_s), at_layout(a.active_energy_j, b.active_energy_j)};
     });
     result.stretch.push_back(stretch);
+    auto costs_of = [](const sim::ProgramPower& power) {
+      return [&power](std::size_t op) -> const sim::ComputeCost& { return power.cost(op); };
+    };
     const ProgramTerms a =
-        program_terms(graphs_[0], graphs_[0].programs[index], first.costs(), stretch, nullptr);
+        program_terms(graphs_[0], graphs_[0].programs[index], costs_of(first), stretch, nullptr);
     const ProgramTerms b =
-        program_terms(graphs_[last], graphs_[last].programs[index], second.costs(), stretch, nullptr);
+        program_terms(graphs_[last], graphs_[last].programs[index], costs_of(second), stretch, nullptr);
     ProgramTerms at = a;
     for (int stream = 0; stream < graph::kNumStreams; ++stream)
       at.stream_s[stream] = at_layout(a.stream_s[stream], b.stream_s[stream]);

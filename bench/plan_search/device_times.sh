@@ -29,5 +29,8 @@ run() {
   run $bin/calo plan --model mixtral-8x7b --cluster h100-hgx --gpus 64 --gbs 256 --top 5 -q
   run $bin/calo plan --model gpt3-175b --cluster h200-hgx --gpus 8192 --gbs 1536 --top 10 -q
   run $bin/calo plan --model llama3-8b --cluster h200-hgx --gpus 8 --gbs 32 --top 3 -q
+  # Two threads of the same host: the 2-core VM's thread count on cores nothing else shares.
   run $bin/calo plan --model llama3-70b --cluster h100-hgx --gpus 64 --gbs 512 --top 5 -q -j 2 --max-minutes 0
+  run $bin/calo plan --model llama3-70b --cluster h100-hgx-calibrated --gpus 64 --gbs 512 --tp 4,8 --mbs 1 --top 5 -q -j 2 --max-minutes 0
+  run $bin/calo plan --model mixtral-8x7b --cluster h100-hgx --gpus 64 --gbs 256 --top 5 -q -j 2 --max-minutes 0
 } >"$out/plan_device.txt" 2>&1

@@ -93,12 +93,6 @@ void evaluate(Evaluation& evaluation, const graph::Graph& graph, const SearchReq
   }
 }
 
-/// The smaller of a layout's lower bounds (uniform partition, balanced partition).
-double least_bound_s(const Evaluation& evaluation) {
-  return evaluation.balanced ? std::min(evaluation.lower_bound_s, evaluation.balanced_lower_bound_s)
-                             : evaluation.lower_bound_s;
-}
-
 /// Whether `a` ranks before `b`: ranked before anything else, then by the objective's score.
 bool ranks_before(const Evaluation& a, const Evaluation& b, Objective objective) {
   if ((a.verdict == Verdict::kRanked) != (b.verdict == Verdict::kRanked))
@@ -331,11 +325,17 @@ const char* to_string(Verdict verdict) {
 }
 
 double estimated_search_s(const SearchWork& work, int threads) {
-  const double built_ops = work.graph_ops * (work.prunes ? kPrunedBuiltFraction : 1.2);
-  const double simulated_steps =
-      work.evaluations * work.steps * (work.prunes ? kPrunedSimulatedFraction : 1.0);
-  return (work.probe_ops * kSearchSecondsPerProbeOp + built_ops * kSearchSecondsPerBuiltOp +
-          simulated_steps * kSearchSecondsPerSimulatedStep) /
+  double built = 1.2;
+  double simulated = 1.0;
+  if (work.prune && work.objective == Objective::kThroughput) {
+    built = kPrunedBuiltFraction;
+    simulated = kPrunedSimulatedFraction;
+  } else if (work.prune && work.objective == Objective::kEnergy) {
+    built = kEnergyPrunedBuiltFraction;
+    simulated = kEnergyPrunedSimulatedFraction;
+  }
+  return (work.probe_ops * kSearchSecondsPerProbeOp + work.graph_ops * built * kSearchSecondsPerBuiltOp +
+          work.evaluations * work.steps * simulated * kSearchSecondsPerSimulatedStep) /
          std::max(1, threads);
 }
 
@@ -448,8 +448,8 @@ void size_layouts(const SearchRequest& request, const std::vector<double>& caps_
   std::vector<std::size_t> kept;
   SearchWork work;
   work.steps = request.steps;
-  // The energy bound (idle power for the step's bound) rarely prunes: counted as not pruning.
-  work.prunes = request.prune && request.objective == Objective::kThroughput;
+  work.objective = request.objective;
+  work.prune = request.prune;
   for (std::size_t item = 0; item < fitting.size(); ++item) {
     if (ops[item] <= graph::kMaxGraphOps) {
       kept.push_back(fitting[item]);
@@ -480,11 +480,14 @@ void size_layouts(const SearchRequest& request, const std::vector<double>& caps_
           narrowing_flags(request, fitting, result), std::ceil(result.estimated_s / 60 * 1.5)));
 }
 
-/// Per evaluation, the compute stretch of each program its probe's bound ran at (chapter 2 bounds the whole
-/// graph at the same clocks): of the uniform partition, and of the balanced one.
+/// Per evaluation, what chapter 1 learnt beyond the bound, of the uniform partition and of the balanced one:
+/// the compute stretch of each program its probe's bound ran at (chapter 2 bounds the whole graph at the same
+/// clocks), and the least active energy of a step (ProbeBound::least_active_energy_j).
 struct ProbeStretches {
   std::vector<std::vector<double>> uniform;
   std::vector<std::vector<double>> balanced;
+  std::vector<double> uniform_active_j;
+  std::vector<double> balanced_active_j;
 };
 
 /// Chapter 1: the bound of every fitting layout and power cap from its probe (terms (a)-(c), graphs of a few
@@ -494,6 +497,8 @@ void bound_layouts(const SearchRequest& request, const std::vector<double>& caps
                    SearchResult& result, ProbeStretches& stretches) {
   stretches.uniform.resize(result.evaluations.size());
   stretches.balanced.resize(result.evaluations.size());
+  stretches.uniform_active_j.assign(result.evaluations.size(), 0.0);
+  stretches.balanced_active_j.assign(result.evaluations.size(), 0.0);
   std::atomic<std::int64_t> probe_ops{0};
   core::parallel_for(fitting.size(), threads, [&](std::size_t item) {
     Evaluation& evaluation = result.evaluations[fitting[item]];
@@ -506,11 +511,13 @@ void bound_layouts(const SearchRequest& request, const std::vector<double>& caps
       ProbeBound bound = probe.bound(caps_w[cap]);
       capped.lower_bound_s = bound.bound_s;
       stretches.uniform[index] = std::move(bound.stretch);
+      stretches.uniform_active_j[index] = bound.least_active_energy_j;
       capped.balanced = evaluation.balanced;
       if (!balanced) continue;
       ProbeBound balanced_bound = balanced->bound(caps_w[cap]);
       capped.balanced_lower_bound_s = balanced_bound.bound_s;
       stretches.balanced[index] = std::move(balanced_bound.stretch);
+      stretches.balanced_active_j[index] = balanced_bound.least_active_energy_j;
     }
     probe_ops += probe.probe_ops() + (balanced ? balanced->probe_ops() : 0);
     progress.step();
@@ -518,47 +525,71 @@ void bound_layouts(const SearchRequest& request, const std::vector<double>& caps
   result.probe_ops = static_cast<double>(probe_ops.load());
 }
 
-/// Whether a layout whose step is at least `bound_s` can still enter the top K.
+/// The least score of a layout whose step takes at least `bound_s` and whose compute draws at least
+/// `active_j` above idle: the step time, or the energy per step (every GPU draws at least its idle power for
+/// at least the bound, and the compute its energy at the lowest clock).
+class ScoreBound {
+ public:
+  explicit ScoreBound(const SearchRequest& request)
+      : energy_(request.objective == Objective::kEnergy),
+        idle_cluster_w_(request.cluster.gpu.idle_power_w * request.space.gpus) {}
+  double operator()(double bound_s, double active_j) const {
+    return energy_ ? bound_s * idle_cluster_w_ + active_j : bound_s;
+  }
+
+ private:
+  bool energy_;
+  double idle_cluster_w_;
+};
+
+/// Whether a layout whose score is at least ScoreBound's can still enter the top K.
 class Admission {
  public:
   Admission(const SearchRequest& request, const TopScores& top)
-      : top_(top),
-        prune_(request.prune && request.objective != Objective::kPareto),
-        // Energy: every GPU draws at least its idle power for at least the bound.
-        scale_(request.objective == Objective::kEnergy ? request.cluster.gpu.idle_power_w * request.space.gpus
-                                                       : 1.0) {}
-  bool operator()(double bound_s) const { return !prune_ || bound_s * scale_ <= top_.threshold(); }
+      : top_(top), prune_(request.prune && request.objective != Objective::kPareto), score_(request) {}
+  bool operator()(double bound_s, double active_j) const {
+    return !prune_ || score_(bound_s, active_j) <= top_.threshold();
+  }
 
  private:
   const TopScores& top_;
   bool prune_;
-  double scale_;
+  ScoreBound score_;
 };
 
 /// Refines a partition's probe bound (`bound_s`) to terms (a)-(d) on its whole graph (built into `graph`
-/// when absent) at the probe's clocks (`stretch`); returns whether `admitted` still holds.
-bool refine_bound(double& bound_s, std::optional<graph::Graph>& graph, const parallel::Layout& layout,
-                  const std::vector<double>& stretch, const SearchRequest& request, const Admission& admitted,
+/// when absent) at the probe's clocks (`stretch`); returns whether `admitted` still holds (with its least
+/// active energy `active_j`).
+bool refine_bound(double& bound_s, double active_j, std::optional<graph::Graph>& graph,
+                  const parallel::Layout& layout, const std::vector<double>& stretch,
+                  const SearchRequest& request, const Admission& admitted,
                   std::atomic<std::int64_t>& built_ops) {
-  if (!admitted(bound_s)) return false;
+  if (!admitted(bound_s, active_j)) return false;
   if (!graph) {
     graph.emplace(graph::build_graph(request.space.model, layout));
     for (const graph::RankProgram& program : graph->programs)
       built_ops += static_cast<std::int64_t>(program.ops.size());
   }
   bound_s = std::max(bound_s, step_bound_at_stretch_s(*graph, request.cluster, stretch));
-  return admitted(bound_s);
+  return admitted(bound_s, active_j);
 }
 
-/// Chapter 2: simulate in increasing bound order (sorting `fitting`); skip a layout once its bound (on step
-/// time, or on energy: every GPU draws at least idle power for at least the bound) exceeds the k-th best
-/// feasible score, first by its probe's bound, then by its whole graph's.
+/// Chapter 2: simulate in increasing order of the least score (sorting `fitting`); skip a layout once its
+/// least score (ScoreBound) exceeds the k-th best feasible score, first by its probe's bound, then by its
+/// whole graph's.
 void simulate_in_bound_order(const SearchRequest& request, const std::vector<double>& caps_w,
                              std::vector<std::size_t>& fitting, int threads, Progress& progress,
                              SearchResult& result, const ProbeStretches& stretches) {
-  std::stable_sort(fitting.begin(), fitting.end(), [&](std::size_t a, std::size_t b) {
-    return least_bound_s(result.evaluations[a]) < least_bound_s(result.evaluations[b]);
-  });
+  const ScoreBound score_bound(request);
+  auto least_score = [&](std::size_t index) {
+    const Evaluation& evaluation = result.evaluations[index];
+    const double uniform = score_bound(evaluation.lower_bound_s, stretches.uniform_active_j[index]);
+    if (!evaluation.balanced) return uniform;
+    return std::min(uniform,
+                    score_bound(evaluation.balanced_lower_bound_s, stretches.balanced_active_j[index]));
+  };
+  std::stable_sort(fitting.begin(), fitting.end(),
+                   [&](std::size_t a, std::size_t b) { return least_score(a) < least_score(b); });
   TopScores top(request.top);
   const Admission admitted(request, top);
   std::atomic<std::int64_t> built_ops{0};
@@ -569,12 +600,14 @@ void simulate_in_bound_order(const SearchRequest& request, const std::vector<dou
       const std::size_t index = fitting[item] + cap;
       Evaluation& evaluation = result.evaluations[index];
       try {
-        const bool uniform = refine_bound(evaluation.lower_bound_s, graphs[0], evaluation.candidate.layout,
-                                          stretches.uniform[index], request, admitted, built_ops);
+        const bool uniform =
+            refine_bound(evaluation.lower_bound_s, stretches.uniform_active_j[index], graphs[0],
+                         evaluation.candidate.layout, stretches.uniform[index], request, admitted, built_ops);
         const bool balanced =
             evaluation.balanced &&
-            refine_bound(evaluation.balanced_lower_bound_s, graphs[1], evaluation.balanced->layout,
-                         stretches.balanced[index], request, admitted, built_ops);
+            refine_bound(evaluation.balanced_lower_bound_s, stretches.balanced_active_j[index], graphs[1],
+                         evaluation.balanced->layout, stretches.balanced[index], request, admitted,
+                         built_ops);
         if (!uniform && !balanced) {
           evaluation.verdict = Verdict::kPruned;
         } else {

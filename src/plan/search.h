@@ -122,18 +122,22 @@ struct SearchWork {
   double graph_ops = 0;    ///< ops of their whole graphs
   double evaluations = 0;  ///< (layout, power cap) pairs to simulate
   int steps = 1;           ///< simulated steps each
-  bool prunes = true;      ///< whether the bound prunes much (throughput objective, no --no-prune)
+  Objective objective = Objective::kThroughput;  ///< what the bound prunes by (nothing under kPareto)
+  bool prune = true;                             ///< false under --no-prune
 };
 
 /// A thread's wall seconds per probe op, per whole-graph op built (its bound and simulations), per simulated
-/// step, and the fractions of whole-graph ops built and of evaluations simulated when the bound prunes (1.2
-/// and 1 when it does not: balanced partitions add graphs): fitted to seven searches on the 2-core VM, the
-/// estimate 0.46-1.6x of their wall time (docs/BENCHMARKS.md, "Planner: layout search speed").
+/// step, and the fractions of whole-graph ops built and of evaluations simulated when the bound prunes by
+/// step time and by energy (1.2 and 1 when it does not: balanced partitions add graphs): fitted to eight
+/// searches on the 2-core VM, the estimate 0.46-1.6x of their wall time (docs/BENCHMARKS.md, "Planner: layout
+/// search speed").
 inline constexpr double kSearchSecondsPerProbeOp = 100e-9;
 inline constexpr double kSearchSecondsPerBuiltOp = 550e-9;
 inline constexpr double kSearchSecondsPerSimulatedStep = 5e-3;
 inline constexpr double kPrunedBuiltFraction = 0.2;
 inline constexpr double kPrunedSimulatedFraction = 0.05;
+inline constexpr double kEnergyPrunedBuiltFraction = 0.5;
+inline constexpr double kEnergyPrunedSimulatedFraction = 0.5;
 
 /// Estimated wall seconds of a search of `work` on `threads` threads (docs/METRICS.md, "Estimated search
 /// time").

@@ -287,7 +287,24 @@ ProbeBound LayoutProbe::bound(double cap_w) {
     terms.push_back(at);
   }
   result.bound_s = bound_of_terms(terms, graphs_[0].layout.pp);
+  result.least_active_energy_j = least_active_energy_j();
   return result;
+}
+
+double LayoutProbe::least_active_energy_j() {
+  const sim::GpuSpec& gpu = cluster_.gpu;
+  // Compute-bound: energy ~ f^(exponent - 1); memory-bound ~ f^exponent: both fall with the clock.
+  if (gpu.clock_power_exponent < 1) return 0.0;
+  std::vector<int> ranks(graphs_[0].programs.size(), 0);
+  for (int program : graphs_[0].program_of_rank) ++ranks[program];
+  const std::size_t last = graphs_.size() - 1;
+  double energy_j = 0;
+  for (std::size_t index = 0; index < ranks.size(); ++index) {
+    const double first_j = powers_[0][index].at_clock(gpu.min_sm_mhz).active_energy_j;
+    const double second_j = powers_[last][index].at_clock(gpu.min_sm_mhz).active_energy_j;
+    energy_j += ranks[index] * at_layout(first_j, second_j);
+  }
+  return energy_j;
 }
 
 StageCompute LayoutProbe::stage_compute() const {

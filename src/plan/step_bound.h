@@ -45,6 +45,9 @@ double step_bound_at_stretch_s(const graph::Graph& graph, const sim::ClusterSpec
 struct ProbeBound {
   double bound_s = 0;           ///< terms (a)-(c)
   std::vector<double> stretch;  ///< per program: capped_stretch of the layout's whole graph
+  /// Energy above idle of every compute op of every GPU at the lowest clock (min_sm_mhz): an op's active
+  /// energy only falls with its clock when clock_power_exponent >= 1 (0 below that: no bound)
+  double least_active_energy_j = 0;
 };
 
 /// A layout's terms (a)-(c) and stage compute for any number of micro-batches, from graphs of pp and 2·pp
@@ -60,6 +63,8 @@ class LayoutProbe {
   /// Terms (a)-(c) of the layout's bound under power cap `cap_w` (<= 0: the card's limit), and the stretch
   /// each program ran at.
   ProbeBound bound(double cap_w);
+  /// ProbeBound::least_active_energy_j of the layout (every GPU: each program times its ranks).
+  double least_active_energy_j();
   /// The layout's compute per pipeline stage at the maximum clock (balanced_layers' input).
   StageCompute stage_compute() const;
   /// Ops of the probe graphs together (the work the probe cost).

@@ -93,5 +93,34 @@ TEST(StepBound, UnderABindingCapTheBoundRisesWithTheCapClockAndStaysBelowTheSimu
   EXPECT_DOUBLE_EQ(capped_step_bound_s(light, cluster, 0.0), step_time_lower_bound_s(light, cluster));
 }
 
+TEST(StepBound, TheLeastEnergyOfAStepNeverExceedsTheSimulatedOneAndBeatsIdlePowerAlone) {
+  // The energy objective prunes by N * P_idle * L + the compute's energy at the lowest clock: below every
+  // simulated step's energy, under the card's limit and a cap, and well above the idle term alone.
+  const sim::ClusterSpec cluster = sim::load_cluster("h100-hgx");
+  const model::ModelSpec model = model::load_model("llama3-8b");
+  int checked = 0;
+  double idle_share = 0;
+  for (const Candidate& candidate : fitting_layouts("llama3-8b", cluster)) {
+    if (checked >= 40) break;
+    const graph::Graph graph = graph::build_graph(model, candidate.layout);
+    LayoutProbe probe(model, candidate.layout, cluster);
+    for (double cap_w : {0.0, 450.0}) {
+      sim::SimOptions options;
+      if (cap_w > 0) options.power_limit_w.assign(graph.world_size(), cap_w);
+      const sim::SimResult result = sim::simulate(graph, cluster, options);
+      double energy_j = 0;
+      for (const sim::StepResult& step : result.step_results) energy_j += step.energy_j;
+      energy_j /= result.steps;
+      const ProbeBound bound = probe.bound(cap_w);
+      const double idle_j = bound.bound_s * cluster.gpu.idle_power_w * graph.world_size();
+      EXPECT_LE(idle_j + bound.least_active_energy_j, energy_j) << parallel::describe(candidate.layout);
+      idle_share += idle_j / (idle_j + bound.least_active_energy_j);
+    }
+    ++checked;
+  }
+  ASSERT_EQ(checked, 40);
+  EXPECT_LT(idle_share / (2 * checked), 0.5);  // the compute's energy is most of the bound
+}
+
 }  // namespace
 }  // namespace calo::plan

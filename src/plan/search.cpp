@@ -542,20 +542,26 @@ class ScoreBound {
   double idle_cluster_w_;
 };
 
-/// Whether a layout whose score is at least ScoreBound's can still enter the top K.
+/// Whether a layout whose score is at least ScoreBound's can still enter the top K, against the k-th best
+/// score frozen at the start of the layout's wave (docs/PLANNER.md: the same layouts are simulated whatever
+/// the threads and their timing).
 class Admission {
  public:
-  Admission(const SearchRequest& request, const TopScores& top)
-      : top_(top), prune_(request.prune && request.objective != Objective::kPareto), score_(request) {}
+  explicit Admission(const SearchRequest& request)
+      : prune_(request.prune && request.objective != Objective::kPareto), score_(request) {}
+  void freeze(double threshold) { threshold_ = threshold; }
   bool operator()(double bound_s, double active_j) const {
-    return !prune_ || score_(bound_s, active_j) <= top_.threshold();
+    return !prune_ || score_(bound_s, active_j) <= threshold_;
   }
 
  private:
-  const TopScores& top_;
   bool prune_;
   ScoreBound score_;
+  double threshold_ = INFINITY;
 };
+
+/// Layouts of the first wave of chapter 2 (the top K's size), of later waves twice the last's, at most this.
+inline constexpr std::size_t kMaxWave = 32;
 
 /// Refines a partition's probe bound (`bound_s`) to terms (a)-(d) on its whole graph (built into `graph`
 /// when absent) at the probe's clocks (`stretch`); returns whether `admitted` still holds (with its least
@@ -591,9 +597,9 @@ void simulate_in_bound_order(const SearchRequest& request, const std::vector<dou
   std::stable_sort(fitting.begin(), fitting.end(),
                    [&](std::size_t a, std::size_t b) { return least_score(a) < least_score(b); });
   TopScores top(request.top);
-  const Admission admitted(request, top);
+  Admission admitted(request);
   std::atomic<std::int64_t> built_ops{0};
-  core::parallel_for(fitting.size(), threads, [&](std::size_t item) {
+  auto evaluate_layout = [&](std::size_t item) {
     // Graphs built once for all of the layout's caps, when one is simulated: uniform, then balanced.
     std::optional<graph::Graph> graphs[2];
     for (std::size_t cap = 0; cap < caps_w.size(); ++cap) {
@@ -620,7 +626,15 @@ void simulate_in_bound_order(const SearchRequest& request, const std::vector<dou
       }
       progress.step();
     }
-  });
+  };
+  // Waves in bound order, each judged against the threshold its start saw: which layouts are simulated does
+  // not depend on the threads or their timing.
+  std::size_t wave = static_cast<std::size_t>(std::max(1, request.top));
+  for (std::size_t begin = 0; begin < fitting.size(); begin += wave, wave = std::min(2 * wave, kMaxWave)) {
+    admitted.freeze(top.threshold());
+    const std::size_t count = std::min(wave, fitting.size() - begin);
+    core::parallel_for(count, threads, [&](std::size_t offset) { evaluate_layout(begin + offset); });
+  }
   result.built_ops = static_cast<double>(built_ops.load());
 }
 

@@ -10,7 +10,8 @@ namespace calo::plan {
 
 namespace {
 
-/// stage_compute with op `index` of program `program` costing `cost(program, index)` at the maximum clock.
+/// stage_compute with op `op_index` of program `program` costing `cost(program, op_index)` at the maximum
+/// clock.
 template <typename CostOf>
 StageCompute sum_stage_compute(const graph::Graph& graph, CostOf cost) {
   const int stages = graph.layout.pp;
@@ -25,7 +26,7 @@ StageCompute sum_stage_compute(const graph::Graph& graph, CostOf cost) {
       if (op.stream != graph::Stream::kCompute || op.kind == graph::OpKind::kCollective ||
           op.kind == graph::OpKind::kSend || op.kind == graph::OpKind::kRecv)
         continue;
-      const double duration_s = cost(index, op).duration_s(1.0, 1.0);
+      const double duration_s = cost(index, op_index).duration_s(1.0, 1.0);
       (op.layer >= 0 ? compute.layers_s : compute.extra_s)[program.stage] += duration_s;
     }
   }
@@ -35,24 +36,25 @@ StageCompute sum_stage_compute(const graph::Graph& graph, CostOf cost) {
 }  // namespace
 
 StageCompute stage_compute(const graph::Graph& graph, const sim::ClusterSpec& cluster) {
-  return sum_stage_compute(
-      graph, [&](std::size_t, const graph::Op& op) { return sim::compute_cost(cluster.gpu, op); });
+  return sum_stage_compute(graph, [&](std::size_t program, std::size_t op) {
+    return sim::compute_cost(cluster.gpu, graph.programs[program].ops[op]);
+  });
 }
 
 StageCompute stage_compute(const graph::Graph& graph,
                            const std::vector<const std::vector<sim::ComputeCost>*>& costs) {
-  return sum_stage_compute(graph, [&](std::size_t program, const graph::Op& op) {
-    return (*costs[program])[&op - graph.programs[program].ops.data()];
+  return sum_stage_compute(graph, [&](std::size_t program, std::size_t op) -> const sim::ComputeCost& {
+    return (*costs[program])[op];
   });
 }
 
 std::vector<int> balanced_layers(const graph::Graph& graph, const sim::ClusterSpec& cluster) {
-  if (graph.layout.pp < 2 || graph.layout.virtual_stages > 1) return {};
+  if (!balanceable(graph.layout)) return {};
   return balanced_layers(graph.layout, stage_compute(graph, cluster));
 }
 
 std::vector<int> balanced_layers(const parallel::Layout& layout, const StageCompute& compute) {
-  if (layout.pp < 2 || layout.virtual_stages > 1) return {};
+  if (!balanceable(layout)) return {};
   const int layers = std::accumulate(layout.layers_per_stage.begin(), layout.layers_per_stage.end(), 0);
   const double per_layer_s =
       std::accumulate(compute.layers_s.begin(), compute.layers_s.end(), 0.0) / std::max(1, layers);

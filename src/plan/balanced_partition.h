@@ -23,6 +23,11 @@ struct StageCompute {
 /// uniform partition is as good within the model's error, and the search saves two graphs and a simulation).
 inline constexpr double kMinBalanceGain = 0.01;
 
+/// Whether `layout` has stages whose layers could be rebalanced: a pipeline (pp > 1) without model chunks.
+inline bool balanceable(const parallel::Layout& layout) {
+  return layout.pp > 1 && layout.virtual_stages == 1;
+}
+
 /// The compute of each stage of `graph` on `cluster`'s GPU (cost model, no engine).
 StageCompute stage_compute(const graph::Graph& graph, const sim::ClusterSpec& cluster);
 

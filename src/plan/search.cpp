@@ -126,7 +126,7 @@ void evaluate_partitions(Evaluation& evaluation, bool uniform, bool balanced,
 std::optional<LayoutProbe> add_balanced_partition(Evaluation& evaluation, const LayoutProbe& probe,
                                                   const SearchRequest& request) {
   const parallel::Layout& layout = evaluation.candidate.layout;
-  if (layout.pp < 2 || layout.virtual_stages > 1) return std::nullopt;  // nothing to balance
+  if (!balanceable(layout)) return std::nullopt;  // before the probe's stage compute
   const std::vector<int> layers = balanced_layers(layout, probe.stage_compute());
   if (layers.empty()) return std::nullopt;
   Candidate balanced = evaluation.candidate;

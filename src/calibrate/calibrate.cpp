@@ -13,10 +13,14 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/json_fields.h"
 #include "core/output_file.h"
 #include "core/threads.h"
 
 namespace calo::calibrate {
+
+CALO_JSON_FIELDS(DirectionStep, low, high, measured_w, predicted_w, right)
+CALO_JSON_FIELDS(ParameterSpread, key, unit, fitted, low, high, pinned_by, without, shift)
 
 namespace {
 
@@ -208,15 +212,9 @@ nlohmann::json figures_json(const RunFigures& figures) {
 
 /// The micro-batch direction check: the counts and every step counted.
 nlohmann::json direction_json(const Calibration& calibration) {
-  nlohmann::json steps = nlohmann::json::array();
-  for (const DirectionStep& step : calibration.direction_steps) {
-    steps.push_back({{"low", step.low},
-                     {"high", step.high},
-                     {"measured_w", step.measured_w},
-                     {"predicted_w", step.predicted_w},
-                     {"right", step.right}});
-  }
-  return {{"pairs", calibration.direction_pairs}, {"right", calibration.direction_right}, {"steps", steps}};
+  return {{"pairs", calibration.direction_pairs},
+          {"right", calibration.direction_right},
+          {"steps", calibration.direction_steps}};
 }
 
 nlohmann::json probe_provenance(const ProbeRun& probe, const ControllerFit& fit) {
@@ -235,21 +233,6 @@ nlohmann::json probe_provenance(const ProbeRun& probe, const ControllerFit& fit)
           {"isolated_rms_w", fit.fitted.isolated_rms_w},
           {"train_rms_w", core::json_number(fit.fitted.train_rms_w)},
           {"base_sample_rms_w", fit.base.rms_w}};
-}
-
-nlohmann::json spread_json(const std::vector<ParameterSpread>& spreads) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const ParameterSpread& spread : spreads) {
-    out.push_back({{"key", spread.key},
-                   {"unit", spread.unit},
-                   {"fitted", spread.fitted},
-                   {"low", spread.low},
-                   {"high", spread.high},
-                   {"pinned_by", spread.pinned_by},
-                   {"without", core::json_number(spread.without)},
-                   {"shift", core::json_number(spread.shift)}});
-  }
-  return out;
 }
 
 }  // namespace
@@ -456,7 +439,7 @@ nlohmann::json calibrated_cluster_json(const Calibration& calibration, const std
                          {"leave_one_out", held_out},
                          {"tolerance", tolerance},
                          {"peak_power_direction", direction_json(calibration)},
-                         {"parameter_spread", spread_json(calibration.parameter_spread)}};
+                         {"parameter_spread", nlohmann::json(calibration.parameter_spread)}};
   if (!calibration.traces.empty())
     json["calibration"]["kineto"] = kineto_provenance(calibration.traces, calibration.kineto);
   if (!calibration.controller_probe.label.empty())

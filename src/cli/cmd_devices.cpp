@@ -2,10 +2,23 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "cli/command.h"
+#include "core/json_fields.h"
 #include "core/table.h"
 #include "telemetry/source.h"
+
+namespace calo::telemetry {
+
+inline void to_json(nlohmann::json& json, MetricKind kind) {
+  json = metric_kind_name(kind);
+}
+CALO_JSON_FIELDS(MetricInfo, name, unit, kind, group, default_period_ns, expected_cost_ns, buffered)
+CALO_JSON_FIELDS(DeviceInfo, index, kind, name, uuid, pci_bus, driver, power_limit_w, max_sm_mhz, max_mem_mhz,
+                 metrics, unsupported)
+
+}  // namespace calo::telemetry
 
 namespace calo::cli {
 namespace {
@@ -22,32 +35,14 @@ int show_devices(bool json) {
       continue;
     }
     for (const auto& device : source->devices()) {
-      nlohmann::json metrics = nlohmann::json::array();
       core::TextTable table({"metric", "unit", "kind", "query group", "default period", "cost"});
       table.set_units({"", "", "", "", "ms", "us"});
       for (const auto& metric : device.metrics) {
-        metrics.push_back({{"name", metric.name},
-                           {"unit", metric.unit},
-                           {"kind", telemetry::metric_kind_name(metric.kind)},
-                           {"group", metric.query_group},
-                           {"default_period_ns", metric.default_period_ns},
-                           {"expected_cost_ns", metric.expected_cost_ns}});
         table.add_row({metric.name, metric.unit, std::string(telemetry::metric_kind_name(metric.kind)),
-                       metric.query_group,
-                       fmt::format("{:g}", static_cast<double>(metric.default_period_ns) / 1e6),
+                       metric.group, fmt::format("{:g}", static_cast<double>(metric.default_period_ns) / 1e6),
                        fmt::format("{:g}", static_cast<double>(metric.expected_cost_ns) / 1e3)});
       }
-      source_json["devices"].push_back({{"index", device.index},
-                                        {"kind", device.kind},
-                                        {"name", device.name},
-                                        {"uuid", device.uuid},
-                                        {"pci_bus", device.pci_bus},
-                                        {"driver", device.driver},
-                                        {"power_limit_w", device.power_limit_w},
-                                        {"max_sm_mhz", device.max_sm_mhz},
-                                        {"max_mem_mhz", device.max_mem_mhz},
-                                        {"metrics", metrics},
-                                        {"unsupported", device.unsupported}});
+      source_json["devices"].push_back(device);
       if (json) continue;
       fmt::print("{} {} {}: {}{}\n", source->name(), device.kind, device.index, device.name,
                  device.pci_bus.empty() ? "" : fmt::format(" (PCI {})", device.pci_bus));

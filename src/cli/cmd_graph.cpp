@@ -11,11 +11,19 @@
 #include "cli/command.h"
 #include "cli/layout_flags.h"
 #include "core/error.h"
+#include "core/json_fields.h"
 #include "core/output_file.h"
 #include "core/table.h"
 #include "graph/check.h"
 #include "graph/graph.h"
 #include "graph/json.h"
+
+namespace calo::graph {
+
+CALO_JSON_FIELDS(Problem, check, message)
+CALO_JSON_FIELDS(CommVolumes, tp_bytes, dp_bytes, pp_bytes, ep_bytes, dp_replicate_bytes, cp_bytes)
+
+}  // namespace calo::graph
 
 namespace calo::cli {
 namespace {
@@ -144,19 +152,13 @@ int run_checks(const graph::Graph& graph, bool json) {
   const graph::FlopTotals flops = graph::flop_totals(graph);
   const graph::CommVolumes volumes = graph::comm_volumes(graph);
   if (json) {
-    nlohmann::json list = nlohmann::json::array();
-    for (const auto& problem : problems)
-      list.push_back({{"check", problem.check}, {"message", problem.message}});
-    print_json({{"ok", problems.empty()},
-                {"problems", list},
-                {"check_s", check_s},
-                {"gemm_flops", flops.gemm},
-                {"attention_flops", flops.attention},
-                {"tp_bytes", volumes.tp_bytes},
-                {"dp_bytes", volumes.dp_bytes},
-                {"pp_bytes", volumes.pp_bytes},
-                {"ep_bytes", volumes.ep_bytes},
-                {"cp_bytes", volumes.cp_bytes}});
+    nlohmann::json out = {{"ok", problems.empty()},
+                          {"problems", problems},
+                          {"check_s", check_s},
+                          {"gemm_flops", flops.gemm},
+                          {"attention_flops", flops.attention}};
+    out.update(nlohmann::json(volumes));
+    print_json(out);
   } else {
     fmt::print("# checks: collectives, p2p, deadlock, flops, comm-volume ({:.3f} s)\n", check_s);
     fmt::print("GEMM FLOPs {} (model {}), attention {} (model {})\n", core::format_flops(flops.gemm),

@@ -3,7 +3,14 @@
 #include <fmt/format.h>
 
 #include "cli/command.h"
+#include "core/json_fields.h"
 #include "store/merge.h"
+
+namespace calo::store {
+
+CALO_JSON_FIELDS(MergeResult, out_dir, nodes, devices, samples, spans, shift_ns, first_device)
+
+}  // namespace calo::store
 
 namespace calo::cli {
 namespace {
@@ -31,13 +38,7 @@ const CommandRegistration kMerge(
         command += " --out " + flags->out_dir;
         store::MergeResult result = store::merge_runs(inputs, flags->out_dir, command);
         if (flags->json) {
-          print_json({{"out_dir", result.out_dir.string()},
-                      {"nodes", result.nodes},
-                      {"devices", result.devices},
-                      {"samples", result.samples},
-                      {"spans", result.spans},
-                      {"shift_ns", result.shift_ns},
-                      {"first_device", result.first_device}});
+          print_json(result);
           return 0;
         }
         for (std::size_t node = 0; node < inputs.size(); ++node) {

@@ -10,9 +10,17 @@
 #include "cli/command.h"
 #include "cli/layout_flags.h"
 #include "core/config.h"
+#include "core/json_fields.h"
 #include "core/table.h"
 #include "model/accounting.h"
 #include "parallel/memory.h"
+
+namespace calo::model {
+
+CALO_JSON_FIELDS(ParameterCounts, total, active_per_token, embedding, output, per_layer_attention,
+                 per_layer_mlp, per_layer_router, per_layer_norm, final_norm, positions, per_expert)
+
+}  // namespace calo::model
 
 namespace calo::cli {
 namespace {
@@ -42,18 +50,9 @@ std::string components_line(const model::ModelSpec& spec) {
 }
 
 nlohmann::json parameters_json(const model::ParameterCounts& counts) {
-  return {{"total", counts.total},
-          {"active_per_token", counts.active_per_token},
-          {"embedding", counts.embedding},
-          {"positions", counts.positions},
-          {"output", counts.output},
-          {"per_layer", counts.per_layer()},
-          {"per_layer_attention", counts.per_layer_attention},
-          {"per_layer_mlp", counts.per_layer_mlp},
-          {"per_expert", counts.per_expert},
-          {"per_layer_router", counts.per_layer_router},
-          {"per_layer_norm", counts.per_layer_norm},
-          {"final_norm", counts.final_norm}};
+  nlohmann::json json = counts;
+  json["per_layer"] = counts.per_layer();
+  return json;
 }
 
 int list_presets(bool json) {

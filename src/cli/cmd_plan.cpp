@@ -14,6 +14,7 @@
 #include "cli/command.h"
 #include "cli/layout_flags.h"
 #include "core/error.h"
+#include "core/json_fields.h"
 #include "core/table.h"
 #include "graph/graph.h"
 #include "model/model_spec.h"
@@ -24,6 +25,14 @@
 #include "sim/cluster_trust.h"
 #include "sim/cost_model.h"
 #include "sim/placement.h"
+
+namespace calo::plan {
+
+CALO_JSON_FIELDS(ClockFigures, stage_clock_mhz, iteration_s, energy_per_step_j)
+CALO_JSON_FIELDS(PowerPlanResult, baseline, planned, energy_saved, slowdown, saving_ceiling, simulated,
+                 verdict)
+
+}  // namespace calo::plan
 
 namespace calo::cli {
 namespace {
@@ -148,18 +157,7 @@ int run_power(const PowerFlags& flags) {
   const int world = layout.world_size();
   const plan::PowerPlanResult result = plan::plan_power(request);
   if (flags.json) {
-    auto figures = [](const plan::ClockFigures& clocks) {
-      return nlohmann::json{{"stage_clock_mhz", clocks.stage_clock_mhz},
-                            {"iteration_s", clocks.iteration_s},
-                            {"energy_per_step_j", clocks.energy_per_step_j}};
-    };
-    print_json({{"baseline", figures(result.baseline)},
-                {"planned", figures(result.planned)},
-                {"energy_saved", result.energy_saved},
-                {"slowdown", result.slowdown},
-                {"saving_ceiling", result.saving_ceiling},
-                {"simulated", result.simulated},
-                {"verdict", result.verdict}});
+    print_json(result);
     return 0;
   }
   fmt::print("# calo plan power: {} {} on {} x {}, step time may grow {:.1f} %, {} clock sets simulated\n",
@@ -300,6 +298,32 @@ std::string sim_flags(const plan::Evaluation& evaluation) {
                                     : flags;
 }
 
+/// The search's counts and times, under their own names.
+CALO_JSON_WRITER(write_search_work, plan::SearchResult, excluded, invalid, out_of_memory, pruned, too_large,
+                 graph_ops, probe_ops, built_ops, bound_wall_s, estimated_s, simulated, wall_s)
+
+/// A simulated figure of a layout: its key in `--json` and its column in the text tables (none for a null
+/// header), shown as value * scale with `digits` decimals.
+struct FigureColumn {
+  const char* key;
+  const char* header;
+  const char* unit;
+  double scale;
+  int digits;
+  double plan::Evaluation::*value;
+};
+
+constexpr std::array<FigureColumn, 8> kFigureColumns{{
+    {"iteration_s", "step", "s", 1, 3, &plan::Evaluation::iteration_s},
+    {"tokens_per_s", "tokens/s", "", 1, 0, &plan::Evaluation::tokens_per_s},
+    {"tokens_per_j", "tokens/J", "", 1, 2, &plan::Evaluation::tokens_per_j},
+    {"energy_per_step_j", nullptr, "J", 1, 0, &plan::Evaluation::energy_per_step_j},
+    {"cluster_power_w", "cluster power", "kW", 1e-3, 1, &plan::Evaluation::cluster_power_w},
+    {"peak_power_w", "peak power", "W per GPU", 1, 0, &plan::Evaluation::peak_power_w},
+    {"max_die_c", "hottest die", "C", 1, 1, &plan::Evaluation::max_die_c},
+    {"mfu", "MFU", "%", 100, 1, &plan::Evaluation::mfu},
+}};
+
 nlohmann::json to_json(const plan::Evaluation& evaluation) {
   const auto& layout = evaluation.candidate.layout;
   nlohmann::json json = {{"layout", parallel::describe(layout)},
@@ -315,15 +339,8 @@ nlohmann::json to_json(const plan::Evaluation& evaluation) {
   if (evaluation.uniform_iteration_s > 0)
     json["uniform_partition_iteration_s"] = evaluation.uniform_iteration_s;
   if (evaluation.iteration_s > 0) {
-    json.update({{"iteration_s", evaluation.iteration_s},
-                 {"tokens_per_s", evaluation.tokens_per_s},
-                 {"tokens_per_j", evaluation.tokens_per_j},
-                 {"energy_per_step_j", evaluation.energy_per_step_j},
-                 {"cluster_power_w", evaluation.cluster_power_w},
-                 {"peak_power_w", evaluation.peak_power_w},
-                 {"max_die_c", evaluation.max_die_c},
-                 {"mfu", evaluation.mfu},
-                 {"pareto", evaluation.pareto}});
+    for (const FigureColumn& figure : kFigureColumns) json[figure.key] = evaluation.*figure.value;
+    json["pareto"] = evaluation.pareto;
   }
   if (!evaluation.note.empty()) json["note"] = evaluation.note;
   return json;
@@ -331,21 +348,28 @@ nlohmann::json to_json(const plan::Evaluation& evaluation) {
 
 void add_row(core::TextTable& table, const std::string& rank, const plan::Evaluation& evaluation) {
   const bool simulated = evaluation.iteration_s > 0;
-  auto figure = [simulated](double value, int digits) {
-    return simulated ? fmt::format("{:.{}f}", value, digits) : std::string("-");
-  };
-  table.add_row(
-      {rank, layout_label(evaluation), core::format_bytes(evaluation.candidate.memory.total_bytes()),
-       figure(evaluation.iteration_s, 3), figure(evaluation.tokens_per_s, 0),
-       figure(evaluation.tokens_per_j, 2), figure(evaluation.cluster_power_w / 1e3, 1),
-       figure(evaluation.peak_power_w, 0), figure(evaluation.max_die_c, 1), figure(100 * evaluation.mfu, 1),
-       evaluation.pareto ? "*" : std::string(plan::to_string(evaluation.verdict))});
+  std::vector<std::string> row{rank, layout_label(evaluation),
+                               core::format_bytes(evaluation.candidate.memory.total_bytes())};
+  for (const FigureColumn& figure : kFigureColumns) {
+    if (figure.header == nullptr) continue;
+    const double value = figure.scale * (evaluation.*figure.value);
+    row.push_back(simulated ? fmt::format("{:.{}f}", value, figure.digits) : std::string("-"));
+  }
+  row.push_back(evaluation.pareto ? "*" : std::string(plan::to_string(evaluation.verdict)));
+  table.add_row(row);
 }
 
 core::TextTable make_table() {
-  core::TextTable table({"#", "layout", "memory", "step", "tokens/s", "tokens/J", "cluster power",
-                         "peak power", "hottest die", "MFU", "front"});
-  table.set_units({"", "", "per GPU", "s", "", "", "kW", "W per GPU", "C", "%", ""});
+  std::vector<std::string> headers{"#", "layout", "memory"}, units{"", "", "per GPU"};
+  for (const FigureColumn& figure : kFigureColumns) {
+    if (figure.header == nullptr) continue;
+    headers.emplace_back(figure.header);
+    units.emplace_back(figure.unit);
+  }
+  headers.emplace_back("front");
+  units.emplace_back("");
+  core::TextTable table(headers);
+  table.set_units(units);
   return table;
 }
 
@@ -491,19 +515,8 @@ int run_plan(const PlanFlags& flags) {
                            {"objective", flags.objective},
                            {"constraints", request.space.constraints.describe()},
                            {"cluster_trust", sim::cluster_trust(request.cluster).summary},
-                           {"equivalent_to_first", plan::equivalent_to_first(result, request.objective)},
-                           {"excluded", result.excluded},
-                           {"invalid", result.invalid},
-                           {"out_of_memory", result.out_of_memory},
-                           {"pruned", result.pruned},
-                           {"too_large", result.too_large},
-                           {"graph_ops", result.graph_ops},
-                           {"probe_ops", result.probe_ops},
-                           {"built_ops", result.built_ops},
-                           {"bound_wall_s", result.bound_wall_s},
-                           {"estimated_s", result.estimated_s},
-                           {"simulated", result.simulated},
-                           {"wall_s", result.wall_s}};
+                           {"equivalent_to_first", plan::equivalent_to_first(result, request.objective)}};
+    write_search_work(json, result);
     nlohmann::json ranking = nlohmann::json::array();
     for (std::size_t row = 0; row < result.ranking.size() && static_cast<int>(row) < flags.top; ++row)
       ranking.push_back(to_json(result.evaluations[result.ranking[row]]));

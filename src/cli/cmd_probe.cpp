@@ -6,8 +6,17 @@
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "core/json_fields.h"
 #include "core/table.h"
 #include "telemetry/probe.h"
+
+namespace calo::telemetry {
+
+CALO_JSON_FIELDS(ProbeRow, source, device_index, device_kind, metric, group, kind, cost_median_us,
+                 cost_p99_us, cpu_per_read_us, reads, changes, changes_per_s, transients, refresh_ms,
+                 recommended_period_ms, default_period_ms, buffered, errors)
+
+}  // namespace calo::telemetry
 
 namespace calo::cli {
 namespace {
@@ -37,27 +46,7 @@ int run_probe(const ProbeFlags& flags) {
   }
   const auto rows = telemetry::probe_sources(usable, flags.seconds);
   if (flags.json) {
-    nlohmann::json out = nlohmann::json::array();
-    for (const auto& row : rows) {
-      out.push_back({{"source", row.source},
-                     {"device", row.device_index},
-                     {"device_kind", row.device_kind},
-                     {"metric", row.metric},
-                     {"group", row.group},
-                     {"kind", telemetry::metric_kind_name(row.kind)},
-                     {"cost_median_us", row.cost_median_us},
-                     {"cost_p99_us", row.cost_p99_us},
-                     {"cpu_per_read_us", row.cpu_per_read_us},
-                     {"reads", row.reads},
-                     {"changes", row.changes},
-                     {"changes_per_s", row.changes_per_s},
-                     {"transients", row.transients},
-                     {"refresh_ms", row.refresh_ms},
-                     {"recommended_period_ms", row.recommended_period_ms},
-                     {"default_period_ms", row.default_period_ms},
-                     {"errors", row.errors}});
-    }
-    print_json(out);
+    print_json(rows);
     return 0;
   }
   core::TextTable table({"source", "dev", "metric", "group", "cost p50", "cost p99", "cpu/read", "reads",

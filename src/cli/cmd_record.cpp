@@ -75,53 +75,7 @@ int run_record(const RecordFlags& flags) {
   }
   const telemetry::RecordResult result = telemetry::record(options);
   fmt::print(stderr, "{}", result.summary_text);
-  if (flags.json) {
-    nlohmann::json out = {{"exit_code", result.exit_code},
-                          {"run_dir", result.run_dir.string()},
-                          {"duration_s", result.duration_s},
-                          {"samples_dropped", result.samples_dropped},
-                          {"notes", result.notes}};
-    for (const auto& device : result.devices) {
-      out["devices"].push_back({{"label", device.label},
-                                {"name", device.name},
-                                {"energy_j", device.energy_j},
-                                {"mean_power_w", device.mean_power_w},
-                                {"peak_power_w", device.peak_power_w},
-                                {"peak_temp_c", device.peak_temp_c},
-                                {"throttle_power_cap_s", device.throttle_power_cap_s},
-                                {"throttle_sw_thermal_s", device.throttle_sw_thermal_s},
-                                {"throttle_hw_thermal_s", device.throttle_hw_thermal_s},
-                                {"throttle_power_brake_s", device.throttle_power_brake_s},
-                                {"samples", device.samples}});
-    }
-    for (const auto& steps : result.steps) {
-      out["steps"].push_back({{"rank", steps.rank},
-                              {"steps", steps.steps},
-                              {"mean_ms", steps.mean_ms},
-                              {"median_ms", steps.median_ms},
-                              {"p90_ms", steps.p90_ms},
-                              {"min_ms", steps.min_ms},
-                              {"max_ms", steps.max_ms}});
-    }
-    for (const auto& loop : result.loops) {
-      out["sampler"].push_back({{"source", loop.source},
-                                {"group", loop.group},
-                                {"samples", loop.samples},
-                                {"late", loop.late},
-                                {"missed", loop.missed},
-                                {"read_errors", loop.read_errors},
-                                {"jitter_p50_ns", loop.jitter_p50_ns},
-                                {"jitter_p99_ns", loop.jitter_p99_ns},
-                                {"jitter_max_ns", loop.jitter_max_ns},
-                                {"cpu_ns", loop.cpu_ns},
-                                {"read_ns_total", loop.read_ns_total}});
-    }
-    out["jitter"] = {
-        {"wakeups", result.jitter.wakeups},       {"p50_ns", result.jitter.p50_ns},
-        {"p99_ns", result.jitter.p99_ns},         {"max_ns", result.jitter.max_ns},
-        {"worst_loop", result.jitter.worst_loop}, {"worst_loop_p99_ns", result.jitter.worst_loop_p99_ns}};
-    print_json(out);
-  }
+  if (flags.json) print_json(telemetry::to_json(result));
   return result.exit_code;
 }
 

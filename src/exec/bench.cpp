@@ -13,6 +13,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/json_fields.h"
 #include "core/table.h"
 #include "core/time.h"
 #include "exec/backend.h"
@@ -29,6 +30,11 @@
 #include "store/summary.h"
 
 namespace calo::exec {
+
+CALO_JSON_FIELDS(CheckReport, ops_checked, values_checked, wrong, first_failures)
+CALO_JSON_FIELDS(DeviceDescription, backend, name, uuid, pci_bus, local_index, memory_bytes, peak_flops,
+                 peak_flops_source, gemm_dtype, attention_impl)
+
 namespace {
 
 using core::json_number;
@@ -90,21 +96,8 @@ nlohmann::json rank_json(int rank, const std::vector<StepTiming>& steps, const E
   data["executed"] = std::vector<std::int64_t>(executed.begin(), executed.end());
   data["expected_per_step"] = std::vector<std::int64_t>(expected.begin(), expected.end());
   data["cross_stream_waits"] = executor.cross_stream_waits();
-  const CheckReport check = backend.check_report();
-  data["check"] = {{"ops_checked", check.ops_checked},
-                   {"values_checked", check.values_checked},
-                   {"wrong", check.wrong},
-                   {"first_failures", check.first_failures}};
-  const DeviceDescription& device = backend.device();
-  data["device"] = {{"backend", device.backend},
-                    {"name", device.name},
-                    {"local_index", device.local_index},
-                    {"memory_bytes", device.memory_bytes},
-                    {"peak_flops", device.peak_flops},
-                    {"peak_flops_source", device.peak_flops_source},
-                    {"gemm_dtype", device.gemm_dtype},
-                    {"pci_bus", device.pci_bus},
-                    {"attention_impl", device.attention_impl}};
+  data["check"] = backend.check_report();
+  data["device"] = backend.device();
   data["allocated_bytes"] = backend.allocated_bytes();
   return data;
 }

@@ -4,6 +4,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/json_fields.h"
 
 namespace calo::model {
 namespace {
@@ -117,25 +118,24 @@ ModelSpec load_model(const std::string& name_or_path) {
   return parse_model_spec(object, name_or_path);
 }
 
+namespace {
+
+/// The members written as they are; to_json adds the derived and named ones.
+CALO_JSON_WRITER(write_plain_fields, ModelSpec, name, num_layers, hidden_size, ffn_hidden_size,
+                 num_attention_heads, num_kv_heads, head_dim, vocab_size, seq_length, tied_embeddings,
+                 linear_bias, num_experts, moe_top_k, dropout)
+
+}  // namespace
+
 nlohmann::json to_json(const ModelSpec& spec) {
-  return {{"name", spec.name},
-          {"num_layers", spec.num_layers},
-          {"hidden_size", spec.hidden_size},
-          {"ffn_hidden_size", spec.ffn_hidden_size},
-          {"num_attention_heads", spec.num_attention_heads},
-          {"num_kv_heads", spec.num_kv_heads},
-          {"head_dim", spec.head_dim},
-          {"vocab_size", spec.vocab_size},
-          {"seq_length", spec.seq_length},
-          {"activation", spec.activation == Activation::kGelu ? "gelu" : "swiglu"},
-          {"norm", spec.norm == NormKind::kLayerNorm ? "layernorm" : "rmsnorm"},
-          {"position_embedding", spec.position_embedding == PositionEmbedding::kLearned ? "learned" : "rope"},
-          {"tied_embeddings", spec.tied_embeddings},
-          {"linear_bias", spec.linear_bias},
-          {"num_experts", spec.num_experts},
-          {"moe_top_k", spec.moe_top_k},
-          {"dropout", spec.dropout},
-          {"dtype", spec.bytes_dtype}};
+  nlohmann::json json;
+  write_plain_fields(json, spec);
+  json.update(
+      {{"activation", spec.activation == Activation::kGelu ? "gelu" : "swiglu"},
+       {"norm", spec.norm == NormKind::kLayerNorm ? "layernorm" : "rmsnorm"},
+       {"position_embedding", spec.position_embedding == PositionEmbedding::kLearned ? "learned" : "rope"},
+       {"dtype", spec.bytes_dtype}});
+  return json;
 }
 
 ModelSpec slice_model(const ModelSpec& model, int layers) {

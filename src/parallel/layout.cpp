@@ -5,6 +5,7 @@
 
 #include "core/enum_names.h"
 #include "core/error.h"
+#include "core/json_fields.h"
 
 namespace calo::parallel {
 
@@ -22,14 +23,25 @@ Schedule parse_schedule(const std::string& text) {
   throw InputError("--schedule: '" + text + "' is not a schedule; use gpipe, 1f1b or interleaved");
 }
 
+namespace {
+
+/// The enumerator named `text` in `names`, else InputError "WHAT: 'TEXT' is not " + `choices`.
+template <typename Enum, std::size_t N>
+Enum parse_named(const std::string& text, const std::array<const char*, N>& names, const std::string& what,
+                 const char* choices) {
+  if (const auto value = core::enum_value<Enum>(text, names)) return *value;
+  throw InputError(what + ": '" + text + "' is not " + choices);
+}
+
+}  // namespace
+
 constexpr std::array kAttentionNames{"fused", "unfused"};
 constexpr std::array kTrainerNames{"default", "pytorch", "torchtitan"};
 
 AttentionImpl parse_attention(const std::string& text, const std::string& what) {
-  if (const auto value = core::enum_value<AttentionImpl>(text, kAttentionNames)) return *value;
-  throw InputError(what + ": '" + text +
-                   "' is not an attention implementation; use fused (flash-style kernel) or unfused (GEMM + "
-                   "softmax + GEMM)");
+  return parse_named<AttentionImpl>(
+      text, kAttentionNames, what,
+      "an attention implementation; use fused (flash-style kernel) or unfused (GEMM + softmax + GEMM)");
 }
 
 std::string to_string(AttentionImpl attention) {
@@ -37,10 +49,9 @@ std::string to_string(AttentionImpl attention) {
 }
 
 Trainer parse_trainer(const std::string& text, const std::string& what) {
-  if (const auto value = core::enum_value<Trainer>(text, kTrainerNames)) return *value;
-  throw InputError(what + ": '" + text +
-                   "' is not a trainer; use default (bf16 gradients), pytorch (fp32 master gradient, plain "
-                   "cross-entropy) or torchtitan (FSDP2 or DDP mixed precision, fp32 parameters)");
+  return parse_named<Trainer>(text, kTrainerNames, what,
+                              "a trainer; use default (bf16 gradients), pytorch (fp32 master gradient, plain "
+                              "cross-entropy) or torchtitan (FSDP2 or DDP mixed precision, fp32 parameters)");
 }
 
 std::string to_string(Trainer trainer) {
@@ -73,32 +84,25 @@ std::string to_string(Schedule schedule) {
   return core::enum_name(schedule, kScheduleNames);
 }
 
+namespace {
+
+/// The members written as they are; to_json adds the derived and named ones.
+CALO_JSON_WRITER(write_plain_fields, Layout, tp, cp, pp, dp, ep, sequence_parallel, zero_stage,
+                 fsdp_shard_size, reshard_after_forward, micro_batch, global_batch, seq_length,
+                 overlap_tp_comm, overlap_grad_reduce, overlap_param_gather, virtual_stages, layers_per_stage,
+                 stage_gpus, pipeline_scatter_gather)
+
+}  // namespace
+
 nlohmann::json to_json(const Layout& layout) {
-  nlohmann::json json = {{"tp", layout.tp},
-                         {"cp", layout.cp},
-                         {"cp_comm", to_string(layout.cp_comm)},
-                         {"pp", layout.pp},
-                         {"dp", layout.dp},
-                         {"ep", layout.ep},
-                         {"world_size", layout.world_size()},
-                         {"sequence_parallel", layout.sequence_parallel},
-                         {"zero_stage", layout.zero_stage},
-                         {"fsdp_shard_size", layout.fsdp_shard_size},
-                         {"reshard_after_forward", layout.reshard_after_forward},
-                         {"micro_batch", layout.micro_batch},
-                         {"global_batch", layout.global_batch},
-                         {"num_microbatches", layout.global_batch > 0 ? layout.num_microbatches() : 0},
-                         {"seq_length", layout.seq_length},
-                         {"recompute", to_string(layout.recompute)},
-                         {"overlap_tp_comm", layout.overlap_tp_comm},
-                         {"overlap_grad_reduce", layout.overlap_grad_reduce},
-                         {"overlap_param_gather", layout.overlap_param_gather},
-                         {"schedule", to_string(layout.schedule)},
-                         {"virtual_stages", layout.virtual_stages},
-                         {"layers_per_stage", layout.layers_per_stage},
-                         {"stage_gpus", layout.stage_gpus},
-                         {"attention", to_string(layout.attention)},
-                         {"pipeline_scatter_gather", layout.pipeline_scatter_gather}};
+  nlohmann::json json;
+  write_plain_fields(json, layout);
+  json.update({{"cp_comm", to_string(layout.cp_comm)},
+               {"world_size", layout.world_size()},
+               {"num_microbatches", layout.global_batch > 0 ? layout.num_microbatches() : 0},
+               {"recompute", to_string(layout.recompute)},
+               {"schedule", to_string(layout.schedule)},
+               {"attention", to_string(layout.attention)}});
   // Written only when not the default, so runs stored before the key existed compare equal to new ones.
   if (layout.trainer != Trainer::kDefault) json["trainer"] = to_string(layout.trainer);
   return json;

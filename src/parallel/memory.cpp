@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/json_fields.h"
 #include "core/table.h"
 #include "model/accounting.h"
 #include "parallel/schedule.h"
@@ -375,17 +376,21 @@ std::string describe_terms(const MemoryBreakdown& memory) {
   return text;
 }
 
+namespace {
+
+/// The members written as they are; to_json adds the derived and named ones.
+CALO_JSON_WRITER(write_plain_fields, MemoryBreakdown, weights_bytes, gradients_bytes, optimizer_bytes,
+                 activations_bytes, temporaries_bytes, stage, inflight_microbatches)
+
+}  // namespace
+
 nlohmann::json to_json(const MemoryBreakdown& memory) {
-  return {{"weights_bytes", memory.weights_bytes},
-          {"gradients_bytes", memory.gradients_bytes},
-          {"optimizer_bytes", memory.optimizer_bytes},
-          {"activations_bytes", memory.activations_bytes},
-          {"temporaries_bytes", memory.temporaries_bytes},
-          {"total_bytes", memory.total_bytes()},
-          {"stage", memory.stage},
-          {"inflight_microbatches", memory.inflight_microbatches},
-          {"trainer", to_string(memory.trainer)},
-          {"peak_at", memory.at_backward_end ? "backward_end" : "forward_end"}};
+  nlohmann::json json;
+  write_plain_fields(json, memory);
+  json.update({{"total_bytes", memory.total_bytes()},
+               {"trainer", to_string(memory.trainer)},
+               {"peak_at", memory.at_backward_end ? "backward_end" : "forward_end"}});
+  return json;
 }
 
 nlohmann::json to_json(const MemoryBreakdown& memory, double device_bytes) {

@@ -8,6 +8,7 @@
 #include "core/config.h"
 #include "core/enum_names.h"
 #include "core/error.h"
+#include "core/json_fields.h"
 
 namespace calo::sim {
 
@@ -402,14 +403,32 @@ nlohmann::json to_json(const CollectiveLine& line) {
   return json;
 }
 
+CALO_JSON_FIELDS(ThermalSpec, r_die_k_per_w, r_sink_k_per_w, tau_die_s, tau_sink_s, slowdown_c,
+                 slowdown_mhz_per_c, hw_slowdown_c, leakage_w_per_c, leakage_ref_c, cooling_cut_max,
+                 cooling_start_c, cooling_span_c, cooling_tau_s)
+
+namespace {
+
+/// The members written as they are; efficiency_json adds the kernel overhead in microseconds.
+CALO_JSON_WRITER(write_plain_fields, ComputeEfficiency, gemm_max, gemm_half_dim, attention_max,
+                 attention_half_seq, attention_half_rows, attention_backward_fraction, memory_max,
+                 memory_half_bytes, op_time_scale)
+
+nlohmann::json efficiency_json(const ComputeEfficiency& efficiency) {
+  nlohmann::json json;
+  write_plain_fields(json, efficiency);
+  json["kernel_overhead_us"] = efficiency.kernel_overhead_s / kMicro;
+  return json;
+}
+
+}  // namespace
+
 nlohmann::json to_json(const ClusterSpec& cluster) {
   const GpuSpec& gpu = cluster.gpu;
   nlohmann::json power = nlohmann::json::object();
   for (int index = 0; index < kNumPowerClasses; ++index) {
     power[to_string(PowerClass(index))] = gpu.active_power_w[index];
   }
-  const auto& eff = gpu.efficiency;
-  const auto& thermal = gpu.thermal;
   nlohmann::json json = {
       {"name", cluster.name},
       {"description", cluster.description},
@@ -428,31 +447,8 @@ nlohmann::json to_json(const ClusterSpec& cluster) {
         {"clock_step_mhz", gpu.clock_step_mhz},
         {"clock_power_exponent", gpu.clock_power_exponent},
         {"active_power_w", power},
-        {"efficiency",
-         {{"gemm_max", eff.gemm_max},
-          {"gemm_half_dim", eff.gemm_half_dim},
-          {"attention_max", eff.attention_max},
-          {"attention_half_seq", eff.attention_half_seq},
-          {"attention_half_rows", eff.attention_half_rows},
-          {"attention_backward_fraction", eff.attention_backward_fraction},
-          {"memory_max", eff.memory_max},
-          {"memory_half_bytes", eff.memory_half_bytes},
-          {"kernel_overhead_us", eff.kernel_overhead_s / kMicro},
-          {"op_time_scale", eff.op_time_scale}}},
-        {"thermal",
-         {{"r_die_k_per_w", thermal.r_die_k_per_w},
-          {"r_sink_k_per_w", thermal.r_sink_k_per_w},
-          {"tau_die_s", thermal.tau_die_s},
-          {"tau_sink_s", thermal.tau_sink_s},
-          {"slowdown_c", thermal.slowdown_c},
-          {"slowdown_mhz_per_c", thermal.slowdown_mhz_per_c},
-          {"hw_slowdown_c", thermal.hw_slowdown_c},
-          {"leakage_w_per_c", thermal.leakage_w_per_c},
-          {"leakage_ref_c", thermal.leakage_ref_c},
-          {"cooling_cut_max", thermal.cooling_cut_max},
-          {"cooling_start_c", thermal.cooling_start_c},
-          {"cooling_span_c", thermal.cooling_span_c},
-          {"cooling_tau_s", thermal.cooling_tau_s}}},
+        {"efficiency", efficiency_json(gpu.efficiency)},
+        {"thermal", gpu.thermal},
         {"power_control",
          {{"response_ms", gpu.power_control.response_s * 1e3},
           {"sample_window_ms", gpu.power_control.sample_window_s * 1e3},

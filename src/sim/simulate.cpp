@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/json_fields.h"
 #include "sim/placement.h"
 #include "sim/power_dynamics.h"
 
@@ -442,7 +443,7 @@ void account_step(const ClusterSpec& cluster, const SimOptions& options, const S
     GpuResult& out = result.gpus[rank];
     out.energy_j += energy_j;
     out.peak_power_w = std::max(out.peak_power_w, trace.peak_w);
-    out.swing_w = std::max(out.swing_w, trace.swing_w);
+    out.power_swing_100ms_w = std::max(out.power_swing_100ms_w, trace.swing_w);
     out.min_clock_mhz = std::min(out.min_clock_mhz, state.clock_mhz);
     out.busy_s += trace.busy_s;
     const bool thermal_bound = state.thermal_limit_mhz < std::min(gpu.max_sm_mhz, state.max_clock_mhz) &&
@@ -543,6 +544,13 @@ SimResult simulate(const graph::Graph& graph, const ClusterSpec& cluster, const 
   return result;
 }
 
+CALO_JSON_FIELDS(StepResult, iteration_s, energy_j, mean_power_w, max_power_w, peak_power_w, min_die_c,
+                 mean_die_c, max_die_c, min_clock_mhz, mean_clock_mhz, throttled_gpus, replica_classes,
+                 entities, reused)
+CALO_JSON_FIELDS(GpuResult, rank, node, slot, stage, power_limit_w, energy_j, mean_power_w, peak_power_w,
+                 power_swing_100ms_w, max_die_c, final_die_c, min_clock_mhz, throttle_power_cap_s,
+                 throttle_thermal_s, busy_s)
+
 nlohmann::json to_json(const SimResult& result, bool per_gpu) {
   nlohmann::json exposed = nlohmann::json::object();
   nlohmann::json transfer = nlohmann::json::object();
@@ -554,29 +562,12 @@ nlohmann::json to_json(const SimResult& result, bool per_gpu) {
   double swing = 0;
   for (const GpuResult& out : result.gpus) {
     energy_j += out.energy_j;
-    swing = std::max(swing, out.swing_w);
+    swing = std::max(swing, out.power_swing_100ms_w);
     mean_power += out.mean_power_w / result.world;
     peak_power = std::max(peak_power, out.peak_power_w);
     max_die = std::max(max_die, out.max_die_c);
     throttle_cap += out.throttle_power_cap_s / result.world;
     throttle_thermal += out.throttle_thermal_s / result.world;
-  }
-  nlohmann::json steps = nlohmann::json::array();
-  for (const StepResult& step : result.step_results) {
-    steps.push_back({{"iteration_s", step.iteration_s},
-                     {"energy_j", step.energy_j},
-                     {"mean_power_w", step.mean_power_w},
-                     {"max_power_w", step.max_power_w},
-                     {"peak_power_w", step.peak_power_w},
-                     {"min_die_c", step.min_die_c},
-                     {"mean_die_c", step.mean_die_c},
-                     {"max_die_c", step.max_die_c},
-                     {"min_clock_mhz", step.min_clock_mhz},
-                     {"mean_clock_mhz", step.mean_clock_mhz},
-                     {"throttled_gpus", step.throttled_gpus},
-                     {"replica_classes", step.replica_classes},
-                     {"entities", step.entities},
-                     {"reused", step.reused}});
   }
   nlohmann::json json = {
       {"cluster", result.cluster},
@@ -603,7 +594,7 @@ nlohmann::json to_json(const SimResult& result, bool per_gpu) {
       {"exposed_comm_s", exposed},
       {"comm_transfer_s", transfer},
       {"wait_s", result.wait_s},
-      {"per_step", steps},
+      {"per_step", result.step_results},
       {"engine",
        {{"op_events", result.op_events},
         {"power_traces", result.power_traces_computed},
@@ -620,24 +611,9 @@ nlohmann::json to_json(const SimResult& result, bool per_gpu) {
         clock.push_back(result.clock_mhz[index]);
         power.push_back(result.power_w[index]);
       }
-      gpus.push_back({{"rank", out.rank},
-                      {"node", out.node},
-                      {"slot", out.slot},
-                      {"stage", out.stage},
-                      {"power_limit_w", out.power_limit_w},
-                      {"energy_j", out.energy_j},
-                      {"mean_power_w", out.mean_power_w},
-                      {"peak_power_w", out.peak_power_w},
-                      {"power_swing_100ms_w", out.swing_w},
-                      {"max_die_c", out.max_die_c},
-                      {"final_die_c", out.final_die_c},
-                      {"min_clock_mhz", out.min_clock_mhz},
-                      {"throttle_power_cap_s", out.throttle_power_cap_s},
-                      {"throttle_thermal_s", out.throttle_thermal_s},
-                      {"busy_s", out.busy_s},
-                      {"die_c", die},
-                      {"clock_mhz", clock},
-                      {"power_w", power}});
+      nlohmann::json gpu = out;
+      gpu.update({{"die_c", die}, {"clock_mhz", clock}, {"power_w", power}});
+      gpus.push_back(std::move(gpu));
     }
     json["per_gpu"] = gpus;
   }

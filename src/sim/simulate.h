@@ -60,7 +60,7 @@ struct GpuResult {
   double energy_j = 0;              ///< total energy over all steps
   double mean_power_w = 0;          ///< energy / simulated time
   double peak_power_w = 0;          ///< highest power sample (mean over the driver's sample window)
-  double swing_w = 0;               ///< largest (max - min) of the power samples within 100 ms
+  double power_swing_100ms_w = 0;   ///< largest (max - min) of the power samples within 100 ms
   double max_die_c = 0;             ///< hottest die temperature at a step end
   double final_die_c = 0;           ///< die temperature after the last step
   double min_clock_mhz = 0;         ///< lowest SM clock used

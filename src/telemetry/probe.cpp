@@ -38,7 +38,7 @@ double round_down_125(double value_ms) {
 std::map<std::string, std::vector<size_t>> groups_of(const DeviceInfo& device) {
   std::map<std::string, std::vector<size_t>> groups;
   for (size_t metric_index = 0; metric_index < device.metrics.size(); ++metric_index) {
-    groups[device.metrics[metric_index].query_group].push_back(metric_index);
+    groups[device.metrics[metric_index].group].push_back(metric_index);
   }
   return groups;
 }
@@ -54,7 +54,7 @@ std::map<std::string, std::vector<size_t>> sampler_groups_of(const DeviceInfo& d
       return candidate.metric == metric.name && candidate.device_index == device.index;
     });
     const auto cost_ns = row != rows.end() ? static_cast<int64_t>(row->cost_median_us * 1e3) : 0;
-    groups[as_measured(metric, cost_ns).query_group].push_back(metric_index);
+    groups[as_measured(metric, cost_ns).group].push_back(metric_index);
   }
   return groups;
 }

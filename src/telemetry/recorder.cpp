@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_fields.h"
 #include "core/shell.h"
 #include "core/step_warmup.h"
 #include "core/table.h"
@@ -545,6 +546,23 @@ RecordResult record(const RecordOptions& options) {
   writer.finish(ended_ns);
   result.summary_text = format_summary(info.command, result, steps.source());
   return result;
+}
+
+CALO_JSON_FIELDS(StepStats, rank, steps, warmup_steps, mean_ms, median_ms, p90_ms, min_ms, max_ms)
+CALO_JSON_FIELDS(DeviceSummary, device_idx, label, name, energy_j, mean_power_w, peak_power_w,
+                 peak_power_sampled_w, peak_temp_c, throttle_power_cap_s, throttle_sw_thermal_s,
+                 throttle_hw_thermal_s, throttle_power_brake_s, samples)
+CALO_JSON_FIELDS(LoopStats, source, group, wakeups, sleeps, samples, read_errors, late, missed, jitter_p50_ns,
+                 jitter_p99_ns, jitter_max_ns, read_ns_total, cpu_ns, realtime)
+CALO_JSON_FIELDS(JitterSummary, wakeups, p50_ns, p99_ns, max_ns, worst_loop_p99_ns, worst_loop,
+                 worst_loop_wakeups)
+
+nlohmann::json to_json(const RecordResult& result) {
+  return {{"exit_code", result.exit_code},   {"run_dir", result.run_dir.string()},
+          {"duration_s", result.duration_s}, {"samples_dropped", result.samples_dropped},
+          {"notes", result.notes},           {"devices", result.devices},
+          {"steps", result.steps},           {"sampler", result.loops},
+          {"jitter", result.jitter}};
 }
 
 }  // namespace calo::telemetry

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -81,6 +82,10 @@ struct RecordResult {
 /// Runs options.command under recording. Throws InputError for a missing command, an unknown executable or an
 /// unwritable output directory (before starting anything); RuntimeFailure if the child cannot be started.
 RecordResult record(const RecordOptions& options);
+
+/// A recording's result as `calo record --json` prints it: every field of its devices, steps, sampler loops
+/// and jitter (the summary text aside).
+nlohmann::json to_json(const RecordResult& result);
 
 /// Parses "20ms", "1s", "500us", "0.05s", "2m" into ns; throws InputError naming `what` otherwise.
 int64_t parse_duration_ns(const std::string& text, const std::string& what);

@@ -224,7 +224,7 @@ std::vector<ColumnPlan> plan_fixture_columns(const FixtureHeader& header, Record
     info.name = column.metric;
     info.unit = column.unit;
     info.kind = column.kind;
-    info.query_group = "replay";
+    info.group = "replay";
     plan.push_back(
         {value_column, timestamp_column, static_cast<int>(recording.metrics.size()), column.scale});
     recording.metrics.push_back(info);
@@ -365,7 +365,7 @@ Recording load_run_recording(const std::filesystem::path& run_dir) {
     metric.name = stored.name;
     metric.unit = stored.unit;
     metric.kind = from_store_kind(stored.kind);
-    metric.query_group = "replay";
+    metric.group = "replay";
     index_of_metric[stored.id] = static_cast<int32_t>(recording.metrics.size());
     recording.metrics.push_back(metric);
   }

@@ -46,7 +46,7 @@ void align_cpu_following(Tasks& tasks) {
 
 MetricInfo as_measured(MetricInfo metric, int64_t measured_wall_ns) {
   if (measured_wall_ns >= kSlowQueryNs && metric.expected_cost_ns < kSlowQueryNs) {
-    metric.query_group += ".slow";
+    metric.group += ".slow";
     metric.expected_cost_ns = measured_wall_ns;
   }
   return metric;
@@ -54,7 +54,7 @@ MetricInfo as_measured(MetricInfo metric, int64_t measured_wall_ns) {
 
 std::optional<int64_t> PeriodPlan::given_ns(const MetricInfo& metric) const {
   if (auto found = by_metric_ns.find(metric.name); found != by_metric_ns.end()) return found->second;
-  if (auto found = by_group_ns.find(metric.query_group); found != by_group_ns.end()) return found->second;
+  if (auto found = by_group_ns.find(metric.group); found != by_group_ns.end()) return found->second;
   const int64_t override_ns = metric.expected_cost_ns >= kSlowQueryNs ? slow_override_ns : fast_override_ns;
   if (override_ns > 0) return override_ns;
   return std::nullopt;
@@ -203,14 +203,14 @@ Sampler::Sampler(std::vector<Source*> sources, PeriodPlan plan, SamplerSink sink
         const MetricInfo metric = as_measured(metrics[metric_index], cost.wall_ns);
         const int64_t period_ns = plan.period_for(metric, cost.cpu_ns);
         if (period_ns <= 0) continue;  // a period of 0 turns the metric off
-        Loop*& loop = by_group[metric.query_group];
+        Loop*& loop = by_group[metric.group];
         if (loop == nullptr) {
           loops_.push_back(std::make_unique<Loop>());
           loop = loops_.back().get();
           loop->source_position = source_position;
-          loop->group = metric.query_group;
+          loop->group = metric.group;
           loop->stats.source = source->name();
-          loop->stats.group = metric.query_group;
+          loop->stats.group = metric.group;
         }
         loop->tasks.push_back({device_position, metric_index, period_ns, 0, true, false, cost.wall_ns,
                                plan.follows_cpu(metric) ? default_period_of(metric) : 0, cost.cpu_ns});
@@ -623,8 +623,7 @@ std::vector<Sampler::Scheduled> Sampler::schedule() const {
         const auto measured = costs_.find({source.name(), info.name});
         result.push_back({source.name(), loop->group, info.name, task.period_ns, 1,
                           measured != costs_.end() ? measured->second : QueryCost{},
-                          loop->group != info.query_group,
-                          plan_.given_ns(info).value_or(0) > task.period_ns});
+                          loop->group != info.group, plan_.given_ns(info).value_or(0) > task.period_ns});
       }
     }
   }

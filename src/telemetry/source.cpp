@@ -2,6 +2,7 @@
 #include "telemetry/source.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "core/enum_names.h"
 #include "telemetry/amdsmi_source.h"
@@ -14,6 +15,10 @@ constexpr std::array kMetricKindNames{"gauge", "counter", "bitmask"};
 
 std::string_view metric_kind_name(MetricKind kind) {
   return core::enum_name(kind, kMetricKindNames, "gauge");
+}
+
+void to_json(nlohmann::json& json, MetricKind kind) {
+  json = std::string(metric_kind_name(kind));
 }
 
 uint64_t CounterUnwrapper::unwrap(uint64_t raw) {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <span>
 #include <string>
 #include <string_view>
@@ -25,12 +26,15 @@ enum class MetricKind {
 /// "gauge" | "counter" | "bitmask" (the spelling used in the run store's metric table).
 std::string_view metric_kind_name(MetricKind kind);
 
+/// Writes a metric kind into JSON as its name (so structs holding one serialise with CALO_JSON_FIELDS).
+void to_json(nlohmann::json& json, MetricKind kind);
+
 /// One metric a device can read.
 struct MetricInfo {
   std::string name;                      ///< e.g. "power_instant_w" (docs/METRICS.md, DESIGN.md metric names)
   std::string unit;                      ///< e.g. "W", "J", "C", "MHz", "%", "bytes", "s", "mask"
   MetricKind kind = MetricKind::kGauge;  ///< gauge | counter | bitmask
-  std::string query_group;        ///< metrics of one group are read together; groups never share a thread
+  std::string group;              ///< metrics of one group are read together; groups never share a thread
   int64_t default_period_ns = 0;  ///< recommended sampling period (follows the measured sensor refresh)
   int64_t expected_cost_ns = 0;   ///< typical cost of one read, as measured on H200 (0 = unknown)
   bool buffered = false;  ///< the source keeps the history: a read returns every sample since the last one

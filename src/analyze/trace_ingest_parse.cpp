@@ -18,6 +18,14 @@
 namespace calo::analyze::ingest_detail {
 namespace {
 
+/// The character a one-letter JSON escape stands for (\n, \t, ...; \" \\ \/ stand for themselves).
+char unescaped(char escape) {
+  constexpr std::string_view kLetters = "ntrbf";
+  constexpr std::string_view kCharacters = "\n\t\r\b\f";
+  const std::size_t at = kLetters.find(escape);
+  return at == std::string_view::npos ? escape : kCharacters[at];
+}
+
 // Most ranks one job may have (distributedInfo); beyond is a malformed trace, not a job.
 constexpr int64_t kMaxRanks = 1 << 20;
 // Largest time a trace may give (ts, dur, baseTimeNanoseconds): 3e18 ns, Unix time in 2065. With ts >= 0 and
@@ -81,29 +89,11 @@ class Scanner {
       }
       if (pos_ >= end_) fail("unterminated escape");
       char escape = *pos_++;
-      switch (escape) {
-        case 'n':
-          scratch.push_back('\n');
-          break;
-        case 't':
-          scratch.push_back('\t');
-          break;
-        case 'r':
-          scratch.push_back('\r');
-          break;
-        case 'b':
-          scratch.push_back('\b');
-          break;
-        case 'f':
-          scratch.push_back('\f');
-          break;
-        case 'u':
-          append_unicode_escape(scratch);
-          break;
-        default:
-          scratch.push_back(escape);
-          break;  // \" \\ \/
+      if (escape == 'u') {
+        append_unicode_escape(scratch);
+        continue;
       }
+      scratch.push_back(unescaped(escape));
     }
     return scratch;
   }

@@ -26,6 +26,7 @@
 #include "core/time.h"
 #include "exec/cpu_internal.h"
 #include "exec/mpi_env.h"
+#include "exec/op_units.h"
 
 namespace calo::exec {
 namespace cpu {
@@ -207,28 +208,9 @@ double read_host_memory_bytes() {
   return pages > 0 && page_size > 0 ? static_cast<double>(pages) * static_cast<double>(page_size) : 0.0;
 }
 
-/// The unit of each op kind, in graph::OpKind order (send and recv share one).
-constexpr std::array<std::pair<OpKind, const CpuOpUnit*>, graph::kNumOpKinds> kUnits = {{
-    {OpKind::kGemm, &cpu::kGemmUnit},
-    {OpKind::kAttention, &cpu::kAttentionUnit},
-    {OpKind::kElementwise, &cpu::kElementwiseUnit},
-    {OpKind::kCollective, &cpu::kCollectiveUnit},
-    {OpKind::kSend, &cpu::kPointToPointUnit},
-    {OpKind::kRecv, &cpu::kPointToPointUnit},
-    {OpKind::kOptimizer, &cpu::kOptimizerUnit},
-}};
-
-constexpr bool units_in_kind_order() {
-  for (size_t kind = 0; kind < kUnits.size(); ++kind)
-    if (static_cast<size_t>(kUnits[kind].first) != kind) return false;
-  return true;
-}
-static_assert(units_in_kind_order(), "kUnits[kind] must hold the unit of kind");
-
-/// The unit that prepares, runs and verifies ops of `kind`.
-const CpuOpUnit& unit_of(OpKind kind) {
-  return *kUnits[static_cast<size_t>(kind)].second;
-}
+/// The unit of each op kind.
+constexpr OpUnits<CpuOpUnit> kUnits(cpu::kGemmUnit, cpu::kAttentionUnit, cpu::kElementwiseUnit,
+                                    cpu::kCollectiveUnit, cpu::kPointToPointUnit, cpu::kOptimizerUnit);
 
 class CpuBackend final : public Backend {
  public:
@@ -318,14 +300,7 @@ class CpuBackend final : public Backend {
 
   std::unique_ptr<PreparedOp> prepare(const graph::RankOp& rank_op, int op_index) override {
     if (context_.graph == nullptr) throw std::logic_error("CpuBackend::prepare before connect");
-    auto prepared = std::make_unique<CpuOp>();
-    prepared->rank_op = rank_op;
-    prepared->index = op_index;
-    prepared->unit = &unit_of(rank_op.op.kind);
-    const std::uint64_t seed = context_.config.seed ^ (static_cast<std::uint64_t>(context_.rank) << 40) ^
-                               static_cast<std::uint64_t>(op_index);
-    prepared->unit->prepare(context_, *prepared, seed);
-    return prepared;
+    return kUnits.prepare<CpuOp>(context_, rank_op, op_index);
   }
 
   void launch(PreparedOp& op, Stream& stream) override {

@@ -96,12 +96,9 @@ void verify_softmax(CpuContext& context, CpuOp& prepared) {
   context.checks.add(2, wrong, failure);
 }
 
-void run_elementwise(CpuContext& context, CpuOp& prepared) {
+/// Norm, activation and the other pointwise kinds (the softmax has its own run_softmax).
+void run_pointwise(CpuContext& context, CpuOp& prepared) {
   const auto kind = prepared.rank_op.op.elementwise;
-  if (kind == graph::ElementwiseKind::kSoftmax) {
-    run_softmax(context, prepared);
-    return;
-  }
   const float* in = prepared.buffers[0]->data();
   float* out = prepared.buffers[1]->data();
   const std::int64_t count = prepared.elements;
@@ -122,12 +119,8 @@ void run_elementwise(CpuContext& context, CpuOp& prepared) {
 }
 
 /// --check: the first, middle and last value recomputed in double (the softmax: see verify_softmax).
-void verify_elementwise(CpuContext& context, CpuOp& prepared) {
+void verify_pointwise(CpuContext& context, CpuOp& prepared) {
   const auto kind = prepared.rank_op.op.elementwise;
-  if (kind == graph::ElementwiseKind::kSoftmax) {
-    verify_softmax(context, prepared);
-    return;
-  }
   const float* in = prepared.buffers[0]->data();
   const float* out = prepared.buffers[1]->data();
   const std::int64_t count = prepared.elements;
@@ -162,8 +155,16 @@ void verify_elementwise(CpuContext& context, CpuOp& prepared) {
   context.checks.add(3, wrong, failure);
 }
 
+/// Calls `softmax` for a softmax op and `pointwise` for every other elementwise kind.
+template <void (*softmax)(CpuContext&, CpuOp&), void (*pointwise)(CpuContext&, CpuOp&)>
+void by_elementwise_kind(CpuContext& context, CpuOp& prepared) {
+  const bool is_softmax = prepared.rank_op.op.elementwise == graph::ElementwiseKind::kSoftmax;
+  (is_softmax ? softmax : pointwise)(context, prepared);
+}
+
 }  // namespace
 
-const CpuOpUnit kElementwiseUnit = {prepare_elementwise, run_elementwise, verify_elementwise};
+const CpuOpUnit kElementwiseUnit = {prepare_elementwise, by_elementwise_kind<run_softmax, run_pointwise>,
+                                    by_elementwise_kind<verify_softmax, verify_pointwise>};
 
 }  // namespace calo::exec::cpu

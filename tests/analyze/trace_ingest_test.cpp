@@ -250,12 +250,12 @@ TEST(TraceIngest, GzipBytesInMemoryIncludingConcatenatedMembers) {
 
 TEST(TraceIngest, EscapesArrayFormAndTrailingComma) {
   std::string text =
-      R"([{"ph": "X", "cat": "kernel", "name": "gemm_\"q\"\u00e9", "pid": 0, "tid": 3, "ts": 5, "dur": 2.5},)"
+      R"([{"ph": "X", "cat": "kernel", "name": "gemm_\"q\"\u00e9\n\t\r\b\f\/\\", "pid": 0, "tid": 3, "ts": 5, "dur": 2.5},)"
       R"( {"ph": "X", "cat": "Kernel", "name": "elementwise_kernel", "pid": 0, "tid": 3, "ts": 8, "dur": 1e0},])";
   TraceData data;
   parse_kineto_json(text.data(), text.size(), "array.json", 3, data);
   ASSERT_EQ(data.kernels.size(), 2u);
-  EXPECT_EQ(data.names[static_cast<std::size_t>(data.kernels[0].name_id)], "gemm_\"q\"\xc3\xa9");
+  EXPECT_EQ(data.names[static_cast<std::size_t>(data.kernels[0].name_id)], "gemm_\"q\"\xc3\xa9\n\t\r\b\f/\\");
   EXPECT_EQ(data.kernels[0].category, KernelCategory::kGemm);
   EXPECT_EQ(data.kernels[0].t_end_ns - data.kernels[0].t_begin_ns, 2500);
   EXPECT_EQ(data.kernels[1].t_begin_ns, 3000);

@@ -70,6 +70,24 @@ __device__ __forceinline__ float block_max(float value, float* shared32) {
   for (int index = 0; index < warps; ++index) result = fmaxf(result, shared32[index]);
   return result;
 }
+
+/// Softmax statistics of one row, block-wide: its largest value and the sum of exp(value - largest).
+struct RowSoftmax {
+  float max_value;  ///< largest of the row's values
+  float sum;        ///< sum over the row of exp(value - max_value)
+};
+
+/// The softmax statistics of `row`'s first `width` values, one block per row (same rules as block_sum).
+__device__ __forceinline__ RowSoftmax row_softmax(const bf16* row, std::int64_t width, float* shared32) {
+  float max_value = -INFINITY;
+  for (std::int64_t col = threadIdx.x; col < width; col += blockDim.x)
+    max_value = fmaxf(max_value, __bfloat162float(row[col]));
+  max_value = block_max(max_value, shared32);
+  float sum = 0.0f;
+  for (std::int64_t col = threadIdx.x; col < width; col += blockDim.x)
+    sum += __expf(__bfloat162float(row[col]) - max_value);
+  return {max_value, block_sum(sum, shared32)};
+}
 #endif
 
 }  // namespace calo::exec::cuda

@@ -25,6 +25,7 @@
 #include "exec/cuda/cuda_holds.h"
 #include "exec/cuda/cuda_internal.h"
 #include "exec/cuda/init.cuh"
+#include "exec/op_units.h"
 
 namespace calo::exec {
 namespace cuda {
@@ -141,28 +142,9 @@ using cuda::CudaStream;
 using cuda::StreamHandle;
 using graph::OpKind;
 
-/// The op unit of every graph::OpKind, in the enum's order (one file per unit, see cuda_internal.h).
-constexpr std::array<std::pair<OpKind, const CudaOpUnit*>, graph::kNumOpKinds> kOpUnits = {{
-    {OpKind::kGemm, &cuda::kGemmUnit},
-    {OpKind::kAttention, &cuda::kAttentionUnit},
-    {OpKind::kElementwise, &cuda::kElementwiseUnit},
-    {OpKind::kCollective, &cuda::kCollectiveUnit},
-    {OpKind::kSend, &cuda::kPointToPointUnit},
-    {OpKind::kRecv, &cuda::kPointToPointUnit},
-    {OpKind::kOptimizer, &cuda::kOptimizerUnit},
-}};
-
-constexpr bool op_units_in_kind_order() {
-  for (size_t at = 0; at < kOpUnits.size(); ++at)
-    if (static_cast<size_t>(kOpUnits[at].first) != at) return false;
-  return true;
-}
-static_assert(op_units_in_kind_order(), "kOpUnits must list every graph::OpKind in the enum's order");
-
-/// The unit that prepares, runs and verifies ops of `kind`.
-const CudaOpUnit& op_unit(OpKind kind) {
-  return *kOpUnits[static_cast<size_t>(kind)].second;
-}
+/// The op unit of every graph::OpKind (one file per unit, see cuda_internal.h).
+constexpr OpUnits<CudaOpUnit> kOpUnits(cuda::kGemmUnit, cuda::kAttentionUnit, cuda::kElementwiseUnit,
+                                       cuda::kCollectiveUnit, cuda::kPointToPointUnit, cuda::kOptimizerUnit);
 
 std::string pci_bus_of(int device) {
   char bus[64] = {};
@@ -298,13 +280,7 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<PreparedOp> prepare(const graph::RankOp& rank_op, int op_index) override {
     if (context_.graph == nullptr) throw std::logic_error("CudaBackend::prepare before connect");
-    auto prepared = std::make_unique<CudaOp>();
-    prepared->rank_op = rank_op;
-    prepared->index = op_index;
-    prepared->unit = &op_unit(rank_op.op.kind);
-    const std::uint64_t seed = context_.config.seed ^ (static_cast<std::uint64_t>(context_.rank) << 40) ^
-                               static_cast<std::uint64_t>(op_index);
-    prepared->unit->prepare(context_, *prepared, seed);
+    auto prepared = kOpUnits.prepare<CudaOp>(context_, rank_op, op_index);
     CALO_CUDA(cudaStreamSynchronize(context_.init_stream));
     return prepared;
   }

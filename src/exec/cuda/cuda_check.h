@@ -20,26 +20,18 @@ void set_cuda_error_rank(int rank);
 
 }  // namespace calo::exec::cuda
 
+/// Checks a call returning a status of type `Status`: anything but `ok` goes to `thrower` with the call's
+/// text.
+#define CALO_CHECK_STATUS(call, Status, ok, thrower)                                                \
+  do {                                                                                              \
+    const Status calo_status_ = (call);                                                             \
+    if (calo_status_ != (ok)) ::calo::exec::cuda::thrower(calo_status_, #call, __FILE__, __LINE__); \
+  } while (false)
 /// Checks a CUDA runtime call.
-#define CALO_CUDA(call)                                                              \
-  do {                                                                               \
-    const cudaError_t calo_status_ = (call);                                         \
-    if (calo_status_ != cudaSuccess)                                                 \
-      ::calo::exec::cuda::throw_cuda_error(calo_status_, #call, __FILE__, __LINE__); \
-  } while (false)
+#define CALO_CUDA(call) CALO_CHECK_STATUS(call, cudaError_t, cudaSuccess, throw_cuda_error)
 /// Checks a cuBLAS / cuBLASLt call.
-#define CALO_CUBLAS(call)                                                              \
-  do {                                                                                 \
-    const cublasStatus_t calo_status_ = (call);                                        \
-    if (calo_status_ != CUBLAS_STATUS_SUCCESS)                                         \
-      ::calo::exec::cuda::throw_cublas_error(calo_status_, #call, __FILE__, __LINE__); \
-  } while (false)
+#define CALO_CUBLAS(call) CALO_CHECK_STATUS(call, cublasStatus_t, CUBLAS_STATUS_SUCCESS, throw_cublas_error)
 /// Checks an NCCL call.
-#define CALO_NCCL(call)                                                              \
-  do {                                                                               \
-    const ncclResult_t calo_status_ = (call);                                        \
-    if (calo_status_ != ncclSuccess)                                                 \
-      ::calo::exec::cuda::throw_nccl_error(calo_status_, #call, __FILE__, __LINE__); \
-  } while (false)
+#define CALO_NCCL(call) CALO_CHECK_STATUS(call, ncclResult_t, ncclSuccess, throw_nccl_error)
 /// Checks the last kernel launch.
 #define CALO_CUDA_LAUNCH() CALO_CUDA(cudaGetLastError())

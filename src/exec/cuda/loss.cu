@@ -9,14 +9,7 @@ __global__ void cross_entropy_kernel(const bf16* logits, const std::int32_t* tar
   __shared__ float shared32[32];
   const bf16* row = logits + blockIdx.x * width;
   bf16* row_grad = grad + blockIdx.x * width;
-  float max_value = -INFINITY;
-  for (std::int64_t col = threadIdx.x; col < width; col += blockDim.x)
-    max_value = fmaxf(max_value, __bfloat162float(row[col]));
-  max_value = block_max(max_value, shared32);
-  float sum = 0.0f;
-  for (std::int64_t col = threadIdx.x; col < width; col += blockDim.x)
-    sum += __expf(__bfloat162float(row[col]) - max_value);
-  sum = block_sum(sum, shared32);
+  const auto [max_value, sum] = row_softmax(row, width, shared32);
   const std::int64_t target = targets[blockIdx.x] % width;
   const float inverse = 1.0f / sum;
   for (std::int64_t col = threadIdx.x; col < width; col += blockDim.x) {

@@ -15,14 +15,8 @@ __global__ void causal_softmax_kernel(bf16* scores, ScoreBlock block) {
   const std::int64_t row = blockIdx.x % block.rows;
   bf16* values = scores + matrix * block.batch_stride + row * block.ld;
   const std::int64_t visible = visible_columns(block, row);
-  float max_value = -INFINITY;
-  for (std::int64_t col = threadIdx.x; col < visible; col += blockDim.x)
-    max_value = fmaxf(max_value, __bfloat162float(values[col]));
-  max_value = block_max(max_value, shared32);
-  float sum = 0.0f;
-  for (std::int64_t col = threadIdx.x; col < visible; col += blockDim.x)
-    sum += __expf(__bfloat162float(values[col]) - max_value);
-  const float inverse = 1.0f / block_sum(sum, shared32);
+  const auto [max_value, sum] = row_softmax(values, visible, shared32);
+  const float inverse = 1.0f / sum;
   for (std::int64_t col = threadIdx.x; col < block.columns; col += blockDim.x) {
     const float probability =
         col < visible ? __expf(__bfloat162float(values[col]) - max_value) * inverse : 0.0f;

@@ -1,5 +1,6 @@
 // Entry point of `calo`: builds the subcommands from the registry, parses, runs, maps errors to exit codes.
 #include <fmt/format.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <iostream>
@@ -24,10 +25,22 @@ void print_json(const nlohmann::json& json) {
   std::cout << json.dump(2) << "\n";
 }
 
+/// Keeps freed blocks of up to 32 MiB in the heap for the next allocation. By default glibc maps each block
+/// over 128 KiB-32 MiB afresh and unmaps it when freed, so every graph the planner builds (thousands, 1-30
+/// MiB of ops each) faulted its pages in zeroed: 9 of the 84 CPU seconds of a Mixtral-8x7B plan on 64 GPUs
+/// were the kernel's (docs/BENCHMARKS.md, "Planner: layout search speed").
+void keep_freed_blocks_for_reuse() {
+  constexpr int kLargestHeapBlockBytes = 32 << 20;  // glibc's ceiling for M_MMAP_THRESHOLD on 64-bit
+  constexpr int kKeptFreeBytes = 256 << 20;
+  mallopt(M_MMAP_THRESHOLD, kLargestHeapBlockBytes);
+  mallopt(M_TRIM_THRESHOLD, kKeptFreeBytes);
+}
+
 }  // namespace calo::cli
 
 int main(int argc, char** argv) {
   using calo::ExitCode;
+  calo::cli::keep_freed_blocks_for_reuse();
   CLI::App app{"calo — measure, explain, predict and improve the throughput, energy and heat of LLM training",
                "calo"};
   app.require_subcommand(1);

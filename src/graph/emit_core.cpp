@@ -33,28 +33,25 @@ BuilderCore::BuilderCore(const model::ModelSpec& model_spec, const parallel::Lay
 
 int BuilderCore::gemm(GemmWeight weight, GemmPass pass, std::int64_t m, std::int64_t n, std::int64_t k,
                       int expert, std::int64_t batch) {
-  Op op;
-  op.kind = OpKind::kGemm;
+  Op& op = compute_op(OpKind::kGemm);
   op.gemm = GemmShape{m, n, k, DType::kBf16, weight, pass, expert, batch};
   const auto products = static_cast<double>(batch);
   op.flops = products * 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   op.bytes = products * kBf16Bytes * static_cast<double>(m * k + k * n + m * n);
-  return compute(op);
+  return last_compute;
 }
 
 int BuilderCore::elementwise(ElementwiseKind kind, double bytes, double flops) {
-  Op op;
-  op.kind = OpKind::kElementwise;
+  Op& op = compute_op(OpKind::kElementwise);
   op.elementwise = kind;
   op.bytes = bytes;
   op.flops = flops;
-  return compute(op);
+  return last_compute;
 }
 
 int BuilderCore::attention_op(bool backward, std::int64_t queries, std::int64_t keys, bool causal,
                               int cp_step, int cp_gathered) {
-  Op op;
-  op.kind = OpKind::kAttention;
+  Op& op = compute_op(OpKind::kAttention);
   AttentionShape& shape = op.attention;
   shape.batch = static_cast<std::int32_t>(dims.batch);
   shape.heads = static_cast<std::int32_t>(model.num_attention_heads / dims.tp);
@@ -70,7 +67,7 @@ int BuilderCore::attention_op(bool backward, std::int64_t queries, std::int64_t 
   counted.kv_seq = static_cast<std::int32_t>(keys);
   op.flops = attention_flops(counted);
   op.bytes = attention_bytes(counted);
-  return compute(op);
+  return last_compute;
 }
 
 void BuilderCore::activation(double tokens, std::int64_t ffn_per_rank, bool backward) {

@@ -128,12 +128,12 @@ struct SearchWork {
 
 /// A thread's wall seconds per probe op, per whole-graph op built (its bound and simulations), per simulated
 /// step, and the fractions of whole-graph ops built and of evaluations simulated when the bound prunes by
-/// step time and by energy (1.2 and 1 when it does not: balanced partitions add graphs): fitted to eight
-/// searches on the 2-core VM, the estimate 0.46-1.6x of their wall time (docs/BENCHMARKS.md, "Planner: layout
-/// search speed").
-inline constexpr double kSearchSecondsPerProbeOp = 100e-9;
-inline constexpr double kSearchSecondsPerBuiltOp = 550e-9;
-inline constexpr double kSearchSecondsPerSimulatedStep = 5e-3;
+/// step time and by energy (1.2 and 1 when it does not: balanced partitions add graphs): refitted
+/// 2026-12-06 to seven searches on the 2-core VM once graphs were built in place, the estimate 0.6-1.8x of
+/// their wall time (docs/BENCHMARKS.md, "Planner: layout search speed").
+inline constexpr double kSearchSecondsPerProbeOp = 70e-9;
+inline constexpr double kSearchSecondsPerBuiltOp = 375e-9;
+inline constexpr double kSearchSecondsPerSimulatedStep = 2e-3;
 inline constexpr double kPrunedBuiltFraction = 0.2;
 inline constexpr double kPrunedSimulatedFraction = 0.05;
 inline constexpr double kEnergyPrunedBuiltFraction = 0.5;

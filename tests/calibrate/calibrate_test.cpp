@@ -461,22 +461,34 @@ TEST(Calibrate, ARunWithoutStepsIsRefused) {
   fs::remove_all(dir);
 }
 
+/// Calibrates cpu-host to a real CPU-backend bench with op spans (`bench_flags`: model and layout), in a
+/// scratch directory named `name` that is removed again.
+Calibration calibrate_cpu_bench(const std::string& name, const std::string& bench_flags) {
+  const fs::path dir = calo::testing::scratch_path(name);
+  fs::remove_all(dir);
+  const Outcome bench =
+      run_calo("bench " + bench_flags +
+               " --backend cpu --steps 3 --warmup 1 --trace-ops --no-progress --out " + dir.string());
+  EXPECT_EQ(bench.exit_code, 0) << bench.output;
+  Calibration calibration = calibrate({dir}, "cpu-host", {false, {}, {}, {}, {}});
+  fs::remove_all(dir);
+  return calibration;
+}
+
+/// The stage of `calibration` named `name`, or null.
+const StageFit* stage_named(const Calibration& calibration, const std::string& name) {
+  for (const StageFit& stage : calibration.fit.stages) {
+    if (stage.stage == name) return &stage;
+  }
+  return nullptr;
+}
+
 TEST(CalibrateOps, PerOpSpansOfACpuBenchFitTheEfficiencyCurves) {
   // A real CPU-backend bench with one span per op: the compute stage then fits the curves themselves.
-  const fs::path dir = calo::testing::scratch_path("calibrate-cpu");
-  fs::remove_all(dir);
-  const Outcome bench = run_calo(
-      "bench --model tiny-dense --gbs 4 --nproc 1 --backend cpu --steps 3 --warmup 1 "
-      "--trace-ops --no-progress --out " +
-      dir.string());
-  ASSERT_EQ(bench.exit_code, 0) << bench.output;
-  const Calibration calibration = calibrate({dir}, "cpu-host", {false, {}, {}, {}, {}});
-  const StageFit* compute = nullptr;
-  const StageFit* peak = nullptr;
-  for (const StageFit& stage : calibration.fit.stages) {
-    if (stage.stage == "compute") compute = &stage;
-    if (stage.stage == "peak") peak = &stage;
-  }
+  const Calibration calibration =
+      calibrate_cpu_bench("calibrate-cpu", "--model tiny-dense --gbs 4 --nproc 1");
+  const StageFit* compute = stage_named(calibration, "compute");
+  const StageFit* peak = stage_named(calibration, "peak");
   ASSERT_NE(compute, nullptr);
   ASSERT_NE(peak, nullptr);
   EXPECT_EQ(peak->parameters.size(), 2u) << "the peak the bench measured at start";
@@ -501,7 +513,6 @@ TEST(CalibrateOps, PerOpSpansOfACpuBenchFitTheEfficiencyCurves) {
       EXPECT_FALSE(stage.note.empty());
     }
   }
-  fs::remove_all(dir);
 }
 
 TEST(CalibrateOps, ATensorParallelCpuBenchsCollectivesAreNotCountedTwice) {
@@ -510,24 +521,14 @@ TEST(CalibrateOps, ATensorParallelCpuBenchsCollectivesAreNotCountedTwice) {
   // model, it was counted twice (the calibrated twin's step +11-15 % against its own bench); the overhead is
   // now settled so the bench's simulated step is its measured one. Noise cannot move this: it is the fit's
   // own arithmetic on whatever this run measured.
-  const fs::path dir = calo::testing::scratch_path("calibrate-cpu-tp2");
-  fs::remove_all(dir);
-  const Outcome bench = run_calo(
-      "bench --model tiny-dense --tp 2 --gbs 4 --seq 128 --nproc 2 --backend cpu --steps 3 --warmup 1 "
-      "--trace-ops --no-progress --out " +
-      dir.string());
-  ASSERT_EQ(bench.exit_code, 0) << bench.output;
-  const Calibration calibration = calibrate({dir}, "cpu-host", {false, {}, {}, {}, {}});
-  const StageFit* compute = nullptr;
-  for (const StageFit& stage : calibration.fit.stages) {
-    if (stage.stage == "compute") compute = &stage;
-  }
+  const Calibration calibration =
+      calibrate_cpu_bench("calibrate-cpu-tp2", "--model tiny-dense --tp 2 --gbs 4 --seq 128 --nproc 2");
+  const StageFit* compute = stage_named(calibration, "compute");
   ASSERT_NE(compute, nullptr);
   ASSERT_EQ(compute->residuals.size(), 1u);
   const nlohmann::json& residual = compute->residuals[0].second;
   ASSERT_TRUE(residual.contains("step_time_s")) << residual.dump();
   EXPECT_LT(std::abs(residual["step_time_s"].get<double>()), 0.01) << residual.dump();
-  fs::remove_all(dir);
 }
 
 TEST(CalibrateCli, WritesAFileThatCaloSimLoads) {

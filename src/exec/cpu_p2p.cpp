@@ -24,7 +24,7 @@ void prepare_point_to_point(CpuContext& context, CpuOp& prepared, std::uint64_t 
   const auto next = static_cast<size_t>(prepared.index) + 1;
   if (op.group == graph::GroupKind::kCp && op.p2p_batch >= 0 && next < program_ops.size()) {
     const graph::Op& following = program_ops[next];
-    prepared.last_of_batch = !((following.kind == OpKind::kSend || following.kind == OpKind::kRecv) &&
+    prepared.last_of_batch = !(graph::is_point_to_point(following.kind) &&
                                following.p2p_batch == op.p2p_batch && following.stream == op.stream);
   }
 }

@@ -54,10 +54,6 @@ void for_each_op_with_ranks(const Graph& graph, Visit visit) {
   }
 }
 
-bool is_p2p(const Op& op) {
-  return op.kind == OpKind::kSend || op.kind == OpKind::kRecv;
-}
-
 }  // namespace
 
 // ---- collectives
@@ -144,7 +140,7 @@ std::vector<Problem> check_point_to_point(const Graph& graph) {
   std::vector<Message> sends, receives;
   for (int rank = 0; rank < graph.world_size(); ++rank) {
     for (const Op& op : graph.program(rank).ops) {
-      if (!is_p2p(op)) continue;
+      if (!is_point_to_point(op.kind)) continue;
       const int peer = graph.peer_rank(rank, op);
       if (peer < 0 || peer >= graph.world_size()) {
         add_problem(problems, "p2p", fmt::format("rank {}: {} has no valid peer", rank, describe(op)));
@@ -259,10 +255,10 @@ std::size_t head_batch_end(const SimRank& sim, int stream) {
   if (end >= queue.size()) return end;
   const Op& first = sim.program->ops[queue[end]];
   ++end;
-  if (!is_p2p(first) || first.p2p_batch < 0) return end;
+  if (!is_point_to_point(first.kind) || first.p2p_batch < 0) return end;
   while (end < queue.size()) {
     const Op& op = sim.program->ops[queue[end]];
-    if (!is_p2p(op) || op.p2p_batch != first.p2p_batch) break;
+    if (!is_point_to_point(op.kind) || op.p2p_batch != first.p2p_batch) break;
     ++end;
   }
   return end;
@@ -328,7 +324,7 @@ class DeadlockSimulation {
       if (!deps_done(sim, index)) break;
       if (op.kind == OpKind::kCollective) {
         if (!try_collective(sim, stream, op)) break;
-      } else if (is_p2p(op)) {
+      } else if (is_point_to_point(op.kind)) {
         if (!try_p2p_batch(sim, stream)) break;
       } else {
         finish(sim, stream);

@@ -283,8 +283,7 @@ std::vector<RankOp> materialize(const Graph& graph, int rank) {
     // A program shared by all EP indices lists the experts of EP index 0; shift to this rank's experts.
     if (rank_op.op.kind == OpKind::kGemm && rank_op.op.gemm.expert >= 0 && program.ep_index < 0)
       rank_op.op.gemm.expert += expert_offset;
-    if (rank_op.op.kind == OpKind::kSend || rank_op.op.kind == OpKind::kRecv)
-      rank_op.peer_rank = graph.peer_rank(rank, rank_op.op);
+    if (is_point_to_point(rank_op.op.kind)) rank_op.peer_rank = graph.peer_rank(rank, rank_op.op);
     if (rank_op.op.kind == OpKind::kAttention) {  // this rank's ring step or gathered chunk, and its cost
       resolve_ring_step(rank_op.op.attention, cp_index, layout.cp);
       rank_op.op.flops = attention_flops(rank_op.op.attention);

@@ -31,6 +31,15 @@ enum class OpKind : std::uint8_t {
 /// Number of OpKind values.
 inline constexpr int kNumOpKinds = 7;
 
+/// Whether ops of `kind` are point-to-point messages (a send or a receive).
+constexpr bool is_point_to_point(OpKind kind) {
+  return kind == OpKind::kSend || kind == OpKind::kRecv;
+}
+/// Whether ops of `kind` communicate (collectives and point-to-point messages) rather than compute.
+constexpr bool is_communication(OpKind kind) {
+  return kind == OpKind::kCollective || is_point_to_point(kind);
+}
+
 /// Execution stream of an op; ops of one stream run in order, streams of a rank run concurrently. kCpComm
 /// carries the context-parallel ring's K/V (and dK/dV) exchanges, overlapped with the attention chunks.
 enum class Stream : std::uint8_t { kCompute, kTpComm, kDpComm, kPpComm, kEpComm, kCpComm };

@@ -23,9 +23,7 @@ StageCompute sum_stage_compute(const graph::Graph& graph, CostOf cost) {
     seen[program.stage] = true;
     for (std::size_t op_index = 0; op_index < program.ops.size(); ++op_index) {
       const graph::Op& op = program.ops[op_index];
-      if (op.stream != graph::Stream::kCompute || op.kind == graph::OpKind::kCollective ||
-          op.kind == graph::OpKind::kSend || op.kind == graph::OpKind::kRecv)
-        continue;
+      if (op.stream != graph::Stream::kCompute || graph::is_communication(op.kind)) continue;
       const double duration_s = cost(index, op_index).duration_s(1.0, 1.0);
       (op.layer >= 0 ? compute.layers_s : compute.extra_s)[program.stage] += duration_s;
     }

@@ -14,10 +14,6 @@
 namespace calo::plan {
 namespace {
 
-bool is_comm(graph::OpKind kind) {
-  return kind == graph::OpKind::kCollective || kind == graph::OpKind::kSend || kind == graph::OpKind::kRecv;
-}
-
 /// One program's additive terms: per stream its compute, and the pipeline's pieces of the compute stream.
 struct ProgramTerms {
   int stage = 0;
@@ -39,7 +35,7 @@ ProgramTerms program_terms(const graph::Graph& graph, const graph::RankProgram& 
   if (compute_s != nullptr) compute_s->assign(program.ops.size(), 0.0);
   for (std::size_t index = 0; index < program.ops.size(); ++index) {
     const graph::Op& op = program.ops[index];
-    if (is_comm(op.kind)) continue;
+    if (graph::is_communication(op.kind)) continue;
     const double duration_s = cost_of(index).duration_s(stretch, 1.0);
     if (compute_s != nullptr) (*compute_s)[index] = duration_s;
     terms.stream_s[static_cast<int>(op.stream)] += duration_s;

@@ -20,10 +20,6 @@ namespace {
 
 constexpr double kNotDone = -1.0;
 
-bool is_comm(graph::OpKind kind) {
-  return kind == graph::OpKind::kCollective || kind == graph::OpKind::kSend || kind == graph::OpKind::kRecv;
-}
-
 int comm_class(const graph::Op& op) {
   if (op.kind == graph::OpKind::kCollective) return static_cast<int>(op.group);
   // Messages: the context-parallel ring's are cp time, the pipeline's pp time.
@@ -115,8 +111,7 @@ const std::vector<double>& Engine::comm_costs(int program, int representative) {
   // Peer (pipeline stage or cp ring neighbour) -> peer rank, for the node placement of messages.
   std::map<std::tuple<int, int, int>, int> peer_of;
   for (const auto& op : ops) {
-    if ((op.kind == graph::OpKind::kSend || op.kind == graph::OpKind::kRecv) &&
-        !peer_of.contains(peer_key(op))) {
+    if (graph::is_point_to_point(op.kind) && !peer_of.contains(peer_key(op))) {
       const int peer = graph_.peer_rank(representative, op);
       peer_of[peer_key(op)] = peer;
       const int node_gpus = cluster_.node.gpus;
@@ -134,7 +129,7 @@ const std::vector<double>& Engine::comm_costs(int program, int representative) {
     if (op.kind == graph::OpKind::kCollective) {
       (*costs)[index] =
           collective_time_s(cluster_, op.collective, op.bytes, placements[static_cast<int>(op.group)]);
-    } else if (op.kind == graph::OpKind::kSend || op.kind == graph::OpKind::kRecv) {
+    } else if (graph::is_point_to_point(op.kind)) {
       (*costs)[index] = p2p_time_s(cluster_, op.bytes, representative, peer_of[peer_key(op)]);
     }
   }
@@ -289,7 +284,7 @@ class Engine::Iteration {
     double ready_s = 0;
     std::int32_t binding = -1;
     if (!ready_time(view, stream, op_index, ready_s, binding)) return false;
-    if (!is_comm(op.kind)) {
+    if (!graph::is_communication(op.kind)) {
       run_compute(view, stream, op_index, ready_s, binding, times);
       return true;
     }
@@ -322,7 +317,7 @@ class Engine::Iteration {
     ready_s = state.stream_free_s[stream];
     // A context-parallel ring exchange is one batched isend/irecv over a full-duplex link: its receive
     // starts with its send, not after it (pipeline batches keep the serialized model).
-    if (op.group == graph::GroupKind::kCp && is_comm(op.kind) && op.p2p_batch >= 0 &&
+    if (op.group == graph::GroupKind::kCp && graph::is_communication(op.kind) && op.p2p_batch >= 0 &&
         state.cursor[stream] > 0) {
       const std::int32_t previous = view.streams.ops[stream][state.cursor[stream] - 1];
       const graph::Op& before = view.program.ops[previous];
@@ -359,7 +354,7 @@ class Engine::Iteration {
     }
     state.compute_free_s = std::max(state.compute_free_s, times.finish_s);
     if (binding >= 0 && stream == static_cast<int>(graph::Stream::kCompute) &&
-        is_comm(view.program.ops[binding].kind)) {
+        graph::is_communication(view.program.ops[binding].kind)) {
       count_exposed_comm(view, stream, binding, ready_s);
     }
   }
@@ -478,7 +473,8 @@ class Engine::Iteration {
     EntityState& state = view.state;
     state.finish_s[op_index] = times.finish_s;
     if (record_timeline_) state.begin_s[op_index] = times.begin_s;
-    if (is_comm(view.program.ops[op_index].kind)) chain_transfer(view, stream, op_index, times.begin_s);
+    if (graph::is_communication(view.program.ops[op_index].kind))
+      chain_transfer(view, stream, op_index, times.begin_s);
     state.stream_free_s[stream] = times.finish_s;
     state.cursor[stream] += 1;
     state.done_ops += 1;
@@ -492,7 +488,7 @@ class Engine::Iteration {
     const auto& stream_ops = view.streams.ops[stream];
     const std::int32_t cursor = state.cursor[stream];
     const bool continues = cursor > 0 && begin_s <= state.stream_free_s[stream] + 1e-12 &&
-                           is_comm(view.program.ops[stream_ops[cursor - 1]].kind);
+                           graph::is_communication(view.program.ops[stream_ops[cursor - 1]].kind);
     state.chain_start_s[op_index] = continues ? state.chain_start_s[stream_ops[cursor - 1]] : begin_s;
     state.chain_previous[op_index] = continues ? stream_ops[cursor - 1] : -1;
     state.comm_begin_s[op_index] = begin_s;

@@ -46,10 +46,6 @@ int tp_group_of(const parallel::Layout& layout, int unit, int ep_index, int stag
   return cp_index + layout.cp * (dp_index + layout.dp * stage);
 }
 
-bool is_comm(graph::OpKind kind) {
-  return kind == graph::OpKind::kCollective || kind == graph::OpKind::kSend || kind == graph::OpKind::kRecv;
-}
-
 }  // namespace
 
 const char* comm_class_name(int comm_class) {
@@ -173,7 +169,8 @@ std::vector<ProgramPower> cost_programs(const graph::Graph& graph, const GpuSpec
   for (std::size_t index = 0; index < graph.programs.size(); ++index) {
     for (const auto& op : graph.programs[index].ops) {
       result.model_flops_per_step += graph::model_flops(op) * ranks_per_program[index];
-      if (!is_comm(op.kind)) result.hardware_flops_per_step += op.flops * ranks_per_program[index];
+      if (!graph::is_communication(op.kind))
+        result.hardware_flops_per_step += op.flops * ranks_per_program[index];
     }
   }
   return powers;

@@ -246,7 +246,7 @@ class CudaBackend final : public Backend {
       for (const graph::Op& op : program.ops) {
         if (op.kind == OpKind::kCollective)
           used.emplace(static_cast<int>(op.group), static_cast<int>(op.stream));
-        if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv)  // pipeline or context-parallel ring
+        if (graph::is_point_to_point(op.kind))  // pipeline or context-parallel ring
           used.emplace(static_cast<int>(op.group), static_cast<int>(op.stream));
         if (op.kind == OpKind::kGemm && op.gemm.weight == graph::GemmWeight::kExpertFc1 &&
             op.gemm.pass == graph::GemmPass::kForward && op.gemm.expert >= 0)
@@ -290,7 +290,7 @@ class CudaBackend final : public Backend {
     auto& cuda_stream = static_cast<CudaStream&>(stream);
     const graph::Op& graph_op = cuda_op.rank_op.op;
     ++launched_[static_cast<size_t>(graph_op.kind)];
-    if (graph_op.kind == OpKind::kSend || graph_op.kind == OpKind::kRecv) {
+    if (graph::is_point_to_point(graph_op.kind)) {
       auto& pending = pending_p2p_[static_cast<int>(cuda_stream.kind())];
       pending.push_back(&cuda_op);
       if (!cuda_op.last_of_batch) return;

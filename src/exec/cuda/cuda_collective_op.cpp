@@ -213,7 +213,7 @@ void prepare_point_to_point(CudaContext& context, CudaOp& prepared, std::uint64_
   prepared.last_of_batch = true;
   if (op.p2p_batch >= 0 && next < context.ops.size()) {
     const graph::Op& following = context.ops[next].op;
-    prepared.last_of_batch = !((following.kind == OpKind::kSend || following.kind == OpKind::kRecv) &&
+    prepared.last_of_batch = !(graph::is_point_to_point(following.kind) &&
                                following.p2p_batch == op.p2p_batch && following.stream == op.stream);
   }
 }

@@ -11,9 +11,6 @@
 
 namespace calo::telemetry {
 
-inline void to_json(nlohmann::json& json, MetricKind kind) {
-  json = metric_kind_name(kind);
-}
 CALO_JSON_FIELDS(MetricInfo, name, unit, kind, group, default_period_ns, expected_cost_ns, buffered)
 CALO_JSON_FIELDS(DeviceInfo, index, kind, name, uuid, pci_bus, driver, power_limit_w, max_sm_mhz, max_mem_mhz,
                  metrics, unsupported)

@@ -18,9 +18,12 @@ class OpUnits {
   constexpr OpUnits(const Unit& gemm, const Unit& attention, const Unit& elementwise, const Unit& collective,
                     const Unit& point_to_point, const Unit& optimizer)
       : by_kind_{&gemm, &attention, &elementwise, &collective, &point_to_point, &point_to_point, &optimizer} {
-    static_assert(static_cast<int>(graph::OpKind::kOptimizer) + 1 == graph::kNumOpKinds &&
-                      static_cast<int>(graph::OpKind::kSend) == 4 &&
-                      static_cast<int>(graph::OpKind::kRecv) == 5,
+    using graph::OpKind;
+    static_assert(static_cast<int>(OpKind::kGemm) == 0 && static_cast<int>(OpKind::kAttention) == 1 &&
+                      static_cast<int>(OpKind::kElementwise) == 2 &&
+                      static_cast<int>(OpKind::kCollective) == 3 && static_cast<int>(OpKind::kSend) == 4 &&
+                      static_cast<int>(OpKind::kRecv) == 5 && static_cast<int>(OpKind::kOptimizer) == 6 &&
+                      graph::kNumOpKinds == 7,
                   "OpUnits lists the units in graph::OpKind's order: update it with the enum");
   }
   /// The unit that prepares, runs and verifies ops of `kind`.

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <limits>
 #include <optional>
 
@@ -409,6 +410,12 @@ CALO_JSON_FIELDS(ThermalSpec, r_die_k_per_w, r_sink_k_per_w, tau_die_s, tau_sink
 
 namespace {
 
+/// A time in ms as a cluster file holds it: to 1e-9 ms, so that a file read and written again is the same
+/// file (the seconds kept in memory times 1e3 can land one double away from the value read).
+double file_ms(double ms) {
+  return std::round(ms * 1e9) / 1e9;
+}
+
 /// The members written as they are; efficiency_json adds the kernel overhead in microseconds.
 CALO_JSON_WRITER(write_plain_fields, ComputeEfficiency, gemm_max, gemm_half_dim, attention_max,
                  attention_half_seq, attention_half_rows, attention_backward_fraction, memory_max,
@@ -441,7 +448,7 @@ nlohmann::json to_json(const ClusterSpec& cluster) {
         {"power_limit_w", gpu.power_limit_w},
         {"idle_power_w", gpu.idle_power_w},
         {"wait_power_w", gpu.wait_power_w},
-        {"wait_power_decay_ms", gpu.wait_power_decay_s * 1e3},
+        {"wait_power_decay_ms", file_ms(gpu.wait_power_decay_s * 1e3)},
         {"max_sm_mhz", gpu.max_sm_mhz},
         {"min_sm_mhz", gpu.min_sm_mhz},
         {"clock_step_mhz", gpu.clock_step_mhz},
@@ -450,10 +457,10 @@ nlohmann::json to_json(const ClusterSpec& cluster) {
         {"efficiency", efficiency_json(gpu.efficiency)},
         {"thermal", gpu.thermal},
         {"power_control",
-         {{"response_ms", gpu.power_control.response_s * 1e3},
-          {"sample_window_ms", gpu.power_control.sample_window_s * 1e3},
-          {"average_ms", gpu.power_control.average_s * 1e3},
-          {"raise_response_ms", raise_response_ms(gpu.power_control)}}}}},
+         {{"response_ms", file_ms(gpu.power_control.response_s * 1e3)},
+          {"sample_window_ms", file_ms(gpu.power_control.sample_window_s * 1e3)},
+          {"average_ms", file_ms(gpu.power_control.average_s * 1e3)},
+          {"raise_response_ms", file_ms(raise_response_ms(gpu.power_control))}}}}},
       {"node",
        {{"gpus", cluster.node.gpus},
         {"nvlink_bandwidth_gb_s", cluster.node.nvlink_bandwidth_bytes_per_s / kGiga},

@@ -3,6 +3,7 @@
 // the first pick's regret, each against its target.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <fstream>
 #include <memory>
 
@@ -51,7 +52,10 @@ void print_summary(const calibrate::Validation& validation) {
   const auto& targets = validation.targets;
   const auto rho = [&](double value) {
     if (!std::isfinite(value)) return std::string("- (needs 3 runs that differ)");
-    return fmt::format("{:.2f} ({} >= {:.2f})", value, verdict(value >= targets.min_rho), targets.min_rho);
+    // Two digits, or three where two would print a miss as the target itself (0.9487 as "0.95 (MISSED").
+    const bool met = value >= targets.min_rho;
+    const int digits = !met && std::round(value * 100) >= std::round(targets.min_rho * 100) ? 3 : 2;
+    return fmt::format("{:.{}f} ({} >= {:.2f})", value, digits, verdict(met), targets.min_rho);
   };
   fmt::print("Spearman rho, step time: {}\n", rho(validation.step_rho));
   fmt::print("Spearman rho, energy per step: {}\n", rho(validation.energy_rho));

@@ -150,5 +150,19 @@ TEST(ValidateCommand, PrintsTheTableAndTheTargets) {
   EXPECT_NE(refused.output.find("not a `calo plan --json` document"), std::string::npos) << refused.output;
 }
 
+TEST(ValidateCommand, AMissByLessThanTheLastDigitIsNotPrintedAsTheTarget) {
+  // The third 2 x H200 host's dense8k candidates agree with rho 0.9487 on the refitted preset: printed with
+  // two digits, "0.95 (MISSED >= 0.95)" read as a contradiction.
+  const fs::path& runs = testing::unpacked_fixture("h200x2-plan-vs-measured-b");
+  std::string dirs;
+  for (const auto& entry : fs::directory_iterator(runs / "dense8k")) dirs += entry.path().string() + " ";
+  const auto text = testing::run_calo("validate " + dirs + "--cluster h200-hgx-calibrated --plan " +
+                                      (runs / "plans" / "dense8k.json").string());
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("Spearman rho, step time: 0.949 (MISSED >= 0.95)"), std::string::npos)
+      << text.output;
+  EXPECT_EQ(text.output.find("0.95 (MISSED"), std::string::npos) << text.output;
+}
+
 }  // namespace
 }  // namespace calo::calibrate

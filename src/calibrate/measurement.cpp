@@ -105,21 +105,10 @@ RunFigures measured_figures(const analyze::RunAnalysis& analysis) {
   if (gpus > 0) {
     figures.mean_power_w = power_sum / gpus;
     figures.sm_clock_mhz = clock_sum / gpus;
+    // The run's one energy figure (docs/METRICS.md "Energy"): the window's energy from the power samples with
+    // its edges, the counter only where samples do not cover it (it advances in uneven jumps, 7 % off over a
+    // window under a second on H100 mbs1).
     figures.energy_per_step_j = analysis.energy_per_step_j / gpus;
-    // Energy from the power samples where the GPU sampled power: the energy counter advances in uneven jumps,
-    // 7 % apart from the samples' integral over a window under a second (H100, mbs1), more than the target.
-    // The samples inside the window, and their time-weighted mean power above: the figures both presets were
-    // fitted to (docs/METRICS.md "Calibration": the window energy with its edges is ~0.4 % more, and a refit
-    // to it is left open).
-    double integral_j = 0;
-    int integrated = 0;
-    for (const analyze::DeviceMetrics& device : analysis.device_metrics) {
-      if (device.device.kind != store::DeviceKind::kGpu || !std::isfinite(device.power_integral_j)) continue;
-      integral_j += device.power_integral_j;
-      integrated += 1;
-    }
-    if (integrated == gpus && analysis.steps > 0)
-      figures.energy_per_step_j = integral_j / gpus / analysis.steps;
   }
   return figures;
 }

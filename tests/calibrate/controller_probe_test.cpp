@@ -44,11 +44,14 @@ TEST(ControllerProbe, TheH100ProbePinsTheResponseThatTrainingRunsLeaveOpen) {
   EXPECT_LE(fit.response_low_s, fit.response_s);
   EXPECT_GE(fit.response_high_s, fit.response_s);
   EXPECT_LT(fit.response_high_s / fit.response_low_s, 2.5);
-  // Every sample near a burst is compared, and the fit beats the preset's controller (18 ms, 21 ms
-  // averaging: 87.1 W; fitted 71.1 W) on the whole timeline and on the isolated bursts alone.
+  // Every sample near a burst is compared, and the fit beats the preset's controller on the whole timeline
+  // and on the isolated bursts alone: on the preset refitted to the one energy figure (2026-12-06: cut 35 ms,
+  // raise 44 ms, 12.6 ms averaging) 82.8 W against fitted 78.2 W, isolated 64.6 against 55.4 W; on the eighth
+  // fit (18 ms, 21 ms averaging) 87.1 against 71.1 W. The refit's active powers (+4 %) put the replayed full
+  // level higher, so both replays moved.
   EXPECT_GT(fit.fitted.samples, 1000u);
-  EXPECT_LT(fit.fitted.rms_w, fit.base.rms_w - 10);
-  EXPECT_LT(fit.fitted.isolated_rms_w, fit.base.isolated_rms_w - 10);
+  EXPECT_LT(fit.fitted.rms_w, fit.base.rms_w - 3);
+  EXPECT_LT(fit.fitted.isolated_rms_w, fit.base.isolated_rms_w - 5);
   // The replay's samples are the driver's: one per measured sample, flat at the cap once the controller has
   // acted (the 640 ms bursts settle near 700 W in the model, ~730 W measured).
   ASSERT_EQ(fit.fitted.simulated_w.size(), probe.samples.size());

@@ -41,7 +41,9 @@ using PassKey = std::tuple<int, int, bool>;  // (layer, micro-batch, backward pa
 // Where the compute ops of each chunk, layer and pass lie in the program.
 struct ProgramIndex {
   std::map<MicrobatchKey, Span> chunk_forward, chunk_backward;    // phase forward / backward
+  std::map<MicrobatchKey, Span> layer_forward;                    // layer >= 0
   std::map<MicrobatchKey, Span> layer_recompute, layer_backward;  // layer >= 0
+  std::map<MicrobatchKey, int> chunk_layers;                      // layers of a chunk's forward
   std::map<MicrobatchKey, Span> layer_backward_pass;              // recompute or backward, layer >= 0
   std::map<PassKey, Span> pass;                                   // any layer, either pass
 };
@@ -56,6 +58,11 @@ ProgramIndex index_program(const std::vector<graph::RankOp>& ops) {
     if (op.phase == Phase::kBackward) index.chunk_backward[chunk].add(i);
     index.pass[{op.layer, op.microbatch, in_backward_pass(op)}].add(i);
     if (op.layer < 0) continue;
+    if (op.phase == Phase::kForward) {
+      const bool first_op_of_layer = !index.layer_forward.count(layer);
+      index.layer_forward[layer].add(i);
+      if (first_op_of_layer) index.chunk_layers[chunk] += 1;
+    }
     if (op.phase == Phase::kRecompute) index.layer_recompute[layer].add(i);
     if (op.phase == Phase::kBackward) index.layer_backward[layer].add(i);
     if (in_backward_pass(op)) index.layer_backward_pass[layer].add(i);
@@ -80,14 +87,30 @@ class LedgerWriter {
   MemoryLedger& ledger_;
 };
 
-// Each chunk's activations of a micro-batch, and what recomputation rebuilds for one layer's backward.
+// The activations of a micro-batch as autograd keeps them: each layer's from its first forward op until its
+// backward has run (backward frees them layer by layer, last layer first), the chunk's embedding or output
+// activations from its first forward op to its last backward op; and what recomputation rebuilds for one
+// layer's backward.
 void add_activations(const ProgramIndex& index, const parallel::StageHoldings& holdings, LedgerWriter& out) {
   for (const auto& [key, forward] : index.chunk_forward) {
     auto backward = index.chunk_backward.find(key);
     if (backward == index.chunk_backward.end()) continue;
-    out.add(forward.first, backward->second.last, false,
-            holdings.chunk_activation_bytes.at(static_cast<size_t>(key.first)),
-            fmt::format("activations of chunk {}, micro-batch {}", key.first, key.second));
+    auto layers = index.chunk_layers.find(key);
+    const int layer_count = layers == index.chunk_layers.end() ? 0 : layers->second;
+    const double edge_bytes = holdings.chunk_activation_bytes.at(static_cast<size_t>(key.first)) -
+                              layer_count * holdings.layer_activation_bytes;
+    if (edge_bytes < -1.0)
+      throw std::logic_error(fmt::format("memory ledger: chunk {} holds {} layers, more than its bytes",
+                                         key.first, layer_count));
+    out.add(
+        forward.first, backward->second.last, false, edge_bytes,
+        fmt::format("activations of chunk {}'s embedding or output, micro-batch {}", key.first, key.second));
+  }
+  for (const auto& [key, forward] : index.layer_forward) {
+    auto backward = index.layer_backward.find(key);
+    if (backward == index.layer_backward.end()) continue;
+    out.add(forward.first, backward->second.last, false, holdings.layer_activation_bytes,
+            fmt::format("activations of layer {}, micro-batch {}", key.first, key.second));
   }
   for (const auto& [key, recompute] : index.layer_recompute) {
     auto backward = index.layer_backward.find(key);

@@ -3,11 +3,12 @@
 // The backends compute on shared operand buffers and keep nothing between forward and backward
 // (docs/EXECUTION.md), so on their own they hold far less than training does. The ledger lists, for one
 // rank's materialized program, the allocations a trainer makes and frees around its ops (docs/METRICS.md,
-// "Memory per GPU"): the state kept between steps, each model chunk's activations of a micro-batch from its
-// first forward op to its last backward op, what recomputation rebuilds for one layer's backward, FSDP's
-// gathered units until their pass is done with them, a unit's gradients from its backward until their
-// reduce-scatter, and the pytorch trainer's loss backward. The executor performs them through Backend::hold /
-// release on the op's stream, so their peak is the one the schedule really reaches on the device.
+// "Memory per GPU"): the state kept between steps, each layer's activations of a micro-batch from its first
+// forward op until its backward has run (a chunk's embedding or output ones over the chunk's whole forward
+// and backward), what recomputation rebuilds for one layer's backward, FSDP's gathered units until their pass
+// is done with them, a unit's gradients from its backward until their reduce-scatter, and the pytorch
+// trainer's loss backward. The executor performs them through Backend::hold / release on the op's stream, so
+// their peak is the one the schedule really reaches on the device.
 #pragma once
 
 #include <cstdint>

@@ -341,6 +341,7 @@ StageHoldings holdings_for_stage(const model::ModelSpec& model, const Layout& la
   StageHoldings holdings;
   holdings.state_bytes = state.weights_bytes + state.gradients_bytes + state.optimizer_bytes;
   holdings.chunk_activation_bytes = chunk_activation_bytes(model, layout, stage, layers);
+  holdings.layer_activation_bytes = layer_activation_bytes(model, layout, layout.recompute);
   holdings.recompute_transient_bytes = recompute_transient_bytes(model, layout);
   holdings.loss_transient_bytes = loss_transient(model, layout, stage).first;
   holdings.weight_bytes_per_param = kWeightBytesPerParam;

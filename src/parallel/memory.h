@@ -66,6 +66,9 @@ struct StageHoldings {
   double state_bytes = 0;  ///< weights, gradients and optimizer state kept between steps (ZeRO shards only)
   /// Per model chunk on the stage: the activations one micro-batch keeps from its forward to its backward.
   std::vector<double> chunk_activation_bytes;
+  /// What one transformer layer of a chunk keeps for one micro-batch (the rest of a chunk's bytes are its
+  /// embedding's or output's).
+  double layer_activation_bytes = 0;
   /// Per layer and micro-batch under recomputation: what the layer's recompute rebuilds for its backward.
   double recompute_transient_bytes = 0;
   double loss_transient_bytes = 0;      ///< the pytorch trainer's loss backward on the last stage, else 0

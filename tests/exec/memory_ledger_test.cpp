@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 #include <string>
 
 #include "core/error.h"
@@ -85,11 +86,43 @@ TEST(MemoryLedger, EveryStagesReplayedPeakIsTheModelsUnderOneFOneBAndInterleaved
       const double model_bytes = parallel::memory_for_stage(built.model, built.layout, stage).total_bytes();
       EXPECT_NEAR(static_cast<double>(ledger.serial_peak_bytes), model_bytes, 2.0)
           << parallel::describe(built.layout) << " stage " << stage;
-      // One hold per chunk and micro-batch.
-      EXPECT_EQ(count_holds(ledger, "activations of chunk"),
-                built.layout.virtual_stages * built.layout.num_microbatches());
+      // One hold per layer and micro-batch, freed as backward passes the layer.
+      std::set<int> layers;
+      for (const graph::RankOp& op : graph::materialize(built.graph, rank))
+        if (op.op.layer >= 0) layers.insert(op.op.layer);
+      EXPECT_EQ(count_holds(ledger, "activations of layer"),
+                static_cast<int>(layers.size()) * built.layout.num_microbatches());
     }
   }
+}
+
+TEST(MemoryLedger, BackwardFreesEachLayersActivationsAsItPassesTheLastLayerFirst) {
+  // As autograd does: a micro-batch's activations leave layer by layer during its backward, not all at its
+  // end.
+  parallel::Layout layout;
+  layout.global_batch = 1;
+  const Built built = build(layout);
+  const auto ops = graph::materialize(built.graph, 0);
+  const MemoryLedger ledger = ledger_of(built, 0);
+  expect_balanced(ledger);
+  std::map<std::int32_t, int> layer_of_slot;
+  std::vector<int> freed_layers;
+  std::vector<std::int32_t> freed_at;
+  for (const LedgerAction& action : ledger.actions) {
+    if (action.hold && action.what.rfind("activations of layer", 0) == 0)
+      layer_of_slot[action.slot] = ops[static_cast<size_t>(action.op_index)].op.layer;
+    if (action.hold || !layer_of_slot.count(action.slot)) continue;
+    freed_layers.push_back(layer_of_slot[action.slot]);
+    freed_at.push_back(action.op_index);
+  }
+  ASSERT_EQ(static_cast<int>(freed_layers.size()), built.model.num_layers);
+  for (size_t i = 1; i < freed_layers.size(); ++i) {
+    EXPECT_LT(freed_layers[i], freed_layers[i - 1]) << "the last layer's backward runs first";
+    EXPECT_GT(freed_at[i], freed_at[i - 1]) << "each at its own layer's last backward op";
+  }
+  // The peak is still the model's: every layer is held when backward begins.
+  EXPECT_NEAR(static_cast<double>(ledger.serial_peak_bytes),
+              parallel::memory_for_stage(built.model, built.layout, 0).total_bytes(), 2.0);
 }
 
 TEST(MemoryLedger, FullRecomputeHoldsOneLayersRebuiltActivationsDuringItsBackward) {

@@ -15,7 +15,7 @@ namespace {
 /// The name `calo calibrate` gives a compare figure (docs/METRICS.md), or "" if calibration does not rate it.
 std::string calibration_figure(const std::string& key) {
   static const std::vector<std::pair<std::string, std::string>> kNames = {
-      {"step_time_mean_s", "step_time_s"},      {"energy_per_step_j", "energy_per_step_j"},
+      {"step_time_p50_s", "step_time_s"},       {"energy_per_step_j", "energy_per_step_j"},
       {"power_gpu_mean_w", "mean_power_w"},     {"power_gpu_peak_w", "peak_power_w"},
       {"power_swing_100ms_w", "swing_100ms_w"}, {"temp_gpu_peak_500ms_c", "peak_temp_c"},
       {"sm_clock_mean_mhz", "sm_clock_mhz"}};

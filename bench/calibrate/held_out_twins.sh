@@ -34,13 +34,14 @@ cells = []
 for key in keys:
     error = rows.get(key, {}).get("sim_error", [None, None])[1]
     cells.append("-" if error is None else f"{error * 100:+.1f}%")
-print(f"{sys.argv[1]:<12} {sys.argv[2]:<24}", "  ".join(f"{c:>7}" for c in cells))' "$(basename "$run")" \
-      "$(basename "$preset")"
+print(f"{sys.argv[1]:<26} {sys.argv[2]:<24}", "  ".join(f"{c:>7}" for c in cells))' \
+      "$(basename "$(dirname "$(dirname "$run")")")/$(basename "$run")" "$(basename "$preset")"
   done
 }
 
 unpack h100-traceops-c
 unpack h100-sweep-d
+unpack h100-traceops-f
 for fixture in h200x4-plan-vs-measured h200x2-plan-vs-measured-b h200x2-plan-vs-measured; do unpack "$fixture"; done
 
 for preset in "${presets[@]}"; do
@@ -48,7 +49,7 @@ for preset in "${presets[@]}"; do
   *h100*)
     echo "# $preset: H100 cards no fit saw (step mean, step p50, mean power, peak power, energy per step)"
     twins "$preset" "$work"/h100-traceops-c/runs/{tmbs1,tmbs2,tmbs4,tmbs8,t8k,t4k,soak} \
-      "$work"/h100-sweep-d/runs/lmbs{1,2,4,8}
+      "$work"/h100-sweep-d/runs/lmbs{1,2,4,8} "$work"/h100-traceops-f/runs/{tmbs1,tmbs2,tmbs4,tmbs8,t8k,t4k}
     ;;
   *h200*)
     echo "# $preset: multi-GPU candidates of held-out hosts and shapes (calo validate)"

@@ -132,5 +132,22 @@ TEST(SecondCard, TheH100PresetFollowsAFourthCardsMicroBatchSweepOfTwentySteps) {
   fs::remove_all(out);
 }
 
+TEST(SecondCard, TheH100PresetOnAFifthCardMadeAfterItsRefit) {
+  // Card GPU-6936de69, measured the day the preset was refitted to the one energy figure (2026-12-06), in no
+  // fit. Twins on the preset: median step -1.3 ... +1.5 %, energy per step -2.7 ... +1.4 % (the eighth fit:
+  // -2.0 ... 0.0 % and -4.4 ... -1.3 %), mean power within 2.4 %, peak within 4.1 %.
+  const fs::path runs = unpack_fixture("h100-traceops-f");
+  const fs::path out = calo::testing::scratch_path("card-f-twins");
+  for (const char* name : {"tmbs1", "tmbs2", "tmbs4", "tmbs8", "t8k", "t4k"}) {
+    auto figures = twin_on_preset(runs / name, out / name);
+    ASSERT_TRUE(figures.count("step_time_p50_s") && figures.count("energy_per_step_j")) << name;
+    EXPECT_LE(std::fabs(figures["step_time_p50_s"].error), 0.02) << name;
+    EXPECT_LE(std::fabs(figures["energy_per_step_j"].error), 0.03) << name;
+    EXPECT_LE(std::fabs(figures["power_gpu_mean_w"].error), 0.03) << name;
+    EXPECT_LE(std::fabs(figures["power_gpu_peak_w"].error), 0.05) << name;
+  }
+  fs::remove_all(out);
+}
+
 }  // namespace
 }  // namespace calo::calibrate

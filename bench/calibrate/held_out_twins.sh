@@ -42,6 +42,7 @@ print(f"{sys.argv[1]:<26} {sys.argv[2]:<24}", "  ".join(f"{c:>7}" for c in cells
 unpack h100-traceops-c
 unpack h100-sweep-d
 unpack h100-traceops-f
+unpack h100-traceops-g
 for fixture in h200x4-plan-vs-measured h200x2-plan-vs-measured-b h200x2-plan-vs-measured; do unpack "$fixture"; done
 
 for preset in "${presets[@]}"; do
@@ -49,7 +50,7 @@ for preset in "${presets[@]}"; do
   *h100*)
     echo "# $preset: H100 cards no fit saw (step mean, step p50, mean power, peak power, energy per step)"
     twins "$preset" "$work"/h100-traceops-c/runs/{tmbs1,tmbs2,tmbs4,tmbs8,t8k,t4k,soak} \
-      "$work"/h100-sweep-d/runs/lmbs{1,2,4,8} "$work"/h100-traceops-f/runs/{tmbs1,tmbs2,tmbs4,tmbs8,t8k,t4k}
+      "$work"/h100-sweep-d/runs/lmbs{1,2,4,8} "$work"/h100-traceops-{f,g}/runs/{tmbs1,tmbs2,tmbs4,tmbs8,t8k,t4k}
     ;;
   *h200*)
     echo "# $preset: multi-GPU candidates of held-out hosts and shapes (calo validate)"

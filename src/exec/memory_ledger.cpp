@@ -43,7 +43,6 @@ struct ProgramIndex {
   std::map<MicrobatchKey, Span> chunk_forward, chunk_backward;    // phase forward / backward
   std::map<MicrobatchKey, Span> layer_forward;                    // layer >= 0
   std::map<MicrobatchKey, Span> layer_recompute, layer_backward;  // layer >= 0
-  std::map<MicrobatchKey, int> chunk_layers;                      // layers of a chunk's forward
   std::map<MicrobatchKey, Span> layer_backward_pass;              // recompute or backward, layer >= 0
   std::map<PassKey, Span> pass;                                   // any layer, either pass
 };
@@ -58,11 +57,7 @@ ProgramIndex index_program(const std::vector<graph::RankOp>& ops) {
     if (op.phase == Phase::kBackward) index.chunk_backward[chunk].add(i);
     index.pass[{op.layer, op.microbatch, in_backward_pass(op)}].add(i);
     if (op.layer < 0) continue;
-    if (op.phase == Phase::kForward) {
-      const bool first_op_of_layer = !index.layer_forward.count(layer);
-      index.layer_forward[layer].add(i);
-      if (first_op_of_layer) index.chunk_layers[chunk] += 1;
-    }
+    if (op.phase == Phase::kForward) index.layer_forward[layer].add(i);
     if (op.phase == Phase::kRecompute) index.layer_recompute[layer].add(i);
     if (op.phase == Phase::kBackward) index.layer_backward[layer].add(i);
     if (in_backward_pass(op)) index.layer_backward_pass[layer].add(i);
@@ -95,15 +90,9 @@ void add_activations(const ProgramIndex& index, const parallel::StageHoldings& h
   for (const auto& [key, forward] : index.chunk_forward) {
     auto backward = index.chunk_backward.find(key);
     if (backward == index.chunk_backward.end()) continue;
-    auto layers = index.chunk_layers.find(key);
-    const int layer_count = layers == index.chunk_layers.end() ? 0 : layers->second;
-    const double edge_bytes = holdings.chunk_activation_bytes.at(static_cast<size_t>(key.first)) -
-                              layer_count * holdings.layer_activation_bytes;
-    if (edge_bytes < -1.0)
-      throw std::logic_error(fmt::format("memory ledger: chunk {} holds {} layers, more than its bytes",
-                                         key.first, layer_count));
     out.add(
-        forward.first, backward->second.last, false, edge_bytes,
+        forward.first, backward->second.last, false,
+        holdings.chunk_edge_activation_bytes.at(static_cast<size_t>(key.first)),
         fmt::format("activations of chunk {}'s embedding or output, micro-batch {}", key.first, key.second));
   }
   for (const auto& [key, forward] : index.layer_forward) {

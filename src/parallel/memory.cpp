@@ -104,16 +104,15 @@ double layer_activation_bytes(const model::ModelSpec& model, const Layout& layou
                                            layout.attention == AttentionImpl::kFused);
 }
 
-// Per-micro-batch activation bytes of each model chunk on `stage`.
-std::vector<double> chunk_activation_bytes(const model::ModelSpec& model, const Layout& layout, int stage,
-                                           const std::vector<int>& layers) {
+// Per-micro-batch activation bytes of each model chunk on `stage` outside its transformer layers: the
+// embedding's on the first virtual stage, the output's on the last.
+std::vector<double> chunk_edge_activation_bytes(const model::ModelSpec& model, const Layout& layout,
+                                                int stage) {
   const int seq_length = rank_seq_length(model, layout);
-  const double per_layer = layer_activation_bytes(model, layout, layout.recompute);
   const int virtual_count = layout.pp * layout.virtual_stages;
   std::vector<double> bytes(layout.virtual_stages, 0.0);
   for (int chunk = 0; chunk < layout.virtual_stages; ++chunk) {
     const int virtual_stage = chunk * layout.pp + stage;
-    bytes[chunk] = layers[virtual_stage] * per_layer;
     if (virtual_stage == 0) {
       bytes[chunk] += model::embedding_activation_bytes(model, seq_length, layout.micro_batch, layout.tp,
                                                         layout.sequence_parallel);
@@ -123,6 +122,16 @@ std::vector<double> chunk_activation_bytes(const model::ModelSpec& model, const 
                                                      layout.sequence_parallel);
     }
   }
+  return bytes;
+}
+
+// Per-micro-batch activation bytes of each model chunk on `stage`.
+std::vector<double> chunk_activation_bytes(const model::ModelSpec& model, const Layout& layout, int stage,
+                                           const std::vector<int>& layers) {
+  const double per_layer = layer_activation_bytes(model, layout, layout.recompute);
+  std::vector<double> bytes = chunk_edge_activation_bytes(model, layout, stage);
+  for (int chunk = 0; chunk < layout.virtual_stages; ++chunk)
+    bytes[chunk] += layers[chunk * layout.pp + stage] * per_layer;
   return bytes;
 }
 
@@ -340,7 +349,7 @@ StageHoldings holdings_for_stage(const model::ModelSpec& model, const Layout& la
   const HeldState state = held_state(layout, stage_parameters(model, layout, stage, layers));
   StageHoldings holdings;
   holdings.state_bytes = state.weights_bytes + state.gradients_bytes + state.optimizer_bytes;
-  holdings.chunk_activation_bytes = chunk_activation_bytes(model, layout, stage, layers);
+  holdings.chunk_edge_activation_bytes = chunk_edge_activation_bytes(model, layout, stage);
   holdings.layer_activation_bytes = layer_activation_bytes(model, layout, layout.recompute);
   holdings.recompute_transient_bytes = recompute_transient_bytes(model, layout);
   holdings.loss_transient_bytes = loss_transient(model, layout, stage).first;

@@ -64,10 +64,10 @@ MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& la
 /// the default and pytorch trainers' accounting, docs/METRICS.md "Memory per GPU").
 struct StageHoldings {
   double state_bytes = 0;  ///< weights, gradients and optimizer state kept between steps (ZeRO shards only)
-  /// Per model chunk on the stage: the activations one micro-batch keeps from its forward to its backward.
-  std::vector<double> chunk_activation_bytes;
-  /// What one transformer layer of a chunk keeps for one micro-batch (the rest of a chunk's bytes are its
-  /// embedding's or output's).
+  /// Per model chunk on the stage: what one micro-batch keeps outside the transformer layers (the embedding's
+  /// activations on the first virtual stage, the output's on the last), from its forward to its backward.
+  std::vector<double> chunk_edge_activation_bytes;
+  /// What one transformer layer keeps for one micro-batch, from its forward to its backward.
   double layer_activation_bytes = 0;
   /// Per layer and micro-batch under recomputation: what the layer's recompute rebuilds for its backward.
   double recompute_transient_bytes = 0;

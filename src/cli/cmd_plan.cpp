@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "core/table.h"
 #include "graph/graph.h"
 #include "model/model_spec.h"
+#include "parallel/schedule.h"
 #include "plan/gpu_conditions.h"
 #include "plan/partition.h"
 #include "plan/power_plan.h"
@@ -196,11 +198,11 @@ void print_use(const plan::PartitionRequest& request, const plan::PartitionFigur
   // The order is a permutation of the stages: in order, it is Megatron's.
   if (std::is_sorted(best.gpu_of_stage.begin(), best.gpu_of_stage.end())) {
     fmt::print("# use: --layers-per-stage {} (stage s stays on the GPUs of pipeline position s)\n",
-               fmt::join(best.layers_per_stage, ","));
+               parallel::partition_text(best.layers_per_stage));
     return;
   }
   fmt::print("# use: --layers-per-stage {} --stage-gpus {} (calo sim and calo bench take both)\n",
-             fmt::join(best.layers_per_stage, ","), fmt::join(best.gpu_of_stage, ","));
+             parallel::partition_text(best.layers_per_stage), fmt::join(best.gpu_of_stage, ","));
   parallel::Layout placed = request.layout;
   placed.stage_gpus = best.gpu_of_stage;
   const std::vector<int> slots =
@@ -420,8 +422,15 @@ std::string equivalence_line(const plan::SearchRequest& request, const plan::Sea
 /// Why a ranked pipeline layout has uneven layers per stage, with the uniform partition's step beside it.
 std::string partition_line(const plan::Evaluation& evaluation) {
   const auto& layers = evaluation.candidate.layout.layers_per_stage;
+  const int total = std::accumulate(layers.begin(), layers.end(), 0);
+  if (evaluation.uniform_iteration_s <= 0 &&
+      layers == parallel::edge_accounted_partition(total, static_cast<int>(layers.size())))
+    return fmt::format(
+        "partition {}: {} layers do not split evenly over {} (virtual) stages; Megatron-LM's "
+        "split with the embedding and the loss counted as a layer each does",
+        parallel::partition_text(layers), total, layers.size());
   std::string line = fmt::format("partition {}: balances the stages' compute (embedding, output layer)",
-                                 fmt::join(layers, ","));
+                                 parallel::partition_text(layers));
   if (evaluation.uniform_iteration_s > 0)
     line += fmt::format("; uniform partition {:.3f} s, {:+.1f} %", evaluation.uniform_iteration_s,
                         100 * (evaluation.uniform_iteration_s / evaluation.iteration_s - 1));

@@ -55,8 +55,11 @@ void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional) 
   app.add_option("--vpp,--virtual-stages", layout.virtual_stages,
                  "Model chunks per pipeline rank (interleaved)")
       ->capture_default_str();
-  app.add_option("--layers-per-stage", flags.layers_per_stage,
-                 "Explicit layer partition, comma-separated (pp*vpp entries), e.g. 10,12,12,10");
+  app.add_option(
+      "--layers-per-stage", flags.layers_per_stage,
+      "Explicit layer partition, comma-separated (pp*vpp entries, COUNTxREPEAT repeats one), e.g. "
+      "10,12,12,10 or 0,1x126,0; unset: even, or where only that divides, Megatron-LM's split with the "
+      "embedding and the loss counted as a layer each (first and last stage one layer short)");
   app.add_option("--stage-gpus", flags.stage_gpus,
                  "Stage -> GPU order, comma-separated (pp entries): stage s runs on the GPUs of the pipeline "
                  "position the s-th entry names, as `calo plan partition` prints it, e.g. 0,1,3,2");
@@ -100,13 +103,24 @@ std::vector<int> parse_counts(const std::string& flag, const std::string& text, 
     const std::string item =
         text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     try {
+      // COUNT or COUNTxREPEAT (repeat >= 1), as parallel::partition_text writes runs.
       size_t used = 0;
       const int count = std::stoi(item, &used);
+      int repeat = 1;
+      if (used < item.size() && item[used] == 'x') {
+        const std::string tail = item.substr(used + 1);
+        size_t tail_used = 0;
+        repeat = std::stoi(tail, &tail_used);
+        require_input(tail_used == tail.size() && repeat >= 1 &&
+                          tail.find_first_not_of("0123456789") == std::string::npos,
+                      "");
+        used = item.size();
+      }
       require_input(used == item.size(), "");
-      counts.push_back(count);
+      counts.insert(counts.end(), repeat, count);
     } catch (const std::exception&) {
       throw InputError(flag + ": '" + item + "' in '" + text + "' is not " + noun +
-                       "; give comma-separated integers like " + example);
+                       "; give comma-separated integers like " + example + " (COUNTxREPEAT repeats one)");
     }
     if (comma == std::string::npos) break;
     start = comma + 1;
@@ -135,8 +149,8 @@ std::pair<model::ModelSpec, parallel::Layout> resolve(const LayoutFlags& flags) 
     if (layout.zero_stage >= 1) layout.overlap_param_gather = true;
   }
   if (!flags.layers_per_stage.empty())
-    layout.layers_per_stage =
-        parse_counts("--layers-per-stage", flags.layers_per_stage, "a layer count", "10,12,12,10");
+    layout.layers_per_stage = parse_counts("--layers-per-stage", flags.layers_per_stage, "a layer count",
+                                           "10,12,12,10 or 0,1x126,0");
   if (!flags.stage_gpus.empty())
     layout.stage_gpus = parse_counts("--stage-gpus", flags.stage_gpus, "a pipeline position", "0,1,3,2");
   if (flags.sequence_parallel) layout.sequence_parallel = *flags.sequence_parallel;

@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <string>
+#include <vector>
+
 #include "core/enum_names.h"
 #include "core/error.h"
 #include "core/json_fields.h"
@@ -138,6 +141,23 @@ Layout layout_from_json(const nlohmann::json& object) {
   return layout;
 }
 
+std::string partition_text(const std::vector<int>& layers_per_stage) {
+  std::vector<std::string> items;
+  for (size_t begin = 0; begin < layers_per_stage.size();) {
+    size_t end = begin;
+    while (end < layers_per_stage.size() && layers_per_stage[end] == layers_per_stage[begin]) ++end;
+    const size_t repeat = end - begin;
+    if (repeat >= 3) {
+      items.push_back(fmt::format("{}x{}", layers_per_stage[begin], repeat));
+    } else {
+      for (size_t index = begin; index < end; ++index)
+        items.push_back(std::to_string(layers_per_stage[index]));
+    }
+    begin = end;
+  }
+  return fmt::format("{}", fmt::join(items, ","));
+}
+
 std::string describe(const Layout& layout) {
   std::string text = layout.cp > 1
                          ? fmt::format("TP{}-CP{}-PP{}-DP{}", layout.tp, layout.cp, layout.pp, layout.dp)
@@ -155,7 +175,7 @@ std::string describe(const Layout& layout) {
   if (layout.attention == AttentionImpl::kUnfused) text += " unfused-attn";
   if (layout.trainer != Trainer::kDefault) text += " " + to_string(layout.trainer) + "-trainer";
   if (layout.scatter_gather_in_effect()) text += " pp-scatter-gather";
-  if (layout.uneven_partition()) text += fmt::format(" layers-{}", fmt::join(layout.layers_per_stage, ","));
+  if (layout.uneven_partition()) text += " layers-" + partition_text(layout.layers_per_stage);
   if (!layout.stage_gpus.empty()) text += fmt::format(" stages-on-{}", fmt::join(layout.stage_gpus, ","));
   return text;
 }

@@ -110,6 +110,9 @@ nlohmann::json to_json(const Layout& layout);
 Layout layout_from_json(const nlohmann::json& object);
 /// Short human label, e.g. "TP4-PP2-DP1 mbs1 gbs8 1f1b".
 std::string describe(const Layout& layout);
+/// Layers per (virtual) stage as --layers-per-stage takes them: comma-separated, a run of three or more equal
+/// counts written COUNTxREPEAT, e.g. "0,1x126,0" for Llama 3 405B's 128 chunks.
+std::string partition_text(const std::vector<int>& layers_per_stage);
 /// Parses "none|selective|full"; throws InputError naming the flag on anything else.
 Recompute parse_recompute(const std::string& text);
 /// Parses "gpipe|1f1b|interleaved"; throws InputError naming the flag on anything else.

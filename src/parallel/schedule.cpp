@@ -145,6 +145,16 @@ std::vector<LayerRange> layer_partition(const Layout& layout, int num_layers) {
   return ranges;
 }
 
+std::vector<int> edge_accounted_partition(int num_layers, int virtual_stage_count) {
+  if (virtual_stage_count < 2 || (num_layers + 2) % virtual_stage_count != 0) return {};
+  const int per_stage = (num_layers + 2) / virtual_stage_count;
+  if (per_stage < 1) return {};
+  std::vector<int> sizes(virtual_stage_count, per_stage);
+  --sizes.front();
+  --sizes.back();
+  return sizes;
+}
+
 double bubble_fraction(const Layout& layout) {
   const double stages = layout.pp;
   const double microbatches = microbatches_of(layout);

@@ -41,6 +41,13 @@ struct LayerRange {
 /// See LayerRange; size pp * virtual_stages.
 std::vector<LayerRange> layer_partition(const Layout& layout, int num_layers);
 
+/// Megatron-LM's split that counts the embedding and the loss as one layer each
+/// (--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split; Llama 3's pipeline, whose
+/// first chunk holds the embedding alone at one layer per chunk): with k = (num_layers + 2) /
+/// virtual_stage_count, the first and last virtual stages get k - 1 layers and the rest k. Empty unless
+/// virtual_stage_count >= 2 divides num_layers + 2 with k >= 1.
+std::vector<int> edge_accounted_partition(int num_layers, int virtual_stage_count);
+
 /// Closed-form bubble fraction of a uniform pipeline: (p-1)/(m+p-1) for GPipe/1F1B, (p-1)/(v*m+p-1)
 /// interleaved.
 double bubble_fraction(const Layout& layout);

@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/divisors.h"
 #include "core/error.h"
+#include "parallel/schedule.h"
 
 namespace calo::parallel {
 namespace {
@@ -219,9 +221,13 @@ void check_pipeline(const model::ModelSpec& model, Layout& layout) {
     int total = 0;
     for (size_t position = 0; position < layout.layers_per_stage.size(); ++position) {
       int count = layout.layers_per_stage[position];
-      require_input(count >= 1, fmt::format("layers per stage entry {} is {}: every (virtual) stage needs at "
-                                            "least one layer",
-                                            position, count));
+      const bool edge = position == 0 || position + 1 == layout.layers_per_stage.size();
+      require_input(
+          count >= 1 || (count == 0 && edge),
+          fmt::format("layers per stage entry {} is {}: every (virtual) stage but the first and the last "
+                      "needs at least one layer (the first may hold the embedding alone and the last "
+                      "the output alone, as Llama 3's pipeline does)",
+                      position, count));
       total += count;
     }
     require_input(total == layers, fmt::format("layers per stage sum to {} but {} has {} layers; change the "
@@ -230,24 +236,42 @@ void check_pipeline(const model::ModelSpec& model, Layout& layout) {
     return;
   }
   // Nearby valid choice: another pp (vpp = 1) or another vpp for this pp, such that pp × vpp divides the
-  // layers.
+  // layers, or the layers with the embedding and the loss counted (where that leaves the edge stages a
+  // layer).
+  const auto splits = [&](int stages) {
+    const std::vector<int> edge_accounted = edge_accounted_partition(layers, stages);
+    return layers % stages == 0 || (!edge_accounted.empty() && edge_accounted.front() >= 1);
+  };
   std::string suggestion;
   if (chunks > 1) {
     std::vector<int> valid_chunks;
-    for (int candidate = 2; candidate * layout.pp <= layers; ++candidate) {
-      if (layers % (candidate * layout.pp) == 0) valid_chunks.push_back(candidate);
+    for (int candidate = 2; candidate * layout.pp <= layers + 2; ++candidate) {
+      if (splits(candidate * layout.pp)) valid_chunks.push_back(candidate);
     }
     if (!valid_chunks.empty()) suggestion = nearby(valid_chunks, chunks, "vpp=");
   }
-  if (suggestion.empty()) suggestion = nearby(core::divisors(layers), layout.pp, "pp=");
-  require_input(virtual_stage_count <= layers,
-                fmt::format("pp={} × vpp={} = {} stages exceed the {} layers of {}; {}", layout.pp, chunks,
-                            virtual_stage_count, layers, model.name, suggestion));
-  require_input(
-      layers % virtual_stage_count == 0,
-      fmt::format("pp={} × vpp={} = {} stages do not divide the {} layers of {} evenly; {}, or give an "
-                  "explicit --layers-per-stage",
-                  layout.pp, chunks, virtual_stage_count, layers, model.name, suggestion));
+  if (suggestion.empty()) {
+    std::vector<int> valid_pp;
+    for (int candidate = 1; candidate <= layers + 2; ++candidate) {
+      if (splits(candidate)) valid_pp.push_back(candidate);
+    }
+    suggestion = nearby(valid_pp, layout.pp, "pp=");
+  }
+  if (layers % virtual_stage_count != 0) {
+    // Megatron-LM's (and Llama 3's) split, counting the embedding and the loss as a layer each.
+    std::vector<int> edge_accounted = edge_accounted_partition(layers, virtual_stage_count);
+    require_input(!edge_accounted.empty() || virtual_stage_count <= layers,
+                  fmt::format("pp={} × vpp={} = {} stages exceed the {} layers of {}; {}", layout.pp, chunks,
+                              virtual_stage_count, layers, model.name, suggestion));
+    require_input(
+        !edge_accounted.empty(),
+        fmt::format("pp={} × vpp={} = {} stages divide neither the {} layers of {} nor {} (the layers "
+                    "with the embedding and the loss counted as one each); {}, or give an explicit "
+                    "--layers-per-stage",
+                    layout.pp, chunks, virtual_stage_count, layers, model.name, layers + 2, suggestion));
+    layout.layers_per_stage = std::move(edge_accounted);
+    return;
+  }
   layout.layers_per_stage.assign(virtual_stage_count, layers / virtual_stage_count);
 }
 

@@ -4,10 +4,13 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <numeric>
+#include <vector>
 
 #include "core/divisors.h"
 #include "core/error.h"
 #include "core/table.h"
+#include "parallel/schedule.h"
 #include "parallel/validate.h"
 
 namespace calo::plan {
@@ -26,7 +29,7 @@ std::vector<Sizes> enumerate_sizes(const SpaceRequest& request) {
     if (tp > request.gpus_per_node || model.num_attention_heads % tp != 0) continue;
     for (int cp = 1; cp <= request.max_cp && (request.gpus / tp) % cp == 0; cp *= 2) {
       for (int pp : core::divisors(request.gpus / (tp * cp))) {
-        if (pp > model.num_layers) continue;
+        if (pp > model.num_layers + 2) continue;  // + the embedding and the loss as a stage each
         const int dp = request.gpus / (tp * cp * pp);
         std::vector<int> eps{1};
         if (model.is_moe()) {
@@ -39,8 +42,11 @@ std::vector<Sizes> enumerate_sizes(const SpaceRequest& request) {
           result.push_back({tp, pp, dp, ep, 1, cp, parallel::Schedule::k1F1B});
           if (pp == 1) continue;
           result.push_back({tp, pp, dp, ep, 1, cp, parallel::Schedule::kGpipe});
-          for (int vpp = 2; pp * vpp <= model.num_layers; ++vpp) {
-            if (model.num_layers % (pp * vpp) != 0) continue;
+          for (int vpp = 2; pp * vpp <= model.num_layers + 2; ++vpp) {
+            // Even chunks, or Megatron-LM's split with the embedding and the loss counted as a layer each.
+            if (model.num_layers % (pp * vpp) != 0 &&
+                parallel::edge_accounted_partition(model.num_layers, pp * vpp).empty())
+              continue;
             result.push_back({tp, pp, dp, ep, vpp, cp, parallel::Schedule::kInterleaved});
           }
         }
@@ -234,16 +240,25 @@ std::string calo_flags(const parallel::Layout& layout) {
   if (layout.trainer != parallel::Trainer::kDefault)
     text += " --trainer " + parallel::to_string(layout.trainer);
   if (layout.uneven_partition())
-    text += fmt::format(" --layers-per-stage {}", fmt::join(layout.layers_per_stage, ","));
+    text += " --layers-per-stage " + parallel::partition_text(layout.layers_per_stage);
   if (!layout.stage_gpus.empty()) text += fmt::format(" --stage-gpus {}", fmt::join(layout.stage_gpus, ","));
   return text;
 }
 
 namespace {
 
-/// Megatron-LM's uneven split: the first and last stages' layer counts, the rest even among the middle
-/// stages; a partition that is not of that form is said so with the counts to set by hand.
+/// The partition is Megatron-LM's split with the embedding and the loss counted as a layer each.
+bool edge_accounted(const std::vector<int>& layers) {
+  const int total = std::accumulate(layers.begin(), layers.end(), 0);
+  return layers == parallel::edge_accounted_partition(total, static_cast<int>(layers.size()));
+}
+
+/// Megatron-LM's uneven split: the embedding and the loss counted as layers, or the first and last stages'
+/// layer counts with the rest even among the middle stages; a partition of neither form is said so with the
+/// counts to set by hand.
 std::string megatron_partition_flags(const std::vector<int>& layers) {
+  if (edge_accounted(layers))
+    return " --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split";
   const bool middle_even = layers.size() <= 3 || std::all_of(layers.begin() + 1, layers.end() - 1,
                                                              [&](int count) { return count == layers[1]; });
   if (!middle_even)
@@ -262,9 +277,13 @@ std::string megatron_flags(const parallel::Layout& layout) {
     text += fmt::format(" --context-parallel-size {} --cp-comm-type {}", layout.cp,
                         layout.cp_comm == parallel::CpComm::kAllGather ? "all_gather" : "p2p");
   if (layout.ep > 1) text += fmt::format(" --expert-model-parallel-size {}", layout.ep);
-  if (layout.virtual_stages > 1)
-    text += fmt::format(" --num-layers-per-virtual-pipeline-stage {}",
-                        layout.layers_per_stage.empty() ? 0 : layout.layers_per_stage.front());
+  if (layout.virtual_stages > 1) {
+    // A model chunk's layers (the middle chunks' under the edge-accounted split, whose edges are one short).
+    const int chunk_layers = layout.layers_per_stage.empty()           ? 0
+                             : edge_accounted(layout.layers_per_stage) ? layout.layers_per_stage.front() + 1
+                                                                       : layout.layers_per_stage.front();
+    text += fmt::format(" --num-layers-per-virtual-pipeline-stage {}", chunk_layers);
+  }
   text +=
       fmt::format(" --micro-batch-size {} --global-batch-size {}", layout.micro_batch, layout.global_batch);
   if (layout.seq_length > 0) text += fmt::format(" --seq-length {}", layout.seq_length);

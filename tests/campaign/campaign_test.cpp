@@ -164,7 +164,8 @@ TEST(CampaignSpec, ContextParallelIsALayoutKey) {
 
 TEST(CampaignSpec, LayersSlicesTheModelForEveryPoint) {
   // Issue 40 item 10: `layers` as `--layers` of every command. Llama3-8B sliced to 4 layers on one GPU: every
-  // micro-batch fits and each point's command carries --layers 4; pp 3 does not divide 4 layers.
+  // micro-batch fits and each point's command carries --layers 4; pp 5 stages exceed the 4 layers (and do not
+  // divide the 6 of Megatron-LM's split with the embedding and the loss counted; pp 3 does: 1, 2, 1 layers).
   const Spec spec = spec_from(
       "model: llama3-8b\nlayers: 4\ncluster: h200-hgx\ngpus: 1\nfixed: {gbs: 8}\naxes:\n  mbs: [1, 8]\n");
   EXPECT_EQ(spec.layers, 4);
@@ -178,10 +179,12 @@ TEST(CampaignSpec, LayersSlicesTheModelForEveryPoint) {
     EXPECT_NE(arguments.find("--layers 4 "), std::string::npos) << arguments;
   }
   const Spec uneven =
-      spec_from("model: llama3-8b\nlayers: 4\ncluster: h200-hgx\ngpus: 3\naxes:\n  pp: [3]\n");
+      spec_from("model: llama3-8b\nlayers: 4\ncluster: h200-hgx\ngpus: 15\naxes:\n  pp: [3, 5]\n");
   std::vector<Point> uneven_points = expand_grid(uneven);
   validate_points(uneven, uneven_points);
-  EXPECT_NE(uneven_points[0].skip_reason, "");
+  ASSERT_EQ(uneven_points.size(), 2u);
+  EXPECT_EQ(uneven_points[0].skip_reason, "");
+  EXPECT_NE(uneven_points[1].skip_reason.find("try pp=4"), std::string::npos) << uneven_points[1].skip_reason;
   EXPECT_THROW(spec_from("model: llama3-8b\nlayers: 0\ncluster: h200-hgx\naxes:\n  mbs: [1]\n"), InputError);
 }
 

@@ -113,6 +113,24 @@ TEST(BenchCpu, AStageGpuOrderPutsEachRankOnItsStagesDevice) {
       << refused.output;
 }
 
+TEST(BenchCpu, AChunkOfTheEmbeddingAloneAndOneOfTheOutputAloneRunAndHoldWhatTheModelSays) {
+  // Llama 3's pipeline (and Megatron-LM's split with the embedding and the loss counted as a layer each): 4
+  // layers over pp 2 × vpp 3 = 6 virtual stages resolve to 0,1,1,1,1,0, so stage 0's first chunk runs the
+  // embedding alone and stage 1's last chunk the output alone. Every op runs and checks, and under
+  // --memory real each rank holds the model's bytes.
+  const auto report =
+      bench_json("edge-chunks", {"--model", "tiny-dense", "--pp", "2", "--schedule", "interleaved", "--vpp",
+                                 "3", "--gbs", "4", "--memory", "real"});
+  expect_clean(report, 2);
+  EXPECT_NE(report["layout"].get<std::string>().find("layers-0,1x4,0"), std::string::npos)
+      << report["layout"];
+  ASSERT_EQ(report["memory_real"]["ranks"].size(), 2u) << report.dump();
+  for (const auto& rank : report["memory_real"]["ranks"]) {
+    EXPECT_GT(rank["held_peak_bytes"].get<double>(), 0.0) << rank.dump();
+    EXPECT_NEAR(rank["model_error"].get<double>(), 0.0, 1e-9) << rank.dump();
+  }
+}
+
 TEST(BenchCpu, TensorAndDataParallelWithOverlapAndZero1) {
   expect_clean(
       bench_json("tp2dp2", {"--model", "tiny-dense", "--tp", "2", "--dp", "2", "--zero", "1", "--overlap"}),

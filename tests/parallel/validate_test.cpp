@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "core/error.h"
+#include "parallel/schedule.h"
 
 namespace calo::parallel {
 namespace {
@@ -269,18 +271,18 @@ TEST(Validate, PipelineStagesMustNotExceedLayers) {
 TEST(Validate, UniformPartitionMustDivideLayers) {
   Layout layout;
   layout.pp = 3;
-  EXPECT_EQ(
-      error_of(dense_model(), layout),
-      "pp=3 × vpp=1 = 3 stages do not divide the 80 layers of dense-80l evenly; try pp=2 or pp=4, or give an "
-      "explicit --layers-per-stage");
+  EXPECT_EQ(error_of(dense_model(), layout),
+            "pp=3 × vpp=1 = 3 stages divide neither the 80 layers of dense-80l nor 82 (the layers with the "
+            "embedding "
+            "and the loss counted as one each); try pp=2 or pp=4, or give an explicit --layers-per-stage");
   layout.schedule = Schedule::kInterleaved;
   layout.pp = 4;
   layout.virtual_stages = 3;
   layout.global_batch = 8;
-  EXPECT_EQ(
-      error_of(dense_model(), layout),
-      "pp=4 × vpp=3 = 12 stages do not divide the 80 layers of dense-80l evenly; try vpp=2 or vpp=4, or give "
-      "an explicit --layers-per-stage");
+  EXPECT_EQ(error_of(dense_model(), layout),
+            "pp=4 × vpp=3 = 12 stages divide neither the 80 layers of dense-80l nor 82 (the layers with the "
+            "embedding and the loss counted as one each); try vpp=2 or vpp=4, or give an explicit "
+            "--layers-per-stage");
 }
 
 TEST(Validate, ExplicitPartitionNeedsOneEntryPerVirtualStage) {
@@ -294,8 +296,47 @@ TEST(Validate, ExplicitPartitionHasNoEmptyStage) {
   Layout layout;
   layout.pp = 4;
   layout.layers_per_stage = {40, 0, 20, 20};
-  EXPECT_EQ(error_of(dense_model(), layout),
-            "layers per stage entry 1 is 0: every (virtual) stage needs at least one layer");
+  EXPECT_EQ(
+      error_of(dense_model(), layout),
+      "layers per stage entry 1 is 0: every (virtual) stage but the first and the last needs at least one "
+      "layer (the first may hold the embedding alone and the last the output alone, as Llama 3's pipeline "
+      "does)");
+  layout.layers_per_stage = {0, 40, 40, 0};  // the edges may be empty: embedding alone, output alone
+  EXPECT_EQ(resolve_layout(dense_model(), layout).layers_per_stage, (std::vector<int>{0, 40, 40, 0}));
+}
+
+TEST(Validate, StagesThatDivideTheLayersWithEmbeddingAndLossGetMegatronsEdgeAccountedSplit) {
+  // Megatron-LM's --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split: with the
+  // embedding and the loss as a layer each, 82 layers over 2 × 41 or 41 virtual stages; the first and last
+  // virtual stage are one layer short. Llama 3 405B (126 layers) at PP16: 1F1B 7, 8, ..., 8, 7; interleaved
+  // vpp 8 one layer per chunk with the first chunk the embedding alone and the last the output alone (the
+  // Llama 3 paper, section 3.3.2).
+  Layout layout;
+  layout.pp = 41;
+  layout.dp = 1;
+  EXPECT_EQ(resolve_layout(dense_model(), layout).layers_per_stage.front(), 1);
+  model::ModelSpec llama = dense_model();
+  llama.num_layers = 126;
+  layout.pp = 16;
+  std::vector<int> one_f_one_b(16, 8);
+  one_f_one_b.front() = one_f_one_b.back() = 7;
+  EXPECT_EQ(resolve_layout(llama, layout).layers_per_stage, one_f_one_b);
+  layout.schedule = Schedule::kInterleaved;
+  layout.virtual_stages = 8;
+  layout.global_batch = 32;
+  std::vector<int> one_per_chunk(128, 1);
+  one_per_chunk.front() = one_per_chunk.back() = 0;
+  EXPECT_EQ(resolve_layout(llama, layout).layers_per_stage, one_per_chunk);
+  layout.virtual_stages = 2;
+  const std::vector<int> two_chunks = resolve_layout(llama, layout).layers_per_stage;
+  EXPECT_EQ(two_chunks.front(), 3);
+  EXPECT_EQ(two_chunks[1], 4);
+  EXPECT_EQ(two_chunks.back(), 3);
+  EXPECT_EQ(partition_text(one_per_chunk), "0,1x126,0");  // as --layers-per-stage takes it
+  EXPECT_EQ(partition_text({3, 4, 4, 3}), "3,4,4,3");     // runs shorter than three stay as they are
+  EXPECT_EQ(partition_text({2, 2, 2}), "2x3");
+  EXPECT_EQ(parallel::edge_accounted_partition(126, 12), std::vector<int>{});  // 128 % 12 != 0
+  EXPECT_EQ(parallel::edge_accounted_partition(126, 1), std::vector<int>{});   // one stage: uniform
 }
 
 TEST(Validate, ExplicitPartitionMustSumToLayers) {

@@ -301,6 +301,41 @@ TEST(Search, PruningKeepsTheTopKExactAndSimulatesFewer) {
   }
 }
 
+TEST(Search, AtLlama3sShapeThePlannerPicksTheLayoutMetaRan) {
+  // Llama 3 405B on 16384 H100, 16M tokens of 8K sequences, at the paper's TP8-PP16 without recomputation:
+  // 126 layers split over no power-of-two stages, so the interleaved candidates exist only with Megatron-LM's
+  // split that counts the embedding and the loss as a layer each. The first pick is what the Llama 3 paper
+  // describes (section 3.3.2): one layer per chunk, the first chunk the embedding alone, the last the output
+  // alone, optimizer state and gradients sharded (ZeRO-2), and it fits an H100.
+  SearchRequest request;
+  request.space.model = model::load_model("llama3-405b");
+  request.space.gpus = 16384;
+  request.space.global_batch = 2048;
+  request.space.seq_length = 8192;
+  request.cluster = sim::load_cluster("h100-hgx");
+  request.space.device_memory_bytes = request.cluster.gpu.memory_bytes;
+  request.space.constraints.tp = {8};
+  request.space.constraints.pp = {16};
+  request.space.constraints.micro_batch = {1};
+  request.space.constraints.recompute = {parallel::Recompute::kNone};
+  request.space.constraints.overlap = true;
+  request.top = 3;
+  request.threads = 2;
+  const SearchResult result = search_layouts(request);
+  ASSERT_FALSE(result.ranking.empty());
+  const parallel::Layout& best = result.evaluations[result.ranking.front()].candidate.layout;
+  EXPECT_EQ(best.schedule, parallel::Schedule::kInterleaved) << parallel::describe(best);
+  EXPECT_EQ(best.virtual_stages, 8) << parallel::describe(best);
+  EXPECT_EQ(best.zero_stage, 2) << parallel::describe(best);
+  EXPECT_NE(parallel::describe(best).find("layers-0,1x126,0"), std::string::npos) << parallel::describe(best);
+  EXPECT_NE(megatron_flags(best).find("--account-for-embedding-in-pipeline-split "
+                                      "--account-for-loss-in-pipeline-split"),
+            std::string::npos)
+      << megatron_flags(best);
+  EXPECT_NE(megatron_flags(best).find("--num-layers-per-virtual-pipeline-stage 1 "), std::string::npos)
+      << megatron_flags(best);
+}
+
 TEST(Search, PipelineLayoutsRankAtThePartitionThatBalancesTheirStages) {
   // Llama3-8B's shapes with 16 layers on 4 GPUs, pipelines only: the output layer (128 K vocabulary) makes
   // the last stage of 4,4,4,4 the bottleneck. Ranked at the balanced partition, the best pipeline layout is

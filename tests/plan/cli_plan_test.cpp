@@ -31,6 +31,16 @@ TEST(CaloSimMemory, RefusesALayoutThatDoesNotFitWithTheBreakdownAndFittingLayout
   EXPECT_TRUE(contains(outcome.output, "optimizer")) << outcome.output;
   EXPECT_TRUE(contains(outcome.output, "usable")) << outcome.output;
   EXPECT_TRUE(contains(outcome.output, "--allow-oom")) << outcome.output;
+  EXPECT_FALSE(contains(outcome.output, "the card itself")) << outcome.output;  // 335 GiB: not even the card
+  // Llama 3 405B's 8192-GPU row of the paper's Table 4: 78.09 GiB fits the card's 79.65 but not the margin
+  // calo keeps; the refusal says how little the card would have left.
+  outcome = run_calo(
+      "sim --model llama3-405b --cluster h100-hgx --gpus 8192 --tp 8 --pp 16 --schedule interleaved --vpp 8 "
+      "--zero 2 --overlap --mbs 1 --gbs 2048 --seq 8192 --no-store");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "layers-0,1x126,0 needs 78.09 GiB")) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "the card itself would leave 1.56 GiB for the CUDA context"))
+      << outcome.output;
   // A model that fits only with a different layout: the refusal lists layouts of the same job that fit.
   outcome = run_calo("sim --model llama3-70b --cluster h100-hgx --gpus 16 --tp 1 --gbs 16 --no-store");
   EXPECT_EQ(outcome.exit_code, 2) << outcome.output;

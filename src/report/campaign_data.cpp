@@ -159,7 +159,8 @@ void fill_figures(const std::filesystem::path& run_dir, CampaignPoint& point) {
     }
   }
   // Above 64 GPUs a simulation stores no per-GPU rows and samples of some GPUs only (docs/REPORTS.md): its
-  // run row holds the hottest die of all of them (46.3 C where the stored samples peaked at 45.6 C, 8192 GPUs).
+  // run row holds the hottest die of all of them (46.3 C where the stored samples peaked at 45.6 C, 8192
+  // GPUs).
   const double run_max_die_c = from_summary("max_die_c", NAN);
   if (std::isnan(point.max_temp_c) || run_max_die_c > point.max_temp_c) point.max_temp_c = run_max_die_c;
 }

@@ -555,6 +555,8 @@ std::string verdict_section(const std::vector<analyze::RunAnalysis>& runs,
            prefix + "header"});
     }
     recording_findings(run, prefix, findings);
+    if (const std::string memory = memory_verdict(run); !memory.empty())
+      findings.push_back({20, memory, prefix + "memory"});
     if (!std::isnan(run.step_time_s.mean) && run.step_time_s.count > 0) {
       findings.push_back(
           {0.1,

@@ -194,4 +194,18 @@ std::string memory_section(const analyze::RunAnalysis& run, const std::string& p
          breakdown_table(memory, device_bytes(config), measured, run.run.kind, held);
 }
 
+std::string memory_verdict(const analyze::RunAnalysis& run) {
+  if (run.run.kind != store::RunKind::kSim) return "";
+  const nlohmann::json config = nlohmann::json::parse(run.run.config_json, nullptr, false);
+  const auto memory = predicted_memory(config, run.run_dir.string());
+  const double capacity_bytes = device_bytes(config);
+  if (!memory || std::isnan(capacity_bytes)) return "";
+  const double usable_bytes = parallel::usable_memory_bytes(capacity_bytes);
+  if (memory->total_bytes() <= usable_bytes) return "";
+  return fmt::format(
+      "does not fit memory: the model needs {} GiB per GPU (stage {}), more than the {} GiB usable of the {} "
+      "GiB card; simulated anyway (--allow-oom)",
+      gib(memory->total_bytes()), memory->stage, gib(usable_bytes), gib(capacity_bytes));
+}
+
 }  // namespace calo::report

@@ -12,4 +12,9 @@ namespace calo::report {
 /// when the run names no model and layout and measured no GPU memory.
 std::string memory_section(const analyze::RunAnalysis& run, const std::string& prefix);
 
+/// The verdict's line for a simulated run whose job the memory model does not fit on its cluster's GPU (as
+/// `calo sim --allow-oom` runs it): the total against the usable memory and the card; "" when it fits or the
+/// run stores no job or cluster.
+std::string memory_verdict(const analyze::RunAnalysis& run);
+
 }  // namespace calo::report

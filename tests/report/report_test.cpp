@@ -285,6 +285,31 @@ TEST(Commands, TheMemoryTableOfATorchtitanRunSaysWhereItsPeakIs) {
   }
 }
 
+// A simulation run with --allow-oom: the verdict says first that the job does not fit its GPU, linked to the
+// memory section, so nobody reads its step time as a layout they could run. A layout that fits says nothing.
+TEST(Commands, TheVerdictOfASimulationThatDoesNotFitMemorySaysSoFirst) {
+  auto calo = std::filesystem::path(CALO_BINARY_DIR) / "calo";
+  if (!std::filesystem::exists(calo)) GTEST_SKIP() << "calo binary not built in " << CALO_BINARY_DIR;
+  calo::testing::TempDir dir("allow-oom-verdict");
+  const std::string job =
+      " sim --model llama3-8b --cluster h100-hgx --gpus 1 --seq 8192 --gbs 4 --steps 1 --out ";
+  const auto verdict_of = [&](const std::string& name, const std::string& flags) {
+    int status = 0;
+    const std::string out = run_command(calo.string() + job + (dir.path / name).string() + flags, status);
+    EXPECT_EQ(status, 0) << out;
+    const std::string html = render_html_report({analyze::analyze_run(dir.path / name)});
+    return html.substr(0, html.find("Runs side by side"));
+  };
+  const std::string oom = verdict_of("oom", " --layers 24 --allow-oom");
+  const auto line = oom.find("<li><a href=\"#run1-memory\">does not fit memory: the model needs ");
+  ASSERT_NE(line, std::string::npos) << oom;
+  EXPECT_EQ(line, oom.find("<li>")) << "the first finding: " << oom;
+  EXPECT_NE(oom.find("GiB usable of the 79.65 GiB card; simulated anyway (--allow-oom)"), std::string::npos)
+      << oom;
+  const std::string fits = verdict_of("fits", " --layers 4");
+  EXPECT_EQ(fits.find("does not fit memory"), std::string::npos) << fits;
+}
+
 // A bench run with --memory real: the memory section shows what training's allocations held beside the
 // model's terms (a "held" bar and row, the model's error for that rank's stage), and its measured-peak note
 // stops saying the bench keeps no activations.

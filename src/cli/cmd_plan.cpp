@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -269,8 +270,12 @@ int run_partition(const PartitionFlags& flags) {
   fmt::print("# calo plan partition: {} {} on {} x {}, {} step(s) per partition, {} simulated\n", model.name,
              parallel::describe(layout), world, request.cluster.name, flags.steps, result.simulated);
   if (!flags.from_run.empty()) print_conditions(flags.from_run, conditions);
+  // The search's start: uniform, or where the layers do not split evenly the remainder in the middle stages.
+  const std::vector<int>& base = result.uniform.layers_per_stage;
+  const bool even = std::adjacent_find(base.begin(), base.end(), std::not_equal_to<>()) == base.end();
+  const std::string base_name = even ? "uniform" : "near-uniform";
   core::TextTable table({"partition", "layers per stage", "GPUs of stage (pipeline position)", "step",
-                         "vs uniform", "hottest die"});
+                         "vs " + base_name, "hottest die"});
   table.set_units({"", "", "", "s", "%", "C"});
   auto row = [&](const std::string& name, const plan::PartitionFigures& figures) {
     if (figures.layers_per_stage.empty()) return;
@@ -279,7 +284,7 @@ int run_partition(const PartitionFlags& flags) {
                    fmt::format("{:+.2f}", 100 * (figures.iteration_s / result.uniform.iteration_s - 1)),
                    fmt::format("{:.1f}", figures.max_die_c)});
   };
-  row("uniform", result.uniform);
+  row(base_name, result.uniform);
   row("even/odd (static)", result.even_odd);
   row("found", result.best);
   fmt::print("{}", table.render());

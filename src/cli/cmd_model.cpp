@@ -202,6 +202,18 @@ void print_activation_table(const model::ModelSpec& spec, const parallel::Layout
              layout.attention == parallel::AttentionImpl::kFused ? "flash" : "unfused (softmax kept)");
 }
 
+/// Prints the most loaded stage's activations at its peak by kind (docs/METRICS.md "Activations by kind").
+void print_activation_kinds(const parallel::MemoryBreakdown& memory) {
+  if (memory.activations_by_kind.empty()) return;
+  core::TextTable table({"activations at the peak, by kind", "bytes", "share"});
+  for (const model::ActivationTerm& term : memory.activations_by_kind) {
+    table.add_row({term.kind, core::format_bytes(term.bytes),
+                   fmt::format("{:.1f} %", 100 * term.bytes / memory.activations_bytes)});
+  }
+  fmt::print("{}(stage {}: {} layer-micro-batches alive, each layer's terms × that count)\n", table.render(),
+             memory.stage, memory.layer_microbatches);
+}
+
 /// Prints the memory per GPU of each pipeline stage and the most loaded one.
 void print_memory_table(const ModelFigures& figures) {
   // A transient's column only where a stage's peak has one (the pytorch trainer's loss backward, a recomputed
@@ -230,6 +242,12 @@ void print_memory_table(const ModelFigures& figures) {
              figures.most_loaded.at_backward_end
                  ? ", at the end of backward (every gradient shard complete, activations freed)"
                  : "");
+  print_activation_kinds(figures.most_loaded);
+  fmt::print(
+      "fits a GPU when the total is at most device × (1 − {:.0f} % allocator fragmentation) − {} (CUDA "
+      "context, "
+      "libraries, NCCL): `calo sim --cluster` and `calo plan` apply it\n",
+      parallel::kFragmentationFraction * 100, core::format_bytes(parallel::kRuntimeReserveBytes));
 }
 
 int show_model(const ModelFlags& flags) {

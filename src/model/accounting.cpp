@@ -3,6 +3,8 @@
 #include "model/accounting.h"
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 
@@ -108,8 +110,9 @@ double activation_bytes_per_layer(const ModelSpec& spec, int seq_length, int mic
                                     /*flash_attention=*/true);
 }
 
-double activation_bytes_per_layer(const ModelSpec& spec, int seq_length, int micro_batch, int tp,
-                                  bool sequence_parallel, Recompute recompute, bool flash_attention) {
+std::vector<ActivationTerm> layer_activation_terms(const ModelSpec& spec, int seq_length, int micro_batch,
+                                                   int tp, bool sequence_parallel, Recompute recompute,
+                                                   bool flash_attention) {
   require_positive(seq_length, "sequence length");
   require_positive(micro_batch, "micro-batch size");
   require_positive(tp, "tensor-parallel size");
@@ -117,42 +120,58 @@ double activation_bytes_per_layer(const ModelSpec& spec, int seq_length, int mic
   const double hidden = spec.hidden_size;
   const double tp_size = tp;
   // Tensors of the full hidden width that tensor parallelism replicates; sequence parallel splits them over
-  // tp.
-  const double replicated_divisor = sequence_parallel ? tp_size : 1.0;
-  if (recompute == Recompute::kFull) return tokens * kBf16Bytes * hidden / replicated_divisor;
-
+  // tp. Tensors split over tp (heads, FFN columns) are divided by tp; routed token copies by neither.
+  const double replicated = tokens / (sequence_parallel ? tp_size : 1.0);
+  const double split = tokens / tp_size;
+  std::vector<ActivationTerm> terms;
+  const auto add = [&terms](std::string kind, double bytes) {
+    if (bytes > 0) terms.push_back({std::move(kind), bytes});
+  };
+  if (recompute == Recompute::kFull) {
+    add("layer input (the checkpoint)", replicated * kBf16Bytes * hidden);
+    return terms;
+  }
   const bool dropout = spec.dropout > 0.0;
-  // Per token, bytes. Replicated: inputs of both norms, of the QKV projection and of the FFN/router,
-  // plus the two dropout masks after the attention output projection and after the FFN.
-  double replicated = 4.0 * kBf16Bytes * hidden + (dropout ? 2.0 * kMaskBytes * hidden : 0.0);
-  // Split over tp: Q, K, V, the attention output (= input of the output projection).
-  double split = kBf16Bytes * (2.0 * spec.q_size() + 2.0 * spec.kv_size());
+  add("norm inputs (2)", replicated * 2.0 * kBf16Bytes * hidden);
+  add(spec.is_moe() ? "QKV and router/expert inputs" : "QKV and FFN inputs",
+      replicated * 2.0 * kBf16Bytes * hidden);
+  add("dropout masks (2)", dropout ? replicated * 2.0 * kMaskBytes * hidden : 0.0);
+  add("Q, K, V and attention output", split * kBf16Bytes * (2.0 * spec.q_size() + 2.0 * spec.kv_size()));
   const double heads = spec.num_attention_heads;
-  const bool keep_core_attention = recompute != Recompute::kSelective;
-  if (keep_core_attention) {
+  if (recompute != Recompute::kSelective) {
     if (flash_attention) {
-      split += kFp32Bytes * heads;  // softmax log-sum-exp per head and query
+      add("softmax log-sum-exp (fp32)", split * kFp32Bytes * heads);
     } else {
       // Softmax output (2 a s), and with dropout its mask (a s) and the dropped-out probabilities (2 a s).
-      split += heads * seq_length * (kBf16Bytes + (dropout ? kMaskBytes + kBf16Bytes : 0.0));
+      add("softmax probabilities (a s per token)",
+          split * heads * seq_length * (kBf16Bytes + (dropout ? kMaskBytes + kBf16Bytes : 0.0)));
     }
   }
-  const double ffn = spec.ffn_hidden_size;
   // FFN inner tensors: GELU keeps its input and output (2 x f); SwiGLU keeps gate+up (2 f) and its output
   // (f).
-  const double ffn_inner = kBf16Bytes * (spec.activation == Activation::kSwiGlu ? 3.0 * ffn : 2.0 * ffn);
-  double unsplit = 0.0;
+  const bool swiglu = spec.activation == Activation::kSwiGlu;
+  const double ffn_inner = kBf16Bytes * (swiglu ? 3.0 : 2.0) * spec.ffn_hidden_size;
+  const std::string inner_kind =
+      swiglu ? "FFN inner (gate, up, SwiGLU output)" : "FFN inner (GELU input, output)";
   if (spec.is_moe()) {
-    const double routed = spec.moe_top_k;
-    replicated += kFp32Bytes * spec.num_experts;  // router probabilities
-    split += routed * ffn_inner;
+    add("router probabilities (fp32)", replicated * kFp32Bytes * spec.num_experts);
+    add("expert " + inner_kind.substr(4) + " x top-k", split * spec.moe_top_k * ffn_inner);
     // Each routed token copy: permuted expert input and expert output (kept for the combine weights'
     // gradient). Tokens are gathered over the tp group before the experts, so these are not divided by tp.
-    unsplit += routed * 2.0 * kBf16Bytes * hidden;
+    add("routed token copies (expert input, output)", tokens * spec.moe_top_k * 2.0 * kBf16Bytes * hidden);
   } else {
-    split += ffn_inner;
+    add(inner_kind, split * ffn_inner);
   }
-  return tokens * (replicated / replicated_divisor + split / tp_size + unsplit);
+  return terms;
+}
+
+double activation_bytes_per_layer(const ModelSpec& spec, int seq_length, int micro_batch, int tp,
+                                  bool sequence_parallel, Recompute recompute, bool flash_attention) {
+  double bytes = 0;
+  for (const ActivationTerm& term : layer_activation_terms(spec, seq_length, micro_batch, tp,
+                                                           sequence_parallel, recompute, flash_attention))
+    bytes += term.bytes;
+  return bytes;
 }
 
 double embedding_activation_bytes(const ModelSpec& spec, int seq_length, int micro_batch, int tp,

@@ -1,6 +1,9 @@
 // Parameter, FLOP and activation-memory accounting of a transformer (formulas in docs/METRICS.md).
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "model/model_spec.h"
 
 namespace calo::model {
@@ -49,6 +52,18 @@ double attention_flops_per_token(const ModelSpec& spec, int seq_length, bool cau
 /// Extra forward FLOPs per token re-executed by recomputation (0 for none; attention core for selective;
 /// the whole layer forward except logits for full).
 double recompute_flops_per_token(const ModelSpec& spec, int seq_length, Recompute recompute);
+
+/// One kind of tensor a transformer layer keeps for backward and its bytes (one micro-batch, one tp rank).
+struct ActivationTerm {
+  std::string kind;  ///< what is kept, e.g. "FFN inner (gate, up, SwiGLU output)"
+  double bytes = 0;  ///< bytes per micro-batch on one tensor-parallel rank
+};
+
+/// The kinds activation_bytes_per_layer sums (docs/METRICS.md "Activations by kind"), in the layer's order;
+/// zero terms are left out.
+std::vector<ActivationTerm> layer_activation_terms(const ModelSpec& spec, int seq_length, int micro_batch,
+                                                   int tp, bool sequence_parallel, Recompute recompute,
+                                                   bool flash_attention);
 
 /// Activation bytes one transformer layer keeps for backward, for one micro-batch on one tensor-parallel rank
 /// (Korthikanti et al. 2022, bf16, with flash attention: no s^2 term), under the given sequence parallel and

@@ -98,45 +98,89 @@ int rank_seq_length(const model::ModelSpec& model, const Layout& layout) {
 }
 
 // Activation bytes one layer keeps for backward per micro-batch on one rank, under `recompute`.
-double layer_activation_bytes(const model::ModelSpec& model, const Layout& layout, Recompute recompute) {
-  return model::activation_bytes_per_layer(model, rank_seq_length(model, layout), layout.micro_batch,
-                                           layout.tp, layout.sequence_parallel, recompute,
-                                           layout.attention == AttentionImpl::kFused);
+// What eager PyTorch's autograd saves for backward beyond the fused kernels' tensors (the pytorch trainer;
+// measured on one H200 by kind, tests/fixtures/memory-truth-h200, docs/METRICS.md "Activations by kind"):
+// rotary embedding's inputs (Q and K before rotation), the attention output's reshaped copy that the output
+// projection saves beside the attention kernel's own output (not under selective recompute, where the
+// kernel's output is not saved), and SwiGLU's silu(gate) beside the product. Per micro-batch on one tp rank;
+// none under full recompute (the layer input alone).
+std::vector<model::ActivationTerm> eager_extra_terms(const model::ModelSpec& model, const Layout& layout,
+                                                     Recompute recompute) {
+  if (layout.trainer != Trainer::kPytorch || recompute == Recompute::kFull) return {};
+  const double split_tokens =
+      static_cast<double>(rank_seq_length(model, layout)) * layout.micro_batch / layout.tp;
+  constexpr double kBf16Bytes = 2.0;
+  std::vector<model::ActivationTerm> terms;
+  if (model.position_embedding == model::PositionEmbedding::kRope)
+    terms.push_back({"RoPE inputs (eager: Q, K before rotation)",
+                     split_tokens * kBf16Bytes * (static_cast<double>(model.q_size()) + model.kv_size())});
+  if (recompute == Recompute::kNone)
+    terms.push_back({"attention output copy (eager: reshaped for the projection)",
+                     split_tokens * kBf16Bytes * static_cast<double>(model.q_size())});
+  if (model.activation == model::Activation::kSwiGlu) {
+    const double copies = model.is_moe() ? model.moe_top_k : 1.0;
+    terms.push_back({"SiLU output (eager: silu(gate) beside the product)",
+                     split_tokens * kBf16Bytes * copies * static_cast<double>(model.ffn_hidden_size)});
+  }
+  return terms;
 }
 
-// Per-micro-batch activation bytes of each model chunk on `stage` outside its transformer layers: the
-// embedding's on the first virtual stage, the output's on the last.
-std::vector<double> chunk_edge_activation_bytes(const model::ModelSpec& model, const Layout& layout,
-                                                int stage) {
+// One layer's activation terms under the layout's trainer: the fused kernels'
+// (model::layer_activation_terms), then eager PyTorch's extras under the pytorch trainer.
+std::vector<model::ActivationTerm> layer_terms(const model::ModelSpec& model, const Layout& layout,
+                                               Recompute recompute) {
+  std::vector<model::ActivationTerm> terms = model::layer_activation_terms(
+      model, rank_seq_length(model, layout), layout.micro_batch, layout.tp, layout.sequence_parallel,
+      recompute, layout.attention == AttentionImpl::kFused);
+  for (model::ActivationTerm& extra : eager_extra_terms(model, layout, recompute))
+    terms.push_back(std::move(extra));
+  return terms;
+}
+
+double layer_activation_bytes(const model::ModelSpec& model, const Layout& layout, Recompute recompute) {
+  double bytes = 0;
+  for (const model::ActivationTerm& term : layer_terms(model, layout, recompute)) bytes += term.bytes;
+  return bytes;
+}
+
+// What one micro-batch keeps in one model chunk: its transformer layers' activations and, outside them, the
+// embedding's (first virtual stage) and the output's (last virtual stage).
+struct ChunkActivations {
+  int layers = 0;              // transformer layers of the chunk
+  double layer_bytes = 0;      // layers × one layer's activations
+  double embedding_bytes = 0;  // the embedding's activations (first virtual stage), else 0
+  double output_bytes = 0;     // the output's activations (last virtual stage), else 0
+  double bytes() const { return layer_bytes + embedding_bytes + output_bytes; }
+};
+
+// Per-micro-batch activations of each model chunk on `stage`.
+std::vector<ChunkActivations> chunk_activations(const model::ModelSpec& model, const Layout& layout,
+                                                int stage, const std::vector<int>& layers) {
   const int seq_length = rank_seq_length(model, layout);
   const int virtual_count = layout.pp * layout.virtual_stages;
-  std::vector<double> bytes(layout.virtual_stages, 0.0);
+  const double per_layer = layer_activation_bytes(model, layout, layout.recompute);
+  std::vector<ChunkActivations> chunks(layout.virtual_stages);
   for (int chunk = 0; chunk < layout.virtual_stages; ++chunk) {
     const int virtual_stage = chunk * layout.pp + stage;
+    chunks[chunk].layers = layers[virtual_stage];
+    chunks[chunk].layer_bytes = layers[virtual_stage] * per_layer;
     if (virtual_stage == 0) {
-      bytes[chunk] += model::embedding_activation_bytes(model, seq_length, layout.micro_batch, layout.tp,
-                                                        layout.sequence_parallel);
+      chunks[chunk].embedding_bytes = model::embedding_activation_bytes(model, seq_length, layout.micro_batch,
+                                                                        layout.tp, layout.sequence_parallel);
     }
     if (virtual_stage == virtual_count - 1) {
-      bytes[chunk] += model::output_activation_bytes(model, seq_length, layout.micro_batch, layout.tp,
-                                                     layout.sequence_parallel);
+      chunks[chunk].output_bytes = model::output_activation_bytes(model, seq_length, layout.micro_batch,
+                                                                  layout.tp, layout.sequence_parallel);
     }
   }
-  return bytes;
-}
-
-// Per-micro-batch activation bytes of each model chunk on `stage`.
-std::vector<double> chunk_activation_bytes(const model::ModelSpec& model, const Layout& layout, int stage,
-                                           const std::vector<int>& layers) {
-  const double per_layer = layer_activation_bytes(model, layout, layout.recompute);
-  std::vector<double> bytes = chunk_edge_activation_bytes(model, layout, stage);
-  for (int chunk = 0; chunk < layout.virtual_stages; ++chunk)
-    bytes[chunk] += layers[chunk * layout.pp + stage] * per_layer;
-  return bytes;
+  return chunks;
 }
 
 struct ActivationPeak {
   double bytes = 0;              // activations alive at the peak
+  int layer_microbatches = 0;    // (layer, micro-batch) sets among them
+  double embedding_bytes = 0;    // the embedding's among them
+  double output_bytes = 0;       // the output's among them
   double temporaries_bytes = 0;  // the loss backward's or a recomputed layer's transient at the peak
   bool temporaries_from_recompute = false;  // the transient is a recomputed layer's
   int microbatches = 0;                     // distinct micro-batches with activations alive at the peak
@@ -167,37 +211,52 @@ double recompute_transient_bytes(const model::ModelSpec& model, const Layout& la
 // returns the peak of activation bytes alive between a chunk's forward pass and its backward pass, with
 // `transient` = {bytes, chunk} on top of them at the end of that chunk's forward (the loss), and
 // `backward_transient[chunk]` on top of them while that chunk's backward runs (recomputation's layer).
-ActivationPeak peak_activations(const Layout& layout, int stage, const std::vector<double>& chunk_bytes,
+ActivationPeak peak_activations(const Layout& layout, int stage, const std::vector<ChunkActivations>& chunks,
                                 std::pair<double, int> transient,
                                 const std::vector<double>& backward_transient) {
-  double alive_bytes = 0;
+  ActivationPeak alive;             // what is alive now (temporaries aside)
   std::map<int, int> alive_chunks;  // micro-batch -> chunks whose activations are alive
   ActivationPeak peak;
+  const auto add = [&alive](const ChunkActivations& chunk, int sign) {
+    alive.bytes += sign * chunk.bytes();
+    alive.layer_microbatches += sign * chunk.layers;
+    alive.embedding_bytes += sign * chunk.embedding_bytes;
+    alive.output_bytes += sign * chunk.output_bytes;
+  };
+  const auto consider = [&](double temporaries, bool from_recompute) {
+    if (alive.bytes + temporaries <= peak.bytes + peak.temporaries_bytes) return;
+    peak = alive;
+    peak.temporaries_bytes = temporaries;
+    peak.temporaries_from_recompute = from_recompute;
+    peak.microbatches = static_cast<int>(alive_chunks.size());
+  };
   for (const PipelineSlot& slot : stage_schedule(layout, stage)) {
+    const ChunkActivations& chunk = chunks.at(slot.chunk);
     if (slot.pass == PassKind::kForward) {
-      alive_bytes += chunk_bytes.at(slot.chunk);
+      add(chunk, +1);
       ++alive_chunks[slot.microbatch];
-      const double temporaries = slot.chunk == transient.second ? transient.first : 0.0;
-      if (alive_bytes + temporaries > peak.bytes + peak.temporaries_bytes) {
-        peak.bytes = alive_bytes;
-        peak.temporaries_bytes = temporaries;
-        peak.temporaries_from_recompute = false;
-        peak.microbatches = static_cast<int>(alive_chunks.size());
-      }
+      consider(slot.chunk == transient.second ? transient.first : 0.0, false);
     } else {
-      const double rebuilt = backward_transient.at(slot.chunk);
-      if (alive_bytes + rebuilt > peak.bytes + peak.temporaries_bytes) {
-        peak.bytes = alive_bytes;
-        peak.temporaries_bytes = rebuilt;
-        peak.temporaries_from_recompute = true;
-        peak.microbatches = static_cast<int>(alive_chunks.size());
-      }
-      alive_bytes -= chunk_bytes.at(slot.chunk);
+      consider(backward_transient.at(slot.chunk), true);
+      add(chunk, -1);
       auto found = alive_chunks.find(slot.microbatch);
       if (found != alive_chunks.end() && --found->second == 0) alive_chunks.erase(found);
     }
   }
   return peak;
+}
+
+// activations_bytes of `peak` by kind: each term of one layer × the layer-micro-batches alive, then the
+// embedding's and the output's (docs/METRICS.md "Activations by kind").
+std::vector<model::ActivationTerm> activations_by_kind(const model::ModelSpec& model, const Layout& layout,
+                                                       const ActivationPeak& peak) {
+  std::vector<model::ActivationTerm> terms = layer_terms(model, layout, layout.recompute);
+  for (model::ActivationTerm& term : terms) term.bytes *= peak.layer_microbatches;
+  if (peak.embedding_bytes > 0) terms.push_back({"embedding (dropout mask)", peak.embedding_bytes});
+  if (peak.output_bytes > 0)
+    terms.push_back({"output (final norm and projection inputs, fp32 cross-entropy)", peak.output_bytes});
+  std::erase_if(terms, [](const model::ActivationTerm& term) { return term.bytes <= 0; });
+  return terms;
 }
 
 // The parameters whose bf16 copies compiled torchtitan holds at the end of forward: under FSDP2 the gathered
@@ -300,20 +359,20 @@ MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& la
   const bool shard_weights = layout.zero_stage >= 3;
   const bool shard_gradients = layout.zero_stage >= 2;
 
-  const ActivationPeak peak = peak_activations(
-      layout, stage, chunk_activation_bytes(model, layout, stage, layers),
-      loss_transient(model, layout, stage), chunk_recompute_bytes(model, layout, stage, layers));
-  if (layout.trainer == Trainer::kTorchtitan) {
-    MemoryBreakdown memory =
-        torchtitan_peak(layout, params, held_params(layout, params, shard_weights), peak);
-    memory.stage = stage;
-    memory.trainer = layout.trainer;
-    return memory;
-  }
-
+  const ActivationPeak peak = peak_activations(layout, stage, chunk_activations(model, layout, stage, layers),
+                                               loss_transient(model, layout, stage),
+                                               chunk_recompute_bytes(model, layout, stage, layers));
   MemoryBreakdown memory;
+  if (layout.trainer == Trainer::kTorchtitan)
+    memory = torchtitan_peak(layout, params, held_params(layout, params, shard_weights), peak);
   memory.stage = stage;
   memory.trainer = layout.trainer;
+  if (!memory.at_backward_end) {  // at the end of backward no activation is alive
+    memory.layer_microbatches = peak.layer_microbatches;
+    memory.activations_by_kind = activations_by_kind(model, layout, peak);
+  }
+  if (layout.trainer == Trainer::kTorchtitan) return memory;
+
   const HeldState state = held_state(layout, params);
   memory.weights_bytes = state.weights_bytes;
   if (shard_weights) {
@@ -349,7 +408,8 @@ StageHoldings holdings_for_stage(const model::ModelSpec& model, const Layout& la
   const HeldState state = held_state(layout, stage_parameters(model, layout, stage, layers));
   StageHoldings holdings;
   holdings.state_bytes = state.weights_bytes + state.gradients_bytes + state.optimizer_bytes;
-  holdings.chunk_edge_activation_bytes = chunk_edge_activation_bytes(model, layout, stage);
+  for (const ChunkActivations& chunk : chunk_activations(model, layout, stage, layers))
+    holdings.chunk_edge_activation_bytes.push_back(chunk.embedding_bytes + chunk.output_bytes);
   holdings.layer_activation_bytes = layer_activation_bytes(model, layout, layout.recompute);
   holdings.recompute_transient_bytes = recompute_transient_bytes(model, layout);
   holdings.loss_transient_bytes = loss_transient(model, layout, stage).first;
@@ -390,7 +450,7 @@ namespace {
 
 /// The members written as they are; to_json adds the derived and named ones.
 CALO_JSON_WRITER(write_plain_fields, MemoryBreakdown, weights_bytes, gradients_bytes, optimizer_bytes,
-                 activations_bytes, temporaries_bytes, stage, inflight_microbatches)
+                 activations_bytes, temporaries_bytes, stage, inflight_microbatches, layer_microbatches)
 
 }  // namespace
 
@@ -400,6 +460,10 @@ nlohmann::json to_json(const MemoryBreakdown& memory) {
   json.update({{"total_bytes", memory.total_bytes()},
                {"trainer", to_string(memory.trainer)},
                {"peak_at", memory.at_backward_end ? "backward_end" : "forward_end"}});
+  nlohmann::json kinds = nlohmann::json::array();
+  for (const model::ActivationTerm& term : memory.activations_by_kind)
+    kinds.push_back({{"kind", term.kind}, {"bytes", term.bytes}});
+  json["activations_by_kind"] = std::move(kinds);
   return json;
 }
 
@@ -408,6 +472,8 @@ nlohmann::json to_json(const MemoryBreakdown& memory, double device_bytes) {
   nlohmann::json json = to_json(memory);
   json["usable_bytes"] = usable_bytes;
   json["device_bytes"] = device_bytes;
+  json["fragmentation_bytes"] = device_bytes * kFragmentationFraction;  // what the usable rule keeps back
+  json["runtime_reserve_bytes"] = kRuntimeReserveBytes;
   json["fits"] = memory.total_bytes() <= usable_bytes;
   return json;
 }

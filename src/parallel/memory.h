@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "model/accounting.h"
 #include "model/model_spec.h"
 #include "parallel/layout.h"
 
@@ -41,8 +42,13 @@ struct MemoryBreakdown {
   double total_bytes() const {
     return weights_bytes + gradients_bytes + optimizer_bytes + activations_bytes + temporaries_bytes;
   }
-  int stage = 0;                        ///< the pipeline stage these numbers describe (the most loaded one)
-  int inflight_microbatches = 0;        ///< micro-batches whose activations are alive at once on that stage
+  int stage = 0;                  ///< the pipeline stage these numbers describe (the most loaded one)
+  int inflight_microbatches = 0;  ///< micro-batches whose activations are alive at once on that stage
+  int layer_microbatches = 0;     ///< (layer, micro-batch) activation sets alive at that peak
+  /// activations_bytes by kind: each per-layer term (model::layer_activation_terms) × layer_microbatches,
+  /// then the embedding's and the output's (docs/METRICS.md "Activations by kind"); empty where activations
+  /// are 0.
+  std::vector<model::ActivationTerm> activations_by_kind;
   Trainer trainer = Trainer::kDefault;  ///< whose accounting the terms follow (what each term holds)
   /// The peak is at the end of backward (torchtitan's FSDP2 with small activations: every gradient shard
   /// complete, activations freed), not at the end of forward.
@@ -88,9 +94,10 @@ std::string describe_terms(const MemoryBreakdown& memory);
 /// The breakdown as JSON: each category, the total, the stage and its in-flight micro-batches, the trainer
 /// and the moment of the peak (`calo model --json`'s stages).
 nlohmann::json to_json(const MemoryBreakdown& memory);
-/// The breakdown as JSON for a GPU of `device_bytes`: each category, the total, the usable bytes, whether it
-/// fits, the stage and its in-flight micro-batches, the trainer and the moment of the peak (`calo sim
-/// --json`'s "memory"; docs/METRICS.md "Memory per GPU").
+/// The breakdown as JSON for a GPU of `device_bytes`: each category, the total, the usable bytes with what
+/// the rule keeps back (fragmentation, runtime reserve), whether it fits, the stage and its in-flight
+/// micro-batches, the trainer and the moment of the peak (`calo sim --json`'s "memory"; docs/METRICS.md
+/// "Memory per GPU").
 nlohmann::json to_json(const MemoryBreakdown& memory, double device_bytes);
 
 }  // namespace calo::parallel

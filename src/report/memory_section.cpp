@@ -109,9 +109,13 @@ std::string breakdown_table(const std::optional<parallel::MemoryBreakdown>& memo
     row("optimizer", memory->optimizer_bytes,
         torchtitan ? "Adam m, v (fp32)" : "fp32 master weights + Adam m, v");
     row("activations", memory->activations_bytes,
-        memory->at_backward_end ? "freed: the peak is at the end of backward"
-                                : fmt::format("{} micro-batch(es) in flight on stage {}",
-                                              memory->inflight_microbatches, memory->stage));
+        memory->at_backward_end
+            ? "freed: the peak is at the end of backward"
+            : fmt::format("{} micro-batch(es) in flight on stage {}, {} layer-micro-batches",
+                          memory->inflight_microbatches, memory->stage, memory->layer_microbatches));
+    for (const model::ActivationTerm& term : memory->activations_by_kind)
+      row("&nbsp;&nbsp;· " + escape_html(term.kind), term.bytes,
+          fmt::format("{:.1f} % of the activations", 100 * term.bytes / memory->activations_bytes));
     if (memory->temporaries_bytes > 0)
       row(parallel::temporaries_label(*memory), memory->temporaries_bytes,
           memory->temporaries_from_recompute
@@ -121,8 +125,13 @@ std::string breakdown_table(const std::optional<parallel::MemoryBreakdown>& memo
         "the most loaded stage (docs/METRICS.md, \"Memory per GPU\")");
   }
   if (!std::isnan(capacity_bytes)) {
+    row("allocator fragmentation", capacity_bytes * parallel::kFragmentationFraction,
+        fmt::format("{:.0f} % of the GPU's {} GiB, kept back by the usable rule",
+                    parallel::kFragmentationFraction * 100, gib(capacity_bytes)));
+    row("runtime reserve", parallel::kRuntimeReserveBytes,
+        "CUDA context, library workspaces, NCCL buffers, kept back by the usable rule");
     row("usable of the GPU", parallel::usable_memory_bytes(capacity_bytes),
-        fmt::format("{} GiB less 3 % fragmentation and 4 GiB runtime", gib(capacity_bytes)));
+        fmt::format("{} GiB less the two rows above (docs/METRICS.md \"Planner\")", gib(capacity_bytes)));
   }
   if (measured.second >= 0) {
     std::string note = fmt::format(
@@ -189,7 +198,23 @@ std::string memory_section(const analyze::RunAnalysis& run, const std::string& p
   const std::string title = !memory         ? "Memory per GPU: the measured peak"
                             : !any_measured ? "Memory per GPU: the model's terms"
                                             : "Memory per GPU: the model's terms and what was measured";
-  const std::string chart = stacked_bar_chart(title, "GiB", bars, segments, values);
+  // The usable rule's limit and the card, drawn where the bars come near them (at half the usable memory or
+  // more); for a small job they would squash its bars to nothing, and the table says them anyway.
+  std::vector<ChartMarker> markers;
+  double largest_gib = 0;
+  for (const auto& bar : values) {
+    double total = 0;
+    for (double value : bar) total += value;
+    largest_gib = std::max(largest_gib, total);
+  }
+  if (const double capacity_bytes = device_bytes(config);
+      !std::isnan(capacity_bytes) &&
+      largest_gib >= 0.5 * parallel::usable_memory_bytes(capacity_bytes) / kGiB) {
+    markers.push_back({fmt::format("usable {}", gib(parallel::usable_memory_bytes(capacity_bytes))),
+                       parallel::usable_memory_bytes(capacity_bytes) / kGiB});
+    markers.push_back({fmt::format("card {}", gib(capacity_bytes)), capacity_bytes / kGiB});
+  }
+  const std::string chart = stacked_bar_chart(title, "GiB", bars, segments, values, markers);
   return "<h3>Memory per GPU</h3>\n" + anchored(prefix + "memory", chart) +
          breakdown_table(memory, device_bytes(config), measured, run.run.kind, held);
 }

@@ -455,7 +455,8 @@ std::string heatmap_chart(const std::string& title, const std::vector<HeatmapRow
 
 std::string stacked_bar_chart(const std::string& title, const std::string& unit,
                               const std::vector<std::string>& bars, const std::vector<std::string>& segments,
-                              const std::vector<std::vector<double>>& values) {
+                              const std::vector<std::vector<double>>& values,
+                              const std::vector<ChartMarker>& markers) {
   constexpr double kBarH = 18;
   constexpr double kGap = 6;
   double height = kTop + kBottom + (kBarH + kGap) * static_cast<double>(bars.size()) + 10;
@@ -472,6 +473,7 @@ std::string stacked_bar_chart(const std::string& title, const std::string& unit,
     }
     total_max = std::max(total_max, total);
   }
+  for (const ChartMarker& marker : markers) total_max = std::max(total_max, marker.value);
   Frame frame{kWidth, height, 0, total_max > 0 ? total_max * 1.05 : 1, 0, 1};
   std::string out = open_figure("stacked", points, title, frame.width, frame.height);
   for (double tick : nice_ticks(frame.x0, frame.x1, 8)) {
@@ -498,6 +500,15 @@ std::string stacked_bar_chart(const std::string& title, const std::string& unit,
           escape_html(segments[segment]), format_tick(value), escape_html(unit));
       cursor += value;
     }
+  }
+  for (std::size_t index = 0; index < markers.size(); ++index) {
+    const double x = frame.px(markers[index].value);
+    // Labels alternate above the plot so two close markers (usable, card) stay readable.
+    out += fmt::format(
+        "<line class=\"marker\" x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#333\" "
+        "stroke-dasharray=\"4 3\"/><text class=\"tick\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"{}\">{}</text>\n",
+        x, kTop - 2, x, kTop + frame.plot_h(), x, kTop - 6 - 11.0 * static_cast<double>(index % 2),
+        index % 2 == 0 ? "end" : "start", escape_html(markers[index].label));
   }
   out +=
       fmt::format("<text class=\"axis-title\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n",

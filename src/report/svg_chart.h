@@ -33,10 +33,17 @@ std::string heatmap_chart(const std::string& title, const std::vector<HeatmapRow
                           const std::vector<std::string>& column_labels,
                           const std::vector<std::vector<double>>& values);
 
-/// Stacked horizontal bars: one bar per label, segments per name (values in `unit`).
+/// A labelled vertical line across a bar chart at `value` (in the chart's unit), e.g. a memory limit.
+struct ChartMarker {
+  std::string label;  ///< drawn at the top of the line, e.g. "usable 73.26"
+  double value = 0;   ///< where the line stands, in the chart's unit
+};
+
+/// Stacked horizontal bars: one bar per label, segments per name (values in `unit`), with dashed `markers`.
 std::string stacked_bar_chart(const std::string& title, const std::string& unit,
                               const std::vector<std::string>& bars, const std::vector<std::string>& segments,
-                              const std::vector<std::vector<double>>& values);
+                              const std::vector<std::vector<double>>& values,
+                              const std::vector<ChartMarker>& markers = {});
 
 /// Grouped vertical bars: one panel per group (metric, own scale), one bar per series (run) in each.
 std::string grouped_bar_chart(const std::string& title, const std::vector<std::string>& groups,

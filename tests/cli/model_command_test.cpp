@@ -71,6 +71,14 @@ stage   weights  gradients  optimizer  activations      total  in-flight
     0  1.63 MiB   1.63 MiB   9.81 MiB     1.89 MiB  14.97 MiB          2
     1  1.64 MiB   1.64 MiB   9.81 MiB     1.26 MiB  14.34 MiB          1
 most loaded: stage 0, 14.97 MiB per GPU
+activations at the peak, by kind          bytes   share
+norm inputs (2)                      256.00 KiB  13.2 %
+QKV and FFN inputs                   256.00 KiB  13.2 %
+Q, K, V and attention output         384.00 KiB  19.8 %
+softmax log-sum-exp (fp32)             8.00 KiB   0.4 %
+FFN inner (gate, up, SwiGLU output)    1.01 MiB  53.3 %
+(stage 0: 4 layer-micro-batches alive, each layer's terms × that count)
+fits a GPU when the total is at most device × (1 − 3 % allocator fragmentation) − 4.00 GiB (CUDA context, libraries, NCCL): `calo sim --cluster` and `calo plan` apply it
 )GOLDEN";
 
 TEST(ModelCommand, TinyDenseTablesMatchGolden) {

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "core/error.h"
 #include "model/model_spec.h"
 
@@ -141,6 +143,33 @@ TEST(Activations, StageExtrasForEmbeddingAndOutput) {
   EXPECT_DOUBLE_EQ(output_activation_bytes(tiny, 128, 1, 2, true), 128 * (1024.0 / 2 + 4 * 1024.0 / 2));
   const ModelSpec gpt3 = load_model("gpt3-175b");
   EXPECT_DOUBLE_EQ(embedding_activation_bytes(gpt3, 2048, 1, 8, true), 2048 * 12288.0 / 8);
+}
+
+TEST(Activations, ByKindLlama3_405bAtTp8WithSequenceParallel) {
+  // One layer of Llama 3 405B, 8192 tokens, tp 8 with sequence parallel, flash attention, no recompute: in
+  // units of u = s h / t bf16 values (32 MiB): both norm inputs 2 u, the QKV and FFN inputs 2 u, Q and the
+  // attention output 2 u with K and V at 8 of 128 heads 2 × 1/16 u, the fp32 log-sum-exp 4 a s / t bytes, and
+  // SwiGLU's gate, up and output 3 f / h u = 9.75 u (Korthikanti et al. 2022's terms without dropout).
+  const ModelSpec spec = load_model("llama3-405b");
+  const std::vector<ActivationTerm> terms =
+      layer_activation_terms(spec, 8192, 1, 8, /*sequence_parallel=*/true, Recompute::kNone, true);
+  const double u = 8192.0 * 16384 * 2 / 8;
+  ASSERT_EQ(terms.size(), 5u);
+  EXPECT_EQ(terms[0].kind, "norm inputs (2)");
+  EXPECT_DOUBLE_EQ(terms[0].bytes, 2 * u);
+  EXPECT_EQ(terms[1].kind, "QKV and FFN inputs");
+  EXPECT_DOUBLE_EQ(terms[1].bytes, 2 * u);
+  EXPECT_DOUBLE_EQ(terms[2].bytes, (2 + 2.0 / 16) * u);
+  EXPECT_EQ(terms[3].kind, "softmax log-sum-exp (fp32)");
+  EXPECT_DOUBLE_EQ(terms[3].bytes, 8192.0 * 4 * 128 / 8);
+  EXPECT_EQ(terms[4].kind, "FFN inner (gate, up, SwiGLU output)");
+  EXPECT_DOUBLE_EQ(terms[4].bytes, 3.0 * 53248 / 16384 * u);
+  // Selective recompute drops the softmax statistics; full keeps the layer input alone (u / 1, sequence
+  // parallel).
+  EXPECT_EQ(layer_activation_terms(spec, 8192, 1, 8, true, Recompute::kSelective, true).size(), 4u);
+  const auto full = layer_activation_terms(spec, 8192, 1, 8, true, Recompute::kFull, true);
+  ASSERT_EQ(full.size(), 1u);
+  EXPECT_DOUBLE_EQ(full[0].bytes, u);
 }
 
 TEST(Activations, RejectsNonPositiveSizes) {

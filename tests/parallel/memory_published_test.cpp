@@ -146,8 +146,23 @@ TEST(MemoryPublished, Llama3sTable4LayoutsAsThePaperDescribesThemAndWhereEachSta
             usable_memory_bytes(h100_bytes));
   // Refused: the 8192-GPU row's 32 micro-batches put 141 layer-micro-batches on stage 1 (warm-up 2 (p - 2) +
   // (v - 1) p + 1 chunks of one layer): 98 % of the card, inside the 3 % + 4 GiB calo keeps for the runtime.
-  EXPECT_GT(memory_per_gpu(model, resolve_layout(model, rows[2].layout)).total_bytes(),
-            usable_memory_bytes(h100_bytes));
+  const MemoryBreakdown refused = memory_per_gpu(model, resolve_layout(model, rows[2].layout));
+  EXPECT_GT(refused.total_bytes(), usable_memory_bytes(h100_bytes));
+  EXPECT_EQ(refused.stage, 1);
+  EXPECT_EQ(refused.layer_microbatches, 141);
+  // Its activations by kind: each layer term × 141, no embedding or output on stage 1, summing to the total.
+  double by_kind = 0;
+  for (const model::ActivationTerm& term : refused.activations_by_kind) by_kind += term.bytes;
+  EXPECT_NEAR(by_kind / refused.activations_bytes, 1.0, 1e-12);
+  ASSERT_EQ(refused.activations_by_kind.size(), 5u);
+  EXPECT_EQ(refused.activations_by_kind.back().kind, "FFN inner (gate, up, SwiGLU output)");
+  EXPECT_NEAR(refused.activations_by_kind.back().bytes / 1073741824.0, 141 * 0.3047, 0.01);  // 9.75 × 32 MiB
+  // The 16384-GPU row's most loaded stage is the last: 16 × 7 layers and 16 micro-batches of the output.
+  const MemoryBreakdown last = memory_per_gpu(model, resolve_layout(model, rows[0].layout));
+  EXPECT_EQ(last.stage, 15);
+  EXPECT_EQ(last.layer_microbatches, 112);
+  EXPECT_EQ(last.activations_by_kind.back().kind,
+            "output (final norm and projection inputs, fp32 cross-entropy)");
 }
 
 }  // namespace

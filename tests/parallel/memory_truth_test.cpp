@@ -134,12 +134,14 @@ TEST(MemoryTruth, ActivationsAndPeakWithinTodaysErrorOfEveryConfiguration) {
   }
 }
 
-TEST(MemoryTruth, ThePytorchTrainersAccountingHoldsEveryPeakWithin5Percent) {
+TEST(MemoryTruth, ThePytorchTrainersAccountingHoldsEveryPeakWithinHalfAPercent) {
   // --trainer pytorch: the fp32 master gradient (4 bytes per parameter; the bf16 gradients are freed before
-  // the next forward) and plain cross-entropy's backward transient (two fp32 tensors of the logits' size at
-  // the loss). State is then the trainer's to the byte, the transient explains the rest of the peak to 0.00 %
-  // given the measured activations, and what is left is the activation term's own error (-15 % without
-  // recompute): every peak within 5 %, the target (today: -1.0 % to -4.3 %).
+  // the next forward), plain cross-entropy's backward transient (two fp32 tensors of the logits' size at the
+  // loss), and the activations eager autograd saves beyond the fused kernels' (RoPE's inputs, the attention
+  // output's reshaped copy, silu(gate): docs/METRICS.md "Activations by kind"). State is then the trainer's
+  // to the byte, the activations within 0.1 % (a few hundred kB of RoPE tables and indices), and every peak
+  // within 0.5 % (the target is 5 %; before the eager terms the activations were -15 % and the peaks
+  // -1.0 % to -4.3 %).
   for (const Truth& truth : load_truths(Trainer::kPytorch)) {
     const double measured_state = truth.row.at("state_bytes_before_step").get<double>();
     const double model_state =
@@ -151,9 +153,11 @@ TEST(MemoryTruth, ThePytorchTrainersAccountingHoldsEveryPeakWithin5Percent) {
     const double with_measured_activations =
         model_state + truth.row.at("activations_bytes").get<double>() + truth.model.temporaries_bytes;
     EXPECT_NEAR(error(with_measured_activations, measured_peak), 0.0, 0.005) << truth.row.dump();
+    EXPECT_NEAR(error(truth.model.activations_bytes, truth.row.at("activations_bytes").get<double>()), 0.0,
+                0.001)
+        << truth.row.dump();
     const double peak = error(truth.model.total_bytes(), measured_peak);
-    EXPECT_LE(std::abs(peak), 0.05) << truth.row.dump();
-    EXPECT_LT(peak, 0.0) << "under-predicted today (the activation term); a change that flips it is news";
+    EXPECT_LE(std::abs(peak), 0.005) << truth.row.dump();
   }
 }
 

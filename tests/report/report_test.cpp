@@ -283,6 +283,12 @@ TEST(Commands, TheMemoryTableOfATorchtitanRunSaysWhereItsPeakIs) {
         "freed: the peak is at the end of backward", "<td>17.26</td>"}) {
     EXPECT_NE(table.find(expected), std::string::npos) << expected << " in " << table;
   }
+  // 17 GiB of a 140 GiB card: the chart draws no limit lines (they would squash the bars).
+  EXPECT_EQ(table.find("class=\"marker\""), std::string::npos) << table;
+  // At the end of backward no activation is alive: no rows by kind. The usable rule's deductions are rows.
+  EXPECT_EQ(table.find("% of the activations"), std::string::npos) << table;
+  EXPECT_NE(table.find("allocator fragmentation"), std::string::npos) << table;
+  EXPECT_NE(table.find("runtime reserve</td><td>4.00</td>"), std::string::npos) << table;
 }
 
 // A simulation run with --allow-oom: the verdict says first that the job does not fit its GPU, linked to the
@@ -301,6 +307,13 @@ TEST(Commands, TheVerdictOfASimulationThatDoesNotFitMemorySaysSoFirst) {
     return html.substr(0, html.find("Runs side by side"));
   };
   const std::string oom = verdict_of("oom", " --layers 24 --allow-oom");
+  // Its memory chart draws the usable limit and the card beside the bar that crosses the first.
+  const std::string oom_html = render_html_report({analyze::analyze_run(dir.path / "oom")});
+  const auto chart = oom_html.find("<div id=\"run1-memory\">");
+  ASSERT_NE(chart, std::string::npos);
+  const std::string memory_chart = oom_html.substr(chart, oom_html.find("</svg>", chart) - chart);
+  EXPECT_NE(memory_chart.find(">usable 73.26</text>"), std::string::npos) << memory_chart;
+  EXPECT_NE(memory_chart.find(">card 79.65</text>"), std::string::npos) << memory_chart;
   const auto line = oom.find("<li><a href=\"#run1-memory\">does not fit memory: the model needs ");
   ASSERT_NE(line, std::string::npos) << oom;
   EXPECT_EQ(line, oom.find("<li>")) << "the first finding: " << oom;
@@ -308,6 +321,15 @@ TEST(Commands, TheVerdictOfASimulationThatDoesNotFitMemorySaysSoFirst) {
       << oom;
   const std::string fits = verdict_of("fits", " --layers 4");
   EXPECT_EQ(fits.find("does not fit memory"), std::string::npos) << fits;
+  // Its memory table lists the activations by kind (issue 39 item 5): 4 layers of one micro-batch.
+  const std::string html = render_html_report({analyze::analyze_run(dir.path / "fits")});
+  const auto section = html.find("<div id=\"run1-memory\">");
+  ASSERT_NE(section, std::string::npos);
+  const std::string table = html.substr(section, html.find("</table>", section) - section);
+  for (const char* expected : {"4 layer-micro-batches", "· FFN inner (gate, up, SwiGLU output)</td><td>2.6",
+                               "· output (final norm and projection inputs, fp32 cross-entropy)"}) {
+    EXPECT_NE(table.find(expected), std::string::npos) << expected << " in " << table;
+  }
 }
 
 // A bench run with --memory real: the memory section shows what training's allocations held beside the

@@ -56,6 +56,19 @@ TEST(CalosimCli, JsonAndTextCarryTheMemoryBreakdownOfTheLayout) {
   EXPECT_TRUE(memory["fits"].get<bool>());
   EXPECT_LT(memory["usable_bytes"].get<double>(), memory["device_bytes"].get<double>());
   EXPECT_EQ(memory["inflight_microbatches"].get<int>(), 1);
+  // Issue 39 item 5: the activations by kind (4 layers of one micro-batch, then the output's) sum to the
+  // term, and the usable rule's two deductions are there: 3 % of the device, 4 GiB.
+  EXPECT_EQ(memory["layer_microbatches"].get<int>(), 4);
+  double by_kind = 0;
+  for (const auto& term : memory["activations_by_kind"]) by_kind += term["bytes"].get<double>();
+  EXPECT_NEAR(by_kind / memory["activations_bytes"].get<double>(), 1.0, 1e-12);
+  EXPECT_EQ(memory["activations_by_kind"].back()["kind"],
+            "output (final norm and projection inputs, fp32 cross-entropy)");
+  EXPECT_DOUBLE_EQ(memory["fragmentation_bytes"].get<double>(), 0.03 * memory["device_bytes"].get<double>());
+  EXPECT_DOUBLE_EQ(memory["runtime_reserve_bytes"].get<double>(), 4 * gib);
+  EXPECT_DOUBLE_EQ(memory["usable_bytes"].get<double>(), memory["device_bytes"].get<double>() -
+                                                             memory["fragmentation_bytes"].get<double>() -
+                                                             memory["runtime_reserve_bytes"].get<double>());
   const Outcome text = run_calo(job);
   ASSERT_EQ(text.exit_code, 0) << text.output;
   EXPECT_NE(text.output.find("# memory per GPU (model, stage 0): 36.95 GiB of "), std::string::npos)

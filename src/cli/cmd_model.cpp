@@ -244,9 +244,8 @@ void print_memory_table(const ModelFigures& figures) {
                  : "");
   print_activation_kinds(figures.most_loaded);
   fmt::print(
-      "fits a GPU when the total is at most device × (1 − {:.0f} % allocator fragmentation) − {} (CUDA "
-      "context, "
-      "libraries, NCCL): `calo sim --cluster` and `calo plan` apply it\n",
+      "fits a GPU when the total is at most device × (1 − {:.0f} % allocator fragmentation) − {} "
+      "(CUDA context, libraries, NCCL): `calo sim --cluster` and `calo plan` apply it\n",
       parallel::kFragmentationFraction * 100, core::format_bytes(parallel::kRuntimeReserveBytes));
 }
 

@@ -97,7 +97,6 @@ int rank_seq_length(const model::ModelSpec& model, const Layout& layout) {
   return (layout.seq_length > 0 ? layout.seq_length : model.seq_length) / layout.cp;
 }
 
-// Activation bytes one layer keeps for backward per micro-batch on one rank, under `recompute`.
 // What eager PyTorch's autograd saves for backward beyond the fused kernels' tensors (the pytorch trainer;
 // measured on one H200 by kind, tests/fixtures/memory-truth-h200, docs/METRICS.md "Activations by kind"):
 // rotary embedding's inputs (Q and K before rotation), the attention output's reshaped copy that the output
@@ -137,6 +136,7 @@ std::vector<model::ActivationTerm> layer_terms(const model::ModelSpec& model, co
   return terms;
 }
 
+// Activation bytes one layer keeps for backward per micro-batch on one rank, under `recompute`.
 double layer_activation_bytes(const model::ModelSpec& model, const Layout& layout, Recompute recompute) {
   double bytes = 0;
   for (const model::ActivationTerm& term : layer_terms(model, layout, recompute)) bytes += term.bytes;

@@ -427,13 +427,11 @@ std::string equivalence_line(const plan::SearchRequest& request, const plan::Sea
 /// Why a ranked pipeline layout has uneven layers per stage, with the uniform partition's step beside it.
 std::string partition_line(const plan::Evaluation& evaluation) {
   const auto& layers = evaluation.candidate.layout.layers_per_stage;
-  const int total = std::accumulate(layers.begin(), layers.end(), 0);
-  if (evaluation.uniform_iteration_s <= 0 &&
-      layers == parallel::edge_accounted_partition(total, static_cast<int>(layers.size())))
+  if (evaluation.uniform_iteration_s <= 0 && parallel::is_edge_accounted(layers))
     return fmt::format(
         "partition {}: {} layers do not split evenly over {} (virtual) stages; Megatron-LM's "
         "split with the embedding and the loss counted as a layer each does",
-        parallel::partition_text(layers), total, layers.size());
+        parallel::partition_text(layers), std::accumulate(layers.begin(), layers.end(), 0), layers.size());
   std::string line = fmt::format("partition {}: balances the stages' compute (embedding, output layer)",
                                  parallel::partition_text(layers));
   if (evaluation.uniform_iteration_s > 0)

@@ -109,14 +109,12 @@ std::vector<int> parse_counts(const std::string& flag, const std::string& text, 
       int repeat = 1;
       if (used < item.size() && item[used] == 'x') {
         const std::string tail = item.substr(used + 1);
-        size_t tail_used = 0;
-        repeat = std::stoi(tail, &tail_used);
-        require_input(tail_used == tail.size() && repeat >= 1 &&
-                          tail.find_first_not_of("0123456789") == std::string::npos,
-                      "");
-        used = item.size();
+        require_input(!tail.empty() && tail.find_first_not_of("0123456789") == std::string::npos, "");
+        repeat = std::stoi(tail);
+        require_input(repeat >= 1, "");
+      } else {
+        require_input(used == item.size(), "");
       }
-      require_input(used == item.size(), "");
       counts.insert(counts.end(), repeat, count);
     } catch (const std::exception&) {
       throw InputError(flag + ": '" + item + "' in '" + text + "' is not " + noun +

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
 #include <stdexcept>
 
 #include "core/error.h"
@@ -153,6 +154,12 @@ std::vector<int> edge_accounted_partition(int num_layers, int virtual_stage_coun
   --sizes.front();
   --sizes.back();
   return sizes;
+}
+
+bool is_edge_accounted(const std::vector<int>& layers_per_stage) {
+  const int total = std::accumulate(layers_per_stage.begin(), layers_per_stage.end(), 0);
+  return !layers_per_stage.empty() &&
+         layers_per_stage == edge_accounted_partition(total, static_cast<int>(layers_per_stage.size()));
 }
 
 double bubble_fraction(const Layout& layout) {

@@ -48,6 +48,9 @@ std::vector<LayerRange> layer_partition(const Layout& layout, int num_layers);
 /// virtual_stage_count >= 2 divides num_layers + 2 with k >= 1.
 std::vector<int> edge_accounted_partition(int num_layers, int virtual_stage_count);
 
+/// True when `layers_per_stage` is edge_accounted_partition of its own total and size.
+bool is_edge_accounted(const std::vector<int>& layers_per_stage);
+
 /// Closed-form bubble fraction of a uniform pipeline: (p-1)/(m+p-1) for GPipe/1F1B, (p-1)/(v*m+p-1)
 /// interleaved.
 double bubble_fraction(const Layout& layout);

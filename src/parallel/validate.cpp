@@ -196,6 +196,40 @@ void check_context_parallel(const model::ModelSpec& model, const Layout& layout)
                   layout.cp, layout.fsdp_shard_size));
 }
 
+/// Refuses a layout whose pp × vpp splits the layers neither evenly nor as Megatron-LM's split with the
+/// embedding and the loss counted, naming a nearby pp or vpp that does (one whose edge stages keep a layer).
+[[noreturn]] void refuse_partition(const model::ModelSpec& model, const Layout& layout) {
+  const int layers = model.num_layers;
+  const int chunks = layout.virtual_stages;
+  const int virtual_stage_count = layout.pp * chunks;
+  const auto splits = [layers](int stages) {
+    return layers % stages == 0 || ((layers + 2) % stages == 0 && (layers + 2) / stages >= 2);
+  };
+  std::string suggestion;
+  if (chunks > 1) {
+    std::vector<int> valid_chunks;
+    for (int candidate = 2; candidate * layout.pp <= layers + 2; ++candidate) {
+      if (splits(candidate * layout.pp)) valid_chunks.push_back(candidate);
+    }
+    if (!valid_chunks.empty()) suggestion = nearby(valid_chunks, chunks, "vpp=");
+  }
+  if (suggestion.empty()) {
+    std::vector<int> valid_pp;
+    for (int candidate = 1; candidate <= layers + 2; ++candidate) {
+      if (splits(candidate)) valid_pp.push_back(candidate);
+    }
+    suggestion = nearby(valid_pp, layout.pp, "pp=");
+  }
+  require_input(virtual_stage_count <= layers,
+                fmt::format("pp={} × vpp={} = {} stages exceed the {} layers of {}; {}", layout.pp, chunks,
+                            virtual_stage_count, layers, model.name, suggestion));
+  throw InputError(
+      fmt::format("pp={} × vpp={} = {} stages divide neither the {} layers of {} nor {} (the layers with the "
+                  "embedding and "
+                  "the loss counted as one each); {}, or give an explicit --layers-per-stage",
+                  layout.pp, chunks, virtual_stage_count, layers, model.name, layers + 2, suggestion));
+}
+
 void check_pipeline(const model::ModelSpec& model, Layout& layout) {
   const int layers = model.num_layers;
   const int chunks = layout.virtual_stages;
@@ -235,40 +269,10 @@ void check_pipeline(const model::ModelSpec& model, Layout& layout) {
                                                total, model.name, layers, layers - total));
     return;
   }
-  // Nearby valid choice: another pp (vpp = 1) or another vpp for this pp, such that pp × vpp divides the
-  // layers, or the layers with the embedding and the loss counted (where that leaves the edge stages a
-  // layer).
-  const auto splits = [&](int stages) {
-    const std::vector<int> edge_accounted = edge_accounted_partition(layers, stages);
-    return layers % stages == 0 || (!edge_accounted.empty() && edge_accounted.front() >= 1);
-  };
-  std::string suggestion;
-  if (chunks > 1) {
-    std::vector<int> valid_chunks;
-    for (int candidate = 2; candidate * layout.pp <= layers + 2; ++candidate) {
-      if (splits(candidate * layout.pp)) valid_chunks.push_back(candidate);
-    }
-    if (!valid_chunks.empty()) suggestion = nearby(valid_chunks, chunks, "vpp=");
-  }
-  if (suggestion.empty()) {
-    std::vector<int> valid_pp;
-    for (int candidate = 1; candidate <= layers + 2; ++candidate) {
-      if (splits(candidate)) valid_pp.push_back(candidate);
-    }
-    suggestion = nearby(valid_pp, layout.pp, "pp=");
-  }
   if (layers % virtual_stage_count != 0) {
     // Megatron-LM's (and Llama 3's) split, counting the embedding and the loss as a layer each.
     std::vector<int> edge_accounted = edge_accounted_partition(layers, virtual_stage_count);
-    require_input(!edge_accounted.empty() || virtual_stage_count <= layers,
-                  fmt::format("pp={} × vpp={} = {} stages exceed the {} layers of {}; {}", layout.pp, chunks,
-                              virtual_stage_count, layers, model.name, suggestion));
-    require_input(
-        !edge_accounted.empty(),
-        fmt::format("pp={} × vpp={} = {} stages divide neither the {} layers of {} nor {} (the layers "
-                    "with the embedding and the loss counted as one each); {}, or give an explicit "
-                    "--layers-per-stage",
-                    layout.pp, chunks, virtual_stage_count, layers, model.name, layers + 2, suggestion));
+    if (edge_accounted.empty()) refuse_partition(model, layout);
     layout.layers_per_stage = std::move(edge_accounted);
     return;
   }

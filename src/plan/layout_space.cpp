@@ -4,7 +4,6 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <numeric>
 #include <vector>
 
 #include "core/divisors.h"
@@ -247,17 +246,11 @@ std::string calo_flags(const parallel::Layout& layout) {
 
 namespace {
 
-/// The partition is Megatron-LM's split with the embedding and the loss counted as a layer each.
-bool edge_accounted(const std::vector<int>& layers) {
-  const int total = std::accumulate(layers.begin(), layers.end(), 0);
-  return layers == parallel::edge_accounted_partition(total, static_cast<int>(layers.size()));
-}
-
 /// Megatron-LM's uneven split: the embedding and the loss counted as layers, or the first and last stages'
 /// layer counts with the rest even among the middle stages; a partition of neither form is said so with the
 /// counts to set by hand.
 std::string megatron_partition_flags(const std::vector<int>& layers) {
-  if (edge_accounted(layers))
+  if (parallel::is_edge_accounted(layers))
     return " --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split";
   const bool middle_even = layers.size() <= 3 || std::all_of(layers.begin() + 1, layers.end() - 1,
                                                              [&](int count) { return count == layers[1]; });
@@ -279,9 +272,10 @@ std::string megatron_flags(const parallel::Layout& layout) {
   if (layout.ep > 1) text += fmt::format(" --expert-model-parallel-size {}", layout.ep);
   if (layout.virtual_stages > 1) {
     // A model chunk's layers (the middle chunks' under the edge-accounted split, whose edges are one short).
-    const int chunk_layers = layout.layers_per_stage.empty()           ? 0
-                             : edge_accounted(layout.layers_per_stage) ? layout.layers_per_stage.front() + 1
-                                                                       : layout.layers_per_stage.front();
+    const int chunk_layers = layout.layers_per_stage.empty() ? 0
+                             : parallel::is_edge_accounted(layout.layers_per_stage)
+                                 ? layout.layers_per_stage.front() + 1
+                                 : layout.layers_per_stage.front();
     text += fmt::format(" --num-layers-per-virtual-pipeline-stage {}", chunk_layers);
   }
   text +=

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <optional>
 #include <vector>
 
@@ -48,6 +49,18 @@ double device_bytes(const nlohmann::json& config) {
   return config[pointer].get<double>() * kGiB;
 }
 
+/// What a run's stored job says of its memory: the model's breakdown (nullopt when the run stores no job)
+/// and its cluster's GPU capacity (NaN when not stored).
+struct PredictedMemory {
+  std::optional<parallel::MemoryBreakdown> memory;
+  double capacity_bytes = NAN;
+};
+
+PredictedMemory predicted_memory(const analyze::RunAnalysis& run) {
+  const nlohmann::json config = nlohmann::json::parse(run.run.config_json, nullptr, false);
+  return {predicted_memory(config, run.run_dir.string()), device_bytes(config)};
+}
+
 /// The largest `mem_used_bytes` sample of any GPU and that GPU's index (-1 when the run measured none).
 std::pair<double, int> measured_peak_bytes(const analyze::RunAnalysis& run) {
   const auto found = run.series.find("mem_used_bytes");
@@ -86,6 +99,19 @@ HeldPeak held_peak(const analyze::RunAnalysis& run) {
 
 std::string gib(double bytes) {
   return std::isnan(bytes) ? "–" : fmt::format("{:.2f}", bytes / kGiB);
+}
+
+/// The usable limit and the card as chart markers, where the largest of `bars` (GiB) reaches half the usable
+/// memory; for a small job they would squash its bars to nothing, and the table says them anyway.
+std::vector<ChartMarker> limit_markers(const std::vector<std::vector<double>>& bars, double capacity_bytes) {
+  if (std::isnan(capacity_bytes)) return {};
+  const double usable_bytes = parallel::usable_memory_bytes(capacity_bytes);
+  double largest_gib = 0;
+  for (const auto& bar : bars)
+    largest_gib = std::max(largest_gib, std::accumulate(bar.begin(), bar.end(), 0.0));
+  if (largest_gib < 0.5 * usable_bytes / kGiB) return {};
+  return {{fmt::format("usable {}", gib(usable_bytes)), usable_bytes / kGiB},
+          {fmt::format("card {}", gib(capacity_bytes)), capacity_bytes / kGiB}};
 }
 
 /// The table: each term of the model, its total, the usable memory where known, the measured peak and the
@@ -166,8 +192,7 @@ std::string breakdown_table(const std::optional<parallel::MemoryBreakdown>& memo
 }  // namespace
 
 std::string memory_section(const analyze::RunAnalysis& run, const std::string& prefix) {
-  const nlohmann::json config = nlohmann::json::parse(run.run.config_json, nullptr, false);
-  const auto memory = predicted_memory(config, run.run_dir.string());
+  const auto [memory, capacity_bytes] = predicted_memory(run);
   const auto measured = measured_peak_bytes(run);
   const HeldPeak held = held_peak(run);
   if (!memory && measured.second < 0) return "";
@@ -198,32 +223,15 @@ std::string memory_section(const analyze::RunAnalysis& run, const std::string& p
   const std::string title = !memory         ? "Memory per GPU: the measured peak"
                             : !any_measured ? "Memory per GPU: the model's terms"
                                             : "Memory per GPU: the model's terms and what was measured";
-  // The usable rule's limit and the card, drawn where the bars come near them (at half the usable memory or
-  // more); for a small job they would squash its bars to nothing, and the table says them anyway.
-  std::vector<ChartMarker> markers;
-  double largest_gib = 0;
-  for (const auto& bar : values) {
-    double total = 0;
-    for (double value : bar) total += value;
-    largest_gib = std::max(largest_gib, total);
-  }
-  if (const double capacity_bytes = device_bytes(config);
-      !std::isnan(capacity_bytes) &&
-      largest_gib >= 0.5 * parallel::usable_memory_bytes(capacity_bytes) / kGiB) {
-    markers.push_back({fmt::format("usable {}", gib(parallel::usable_memory_bytes(capacity_bytes))),
-                       parallel::usable_memory_bytes(capacity_bytes) / kGiB});
-    markers.push_back({fmt::format("card {}", gib(capacity_bytes)), capacity_bytes / kGiB});
-  }
-  const std::string chart = stacked_bar_chart(title, "GiB", bars, segments, values, markers);
+  const std::string chart =
+      stacked_bar_chart(title, "GiB", bars, segments, values, limit_markers(values, capacity_bytes));
   return "<h3>Memory per GPU</h3>\n" + anchored(prefix + "memory", chart) +
-         breakdown_table(memory, device_bytes(config), measured, run.run.kind, held);
+         breakdown_table(memory, capacity_bytes, measured, run.run.kind, held);
 }
 
 std::string memory_verdict(const analyze::RunAnalysis& run) {
   if (run.run.kind != store::RunKind::kSim) return "";
-  const nlohmann::json config = nlohmann::json::parse(run.run.config_json, nullptr, false);
-  const auto memory = predicted_memory(config, run.run_dir.string());
-  const double capacity_bytes = device_bytes(config);
+  const auto [memory, capacity_bytes] = predicted_memory(run);
   if (!memory || std::isnan(capacity_bytes)) return "";
   const double usable_bytes = parallel::usable_memory_bytes(capacity_bytes);
   if (memory->total_bytes() <= usable_bytes) return "";

@@ -46,9 +46,10 @@ struct PlanFlags {
   int gpus = 0;
   int global_batch = 0;
   int seq_length = 0;
-  int max_cp = 0;                    // 0 = plan::default_max_cp of the sequence length
-  std::string trainer = "default";   // --trainer: memory accounting of every layout
-  std::vector<double> power_caps_w;  // --power-cap 400,500,700: a searched axis
+  int max_cp = 0;                       // 0 = plan::default_max_cp of the sequence length
+  std::string trainer = "default";      // --trainer: memory accounting of every layout
+  std::string memory_limit = "usable";  // --memory-limit: what each layout's memory must fit
+  std::vector<double> power_caps_w;     // --power-cap 400,500,700: a searched axis
   std::string objective = "throughput";
   double power_budget_w = 0;
   double max_peak_power_w = 0;
@@ -300,14 +301,16 @@ std::string layout_label(const plan::Evaluation& evaluation) {
 
 /// Flags that reproduce the evaluation with calo sim (the layout's, and its --power-cap).
 std::string sim_flags(const plan::Evaluation& evaluation) {
-  const std::string flags = plan::calo_flags(evaluation.candidate.layout);
+  // calo sim holds a layout to the usable share: a tight one simulates with --allow-oom.
+  const std::string flags =
+      plan::calo_flags(evaluation.candidate.layout) + (evaluation.candidate.tight ? " --allow-oom" : "");
   return evaluation.power_cap_w > 0 ? fmt::format("{} --power-cap {:g}", flags, evaluation.power_cap_w)
                                     : flags;
 }
 
 /// The search's counts and times, under their own names.
-CALO_JSON_WRITER(write_search_work, plan::SearchResult, excluded, invalid, out_of_memory, pruned, too_large,
-                 graph_ops, probe_ops, built_ops, bound_wall_s, estimated_s, simulated, wall_s)
+CALO_JSON_WRITER(write_search_work, plan::SearchResult, excluded, invalid, out_of_memory, tight, pruned,
+                 too_large, graph_ops, probe_ops, built_ops, bound_wall_s, estimated_s, simulated, wall_s)
 
 /// A simulated figure of a layout: its key in `--json` and its column in the text tables (none for a null
 /// header), shown as value * scale with `digits` decimals.
@@ -338,6 +341,7 @@ nlohmann::json to_json(const plan::Evaluation& evaluation) {
                          {"verdict", plan::to_string(evaluation.verdict)},
                          {"memory_bytes", evaluation.candidate.memory.total_bytes()},
                          {"fits", evaluation.candidate.fits},
+                         {"tight", evaluation.candidate.tight},
                          {"calo_flags", sim_flags(evaluation)},
                          {"power_cap_w", evaluation.power_cap_w > 0 ? nlohmann::json(evaluation.power_cap_w)
                                                                     : nlohmann::json(nullptr)},
@@ -355,8 +359,9 @@ nlohmann::json to_json(const plan::Evaluation& evaluation) {
 
 void add_row(core::TextTable& table, const std::string& rank, const plan::Evaluation& evaluation) {
   const bool simulated = evaluation.iteration_s > 0;
+  const std::string memory = core::format_bytes(evaluation.candidate.memory.total_bytes());
   std::vector<std::string> row{rank, layout_label(evaluation),
-                               core::format_bytes(evaluation.candidate.memory.total_bytes())};
+                               evaluation.candidate.tight ? memory + " tight" : memory};
   for (const FigureColumn& figure : kFigureColumns) {
     if (figure.header == nullptr) continue;
     const double value = figure.scale * (evaluation.*figure.value);
@@ -440,6 +445,31 @@ std::string partition_line(const plan::Evaluation& evaluation) {
   return line + " (--uniform-partitions ranks uniform ones only)";
 }
 
+/// The header's memory counts: how many do not fit, and how many fit the card but not its usable share.
+std::string memory_counts(const plan::SearchRequest& request, const plan::SearchResult& result) {
+  if (request.space.memory_limit == plan::MemoryLimit::kCard)
+    return fmt::format("{} do not fit the card, {} fit only into its usable margin (ranked, marked tight)",
+                       result.out_of_memory, result.tight);
+  if (result.tight == 0) return fmt::format("{} do not fit memory", result.out_of_memory);
+  return fmt::format("{} do not fit memory ({})", result.out_of_memory, plan::tight_count_text(result.tight));
+}
+
+/// A warning when the first pick is tight: what it leaves on the card for the runtime (empty otherwise).
+std::string tight_pick_warning(const plan::SearchRequest& request, const plan::SearchResult& result) {
+  if (result.ranking.empty()) return {};
+  const plan::Candidate& best = result.evaluations[result.ranking.front()].candidate;
+  if (!best.tight) return {};
+  const double card_bytes = request.cluster.gpu.memory_bytes;
+  return fmt::format(
+      "tight: needs {} per GPU, beyond the {} usable of the {} card ({:.0f} % fragmentation, {} runtime); "
+      "{}. "
+      "Measure the runtime's share on your stack (`calo bench --memory real`) before you trust it",
+      core::format_bytes(best.memory.total_bytes()),
+      core::format_bytes(plan::usable_memory_bytes(card_bytes)), core::format_bytes(card_bytes),
+      parallel::kFragmentationFraction * 100, core::format_bytes(parallel::kRuntimeReserveBytes),
+      plan::card_headroom_text(best.memory, card_bytes));
+}
+
 void print_text(const plan::SearchRequest& request, const plan::SearchResult& result,
                 const PlanFlags& flags) {
   const std::string constraints = request.space.constraints.describe();
@@ -448,14 +478,14 @@ void print_text(const plan::SearchRequest& request, const plan::SearchResult& re
              plan::to_string(request.objective), constraints.empty() ? "" : ", only " + constraints);
   fmt::print("# cluster {}\n", sim::cluster_trust(request.cluster).summary);
   fmt::print(
-      "# {} {}: {}{} invalid combinations skipped, {} do not fit memory, {} pruned by the lower bound, "
+      "# {} {}: {}{} invalid combinations skipped, {}, {} pruned by the lower bound, "
       "{}{} simulated; {:.2f} s (estimated {:.0f} s)\n",
       result.evaluations.size(),
       request.power_caps_w.empty()
           ? "layouts"
           : fmt::format("(layout, power cap) pairs over {} caps", request.power_caps_w.size()),
       result.excluded > 0 ? fmt::format("{} outside the constraints, ", result.excluded) : std::string(),
-      result.invalid, result.out_of_memory, result.pruned,
+      result.invalid, memory_counts(request, result), result.pruned,
       result.too_large > 0 ? fmt::format("{} too large to simulate, ", result.too_large) : std::string(),
       result.simulated, result.wall_s, result.estimated_s);
   core::TextTable table = make_table();
@@ -474,8 +504,9 @@ void print_text(const plan::SearchRequest& request, const plan::SearchResult& re
     fmt::print("     megatron: {}\n", plan::megatron_flags(layout));
     if (layout.uneven_partition()) fmt::print("     {}\n", partition_line(evaluation));
   }
-  for (const std::string& warning : best_layout_warnings(request, result))
-    fmt::print("# WARNING (layout 1): {}\n", warning);
+  std::vector<std::string> warnings = best_layout_warnings(request, result);
+  if (std::string tight = tight_pick_warning(request, result); !tight.empty()) warnings.push_back(tight);
+  for (const std::string& warning : warnings) fmt::print("# WARNING (layout 1): {}\n", warning);
   print_front(request, result, flags);
   if (flags.show_all) {
     core::TextTable all = make_table();
@@ -503,6 +534,7 @@ int run_plan(const PlanFlags& flags) {
                   flags.max_cp, plan::default_max_cp(plan::kLongSequenceTokens), plan::kLongSequenceTokens));
   request.space.max_cp = flags.max_cp > 0 ? flags.max_cp : plan::default_max_cp(seq_length);
   request.space.trainer = parallel::parse_trainer(flags.trainer);
+  request.space.memory_limit = plan::parse_memory_limit(flags.memory_limit);
   request.space.constraints = constraints_of(flags);
   // A --cp constraint asks for context parallelism even at sequences that do not get it by default.
   for (int cp : flags.constraints.cp) request.space.max_cp = std::max(request.space.max_cp, cp);
@@ -560,6 +592,11 @@ void add_job_flags(CLI::App& app, PlanFlags& flags) {
                  "Memory accounting of every layout: default (bf16 gradients), pytorch (fp32 master "
                  "gradient, plain cross-entropy's fp32 backward at the loss) or torchtitan (FSDP2 or DDP "
                  "mixed precision), as calo sim's --trainer")
+      ->capture_default_str();
+  app.add_option("--memory-limit", flags.memory_limit,
+                 "What each layout's accounted memory must fit: usable (the card less 3 % allocator "
+                 "fragmentation and 4 GiB for the CUDA context, libraries and NCCL) or card (the whole card: "
+                 "also rank layouts that leave the runtime less, marked tight)")
       ->capture_default_str();
   app.add_option("--max-cp", flags.max_cp,
                  "Largest context-parallel size searched (powers of two; default 16 at sequences of 32K "

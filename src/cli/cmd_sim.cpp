@@ -115,9 +115,8 @@ std::string check_memory(const model::ModelSpec& model, const parallel::Layout& 
       memory.inflight_microbatches, core::format_bytes(plan::usable_memory_bytes(cluster.gpu.memory_bytes)),
       cluster.gpu.name, core::format_bytes(cluster.gpu.memory_bytes), parallel::kFragmentationFraction * 100,
       core::format_bytes(parallel::kRuntimeReserveBytes));
-  if (memory.total_bytes() <= cluster.gpu.memory_bytes)
-    message += fmt::format("; the card itself would leave {} for the CUDA context, NCCL and the allocator",
-                           core::format_bytes(cluster.gpu.memory_bytes - memory.total_bytes()));
+  if (plan::is_tight(memory, cluster.gpu.memory_bytes))
+    message += "; " + plan::card_headroom_text(memory, cluster.gpu.memory_bytes);
   if (allow_oom) return "does not fit memory (simulated anyway, --allow-oom): " + message;
   const plan::FittingSuggestion suggestion =
       plan::suggest_fitting_layouts(model, layout, cluster.node.gpus, cluster.gpu.memory_bytes);

@@ -122,17 +122,43 @@ int default_max_cp(int seq_length) {
   return seq_length >= kLongSequenceTokens ? 16 : 1;
 }
 
+MemoryLimit parse_memory_limit(const std::string& text, const std::string& what) {
+  if (text == "usable") return MemoryLimit::kUsable;
+  if (text == "card") return MemoryLimit::kCard;
+  throw InputError(fmt::format(
+      "{} {}: give usable (the card less 3 % fragmentation and a 4 GiB runtime reserve; the default) or card "
+      "(the whole card: rank layouts that leave the runtime less, marked tight)",
+      what, text));
+}
+
+const char* to_string(MemoryLimit limit) {
+  return limit == MemoryLimit::kCard ? "card" : "usable";
+}
+
 int LayoutSpace::fitting() const {
   return static_cast<int>(
       std::count_if(candidates.begin(), candidates.end(), [](const Candidate& item) { return item.fits; }));
+}
+
+int LayoutSpace::tight() const {
+  return static_cast<int>(
+      std::count_if(candidates.begin(), candidates.end(), [](const Candidate& item) { return item.tight; }));
 }
 
 double usable_memory_bytes(double device_bytes) {
   return parallel::usable_memory_bytes(device_bytes);
 }
 
-bool fits_memory(const parallel::MemoryBreakdown& memory, double device_bytes) {
-  return memory.total_bytes() <= usable_memory_bytes(device_bytes);
+double memory_limit_bytes(double device_bytes, MemoryLimit limit) {
+  return limit == MemoryLimit::kCard ? device_bytes : usable_memory_bytes(device_bytes);
+}
+
+bool fits_memory(const parallel::MemoryBreakdown& memory, double device_bytes, MemoryLimit limit) {
+  return memory.total_bytes() <= memory_limit_bytes(device_bytes, limit);
+}
+
+bool is_tight(const parallel::MemoryBreakdown& memory, double device_bytes) {
+  return !fits_memory(memory, device_bytes) && fits_memory(memory, device_bytes, MemoryLimit::kCard);
 }
 
 LayoutSpace enumerate_layouts(const SpaceRequest& request) {
@@ -179,7 +205,9 @@ LayoutSpace enumerate_layouts(const SpaceRequest& request) {
               Candidate candidate;
               candidate.layout = parallel::resolve_layout(request.model, layout);
               candidate.memory = parallel::memory_per_gpu(request.model, candidate.layout);
-              candidate.fits = fits_memory(candidate.memory, request.device_memory_bytes);
+              candidate.fits =
+                  fits_memory(candidate.memory, request.device_memory_bytes, request.memory_limit);
+              candidate.tight = is_tight(candidate.memory, request.device_memory_bytes);
               space.candidates.push_back(std::move(candidate));
             } catch (const InputError&) {
               ++space.invalid;
@@ -190,6 +218,17 @@ LayoutSpace enumerate_layouts(const SpaceRequest& request) {
     }
   }
   return space;
+}
+
+std::string card_headroom_text(const parallel::MemoryBreakdown& memory, double device_bytes) {
+  return fmt::format("the card itself would leave {} for the CUDA context, NCCL and the allocator",
+                     core::format_bytes(device_bytes - memory.total_bytes()));
+}
+
+std::string tight_count_text(int tight) {
+  if (tight <= 0) return {};
+  return fmt::format("{} {} the card but not its usable margin: --memory-limit card ranks {}", tight,
+                     tight == 1 ? "fits" : "fit", tight == 1 ? "it" : "them");
 }
 
 int layout_distance(const parallel::Layout& a, const parallel::Layout& b) {

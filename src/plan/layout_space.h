@@ -14,6 +14,17 @@
 
 namespace calo::plan {
 
+/// What a layout's accounted memory must fit: the usable share of the card (the default: the card less 3 %
+/// allocator fragmentation and the 4 GiB runtime reserve) or the whole card (`calo plan --memory-limit card`:
+/// layouts that leave the runtime less than it usually needs are ranked too, marked tight).
+enum class MemoryLimit { kUsable, kCard };
+
+/// "usable" or "card"; anything else is an InputError naming `what` (a flag) and the two values.
+MemoryLimit parse_memory_limit(const std::string& text, const std::string& what = "--memory-limit");
+
+/// Name of a memory limit ("usable", "card").
+const char* to_string(MemoryLimit limit);
+
 /// Settings a search keeps to the values given (`calo plan --tp 4 --mbs 1,2 --recompute none ...`); an empty
 /// list (or an unset overlap) leaves that setting free.
 struct LayoutConstraints {
@@ -39,6 +50,7 @@ struct SpaceRequest {
   double device_memory_bytes = 0;  ///< HBM per GPU; a layout fits when its accounted total <= usable share
   parallel::AttentionImpl attention = parallel::AttentionImpl::kFused;  ///< attention core of every layout
   parallel::Trainer trainer = parallel::Trainer::kDefault;  ///< memory accounting of every layout (--trainer)
+  MemoryLimit memory_limit = MemoryLimit::kUsable;          ///< what `fits` holds a layout to
   int max_cp = 1;  ///< context-parallel sizes enumerated: powers of two up to max_cp (1 = no cp)
   LayoutConstraints constraints;  ///< settings held to given values; layouts outside are not enumerated
 };
@@ -54,7 +66,9 @@ int default_max_cp(int seq_length);
 struct Candidate {
   parallel::Layout layout;           ///< resolved layout (parallel::resolve_layout)
   parallel::MemoryBreakdown memory;  ///< accounted memory of the most loaded stage
-  bool fits = false;                 ///< memory.total_bytes() <= usable_memory_bytes(device)
+  bool fits = false;                 ///< memory.total_bytes() <= memory_limit_bytes(device, the limit)
+  /// Needs more than the usable share but no more than the card: fits only under MemoryLimit::kCard.
+  bool tight = false;
 };
 
 /// The enumerated space.
@@ -64,13 +78,23 @@ struct LayoutSpace {
   int excluded = 0;                   ///< combinations outside SpaceRequest::constraints (never resolved)
   /// Number of candidates that fit memory.
   int fitting() const;
+  /// Number of candidates that are tight (beyond the usable share, within the card).
+  int tight() const;
 };
 
 /// Usable bytes of a device of `device_bytes` (parallel::usable_memory_bytes).
 double usable_memory_bytes(double device_bytes);
 
-/// True when `memory` fits a device of `device_bytes` (the rule `calo bench` applies).
-bool fits_memory(const parallel::MemoryBreakdown& memory, double device_bytes);
+/// Bytes a layout may need on a device of `device_bytes` under `limit`: the usable share, or the card.
+double memory_limit_bytes(double device_bytes, MemoryLimit limit);
+
+/// True when `memory` fits a device of `device_bytes` under `limit` (kUsable: the rule `calo bench` applies).
+bool fits_memory(const parallel::MemoryBreakdown& memory, double device_bytes,
+                 MemoryLimit limit = MemoryLimit::kUsable);
+
+/// True when `memory` needs more than the usable share of a device of `device_bytes` but no more than the
+/// card.
+bool is_tight(const parallel::MemoryBreakdown& memory, double device_bytes);
 
 /// Enumerates tp (divisors of the heads, <= gpus_per_node), cp (powers of two up to max_cp dividing gpus /
 /// tp), pp (dividing gpus / (tp cp)), dp = gpus / (tp cp pp), ep (MoE: divisors of dp and experts), vpp with
@@ -94,6 +118,13 @@ std::string calo_flags(const parallel::Layout& layout);
 
 /// The same layout as Megatron-LM pretrain_gpt.py arguments (--tensor-model-parallel-size ...).
 std::string megatron_flags(const parallel::Layout& layout);
+
+/// What a tight layout (is_tight) leaves on the card: "the card itself would leave 1.56 GiB for the CUDA
+/// context, NCCL and the allocator".
+std::string card_headroom_text(const parallel::MemoryBreakdown& memory, double device_bytes);
+
+/// "N fit(s) the card but not its usable margin: --memory-limit card ranks them"; empty when `tight` is 0.
+std::string tight_count_text(int tight);
 
 /// One-line memory breakdown: "123.4 GiB (weights .., gradients .., optimizer .., activations ..)".
 std::string describe_memory(const parallel::MemoryBreakdown& memory);

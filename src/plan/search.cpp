@@ -133,7 +133,8 @@ std::optional<LayoutProbe> add_balanced_partition(Evaluation& evaluation, const 
   balanced.layout.layers_per_stage = layers;
   balanced.layout = parallel::resolve_layout(request.space.model, balanced.layout, true);
   balanced.memory = parallel::memory_per_gpu(request.space.model, balanced.layout);
-  balanced.fits = fits_memory(balanced.memory, request.cluster.gpu.memory_bytes);
+  balanced.fits = fits_memory(balanced.memory, request.cluster.gpu.memory_bytes, request.space.memory_limit);
+  balanced.tight = is_tight(balanced.memory, request.cluster.gpu.memory_bytes);
   if (!balanced.fits) return std::nullopt;
   std::optional<LayoutProbe> balanced_probe;
   balanced_probe.emplace(request.space.model, balanced.layout, request.cluster);
@@ -236,12 +237,16 @@ void check_constraints(const SearchRequest& request) {
             [](const parallel::Layout& l) { return parallel::to_string(l.schedule); });
   values_of("--recompute", !constraints.recompute.empty(),
             [](const parallel::Layout& l) { return parallel::to_string(l.recompute); });
+  const bool card = space_request.memory_limit == MemoryLimit::kCard;
+  const std::string tight =
+      card || space.tight() == 0 ? std::string() : fmt::format(" ({})", tight_count_text(space.tight()));
   throw InputError(fmt::format(
-      "no layout of {} on --gpus {} with --gbs {} and {} {}; {} of the unconstrained space's {} layouts fit, "
+      "no layout of {} on --gpus {} with --gbs {} and {} {}{}; {} of the unconstrained space's {} layouts "
+      "fit, "
       "with these values: {}; change or drop a constraint",
       request.space.model.name, request.space.gpus, request.space.global_batch, constraints.describe(),
-      space.candidates.empty() ? "is valid" : "fits memory", free_space.fitting(),
-      free_space.candidates.size(), fmt::join(hints, "; ")));
+      space.candidates.empty() ? "is valid" : (card ? "fits the card" : "fits memory"), tight,
+      free_space.fitting(), free_space.candidates.size(), fmt::join(hints, "; ")));
 }
 
 /// Explains an empty space (nothing valid, or nothing fits) with the nearest feasible alternative.
@@ -267,11 +272,15 @@ void check_constraints(const SearchRequest& request) {
   for (const Candidate& candidate : space.candidates) {
     if (candidate.memory.total_bytes() < smallest->memory.total_bytes()) smallest = &candidate;
   }
-  throw InputError(
-      fmt::format("no layout of {} fits {} on --gpus {}: the smallest ({}) needs {} per GPU of {} usable; {}",
-                  request.space.model.name, request.cluster.gpu.name, request.space.gpus,
-                  parallel::describe(smallest->layout), describe_memory(smallest->memory),
-                  core::format_bytes(usable_memory_bytes(request.cluster.gpu.memory_bytes)), alternative));
+  const bool card = space_request.memory_limit == MemoryLimit::kCard;
+  const std::string tight =
+      card || space.tight() == 0 ? std::string() : tight_count_text(space.tight()) + "; ";
+  throw InputError(fmt::format(
+      "no layout of {} fits {} on --gpus {}: the smallest ({}) needs {} per GPU of {} {}; {}{}",
+      request.space.model.name, request.cluster.gpu.name, request.space.gpus,
+      parallel::describe(smallest->layout), describe_memory(smallest->memory),
+      core::format_bytes(memory_limit_bytes(request.cluster.gpu.memory_bytes, space_request.memory_limit)),
+      card ? "on the card" : "usable", tight, alternative));
 }
 
 /// Every simulated layout broke a power constraint: name the one closest to meeting it.
@@ -392,6 +401,7 @@ std::vector<std::size_t> add_evaluations(const LayoutSpace& space, const std::ve
       evaluation.candidate = candidate;
       evaluation.power_cap_w = cap_w;
       if (!candidate.fits) ++result.out_of_memory;
+      if (candidate.tight) ++result.tight;
       result.evaluations.push_back(std::move(evaluation));
     }
   }

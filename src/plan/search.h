@@ -88,13 +88,16 @@ struct SearchResult {
   int simulated = 0;                    ///< layouts simulated
   int pruned = 0;                       ///< layouts skipped by the lower bound
   int out_of_memory = 0;                ///< layouts that do not fit memory
-  int too_large = 0;                    ///< fitting layouts whose graph exceeds graph::kMaxGraphOps
-  double graph_ops = 0;                 ///< estimated ops of the fitting layouts' graphs (the search's work)
-  double probe_ops = 0;                 ///< ops of the probe graphs the bounds were computed on
-  double built_ops = 0;                 ///< ops of the whole graphs built (refined bounds, simulations)
-  double bound_wall_s = 0;              ///< host time of chapter 1 (every layout's probe bound)
-  double estimated_s = 0;               ///< estimated_search_s of the search before it ran
-  double wall_s = 0;                    ///< host time of the search
+  /// Layouts beyond the usable share that fit the card (Candidate::tight): out of memory under the usable
+  /// limit, ranked (if not pruned) under MemoryLimit::kCard.
+  int tight = 0;
+  int too_large = 0;        ///< fitting layouts whose graph exceeds graph::kMaxGraphOps
+  double graph_ops = 0;     ///< estimated ops of the fitting layouts' graphs (the search's work)
+  double probe_ops = 0;     ///< ops of the probe graphs the bounds were computed on
+  double built_ops = 0;     ///< ops of the whole graphs built (refined bounds, simulations)
+  double bound_wall_s = 0;  ///< host time of chapter 1 (every layout's probe bound)
+  double estimated_s = 0;   ///< estimated_search_s of the search before it ran
+  double wall_s = 0;        ///< host time of the search
 };
 
 /// Scores closer than this fraction are not told apart by measurement: on 2- and 4-GPU H200 hosts the

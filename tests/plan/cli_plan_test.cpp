@@ -182,6 +182,49 @@ TEST(CaloPlan, NamesTheBestLayoutsCollectivesThatExtrapolateTheirLines) {
   EXPECT_FALSE(contains(outcome.output, "WARNING")) << outcome.output;
 }
 
+TEST(CaloPlan, TightLayoutsAreCountedAndTheCardLimitRanksThemWithFlagsCaloSimAccepts) {
+  // Llama 3 405B's Table 4 layout on 8192 H100 fits the card but not its usable share.
+  const std::string plan =
+      "plan --model llama3-405b --cluster h100-hgx --gpus 8192 --gbs 2048 --seq 8192 --tp 8 --pp 16 --mbs 1 "
+      "--zero 2 --recompute none --overlap --quiet";
+  Outcome outcome = run_calo(plan + " --vpp 8");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_TRUE(
+      contains(outcome.output, "1 fits the card but not its usable margin: --memory-limit card ranks it"))
+      << outcome.output;
+  outcome = run_calo(plan);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "do not fit memory (1 fits the card")) << outcome.output;
+  outcome = run_calo(plan + " --memory-limit card");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "1 fit only into its usable margin (ranked, marked tight)"))
+      << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "78.09 GiB tight")) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output,
+                       "# WARNING (layout 1): tight: needs 78.09 GiB per GPU, beyond the 73.26 GiB "
+                       "usable of the 79.65 GiB card"))
+      << outcome.output;
+  outcome = run_calo(plan + " --memory-limit card --json");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  const auto json = nlohmann::json::parse(outcome.output);
+  EXPECT_EQ(json["tight"].get<int>(), 1);
+  const auto& best = json["ranking"][0];
+  EXPECT_TRUE(best["tight"].get<bool>());
+  // The pasteable flags carry --allow-oom, so calo sim simulates the tight layout to the same step time.
+  EXPECT_TRUE(contains(best["calo_flags"].get<std::string>(), "--allow-oom"));
+  outcome = run_calo("sim --model llama3-405b --cluster h100-hgx --gpus 8192 " +
+                     best["calo_flags"].get<std::string>() + " --json --no-store");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  const auto start = outcome.output.find('{');  // after calo sim's memory warning on stderr
+  ASSERT_NE(start, std::string::npos) << outcome.output;
+  const auto simulated = nlohmann::json::parse(outcome.output.substr(start));
+  EXPECT_NEAR(simulated["iteration_s"].get<double>(), best["iteration_s"].get<double>(), 1e-9);
+  EXPECT_TRUE(contains(simulated["warnings"][0].get<std::string>(), "the card itself would leave 1.56 GiB"));
+  outcome = run_calo(plan + " --memory-limit cards");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "--memory-limit cards: give usable")) << outcome.output;
+}
+
 TEST(CaloPlan, ImpossibleRequestsExitTwoWithTheNearestFeasible) {
   Outcome outcome = run_calo("plan --model gpt3-175b --cluster h100-hgx --gpus 8 --gbs 8");
   EXPECT_EQ(outcome.exit_code, 2) << outcome.output;

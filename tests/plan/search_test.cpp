@@ -336,6 +336,65 @@ TEST(Search, AtLlama3sShapeThePlannerPicksTheLayoutMetaRan) {
       << megatron_flags(best);
 }
 
+TEST(LayoutSpace, TheCardLimitAdmitsExactlyTheTightLayoutsBeyondTheUsableShare) {
+  // The same space under both limits: the card admits every layout the usable share admits, plus exactly
+  // the tight ones (beyond usable, within the card), and nothing beyond the card.
+  SpaceRequest request = small_request(8, 32).space;
+  request.seq_length = 8192;
+  request.device_memory_bytes = sim::load_cluster("h100-hgx").gpu.memory_bytes;
+  const LayoutSpace usable = enumerate_layouts(request);
+  request.memory_limit = MemoryLimit::kCard;
+  const LayoutSpace card = enumerate_layouts(request);
+  ASSERT_EQ(card.candidates.size(), usable.candidates.size());
+  ASSERT_GT(usable.tight(), 0) << "the space should have layouts within 7 GiB of the card";
+  EXPECT_EQ(card.fitting(), usable.fitting() + usable.tight());
+  const double usable_bytes = usable_memory_bytes(request.device_memory_bytes);
+  for (std::size_t index = 0; index < card.candidates.size(); ++index) {
+    const Candidate& candidate = card.candidates[index];
+    const double bytes = candidate.memory.total_bytes();
+    EXPECT_EQ(candidate.tight, bytes > usable_bytes && bytes <= request.device_memory_bytes);
+    EXPECT_EQ(candidate.tight, usable.candidates[index].tight);
+    EXPECT_EQ(candidate.fits, usable.candidates[index].fits || candidate.tight)
+        << calo_flags(candidate.layout);
+  }
+  EXPECT_EQ(parse_memory_limit("card"), MemoryLimit::kCard);
+  EXPECT_THROW(parse_memory_limit("cards"), InputError);
+}
+
+TEST(Search, UnderTheCardLimitMetas8192GpuLayoutRanksFirstMarkedTight) {
+  // Llama 3 405B on 8192 H100 (Table 4): the paper's layout needs 78.09 GiB of the 79.65 GiB card, beyond
+  // the 73.26 usable. By default it is counted as tight and not ranked; under the card limit it ranks first
+  // (the interleaved schedule's smaller bubble), marked tight.
+  SearchRequest request;
+  request.space.model = model::load_model("llama3-405b");
+  request.space.gpus = 8192;
+  request.space.global_batch = 2048;
+  request.space.seq_length = 8192;
+  request.cluster = sim::load_cluster("h100-hgx");
+  request.space.constraints.tp = {8};
+  request.space.constraints.pp = {16};
+  request.space.constraints.micro_batch = {1};
+  request.space.constraints.zero_stage = {2};
+  request.space.constraints.recompute = {parallel::Recompute::kNone};
+  request.space.constraints.overlap = true;
+  request.top = 3;
+  request.threads = 2;
+  const SearchResult usable = search_layouts(request);
+  ASSERT_FALSE(usable.ranking.empty());
+  EXPECT_GE(usable.tight, 1);
+  for (std::size_t index : usable.ranking) EXPECT_FALSE(usable.evaluations[index].candidate.tight);
+  request.space.memory_limit = MemoryLimit::kCard;
+  const SearchResult card = search_layouts(request);
+  ASSERT_FALSE(card.ranking.empty());
+  EXPECT_EQ(card.tight, usable.tight);
+  const Candidate& best = card.evaluations[card.ranking.front()].candidate;
+  EXPECT_TRUE(best.tight) << parallel::describe(best.layout);
+  EXPECT_EQ(best.layout.virtual_stages, 8) << parallel::describe(best.layout);
+  EXPECT_NE(parallel::describe(best.layout).find("layers-0,1x126,0"), std::string::npos);
+  EXPECT_LT(card.evaluations[card.ranking.front()].iteration_s,
+            usable.evaluations[usable.ranking.front()].iteration_s);
+}
+
 TEST(Search, PipelineLayoutsRankAtThePartitionThatBalancesTheirStages) {
   // Llama3-8B's shapes with 16 layers on 4 GPUs, pipelines only: the output layer (128 K vocabulary) makes
   // the last stage of 4,4,4,4 the bottleneck. Ranked at the balanced partition, the best pipeline layout is

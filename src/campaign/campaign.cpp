@@ -500,10 +500,14 @@ void validate_points(const Spec& spec, std::vector<Point>& points) {
       }
       if (!point.skip_reason.empty()) continue;
       if (!plan::fits_memory(memory, cluster.gpu.memory_bytes)) {
-        point.skip_reason =
-            fmt::format("does not fit memory: needs {:.1f} GiB per GPU, {:.1f} GiB usable of a {}",
-                        memory.total_bytes() / 1073741824.0,
-                        plan::usable_memory_bytes(cluster.gpu.memory_bytes) / 1073741824.0, cluster.gpu.name);
+        const double card_bytes = cluster.gpu.memory_bytes;
+        point.skip_reason = fmt::format(
+            "does not fit memory: needs {:.1f} GiB per GPU, {:.1f} GiB usable of a {}{}",
+            memory.total_bytes() / 1073741824.0, plan::usable_memory_bytes(card_bytes) / 1073741824.0,
+            cluster.gpu.name,
+            parallel::is_tight(memory.total_bytes(), card_bytes)
+                ? " (tight: " + parallel::card_headroom_text(memory.total_bytes(), card_bytes) + ")"
+                : std::string());
       }
     } catch (const InputError& error) {
       point.skip_reason = fmt::format("invalid layout: {}", error.what());

@@ -467,7 +467,7 @@ std::string tight_pick_warning(const plan::SearchRequest& request, const plan::S
       core::format_bytes(best.memory.total_bytes()),
       core::format_bytes(plan::usable_memory_bytes(card_bytes)), core::format_bytes(card_bytes),
       parallel::kFragmentationFraction * 100, core::format_bytes(parallel::kRuntimeReserveBytes),
-      plan::card_headroom_text(best.memory, card_bytes));
+      parallel::card_headroom_text(best.memory.total_bytes(), card_bytes));
 }
 
 void print_text(const plan::SearchRequest& request, const plan::SearchResult& result,

@@ -116,7 +116,7 @@ std::string check_memory(const model::ModelSpec& model, const parallel::Layout& 
       cluster.gpu.name, core::format_bytes(cluster.gpu.memory_bytes), parallel::kFragmentationFraction * 100,
       core::format_bytes(parallel::kRuntimeReserveBytes));
   if (plan::is_tight(memory, cluster.gpu.memory_bytes))
-    message += "; " + plan::card_headroom_text(memory, cluster.gpu.memory_bytes);
+    message += "; " + parallel::card_headroom_text(memory.total_bytes(), cluster.gpu.memory_bytes);
   if (allow_oom) return "does not fit memory (simulated anyway, --allow-oom): " + message;
   const plan::FittingSuggestion suggestion =
       plan::suggest_fitting_layouts(model, layout, cluster.node.gpus, cluster.gpu.memory_bytes);

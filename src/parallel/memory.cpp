@@ -422,6 +422,15 @@ double usable_memory_bytes(double device_bytes) {
   return std::max(0.0, device_bytes * (1.0 - kFragmentationFraction) - kRuntimeReserveBytes);
 }
 
+bool is_tight(double total_bytes, double device_bytes) {
+  return total_bytes > usable_memory_bytes(device_bytes) && total_bytes <= device_bytes;
+}
+
+std::string card_headroom_text(double total_bytes, double device_bytes) {
+  return fmt::format("the card itself would leave {} for the CUDA context, NCCL and the allocator",
+                     core::format_bytes(device_bytes - total_bytes));
+}
+
 MemoryBreakdown memory_per_gpu(const model::ModelSpec& model, const Layout& layout) {
   MemoryBreakdown most_loaded = memory_for_stage(model, layout, 0);
   for (int stage = 1; stage < layout.pp; ++stage) {

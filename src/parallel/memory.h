@@ -27,6 +27,14 @@ inline constexpr double kFragmentationFraction = 0.03;
 /// device_bytes * (1 - kFragmentationFraction) - kRuntimeReserveBytes, at least 0.
 double usable_memory_bytes(double device_bytes);
 
+/// True when `total_bytes` is beyond the usable share of a GPU of `device_bytes` but within the card: a
+/// tight layout (docs/METRICS.md "Planner").
+bool is_tight(double total_bytes, double device_bytes);
+
+/// What a layout of `total_bytes` leaves on a card of `device_bytes`: "the card itself would leave 1.56 GiB
+/// for the CUDA context, NCCL and the allocator".
+std::string card_headroom_text(double total_bytes, double device_bytes);
+
 /// Bytes per GPU by category, for the most loaded pipeline stage (mixed precision: bf16 weights and
 /// gradients, fp32 master weights + Adam moments = 12 bytes/param; ZeRO-1 shards the optimizer state, ZeRO-2
 /// also the gradients, ZeRO-3 (FSDP) also the weights, over dp or the hybrid-sharding shard group).

@@ -158,7 +158,7 @@ bool fits_memory(const parallel::MemoryBreakdown& memory, double device_bytes, M
 }
 
 bool is_tight(const parallel::MemoryBreakdown& memory, double device_bytes) {
-  return !fits_memory(memory, device_bytes) && fits_memory(memory, device_bytes, MemoryLimit::kCard);
+  return parallel::is_tight(memory.total_bytes(), device_bytes);
 }
 
 LayoutSpace enumerate_layouts(const SpaceRequest& request) {
@@ -218,11 +218,6 @@ LayoutSpace enumerate_layouts(const SpaceRequest& request) {
     }
   }
   return space;
-}
-
-std::string card_headroom_text(const parallel::MemoryBreakdown& memory, double device_bytes) {
-  return fmt::format("the card itself would leave {} for the CUDA context, NCCL and the allocator",
-                     core::format_bytes(device_bytes - memory.total_bytes()));
 }
 
 std::string tight_count_text(int tight) {

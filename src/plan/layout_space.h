@@ -119,10 +119,6 @@ std::string calo_flags(const parallel::Layout& layout);
 /// The same layout as Megatron-LM pretrain_gpt.py arguments (--tensor-model-parallel-size ...).
 std::string megatron_flags(const parallel::Layout& layout);
 
-/// What a tight layout (is_tight) leaves on the card: "the card itself would leave 1.56 GiB for the CUDA
-/// context, NCCL and the allocator".
-std::string card_headroom_text(const parallel::MemoryBreakdown& memory, double device_bytes);
-
 /// "N fit(s) the card but not its usable margin: --memory-limit card ranks them"; empty when `tight` is 0.
 std::string tight_count_text(int tight);
 

@@ -132,17 +132,24 @@ TEST(CampaignSpec, HugeCountsAndGridsAreBadInput) {
 
 TEST(CampaignSpec, InvalidPointsAreDroppedWithTheReason) {
   // Llama3-8B on 8 H100: TP8 fits, TP1 (dp 8) does not fit memory, TP3 does not divide the heads or the
-  // GPUs.
+  // GPUs; TP2 (dp 4) needs 78.87 GiB: beyond the usable 73.26, within the card, so tight.
   const Spec spec = spec_from(
       "model: llama3-8b\ncluster: h100-hgx\ngpus: 8\nfixed: {gbs: 64}\n"
-      "axes:\n  layout: [{tp: 8, pp: 1}, {tp: 1, pp: 1}, {tp: 3, pp: 1}, {tp: 2, pp: 2, dp: 1}]\n");
+      "axes:\n  layout: [{tp: 8, pp: 1}, {tp: 1, pp: 1}, {tp: 3, pp: 1}, {tp: 2, pp: 2, dp: 1}, {tp: 2, pp: "
+      "1}]\n");
   std::vector<Point> points = expand_grid(spec);
   validate_points(spec, points);
-  ASSERT_EQ(points.size(), 4u);
+  ASSERT_EQ(points.size(), 5u);
   EXPECT_EQ(points[0].skip_reason, "");
   EXPECT_NE(points[1].skip_reason.find("does not fit memory"), std::string::npos) << points[1].skip_reason;
+  EXPECT_EQ(points[1].skip_reason.find("tight"), std::string::npos) << points[1].skip_reason;
   EXPECT_FALSE(points[2].skip_reason.empty());
   EXPECT_NE(points[3].skip_reason.find("is not the 8 GPUs"), std::string::npos) << points[3].skip_reason;
+  EXPECT_NE(
+      points[4].skip_reason.find("does not fit memory: needs 78.9 GiB per GPU, 73.3 GiB usable of a NVIDIA "
+                                 "H100 SXM (tight: the card itself would leave 801.54 MiB for"),
+      std::string::npos)
+      << points[4].skip_reason;
 }
 
 TEST(CampaignSpec, ContextParallelIsALayoutKey) {

@@ -12,10 +12,15 @@ only.
 Prints one JSON object per line (the fields are named in bytes, ms): the state terms measured as the allocator's
 growth when each is created, `activations_bytes` = allocated at the end of forward - allocated before it,
 `peak_step_bytes` = torch.cuda.max_memory_allocated over forward + backward + optimizer, and
-`peak_reserved_bytes` (the allocator's cache: what nvidia-smi would show, less the CUDA context).
+`peak_reserved_bytes` (the allocator's cache: what nvidia-smi would show, less the CUDA context). The runtime
+beside the allocator: `device_total_bytes` and `device_used_bytes` (torch.cuda.mem_get_info: total - free, after
+the measured steps), `runtime_bytes` = device used - the allocator's reserve at that moment (the CUDA context,
+cuBLAS / cuDNN workspaces and handles: what the usable-memory rule's 4 GiB reserve stands for), and
+`context_bytes` = the same right after the context was created, before the model.
 
 Usage: python3 train_memory.py --layers 4 --seq 8192 --mbs 1 --recompute none [--steps 3]
        python3 train_memory.py --grid OUT.jsonl     (every configuration of GRID, each in its own process)
+       python3 train_memory.py --tight OUT.jsonl    (TIGHT: near the card; an out-of-memory step is a line too)
 """
 import argparse
 import json
@@ -25,6 +30,25 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "exec_gpu"))
+
+# Near the card: configurations calo's pytorch accounting (`calo sim --trainer pytorch --layers N`) puts within the
+# usable share (the control), beyond it but within the card ("tight") and just beyond the card: does a tight layout
+# run? By the card's size. H100 80GB (79.65 GiB, usable 73.26): 8 none 70.11 GiB fits, 9 none 75.19 and 13 / 14
+# full 74.1 / 77.8 tight, 10 none 80.3 and 15 full 81.6 beyond. H200 (140.4 GiB, usable 132.19): 20 none 131.07
+# fits, 21 none 136.14 and 28 / 29 full 133.61 / 137.33 tight, 22 none 141.22 and 30 full 141.05 beyond.
+TIGHT = {
+    80: [(8, 8192, 1, "none"), (9, 8192, 1, "none"), (10, 8192, 1, "none"), (13, 8192, 1, "full"),
+         (14, 8192, 1, "full"), (15, 8192, 1, "full")],
+    141: [(20, 8192, 1, "none"), (21, 8192, 1, "none"), (22, 8192, 1, "none"), (28, 8192, 1, "full"),
+          (29, 8192, 1, "full"), (30, 8192, 1, "full")],
+}
+
+
+def tight_grid():
+    """TIGHT's configurations for this machine's first GPU (by its memory in GB, the nearer size)."""
+    import torch
+    total_gb = torch.cuda.get_device_properties(0).total_memory / 1e9
+    return TIGHT[min(TIGHT, key=lambda size: abs(size - total_gb))]
 
 GRID = [  # layers, seq, mbs, recompute
     (4, 2048, 1, "none"), (4, 4096, 1, "none"), (4, 8192, 1, "none"), (4, 16384, 1, "none"),
@@ -43,6 +67,13 @@ def measure(args):
 
     device = torch.device("cuda")
     torch.manual_seed(0)
+    torch.zeros(1, device=device)  # creates the CUDA context
+
+    def device_beyond_allocator():
+        free, total = torch.cuda.mem_get_info()
+        return total - free, total, total - free - torch.cuda.memory_reserved()
+
+    _, _, context_bytes = device_beyond_allocator()
     c = ref.Config()
     allocated = torch.cuda.memory_allocated
     before = allocated()
@@ -99,19 +130,31 @@ def measure(args):
                 p.copy_(m)
         return end_of_forward
 
-    for _ in range(args.warmup):
-        step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before_step = allocated()
-    times_ms = []
-    activations = []
-    for _ in range(args.steps):
-        started = time.perf_counter()
-        activations.append(step() - before_step)
+    try:
+        for _ in range(args.warmup):
+            step()
         torch.cuda.synchronize()
-        times_ms.append((time.perf_counter() - started) * 1e3)
+        torch.cuda.reset_peak_memory_stats()
+        before_step = allocated()
+        times_ms = []
+        activations = []
+        for _ in range(args.steps):
+            started = time.perf_counter()
+            activations.append(step() - before_step)
+            torch.cuda.synchronize()
+            times_ms.append((time.perf_counter() - started) * 1e3)
+    except torch.OutOfMemoryError as error:  # a measurement too: how far it got
+        device_used, device_total, runtime_bytes = device_beyond_allocator()
+        return {
+            "layers": args.layers, "seq": args.seq, "mbs": args.mbs, "recompute": args.recompute,
+            "device": torch.cuda.get_device_name(), "torch": torch.__version__, "out_of_memory": True,
+            "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+            "peak_reserved_bytes": torch.cuda.max_memory_reserved(), "device_total_bytes": device_total,
+            "device_used_bytes": device_used, "runtime_bytes": runtime_bytes, "context_bytes": context_bytes,
+            "message": str(error).splitlines()[0][:300],
+        }
     stats = torch.cuda.memory_stats()
+    device_used, device_total, runtime_bytes = device_beyond_allocator()
     n_params = sum(p.numel() for p in params)
     return {
         "layers": args.layers, "seq": args.seq, "mbs": args.mbs, "recompute": args.recompute,
@@ -122,13 +165,15 @@ def measure(args):
         "activations_bytes": max(activations), "peak_step_bytes": torch.cuda.max_memory_allocated(),
         "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
         "alloc_retries": stats.get("num_alloc_retries", 0), "step_ms": min(times_ms),
+        "device_total_bytes": device_total, "device_used_bytes": device_used, "runtime_bytes": runtime_bytes,
+        "context_bytes": context_bytes,
     }
 
 
-def run_grid(out_path):
+def run_grid(out_path, grid):
     script = os.path.abspath(__file__)
     with open(out_path, "w") as out:
-        for index, (layers, seq, mbs, recompute) in enumerate(GRID):
+        for index, (layers, seq, mbs, recompute) in enumerate(grid):
             command = [sys.executable, script, "--layers", str(layers), "--seq", str(seq), "--mbs", str(mbs),
                        "--recompute", recompute]
             started = time.time()
@@ -139,7 +184,7 @@ def run_grid(out_path):
                                    "error": (done.stderr or done.stdout)[-600:]})
             out.write(line + "\n")
             out.flush()
-            print(f"train_memory: {index + 1}/{len(GRID)} layers {layers} seq {seq} mbs {mbs} {recompute}: "
+            print(f"train_memory: {index + 1}/{len(grid)} layers {layers} seq {seq} mbs {mbs} {recompute}: "
                   f"{time.time() - started:.0f} s", file=sys.stderr, flush=True)
     return 0
 
@@ -153,9 +198,12 @@ def main():
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--grid", default="", help="run every configuration of GRID, JSON lines to this file")
+    parser.add_argument("--tight", default="", help="run every configuration of TIGHT, JSON lines to this file")
     args = parser.parse_args()
     if args.grid:
-        return run_grid(args.grid)
+        return run_grid(args.grid, GRID)
+    if args.tight:
+        return run_grid(args.tight, tight_grid())
     print(json.dumps(measure(args)))
     return 0
 

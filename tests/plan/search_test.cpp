@@ -301,19 +301,15 @@ TEST(Search, PruningKeepsTheTopKExactAndSimulatesFewer) {
   }
 }
 
-TEST(Search, AtLlama3sShapeThePlannerPicksTheLayoutMetaRan) {
-  // Llama 3 405B on 16384 H100, 16M tokens of 8K sequences, at the paper's TP8-PP16 without recomputation:
-  // 126 layers split over no power-of-two stages, so the interleaved candidates exist only with Megatron-LM's
-  // split that counts the embedding and the loss as a layer each. The first pick is what the Llama 3 paper
-  // describes (section 3.3.2): one layer per chunk, the first chunk the embedding alone, the last the output
-  // alone, optimizer state and gradients sharded (ZeRO-2), and it fits an H100.
+/// Llama 3 405B on `gpus` H100, 16M tokens of 8K sequences, held to the paper's TP8-PP16, mbs 1, no
+/// recomputation, overlapped (Table 4's shape); the top 3 on two threads.
+SearchRequest llama3_405b_at_tp8_pp16(int gpus) {
   SearchRequest request;
   request.space.model = model::load_model("llama3-405b");
-  request.space.gpus = 16384;
+  request.space.gpus = gpus;
   request.space.global_batch = 2048;
   request.space.seq_length = 8192;
   request.cluster = sim::load_cluster("h100-hgx");
-  request.space.device_memory_bytes = request.cluster.gpu.memory_bytes;
   request.space.constraints.tp = {8};
   request.space.constraints.pp = {16};
   request.space.constraints.micro_batch = {1};
@@ -321,6 +317,16 @@ TEST(Search, AtLlama3sShapeThePlannerPicksTheLayoutMetaRan) {
   request.space.constraints.overlap = true;
   request.top = 3;
   request.threads = 2;
+  return request;
+}
+
+TEST(Search, AtLlama3sShapeThePlannerPicksTheLayoutMetaRan) {
+  // Llama 3 405B on 16384 H100, 16M tokens of 8K sequences, at the paper's TP8-PP16 without recomputation:
+  // 126 layers split over no power-of-two stages, so the interleaved candidates exist only with Megatron-LM's
+  // split that counts the embedding and the loss as a layer each. The first pick is what the Llama 3 paper
+  // describes (section 3.3.2): one layer per chunk, the first chunk the embedding alone, the last the output
+  // alone, optimizer state and gradients sharded (ZeRO-2), and it fits an H100.
+  const SearchRequest request = llama3_405b_at_tp8_pp16(16384);
   const SearchResult result = search_layouts(request);
   ASSERT_FALSE(result.ranking.empty());
   const parallel::Layout& best = result.evaluations[result.ranking.front()].candidate.layout;
@@ -365,20 +371,8 @@ TEST(Search, UnderTheCardLimitMetas8192GpuLayoutRanksFirstMarkedTight) {
   // Llama 3 405B on 8192 H100 (Table 4): the paper's layout needs 78.09 GiB of the 79.65 GiB card, beyond
   // the 73.26 usable. By default it is counted as tight and not ranked; under the card limit it ranks first
   // (the interleaved schedule's smaller bubble), marked tight.
-  SearchRequest request;
-  request.space.model = model::load_model("llama3-405b");
-  request.space.gpus = 8192;
-  request.space.global_batch = 2048;
-  request.space.seq_length = 8192;
-  request.cluster = sim::load_cluster("h100-hgx");
-  request.space.constraints.tp = {8};
-  request.space.constraints.pp = {16};
-  request.space.constraints.micro_batch = {1};
+  SearchRequest request = llama3_405b_at_tp8_pp16(8192);
   request.space.constraints.zero_stage = {2};
-  request.space.constraints.recompute = {parallel::Recompute::kNone};
-  request.space.constraints.overlap = true;
-  request.top = 3;
-  request.threads = 2;
   const SearchResult usable = search_layouts(request);
   ASSERT_FALSE(usable.ranking.empty());
   EXPECT_GE(usable.tight, 1);

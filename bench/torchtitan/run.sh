@@ -15,7 +15,7 @@
 #                                                                selective, memory; on several GPUs fsdp tp pp cp
 #                                                                tp-eager pp-eager calo-fsdp calo-fsdp-torchtitan
 #                                                                calo-tp calo-pp calo-cp
-#                                                                memory-parallel]
+#                                                                memory-parallel memory-parallel4]
 #      writes $OUT/titan_summary.txt (the figures) and $OUT/titan_runs.tar.gz (every log, JSON and run directory).
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -144,6 +144,15 @@ for case in $cases; do
         "cp-s8k-none:--seq 8192 --cp $nproc" "cp-s16k-none:--seq 16384 --cp $nproc" \
         "cp-s16k-full:--seq 16384 --cp $nproc --ac full" \
         "ddp-s8k-none:--seq 8192 -- --parallelism.data_parallel_replicate_degree $nproc --parallelism.data_parallel_shard_degree 1"
+      ;;
+    memory-parallel4)
+      # Memory ground truth on four GPUs (issue 39 item 1's TP/PP rows; TITAN_NPROC=4): TP2 or PP2 beside FSDP2
+      # over the other two (torchtitan's mixed precision needs FSDP2 there), compiled; every rank's peak. The
+      # model: `calo model --model llama3-8b --layers 4 --trainer torchtitan --zero 3 --dp 2` with --tp 2 or --pp 2.
+      titan_memory "tp2fsdp-s8k-none:--seq 8192 --tp 2" "tp2fsdp-s8k-full:--seq 8192 --tp 2 --ac full" \
+        "tp2fsdp-s16k-none:--seq 16384 --tp 2" "tp2fsdp-s8k-mbs2-none:--seq 8192 --tp 2 --local-batch 2" \
+        "pp2fsdp-s8k-none:--seq 8192 --pp 2 --local-batch 4" "pp2fsdp-s8k-full:--seq 8192 --pp 2 --local-batch 4 --ac full" \
+        "fsdp4-s8k-none:--seq 8192" "cp2fsdp-s16k-none:--seq 16384 --cp 2"
       ;;
     calo) calo_bench calo-bench --gbs "$nproc" --dp "$nproc" ;;
     calo-fsdp) calo_bench calo-fsdp --gbs "$nproc" --dp "$nproc" --zero 3 --overlap ;;

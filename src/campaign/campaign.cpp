@@ -51,7 +51,8 @@ const std::vector<std::string> kFlagKeys = {"tp",
                                             "sequence-parallel",
                                             "attention",
                                             "pp-scatter-gather",
-                                            "power-cap"};
+                                            "power-cap",
+                                            "memory-limit"};
 const std::vector<std::string> kBoolKeys = {"overlap",       "overlap-tp",        "overlap-grad",
                                             "overlap-param", "sequence-parallel", "pp-scatter-gather"};
 
@@ -124,7 +125,8 @@ void check_value(const std::string& key, const std::string& value, const std::st
       {"cp-comm", {"p2p", "allgather"}},
       {"zero", {"0", "1", "2", "3"}},
       {"attention", {"fused", "unfused"}},
-      {"fsdp-reshard-after-forward", {"on", "off"}}};
+      {"fsdp-reshard-after-forward", {"on", "off"}},
+      {"memory-limit", {"usable", "card"}}};
   if (is_bool_key(key)) {
     flag_on(value, where);
     return;
@@ -499,7 +501,12 @@ void validate_points(const Spec& spec, std::vector<Point>& points) {
           point.skip_reason = fmt::format("power-cap {}: {}", value, refusal);
       }
       if (!point.skip_reason.empty()) continue;
-      if (!plan::fits_memory(memory, cluster.gpu.memory_bytes)) {
+      const auto limit = std::find_if(point.flags.begin(), point.flags.end(),
+                                      [](const auto& flag) { return flag.first == "memory-limit"; });
+      const plan::MemoryLimit memory_limit = limit == point.flags.end()
+                                                 ? plan::MemoryLimit::kUsable
+                                                 : plan::parse_memory_limit(limit->second, "memory-limit");
+      if (!plan::fits_memory(memory, cluster.gpu.memory_bytes, memory_limit)) {
         const double card_bytes = cluster.gpu.memory_bytes;
         point.skip_reason = fmt::format(
             "does not fit memory: needs {:.1f} GiB per GPU, {:.1f} GiB usable of a {}{}",

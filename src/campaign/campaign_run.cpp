@@ -150,18 +150,22 @@ void check_run_options(const Spec& spec, const RunOptions& options) {
   if (options.backend != "sim" && options.backend != "cpu" && options.backend != "cuda")
     throw InputError(fmt::format("--backend '{}': use sim, cpu or cuda", options.backend));
   if (options.jobs < 1) throw InputError("--jobs: give 1 or more");
-  const auto has_cap = [](const auto& flags) {
-    return std::any_of(flags.begin(), flags.end(),
-                       [](const auto& flag) { return flag.first == "power-cap"; });
+  const auto uses = [&spec](const std::string& key) {
+    const auto named = [&key](const auto& entry) { return entry.first == key; };
+    return std::any_of(spec.fixed.begin(), spec.fixed.end(), named) ||
+           std::any_of(spec.axes.begin(), spec.axes.end(), named);
   };
-  const bool caps_swept =
-      has_cap(spec.fixed) || std::any_of(spec.axes.begin(), spec.axes.end(),
-                                         [](const auto& axis) { return axis.first == "power-cap"; });
-  if (options.backend != "sim" && caps_swept)
+  if (options.backend != "sim" && uses("power-cap"))
     throw InputError(fmt::format(
         "campaign {}: power-cap is simulated only (calo bench measures the card as it is and never changes a "
         "GPU's settings); run it with --backend sim",
         spec.name));
+  if (options.backend != "sim" && uses("memory-limit"))
+    throw InputError(
+        fmt::format("campaign {}: memory-limit is simulated only (calo bench runs what fits and measures its "
+                    "peak); drop it "
+                    "or run with --backend sim",
+                    spec.name));
 }
 
 /// The index a previous execution left in out_dir (null when there is none, or a damaged one under --adopt);

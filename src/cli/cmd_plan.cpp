@@ -301,9 +301,9 @@ std::string layout_label(const plan::Evaluation& evaluation) {
 
 /// Flags that reproduce the evaluation with calo sim (the layout's, and its --power-cap).
 std::string sim_flags(const plan::Evaluation& evaluation) {
-  // calo sim holds a layout to the usable share: a tight one simulates with --allow-oom.
-  const std::string flags =
-      plan::calo_flags(evaluation.candidate.layout) + (evaluation.candidate.tight ? " --allow-oom" : "");
+  // calo sim holds a layout to the usable share unless told the card, as the planner was.
+  const std::string flags = plan::calo_flags(evaluation.candidate.layout) +
+                            (evaluation.candidate.tight ? " --memory-limit card" : "");
   return evaluation.power_cap_w > 0 ? fmt::format("{} --power-cap {:g}", flags, evaluation.power_cap_w)
                                     : flags;
 }

@@ -68,6 +68,7 @@ struct SimFlags {
   bool steps_given = false;
   bool warmup_given = false;
   bool allow_oom = false;
+  std::string memory_limit = "usable";        ///< --memory-limit: usable or card (tight layouts accepted)
   std::string from;                           ///< --from RUN: the measured run to simulate the twin of
   std::vector<const CLI::Option*> job_flags;  ///< the model and layout flags (which --from replaces)
 };
@@ -97,17 +98,27 @@ struct TwinNote {
   for (const auto& entry : flags.power_caps) text += " --power-cap " + entry;
   if (flags.no_power_cap) text += " --no-power-cap";
   if (flags.no_thermal) text += " --no-thermal";
+  if (flags.memory_limit != "usable") text += " --memory-limit " + flags.memory_limit;
   if (flags.allow_oom) text += " --allow-oom";
   return text;
 }
 
-/// The memory verdict of the layout (the model `calo bench` applies): empty when it fits; else, without
-/// --allow-oom, an InputError with the breakdown and the nearest layouts of the same job that fit, and with
-/// --allow-oom the warning to print and store.
+/// The memory verdict of the layout (the model `calo bench` applies): empty when it fits; a tight layout
+/// under --memory-limit card: the warning to print and store; else, without --allow-oom, an InputError with
+/// the breakdown and the nearest layouts of the same job that fit, and with --allow-oom the warning.
 std::string check_memory(const model::ModelSpec& model, const parallel::Layout& layout,
-                         const sim::ClusterSpec& cluster, bool allow_oom) {
+                         const sim::ClusterSpec& cluster, bool allow_oom, plan::MemoryLimit limit) {
   const parallel::MemoryBreakdown memory = parallel::memory_per_gpu(model, layout);
   if (plan::fits_memory(memory, cluster.gpu.memory_bytes)) return "";
+  if (limit == plan::MemoryLimit::kCard && plan::is_tight(memory, cluster.gpu.memory_bytes))
+    return fmt::format(
+        "tight (--memory-limit card): {} with {} needs {} per GPU (stage {}), beyond the {} usable of a {} "
+        "({} less {:.0f} % fragmentation and {} runtime); {}",
+        model.name, parallel::describe(layout), plan::describe_memory(memory), memory.stage,
+        core::format_bytes(plan::usable_memory_bytes(cluster.gpu.memory_bytes)), cluster.gpu.name,
+        core::format_bytes(cluster.gpu.memory_bytes), parallel::kFragmentationFraction * 100,
+        core::format_bytes(parallel::kRuntimeReserveBytes),
+        parallel::card_headroom_text(memory.total_bytes(), cluster.gpu.memory_bytes));
   std::string message = fmt::format(
       "{} with {} needs {} per GPU (stage {}, {} micro-batches in flight), more than the {} usable of a {} "
       "({} less {:.0f} % fragmentation and {} runtime)",
@@ -343,13 +354,16 @@ void check_sim_flags(const SimFlags& flags) {
                     fmt::format("{}", fmt::join(core::preset_names("clusters"), ", ")));
   require_input(flags.steps >= 1, fmt::format("--steps {}: give 1 or more measured steps", flags.steps));
   require_input(flags.warmup >= 0, fmt::format("--warmup {}: give 0 or more warm-up steps", flags.warmup));
+  plan::parse_memory_limit(flags.memory_limit);  // a bad value is refused before anything is built
 }
 
 /// The job's graph; appends the memory and collective warnings to `warnings` and prints them to stderr.
 graph::Graph build_sim_graph(const model::ModelSpec& model, const parallel::Layout& layout,
-                             const sim::ClusterSpec& cluster, bool allow_oom,
+                             const sim::ClusterSpec& cluster, const SimFlags& flags,
                              std::vector<std::string>& warnings) {
-  if (std::string memory = check_memory(model, layout, cluster, allow_oom); !memory.empty())
+  if (std::string memory =
+          check_memory(model, layout, cluster, flags.allow_oom, plan::parse_memory_limit(flags.memory_limit));
+      !memory.empty())
     warnings.push_back(std::move(memory));
   graph::Graph graph = graph::build_graph(model, layout);
   for (std::string& line : sim::collective_line_warnings(graph, cluster)) warnings.push_back(std::move(line));
@@ -498,7 +512,7 @@ int run_sim(SimFlags& flags) {
   auto [model, resolved] =
       flags.from.empty() ? job_from_flags(flags, cluster) : job_from_run(flags, cluster, twin);
   std::vector<std::string> warnings;
-  const graph::Graph graph = build_sim_graph(model, resolved, cluster, flags.allow_oom, warnings);
+  const graph::Graph graph = build_sim_graph(model, resolved, cluster, flags, warnings);
   const int world = graph.world_size();
   require_input(flags.timeline.empty() || world <= 64,
                 fmt::format("--timeline is for small cases (<= 64 GPUs); this layout has {} GPUs", world));
@@ -594,6 +608,12 @@ const CommandRegistration kSim(
       app.add_flag(
           "--allow-oom", flags->allow_oom,
           "Simulate a layout that does not fit GPU memory (warned in the output and the stored run)");
+      app.add_option(
+             "--memory-limit", flags->memory_limit,
+             "What the layout's accounted memory must fit: usable (the card less 3 % fragmentation and "
+             "4 GiB for the CUDA context, libraries and NCCL) or card (also tight layouts, warned), as "
+             "calo plan's --memory-limit")
+          ->capture_default_str();
       app.add_option("--initial-temp", flags->initial_die_c, "Start die temperature in C (default: idle)");
       return [flags, &app] {
         flags->dp_given = app.count("--dp") > 0;

@@ -235,16 +235,17 @@ std::string memory_verdict(const analyze::RunAnalysis& run) {
   if (!memory || std::isnan(capacity_bytes)) return "";
   const double usable_bytes = parallel::usable_memory_bytes(capacity_bytes);
   if (memory->total_bytes() <= usable_bytes) return "";
-  // A tight layout (within the card) says what the card would leave; `calo plan --memory-limit card` ranks
-  // it.
-  const std::string tight =
-      parallel::is_tight(memory->total_bytes(), capacity_bytes)
-          ? "; tight: " + parallel::card_headroom_text(memory->total_bytes(), capacity_bytes)
-          : std::string();
+  // A tight layout (beyond usable, within the card; `--memory-limit card` or `--allow-oom`) says what the
+  // card would leave; beyond the card only --allow-oom simulates it.
+  if (parallel::is_tight(memory->total_bytes(), capacity_bytes))
+    return fmt::format(
+        "tight: the model needs {} GiB per GPU (stage {}), beyond the {} GiB usable of the {} GiB card; {}",
+        gib(memory->total_bytes()), memory->stage, gib(usable_bytes), gib(capacity_bytes),
+        parallel::card_headroom_text(memory->total_bytes(), capacity_bytes));
   return fmt::format(
       "does not fit memory: the model needs {} GiB per GPU (stage {}), more than the {} GiB usable of the {} "
-      "GiB card{}; simulated anyway (--allow-oom)",
-      gib(memory->total_bytes()), memory->stage, gib(usable_bytes), gib(capacity_bytes), tight);
+      "GiB card; simulated anyway (--allow-oom)",
+      gib(memory->total_bytes()), memory->stage, gib(usable_bytes), gib(capacity_bytes));
 }
 
 }  // namespace calo::report

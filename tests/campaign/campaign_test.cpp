@@ -150,6 +150,34 @@ TEST(CampaignSpec, InvalidPointsAreDroppedWithTheReason) {
                                  "H100 SXM (tight: the card itself would leave 801.54 MiB for"),
       std::string::npos)
       << points[4].skip_reason;
+  // memory-limit card admits the tight point, not the one beyond the card; calo sim gets the flag.
+  const Spec card = spec_from(
+      "model: llama3-8b\ncluster: h100-hgx\ngpus: 8\nfixed: {gbs: 64, memory-limit: card}\n"
+      "axes:\n  layout: [{tp: 1, pp: 1}, {tp: 2, pp: 1}]\n");
+  points = expand_grid(card);
+  validate_points(card, points);
+  ASSERT_EQ(points.size(), 2u);
+  EXPECT_NE(points[0].skip_reason.find("does not fit memory"), std::string::npos) << points[0].skip_reason;
+  EXPECT_EQ(points[1].skip_reason, "");
+  const std::vector<std::string> args = point_arguments(card, points[1], "sim", "run");
+  const auto flag = std::find(args.begin(), args.end(), "--memory-limit");
+  ASSERT_NE(flag, args.end());
+  EXPECT_EQ(*(flag + 1), "card");
+  EXPECT_THROW(spec_from("model: llama3-8b\ncluster: h100-hgx\ngpus: 8\nfixed: {memory-limit: cards}\n"
+                         "axes: {tp: [2]}\n"),
+               InputError);
+  // calo bench runs what fits and measures it: memory-limit on a real backend is refused, nothing written.
+  RunOptions options;
+  options.backend = "cuda";
+  options.out_dir = fresh_dir("memory-limit-bench");
+  try {
+    run_campaign(card, options);
+    ADD_FAILURE() << "a memory-limit sweep on calo bench was accepted";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("memory-limit is simulated only"), std::string::npos)
+        << error.what();
+  }
+  EXPECT_FALSE(fs::exists(options.out_dir));
 }
 
 TEST(CampaignSpec, ContextParallelIsALayoutKey) {

@@ -210,8 +210,9 @@ TEST(CaloPlan, TightLayoutsAreCountedAndTheCardLimitRanksThemWithFlagsCaloSimAcc
   EXPECT_EQ(json["tight"].get<int>(), 1);
   const auto& best = json["ranking"][0];
   EXPECT_TRUE(best["tight"].get<bool>());
-  // The pasteable flags carry --allow-oom, so calo sim simulates the tight layout to the same step time.
-  EXPECT_TRUE(contains(best["calo_flags"].get<std::string>(), "--allow-oom"));
+  // The pasteable flags carry --memory-limit card, so calo sim simulates the tight layout to the same step
+  // time, with the tight warning; without the flag calo sim refuses it.
+  EXPECT_TRUE(contains(best["calo_flags"].get<std::string>(), "--memory-limit card"));
   outcome = run_calo("sim --model llama3-405b --cluster h100-hgx --gpus 8192 " +
                      best["calo_flags"].get<std::string>() + " --json --no-store");
   ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
@@ -219,7 +220,19 @@ TEST(CaloPlan, TightLayoutsAreCountedAndTheCardLimitRanksThemWithFlagsCaloSimAcc
   ASSERT_NE(start, std::string::npos) << outcome.output;
   const auto simulated = nlohmann::json::parse(outcome.output.substr(start));
   EXPECT_NEAR(simulated["iteration_s"].get<double>(), best["iteration_s"].get<double>(), 1e-9);
-  EXPECT_TRUE(contains(simulated["warnings"][0].get<std::string>(), "the card itself would leave 1.56 GiB"));
+  const std::string warning = simulated["warnings"][0].get<std::string>();
+  EXPECT_TRUE(contains(warning, "tight (--memory-limit card): llama3-405b")) << warning;
+  EXPECT_TRUE(contains(warning, "the card itself would leave 1.56 GiB")) << warning;
+  std::string usable_flags = best["calo_flags"].get<std::string>();
+  usable_flags.erase(usable_flags.find(" --memory-limit card"), std::string(" --memory-limit card").size());
+  outcome =
+      run_calo("sim --model llama3-405b --cluster h100-hgx --gpus 8192 " + usable_flags + " --no-store");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "more than the 73.26 GiB usable")) << outcome.output;
+  outcome = run_calo("sim --model llama3-405b --cluster h100-hgx --gpus 8192 " + usable_flags +
+                     " --memory-limit all --no-store");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "--memory-limit all: give usable")) << outcome.output;
   outcome = run_calo(plan + " --memory-limit cards");
   EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
   EXPECT_TRUE(contains(outcome.output, "--memory-limit cards: give usable")) << outcome.output;

@@ -321,12 +321,13 @@ TEST(Commands, TheVerdictOfASimulationThatDoesNotFitMemorySaysSoFirst) {
       << oom;
   EXPECT_EQ(oom.find("tight:"), std::string::npos) << "123 GiB is beyond the card: " << oom;
   // 13 layers need 75.77 GiB: beyond the usable 73.26, within the 79.65 card: tight, with what it leaves.
-  const std::string tight = verdict_of("tight", " --layers 13 --allow-oom");
-  EXPECT_NE(
-      tight.find("GiB card; tight: the card itself would leave 3.88 GiB for the CUDA context, NCCL and the "
-                 "allocator; simulated anyway (--allow-oom)"),
-      std::string::npos)
-      << tight;
+  const std::string tight = verdict_of("tight", " --layers 13 --memory-limit card");
+  const auto tight_line = tight.find(
+      "<li><a href=\"#run1-memory\">tight: the model needs 75.77 GiB per GPU (stage 0), beyond the 73.26 GiB "
+      "usable of the 79.65 GiB card; the card itself would leave 3.88 GiB for the CUDA context, NCCL and the "
+      "allocator");
+  ASSERT_NE(tight_line, std::string::npos) << tight;
+  EXPECT_EQ(tight_line, tight.find("<li>")) << "the first finding: " << tight;
   const std::string fits = verdict_of("fits", " --layers 4");
   EXPECT_EQ(fits.find("does not fit memory"), std::string::npos) << fits;
   // Its memory table lists the activations by kind (issue 39 item 5): 4 layers of one micro-batch.

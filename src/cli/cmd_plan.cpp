@@ -558,6 +558,7 @@ int run_plan(const PlanFlags& flags) {
                            {"global_batch", request.space.global_batch},
                            {"objective", flags.objective},
                            {"constraints", request.space.constraints.describe()},
+                           {"memory_limit", plan::to_string(request.space.memory_limit)},
                            {"cluster_trust", sim::cluster_trust(request.cluster).summary},
                            {"equivalent_to_first", plan::equivalent_to_first(result, request.objective)}};
     write_search_work(json, result);

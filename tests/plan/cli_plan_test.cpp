@@ -208,6 +208,7 @@ TEST(CaloPlan, TightLayoutsAreCountedAndTheCardLimitRanksThemWithFlagsCaloSimAcc
   ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
   const auto json = nlohmann::json::parse(outcome.output);
   EXPECT_EQ(json["tight"].get<int>(), 1);
+  EXPECT_EQ(json["memory_limit"].get<std::string>(), "card");
   const auto& best = json["ranking"][0];
   EXPECT_TRUE(best["tight"].get<bool>());
   // The pasteable flags carry --memory-limit card, so calo sim simulates the tight layout to the same step

@@ -463,7 +463,8 @@ std::string tight_pick_warning(const plan::SearchRequest& request, const plan::S
   return fmt::format(
       "tight: needs {} per GPU, beyond the {} usable of the {} card ({:.0f} % fragmentation, {} runtime); "
       "{}. "
-      "Measure the runtime's share on your stack (`calo bench --memory real`) before you trust it",
+      "Before you trust it, measure your trainer's runtime share: the GPU's memory used (`calo record`, "
+      "mem_used_bytes) less its allocator's reserved peak",
       core::format_bytes(best.memory.total_bytes()),
       core::format_bytes(plan::usable_memory_bytes(card_bytes)), core::format_bytes(card_bytes),
       parallel::kFragmentationFraction * 100, core::format_bytes(parallel::kRuntimeReserveBytes),

@@ -33,8 +33,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 # Near the card: configurations calo's pytorch accounting (`calo sim --trainer pytorch --layers N`) puts within the
 # usable share (the control), beyond it but within the card ("tight") and just beyond the card: does a tight layout
-# run? By the card's size. H100 80GB (79.65 GiB, usable 73.26): 8 none 70.11 GiB fits, 9 none 75.19 and 13 / 14
-# full 74.1 / 77.8 tight, 10 none 80.3 and 15 full 81.6 beyond. H200 (140.4 GiB, usable 132.19): 20 none 131.07
+# run? By the card's size. H100 80GB (79.65 GiB, usable 73.26): 8 none 70.11 GiB fits, 9 none 75.19 and 13 full
+# 77.83 tight, 10 none 80.27 and 14 / 15 full 81.54 / 85.26 beyond. H200 (140.4 GiB, usable 132.19): 20 none 131.07
 # fits, 21 none 136.14 and 28 / 29 full 133.61 / 137.33 tight, 22 none 141.22 and 30 full 141.05 beyond.
 TIGHT = {
     80: [(8, 8192, 1, "none"), (9, 8192, 1, "none"), (10, 8192, 1, "none"), (13, 8192, 1, "full"),

@@ -198,10 +198,11 @@ def main():
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--grid", default="", help="run every configuration of GRID, JSON lines to this file")
+    parser.add_argument("--first", type=int, default=0, help="--grid: start at this configuration (0-based)")
     parser.add_argument("--tight", default="", help="run every configuration of TIGHT, JSON lines to this file")
     args = parser.parse_args()
     if args.grid:
-        return run_grid(args.grid, GRID)
+        return run_grid(args.grid, GRID[args.first:])
     if args.tight:
         return run_grid(args.tight, tight_grid())
     print(json.dumps(measure(args)))

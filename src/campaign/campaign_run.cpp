@@ -163,8 +163,7 @@ void check_run_options(const Spec& spec, const RunOptions& options) {
   if (options.backend != "sim" && uses("memory-limit"))
     throw InputError(
         fmt::format("campaign {}: memory-limit is simulated only (calo bench runs what fits and measures its "
-                    "peak); drop it "
-                    "or run with --backend sim",
+                    "peak); drop it or run with --backend sim",
                     spec.name));
 }
 

@@ -462,8 +462,7 @@ std::string tight_pick_warning(const plan::SearchRequest& request, const plan::S
   const double card_bytes = request.cluster.gpu.memory_bytes;
   return fmt::format(
       "tight: needs {} per GPU, beyond the {} usable of the {} card ({:.0f} % fragmentation, {} runtime); "
-      "{}. "
-      "Before you trust it, measure your trainer's runtime share: the GPU's memory used (`calo record`, "
+      "{}. Before you trust it, measure your trainer's runtime share: the GPU's memory used (`calo record`, "
       "mem_used_bytes) less its allocator's reserved peak",
       core::format_bytes(best.memory.total_bytes()),
       core::format_bytes(plan::usable_memory_bytes(card_bytes)), core::format_bytes(card_bytes),

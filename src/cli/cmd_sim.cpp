@@ -110,15 +110,6 @@ std::string check_memory(const model::ModelSpec& model, const parallel::Layout& 
                          const sim::ClusterSpec& cluster, bool allow_oom, plan::MemoryLimit limit) {
   const parallel::MemoryBreakdown memory = parallel::memory_per_gpu(model, layout);
   if (plan::fits_memory(memory, cluster.gpu.memory_bytes)) return "";
-  if (limit == plan::MemoryLimit::kCard && plan::is_tight(memory, cluster.gpu.memory_bytes))
-    return fmt::format(
-        "tight (--memory-limit card): {} with {} needs {} per GPU (stage {}), beyond the {} usable of a {} "
-        "({} less {:.0f} % fragmentation and {} runtime); {}",
-        model.name, parallel::describe(layout), plan::describe_memory(memory), memory.stage,
-        core::format_bytes(plan::usable_memory_bytes(cluster.gpu.memory_bytes)), cluster.gpu.name,
-        core::format_bytes(cluster.gpu.memory_bytes), parallel::kFragmentationFraction * 100,
-        core::format_bytes(parallel::kRuntimeReserveBytes),
-        parallel::card_headroom_text(memory.total_bytes(), cluster.gpu.memory_bytes));
   std::string message = fmt::format(
       "{} with {} needs {} per GPU (stage {}, {} micro-batches in flight), more than the {} usable of a {} "
       "({} less {:.0f} % fragmentation and {} runtime)",
@@ -126,8 +117,9 @@ std::string check_memory(const model::ModelSpec& model, const parallel::Layout& 
       memory.inflight_microbatches, core::format_bytes(plan::usable_memory_bytes(cluster.gpu.memory_bytes)),
       cluster.gpu.name, core::format_bytes(cluster.gpu.memory_bytes), parallel::kFragmentationFraction * 100,
       core::format_bytes(parallel::kRuntimeReserveBytes));
-  if (plan::is_tight(memory, cluster.gpu.memory_bytes))
-    message += "; " + parallel::card_headroom_text(memory.total_bytes(), cluster.gpu.memory_bytes);
+  const bool tight = parallel::is_tight(memory.total_bytes(), cluster.gpu.memory_bytes);
+  if (tight) message += "; " + parallel::card_headroom_text(memory.total_bytes(), cluster.gpu.memory_bytes);
+  if (tight && limit == plan::MemoryLimit::kCard) return "tight (--memory-limit card): " + message;
   if (allow_oom) return "does not fit memory (simulated anyway, --allow-oom): " + message;
   const plan::FittingSuggestion suggestion =
       plan::suggest_fitting_layouts(model, layout, cluster.node.gpus, cluster.gpu.memory_bytes);

@@ -157,10 +157,6 @@ bool fits_memory(const parallel::MemoryBreakdown& memory, double device_bytes, M
   return memory.total_bytes() <= memory_limit_bytes(device_bytes, limit);
 }
 
-bool is_tight(const parallel::MemoryBreakdown& memory, double device_bytes) {
-  return parallel::is_tight(memory.total_bytes(), device_bytes);
-}
-
 LayoutSpace enumerate_layouts(const SpaceRequest& request) {
   require_input(request.gpus >= 1, fmt::format("--gpus {}: need at least 1 GPU", request.gpus));
   require_input(request.global_batch >= 1,
@@ -207,7 +203,8 @@ LayoutSpace enumerate_layouts(const SpaceRequest& request) {
               candidate.memory = parallel::memory_per_gpu(request.model, candidate.layout);
               candidate.fits =
                   fits_memory(candidate.memory, request.device_memory_bytes, request.memory_limit);
-              candidate.tight = is_tight(candidate.memory, request.device_memory_bytes);
+              candidate.tight =
+                  parallel::is_tight(candidate.memory.total_bytes(), request.device_memory_bytes);
               space.candidates.push_back(std::move(candidate));
             } catch (const InputError&) {
               ++space.invalid;

@@ -92,10 +92,6 @@ double memory_limit_bytes(double device_bytes, MemoryLimit limit);
 bool fits_memory(const parallel::MemoryBreakdown& memory, double device_bytes,
                  MemoryLimit limit = MemoryLimit::kUsable);
 
-/// True when `memory` needs more than the usable share of a device of `device_bytes` but no more than the
-/// card.
-bool is_tight(const parallel::MemoryBreakdown& memory, double device_bytes);
-
 /// Enumerates tp (divisors of the heads, <= gpus_per_node), cp (powers of two up to max_cp dividing gpus /
 /// tp), pp (dividing gpus / (tp cp)), dp = gpus / (tp cp pp), ep (MoE: divisors of dp and experts), vpp with
 /// the interleaved schedule (pp > 1), gpipe and 1f1b, micro-batch (divisors of global_batch / dp), recompute

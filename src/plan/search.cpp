@@ -134,7 +134,7 @@ std::optional<LayoutProbe> add_balanced_partition(Evaluation& evaluation, const 
   balanced.layout = parallel::resolve_layout(request.space.model, balanced.layout, true);
   balanced.memory = parallel::memory_per_gpu(request.space.model, balanced.layout);
   balanced.fits = fits_memory(balanced.memory, request.cluster.gpu.memory_bytes, request.space.memory_limit);
-  balanced.tight = is_tight(balanced.memory, request.cluster.gpu.memory_bytes);
+  balanced.tight = parallel::is_tight(balanced.memory.total_bytes(), request.cluster.gpu.memory_bytes);
   if (!balanced.fits) return std::nullopt;
   std::optional<LayoutProbe> balanced_probe;
   balanced_probe.emplace(request.space.model, balanced.layout, request.cluster);
@@ -237,9 +237,9 @@ void check_constraints(const SearchRequest& request) {
             [](const parallel::Layout& l) { return parallel::to_string(l.schedule); });
   values_of("--recompute", !constraints.recompute.empty(),
             [](const parallel::Layout& l) { return parallel::to_string(l.recompute); });
+  // Under the card limit tight layouts fit, so a refusal has none to name.
   const bool card = space_request.memory_limit == MemoryLimit::kCard;
-  const std::string tight =
-      card || space.tight() == 0 ? std::string() : fmt::format(" ({})", tight_count_text(space.tight()));
+  const std::string tight = space.tight() == 0 ? std::string() : " (" + tight_count_text(space.tight()) + ")";
   throw InputError(fmt::format(
       "no layout of {} on --gpus {} with --gbs {} and {} {}{}; {} of the unconstrained space's {} layouts "
       "fit, "
@@ -273,8 +273,7 @@ void check_constraints(const SearchRequest& request) {
     if (candidate.memory.total_bytes() < smallest->memory.total_bytes()) smallest = &candidate;
   }
   const bool card = space_request.memory_limit == MemoryLimit::kCard;
-  const std::string tight =
-      card || space.tight() == 0 ? std::string() : tight_count_text(space.tight()) + "; ";
+  const std::string tight = space.tight() == 0 ? std::string() : tight_count_text(space.tight()) + "; ";
   throw InputError(fmt::format(
       "no layout of {} fits {} on --gpus {}: the smallest ({}) needs {} per GPU of {} {}; {}{}",
       request.space.model.name, request.cluster.gpu.name, request.space.gpus,

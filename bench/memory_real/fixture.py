@@ -9,16 +9,23 @@ import re
 import sys
 
 RANK_FIELDS = ("rank", "stage", "held_peak_bytes", "state_in_optimizer_operands_bytes", "device_used_bytes",
-               "ledger_serial_peak_bytes", "backend_buffers_bytes")
+               "ledger_serial_peak_bytes", "backend_buffers_bytes", "operands_carved_bytes")
+
+
+def device_name(work: pathlib.Path) -> str:
+    """The first GPU's name from run.sh's `nvidia-smi -L` (gpus.txt), e.g. "NVIDIA H100 80GB HBM3"."""
+    match = re.search(r"GPU 0: (.+?) \(UUID", (work / "gpus.txt").read_text())
+    return match.group(1) if match else "unknown"
 
 
 def main(work: pathlib.Path) -> None:
+    device = device_name(work)
     for line in (work / "status.txt").read_text().splitlines():
         match = re.match(r"(\S+): exit (\d+) \((.*)\)", line)
         if not match:
             continue
         name, exit_code, args = match.group(1), int(match.group(2)), match.group(3)
-        record = {"name": name, "args": args, "exit": exit_code, "device": "NVIDIA H200", "model": "llama3-8b",
+        record = {"name": name, "args": args, "exit": exit_code, "device": device, "model": "llama3-8b",
                   "seq": 8192}
         try:
             report = json.loads((work / f"{name}.json").read_text())
@@ -30,7 +37,8 @@ def main(work: pathlib.Path) -> None:
         record["layout"] = report["layout"]
         record["step_time_s"] = report["step_time_s"]["mean"]
         if "memory_real" in report:
-            record["ranks"] = [{key: row[key] for key in RANK_FIELDS} for row in report["memory_real"]["ranks"]]
+            record["ranks"] = [{key: row.get(key, 0) for key in RANK_FIELDS}
+                               for row in report["memory_real"]["ranks"]]
         print(json.dumps(record))
 
 

@@ -8,6 +8,9 @@
 #   2. GPU host, repo root (carry .carry/calo-bin):  bash bench/memory_real/run.sh [BIN_DIR]
 #      writes $OUT/memory_real.tgz (NAME.json, NAME.err per run, nvidia-smi), $OUT/memory_real.txt (table) and
 #      $OUT/memory_real.jsonl (the lines of tests/fixtures/memory-real-h200x2, by bench/memory_real/fixture.py).
+#      MEMORY_REAL_CASES="l8 l11-carve ..." runs only the named cases (default: every one).
+#      The *-carve cases (H100, 2026-12-06) are layouts the model admits whose holdings fit the GPU but not
+#      beside the bench's operand buffers: --memory real carves the operands out of the holds (docs/EXECUTION.md).
 set -uo pipefail
 repo="$PWD"
 # shellcheck source=bench/gpu/unpack_carry.sh
@@ -27,6 +30,7 @@ nvidia-smi -L >"$work/gpus.txt" 2>&1
 run() {
   local name="$1" need="$2"
   shift 2
+  if [ -n "${MEMORY_REAL_CASES:-}" ] && [[ " $MEMORY_REAL_CASES " != *" $name "* ]]; then return; fi
   if [ "$gpus" -lt "$need" ]; then
     echo "$name: skipped, needs $need GPUs, this host has $gpus" | tee -a "$work/status.txt"
     return
@@ -48,6 +52,9 @@ run l20-edge 1 --mbs 1 --layers 20 --gbs 4 --memory real
 run l24-edge 1 --mbs 1 --layers 24 --gbs 4 --memory real
 run l24-edge-model 1 --mbs 1 --layers 24 --gbs 4 --memory model
 run l28-full-edge 1 --mbs 1 --layers 28 --gbs 4 --recompute full --memory real
+run l10-carve 1 --mbs 1 --layers 10 --gbs 4 --memory real
+run l11-carve 1 --mbs 1 --layers 11 --gbs 4 --memory real
+run l11-carve-model 1 --mbs 1 --layers 11 --gbs 4 --memory model
 run pp2 2 --mbs 1 --layers 8 --pp 2 --gbs 8 --memory real
 run fsdp2 2 --mbs 1 --layers 8 --dp 2 --zero 3 --overlap --gbs 8 --memory real
 run zero2 2 --mbs 1 --layers 8 --dp 2 --zero 2 --overlap --gbs 8 --memory real

@@ -15,9 +15,11 @@ nlohmann::json rank_memory_json(Backend& backend, const Executor& executor, cons
                                 const parallel::Layout& layout, int stage) {
   const HeldMemory held = backend.held_memory();
   const std::int64_t in_operands = executor.state_in_operands_bytes();
+  const std::int64_t carved = executor.operands_carved_bytes();
   return {{"stage", stage},
-          {"held_peak_bytes", held.held_peak_bytes + in_operands},
+          {"held_peak_bytes", held.held_peak_bytes + in_operands + carved},
           {"state_in_optimizer_operands_bytes", in_operands},
+          {"operands_carved_bytes", carved},
           {"device_used_bytes", held.device_used_bytes},
           {"ledger_serial_peak_bytes", executor.memory_ledger().serial_peak_bytes},
           {"backend_buffers_bytes", backend.allocated_bytes() - in_operands},
@@ -59,12 +61,19 @@ namespace {
 std::string rank_line(const nlohmann::json& row) {
   const double held = row.at("held_peak_bytes").get<double>();
   const double used = row.at("device_used_bytes").get<double>();
+  const double carved = row.value("operands_carved_bytes", 0.0);
+  const std::string carve_note =
+      carved > 0 ? fmt::format(
+                       "; {} of the bench's operand buffers counted as held, the device could not hold "
+                       "both",
+                       core::format_bytes(carved))
+                 : std::string();
   return fmt::format(
       "  rank {} (stage {}): held {} at peak, the model {} ({:+.1f} %); device in use {} "
-      "({} beyond what was held: runtime, libraries and the bench's other operand buffers)\n",
+      "({} beyond what was held: runtime, libraries and the bench's other operand buffers{})\n",
       row.at("rank").get<int>(), row.at("stage").get<int>(), core::format_bytes(held),
       core::format_bytes(row.at("model_bytes").get<double>()), row.at("model_error").get<double>() * 100.0,
-      core::format_bytes(used), core::format_bytes(std::max(0.0, used - held)));
+      core::format_bytes(used), core::format_bytes(std::max(0.0, used - held)), carve_note);
 }
 
 }  // namespace

@@ -16,8 +16,8 @@
 namespace calo::exec {
 
 /// One rank's figures for the ranks' exchange (after its last step): held peak (what the backend held plus
-/// the state its optimizer operands already are), device memory in use, the ledger's serial peak, the
-/// backend's own buffers and the model's total for `stage`.
+/// the state its optimizer operands already are and the operands carved out of the holds), device memory in
+/// use, the ledger's serial peak, the backend's own buffers and the model's total for `stage`.
 nlohmann::json rank_memory_json(Backend& backend, const Executor& executor, const model::ModelSpec& model,
                                 const parallel::Layout& layout, int stage);
 

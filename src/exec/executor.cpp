@@ -1,13 +1,10 @@
 // Backend-independent executor: issue order, streams, cross-stream events, per-op timing.
 #include "exec/executor.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
+#include <stdexcept>
 #include <utility>
 
-#include "core/error.h"
-#include "core/table.h"
 #include "core/time.h"
 
 namespace calo::exec {
@@ -64,29 +61,22 @@ void Executor::prepare() {
     if (ops_[index].op.kind == graph::OpKind::kOptimizer)
       optimizer_operand_bytes += backend_.allocated_bytes() - allocated_before;
   }
-  // The optimizer op's operands are the shard's fp32 state already: hold only the rest of the state.
+  // The optimizer op's operands are the shard's fp32 state already: hold only the rest of the state. Where
+  // the rest would not fit beside the other operands, those stand in for held bytes too (carve_ledger).
   state_in_operands_bytes_ = std::min(ledger_.state_bytes, optimizer_operand_bytes);
-  if (!ledger_.actions.empty() || ledger_.state_bytes > 0) require_room_for_ledger();
-  if (ledger_.state_bytes > state_in_operands_bytes_) {
+  operands_carved_bytes_ = 0;
+  if (!ledger_.actions.empty() || ledger_.state_bytes > 0) {
+    operands_carved_bytes_ = operands_to_carve(
+        backend_.held_memory().device_used_bytes, ledger_.serial_peak_bytes - state_in_operands_bytes_,
+        backend_.allocated_bytes() - state_in_operands_bytes_, backend_.device().memory_bytes, rank_);
+  }
+  held_ledger_ = carve_ledger(ledger_, state_in_operands_bytes_ + operands_carved_bytes_);
+  if (held_ledger_.state_bytes > 0) {
     Stream& compute = *streams_[static_cast<size_t>(ops_.front().op.stream)];
-    backend_.hold(ledger_.slots, ledger_.state_bytes - state_in_operands_bytes_,
+    backend_.hold(held_ledger_.slots, held_ledger_.state_bytes,
                   "weights, gradients and optimizer state beyond the optimizer's operands", compute);
     backend_.synchronize();
   }
-}
-
-void Executor::require_room_for_ledger() {
-  const double in_use_bytes = static_cast<double>(backend_.held_memory().device_used_bytes);
-  const double to_hold_bytes = static_cast<double>(ledger_.serial_peak_bytes - state_in_operands_bytes_);
-  const double device_bytes = backend_.device().memory_bytes;
-  if (in_use_bytes + to_hold_bytes <= device_bytes) return;
-  throw InputError(fmt::format(
-      "--memory real: rank {} would hold {} at its peak beside the {} already in use (calo's operand "
-      "buffers, runtime): more than the device's {}. The bench's operands are not carved out of the held "
-      "activations, so the largest layouts the model admits are measured with --memory model; or run a "
-      "smaller slice (--layers), more --tp/--pp, or --recompute full",
-      rank_, core::format_bytes(to_hold_bytes), core::format_bytes(in_use_bytes),
-      core::format_bytes(device_bytes)));
 }
 
 void Executor::use_memory_ledger(MemoryLedger ledger) {
@@ -94,8 +84,8 @@ void Executor::use_memory_ledger(MemoryLedger ledger) {
 }
 
 void Executor::apply_ledger(size_t op_index, bool before_op, Stream& stream, size_t& cursor) {
-  for (; cursor < ledger_.actions.size(); ++cursor) {
-    const LedgerAction& action = ledger_.actions[cursor];
+  for (; cursor < held_ledger_.actions.size(); ++cursor) {
+    const LedgerAction& action = held_ledger_.actions[cursor];
     if (static_cast<size_t>(action.op_index) != op_index || action.before_op != before_op) return;
     if (action.hold) {
       backend_.hold(action.slot, action.bytes, action.what, stream);

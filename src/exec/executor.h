@@ -56,6 +56,10 @@ class Executor {
   /// Bytes of the ledger's state that the backend already allocated as the optimizer ops' operands (fp32
   /// parameters, gradients and Adam moments of the shard); prepare() holds only the rest.
   std::int64_t state_in_operands_bytes() const { return state_in_operands_bytes_; }
+  /// Bytes of the backend's other operand buffers standing in for held bytes because the ledger would not fit
+  /// beside them (operands_to_carve; 0 where it fits): the held peak is the backend's plus this and
+  /// state_in_operands_bytes().
+  std::int64_t operands_carved_bytes() const { return operands_carved_bytes_; }
   /// Runs one training step: host barrier over `bootstrap`, every op launched, all streams synchronized.
   StepTiming run_step(Bootstrap& bootstrap);
 
@@ -79,11 +83,11 @@ class Executor {
   std::vector<std::unique_ptr<Event>> end_events_;    // per op, trace_ops only
   std::vector<std::unique_ptr<Event>> stream_start_events_;  // per stream: step start reference
   std::int64_t cross_stream_waits_ = 0;
-  MemoryLedger ledger_;  // --memory real; empty otherwise
+  MemoryLedger ledger_;       // --memory real; empty otherwise
+  MemoryLedger held_ledger_;  // ledger_ less what the operands stand in for (carve_ledger): what is held
   std::int64_t state_in_operands_bytes_ = 0;
+  std::int64_t operands_carved_bytes_ = 0;
 
-  // Throws InputError (exit 2, before any step) when the ledger's peak would not fit beside what is in use.
-  void require_room_for_ledger();
   // Enqueues the ledger's actions of op `op_index` (before or after its launch) on `stream`, from `cursor`.
   void apply_ledger(size_t op_index, bool before_op, Stream& stream, size_t& cursor);
 };

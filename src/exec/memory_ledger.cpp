@@ -5,11 +5,16 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <tuple>
 #include <utility>
+
+#include "core/error.h"
+#include "core/table.h"
 
 namespace calo::exec {
 namespace {
@@ -191,7 +196,108 @@ std::int64_t replay_peak(const MemoryLedger& ledger) {
   return ledger.state_bytes + peak;
 }
 
+// carve_ledger's bookkeeping: each slot's hold and the share of it the carve covers, and the carve not in
+// use.
+class LedgerCarver {
+ public:
+  LedgerCarver(const MemoryLedger& ledger, std::int64_t carved_bytes)
+      : ledger_(ledger), free_bytes_(carved_bytes), slots_(static_cast<size_t>(ledger.slots)) {
+    const std::int64_t state_carved = std::min(free_bytes_, ledger.state_bytes);
+    free_bytes_ -= state_carved;
+    out_.state_bytes = ledger.state_bytes - state_carved;
+    out_.slots = ledger.slots;
+  }
+
+  MemoryLedger carve() {
+    for (const LedgerAction& action : ledger_.actions) {
+      if (action.hold) {
+        hold(action);
+      } else {
+        release(action);
+      }
+    }
+    out_.serial_peak_bytes = replay_peak(out_);
+    return std::move(out_);
+  }
+
+ private:
+  struct Slot {
+    const LedgerAction* held = nullptr;  // the original hold while live
+    std::int64_t carved = 0;             // bytes of it the carve covers
+  };
+
+  void hold(const LedgerAction& action) {
+    Slot& slot = slots_[static_cast<size_t>(action.slot)];
+    slot.held = &action;
+    slot.carved = std::min(free_bytes_, action.bytes);
+    free_bytes_ -= slot.carved;
+    if (slot.carved < action.bytes) {
+      emit(action, action.bytes - slot.carved);
+      uncovered_.insert(action.slot);
+    }
+  }
+
+  void release(const LedgerAction& action) {
+    Slot& slot = slots_[static_cast<size_t>(action.slot)];
+    if (slot.held == nullptr) return;
+    if (uncovered_.erase(action.slot) > 0) out_.actions.push_back(action);
+    free_bytes_ += slot.carved;
+    slot = {};
+    // The freed share goes to the live holds: each is freed and held again, smaller (or not at all).
+    for (auto it = uncovered_.begin(); it != uncovered_.end() && free_bytes_ > 0;) {
+      Slot& live = slots_[static_cast<size_t>(*it)];
+      LedgerAction free_it = action;
+      free_it.slot = *it;
+      out_.actions.push_back(free_it);
+      const std::int64_t take = std::min(free_bytes_, live.held->bytes - live.carved);
+      live.carved += take;
+      free_bytes_ -= take;
+      if (live.carved < live.held->bytes) {
+        LedgerAction again = *live.held;
+        again.op_index = action.op_index;
+        again.before_op = action.before_op;
+        emit(again, live.held->bytes - live.carved);
+        ++it;
+      } else {
+        it = uncovered_.erase(it);
+      }
+    }
+  }
+
+  void emit(LedgerAction action, std::int64_t bytes) {
+    action.bytes = bytes;
+    out_.actions.push_back(std::move(action));
+  }
+
+  const MemoryLedger& ledger_;
+  std::int64_t free_bytes_ = 0;
+  std::vector<Slot> slots_;
+  std::set<std::int32_t> uncovered_;  // live slots the carve does not cover whole
+  MemoryLedger out_;
+};
+
 }  // namespace
+
+std::int64_t operands_to_carve(std::int64_t in_use_bytes, std::int64_t to_hold, std::int64_t operand_bytes,
+                               double device_bytes, int rank) {
+  const double needed = static_cast<double>(in_use_bytes + to_hold + kLedgerHeadroomBytes) - device_bytes;
+  if (needed <= 0) return 0;
+  if (needed <= static_cast<double>(operand_bytes)) return static_cast<std::int64_t>(std::ceil(needed));
+  throw InputError(fmt::format(
+      "--memory real: rank {} would hold {} at its peak beside the {} already in use (calo's operand "
+      "buffers, "
+      "runtime): more than the device's {} even with all {} of calo's operand buffers counted as held and {} "
+      "kept free for NCCL's buffers. What training holds and the runtime do not fit this device; measure the "
+      "layout with --memory model, or run a smaller slice (--layers), more --tp/--pp, or --recompute full",
+      rank, core::format_bytes(static_cast<double>(to_hold)),
+      core::format_bytes(static_cast<double>(in_use_bytes)), core::format_bytes(device_bytes),
+      core::format_bytes(static_cast<double>(operand_bytes)),
+      core::format_bytes(static_cast<double>(kLedgerHeadroomBytes))));
+}
+
+MemoryLedger carve_ledger(const MemoryLedger& ledger, std::int64_t carved_bytes) {
+  return LedgerCarver(ledger, std::max<std::int64_t>(carved_bytes, 0)).carve();
+}
 
 MemoryLedger build_memory_ledger(const std::vector<graph::RankOp>& ops, const model::ModelSpec& model,
                                  const parallel::Layout& layout, int stage) {

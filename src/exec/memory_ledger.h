@@ -44,4 +44,22 @@ struct MemoryLedger {
 MemoryLedger build_memory_ledger(const std::vector<graph::RankOp>& ops, const model::ModelSpec& model,
                                  const parallel::Layout& layout, int stage);
 
+/// Free device memory `calo bench --memory real` leaves beside its holds for what is made later (NCCL's
+/// lazily made buffers, the pool's 2 MiB granularity) when it has to carve (operands_to_carve).
+inline constexpr std::int64_t kLedgerHeadroomBytes = std::int64_t{1} << 30;
+
+/// Bytes of the backend's own operand buffers (`operand_bytes`, beyond the optimizer's state) that must stand
+/// in for held bytes so that `to_hold` more fits beside `in_use_bytes` on a device of `device_bytes` with
+/// kLedgerHeadroomBytes to spare: 0 when it fits as it is. Throws InputError (naming rank `rank`, `--memory
+/// model` and the other fixes) when even every operand byte would not make room.
+std::int64_t operands_to_carve(std::int64_t in_use_bytes, std::int64_t to_hold, std::int64_t operand_bytes,
+                               double device_bytes, int rank);
+
+/// `ledger` with `carved_bytes` that the backend already allocated standing in for held bytes: the state is
+/// carved first (it is held throughout), then each hold in launch order takes what is left of the carve, and
+/// a free gives its share back to the live holds (each re-held smaller), so that at every point the ledger
+/// holds max(0, what `ledger` holds - carved_bytes). serial_peak_bytes is the carved ledger's replayed peak;
+/// a hold carved whole has no actions.
+MemoryLedger carve_ledger(const MemoryLedger& ledger, std::int64_t carved_bytes);
+
 }  // namespace calo::exec

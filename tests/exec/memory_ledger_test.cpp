@@ -210,6 +210,7 @@ TEST(MemoryLedger, TheExecutorHoldsItOnTheCpuBackendAndReachesTheReplayedPeak) {
   EXPECT_EQ(held.held_peak_bytes + executor.state_in_operands_bytes(),
             executor.memory_ledger().serial_peak_bytes);
   EXPECT_GT(executor.state_in_operands_bytes(), 0);
+  EXPECT_EQ(executor.operands_carved_bytes(), 0);  // a tiny model on a host of GiBs: nothing to carve
   EXPECT_GE(held.device_used_bytes, held.held_peak_bytes + allocated_before);
 }
 
@@ -232,6 +233,89 @@ TEST(MemoryLedger, ALedgerBeyondTheDeviceIsRefusedBeforeAnythingIsHeld) {
     EXPECT_NE(std::string(error.what()).find("--memory model"), std::string::npos) << error.what();
   }
   EXPECT_EQ(backend->held_memory().held_peak_bytes, 0);
+}
+
+// What a ledger holds after the actions of each point of the program (op index, before the op or after it),
+// the state included.
+std::map<std::pair<std::int32_t, bool>, std::int64_t> held_at_each_point(const MemoryLedger& ledger) {
+  std::map<std::int32_t, std::int64_t> live;
+  std::map<std::pair<std::int32_t, bool>, std::int64_t> held;
+  std::int64_t total = ledger.state_bytes;
+  for (const LedgerAction& action : ledger.actions) {
+    if (action.hold) {
+      EXPECT_EQ(live.count(action.slot), 0u) << "slot " << action.slot << " held while live";
+      live[action.slot] = action.bytes;
+      total += action.bytes;
+    } else {
+      EXPECT_EQ(live.count(action.slot), 1u) << "slot " << action.slot << " freed while not held";
+      total -= live[action.slot];
+      live.erase(action.slot);
+    }
+    held[{action.op_index, !action.before_op}] = total;
+  }
+  EXPECT_TRUE(live.empty()) << live.size() << " slots still held at the end of the step";
+  return held;
+}
+
+TEST(MemoryLedger, ACarvedLedgerHoldsWhatTheLedgerHoldsLessTheCarveAtEveryPoint) {
+  // --memory real near the device's limit: the bench's operand buffers stand in for held bytes. The pipeline
+  // frees micro-batches first in, first out, so a free gives its carved share back to holds still live, which
+  // must be freed and held again smaller for the carve to stay in use.
+  parallel::Layout layout;
+  layout.pp = 2;
+  layout.global_batch = 8;
+  const Built built = build(layout);
+  const MemoryLedger ledger = ledger_of(built, 0);
+  const auto original = held_at_each_point(ledger);
+  std::int64_t live_peak = 0;
+  for (const auto& [point, held] : original) live_peak = std::max(live_peak, held - ledger.state_bytes);
+  ASSERT_GT(ledger.state_bytes, 0);
+  int migrations = 0;
+  for (const std::int64_t carve :
+       {std::int64_t{0}, ledger.state_bytes / 2, ledger.state_bytes + live_peak / 3,
+        ledger.state_bytes + live_peak / 2, ledger.serial_peak_bytes}) {
+    SCOPED_TRACE(carve);
+    const MemoryLedger carved = carve_ledger(ledger, carve);
+    const std::int64_t state = std::max<std::int64_t>(0, ledger.state_bytes - carve);
+    EXPECT_EQ(carved.state_bytes, state);
+    EXPECT_EQ(carved.slots, ledger.slots);
+    EXPECT_EQ(carved.serial_peak_bytes, std::max(state, ledger.serial_peak_bytes - carve));
+    const auto held = held_at_each_point(carved);
+    for (const auto& [point, bytes] : original) {
+      const auto found = held.find(point);
+      if (found == held.end()) continue;  // every action there carved whole
+      EXPECT_EQ(found->second, std::max(state, bytes - carve)) << "op " << point.first;
+    }
+    std::map<std::int32_t, int> holds_per_slot;
+    for (const LedgerAction& action : carved.actions) holds_per_slot[action.slot] += action.hold ? 1 : 0;
+    for (const auto& [slot, holds] : holds_per_slot) migrations += holds > 1 ? 1 : 0;
+    if (carve == 0) {
+      EXPECT_EQ(carved.actions.size(), ledger.actions.size());
+    }
+    if (carve == ledger.serial_peak_bytes) {
+      EXPECT_TRUE(carved.actions.empty());
+    }
+  }
+  EXPECT_GT(migrations, 0) << "no free gave its share back to a live hold";
+}
+
+TEST(MemoryLedger, OperandsAreCarvedOnlyAsFarAsTheDeviceNeedsAndBeyondThatTheLayoutIsRefused) {
+  constexpr std::int64_t kGiB = std::int64_t{1} << 30;
+  const double device = 80.0 * static_cast<double>(kGiB);
+  // Fits beside 22 GiB in use with the headroom to spare: nothing carved.
+  EXPECT_EQ(operands_to_carve(22 * kGiB, 50 * kGiB, 20 * kGiB, device, 0), 0);
+  // 5 GiB short of the headroom: 5 GiB of the 20 GiB of operands stand in for held bytes.
+  EXPECT_EQ(operands_to_carve(22 * kGiB, 62 * kGiB, 20 * kGiB, device, 0), 5 * kGiB);
+  EXPECT_EQ(operands_to_carve(22 * kGiB, 77 * kGiB, 20 * kGiB, device, 0), 20 * kGiB);
+  try {
+    operands_to_carve(22 * kGiB, 78 * kGiB, 20 * kGiB, device, 3);
+    FAIL() << "a ledger beyond the device even with every operand carved was accepted";
+  } catch (const InputError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("rank 3"), std::string::npos) << message;
+    EXPECT_NE(message.find("--memory model"), std::string::npos) << message;
+    EXPECT_NE(message.find("20.00 GiB of calo's operand buffers"), std::string::npos) << message;
+  }
 }
 
 }  // namespace

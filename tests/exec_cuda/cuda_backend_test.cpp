@@ -190,6 +190,49 @@ TEST(CudaBackend, HoldsAMemoryLedgerOnItsPoolAndReachesTheReplayedPeak) {
   EXPECT_GT(held.device_used_bytes, measured);
 }
 
+TEST(CudaBackend, ALedgerNearTheGpusLimitCarvesTheOperandsAndRunsToItsReplayedPeak) {
+  // --memory real where training's holdings fit the GPU but not beside the bench's operand buffers: the
+  // operands stand in for held bytes (carve_ledger), the steps run without running out of memory, and the
+  // held peak (the pool's high-water mark plus what the operands stand in for) is still the replayed peak.
+  CALO_REQUIRE_GPU();
+  parallel::Layout wanted;
+  wanted.seq_length = 8192;  // operand buffers of hundreds of MiB, far above the pool's granularity
+  wanted.micro_batch = 4;
+  wanted.global_batch = 8;
+  MemoryLedger ledger;
+  std::int64_t in_use = 0, in_operands = 0, operands = 0;
+  {
+    OneGpuRank probe(wanted);
+    ledger = build_memory_ledger(probe.executor->ops(), probe.spec, probe.layout, 0);
+    probe.executor->use_memory_ledger(ledger);
+    probe.executor->prepare();
+    EXPECT_EQ(probe.executor->operands_carved_bytes(), 0);
+    in_use = probe.backend->held_memory().device_used_bytes;
+    in_operands = probe.executor->state_in_operands_bytes();
+    operands = probe.backend->allocated_bytes() - in_operands;
+  }
+  ASSERT_GT(operands, std::int64_t{256} << 20);
+  OneGpuRank rank(wanted);
+  const double device_bytes = rank.backend->device().memory_bytes;
+  // State enough that the ledger falls half the operands short of the device's headroom.
+  const std::int64_t extra = static_cast<std::int64_t>(device_bytes) - kLedgerHeadroomBytes - in_use -
+                             (ledger.serial_peak_bytes - in_operands) + operands / 2;
+  ledger.state_bytes += extra;
+  ledger.serial_peak_bytes += extra;
+  rank.executor->use_memory_ledger(ledger);
+  rank.executor->prepare();
+  for (int step = 0; step < 2; ++step) rank.executor->run_step(*rank.bootstrap);
+  const std::int64_t carved = rank.executor->operands_carved_bytes();
+  EXPECT_GT(carved, operands / 4);
+  EXPECT_LT(carved, operands);
+  const HeldMemory held = rank.backend->held_memory();
+  const std::int64_t measured = held.held_peak_bytes + rank.executor->state_in_operands_bytes() + carved;
+  EXPECT_GE(measured, ledger.serial_peak_bytes);
+  EXPECT_LE(measured, ledger.serial_peak_bytes + ledger.slots * std::int64_t{2 << 20});
+  // The device is full to within the headroom, and no further.
+  EXPECT_GT(static_cast<double>(held.device_used_bytes), device_bytes - 2.0 * kLedgerHeadroomBytes);
+}
+
 TEST(CudaBackend, ALedgerBeyondTheGpuIsRefusedBeforeAnythingIsHeld) {
   CALO_REQUIRE_GPU();
   OneGpuRank rank(parallel::Layout{});

@@ -55,6 +55,8 @@ run l28-full-edge 1 --mbs 1 --layers 28 --gbs 4 --recompute full --memory real
 run l10-carve 1 --mbs 1 --layers 10 --gbs 4 --memory real
 run l11-carve 1 --mbs 1 --layers 11 --gbs 4 --memory real
 run l11-carve-model 1 --mbs 1 --layers 11 --gbs 4 --memory model
+run l15-full-carve 1 --mbs 1 --layers 15 --gbs 4 --recompute full --memory real
+run l15-full-model 1 --mbs 1 --layers 15 --gbs 4 --recompute full --memory model
 run pp2 2 --mbs 1 --layers 8 --pp 2 --gbs 8 --memory real
 run fsdp2 2 --mbs 1 --layers 8 --dp 2 --zero 3 --overlap --gbs 8 --memory real
 run zero2 2 --mbs 1 --layers 8 --dp 2 --zero 2 --overlap --gbs 8 --memory real

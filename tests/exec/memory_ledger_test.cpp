@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "exec/backend.h"
+#include "exec/bench_memory.h"
 #include "exec/bootstrap.h"
 #include "exec/executor.h"
 #include "graph/graph.h"
@@ -316,6 +317,28 @@ TEST(MemoryLedger, OperandsAreCarvedOnlyAsFarAsTheDeviceNeedsAndBeyondThatTheLay
     EXPECT_NE(message.find("--memory model"), std::string::npos) << message;
     EXPECT_NE(message.find("20.00 GiB of calo's operand buffers"), std::string::npos) << message;
   }
+}
+
+TEST(MemoryLedger, TheSummarySaysHowMuchOfTheBenchsOperandsWasCountedAsHeld) {
+  // Rank 0 of `calo bench --model llama3-8b --layers 11 --seq 8192 --gbs 4 --memory real` on one H100
+  // (docs/measurements/memory-real-h100-2026-12-06c/call2): 9.95 GiB of operands carved, held = the model.
+  nlohmann::json rank = {{"rank", 0},
+                         {"memory_real",
+                          {{"stage", 0},
+                           {"held_peak_bytes", 72096350208},
+                           {"state_in_optimizer_operands_bytes", 4294967296},
+                           {"operands_carved_bytes", 10687348736},
+                           {"device_used_bytes", 84040024064},
+                           {"ledger_serial_peak_bytes", 72096350208},
+                           {"backend_buffers_bytes", 21355471104},
+                           {"model_bytes", 72096350208.0}}}};
+  const nlohmann::json report = memory_real_report({rank});
+  const std::string text = memory_real_text(report);
+  std::printf("%s", text.c_str());
+  EXPECT_NE(text.find("held 67.14 GiB at peak, the model 67.14 GiB (+0.0 %)"), std::string::npos) << text;
+  EXPECT_NE(text.find("9.95 GiB of the bench's operand buffers counted as held"), std::string::npos) << text;
+  rank["memory_real"]["operands_carved_bytes"] = 0;
+  EXPECT_EQ(memory_real_text(memory_real_report({rank})).find("counted as held"), std::string::npos);
 }
 
 }  // namespace

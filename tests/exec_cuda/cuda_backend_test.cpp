@@ -124,6 +124,7 @@ struct StepRun {
   OpCounts per_step{};
   CheckReport check;
   std::string attention_impl;
+  std::int64_t allocated_bytes = 0;  ///< the backend's operand buffers
 };
 
 StepRun run_single(const std::string& model_name, bool check, int steps,
@@ -147,6 +148,7 @@ StepRun run_single(const std::string& model_name, bool check, int steps,
   run.executed = backend->executed_op_counts();
   run.check = backend->check_report();
   run.attention_impl = backend->device().attention_impl;
+  run.allocated_bytes = backend->allocated_bytes();
   return run;
 }
 
@@ -261,6 +263,20 @@ TEST(CudaBackend, RunsEveryOpOfTinyDenseAndChecksClean) {
   EXPECT_EQ(run.check.wrong, 0) << (run.check.first_failures.empty() ? "" : run.check.first_failures[0]);
   EXPECT_GE(run.check.ops_checked, 2 * run.per_step[static_cast<size_t>(graph::OpKind::kGemm)]);
   EXPECT_GT(run.check.values_checked, run.check.ops_checked);
+}
+
+TEST(CudaBackend, AShardBeyondOneChunkRunsAdamWChunkByChunkAndChecksClean) {
+  // The optimizer's fp32 arrays are 1 GiB at most: Llama3-8B's 4-layer slice (1.92 B parameters, 28.7 GiB of
+  // fp32 parameters, gradients and moments) runs AdamW over 4 GiB of buffers, chunk after chunk, and its last
+  // chunk is verified against AdamW on the host.
+  CALO_REQUIRE_GPU();
+  parallel::Layout wanted;
+  wanted.seq_length = 1024;
+  const StepRun run = run_single("llama3-8b-4layers", true, 1, wanted);
+  EXPECT_EQ(run.check.wrong, 0) << (run.check.first_failures.empty() ? "" : run.check.first_failures[0]);
+  EXPECT_EQ(run.executed[static_cast<size_t>(graph::OpKind::kOptimizer)],
+            run.per_step[static_cast<size_t>(graph::OpKind::kOptimizer)]);
+  EXPECT_LT(run.allocated_bytes, std::int64_t{20} << 30) << "the optimizer kept the whole fp32 state";
 }
 
 TEST(CudaBackend, RunsUnfusedAttentionAndChecksClean) {

@@ -194,11 +194,12 @@ TEST(MemoryTruth, TheUsableMarginCoversPytorchsReserveAndRuntimeExceptFullRecomp
   // The usable rule keeps 3 % of the card for fragmentation and 4 GiB for the runtime (6.39 GiB of an H100).
   // Measured beside every H100 step that ran: the runtime beyond the allocator (the CUDA context and cuBLAS /
   // cuDNN, 0.75 GiB: far less than 4) and the caching allocator's reserve above its allocated peak. Without
-  // recompute and with selective recompute that reserve is 0.5-7.7 % of the peak (up to 5.1 GiB: more than 3 %),
-  // and the sum stays under the margin with at least 0.45 GiB to spare. Full recompute allocates and frees
-  // differently: 11-14 % of the peak, and the sum goes past the margin (up to 8.8 GiB) where the card had
-  // memory to spare. Whether it needs that much near the card is the near-card test's question. One GPU, no
-  // NCCL: communicators add to the runtime on several.
+  // recompute and with selective recompute that reserve is 0.5-7.7 % of the peak (up to 5.1 GiB: more than 3
+  // %), and the sum stays under the margin with at least 0.45 GiB to spare. Full recompute allocates and
+  // frees differently: 11-14 % of the peak, and the sum goes past the margin (up to 8.8 GiB) where the card
+  // had memory to spare. It is not needed: the 11-layer slice admitted near the card ran with 8.4 GiB of it,
+  // and 12 layers (tight) ran with 5.0 after two allocator retries (the near-card test). One GPU, no NCCL:
+  // communicators add to the runtime on several.
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   const double margin = kH100DeviceBytes * kFragmentationFraction + kRuntimeReserveBytes;
   std::printf("layers seq mbs recompute | peak GiB | reserve above it | runtime | overhead / margin GiB\n");
@@ -210,9 +211,10 @@ TEST(MemoryTruth, TheUsableMarginCoversPytorchsReserveAndRuntimeExceptFullRecomp
       const double reserve = truth.row.at("peak_reserved_bytes").get<double>() - peak;
       const double runtime = truth.row.at("runtime_bytes").get<double>();
       const std::string recompute = truth.row.at("recompute").get<std::string>();
-      std::printf("%d %d %d %s | %.2f | %.2f (%.1f %%) | %.2f | %.2f / %.2f\n", truth.row.at("layers").get<int>(),
-                  truth.row.at("seq").get<int>(), truth.row.at("mbs").get<int>(), recompute.c_str(), peak / kGiB,
-                  reserve / kGiB, 100 * reserve / peak, runtime / kGiB, (reserve + runtime) / kGiB, margin / kGiB);
+      std::printf("%d %d %d %s | %.2f | %.2f (%.1f %%) | %.2f | %.2f / %.2f\n",
+                  truth.row.at("layers").get<int>(), truth.row.at("seq").get<int>(),
+                  truth.row.at("mbs").get<int>(), recompute.c_str(), peak / kGiB, reserve / kGiB,
+                  100 * reserve / peak, runtime / kGiB, (reserve + runtime) / kGiB, margin / kGiB);
       EXPECT_GT(runtime, 0.5 * kGiB) << "the CUDA context alone is more: " << truth.row.dump();
       ++measured;
       if (recompute != "full") {
@@ -220,21 +222,26 @@ TEST(MemoryTruth, TheUsableMarginCoversPytorchsReserveAndRuntimeExceptFullRecomp
         continue;
       }
       ++full_recompute;
-      EXPECT_GT(reserve, 0.10 * peak) << truth.row.dump();
+      // Where the allocator never had to give memory back (no retries); pressed, it kept less.
+      if (truth.row.value("alloc_retries", 0) == 0) {
+        EXPECT_GT(reserve, 0.10 * peak) << truth.row.dump();
+      }
       full_beyond_margin += reserve + runtime > margin ? 1 : 0;
     }
   }
-  EXPECT_GE(measured, 16) << "the grid's 14 lines and the near-card lines that ran";
-  EXPECT_GE(full_recompute, 3);
-  EXPECT_GE(full_beyond_margin, 2) << "full recompute's reserve went past the margin on the 16K and 8-layer lines";
+  EXPECT_EQ(measured, 18) << "the grid's 14 lines and the 4 near-card lines that ran";
+  EXPECT_EQ(full_recompute, 5) << "3 grid lines, 11 and 12 layers near the card";
+  EXPECT_EQ(full_beyond_margin, 3) << "the 16K and 8-layer grid lines and 11 layers near the card";
 }
 
 TEST(MemoryTruth, NearAnH100sCardWhatTheRuleAdmitsRanAndWhatIsBeyondTheCardDidNot) {
-  // The near-card set: the model (pytorch accounting) admits 8 layers (70.11 GiB of 73.26 usable): it ran;
-  // 10 layers (80.27), 14 and 15 with full recompute (81.54, 85.26) are beyond the 79.65 GiB card: each ran
-  // out of memory. Tight (beyond usable, within the card): 9 layers (75.19 GiB) ran with nothing to spare
-  // (the device full: CUDA sees 79.18 GiB of the 79.65 NVML reports), 13 with full recompute (77.83) ran out
-  // of memory 0.1 GiB short. So tight means what it says: it may run, and may not.
+  // The near-card set: the model (pytorch accounting) admits 8 layers (70.11 GiB of 73.26 usable) and 11 with
+  // full recompute (70.39): both ran, the second although its allocator had kept 7.65 GiB above its peak
+  // (past the margin) with the device nearly full; 10 layers (80.27), 14 and 15 with full recompute
+  // (81.54, 85.26) are beyond the 79.65 GiB card: each ran out of memory. Tight (beyond usable, within the
+  // card): 9 layers (75.19 GiB) ran with nothing to spare (the device full: CUDA sees 79.18 GiB of the 79.65
+  // NVML reports), 12 with full recompute (74.11) ran after two allocator retries, 13 with full recompute
+  // (77.83) ran out of memory 0.1 GiB short. So tight means what it says: it may run, and may not.
   const double device_bytes = kH100DeviceBytes;
   int tight = 0;
   for (const Truth& truth : load_h100_truths("tight.jsonl")) {
@@ -252,7 +259,7 @@ TEST(MemoryTruth, NearAnH100sCardWhatTheRuleAdmitsRanAndWhatIsBeyondTheCardDidNo
       }
     }
   }
-  EXPECT_EQ(tight, 2) << "9 layers, and 13 with full recompute";
+  EXPECT_EQ(tight, 3) << "9 layers, and 12 and 13 with full recompute";
 }
 
 /// torchtitan's recompute name as calo's: its selective AC is not calo's (it recomputes every second matmul);

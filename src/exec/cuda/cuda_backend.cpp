@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/table.h"
 #include "exec/bootstrap.h"
 #include "exec/cuda/cuda_holds.h"
 #include "exec/cuda/cuda_internal.h"
@@ -40,12 +41,14 @@ void* CudaContext::allocate(std::size_t bytes, const std::string& role) {
     std::size_t free_bytes = 0;
     std::size_t total_bytes = 0;
     cudaMemGetInfo(&free_bytes, &total_bytes);
-    throw RuntimeFailure(fmt::format(
-        "rank {}: out of GPU memory allocating {:.3f} GiB for {} ({} GiB allocated by "
-        "calo, {:.3f} GiB free of {:.3f}); use more tp/pp or a smaller slice",
-        rank, static_cast<double>(bytes) / 1073741824.0, role,
-        static_cast<double>(allocated_bytes) / 1073741824.0, static_cast<double>(free_bytes) / 1073741824.0,
-        static_cast<double>(total_bytes) / 1073741824.0));
+    throw RuntimeFailure(
+        fmt::format("rank {}: out of GPU memory allocating {} for {} ({} allocated by calo for its operand "
+                    "buffers, {} free "
+                    "of {}); use more tp/pp or a smaller slice",
+                    rank, core::format_bytes(static_cast<double>(bytes)), role,
+                    core::format_bytes(static_cast<double>(allocated_bytes)),
+                    core::format_bytes(static_cast<double>(free_bytes)),
+                    core::format_bytes(static_cast<double>(total_bytes))));
   }
   allocations.push_back(pointer);
   allocated_bytes += static_cast<std::int64_t>(bytes);

@@ -1,6 +1,6 @@
 // graph::OpKind::kOptimizer on CUDA: one AdamW step (adamw.cu) over fp32 [param, grad, m, v] of the rank's
-// parameter shard; --check copies the four values at three spots before the step and the parameters after,
-// and compares them with AdamW computed on the host.
+// parameter shard, in chunks of at most 1 GiB per array; --check copies the four values at three spots before
+// the last chunk's launch and the parameters after, and compares them with AdamW computed on the host.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -14,9 +14,20 @@
 namespace calo::exec::cuda {
 namespace {
 
+// Values per fp32 array the op's buffers hold at most (1 GiB each). A larger shard runs AdamW over the
+// buffers chunk after chunk: the same bytes pass through HBM (a chunk is far beyond L2) without a second copy
+// of the optimizer state beside what `--memory real` holds as training does.
+constexpr std::int64_t kChunkElements = std::int64_t{1} << 28;
+
+// Values of the last launch of a step (the one --check verifies): the shard's remainder after whole chunks.
+std::int64_t last_chunk_elements(const CudaOp& op) {
+  const std::int64_t remainder = op.elements % kChunkElements;
+  return remainder == 0 ? std::min(op.elements, kChunkElements) : remainder;
+}
+
 void prepare_optimizer(CudaContext& context, CudaOp& prepared, std::uint64_t seed) {
-  const auto count = std::max<std::int64_t>(1, static_cast<std::int64_t>(prepared.rank_op.op.parameters));
-  prepared.elements = count;
+  prepared.elements = std::max<std::int64_t>(1, static_cast<std::int64_t>(prepared.rank_op.op.parameters));
+  const std::int64_t count = std::min(prepared.elements, kChunkElements);
   prepared.buffers = {context.shared_f32("adam.param", count, seed, 1.0f, false),
                       context.shared_f32("adam.grad", count, seed + 1, 1e-3f, false),
                       context.shared_f32("adam.m", count, seed + 2, 1e-3f, false),
@@ -24,9 +35,11 @@ void prepare_optimizer(CudaContext& context, CudaOp& prepared, std::uint64_t see
 }
 
 void snapshot_optimizer_before(CudaOp& op, cudaStream_t stream) {
-  // Values 0..3: param, grad, m, v at spots 0, n/2, n-1 (12 floats) before; 12..14 param after.
+  // Values 0..3: param, grad, m, v at spots 0, n/2, n-1 of the last launch (12 floats) before; 12..14 param
+  // after.
   op.snapshot.allocate(16 * sizeof(float));
-  const std::int64_t spots[3] = {0, op.elements / 2, op.elements - 1};
+  const std::int64_t last = last_chunk_elements(op);
+  const std::int64_t spots[3] = {0, last / 2, last - 1};
   for (int buffer = 0; buffer < 4; ++buffer) {
     for (int spot = 0; spot < 3; ++spot) {
       CALO_CUDA(
@@ -38,7 +51,8 @@ void snapshot_optimizer_before(CudaOp& op, cudaStream_t stream) {
 }
 
 void snapshot_optimizer_after(CudaContext& context, CudaOp& op, cudaStream_t stream) {
-  const std::int64_t spots[3] = {0, op.elements / 2, op.elements - 1};
+  const std::int64_t last = last_chunk_elements(op);
+  const std::int64_t spots[3] = {0, last / 2, last - 1};
   for (int spot = 0; spot < 3; ++spot) {
     CALO_CUDA(cudaMemcpyAsync(op.snapshot.float_values() + 12 + spot,
                               static_cast<const float*>(op.buffers[0]) + spots[spot], sizeof(float),
@@ -50,10 +64,16 @@ void snapshot_optimizer_after(CudaContext& context, CudaOp& op, cudaStream_t str
 
 void run_optimizer(CudaContext& context, CudaOp& prepared, cudaStream_t stream) {
   auto* param = static_cast<float*>(prepared.buffers[0]);
-  if (context.config.check) snapshot_optimizer_before(prepared, stream);
-  adamw_step(param, static_cast<const float*>(prepared.buffers[1]), static_cast<float*>(prepared.buffers[2]),
-             static_cast<float*>(prepared.buffers[3]), prepared.elements, AdamWConfig{}, stream);
-  CALO_CUDA_LAUNCH();
+  const std::int64_t last = last_chunk_elements(prepared);
+  for (std::int64_t done = 0, count = 0; done < prepared.elements; done += count) {
+    count = prepared.elements - done == last ? last : kChunkElements;
+    if (context.config.check && done + count == prepared.elements)
+      snapshot_optimizer_before(prepared, stream);
+    adamw_step(param, static_cast<const float*>(prepared.buffers[1]),
+               static_cast<float*>(prepared.buffers[2]), static_cast<float*>(prepared.buffers[3]), count,
+               AdamWConfig{}, stream);
+    CALO_CUDA_LAUNCH();
+  }
   if (context.inject("optimizer")) {
     static const float kBad = 12345.0f;
     CALO_CUDA(cudaMemcpyAsync(param, &kBad, sizeof(kBad), cudaMemcpyHostToDevice, stream));

@@ -279,6 +279,28 @@ TEST(CudaBackend, AShardBeyondOneChunkRunsAdamWChunkByChunkAndChecksClean) {
   EXPECT_LT(run.allocated_bytes, std::int64_t{20} << 30) << "the optimizer kept the whole fp32 state";
 }
 
+TEST(CudaBackend, CaloAdamwChunkValuesSetsTheChunkAndABadValueIsRefused) {
+  // 1000 values per launch: tiny-dense's shard runs in thousands of launches with a remainder, and the last
+  // is checked clean; 0 is one launch over the whole shard (the A/B setting); a word is refused naming the
+  // variable.
+  CALO_REQUIRE_GPU();
+  for (const char* chunk : {"1000", "0"}) {
+    ::setenv("CALO_ADAMW_CHUNK_VALUES", chunk, 1);
+    const StepRun run = run_single("tiny-dense", true, 1);
+    EXPECT_EQ(run.check.wrong, 0) << chunk << ": "
+                                  << (run.check.first_failures.empty() ? "" : run.check.first_failures[0]);
+  }
+  ::setenv("CALO_ADAMW_CHUNK_VALUES", "lots", 1);
+  try {
+    BackendRegistry::instance().select("cuda").create(BackendConfig{});
+    ADD_FAILURE() << "CALO_ADAMW_CHUNK_VALUES=lots was accepted";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("CALO_ADAMW_CHUNK_VALUES=lots"), std::string::npos)
+        << error.what();
+  }
+  ::unsetenv("CALO_ADAMW_CHUNK_VALUES");
+}
+
 TEST(CudaBackend, RunsUnfusedAttentionAndChecksClean) {
   CALO_REQUIRE_GPU();
   parallel::Layout layout;

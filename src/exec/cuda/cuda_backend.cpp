@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -194,6 +195,22 @@ DeviceDescription describe_device(int local_index) {
   return description;
 }
 
+// CALO_ADAMW_CHUNK_VALUES: values per fp32 array of one AdamW launch (0: the whole shard in one launch, as
+// before 2026-12-06, for A/B timing); unset: `fallback`.
+std::int64_t adamw_chunk_values_from_env(std::int64_t fallback) {
+  const char* text = std::getenv("CALO_ADAMW_CHUNK_VALUES");
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  const long long values = std::strtoll(text, &end, 10);
+  if (*end != '\0' || values < 0) {
+    throw InputError(
+        fmt::format("CALO_ADAMW_CHUNK_VALUES={}: not a count of values; give one (0: the whole "
+                    "shard in one launch) or unset it (1 GiB per array)",
+                    text));
+  }
+  return values == 0 ? std::numeric_limits<std::int64_t>::max() : static_cast<std::int64_t>(values);
+}
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const BackendConfig& config) {
@@ -205,6 +222,7 @@ class CudaBackend final : public Backend {
     const char* fault = std::getenv("CALO_CUDA_INJECT_FAULT");
     context_.inject_fault = fault != nullptr ? fault : "";
     context_.attention_mode = cuda::attention_mode_from_env();
+    context_.adamw_chunk_values = adamw_chunk_values_from_env(context_.adamw_chunk_values);
     const char* timeout = std::getenv("CALO_CUDA_SYNC_TIMEOUT_S");
     if (timeout != nullptr) sync_timeout_s_ = std::max(1.0, std::atof(timeout));
     executed_.fill(0);

@@ -121,7 +121,7 @@ struct CudaOp final : PreparedOp {
   std::vector<void*> buffers;                        ///< role-specific, see the unit's prepare
   GemmCall gemm;                                     ///< GEMM: the cuBLASLt call
   std::int64_t rows = 0;                             ///< elementwise: rows of width values
-  std::int64_t width = 0;                            ///< elementwise: values per row
+  std::int64_t width = 0;                            ///< elementwise: values per row; optimizer: per launch
   std::int64_t elements = 0;                         ///< main element count (see the unit's prepare)
   bool cudnn_attention = false;                      ///< attention: cuDNN SDPA (else the cuBLASLt fallback)
   ncclComm_t comm = nullptr;                         ///< collective, send/recv: the communicator
@@ -143,12 +143,15 @@ struct CudaOp final : PreparedOp {
 /// The backend state the op units share (one per backend, filled by its constructor, connect() and
 /// prepare()).
 struct CudaContext {
-  BackendConfig config;                             ///< rank, world, --check, seed
-  DeviceDescription device;                         ///< this rank's GPU (prepare() sets attention_impl)
-  const graph::Graph* graph = nullptr;              ///< the graph connect() bound
-  int rank = 0;                                     ///< this process's rank in the graph
-  std::vector<graph::RankOp> ops;                   ///< this rank's materialized program
-  std::string inject_fault;                         ///< CALO_CUDA_INJECT_FAULT: the result to corrupt (tests)
+  BackendConfig config;                 ///< rank, world, --check, seed
+  DeviceDescription device;             ///< this rank's GPU (prepare() sets attention_impl)
+  const graph::Graph* graph = nullptr;  ///< the graph connect() bound
+  int rank = 0;                         ///< this process's rank in the graph
+  std::vector<graph::RankOp> ops;       ///< this rank's materialized program
+  std::string inject_fault;             ///< CALO_CUDA_INJECT_FAULT: the result to corrupt (tests)
+  /// Values per fp32 array of one AdamW launch, at most (CALO_ADAMW_CHUNK_VALUES; 0: the whole shard at
+  /// once).
+  std::int64_t adamw_chunk_values = std::int64_t{1} << 28;
   cudaStream_t init_stream = nullptr;               ///< where prepare() fills buffers
   ncclComm_t world_comm = nullptr;                  ///< communicator of all ranks (split into comms)
   std::map<std::pair<int, int>, ncclComm_t> comms;  ///< (group id, stream) -> communicator

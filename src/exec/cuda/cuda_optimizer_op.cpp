@@ -14,20 +14,19 @@
 namespace calo::exec::cuda {
 namespace {
 
-// Values per fp32 array the op's buffers hold at most (1 GiB each). A larger shard runs AdamW over the
-// buffers chunk after chunk: the same bytes pass through HBM (a chunk is far beyond L2) without a second copy
-// of the optimizer state beside what `--memory real` holds as training does.
-constexpr std::int64_t kChunkElements = std::int64_t{1} << 28;
-
-// Values of the last launch of a step (the one --check verifies): the shard's remainder after whole chunks.
+// Values of the last launch of a step (the one --check verifies): the shard's remainder after whole chunks of
+// op.width values. The op's buffers hold one chunk (CudaContext::adamw_chunk_values, 1 GiB per array): a
+// larger shard runs AdamW over them chunk after chunk, the same bytes through HBM (a chunk is far beyond L2)
+// without a second copy of the optimizer state beside what `--memory real` holds as training does.
 std::int64_t last_chunk_elements(const CudaOp& op) {
-  const std::int64_t remainder = op.elements % kChunkElements;
-  return remainder == 0 ? std::min(op.elements, kChunkElements) : remainder;
+  const std::int64_t remainder = op.elements % op.width;
+  return remainder == 0 ? op.width : remainder;
 }
 
 void prepare_optimizer(CudaContext& context, CudaOp& prepared, std::uint64_t seed) {
   prepared.elements = std::max<std::int64_t>(1, static_cast<std::int64_t>(prepared.rank_op.op.parameters));
-  const std::int64_t count = std::min(prepared.elements, kChunkElements);
+  prepared.width = std::min(prepared.elements, std::max<std::int64_t>(1, context.adamw_chunk_values));
+  const std::int64_t count = prepared.width;
   prepared.buffers = {context.shared_f32("adam.param", count, seed, 1.0f, false),
                       context.shared_f32("adam.grad", count, seed + 1, 1e-3f, false),
                       context.shared_f32("adam.m", count, seed + 2, 1e-3f, false),
@@ -66,7 +65,7 @@ void run_optimizer(CudaContext& context, CudaOp& prepared, cudaStream_t stream) 
   auto* param = static_cast<float*>(prepared.buffers[0]);
   const std::int64_t last = last_chunk_elements(prepared);
   for (std::int64_t done = 0, count = 0; done < prepared.elements; done += count) {
-    count = prepared.elements - done == last ? last : kChunkElements;
+    count = prepared.elements - done == last ? last : prepared.width;
     if (context.config.check && done + count == prepared.elements)
       snapshot_optimizer_before(prepared, stream);
     adamw_step(param, static_cast<const float*>(prepared.buffers[1]),

@@ -407,6 +407,13 @@ void check_grid(const Spec& spec, const std::string& origin) {
   }
 }
 
+// The value `point` gives `key` (null where it gives none).
+const std::string* flag_value(const Point& point, const std::string& key) {
+  for (const auto& [name, value] : point.flags)
+    if (name == key) return &value;
+  return nullptr;
+}
+
 }  // namespace
 
 Spec parse_spec(const nlohmann::json& object, const std::string& origin) {
@@ -489,23 +496,20 @@ void validate_points(const Spec& spec, std::vector<Point>& points) {
             fmt::format("layout is not the {} GPUs: tp*cp*pp*dp = {}", gpus, layout.world_size());
         continue;
       }
-      const bool sp_given = std::any_of(point.flags.begin(), point.flags.end(),
-                                        [](const auto& flag) { return flag.first == "sequence-parallel"; });
+      const bool sp_given = flag_value(point, "sequence-parallel") != nullptr;
       if (!sp_given) layout.sequence_parallel = layout.tp > 1;
       const parallel::Layout resolved = parallel::resolve_layout(model, layout, sp_given);
       const parallel::MemoryBreakdown memory = parallel::memory_per_gpu(model, resolved);
-      for (const auto& [key, value] : point.flags) {
-        if (key != "power-cap") continue;
-        const double cap_w = number_value(value, fmt::format("point {} key 'power-cap'", point.name));
-        if (const std::string refusal = sim::power_cap_refusal(cluster.gpu, cap_w); !refusal.empty())
-          point.skip_reason = fmt::format("power-cap {}: {}", value, refusal);
+      if (const std::string* cap = flag_value(point, "power-cap")) {
+        const double cap_w = number_value(*cap, fmt::format("point {} key 'power-cap'", point.name));
+        if (const std::string refusal = sim::power_cap_refusal(cluster.gpu, cap_w); !refusal.empty()) {
+          point.skip_reason = fmt::format("power-cap {}: {}", *cap, refusal);
+          continue;
+        }
       }
-      if (!point.skip_reason.empty()) continue;
-      const auto limit = std::find_if(point.flags.begin(), point.flags.end(),
-                                      [](const auto& flag) { return flag.first == "memory-limit"; });
-      const plan::MemoryLimit memory_limit = limit == point.flags.end()
-                                                 ? plan::MemoryLimit::kUsable
-                                                 : plan::parse_memory_limit(limit->second, "memory-limit");
+      const std::string* limit = flag_value(point, "memory-limit");
+      const plan::MemoryLimit memory_limit =
+          limit == nullptr ? plan::MemoryLimit::kUsable : plan::parse_memory_limit(*limit, "memory-limit");
       if (!plan::fits_memory(memory, cluster.gpu.memory_bytes, memory_limit)) {
         const double card_bytes = cluster.gpu.memory_bytes;
         point.skip_reason = fmt::format(

@@ -285,10 +285,10 @@ std::int64_t operands_to_carve(std::int64_t in_use_bytes, std::int64_t to_hold, 
   if (needed <= static_cast<double>(operand_bytes)) return static_cast<std::int64_t>(std::ceil(needed));
   throw InputError(fmt::format(
       "--memory real: rank {} would hold {} at its peak beside the {} already in use (calo's operand "
-      "buffers, "
-      "runtime): more than the device's {} even with all {} of calo's operand buffers counted as held and {} "
-      "kept free for NCCL's buffers. What training holds and the runtime do not fit this device; measure the "
-      "layout with --memory model, or run a smaller slice (--layers), more --tp/--pp, or --recompute full",
+      "buffers, runtime): more than the device's {} even with all {} of calo's operand buffers counted as "
+      "held and {} kept free for NCCL's buffers. What training holds and the runtime do not fit this device; "
+      "measure the layout with --memory model, or run a smaller slice (--layers), more --tp/--pp, or "
+      "--recompute full",
       rank, core::format_bytes(static_cast<double>(to_hold)),
       core::format_bytes(static_cast<double>(in_use_bytes)), core::format_bytes(device_bytes),
       core::format_bytes(static_cast<double>(operand_bytes)),

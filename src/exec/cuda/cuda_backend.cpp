@@ -44,8 +44,7 @@ void* CudaContext::allocate(std::size_t bytes, const std::string& role) {
     cudaMemGetInfo(&free_bytes, &total_bytes);
     throw RuntimeFailure(
         fmt::format("rank {}: out of GPU memory allocating {} for {} ({} allocated by calo for its operand "
-                    "buffers, {} free "
-                    "of {}); use more tp/pp or a smaller slice",
+                    "buffers, {} free of {}); use more tp/pp or a smaller slice",
                     rank, core::format_bytes(static_cast<double>(bytes)), role,
                     core::format_bytes(static_cast<double>(allocated_bytes)),
                     core::format_bytes(static_cast<double>(free_bytes)),

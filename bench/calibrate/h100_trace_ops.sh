@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Per-op timings and power on one GPU for `calo calibrate` (issue 14): Llama3-8B 4 layers (the model file of
-# ../shared/fixtures/h100-runs, data/models/llama3-8b.yaml with num_layers: 4, name llama3-8b-4layers).
+# tests/fixtures/h100-runs, data/models/llama3-8b.yaml with num_layers: 4, name llama3-8b-4layers).
 # Written for the H100 fixtures; it runs unchanged on any one CUDA GPU (the H200 pass of tests/fixtures/h200-traceops).
 #
 #   1. here (build machine), repo root:

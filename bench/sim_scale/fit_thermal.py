@@ -6,14 +6,17 @@ Model per GPU (explicit Euler on the recorded sample times, input = recorded ins
     dT_die/dt  = (T_sink + P*R_die - T_die) / tau_die
 Steady state: T = inlet + P*(R_die + R_sink). Fitted by grid search (least squares on gpu_temp_c) over
 R_total, the die share of R, tau_die, tau_sink and the inlet temperature. Pure Python, no dependencies.
-Usage: fit_thermal.py [/work/shared/fixtures/h200x4-nvml-phases/nvml_trace.csv.gz]
+Usage: fit_thermal.py [tests/fixtures/h200x4-nvml-phases/nvml_trace.csv.gz]  (default: that fixture)
 """
 import collections
+import os
 import csv
 import gzip
 import sys
 
-path = sys.argv[1] if len(sys.argv) > 1 else "/work/shared/fixtures/h200x4-nvml-phases/nvml_trace.csv.gz"
+default_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "fixtures",
+                            "h200x4-nvml-phases", "nvml_trace.csv.gz")
+path = sys.argv[1] if len(sys.argv) > 1 else default_path
 rows_by_gpu = collections.defaultdict(list)
 with gzip.open(path, "rt") as handle:
     for row in csv.DictReader(handle):

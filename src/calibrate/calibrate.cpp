@@ -219,7 +219,7 @@ nlohmann::json direction_json(const Calibration& calibration) {
 
 nlohmann::json probe_provenance(const ProbeRun& probe, const ControllerFit& fit) {
   return {{"run", probe.label},
-          {"path", probe.run_dir.string()},
+          {"path", core::provenance_path(probe.run_dir)},
           {"gpu", probe.gpu_name},
           {"bursts", probe.bursts.size()},
           {"samples_compared", fit.fitted.samples},
@@ -374,7 +374,7 @@ nlohmann::json calibrated_cluster_json(const Calibration& calibration, const std
                                       calibration.traces.size());
   nlohmann::json runs = nlohmann::json::array();
   for (const MeasuredRun& run : calibration.runs) {
-    runs.push_back({{"path", run.run_dir.string()},
+    runs.push_back({{"path", core::provenance_path(run.run_dir)},
                     {"kind", run.kind},
                     {"gpu", run.gpu_name},
                     {"card", run.gpu_uuid},
@@ -383,7 +383,7 @@ nlohmann::json calibrated_cluster_json(const Calibration& calibration, const std
                     {"measured", figures_json(run.figures)}});
   }
   for (const MeasuredRun& run : calibration.thermal_runs) {
-    runs.push_back({{"path", run.run_dir.string()},
+    runs.push_back({{"path", core::provenance_path(run.run_dir)},
                     {"kind", run.kind},
                     {"role", "thermal"},
                     {"gpu", run.gpu_name},

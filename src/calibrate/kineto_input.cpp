@@ -10,6 +10,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/output_file.h"
 #include "sim/cost_model.h"
 #include "store/run_store.h"
 
@@ -432,7 +433,7 @@ nlohmann::json kineto_provenance(const std::vector<KinetoInput>& inputs, const K
   nlohmann::json traces = nlohmann::json::array();
   for (const KinetoInput& input : inputs) {
     std::vector<std::string> files;
-    for (const auto& file : input.files) files.push_back(file.string());
+    for (const auto& file : input.files) files.push_back(core::provenance_path(file));
     traces.push_back({{"label", input.label},
                       {"files", files},
                       {"gpu", input.gpu_name},

@@ -84,4 +84,14 @@ void require_directory_target(const std::filesystem::path& path, const std::stri
   }
 }
 
+std::string provenance_path(const std::filesystem::path& path) {
+  std::error_code error;
+  const std::filesystem::path absolute = std::filesystem::weakly_canonical(path, error);
+  const std::filesystem::path here = std::filesystem::current_path(error);
+  if (error || absolute.empty() || here.empty()) return path.string();
+  const std::filesystem::path relative = absolute.lexically_relative(here);
+  if (relative.empty() || *relative.begin() == "..") return path.string();
+  return relative.string();
+}
+
 }  // namespace calo::core

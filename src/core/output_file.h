@@ -47,4 +47,8 @@ void write_file_atomically(const std::filesystem::path& path, const std::string&
 /// refused before any work.
 void require_directory_target(const std::filesystem::path& path, const std::string& flag);
 
+/// `path` as provenance records it: relative to the working directory when it lies under it (a fitted preset
+/// written in a checkout cites tests/fixtures/..., not one machine's absolute path), otherwise as given.
+std::string provenance_path(const std::filesystem::path& path);
+
 }  // namespace calo::core

@@ -198,7 +198,7 @@ TEST(CalibrateH100Preset, TheShippedH100PresetIsTheFitOfItsRuns) {
 }
 
 TEST(Calibrate, TheSixRunsOfTheIssueMeetEveryNumericTargetHeldOutButMbs1sEnergy) {
-  // ../shared/fixtures/h100-runs alone (no op spans: compute fitted to whole steps), the runs the targets
+  // tests/fixtures/h100-runs alone (no op spans: compute fitted to whole steps), the runs the targets
   // were set on: mbs1 -> mbs2 -> mbs4 -> mbs8 measured 848 / 864 / 879 / 911 W. Since the fit takes the one
   // energy figure (the window's, edges included; 2026-12-06) held-out mbs1's energy per step is 5.2 % low (a
   // reported miss of the 5 % target: its energy per step holds its one 162 ms step among 140 ms ones, which

@@ -37,7 +37,7 @@ inline const std::filesystem::path& unpacked_fixture(const std::string& fixture)
   return found->second;
 }
 
-/// The six runs of tests/fixtures/h100-runs (../shared/fixtures/h100-runs) and their stock simulations.
+/// The six runs of tests/fixtures/h100-runs (tests/fixtures/h100-runs) and their stock simulations.
 inline const std::filesystem::path& fixture_runs() {
   static const std::filesystem::path dir = unpack_fixture("h100-runs");
   return dir;

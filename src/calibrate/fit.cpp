@@ -664,6 +664,25 @@ void fit_compute_and_power(const std::vector<Prepared>& prepared, const FitSetti
 
 }  // namespace
 
+namespace {
+
+/// The FP8 GEMM line is measured as ratios to the bf16 GEMMs run beside it (bench/fp8_gemm/fit.py): a fit
+/// that moves the bf16 GEMM's power and best efficiency moves the FP8 figures with them, so the ratios hold.
+void carry_fp8_line(const sim::GpuSpec& base, sim::GpuSpec& fitted) {
+  const int gemm = static_cast<int>(sim::PowerClass::kGemm);
+  const int fp8 = static_cast<int>(sim::PowerClass::kGemmFp8);
+  if (base.active_power_w[gemm] > 0)
+    fitted.active_power_w[fp8] =
+        base.active_power_w[fp8] * fitted.active_power_w[gemm] / base.active_power_w[gemm];
+  const double scale = fitted.efficiency.gemm_max / base.efficiency.gemm_max;
+  if (base.efficiency.gemm_fp8_max > 0)
+    fitted.efficiency.gemm_fp8_max = std::min(1.0, base.efficiency.gemm_fp8_max * scale);
+  if (base.efficiency.gemm_fp8_rowwise_max > 0)
+    fitted.efficiency.gemm_fp8_rowwise_max = std::min(1.0, base.efficiency.gemm_fp8_rowwise_max * scale);
+}
+
+}  // namespace
+
 FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSpec& base,
                       const FitSettings& settings) {
   for (const std::string& stage : settings.stages) {
@@ -680,6 +699,7 @@ FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSp
   if (is_cpu_host(base.gpu) && fits_stage(settings, "compute"))
     result.stages.push_back(fit_cpu_peak(runs, result.cluster));
   fit_compute_and_power(prepared, settings, hold_controller, result);
+  carry_fp8_line(base.gpu, result.cluster.gpu);
   if (fits_stage(settings, "thermal"))
     result.stages.push_back(fit_thermal(runs, settings.thermal_runs, result.cluster, result.card_r_scale));
   // Every tunable parameter that no stage fitted keeps the base value.

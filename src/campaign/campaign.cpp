@@ -50,6 +50,7 @@ const std::vector<std::string> kFlagKeys = {"tp",
                                             "overlap-param",
                                             "sequence-parallel",
                                             "attention",
+                                            "precision",
                                             "pp-scatter-gather",
                                             "power-cap",
                                             "memory-limit"};
@@ -120,9 +121,10 @@ std::vector<std::string> ordered_keys(const nlohmann::json& object) {
 /// model (a positive integer for sizes, 0-3 for zero, a word of the mode's list, on/off for switches).
 void check_value(const std::string& key, const std::string& value, const std::string& where) {
   static const std::map<std::string, std::vector<std::string>> kWords = {
-      {"recompute", {"none", "selective", "full"}},
-      {"schedule", {"gpipe", "1f1b", "interleaved"}},
-      {"cp-comm", {"p2p", "allgather"}},
+      {parallel::kRecomputeAxis.key, parallel::kRecomputeAxis.words()},
+      {parallel::kScheduleAxis.key, parallel::kScheduleAxis.words()},
+      {parallel::kCpCommAxis.key, parallel::kCpCommAxis.words()},
+      {parallel::kPrecisionAxis.key, parallel::kPrecisionAxis.words()},
       {"zero", {"0", "1", "2", "3"}},
       {"attention", {"fused", "unfused"}},
       {"fsdp-reshard-after-forward", {"on", "off"}},
@@ -215,6 +217,8 @@ parallel::Layout point_layout(const Spec& spec, const Point& point, int* gpus) {
       layout.schedule = parallel::parse_schedule(value);
     else if (key == "cp-comm")
       layout.cp_comm = parallel::parse_cp_comm(value);
+    else if (key == parallel::kPrecisionAxis.key)
+      layout.precision = parallel::kPrecisionAxis.parse(value, where);
     else if (key == "overlap")
       overlap_all = flag_on(value, where);
     else if (key == "attention")

@@ -46,10 +46,11 @@ struct PlanFlags {
   int gpus = 0;
   int global_batch = 0;
   int seq_length = 0;
-  int max_cp = 0;                       // 0 = plan::default_max_cp of the sequence length
-  std::string trainer = "default";      // --trainer: memory accounting of every layout
-  std::string memory_limit = "usable";  // --memory-limit: what each layout's memory must fit
-  std::vector<double> power_caps_w;     // --power-cap 400,500,700: a searched axis
+  int max_cp = 0;                               // 0 = plan::default_max_cp of the sequence length
+  std::string trainer = "default";              // --trainer: memory accounting of every layout
+  std::vector<std::string> precisions{"bf16"};  // --precision: the precisions searched
+  std::string memory_limit = "usable";          // --memory-limit: what each layout's memory must fit
+  std::vector<double> power_caps_w;             // --power-cap 400,500,700: a searched axis
   std::string objective = "throughput";
   double power_budget_w = 0;
   double max_peak_power_w = 0;
@@ -81,6 +82,25 @@ plan::LayoutConstraints constraints_of(const PlanFlags& flags) {
     constraints.recompute.push_back(parallel::parse_recompute(name));
   if (flags.overlap || flags.no_overlap) constraints.overlap = flags.overlap;
   return constraints;
+}
+
+/// The precisions `names` asks for that the cluster's card runs; those it cannot are skipped with the reason
+/// on stderr, and none left is an InputError (sim::require_precision's).
+std::vector<parallel::Precision> searched_precisions(const std::vector<std::string>& names,
+                                                     const sim::ClusterSpec& cluster) {
+  std::vector<parallel::Precision> precisions;
+  for (const std::string& name : names) {
+    const parallel::Precision precision = parallel::kPrecisionAxis.parse(name);
+    if (sim::supports_precision(cluster.gpu, precision)) {
+      precisions.push_back(precision);
+    } else if (names.size() > 1) {
+      fmt::print(stderr, "calo plan: skipping --precision {}: the {} of cluster {} has no FP8 tensor cores\n",
+                 name, cluster.gpu.name, cluster.name);
+    }
+  }
+  if (precisions.empty())
+    sim::require_precision(cluster.gpu, cluster.name, parallel::kPrecisionAxis.parse(names.front()));
+  return precisions;
 }
 
 /// Progress of a long search on stderr: a bar on a terminal; otherwise (a log, a pipe, CI) a line at most
@@ -496,6 +516,9 @@ void print_text(const plan::SearchRequest& request, const plan::SearchResult& re
   fmt::print("{}", equivalence_line(request, result, rows));
   fmt::print(
       "# front: * = on the Pareto front over tokens/s, tokens/J (higher), peak power, hottest die (lower)\n");
+  if (request.space.precisions != std::vector<parallel::Precision>{parallel::Precision::kBf16})
+    fmt::print(
+        "# MFU: model FLOPs over the bf16 peak for FP8 layouts too (docs/METRICS.md \"FP8 training\")\n");
   for (int row = 0; row < rows; ++row) {
     const plan::Evaluation& evaluation = result.evaluations[result.ranking[row]];
     const auto& layout = evaluation.candidate.layout;
@@ -534,11 +557,12 @@ int run_plan(const PlanFlags& flags) {
                   flags.max_cp, plan::default_max_cp(plan::kLongSequenceTokens), plan::kLongSequenceTokens));
   request.space.max_cp = flags.max_cp > 0 ? flags.max_cp : plan::default_max_cp(seq_length);
   request.space.trainer = parallel::parse_trainer(flags.trainer);
+  request.cluster = sim::load_cluster(flags.cluster);
+  request.space.precisions = searched_precisions(flags.precisions, request.cluster);
   request.space.memory_limit = plan::parse_memory_limit(flags.memory_limit);
   request.space.constraints = constraints_of(flags);
   // A --cp constraint asks for context parallelism even at sequences that do not get it by default.
   for (int cp : flags.constraints.cp) request.space.max_cp = std::max(request.space.max_cp, cp);
-  request.cluster = sim::load_cluster(flags.cluster);
   request.objective = plan::parse_objective(flags.objective);
   request.power_budget_w = flags.power_budget_w;
   request.max_peak_power_w = flags.max_peak_power_w;
@@ -589,6 +613,11 @@ void add_job_flags(CLI::App& app, PlanFlags& flags) {
   app.add_option("--gpus,-n", flags.gpus, "GPUs (every layout uses all of them)");
   app.add_option("--gbs,--global-batch", flags.global_batch, "Global batch in sequences (fixed)");
   app.add_option("--seq", flags.seq_length, "Sequence length; default the model's");
+  app.add_option(parallel::kPrecisionAxis.flag, flags.precisions,
+                 "Precisions of the linears searched, one or a comma-separated list (" +
+                     parallel::kPrecisionAxis.choices() + "), e.g. bf16,fp8; as calo sim's --precision")
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_option("--trainer", flags.trainer,
                  "Memory accounting of every layout: default (bf16 gradients), pytorch (fp32 master "
                  "gradient, plain cross-entropy's fp32 backward at the loss) or torchtitan (FSDP2 or DDP "
@@ -658,9 +687,11 @@ void add_constraint_flags(CLI::App& app, PlanFlags& flags) {
   app.add_option("--mbs,--micro-batch", constraints.micro_batch, "Only these micro-batch sizes")
       ->delimiter(',');
   app.add_option("--zero", constraints.zero_stage, "Only these ZeRO stages (0-3)")->delimiter(',');
-  app.add_option("--schedule", flags.schedule, "Only these pipeline schedules (gpipe, 1f1b, interleaved)")
+  app.add_option(parallel::kScheduleAxis.flag, flags.schedule,
+                 "Only these pipeline schedules (" + parallel::kScheduleAxis.choices() + ")")
       ->delimiter(',');
-  app.add_option("--recompute", flags.recompute, "Only these recomputation modes (none, selective, full)")
+  app.add_option(parallel::kRecomputeAxis.flag, flags.recompute,
+                 "Only these recomputation modes (" + parallel::kRecomputeAxis.choices() + ")")
       ->delimiter(',');
   app.add_flag("--overlap", flags.overlap, "Only layouts that overlap communication with compute");
   app.add_flag("--no-overlap", flags.no_overlap, "Only layouts without overlap");

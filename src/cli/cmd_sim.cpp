@@ -196,7 +196,9 @@ void print_summary(const sim::SimResult& result, const nlohmann::json& json, dou
   } else {
     row(fmt::format("model TFLOP/s per {}", gpu), model_tflops, "TFLOP/s", 1);
   }
-  row("MFU", 100.0 * sim::mfu(result), "%", 1);
+  // FP8 layouts (describe() names their recipe "fp8-..."): MFU stays against the bf16 peak, and says so.
+  const bool fp8 = result.layout.find(" fp8-") != std::string::npos;
+  row(fp8 ? "MFU (against the bf16 peak)" : "MFU", 100.0 * sim::mfu(result), "%", 1);
   row(fmt::format("energy per step (all {0}s; {0}s only)", gpu),
       json["energy_per_step_j"].get<double>() / 1e3, "kJ", 2);
   row(fmt::format("mean power per {} (energy / time)", gpu), json["mean_power_w"].get<double>(), "W", 1);
@@ -353,6 +355,8 @@ void check_sim_flags(const SimFlags& flags) {
 graph::Graph build_sim_graph(const model::ModelSpec& model, const parallel::Layout& layout,
                              const sim::ClusterSpec& cluster, const SimFlags& flags,
                              std::vector<std::string>& warnings) {
+  sim::require_precision(cluster.gpu, cluster.name,
+                         layout.precision);  // before memory: the card cannot run it
   if (std::string memory =
           check_memory(model, layout, cluster, flags.allow_oom, plan::parse_memory_limit(flags.memory_limit));
       !memory.empty())

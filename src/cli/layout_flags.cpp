@@ -48,9 +48,16 @@ void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional) 
       ->capture_default_str();
   app.add_flag(
       "--fsdp", [&layout](int64_t) { layout.zero_stage = 3; }, "Fully sharded data parallel (= --zero 3)");
-  app.add_option("--recompute", flags.recompute, "Activation recomputation: none, selective, full")
+  app.add_option(parallel::kRecomputeAxis.flag, flags.recompute,
+                 "Activation recomputation: " + parallel::kRecomputeAxis.choices())
       ->capture_default_str();
-  app.add_option("--schedule", flags.schedule, "Pipeline schedule: gpipe, 1f1b, interleaved")
+  app.add_option(parallel::kScheduleAxis.flag, flags.schedule,
+                 "Pipeline schedule: " + parallel::kScheduleAxis.choices())
+      ->capture_default_str();
+  app.add_option(parallel::kPrecisionAxis.flag, flags.precision,
+                 "Precision of the transformer linears: " + parallel::kPrecisionAxis.choices() +
+                     " (fp8: e4m3 operands, tensorwise dynamic scaling as torchao's default; fp8-rowwise: a "
+                     "scale per row; attention, norms, embedding and output layer stay bf16)")
       ->capture_default_str();
   app.add_option("--vpp,--virtual-stages", layout.virtual_stages,
                  "Model chunks per pipeline rank (interleaved)")
@@ -136,6 +143,7 @@ std::pair<model::ModelSpec, parallel::Layout> resolve(const LayoutFlags& flags) 
   layout.schedule = parallel::parse_schedule(flags.schedule);
   if (!flags.attention.empty()) layout.attention = parallel::parse_attention(flags.attention);
   layout.trainer = parallel::parse_trainer(flags.trainer);
+  layout.precision = parallel::kPrecisionAxis.parse(flags.precision);
   if (flags.reshard_after_forward != "on" && flags.reshard_after_forward != "off")
     throw InputError("--fsdp-reshard-after-forward: '" + flags.reshard_after_forward +
                      "' is not on/off; write on or off");

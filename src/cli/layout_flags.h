@@ -28,6 +28,7 @@ struct LayoutFlags {
   /// --attention fused|unfused; empty = the default (or, for calo sim, the cluster's)
   std::string attention;
   std::string trainer = "default";  ///< --trainer default|pytorch (memory accounting)
+  std::string precision = "bf16";   ///< --precision bf16|fp8|fp8-rowwise (the transformer linears)
 };
 
 /// Adds --model (unless `model_positional`, then a positional MODEL) and all layout flags to `app`.

@@ -32,6 +32,23 @@ Graph build_graph_unchecked(const model::ModelSpec& model, const parallel::Layou
 inline constexpr double kBf16Bytes = 2.0;
 /// Bytes per fp32 element.
 inline constexpr double kFp32Bytes = 4.0;
+/// Bytes per FP8 (e4m3 / e5m2) value.
+inline constexpr double kFp8Bytes = 1.0;
+
+/// What casting a GEMM pass's operands to FP8 moves, per value of A (m x k) and of B (k x n), and the share
+/// of each that is a fresh cast from bf16 (an amax and a scale: FLOPs) rather than a copy of an earlier cast.
+struct Fp8CastBytes {
+  double a_per_value = 0;  ///< bytes moved per value of A
+  double b_per_value = 0;  ///< bytes moved per value of B
+  double a_fresh = 0;      ///< fraction of A's values cast fresh from bf16
+  double b_fresh = 0;      ///< fraction of B's values cast fresh from bf16
+};
+/// The cast work of one GEMM pass under `precision` with `microbatches` per step (docs/METRICS.md "FP8
+/// training"): tensorwise casts in two passes (amax, then scale and cast: 5 B per value) and reuses a
+/// transposed copy backward (2 B); rowwise casts in one pass (3 B) and casts again along the other axis
+/// backward; delayed scaling writes the FP8 copy and its transpose from the producing kernel (2 B), casts
+/// dY with one cast-transpose (4 B) and each weight once per step (4 B over the step's micro-batches).
+Fp8CastBytes fp8_cast_bytes(parallel::Precision precision, GemmPass pass, int microbatches);
 
 /// Parameter unit of the embedding (a unit is a layer (>= 0), the embedding or the output head).
 inline constexpr int kEmbeddingUnit = -1;
@@ -150,6 +167,9 @@ struct BuilderCore {
   /// A GEMM C[m,n] = A[m,k] B[k,n] (`batch` independent products) on the compute stream; returns its index.
   int gemm(GemmWeight weight, GemmPass pass, std::int64_t m, std::int64_t n, std::int64_t k, int expert = -1,
            std::int64_t batch = 1);
+  /// FP8: the amax, scale and cast work a GEMM pass's operands need (docs/METRICS.md "FP8 training"), as one
+  /// cast op before it; A is m x k, B is k x n, `products` independent products.
+  void fp8_casts(GemmPass pass, std::int64_t m, std::int64_t n, std::int64_t k, double products);
   /// A memory-bound op moving `bytes` and doing `flops` on the compute stream; returns its index.
   int elementwise(ElementwiseKind kind, double bytes, double flops);
   /// One attention-core op: `queries` rows against `keys` rows; the causal mask is bottom-right aligned when

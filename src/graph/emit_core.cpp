@@ -31,13 +31,77 @@ BuilderCore::BuilderCore(const model::ModelSpec& model_spec, const parallel::Lay
   num_virtual = layout.pp * layout.virtual_stages;
 }
 
+namespace {
+
+/// Whether `weight` is a transformer linear, the matrices FP8 recipes run in FP8 (the output layer, the
+/// router and the attention core stay bf16).
+bool is_fp8_linear(GemmWeight weight) {
+  switch (weight) {
+    case GemmWeight::kQkv:
+    case GemmWeight::kProj:
+    case GemmWeight::kFc1:
+    case GemmWeight::kFc2:
+    case GemmWeight::kExpertFc1:
+    case GemmWeight::kExpertFc2:
+      return true;
+    default:
+      return false;
+  }
+}
+
+/// FLOPs per value cast: |x|, max, x * scale.
+constexpr double kCastFlops = 3;
+
+}  // namespace
+
+Fp8CastBytes fp8_cast_bytes(parallel::Precision precision, GemmPass pass, int microbatches) {
+  constexpr double kTwoPassCast = 2 * kBf16Bytes + kFp8Bytes;    // read for amax, read again, write FP8
+  constexpr double kOnePassCast = kBf16Bytes + kFp8Bytes;        // amax of a row held while it is cast
+  constexpr double kTranspose = 2 * kFp8Bytes;                   // read FP8, write it transposed
+  constexpr double kCastTranspose = kBf16Bytes + 2 * kFp8Bytes;  // read bf16, write FP8 and its transpose
+  const bool forward = pass == GemmPass::kForward, dgrad = pass == GemmPass::kDgrad;
+  switch (precision) {
+    case parallel::Precision::kFp8Tensorwise:
+      if (forward) return {kTwoPassCast, kTwoPassCast, 1, 1};
+      if (dgrad) return {kTwoPassCast, kTranspose, 1, 0};  // dY fresh, W^T a copy
+      return {kTranspose, kTranspose, 0, 0};               // X^T and dY^T copies
+    case parallel::Precision::kFp8Rowwise:
+      return {kOnePassCast, kOnePassCast, 1, 1};
+    case parallel::Precision::kFp8Delayed: {
+      const double per_step = 1.0 / std::max(1, microbatches);
+      if (forward) return {2 * kFp8Bytes, kCastTranspose * per_step, 1, per_step};
+      if (dgrad) return {kCastTranspose, 0, 1, 0};
+      return {};
+    }
+    case parallel::Precision::kBf16:
+      break;
+  }
+  return {};
+}
+
+void BuilderCore::fp8_casts(GemmPass pass, std::int64_t m, std::int64_t n, std::int64_t k, double products) {
+  const double a_values = products * static_cast<double>(m * k);
+  const double b_values = products * static_cast<double>(k * n);
+  const Fp8CastBytes cast = fp8_cast_bytes(layout.precision, pass, layout.num_microbatches());
+  const double bytes = cast.a_per_value * a_values + cast.b_per_value * b_values;
+  if (bytes <= 0) return;  // every operand reused from a cast made before
+  elementwise(ElementwiseKind::kCast, bytes,
+              kCastFlops * (cast.a_fresh * a_values + cast.b_fresh * b_values));
+}
+
 int BuilderCore::gemm(GemmWeight weight, GemmPass pass, std::int64_t m, std::int64_t n, std::int64_t k,
                       int expert, std::int64_t batch) {
-  Op& op = compute_op(OpKind::kGemm);
-  op.gemm = GemmShape{m, n, k, DType::kBf16, weight, pass, expert, batch};
   const auto products = static_cast<double>(batch);
+  const bool fp8 = layout.fp8() && is_fp8_linear(weight);
+  if (fp8) fp8_casts(pass, m, n, k, products);
+  Op& op = compute_op(OpKind::kGemm);
+  const DType fp8_type =  // delayed scaling runs tensorwise-scaled GEMMs
+      layout.precision == parallel::Precision::kFp8Rowwise ? DType::kFp8Rowwise : DType::kFp8;
+  op.gemm = GemmShape{m, n, k, fp8 ? fp8_type : DType::kBf16, weight, pass, expert, batch};
   op.flops = products * 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  op.bytes = products * kBf16Bytes * static_cast<double>(m * k + k * n + m * n);
+  const double operand_bytes = fp8 ? kFp8Bytes : kBf16Bytes;  // the output is bf16 either way
+  op.bytes = products *
+             (operand_bytes * static_cast<double>(m * k + k * n) + kBf16Bytes * static_cast<double>(m * n));
   return last_compute;
 }
 

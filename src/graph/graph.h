@@ -49,8 +49,9 @@ inline constexpr int kNumStreams = 6;
 /// Part of the iteration an op belongs to.
 enum class Phase : std::uint8_t { kForward, kBackward, kRecompute, kOptimizer };
 
-/// Element type of a GEMM's operands.
-enum class DType : std::uint8_t { kBf16, kFp32 };
+/// Element type of a GEMM's operands. kFp8: e4m3 with one scale per tensor; kFp8Rowwise: e4m3 with a scale
+/// per row of A and per column of B (slower GEMM kernels); both accumulate in fp32 and write bf16.
+enum class DType : std::uint8_t { kBf16, kFp32, kFp8, kFp8Rowwise };
 
 /// Which weight a GEMM multiplies with (or, for the unfused attention core, which product it is).
 enum class GemmWeight : std::uint8_t {
@@ -122,6 +123,7 @@ enum class ElementwiseKind : std::uint8_t {
   kCrossEntropy,  ///< vocabulary-parallel softmax cross entropy (and its gradient)
   kRouting,       ///< MoE top-k selection, permutation and weighted combine
   kSoftmax,       ///< unfused attention: scale, causal mask, softmax (+ dropout) over the s x s scores
+  kCast,          ///< FP8: amax, scale and cast of a GEMM's operands (or the transposed copy backward needs)
 };
 
 /// Collective operation. `Op::bytes` is the full buffer: all-reduce buffer, all-gather output, reduce-scatter

@@ -28,7 +28,8 @@ const char* to_string(Phase phase) {
 }
 
 const char* to_string(DType dtype) {
-  return dtype == DType::kBf16 ? "bf16" : "fp32";
+  constexpr std::array kDTypeNames{"bf16", "fp32", "fp8", "fp8-rowwise"};
+  return core::enum_name(dtype, kDTypeNames);
 }
 
 constexpr std::array kGemmWeightNames{"qkv",    "proj",       "fc1",        "fc2",        "logits",
@@ -44,8 +45,8 @@ const char* to_string(GemmPass pass) {
   return core::enum_name(pass, kGemmPassNames);
 }
 
-constexpr std::array kElementwiseKindNames{"norm",      "activation",    "rope",    "residual_add",
-                                           "embedding", "cross_entropy", "routing", "softmax"};
+constexpr std::array kElementwiseKindNames{
+    "norm", "activation", "rope", "residual_add", "embedding", "cross_entropy", "routing", "softmax", "cast"};
 
 const char* to_string(ElementwiseKind kind) {
   return core::enum_name(kind, kElementwiseKindNames);

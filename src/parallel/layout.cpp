@@ -13,17 +13,11 @@
 namespace calo::parallel {
 
 Recompute parse_recompute(const std::string& text) {
-  if (text == "none") return Recompute::kNone;
-  if (text == "selective") return Recompute::kSelective;
-  if (text == "full") return Recompute::kFull;
-  throw InputError("--recompute: '" + text + "' is not a mode; use none, selective or full");
+  return kRecomputeAxis.parse(text);
 }
 
 Schedule parse_schedule(const std::string& text) {
-  if (text == "gpipe") return Schedule::kGpipe;
-  if (text == "1f1b") return Schedule::k1F1B;
-  if (text == "interleaved") return Schedule::kInterleaved;
-  throw InputError("--schedule: '" + text + "' is not a schedule; use gpipe, 1f1b or interleaved");
+  return kScheduleAxis.parse(text);
 }
 
 namespace {
@@ -66,25 +60,23 @@ double gradient_reduce_bytes_per_param(Trainer trainer) {
 }
 
 CpComm parse_cp_comm(const std::string& text) {
-  if (text == "p2p") return CpComm::kP2p;
-  if (text == "allgather") return CpComm::kAllGather;
-  throw InputError("--cp-comm: '" + text + "' is not a context-parallel communication; use p2p or allgather");
+  return kCpCommAxis.parse(text);
 }
 
 std::string to_string(CpComm comm) {
-  return comm == CpComm::kAllGather ? "allgather" : "p2p";
+  return kCpCommAxis.name(comm);
 }
-
-constexpr std::array kRecomputeNames{"none", "selective", "full"};
 
 std::string to_string(Recompute recompute) {
-  return core::enum_name(recompute, kRecomputeNames);
+  return kRecomputeAxis.name(recompute);
 }
 
-constexpr std::array kScheduleNames{"gpipe", "1f1b", "interleaved"};
-
 std::string to_string(Schedule schedule) {
-  return core::enum_name(schedule, kScheduleNames);
+  return kScheduleAxis.name(schedule);
+}
+
+std::string to_string(Precision precision) {
+  return kPrecisionAxis.name(precision);
 }
 
 namespace {
@@ -108,6 +100,7 @@ nlohmann::json to_json(const Layout& layout) {
                {"attention", to_string(layout.attention)}});
   // Written only when not the default, so runs stored before the key existed compare equal to new ones.
   if (layout.trainer != Trainer::kDefault) json["trainer"] = to_string(layout.trainer);
+  if (layout.fp8()) json["precision"] = to_string(layout.precision);
   return json;
 }
 
@@ -138,6 +131,7 @@ Layout layout_from_json(const nlohmann::json& object) {
   layout.attention = parse_attention(object.value("attention", std::string("fused")), "layout.attention");
   layout.pipeline_scatter_gather = object.value("pipeline_scatter_gather", true);
   layout.trainer = parse_trainer(object.value("trainer", std::string("default")), "layout.trainer");
+  layout.precision = kPrecisionAxis.parse(object.value("precision", std::string("bf16")), "layout.precision");
   return layout;
 }
 
@@ -174,6 +168,9 @@ std::string describe(const Layout& layout) {
   if (layout.overlap_tp_comm || layout.overlap_grad_reduce || layout.overlap_param_gather) text += " overlap";
   if (layout.attention == AttentionImpl::kUnfused) text += " unfused-attn";
   if (layout.trainer != Trainer::kDefault) text += " " + to_string(layout.trainer) + "-trainer";
+  if (layout.precision == Precision::kFp8Tensorwise) text += " fp8-tensorwise";
+  if (layout.precision == Precision::kFp8Rowwise) text += " fp8-rowwise";
+  if (layout.precision == Precision::kFp8Delayed) text += " fp8-delayed";
   if (layout.scatter_gather_in_effect()) text += " pp-scatter-gather";
   if (layout.uneven_partition()) text += " layers-" + partition_text(layout.layers_per_stage);
   if (!layout.stage_gpus.empty()) text += fmt::format(" stages-on-{}", fmt::join(layout.stage_gpus, ","));

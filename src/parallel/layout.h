@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/accounting.h"
+#include "parallel/axes.h"
 
 namespace calo::parallel {
 
@@ -31,6 +32,13 @@ enum class CpComm { kP2p, kAllGather };
 /// `torchtitan`, torchtitan's FSDP2 (--zero 3) or DDP/one-GPU (--zero 0) mixed precision: fp32 parameters,
 /// bf16 compute copies, gradients freed at each step's start.
 enum class Trainer { kDefault, kPytorch, kTorchtitan };
+/// Precision of the transformer linears (QKV, projection, FFN and expert matrices; attention, norms,
+/// embedding and the output layer stay bf16): bf16, or FP8 e4m3 operands with fp32 accumulation and bf16
+/// output under one of three recipes: torchao's dynamic scaling, one scale per tensor ("tensorwise", its
+/// default) or one per row ("rowwise"), each cast in kernels of its own; or Transformer Engine's delayed
+/// scaling (NeMo, Megatron-LM, MLPerf), its casts fused into the kernels that produce the operands and the
+/// weights cast once per step. The cast work runs as ops of its own (docs/METRICS.md "FP8 training").
+enum class Precision { kBf16, kFp8Tensorwise, kFp8Rowwise, kFp8Delayed };
 
 /// Most GPUs one layout may span: a limit on the work an input can ask for (--gpus 1e8 took 9 GB and
 /// minutes).
@@ -74,7 +82,10 @@ struct Layout {
   /// Megatron-LM's pipeline scatter/gather: without sequence parallel and with tp > 1, each TP rank sends
   /// 1/tp of the stage boundary activation and the receivers all-gather it over the TP group.
   bool pipeline_scatter_gather = true;
-  Trainer trainer = Trainer::kDefault;  ///< memory accounting convention (no effect on the graph)
+  Trainer trainer = Trainer::kDefault;     ///< memory accounting convention (no effect on the graph)
+  Precision precision = Precision::kBf16;  ///< precision of the transformer linears
+  /// Whether the transformer linears run in FP8.
+  bool fp8() const { return precision != Precision::kBf16; }
 
   /// Total ranks: tp * cp * pp * dp.
   int world_size() const { return tp * cp * pp * dp; }
@@ -113,6 +124,20 @@ std::string describe(const Layout& layout);
 /// Layers per (virtual) stage as --layers-per-stage takes them: comma-separated, a run of three or more equal
 /// counts written COUNTxREPEAT, e.g. "0,1x126,0" for Llama 3 405B's 128 chunks.
 std::string partition_text(const std::vector<int>& layers_per_stage);
+/// The recomputation axis: --recompute, campaign key recompute.
+inline constexpr Axis<Recompute, 3> kRecomputeAxis{
+    "--recompute", "recompute", "a mode", {"none", "selective", "full"}};
+/// The pipeline schedule axis: --schedule, campaign key schedule.
+inline constexpr Axis<Schedule, 3> kScheduleAxis{
+    "--schedule", "schedule", "a schedule", {"gpipe", "1f1b", "interleaved"}};
+/// The context-parallel communication axis: --cp-comm, campaign key cp-comm.
+inline constexpr Axis<CpComm, 2> kCpCommAxis{
+    "--cp-comm", "cp-comm", "a context-parallel communication", {"p2p", "allgather"}};
+/// The precision axis: --precision, campaign key precision ("fp8" is tensorwise scaling, torchao's default).
+inline constexpr Axis<Precision, 4> kPrecisionAxis{
+    "--precision", "precision", "a precision", {"bf16", "fp8", "fp8-rowwise", "fp8-delayed"}};
+/// Name of a precision ("bf16", "fp8", "fp8-rowwise", "fp8-delayed").
+std::string to_string(Precision precision);
 /// Parses "none|selective|full"; throws InputError naming the flag on anything else.
 Recompute parse_recompute(const std::string& text);
 /// Parses "gpipe|1f1b|interleaved"; throws InputError naming the flag on anything else.

@@ -157,11 +157,10 @@ bool fits_memory(const parallel::MemoryBreakdown& memory, double device_bytes, M
   return memory.total_bytes() <= memory_limit_bytes(device_bytes, limit);
 }
 
-LayoutSpace enumerate_layouts(const SpaceRequest& request) {
-  require_input(request.gpus >= 1, fmt::format("--gpus {}: need at least 1 GPU", request.gpus));
-  require_input(request.global_batch >= 1,
-                fmt::format("--gbs {}: the global batch must be >= 1 sequence", request.global_batch));
-  LayoutSpace space;
+namespace {
+
+/// The layouts of `request` at one precision, appended to `space`.
+void enumerate_at(const SpaceRequest& request, parallel::Precision precision, LayoutSpace& space) {
   for (const Sizes& sizes : enumerate_sizes(request)) {
     if (request.global_batch % sizes.dp != 0) {
       ++space.invalid;
@@ -188,6 +187,7 @@ LayoutSpace enumerate_layouts(const SpaceRequest& request) {
             layout.zero_stage = zero_stage;
             layout.attention = request.attention;
             layout.trainer = request.trainer;
+            layout.precision = precision;
             layout.fsdp_shard_size = sharding.shard_size;
             layout.overlap_tp_comm = overlap && sizes.tp > 1;
             layout.overlap_grad_reduce = overlap && sizes.dp * sizes.cp > 1;
@@ -214,6 +214,16 @@ LayoutSpace enumerate_layouts(const SpaceRequest& request) {
       }
     }
   }
+}
+
+}  // namespace
+
+LayoutSpace enumerate_layouts(const SpaceRequest& request) {
+  require_input(request.gpus >= 1, fmt::format("--gpus {}: need at least 1 GPU", request.gpus));
+  require_input(request.global_batch >= 1,
+                fmt::format("--gbs {}: the global batch must be >= 1 sequence", request.global_batch));
+  LayoutSpace space;
+  for (parallel::Precision precision : request.precisions) enumerate_at(request, precision, space);
   return space;
 }
 
@@ -269,6 +279,7 @@ std::string calo_flags(const parallel::Layout& layout) {
   if (!layout.pipeline_scatter_gather) text += " --no-pp-scatter-gather";
   if (layout.trainer != parallel::Trainer::kDefault)
     text += " --trainer " + parallel::to_string(layout.trainer);
+  if (layout.fp8()) text += " --precision " + parallel::to_string(layout.precision);
   if (layout.uneven_partition())
     text += " --layers-per-stage " + parallel::partition_text(layout.layers_per_stage);
   if (!layout.stage_gpus.empty()) text += fmt::format(" --stage-gpus {}", fmt::join(layout.stage_gpus, ","));
@@ -332,6 +343,12 @@ std::string megatron_flags(const parallel::Layout& layout) {
   if (layout.overlap_grad_reduce) text += " --overlap-grad-reduce";
   if (layout.overlap_param_gather) text += " --overlap-param-gather";
   if (layout.attention == parallel::AttentionImpl::kFused) text += " --use-flash-attn";
+  // Megatron-LM's FP8 through Transformer Engine: delayed scaling (hybrid: e4m3 forward, e5m2 gradients) or
+  // current (per-tensor) scaling; it has no rowwise recipe of torchao's kind.
+  if (layout.precision == parallel::Precision::kFp8Delayed)
+    text += " --fp8-format hybrid --fp8-recipe delayed";
+  if (layout.precision == parallel::Precision::kFp8Tensorwise)
+    text += " --fp8-format e4m3 --fp8-recipe tensorwise";
   if (!layout.pipeline_scatter_gather) text += " --no-scatter-gather-tensors-in-pipeline";
   if (layout.uneven_partition()) text += megatron_partition_flags(layout.layers_per_stage);
   return text;

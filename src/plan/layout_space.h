@@ -50,7 +50,9 @@ struct SpaceRequest {
   double device_memory_bytes = 0;  ///< HBM per GPU; a layout fits when its accounted total <= usable share
   parallel::AttentionImpl attention = parallel::AttentionImpl::kFused;  ///< attention core of every layout
   parallel::Trainer trainer = parallel::Trainer::kDefault;  ///< memory accounting of every layout (--trainer)
-  MemoryLimit memory_limit = MemoryLimit::kUsable;          ///< what `fits` holds a layout to
+  /// Precisions searched (--precision bf16,fp8): each layout once per precision.
+  std::vector<parallel::Precision> precisions = {parallel::Precision::kBf16};
+  MemoryLimit memory_limit = MemoryLimit::kUsable;  ///< what `fits` holds a layout to
   int max_cp = 1;  ///< context-parallel sizes enumerated: powers of two up to max_cp (1 = no cp)
   LayoutConstraints constraints;  ///< settings held to given values; layouts outside are not enumerated
 };

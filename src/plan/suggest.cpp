@@ -16,6 +16,7 @@ FittingSuggestion suggest_fitting_layouts(const model::ModelSpec& model, const p
   request.gpus_per_node = gpus_per_node;
   request.attention = layout.attention;
   request.trainer = layout.trainer;
+  request.precisions = {layout.precision};
   request.device_memory_bytes = device_memory_bytes;
   // Long sequences: suggest context-parallel layouts too (cp up to 16, or the layout's own).
   request.max_cp = std::max(layout.cp, default_max_cp(layout.seq_length));

@@ -88,10 +88,13 @@ ComputeEfficiency parse_efficiency(const nlohmann::json& object, const std::stri
   ConfigReader reader(object, origin);
   reader.reject_unknown_keys({"gemm_max", "gemm_half_dim", "attention_max", "attention_half_seq",
                               "attention_half_rows", "attention_backward_fraction", "memory_max",
-                              "memory_half_bytes", "kernel_overhead_us", "op_time_scale"});
+                              "memory_half_bytes", "kernel_overhead_us", "op_time_scale", "gemm_fp8_max",
+                              "gemm_fp8_rowwise_max"});
   ComputeEfficiency efficiency;
   efficiency.gemm_max = bounded(reader, origin, "gemm_max", efficiency.gemm_max, 0.01, 1.0);
   efficiency.gemm_half_dim = bounded(reader, origin, "gemm_half_dim", efficiency.gemm_half_dim, 0, 1e6);
+  efficiency.gemm_fp8_max = bounded(reader, origin, "gemm_fp8_max", 0, 0, 1.0);
+  efficiency.gemm_fp8_rowwise_max = bounded(reader, origin, "gemm_fp8_rowwise_max", 0, 0, 1.0);
   efficiency.attention_max = bounded(reader, origin, "attention_max", efficiency.attention_max, 0.01, 1.0);
   efficiency.attention_half_seq =
       bounded(reader, origin, "attention_half_seq", efficiency.attention_half_seq, 0, 1e7);
@@ -161,9 +164,9 @@ PowerControlSpec parse_power_control(const nlohmann::json& object, const std::st
 GpuSpec parse_gpu(const nlohmann::json& object, const std::string& origin) {
   ConfigReader reader(object, origin);
   reader.reject_unknown_keys(
-      {"name", "peak_bf16_tflops", "peak_fp32_tflops", "hbm_bandwidth_gb_s", "memory_gib", "power_limit_w",
-       "idle_power_w", "wait_power_w", "wait_power_decay_ms", "max_sm_mhz", "min_sm_mhz", "clock_step_mhz",
-       "clock_power_exponent", "active_power_w", "efficiency", "thermal", "power_control"});
+      {"name", "peak_bf16_tflops", "peak_fp32_tflops", "peak_fp8_tflops", "hbm_bandwidth_gb_s", "memory_gib",
+       "power_limit_w", "idle_power_w", "wait_power_w", "wait_power_decay_ms", "max_sm_mhz", "min_sm_mhz",
+       "clock_step_mhz", "clock_power_exponent", "active_power_w", "efficiency", "thermal", "power_control"});
   GpuSpec gpu;
   gpu.name = reader.get_string("name");
   // At least 1 GFLOP/s: a 2-core VM's CPU backend calibrates to ~0.01 TFLOP/s (the main job's cpu-host fit).
@@ -173,6 +176,8 @@ GpuSpec parse_gpu(const nlohmann::json& object, const std::string& origin) {
   gpu.peak_fp32_flops = physical(reader, origin, "peak_fp32_tflops", kMinBf16Tflops / kDefaultBf16PerFp32,
                                  1e7, gpu.peak_bf16_flops / kTera / kDefaultBf16PerFp32) *
                         kTera;
+  // Optional: 0 or absent is a card without FP8 tensor cores, which refuses --precision fp8.
+  gpu.peak_fp8_flops = bounded(reader, origin, "peak_fp8_tflops", 0, 0, 1e7) * kTera;
   gpu.hbm_bandwidth_bytes_per_s = physical(reader, origin, "hbm_bandwidth_gb_s", 1, 1e12) * kGiga;
   gpu.memory_bytes = physical(reader, origin, "memory_gib", 0.01, 1e5) * 1024.0 * 1024.0 * 1024.0;
   gpu.power_limit_w = physical(reader, origin, "power_limit_w", 1, 1e5);
@@ -201,8 +206,10 @@ GpuSpec parse_gpu(const nlohmann::json& object, const std::string& origin) {
     class_names.emplace_back(to_string(PowerClass(index)));
   power_reader.reject_unknown_keys(class_names);
   for (int index = 0; index < kNumPowerClasses; ++index) {
+    // An FP8 GEMM draws what a bf16 one does until a measurement says otherwise.
+    const double fallback_w = PowerClass(index) == PowerClass::kGemmFp8 ? gpu.active_power_w[0] : 0;
     gpu.active_power_w[index] =
-        bounded(power_reader, origin + ": active_power_w", class_names[index], 0, 0, 1e4);
+        bounded(power_reader, origin + ": active_power_w", class_names[index], fallback_w, 0, 1e4);
   }
   require_input(
       gpu.active_power_w[0] > 0,
@@ -340,7 +347,8 @@ CollectiveSpec parse_collective(const nlohmann::json& object, const std::string&
 
 }  // namespace
 
-constexpr std::array kPowerClassNames{"gemm", "attention", "elementwise", "optimizer", "communication"};
+constexpr std::array kPowerClassNames{"gemm",      "attention",     "elementwise",
+                                      "optimizer", "communication", "gemm_fp8"};
 static_assert(kPowerClassNames.size() == kNumPowerClasses);
 
 const char* to_string(PowerClass power_class) {
@@ -425,6 +433,8 @@ nlohmann::json efficiency_json(const ComputeEfficiency& efficiency) {
   nlohmann::json json;
   write_plain_fields(json, efficiency);
   json["kernel_overhead_us"] = efficiency.kernel_overhead_s / kMicro;
+  if (efficiency.gemm_fp8_max > 0) json["gemm_fp8_max"] = efficiency.gemm_fp8_max;
+  if (efficiency.gemm_fp8_rowwise_max > 0) json["gemm_fp8_rowwise_max"] = efficiency.gemm_fp8_rowwise_max;
   return json;
 }
 
@@ -434,6 +444,8 @@ nlohmann::json to_json(const ClusterSpec& cluster) {
   const GpuSpec& gpu = cluster.gpu;
   nlohmann::json power = nlohmann::json::object();
   for (int index = 0; index < kNumPowerClasses; ++index) {
+    // The FP8 GEMM's power only on a card with FP8 tensor cores (a bf16-only file reads as it was written).
+    if (PowerClass(index) == PowerClass::kGemmFp8 && gpu.peak_fp8_flops <= 0) continue;
     power[to_string(PowerClass(index))] = gpu.active_power_w[index];
   }
   nlohmann::json json = {
@@ -481,6 +493,7 @@ nlohmann::json to_json(const ClusterSpec& cluster) {
         {"bw_efficiency_max", cluster.collective.bw_efficiency_max},
         {"bw_half_bytes", cluster.collective.bw_half_bytes}}},
   };
+  if (gpu.peak_fp8_flops > 0) json["gpu"]["peak_fp8_tflops"] = gpu.peak_fp8_flops / kTera;
   if (!cluster.collective.lines.empty() || !cluster.collective.p2p_lines.empty()) {
     nlohmann::json lines = nlohmann::json::object();
     const auto add = [&lines](const std::string& name, const std::vector<CollectiveLine>& list) {
@@ -493,6 +506,17 @@ nlohmann::json to_json(const ClusterSpec& cluster) {
   json["attention"] = parallel::to_string(cluster.attention);
   if (!cluster.calibration.is_null()) json["calibration"] = cluster.calibration;
   return json;
+}
+
+bool supports_precision(const GpuSpec& gpu, parallel::Precision precision) {
+  return precision == parallel::Precision::kBf16 || gpu.peak_fp8_flops > 0;
+}
+
+void require_precision(const GpuSpec& gpu, const std::string& cluster_name, parallel::Precision precision) {
+  require_input(supports_precision(gpu, precision),
+                fmt::format("--precision {}: the {} of cluster {} has no FP8 tensor cores (its file gives no "
+                            "peak_fp8_tflops); use --precision bf16, or a cluster of H100, H200 or later",
+                            parallel::to_string(precision), gpu.name, cluster_name));
 }
 
 }  // namespace calo::sim

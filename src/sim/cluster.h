@@ -12,17 +12,23 @@
 
 namespace calo::sim {
 
-/// Op classes that draw different active power (docs/SIMULATOR.md, "Power").
-enum class PowerClass { kGemm, kAttention, kElementwise, kOptimizer, kCommunication };
+/// Op classes that draw different active power (docs/SIMULATOR.md, "Power"); kGemmFp8 is an FP8 GEMM (its
+/// power defaults to the bf16 GEMM's where the cluster file gives none).
+enum class PowerClass { kGemm, kAttention, kElementwise, kOptimizer, kCommunication, kGemmFp8 };
 /// Number of PowerClass values.
-inline constexpr int kNumPowerClasses = 5;
-/// Names: "gemm", "attention", "elementwise", "optimizer", "communication".
+inline constexpr int kNumPowerClasses = 6;
+/// Names: "gemm", "attention", "elementwise", "optimizer", "communication", "gemm_fp8".
 const char* to_string(PowerClass power_class);
 
 /// Shape-dependent efficiency curves of the compute cost model (fractions of peak).
 struct ComputeEfficiency {
-  double gemm_max = 0.8;            ///< best achievable fraction of peak FLOP/s for large GEMMs
-  double gemm_half_dim = 96;        ///< a GEMM dimension of this size halves that dimension's factor
+  double gemm_max = 0.8;      ///< best achievable fraction of peak FLOP/s for large GEMMs
+  double gemm_half_dim = 96;  ///< a GEMM dimension of this size halves that dimension's factor
+  /// Best achievable fraction of the FP8 peak for large FP8 GEMMs, one scale per tensor (same dimension
+  /// curve); 0 = gemm_max.
+  double gemm_fp8_max = 0;
+  /// The same for rowwise-scaled FP8 GEMMs (a scale per row and column); 0 = gemm_fp8_max.
+  double gemm_fp8_rowwise_max = 0;
   double attention_max = 0.6;       ///< best fraction of peak for the fused attention core
   double attention_half_seq = 256;  ///< sequence length at which attention reaches half its best
   /// Query rows over the whole grid (batch x heads x seq) at which attention fills half the GPU: small
@@ -78,6 +84,7 @@ struct GpuSpec {
   std::string name;                      ///< product name, e.g. "NVIDIA H200 SXM"
   double peak_bf16_flops = 0;            ///< dense bf16 FLOP/s at max_sm_mhz
   double peak_fp32_flops = 0;            ///< fp32 (non-tensor) FLOP/s at max_sm_mhz
+  double peak_fp8_flops = 0;             ///< dense FP8 tensor FLOP/s at max_sm_mhz; 0 = no FP8 tensor cores
   double hbm_bandwidth_bytes_per_s = 0;  ///< HBM bandwidth
   double memory_bytes = 0;               ///< HBM capacity
   double power_limit_w = 0;              ///< enforced power cap
@@ -88,14 +95,14 @@ struct GpuSpec {
   /// Time constant (s) over which a waiting GPU's power above idle decays from wait_power_w towards idle; 0
   /// = no decay (every wait at wait_power_w). Short waits stay hot, long bubbles cool.
   double wait_power_decay_s = 0;
-  double max_sm_mhz = 0;                                      ///< highest SM clock
-  double min_sm_mhz = 0;                                      ///< lowest SM clock the controllers use
-  double clock_step_mhz = 15;                                 ///< clock bin size of the DVFS controller
-  double clock_power_exponent = 1.25;                         ///< active power scales with (f / max)^exponent
-  double active_power_w[kNumPowerClasses] = {0, 0, 0, 0, 0};  ///< active power at max clock, full use
-  ComputeEfficiency efficiency;                               ///< compute cost curves
-  ThermalSpec thermal;                                        ///< heat model
-  PowerControlSpec power_control;                             ///< power-cap controller dynamics
+  double max_sm_mhz = 0;               ///< highest SM clock
+  double min_sm_mhz = 0;               ///< lowest SM clock the controllers use
+  double clock_step_mhz = 15;          ///< clock bin size of the DVFS controller
+  double clock_power_exponent = 1.25;  ///< active power scales with (f / max)^exponent
+  double active_power_w[kNumPowerClasses] = {0, 0, 0, 0, 0, 0};  ///< active power at max clock, full use
+  ComputeEfficiency efficiency;                                  ///< compute cost curves
+  ThermalSpec thermal;                                           ///< heat model
+  PowerControlSpec power_control;                                ///< power-cap controller dynamics
 };
 
 /// One node (host): GPUs, their NVLink/NVSwitch fabric, and air cooling by slot.
@@ -188,5 +195,10 @@ nlohmann::json to_json(const ClusterSpec& cluster);
 /// One collective line as the cluster file and the calibration's provenance write it: {name, bandwidth_scale,
 /// latency_scale, call_latency_scale, members_half[, fitted_members: [min, max]]}.
 nlohmann::json to_json(const CollectiveLine& line);
+
+/// Whether `gpu` runs the linears at `precision` (FP8 needs FP8 tensor cores: peak_fp8_tflops > 0).
+bool supports_precision(const GpuSpec& gpu, parallel::Precision precision);
+/// InputError naming the card, the cluster and the flag unless `gpu` supports `precision`.
+void require_precision(const GpuSpec& gpu, const std::string& cluster_name, parallel::Precision precision);
 
 }  // namespace calo::sim

@@ -118,6 +118,13 @@ double gemm_efficiency(const ComputeEfficiency& efficiency, double m, double n, 
          dimension_factor(k, half);
 }
 
+double fp8_gemm_max(const ComputeEfficiency& efficiency, graph::DType dtype) {
+  const double tensorwise = efficiency.gemm_fp8_max > 0 ? efficiency.gemm_fp8_max : efficiency.gemm_max;
+  if (dtype == graph::DType::kFp8Rowwise && efficiency.gemm_fp8_rowwise_max > 0)
+    return efficiency.gemm_fp8_rowwise_max;
+  return tensorwise;
+}
+
 double attention_grid_rows(const graph::AttentionShape& shape) {
   return static_cast<double>(shape.batch) * shape.heads * shape.seq;
 }
@@ -142,6 +149,12 @@ ComputeCost compute_cost(const GpuSpec& gpu, const graph::Op& op) {
       if (shape.dtype == graph::DType::kFp32) peak_flops = gpu.peak_fp32_flops;
       flop_efficiency = gemm_efficiency(efficiency, m, n, k);
       cost.power_class = PowerClass::kGemm;
+      if (shape.dtype == graph::DType::kFp8 || shape.dtype == graph::DType::kFp8Rowwise) {
+        // FP8 tensor cores: their peak, and their best fraction of it by scaling granularity.
+        peak_flops = gpu.peak_fp8_flops;
+        flop_efficiency *= fp8_gemm_max(efficiency, shape.dtype) / efficiency.gemm_max;
+        cost.power_class = PowerClass::kGemmFp8;
+      }
       break;
     }
     case graph::OpKind::kAttention: {

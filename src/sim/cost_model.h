@@ -32,6 +32,9 @@ struct ComputeCost {
 
 /// GEMM efficiency: gemm_max * prod over m, n, k of d / (d + gemm_half_dim).
 double gemm_efficiency(const ComputeEfficiency& efficiency, double m, double n, double k);
+/// Best fraction of the FP8 peak for an FP8 GEMM of `dtype` (kFp8 or kFp8Rowwise): gemm_fp8_max, or for
+/// rowwise gemm_fp8_rowwise_max when given; each falls back to the coarser figure (gemm_max last).
+double fp8_gemm_max(const ComputeEfficiency& efficiency, graph::DType dtype);
 /// Query rows over an attention kernel's whole grid: batch x heads x seq (what sets how many tiles it
 /// launches).
 double attention_grid_rows(const graph::AttentionShape& shape);

@@ -510,6 +510,7 @@ void record_breakdown(const SimOptions& options, const StepOutcome& outcome, Sim
 SimResult simulate(const graph::Graph& graph, const ClusterSpec& cluster, const SimOptions& options_by_gpu) {
   const auto wall_start = std::chrono::steady_clock::now();
   validate_options(graph, options_by_gpu);
+  require_precision(cluster.gpu, cluster.name, graph.layout.precision);
   check_stage_moves(graph.layout, cluster.node.gpus);
   // Without a stage -> GPU order ranks are GPUs: no copy of the options on the planner's hot path.
   std::optional<SimOptions> placed;

@@ -107,7 +107,9 @@ def layout_flags(row, cluster):
     for key in ("tp", "pp", "cp", "ep", "vpp", "zero"):
         flags += [f"--{key}", str(layout[key])]
     flags += ["--schedule", str(layout["schedule"]), "--recompute", str(layout["recompute"]),
-              "--trainer", str(layout["trainer"])]
+              "--trainer", str(layout["trainer"]), "--precision", str(layout["precision"])]
+    if row.get("layers"):
+        flags += ["--layers", str(row["layers"])]
     return flags + overlap_flags(layout["overlap"])
 
 

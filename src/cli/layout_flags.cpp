@@ -11,6 +11,26 @@
 
 namespace calo::cli {
 
+namespace {
+
+/// A check refusing a value below 1: "0 is not a count of WHAT (give 1 or more[, or UNSET])", UNSET saying
+/// what leaving the flag out means.
+CLI::Validator at_least_one(const std::string& what, const std::string& unset = "") {
+  return CLI::Validator(
+      [what, unset](std::string& text) -> std::string {
+        try {
+          if (std::stoll(text) >= 1) return {};
+        } catch (const std::exception&) {
+          return {};  // not a number: the option's own conversion names it
+        }
+        return text + " is not a count of " + what + " (give 1 or more" +
+               (unset.empty() ? "" : ", or " + unset) + ")";
+      },
+      ">= 1");
+}
+
+}  // namespace
+
 void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional) {
   if (model_positional) {
     app.add_option("model,--model", flags.model, "Model preset name or YAML file (see `calo model --list`)");
@@ -34,9 +54,13 @@ void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional) 
   app.add_option("--dp", layout.dp, "Data-parallel size")->capture_default_str();
   app.add_option("--ep", layout.ep, "Expert-parallel size (MoE; divides dp)")->capture_default_str();
   app.add_option("--mbs,--micro-batch", layout.micro_batch, "Micro-batch size (sequences)")
+      ->check(at_least_one("sequences per micro-batch"))
       ->capture_default_str();
-  app.add_option("--gbs,--global-batch", layout.global_batch, "Global batch (sequences); default mbs*dp");
-  app.add_option("--seq", layout.seq_length, "Sequence length; default the model's");
+  // Absent, these take a default; given, 0 is refused rather than silently read as that default.
+  app.add_option("--gbs,--global-batch", layout.global_batch, "Global batch (sequences); default mbs*dp")
+      ->check(at_least_one("sequences per step", "leave --gbs out for mbs x dp"));
+  app.add_option("--seq", layout.seq_length, "Sequence length; default the model's")
+      ->check(at_least_one("tokens per sequence", "leave --seq out for the model's own"));
   app.add_option("--zero", layout.zero_stage,
                  "ZeRO stage: 0, 1 (sharded optimizer), 2 (+ sharded gradients) or 3 (FSDP)")
       ->capture_default_str();

@@ -190,6 +190,20 @@ TEST(CliLayout, FlagParseErrorsExitTwo) {
   EXPECT_NE(outcome.stderr_text.find("--tp"), std::string::npos) << outcome.stderr_text;
 }
 
+TEST(CliLayout, AZeroSequenceOrBatchIsRefusedNotReadAsTheDefault) {
+  // --seq 0 used to mean the model's default and --gbs 0 mbs x dp, silently (issue 67 item 13).
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"model", "tiny-dense", "--seq", "0"},
+        std::vector<std::string>{"model", "tiny-dense", "--gbs", "0"},
+        std::vector<std::string>{"graph", "--model", "tiny-dense", "--mbs", "-1"}}) {
+    const Outcome outcome = run_calo(args);
+    const std::string& flag = args[args.size() - 2];
+    EXPECT_EQ(outcome.exit_code, 2) << flag << ": " << outcome.stderr_text;
+    EXPECT_NE(outcome.stderr_text.find(flag + ": "), std::string::npos) << outcome.stderr_text;
+    EXPECT_NE(outcome.stderr_text.find("give 1 or more"), std::string::npos) << outcome.stderr_text;
+  }
+}
+
 TEST(CliLayout, ValidLayoutsExitZero) {
   // Controls for the cases above: the same commands with a valid choice succeed.
   for (const std::vector<std::string>& args :

@@ -167,6 +167,8 @@ struct BackendFactory {
   std::function<int()> device_count;
   /// Whether the backend runs context-parallel ring ops (layouts with cp > 1); others refuse such layouts.
   bool context_parallel = false;
+  /// Runs FP8 linears (--precision fp8 and fp8-delayed: e4m3 GEMMs with a scale per tensor and their casts).
+  bool fp8_linears = false;
 };
 
 /// The backends compiled into this binary.

@@ -39,17 +39,23 @@ namespace {
 
 using core::json_number;
 
-/// Refuses a layout the backend cannot run (context parallel on a backend without the ring; FP8 linears,
-/// which no backend executes yet: calo sim models them).
+/// Refuses a layout the backend cannot run (context parallel on a backend without the ring; FP8 linears on a
+/// backend without FP8 GEMMs, and rowwise scaling, which no backend runs yet: calo sim models it).
 void require_backend_supports(const BackendFactory& factory, const parallel::Layout& layout) {
   require_input(layout.cp == 1 || factory.context_parallel,
                 fmt::format("--cp {}: the {} backend does not run context parallelism (its K/V ring is not "
                             "built); use --backend cpu, or model the layout with calo sim",
                             layout.cp, factory.name));
-  require_input(!layout.fp8(),
-                fmt::format("--precision {}: the {} backend runs the linears in bf16 only (FP8 GEMMs are not "
-                            "built into calo bench yet); use --precision bf16, or model FP8 with calo sim",
-                            parallel::to_string(layout.precision), factory.name));
+  require_input(
+      !layout.fp8() || factory.fp8_linears,
+      fmt::format("--precision {}: the {} backend runs the linears in bf16 only; use --backend cuda on "
+                  "an H100/H200, --precision bf16, or model FP8 with calo sim",
+                  parallel::to_string(layout.precision), factory.name));
+  require_input(
+      layout.precision != parallel::Precision::kFp8Rowwise,
+      fmt::format("--precision fp8-rowwise: the {} backend runs tensorwise-scaled FP8 GEMMs only (fp8, "
+                  "fp8-delayed); model rowwise scaling with calo sim",
+                  factory.name));
 }
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();

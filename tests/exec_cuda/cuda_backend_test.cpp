@@ -333,6 +333,35 @@ TEST(CudaBackend, CheckCatchesInjectedFaults) {
   }
 }
 
+TEST(CudaBackend, RunsFp8LinearsUnderEachTensorwiseRecipeAndChecksClean) {
+  // e4m3 GEMMs (cuBLASLt, a scale per tensor) and the amax + cast kernels: every FP8 GEMM within the bf16
+  // output's rounding of the exact product of its quantised operands, every cast within half an e4m3 step.
+  CALO_REQUIRE_GPU();
+  for (const auto precision : {parallel::Precision::kFp8Tensorwise, parallel::Precision::kFp8Delayed}) {
+    parallel::Layout wanted;
+    wanted.precision = precision;
+    const StepRun run = run_single("tiny-dense", true, 2, wanted);
+    EXPECT_EQ(run.check.wrong, 0) << (run.check.first_failures.empty() ? "" : run.check.first_failures[0]);
+    EXPECT_GT(run.executed[static_cast<size_t>(graph::OpKind::kGemm)], 0);
+    EXPECT_GE(run.check.ops_checked, 2 * run.per_step[static_cast<size_t>(graph::OpKind::kGemm)]);
+  }
+}
+
+TEST(CudaBackend, AnFp8GemmWithAWrongScaleFailsTheCheck) {
+  // The GEMM reads B's dequantisation scale 1.25x too large: every FP8 GEMM's output is off by 25 %, far
+  // beyond the 2^-8 the check allows.
+  CALO_REQUIRE_GPU();
+  parallel::Layout wanted;
+  wanted.precision = parallel::Precision::kFp8Tensorwise;
+  setenv("CALO_CUDA_INJECT_FAULT", "fp8_scale", 1);
+  const StepRun run = run_single("tiny-dense", true, 1, wanted);
+  unsetenv("CALO_CUDA_INJECT_FAULT");
+  EXPECT_GT(run.check.wrong, 0);
+  ASSERT_FALSE(run.check.first_failures.empty());
+  EXPECT_NE(run.check.first_failures[0].find("host reference"), std::string::npos)
+      << run.check.first_failures[0];
+}
+
 TEST(CudaBackend, AttentionImplementationFollowsCaloAttention) {
   CALO_REQUIRE_GPU();
   setenv("CALO_ATTENTION", "fallback", 1);

@@ -26,6 +26,7 @@
 #include "exec/bootstrap.h"
 #include "exec/cuda/cuda_holds.h"
 #include "exec/cuda/cuda_internal.h"
+#include "exec/cuda/fp8.cuh"
 #include "exec/cuda/init.cuh"
 #include "exec/op_units.h"
 
@@ -119,6 +120,34 @@ void CudaContext::snapshot_range(CudaOp& op, const void* device_values,
   op.snapshot_ranges = std::move(ranges);
   if (!op.snapshot_pending) check_queue.push_back(&op);
   op.snapshot_pending = true;
+}
+
+Fp8Tensor CudaContext::shared_fp8(const std::string& role, std::int64_t values, std::uint64_t seed) {
+  values = std::max<std::int64_t>(values, 1);
+  auto& slot = scratch[{role, values}];
+  auto& scales = scratch[{role + ".scales", values}];
+  if (slot == nullptr) {
+    const auto* source = static_cast<const bf16*>(shared(role + ".source", values, seed));
+    slot = allocate(static_cast<std::size_t>(values), role);
+    scales = allocate(kFp8ScaleFloats * sizeof(float), role + ".scales");
+    fp8_amax(source, values, static_cast<float*>(scales), init_stream);
+    fp8_cast(source, values, static_cast<float*>(scales), static_cast<std::uint8_t*>(slot), init_stream);
+    CALO_CUDA_LAUNCH();
+  }
+  return {slot, scales};
+}
+
+std::vector<double> CudaContext::read_fp8(const void* device_values, std::int64_t offset, std::int64_t count,
+                                          const void* device_scales) {
+  std::vector<std::uint8_t> bytes(static_cast<size_t>(count));
+  float scales[kFp8ScaleFloats] = {};
+  CALO_CUDA(cudaMemcpy(bytes.data(), static_cast<const std::uint8_t*>(device_values) + offset, bytes.size(),
+                       cudaMemcpyDeviceToHost));
+  CALO_CUDA(cudaMemcpy(scales, device_scales, sizeof(scales), cudaMemcpyDeviceToHost));
+  std::vector<double> values(bytes.size());
+  for (size_t at = 0; at < bytes.size(); ++at)
+    values[at] = e4m3_to_double(bytes[at]) * scales[kFp8ScaleIndex];
+  return values;
 }
 
 std::vector<double> CudaContext::read_strided(const void* device_values, std::int64_t offset,
@@ -459,6 +488,7 @@ void register_cuda_backend(BackendRegistry& registry) {
   factory.name = "cuda";
   factory.auto_priority = 10;
   factory.context_parallel = true;  // K/V ring over the cp group's NCCL communicator, cuDNN per ring step
+  factory.fp8_linears = true;       // cuBLASLt e4m3 GEMMs (gemm.cpp) and the cast kernels (fp8.cu)
   factory.unavailable_reason = [] {
     int count = 0;
     const cudaError_t status = cudaGetDeviceCount(&count);

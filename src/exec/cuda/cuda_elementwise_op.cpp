@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
 
 #include "exec/cuda/activation.cuh"
 #include "exec/cuda/cuda_internal.h"
+#include "exec/cuda/fp8.cuh"
 #include "exec/cuda/loss.cuh"
 #include "exec/cuda/norm.cuh"
 #include "exec/cuda/pointwise.cuh"
@@ -125,8 +127,14 @@ void prepare_elementwise(CudaContext& context, CudaOp& prepared, std::uint64_t s
                           context.shared("routing.out", prepared.rows * prepared.width, seed + 2)};
       break;
     }
-    case ElementwiseKind::kCast:  // FP8 graphs are refused before any op is prepared (bench.cpp)
-      throw std::logic_error("an FP8 cast op reached the CUDA backend, which runs bf16 graphs only");
+    case ElementwiseKind::kCast: {  // amax pass + cast pass: 2 + 2 bytes read, 1 written per value
+      // Every recipe's cast work runs as the tensorwise kernel pair over the op's bytes
+      // (docs/EXECUTION_CUDA.md).
+      prepared.elements = std::max<std::int64_t>(1, static_cast<std::int64_t>(op.bytes / 5.0));
+      const Fp8Tensor out = context.shared_fp8("cast.out", prepared.elements, seed);
+      prepared.buffers = {context.shared("cast.out.source", prepared.elements, seed), out.values, out.scales};
+      break;
+    }
   }
 }
 
@@ -183,7 +191,10 @@ void run_elementwise(CudaContext& context, CudaOp& prepared, cudaStream_t stream
       route_tokens(bf(0), bf(1), bf(2), prepared.rows, prepared.width, static_cast<int>(prepared.elements),
                    std::max(1, context.graph->model.moe_top_k), stream);
       break;
-    case ElementwiseKind::kCast:  // never prepared (prepare_elementwise refuses it)
+    case ElementwiseKind::kCast:
+      fp8_amax(bf(0), prepared.elements, static_cast<float*>(buffers[2]), stream);
+      fp8_cast(bf(0), prepared.elements, static_cast<float*>(buffers[2]),
+               static_cast<std::uint8_t*>(buffers[1]), stream);
       break;
   }
   CALO_CUDA_LAUNCH();
@@ -194,6 +205,50 @@ void run_elementwise(CudaContext& context, CudaOp& prepared, cudaStream_t stream
                                kind == ElementwiseKind::kActivation || kind == ElementwiseKind::kNorm)) {
     snapshot_elementwise(context, prepared, stream);
   }
+  if (context.config.check && kind == ElementwiseKind::kCast) {  // verified from the buffers themselves
+    if (!prepared.snapshot_pending) context.check_queue.push_back(&prepared);
+    prepared.snapshot_pending = true;
+  }
+}
+
+/// A comparison of one dequantised FP8 value with its bf16 source: within half an e4m3 step, 2^-4 of the
+/// value (3 mantissa bits), or of the smallest subnormal step (2^-9) below e4m3's normal range, in source
+/// units.
+std::function<void(std::int64_t, double, double, double)> compare_cast(const CudaOp& op, std::int64_t& values,
+                                                                       std::int64_t& wrong,
+                                                                       std::string& failure) {
+  return [&op, &values, &wrong, &failure](std::int64_t at, double got, double want, double dequant_scale) {
+    ++values;
+    const double tolerance =
+        std::max(std::ldexp(std::abs(want), -4), std::ldexp(dequant_scale, -10)) * 1.0001;
+    if (std::abs(got - want) > tolerance) {
+      ++wrong;
+      if (failure.empty())
+        failure =
+            fmt::format("op {} ({}): e4m3 value {} at {} dequantises to {} but its source is {} (scale {})",
+                        op.index, graph::describe(op.rank_op.op), at, got, at, want, dequant_scale);
+    }
+  };
+}
+
+/// Casts up to this many values have their amax recomputed on the host by --check (larger ones: the spots).
+constexpr std::int64_t kHostAmaxValues = std::int64_t{1} << 22;
+
+/// --check of an FP8 cast: the amax the scale came from (exact: a maximum of bf16 values; casts of up to
+/// kHostAmaxValues values), and the first, middle and last values cast.
+void verify_cast(CudaContext& context, CudaOp& op,
+                 const std::function<void(std::int64_t, double, double, double)>& compare) {
+  float scales[kFp8ScaleFloats] = {};
+  CALO_CUDA(cudaMemcpy(scales, op.buffers[2], sizeof(scales), cudaMemcpyDeviceToHost));
+  if (op.elements <= kHostAmaxValues) {
+    double amax = 0;
+    for (double value : context.read_strided(op.buffers[0], 0, op.elements, 1))
+      amax = std::max(amax, std::abs(value));
+    compare(-1, scales[0], amax, 0);
+  }
+  for (std::int64_t at : {std::int64_t{0}, op.elements / 2, op.elements - 1})
+    compare(at, context.read_fp8(op.buffers[1], at, 1, op.buffers[2])[0],
+            context.read_strided(op.buffers[0], at, 1, 1)[0], scales[kFp8ScaleIndex]);
 }
 
 void verify_elementwise(CudaContext& context, CudaOp& op) {
@@ -225,6 +280,8 @@ void verify_elementwise(CudaContext& context, CudaOp& op) {
       compare(col, bf16_to_float(op.snapshot.bf16_values()[col]),
               x / (1.0 + std::exp(-x)) * up[static_cast<size_t>(col)]);
     }
+  } else if (kind == ElementwiseKind::kCast) {
+    verify_cast(context, op, compare_cast(op, values, wrong, failure));
   } else if (kind == ElementwiseKind::kNorm) {
     const auto in = context.read_strided(op.buffers[0], 0, op.width, 1);
     const auto weight = context.read_strided(op.buffers[2], 0, op.width, 1);

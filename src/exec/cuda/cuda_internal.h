@@ -11,9 +11,11 @@
 #include <nccl.h>
 
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -37,6 +39,23 @@ inline float bf16_to_float(std::uint16_t bits) {
   std::memcpy(&value, &widened, sizeof(value));
   return value;
 }
+
+/// The value of an e4m3 byte (sign, 4 exponent bits of bias 7, 3 mantissa bits; exponent 0 subnormal; 0x7F
+/// and 0xFF NaN, no infinities).
+inline double e4m3_to_double(std::uint8_t bits) {
+  const int exponent = (bits >> 3) & 0xF;
+  const int mantissa = bits & 0x7;
+  const double sign = (bits & 0x80) != 0 ? -1.0 : 1.0;
+  if (exponent == 0xF && mantissa == 0x7) return std::numeric_limits<double>::quiet_NaN();
+  if (exponent == 0) return sign * std::ldexp(mantissa / 8.0, -6);
+  return sign * std::ldexp(1.0 + mantissa / 8.0, exponent - 7);
+}
+
+/// An e4m3 tensor and its scales on the device: the amax and the dequantisation scale amax / 448 (fp8.cuh).
+struct Fp8Tensor {
+  void* values = nullptr;  ///< e4m3 bytes
+  void* scales = nullptr;  ///< two floats
+};
 
 /// Owns a cudaStream_t; the backend watches it through a weak_ptr (the executor owns the Stream).
 struct StreamHandle {
@@ -178,6 +197,13 @@ struct CudaContext {
   /// An fp32 buffer shared like shared() (absolute values when `positive`).
   void* shared_f32(const std::string& role, std::int64_t values, std::uint64_t seed, float scale,
                    bool positive);
+  /// An e4m3 tensor of `values` cast (tensorwise, fp8.cuh) from the random bf16 buffer shared() gives for
+  /// role + ".source"; shared like shared().
+  Fp8Tensor shared_fp8(const std::string& role, std::int64_t values, std::uint64_t seed);
+  /// Reads `count` e4m3 values of a device buffer from `offset`, each times the dequantisation scale in
+  /// `device_scales` (Fp8Tensor::scales).
+  std::vector<double> read_fp8(const void* device_values, std::int64_t offset, std::int64_t count,
+                               const void* device_scales);
   /// An int32 index buffer in [0, modulo), shared like shared().
   void* shared_indices(const std::string& role, std::int64_t values, std::uint64_t seed, std::int32_t modulo);
   /// The cuBLASLt runner of `stream` (created on first use).

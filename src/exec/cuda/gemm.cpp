@@ -28,6 +28,11 @@ GemmCall gemm_call_for(const graph::GemmShape& shape) {
   // Unfused attention: O = P V and dP = dO V^T read V [s, d] as stored, so their B transposes flip.
   if (shape.weight == graph::GemmWeight::kAttnContext && shape.pass != graph::GemmPass::kWgrad)
     call.transpose_b = shape.pass == graph::GemmPass::kDgrad;
+  if (shape.dtype == graph::DType::kFp8 || shape.dtype == graph::DType::kFp8Rowwise) {
+    call.fp8 = true;
+    call.transpose_a = false;
+    call.transpose_b = true;
+  }
   if (shape.batch > 1) {
     call.batch = shape.batch;
     call.stride_a = shape.m * shape.k;
@@ -57,7 +62,7 @@ GemmRunner::~GemmRunner() {
 GemmRunner::Plan& GemmRunner::plan_for(const GemmCall& call) {
   const Key key{call.m,        call.n,        call.k,   call.transpose_a, call.transpose_b,
                 call.lda,      call.ldb,      call.ldc, call.batch,       call.stride_a,
-                call.stride_b, call.stride_c, 0,        call.beta != 0.0f};
+                call.stride_b, call.stride_c, call.fp8, call.beta != 0.0f};
   if (auto found = plans_.find(key); found != plans_.end()) return *found->second;
   auto plan = std::make_unique<Plan>();
   // Stored row-major A: [m,k] (or [k,m] transposed) = column-major [k,m] (or [m,k]).
@@ -75,9 +80,18 @@ GemmRunner::Plan& GemmRunner::plan_for(const GemmCall& call) {
                                              sizeof(lt_transa)));
   CALO_CUBLAS(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSB, &lt_transb,
                                              sizeof(lt_transb)));
-  CALO_CUBLAS(cublasLtMatrixLayoutCreate(&plan->layout_a, CUDA_R_16BF, static_cast<std::uint64_t>(b_rows),
+  const cudaDataType_t operand_type = call.fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+  if (call.fp8) {
+    // cuBLASLt suggests scaling algorithms only to a descriptor that has scale pointers: the workspace stands
+    // in (never read before run() sets each call's own).
+    const void* placeholder = workspace_;
+    for (const auto attribute : {CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER})
+      CALO_CUBLAS(
+          cublasLtMatmulDescSetAttribute(plan->operation, attribute, &placeholder, sizeof(placeholder)));
+  }
+  CALO_CUBLAS(cublasLtMatrixLayoutCreate(&plan->layout_a, operand_type, static_cast<std::uint64_t>(b_rows),
                                          static_cast<std::uint64_t>(b_cols), ldb));
-  CALO_CUBLAS(cublasLtMatrixLayoutCreate(&plan->layout_b, CUDA_R_16BF, static_cast<std::uint64_t>(a_rows),
+  CALO_CUBLAS(cublasLtMatrixLayoutCreate(&plan->layout_b, operand_type, static_cast<std::uint64_t>(a_rows),
                                          static_cast<std::uint64_t>(a_cols), lda));
   CALO_CUBLAS(cublasLtMatrixLayoutCreate(&plan->layout_c, CUDA_R_16BF, static_cast<std::uint64_t>(call.n),
                                          static_cast<std::uint64_t>(call.m), ldc));
@@ -103,10 +117,11 @@ GemmRunner::Plan& GemmRunner::plan_for(const GemmCall& call) {
                                      plan->layout_c, preference, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(preference);
   if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
-    throw RuntimeFailure(fmt::format(
-        "cuBLASLt has no algorithm for bf16 GEMM m={} n={} k={} ta={} tb={} batch={} "
-        "(status {})",
-        call.m, call.n, call.k, call.transpose_a, call.transpose_b, call.batch, static_cast<int>(status)));
+    throw RuntimeFailure(
+        fmt::format("cuBLASLt has no algorithm for {} GEMM m={} n={} k={} ta={} tb={} batch={} "
+                    "(status {})",
+                    call.fp8 ? "FP8" : "bf16", call.m, call.n, call.k, call.transpose_a, call.transpose_b,
+                    call.batch, static_cast<int>(status)));
   }
   plan->algorithm = result.algo;
   Plan* raw = plan.release();
@@ -114,8 +129,15 @@ GemmRunner::Plan& GemmRunner::plan_for(const GemmCall& call) {
   return *raw;
 }
 
-void GemmRunner::run(const GemmCall& call, const void* a, const void* b, void* c, cudaStream_t stream) {
+void GemmRunner::run(const GemmCall& call, const void* a, const void* b, void* c, cudaStream_t stream,
+                     const float* a_scale, const float* b_scale) {
   Plan& plan = plan_for(call);
+  if (call.fp8) {  // cuBLASLt's "A" is our B and its "B" our A (row-major mapped onto column-major)
+    CALO_CUBLAS(cublasLtMatmulDescSetAttribute(plan.operation, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale,
+                                               sizeof(b_scale)));
+    CALO_CUBLAS(cublasLtMatmulDescSetAttribute(plan.operation, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale,
+                                               sizeof(a_scale)));
+  }
   CALO_CUBLAS(cublasLtMatmul(handle_, plan.operation, &call.alpha, b, plan.layout_a, a, plan.layout_b,
                              &call.beta, c, plan.layout_c, c, plan.layout_c, &plan.algorithm, workspace_,
                              workspace_bytes_, stream));

@@ -1,5 +1,6 @@
-// cuBLASLt GEMMs in row-major terms: C[m,n] = alpha * op(A)[m,k] op(B)[k,n] + beta * C, bf16 operands, fp32
-// accumulation, optional strided batch. The heuristic's best algorithm is cached per shape.
+// cuBLASLt GEMMs in row-major terms: C[m,n] = alpha * op(A)[m,k] op(B)[k,n] + beta * C, bf16 operands (or
+// e4m3 with a dequantisation scale each), fp32 accumulation, bf16 C, optional strided batch. The heuristic's
+// best algorithm is cached per shape.
 #pragma once
 
 #include <cublasLt.h>
@@ -29,11 +30,15 @@ struct GemmCall {
   std::int64_t stride_c = 0;  ///< values between C matrices
   float alpha = 1.0f;         ///< scale of the product
   float beta = 0.0f;          ///< scale of C's previous value
+  /// e4m3 operands with one scale each (cuBLASLt's FP8 GEMM takes only A [m,k] as stored and B stored [n,k]:
+  /// the graph's cast ops make those copies).
+  bool fp8 = false;
 };
 
 /// Transposes of a graph GEMM by pass (weights stored [out, in] as in PyTorch): forward Y = X W^T
 /// (B transposed), dgrad dX = dY W (none), wgrad dW = dY^T X in graph terms C = X^T dY (A transposed);
-/// the unfused attention's O = P V (none) and dP = dO V^T (B transposed); packed strides for batched shapes.
+/// the unfused attention's O = P V (none) and dP = dO V^T (B transposed); packed strides for batched shapes;
+/// FP8 GEMMs always A as stored and B transposed (the layout cuBLASLt's FP8 kernels take).
 GemmCall gemm_call_for(const graph::GemmShape& shape);
 
 /// A cuBLASLt handle, a workspace and the algorithm cache of one device.
@@ -45,9 +50,11 @@ class GemmRunner {
   GemmRunner(const GemmRunner&) = delete;
   GemmRunner& operator=(const GemmRunner&) = delete;
 
-  /// Enqueues `call` on `stream` with bf16 a, b, c (device pointers). Throws RuntimeFailure when no
-  /// algorithm supports the shape.
-  void run(const GemmCall& call, const void* a, const void* b, void* c, cudaStream_t stream);
+  /// Enqueues `call` on `stream` with a, b, c (device pointers; a and b e4m3 under call.fp8, with device
+  /// floats `a_scale`, `b_scale` their dequantisation scales). Throws RuntimeFailure when no algorithm
+  /// supports the shape.
+  void run(const GemmCall& call, const void* a, const void* b, void* c, cudaStream_t stream,
+           const float* a_scale = nullptr, const float* b_scale = nullptr);
 
   /// Distinct shapes whose algorithm was chosen so far.
   std::size_t cached_shapes() const { return plans_.size(); }

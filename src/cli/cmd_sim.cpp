@@ -177,9 +177,10 @@ void write_timeline(const std::string& path, const graph::Graph& graph, const si
 }
 
 /// The result as a table; `card_limit_w` is the card's own power limit (a lower one is a --power-cap).
-/// `cpu_host`: the devices are the CPU backend's MPI ranks, whose power and heat are placeholders.
+/// `cpu_host`: the devices are the CPU backend's MPI ranks, whose power and heat are placeholders; `fp8`: the
+/// linears ran in FP8 (MFU then says it is against the bf16 peak).
 void print_summary(const sim::SimResult& result, const nlohmann::json& json, double card_limit_w,
-                   bool cpu_host) {
+                   bool cpu_host, bool fp8) {
   const std::string gpu = cpu_host ? "rank" : "GPU";  // the device noun of every row
   fmt::print("# calo sim: {} on {} x {} ({})\n", result.model, result.world, result.cluster, result.layout);
   fmt::print("# {} step(s), {} engine op events, {:.3f} s simulation wall time\n", result.steps,
@@ -196,8 +197,6 @@ void print_summary(const sim::SimResult& result, const nlohmann::json& json, dou
   } else {
     row(fmt::format("model TFLOP/s per {}", gpu), model_tflops, "TFLOP/s", 1);
   }
-  // FP8 layouts (describe() names their recipe "fp8-..."): MFU stays against the bf16 peak, and says so.
-  const bool fp8 = result.layout.find(" fp8-") != std::string::npos;
   row(fp8 ? "MFU (against the bf16 peak)" : "MFU", 100.0 * sim::mfu(result), "%", 1);
   row(fmt::format("energy per step (all {0}s; {0}s only)", gpu),
       json["energy_per_step_j"].get<double>() / 1e3, "kJ", 2);
@@ -484,7 +483,7 @@ void print_sim_text(const SimFlags& flags, const SimOutcome& outcome, const Twin
                     const nlohmann::json& json, const std::string& cost_text, const std::string& stored) {
   if (!twin.run_dir.empty()) fmt::print("# {}\n", describe_twin(twin, flags));
   print_summary(outcome.result, json, outcome.cluster.gpu.power_limit_w,
-                calibrate::is_cpu_host(outcome.cluster.gpu));
+                calibrate::is_cpu_host(outcome.cluster.gpu), outcome.layout.fp8());
   const parallel::MemoryBreakdown& memory = outcome.memory;
   fmt::print("# memory per {} (model, stage {}): {} of {} usable ({}; {} micro-batch(es) in flight)\n",
              calibrate::is_cpu_host(outcome.cluster.gpu) ? "rank" : "GPU", memory.stage,

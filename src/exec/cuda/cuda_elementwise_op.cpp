@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -211,33 +210,26 @@ void run_elementwise(CudaContext& context, CudaOp& prepared, cudaStream_t stream
   }
 }
 
-/// A comparison of one dequantised FP8 value with its bf16 source: within half an e4m3 step, 2^-4 of the
-/// value (3 mantissa bits), or of the smallest subnormal step (2^-9) below e4m3's normal range, in source
-/// units.
-std::function<void(std::int64_t, double, double, double)> compare_cast(const CudaOp& op, std::int64_t& values,
-                                                                       std::int64_t& wrong,
-                                                                       std::string& failure) {
-  return [&op, &values, &wrong, &failure](std::int64_t at, double got, double want, double dequant_scale) {
-    ++values;
-    const double tolerance =
-        std::max(std::ldexp(std::abs(want), -4), std::ldexp(dequant_scale, -10)) * 1.0001;
-    if (std::abs(got - want) > tolerance) {
-      ++wrong;
-      if (failure.empty())
-        failure =
-            fmt::format("op {} ({}): e4m3 value {} at {} dequantises to {} but its source is {} (scale {})",
-                        op.index, graph::describe(op.rank_op.op), at, got, at, want, dequant_scale);
-    }
-  };
-}
-
 /// Casts up to this many values have their amax recomputed on the host by --check (larger ones: the spots).
 constexpr std::int64_t kHostAmaxValues = std::int64_t{1} << 22;
 
-/// --check of an FP8 cast: the amax the scale came from (exact: a maximum of bf16 values; casts of up to
-/// kHostAmaxValues values), and the first, middle and last values cast.
-void verify_cast(CudaContext& context, CudaOp& op,
-                 const std::function<void(std::int64_t, double, double, double)>& compare) {
+/// --check of an FP8 cast, added to context.checks: the amax the scale came from (exact: a maximum of bf16
+/// values; casts of up to kHostAmaxValues values), and the first, middle and last values, each dequantised
+/// within half an e4m3 step of its bf16 source: 2^-4 of the value (3 mantissa bits), or of the smallest
+/// subnormal step (2^-9) below e4m3's normal range, in source units.
+void verify_cast(CudaContext& context, CudaOp& op) {
+  std::int64_t values = 0, wrong = 0;
+  std::string failure;
+  auto compare = [&](std::int64_t at, double got, double want, double dequant_scale) {
+    ++values;
+    const double tolerance =
+        std::max(std::ldexp(std::abs(want), -4), std::ldexp(dequant_scale, -10)) * 1.0001;
+    if (std::abs(got - want) <= tolerance) return;
+    ++wrong;
+    if (failure.empty())
+      failure = fmt::format("op {} ({}): e4m3 value {} dequantises to {} but its source is {} (scale {})",
+                            op.index, graph::describe(op.rank_op.op), at, got, want, dequant_scale);
+  };
   float scales[kFp8ScaleFloats] = {};
   CALO_CUDA(cudaMemcpy(scales, op.buffers[2], sizeof(scales), cudaMemcpyDeviceToHost));
   if (op.elements <= kHostAmaxValues) {
@@ -249,6 +241,7 @@ void verify_cast(CudaContext& context, CudaOp& op,
   for (std::int64_t at : {std::int64_t{0}, op.elements / 2, op.elements - 1})
     compare(at, context.read_fp8(op.buffers[1], at, 1, op.buffers[2])[0],
             context.read_strided(op.buffers[0], at, 1, 1)[0], scales[kFp8ScaleIndex]);
+  context.checks.add(values, wrong, failure);
 }
 
 void verify_elementwise(CudaContext& context, CudaOp& op) {
@@ -281,7 +274,8 @@ void verify_elementwise(CudaContext& context, CudaOp& op) {
               x / (1.0 + std::exp(-x)) * up[static_cast<size_t>(col)]);
     }
   } else if (kind == ElementwiseKind::kCast) {
-    verify_cast(context, op, compare_cast(op, values, wrong, failure));
+    verify_cast(context, op);
+    return;
   } else if (kind == ElementwiseKind::kNorm) {
     const auto in = context.read_strided(op.buffers[0], 0, op.width, 1);
     const auto weight = context.read_strided(op.buffers[2], 0, op.width, 1);

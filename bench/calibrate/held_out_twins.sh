@@ -2,7 +2,8 @@
 # The calibrated presets on runs no fit saw: each held-out run's twin (`calo sim --from RUN`) rated by `calo
 # compare`, one line per run and preset, and `calo validate` over the multi-GPU candidates of the held-out hosts.
 # Usage: bench/calibrate/held_out_twins.sh CALO [PRESET...]   (presets: names or YAML files; default: both
-# shipped calibrated presets). Runs on the 2-core VM, no GPU: ~1 min. docs/BENCHMARKS.md "The one energy figure".
+# shipped calibrated presets). Runs on the 2-core VM, no GPU: ~1 min. docs/benchmarks/calibration.md "The one
+# energy figure".
 set -euo pipefail
 calo=$(realpath "$1")
 shift

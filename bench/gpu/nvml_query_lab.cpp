@@ -1,4 +1,4 @@
-// NVML query lab (issue 3, docs/BENCHMARKS.md "Telemetry"): on one GPU, measures what the sampler cannot
+// NVML query lab (issue 3, docs/benchmarks/telemetry.md): on one GPU, measures what the sampler cannot
 // learn from its own schedule.
 //   costs:    wall and thread-CPU time of alternative ways to read the expensive counters (energy through the
 //             API and fields 83/191, NVLink aggregate / per link / NVLink5 byte counters, PCIe and

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs one `calo plan` search pruned and with --no-prune and says whether the ranking rows are identical
-# (docs/BENCHMARKS.md, "Planner: layout search speed"). Usage: compare_pruned.sh CALO PLAN-ARGS...
+# (docs/benchmarks/plan-search.md). Usage: compare_pruned.sh CALO PLAN-ARGS...
 set -euo pipefail
 calo=$1
 shift

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Wall time of `calo plan` on the spaces of docs/BENCHMARKS.md ("Planner: layout search speed") on a host with
+# Wall time of `calo plan` on the spaces of docs/benchmarks/plan-search.md on a host with
 # many cores (the lent GPU host: 16), beside its own estimate (issue 41: a search's time known before it runs).
 # Stage the binaries first (bench/plan_search/stage.sh), then on that host from the repo root:
 #   bench/plan_search/device_times.sh OUT_DIR

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The seven searches of docs/BENCHMARKS.md "Planner: layout search speed" (2026-11-30): each one's wall time,
-# chapter 1's, the estimate, the probe / whole-graph / simulated work. Usage: searches.sh CALO [THREADS]
+# The seven searches of docs/measurements/plan-search-log.md (2026-11-30; rerun in
+# docs/benchmarks/plan-search.md): each one's wall time, chapter 1's, the estimate, the probe / whole-graph /
+# simulated work. Usage: searches.sh CALO [THREADS]
 set -euo pipefail
 calo=$1
 threads=${2:-0}

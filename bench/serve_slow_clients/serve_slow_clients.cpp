@@ -24,7 +24,7 @@ struct Options {
   int idle = 500;
   int scrapes = 200;
   int trickle_ms = 100;
-  int body_kib = 27;  // one scrape of 8 GPUs (docs/BENCHMARKS.md, bench/serve_scrape)
+  int body_kib = 27;  // one scrape of 8 GPUs (docs/benchmarks/live-metrics.md, bench/serve_scrape)
 };
 
 // Latency percentile `fraction` of sorted `values`.

@@ -1,4 +1,4 @@
-// Telemetry overhead/capture benchmark (docs/BENCHMARKS.md "Telemetry").
+// Telemetry overhead/capture benchmark (docs/benchmarks/telemetry.md).
 //   overhead: records every local device into a real run store for --seconds with fast metrics at
 //             --fast-period and slow ones at --slow-period (or at calo record's defaults with
 //             --default-periods); reports the process CPU share per GPU (getrusage) and the sampler's

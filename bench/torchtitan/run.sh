@@ -131,7 +131,7 @@ for case in $cases; do
     cp) titan titan-cp --compile --cp "$nproc" ;;
     # TP or PP alone: torchtitan 0.2.2 trains them in fp32 ("Mixed precision training with TP or PP is only
     # supported when FSDP/HSDP/CP is enabled"): 866 ms and 4.9 s steps on two H200 against calo's 81 and 417 ms
-    # (docs/BENCHMARKS.md); eager runs as slowly, so compile is not the cause.
+    # (docs/benchmarks/torchtitan.md); eager runs as slowly, so compile is not the cause.
     tp-eager) titan titan-tp-eager --tp "$nproc" ;;
     pp-eager) titan titan-pp-eager --pp "$nproc" --local-batch 4 ;;
     memory-parallel)

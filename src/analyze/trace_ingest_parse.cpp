@@ -1,6 +1,6 @@
 // Kineto trace ingestion: a hand-rolled single-pass JSON scanner (no DOM; ~memchr speed on strings) that
-// keeps only what the breakdown needs. nlohmann's SAX parser was measured slower (docs/BENCHMARKS.md
-// "Analysis").
+// keeps only what the breakdown needs. nlohmann's SAX parser was measured slower
+// (docs/benchmarks/analysis.md).
 #include <fmt/format.h>
 
 #include <algorithm>

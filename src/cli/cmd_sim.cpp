@@ -39,7 +39,7 @@ namespace calo::cli {
 namespace {
 
 /// Most GPUs `--op-spans all` stores every GPU's spans for (Llama3-70B TP8-PP4-DP2 on 64 GPUs: 1.1 GB,
-/// docs/BENCHMARKS.md).
+/// docs/benchmarks/analysis.md).
 constexpr int kMaxAllOpSpansGpus = 64;
 
 struct SimFlags {

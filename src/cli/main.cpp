@@ -28,7 +28,7 @@ void print_json(const nlohmann::json& json) {
 /// Keeps freed blocks of up to 32 MiB in the heap for the next allocation. By default glibc maps each block
 /// over 128 KiB-32 MiB afresh and unmaps it when freed, so every graph the planner builds (thousands, 1-30
 /// MiB of ops each) faulted its pages in zeroed: 9 of the 84 CPU seconds of a Mixtral-8x7B plan on 64 GPUs
-/// were the kernel's (docs/BENCHMARKS.md, "Planner: layout search speed").
+/// were the kernel's (docs/benchmarks/plan-search.md).
 void keep_freed_blocks_for_reuse() {
   constexpr int kLargestHeapBlockBytes = 32 << 20;  // glibc's ceiling for M_MMAP_THRESHOLD on 64-bit
   constexpr int kKeptFreeBytes = 256 << 20;

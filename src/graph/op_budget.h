@@ -8,8 +8,8 @@
 namespace calo::graph {
 
 /// Most ops one graph may hold, all programs together: `calo sim` keeps ~0.23 KB per op (the graph and the
-/// engine) and ~0.3 KB storing the run with its op spans, so ~1.75 GB at the limit (docs/BENCHMARKS.md,
-/// "Graph op budget").
+/// engine) and ~0.3 KB storing the run with its op spans, so ~1.75 GB at the limit
+/// (docs/benchmarks/op-budget.md).
 inline constexpr std::int64_t kMaxGraphOps = 5'000'000;
 
 /// Bytes per op a refusal quotes for a graph's memory: the measured ~0.3 KB of a stored run, rounded up.

@@ -261,8 +261,9 @@ std::vector<model::ActivationTerm> activations_by_kind(const model::ModelSpec& m
 
 // The parameters whose bf16 copies compiled torchtitan holds at the end of forward: under FSDP2 the gathered
 // unit; otherwise the copies its compiled blocks save for backward (every weight but the embedding lookup,
-// measured on one H200: docs/BENCHMARKS.md "Memory model against PyTorch"), and under full recompute, whose
-// blocks save only their input, the output projection's alone (it runs outside the checkpointed blocks).
+// measured on one H200: docs/benchmarks/memory.md "Memory model against PyTorch"), and under full recompute,
+// whose blocks save only their input, the output projection's alone (it runs outside the checkpointed
+// blocks).
 double bf16_compute_params(const Layout& layout, const StageParameters& params) {
   if (layout.zero_stage >= 3) return params.largest_unit;
   if (layout.recompute == Recompute::kFull) return params.head_matrix;

@@ -101,8 +101,8 @@ struct SearchResult {
 };
 
 /// Scores closer than this fraction are not told apart by measurement: on 2- and 4-GPU H200 hosts the
-/// planner's first pick ran up to 3.0 % slower than the measured best layout (docs/BENCHMARKS.md "Plan
-/// against measurement", regret column).
+/// planner's first pick ran up to 3.0 % slower than the measured best layout
+/// (docs/benchmarks/plan-vs-measured.md, regret column).
 inline constexpr double kEquivalentFraction = 0.03;
 
 /// How many rows at the head of the ranking score within kEquivalentFraction of the first (>= 1; 0 when the
@@ -133,7 +133,7 @@ struct SearchWork {
 /// step, and the fractions of whole-graph ops built and of evaluations simulated when the bound prunes by
 /// step time and by energy (1.2 and 1 when it does not: balanced partitions add graphs): refitted
 /// 2026-12-06 to seven searches on the 2-core VM once graphs were built in place, the estimate 0.6-1.8x of
-/// their wall time (docs/BENCHMARKS.md, "Planner: layout search speed").
+/// their wall time (docs/benchmarks/plan-search.md).
 inline constexpr double kSearchSecondsPerProbeOp = 70e-9;
 inline constexpr double kSearchSecondsPerBuiltOp = 375e-9;
 inline constexpr double kSearchSecondsPerSimulatedStep = 2e-3;

@@ -19,7 +19,7 @@ namespace calo::plan {
 /// How far above its static power-cap clock the bound lets a program run. The simulator's controller raises
 /// the clock after light phases and while a GPU waits (its power average falls below the cap), so a step can
 /// run slightly faster than every op at the static cap clock: by at most 0.44 % in step time over 8 662
-/// simulations of four searches (docs/BENCHMARKS.md, "Planner: layout search speed"). 3 % of clock is
+/// simulations of four searches (docs/measurements/plan-search-log.md, 2026-11-30). 3 % of clock is
 /// the margin over that; a measured figure, not a proof, so `--no-prune` keeps an exhaustive search.
 inline constexpr double kCapClockHeadroom = 0.03;
 

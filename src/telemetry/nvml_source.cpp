@@ -73,8 +73,8 @@ struct Spec {
 // Cost figures: fixture h200x4-nvml-phases README (4×H200, driver 580); the sampler re-measures them at start
 // and moves a query that is slow on this host out of the fast group. Periods: power refreshes ~10 Hz there
 // but gauges also change between refreshes (temperature and clock flicker: 2×H200 capture run,
-// docs/BENCHMARKS.md), so cheap gauges are read at 10 ms; counters lose nothing between reads and are read at
-// 100 ms (the energy counter's refresh), stretched by the sampler where a read costs much CPU
+// docs/measurements/telemetry-log.md), so cheap gauges are read at 10 ms; counters lose nothing between reads
+// and are read at 100 ms (the energy counter's refresh), stretched by the sampler where a read costs much CPU
 // (kSlowMetricCpuShare); each expensive query in its own group.
 const Spec kSpecs[] = {
     {"power_instant_w", "W", MetricKind::kGauge, "nvml.fast", 10 * kMs, 2 * kUs, Query::kField,

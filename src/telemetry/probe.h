@@ -33,8 +33,8 @@ struct ProbeRow {
 };
 
 /// A value held for less than this between two changes is a transient: at each ~100 ms driver update NVML
-/// gauges pass through intermediate values for ~0.2-2 ms (docs/BENCHMARKS.md). Transients are counted apart
-/// and do not set the refresh period.
+/// gauges pass through intermediate values for ~0.2-2 ms (docs/measurements/telemetry-log.md). Transients are
+/// counted apart and do not set the refresh period.
 inline constexpr int64_t kTransientNs = 2'000'000;
 
 /// Probes every device of `sources`: query costs one device at a time (NVML serializes queries across GPUs,

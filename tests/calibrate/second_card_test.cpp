@@ -75,9 +75,9 @@ TEST(SecondCard, TheH100PresetOnAThirdCardItNeverSaw) {
   // Card GPU-6e4e72a2 ran the trace-ops commands 2-3 % slower and hotter (72 C after 300 steps) than the
   // cards the preset's compute was fitted on. Its twins on the preset refitted to the one energy figure
   // (2026-12-06; the earlier fit in brackets): mean step -3.5 ... +0.2 % (-4.2 ... -0.8 %), energy per step
-  // -3.1 ... +0.3 % (-4.7 ... -2.5 %), mean power within 1.7 %, peak within 4.2 % (docs/BENCHMARKS.md, "A
-  // third H100"). Its soak is one of the preset's thermal runs, so for heat alone the twins take the card's
-  // scale.
+  // -3.1 ... +0.3 % (-4.7 ... -2.5 %), mean power within 1.7 %, peak within 4.2 %
+  // (docs/measurements/calibration-log.md, "A third H100"). Its soak is one of the preset's thermal runs, so
+  // for heat alone the twins take the card's scale.
   const fs::path runs = unpack_fixture("h100-traceops-c");
   const fs::path out = calo::testing::scratch_path("card-c-twins");
   for (const fs::path& run : runs_of(runs)) {

@@ -69,7 +69,7 @@ TEST(TorchtitanPeer, RecordedStepsAreTorchtitansOwnSteps) {
 TEST(TorchtitanPeer, ItsTraceCalibratesASimulatorThatPredictsAHeldOutTorchtitanRun) {
   // Fit on torchtitan's own Kineto trace (kernels) and the recorded profile run (idle, heat); predict the
   // other run (titan-compile: 30 steps, never given to calibrate). Today: step +1.3 %, mean power -2.8 %,
-  // energy per step -1.6 % (docs/BENCHMARKS.md, "torchtitan beside calo bench").
+  // energy per step -1.6 % (docs/benchmarks/torchtitan.md).
   const fs::path trace = titan_runs().parent_path() / "trace" / "rank0_trace.json.gz";
   const fs::path out = scratch_path("torchtitan-peer");
   fs::create_directories(out);
@@ -90,7 +90,8 @@ TEST(TorchtitanPeer, ItsTraceCalibratesASimulatorThatPredictsAHeldOutTorchtitanR
 TEST(TorchtitanPeer, SimFromTheRecordedRunPredictsItWithTheJobTheUserNames) {
   // A `calo record` run stores no model: `calo sim --from` asks for it by name, then simulates the twin (the
   // run's steps, start temperature) on the shipped H200 preset, fitted to calo bench runs only. Today: step
-  // -4.2 %, mean power +0.9 %, energy per step -3.3 % against torchtitan compiled (docs/BENCHMARKS.md).
+  // -4.2 %, mean power +0.9 %, energy per step -3.3 % against torchtitan compiled
+  // (docs/benchmarks/torchtitan.md).
   const fs::path run = titan_runs() / "titan-compile";
   const Outcome refused = run_calo("sim --from " + run.string() + " --cluster h200-hgx-calibrated");
   EXPECT_EQ(refused.exit_code, 2) << refused.output;
@@ -160,7 +161,7 @@ TEST(TorchtitanPair, BothRanksTracesIngestAsOneFsdpStepEach) {
 TEST(TorchtitanPair, ItsTracesCalibrateASimulatorThatPredictsTheHeldOutFsdpRun) {
   // Fit compute and the NVLink collectives on both ranks' traces and idle and heat on the profiled run; then
   // `calo sim --from` the held-out 20-step run with the job named (FSDP2 over 2, torchtitan's fp32 gradient
-  // reduce). Today: step -2.9 %, mean power -1.9 %, energy per step -4.8 % (docs/BENCHMARKS.md).
+  // reduce). Today: step -2.9 %, mean power -1.9 %, energy per step -4.8 % (docs/benchmarks/torchtitan.md).
   const fs::path trace = titan_pair_runs().parent_path() / "trace";
   const fs::path out = scratch_path("torchtitan-pair");
   fs::create_directories(out);

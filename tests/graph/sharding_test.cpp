@@ -205,7 +205,7 @@ TEST(ReshardAfterForward, OffUnderOneFOneBGathersWhenAChunkWasFreedByABackward) 
 TEST(TorchtitanTrainer, ReducesGradientsInFp32AndGathersParametersInBf16) {
   // torchtitan's FSDP2 and DDP reduce gradients in fp32 (its mixed_precision_reduce default) and gather bf16
   // compute copies: its graph is the default one with every gradient collective's bytes doubled, measured on
-  // two H200 as 872 448 000-byte reduce-scatters of a 218 M-parameter layer (docs/BENCHMARKS.md).
+  // two H200 as 872 448 000-byte reduce-scatters of a 218 M-parameter layer (docs/benchmarks/torchtitan.md).
   for (int zero_stage : {0, 3}) {
     parallel::Layout layout = data_parallel(2, zero_stage, 2);
     layout.overlap_grad_reduce = layout.overlap_param_gather = zero_stage == 3;

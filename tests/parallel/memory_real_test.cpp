@@ -99,9 +99,10 @@ TEST(MemoryReal, FullRecomputesRebuiltLayerIsCountedWhereTheGpuHeldIt) {
 }
 
 TEST(MemoryReal, TheEdgeLayoutTheModelAdmitsIsRefusedBesideTheBenchsOwnOperands) {
-  // Known gap (docs/BENCHMARKS.md "Memory held as training holds it"): the bench's operands are not carved out
-  // of the held activations, so 24 layers the model admits (within 90 % of 139.80 GiB) do not fit under
-  // --memory real, while --memory model runs them. The run says so before any step (exit 2), naming the fix.
+  // Known gap (docs/benchmarks/memory.md "Memory held as training holds it"): the bench's operands are not
+  // carved out of the held activations, so 24 layers the model admits (within 90 % of 139.80 GiB) do not fit
+  // under --memory real, while --memory model runs them. The run says so before any step (exit 2), naming the
+  // fix.
   bool seen = false;
   for (const nlohmann::json& run : load_runs()) {
     if (run.at("name") != "l24-edge") continue;

@@ -1,8 +1,8 @@
 // The memory model against what a real PyTorch training step held on one H200
 // (tests/fixtures/memory-truth-h200, issue 39 item 1): every measured configuration, term by term. The
-// issue's target is 5 % on the peak; the bounds below are today's errors (docs/BENCHMARKS.md "Memory model
-// against PyTorch"), so that the model cannot drift further from measurement unnoticed, and tighten as the
-// model is reconciled (issue 39 item 3).
+// issue's target is 5 % on the peak; the bounds below are today's errors (docs/benchmarks/memory.md "Memory
+// model against PyTorch"), so that the model cannot drift further from measurement unnoticed, and tighten as
+// the model is reconciled (issue 39 item 3).
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -259,8 +259,8 @@ TEST(Export, AFileWhereTheCsvFolderShouldBeIsBadInput) {
 
 // The commands end to end on the hand-made trace fixtures: ingest -> report -> export -> compare.
 // A simulation under torchtitan's accounting whose peak is at the end of backward (FSDP2 over 2 GPUs, full
-// recompute: 17.26 GiB against 17.33 measured, docs/BENCHMARKS.md): the report's memory table names what each
-// term holds under that trainer and says the activations are freed at the peak.
+// recompute: 17.26 GiB against 17.33 measured, docs/benchmarks/memory.md): the report's memory table names
+// what each term holds under that trainer and says the activations are freed at the peak.
 TEST(Commands, TheMemoryTableOfATorchtitanRunSaysWhereItsPeakIs) {
   auto calo = std::filesystem::path(CALO_BINARY_DIR) / "calo";
   if (!std::filesystem::exists(calo)) GTEST_SKIP() << "calo binary not built in " << CALO_BINARY_DIR;

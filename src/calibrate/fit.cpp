@@ -10,6 +10,7 @@
 #include <set>
 
 #include "calibrate/fit_internal.h"
+#include "calibrate/fp8_fit.h"
 #include "calibrate/twin.h"
 #include "calibrate/wait_fit.h"
 #include "core/error.h"
@@ -593,8 +594,8 @@ double minimize_1d(const std::function<double(double)>& objective, double low, d
 }
 
 const std::vector<std::string>& stage_names() {
-  static const std::vector<std::string> names = {"idle", "compute", "power",
-                                                 "wait", "thermal", "collectives"};
+  static const std::vector<std::string> names = {"idle",    "compute",     "power", "wait",
+                                                 "thermal", "collectives", "fp8"};
   return names;
 }
 
@@ -681,6 +682,21 @@ void carry_fp8_line(const sim::GpuSpec& base, sim::GpuSpec& fitted) {
     fitted.efficiency.gemm_fp8_rowwise_max = std::min(1.0, base.efficiency.gemm_fp8_rowwise_max * scale);
 }
 
+/// Stage "fp8" over the FP8 runs with op spans, each run's step beside its measurement after the fit. Asked
+/// for by --stages fp8, or fitted along with the rest when some run is FP8 (silent where none is).
+void fit_fp8_stage(const std::vector<Prepared>& prepared, const FitSettings& settings, FitResult& result) {
+  if (!fits_stage(settings, "fp8")) return;
+  std::vector<Fp8OpRun> fp8_runs;
+  for (const Prepared& item : prepared) {
+    if (item.run->layout.fp8() && !item.ops.empty()) fp8_runs.push_back({item.run, &item.graph, &item.ops});
+  }
+  if (!fp8_runs.empty())
+    result.stages.push_back(fit_fp8_from_ops(fp8_runs, result.cluster));
+  else if (!settings.stages.empty())
+    result.stages.push_back(
+        {"fp8", {}, {}, "no FP8 run with op spans (calo bench --precision fp8 --trace-ops)"});
+}
+
 }  // namespace
 
 FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSpec& base,
@@ -700,6 +716,7 @@ FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSp
     result.stages.push_back(fit_cpu_peak(runs, result.cluster));
   fit_compute_and_power(prepared, settings, hold_controller, result);
   carry_fp8_line(base.gpu, result.cluster.gpu);
+  fit_fp8_stage(prepared, settings, result);
   if (fits_stage(settings, "thermal"))
     result.stages.push_back(fit_thermal(runs, settings.thermal_runs, result.cluster, result.card_r_scale));
   // Every tunable parameter that no stage fitted keeps the base value.

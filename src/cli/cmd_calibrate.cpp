@@ -36,16 +36,27 @@ std::string error_cell(const std::string& unit, double value) {
 }
 
 void print_parameters(const calibrate::Calibration& calibration) {
+  const sim::GpuSpec& device = calibration.fit.cluster.gpu;
+  if (calibrate::is_cpu_host(device)) {
+    fmt::print(
+        "# device: {} — each MPI rank's CPU core stands where a GPU would: parameters read core.* here, "
+        "gpu.* in the cluster YAML\n",
+        device.name);
+  }
   core::TextTable table({"stage", "parameter", "base", "fitted", "unit"});
   for (const auto& stage : calibration.fit.stages) {
     if (stage.parameters.empty()) table.add_row({stage.stage, "(none: " + stage.note + ")", "-", "-", "-"});
     for (const auto& parameter : stage.parameters) {
-      table.add_row({stage.stage, parameter.key, fmt::format("{:.4g}", parameter.base),
-                     fmt::format("{:.4g}", parameter.fitted), parameter.unit});
+      table.add_row({stage.stage, calibrate::shown_parameter_key(parameter.key, device),
+                     fmt::format("{:.4g}", parameter.base), fmt::format("{:.4g}", parameter.fitted),
+                     parameter.unit});
     }
   }
   fmt::print("{}", table.render());
-  fmt::print("kept from the base (no run determines them): {}\n\n", fmt::join(calibration.fit.kept, ", "));
+  std::vector<std::string> kept;
+  for (const std::string& key : calibration.fit.kept)
+    kept.push_back(calibrate::shown_parameter_key(key, device));
+  fmt::print("kept from the base (no run determines them): {}\n\n", fmt::join(kept, ", "));
 }
 
 void print_residuals(const calibrate::Calibration& calibration) {
@@ -137,7 +148,8 @@ void print_parameter_spread(const calibrate::Calibration& calibration) {
   core::TextTable table(
       {"parameter", "fitted", "range held out", "moves most without", "value then", "shift"});
   for (const auto* spread : loose) {
-    table.add_row({spread->key, fmt::format("{:.4g}", spread->fitted),
+    table.add_row({calibrate::shown_parameter_key(spread->key, calibration.fit.cluster.gpu),
+                   fmt::format("{:.4g}", spread->fitted),
                    fmt::format("{:.4g} .. {:.4g} {}", spread->low, spread->high, spread->unit),
                    spread->pinned_by, fmt::format("{:.4g}", spread->without),
                    std::isfinite(spread->shift) ? fmt::format("{:+.0f}%", spread->shift * 100) : "from 0"});
@@ -249,9 +261,10 @@ const CommandRegistration kCalibrate(
                      "a run for the thermal stage alone (repeatable): power and temperature of any job on "
                      "the GPU, no steps needed; a long soak fits the cooling response")
           ->check(CLI::ExistingPath);
-      app.add_option("--stages", flags->stages,
-                     "fit only these stages (idle, compute, power, wait, thermal, collectives), keeping the "
-                     "rest of --cluster; a calibrated cluster keeps its provenance and gains a refit entry")
+      app.add_option(
+             "--stages", flags->stages,
+             "fit only these stages (idle, compute, power, wait, thermal, collectives, fp8), keeping the "
+             "rest of --cluster; a calibrated cluster keeps its provenance and gains a refit entry")
           ->delimiter(',');
       return [flags] { return run_calibrate(*flags); };
     });

@@ -90,4 +90,17 @@ inline std::map<std::string, Compared> compare_figures(const std::filesystem::pa
   return figures;
 }
 
+/// Simulates `run`'s twin on `cluster` into `twin` (`calo sim --from`) and rates it with `calo compare
+/// --json`: the figures with both values, by key. `sim_output` receives what the sim printed.
+inline std::map<std::string, Compared> twin_on(const std::string& cluster, const std::filesystem::path& run,
+                                               const std::filesystem::path& twin,
+                                               std::string* sim_output = nullptr) {
+  const Outcome simulated =
+      run_calo("sim --from " + run.string() + " --cluster " + cluster + " --out " + twin.string());
+  EXPECT_EQ(simulated.exit_code, 0) << simulated.output;
+  if (sim_output) *sim_output = simulated.output;
+  if (simulated.exit_code != 0) return {};
+  return compare_figures(run, twin);
+}
+
 }  // namespace calo::testing

@@ -59,16 +59,10 @@ TEST(SecondCard, TheH200RunsMeetEveryTargetHeldOutAndShipAsAPreset) {
   EXPECT_NEAR(preset.gpu.thermal.r_die_k_per_w, fitted.thermal.r_die_k_per_w, 1e-9);
 }
 
-/// Simulates `run`'s twin on h100-hgx-calibrated into `twin` (`calo sim --from`) and rates it with `calo
-/// compare --json`: the figures with both values, by key. `sim_output` receives what the sim printed.
+/// `run`'s twin on h100-hgx-calibrated, rated against it (fixture_runs.h, twin_on).
 std::map<std::string, Compared> twin_on_preset(const fs::path& run, const fs::path& twin,
                                                std::string* sim_output = nullptr) {
-  const Outcome simulated =
-      run_calo("sim --from " + run.string() + " --cluster h100-hgx-calibrated --out " + twin.string());
-  EXPECT_EQ(simulated.exit_code, 0) << simulated.output;
-  if (sim_output) *sim_output = simulated.output;
-  if (simulated.exit_code != 0) return {};
-  return compare_figures(run, twin);
+  return calo::testing::twin_on("h100-hgx-calibrated", run, twin, sim_output);
 }
 
 TEST(SecondCard, TheH100PresetOnAThirdCardItNeverSaw) {

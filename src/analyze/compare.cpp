@@ -60,10 +60,16 @@ std::string run_label(const RunAnalysis& analysis) {
   std::string layout;
   if (config.is_object() && config.contains("layout") && config["layout"].is_object()) {
     try {
-      layout = parallel::describe(parallel::layout_from_json(canonical_layout(config["layout"])));
+      const parallel::Layout parsed = parallel::layout_from_json(canonical_layout(config["layout"]));
+      layout = parallel::describe(parsed);
+      if (parsed.seq_length > 0) layout += fmt::format(" seq{}", parsed.seq_length);
     } catch (const std::exception&) {
       layout.clear();  // a layout this version cannot read: the run's name alone
     }
+  }
+  if (!layout.empty() && config.contains("model") && config["model"].is_object()) {
+    const std::string model = config["model"].value("name", "");
+    if (!model.empty()) layout = model + " " + layout;
   }
   std::string cluster;
   if (run.kind == store::RunKind::kSim && config.is_object() && config.contains("cluster") &&
@@ -109,6 +115,9 @@ Comparison compare_runs(const std::vector<RunAnalysis>& runs) {
       }
     }
     comparison.sim_reference.push_back(reference);
+    comparison.samples.push_back(
+        reference >= 0 ? calibration_sample(runs[index], runs[static_cast<std::size_t>(reference)])
+                       : CalibrationSample{});
     if (reference >= 0 && (comparison.measured_reference < 0 || reference < comparison.measured_reference))
       comparison.measured_reference = reference;
   }

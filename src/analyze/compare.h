@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "analyze/calibration_sample.h"
 #include "analyze/metrics.h"
 
 namespace calo::analyze {
@@ -27,11 +28,13 @@ struct Comparison {
   std::vector<std::string> run_labels;  ///< run_label() per run
   int32_t measured_reference = -1;      ///< first measured run some sim run is compared with, -1 if none
   std::vector<int32_t> sim_reference;   ///< per run: the measured run of the same graph (sim runs), else -1
+  /// Per run: a sim run's error in- or out-of-sample of its cluster's calibration (kind kNone for the rest).
+  std::vector<CalibrationSample> samples;
   std::vector<ComparisonRow> rows;  ///< tokens/s, MFU and J/token first, then the rest in run_figures order
 };
 
-/// How comparisons name a run: its layout and kind ("TP2-PP1-DP4 mbs1 gbs32 1f1b zero1 (sim on h100-hgx)"),
-/// or its name and kind when it stores no layout (a `calo record` of any job).
+/// How comparisons name a run: its model, layout, sequence length and kind ("llama3-8b TP2-PP1-DP4 mbs1 gbs32
+/// 1f1b zero1 seq4096 (sim on h100-hgx)"), or its name and kind when it stores no layout (a `calo record`).
 std::string run_label(const RunAnalysis& analysis);
 
 /// True when both runs ran the same graph: equal "model" objects and equal layouts in their config_json (read

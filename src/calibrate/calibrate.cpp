@@ -376,6 +376,8 @@ nlohmann::json calibrated_cluster_json(const Calibration& calibration, const std
   for (const MeasuredRun& run : calibration.runs) {
     runs.push_back({{"path", core::provenance_path(run.run_dir)},
                     {"kind", run.kind},
+                    {"host", run.host},
+                    {"started_unix_ns", run.started_unix_ns},
                     {"gpu", run.gpu_name},
                     {"card", run.gpu_uuid},
                     {"model", run.model ? run.model->name : std::string("-")},

@@ -146,6 +146,8 @@ MeasuredRun open_measured_run(const store::RunReader& reader, const std::filesys
   run.label =
       run_dir.filename().empty() ? run_dir.parent_path().filename().string() : run_dir.filename().string();
   run.kind = std::string(store::to_string(info.kind));
+  run.host = info.host;
+  run.started_unix_ns = info.wall_offset_ns;
   require_input(
       info.kind != store::RunKind::kSim,
       fmt::format("{} is a simulated run (kind sim); calibration fits the simulator to measurements: give "
@@ -254,6 +256,11 @@ MeasuredRun load_measured_run(const std::filesystem::path& run_dir, const sim::G
 
 bool is_cpu_host(const sim::GpuSpec& gpu) {
   return core::is_cpu_host_device(gpu.name);
+}
+
+std::string shown_parameter_key(const std::string& key, const sim::GpuSpec& gpu) {
+  if (!is_cpu_host(gpu) || !key.starts_with("gpu.")) return key;
+  return "core." + key.substr(4);
 }
 
 std::vector<OpTiming> op_timings(const MeasuredRun& run, const graph::Graph& graph) {

@@ -37,11 +37,13 @@ using Series = std::vector<std::pair<double, double>>;
 
 /// One measured run as calibration uses it.
 struct MeasuredRun {
-  std::filesystem::path run_dir;          ///< where it lives
-  std::string label;                      ///< directory name, for tables
-  std::string kind;                       ///< bench | record | ingest
-  std::string gpu_name;                   ///< device 0's product name
-  std::string gpu_uuid;                   ///< device 0's UUID (which card), empty if unknown
+  std::filesystem::path run_dir;  ///< where it lives
+  std::string label;              ///< directory name, for tables
+  std::string kind;               ///< bench | record | ingest
+  std::string host;               ///< the host the run was taken on (its store's `host`)
+  int64_t started_unix_ns = 0;    ///< its start, Unix-epoch ns (with host: which run it is); 0 unknown
+  std::string gpu_name;           ///< device 0's product name
+  std::string gpu_uuid;           ///< device 0's UUID (which card), empty if unknown
   std::optional<model::ModelSpec> model;  ///< from the run's config (bench runs); absent for record runs
   parallel::Layout layout;                ///< from the run's config (valid when model is set)
   int warmup_steps = 0;                   ///< step spans named "warmup"
@@ -65,6 +67,10 @@ std::string gpu_model_token(const std::string& name);
 
 /// True when `gpu` describes a CPU host (its name starts with "CPU"): runs on CPU devices calibrate it.
 bool is_cpu_host(const sim::GpuSpec& gpu);
+
+/// A cluster-file key as calibration tables show it: on a CPU host (is_cpu_host) "gpu.X" reads "core.X", the
+/// core each MPI rank runs on standing where a GPU would; the YAML keeps "gpu.X". Other keys are unchanged.
+std::string shown_parameter_key(const std::string& key, const sim::GpuSpec& gpu);
 
 /// One compute op of a run's graph with its measured duration.
 struct OpTiming {

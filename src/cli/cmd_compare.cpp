@@ -27,6 +27,27 @@ std::string cell(double value) {
   return fmt::format("{:.4g}", value);
 }
 
+/// Per run: its directory, kind, whether its power and heat are placeholders, and for a sim run compared
+/// with a measured one whether the error is in-sample of its cluster's calibration.
+nlohmann::json run_info_json(const std::vector<analyze::RunAnalysis>& runs,
+                             const analyze::Comparison& comparison) {
+  nlohmann::json out = nlohmann::json::array();
+  for (std::size_t index = 0; index < runs.size(); ++index) {
+    const analyze::CalibrationSample& sample = comparison.samples[index];
+    nlohmann::json info = {{"run_dir", runs[index].run_dir.string()},
+                           {"kind", store::to_string(runs[index].run.kind)},
+                           {"placeholder_power", analyze::has_placeholder_power(runs[index])}};
+    if (sample.kind != analyze::SampleKind::kNone) {
+      info["sample"] = analyze::to_string(sample.kind);
+      info["cluster"] = sample.cluster;
+      info["calibrated_on"] = sample.calibrated_on;
+      info["sample_text"] = analyze::describe_sample(sample);
+    }
+    out.push_back(info);
+  }
+  return out;
+}
+
 int run_compare(const CompareFlags& flags) {
   std::vector<analyze::RunAnalysis> runs;
   for (const auto& run : flags.runs) runs.push_back(analyze::analyze_run(run));
@@ -49,6 +70,8 @@ int run_compare(const CompareFlags& flags) {
     }
     print_json({{"runs", comparison.run_labels},
                 {"measured_reference", comparison.measured_reference},
+                {"sim_reference", comparison.sim_reference},
+                {"run_info", run_info_json(runs, comparison)},
                 {"rows", rows}});
     return 0;
   }
@@ -94,8 +117,9 @@ int run_compare(const CompareFlags& flags) {
   }
   fmt::print("{}", table.render());
   for (std::size_t index : sim_runs) {
-    fmt::print("run{} (sim) vs run{} (measured): mean |error| {:.1f}%\n", index + 1,
-               comparison.sim_reference[index] + 1, analyze::mean_abs_sim_error(comparison, index) * 100);
+    fmt::print("run{} (sim) vs run{} (measured): mean |error| {:.1f}%, {}\n", index + 1,
+               comparison.sim_reference[index] + 1, analyze::mean_abs_sim_error(comparison, index) * 100,
+               analyze::describe_sample(comparison.samples[index]));
   }
   const bool any_measured = std::any_of(runs.begin(), runs.end(), [](const analyze::RunAnalysis& run) {
     return run.run.kind != store::RunKind::kSim;

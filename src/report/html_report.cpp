@@ -9,7 +9,6 @@
 #include <nlohmann/json.hpp>
 
 #include "analyze/compare.h"
-#include "core/device_names.h"
 #include "core/table.h"
 #include "report/html_report_internal.h"
 #include "report/many_gpus.h"
@@ -35,6 +34,7 @@ svg .line{fill:none;stroke-width:1.4}svg .band{stroke:none;fill-opacity:.22}
 svg .dots{fill:none;stroke-width:5;stroke-linecap:round}
 ol.verdict{font-size:14px;margin:4px 0 10px}ol.verdict li{margin:2px 0}
 .verdict-run{font-weight:bold;margin-top:10px}
+.placeholder{color:#a35a00;font-style:italic}
 svg .step-mark{stroke:#bbb;stroke-dasharray:2 3}svg .cell{font-size:10px;fill:#222}
 svg .group{font-size:11px;font-weight:bold;fill:#444}svg .group-rule{stroke:#555}
 svg .cell-empty{fill:#f7f7f7}
@@ -86,7 +86,8 @@ std::string device_label(const store::DeviceInfo& device) {
   return fmt::format("GPU {} (n{} s{})", device.idx, device.node, device.slot);
 }
 
-std::string run_header(const analyze::RunAnalysis& run, std::size_t index) {
+std::string run_header(const analyze::RunAnalysis& run, const analyze::Comparison& comparison,
+                       std::size_t index) {
   const auto& info = run.run;
   std::string devices;
   std::map<std::string, int> names;
@@ -126,14 +127,36 @@ std::string run_header(const analyze::RunAnalysis& run, std::size_t index) {
       "<tr><th class=\"key\">recorded</th><td class=\"key\">{:.1f} s, {} samples, {} steps; directory "
       "{}</td></tr>"
       "</table>\n",
-      index + 1, escape_html(info.name), store::to_string(info.kind), escape_html(info.command),
+      index + 1, escape_html(comparison.run_labels[index]), escape_html(info.name), escape_html(info.command),
       escape_html(info.host), escape_html(devices.empty() ? "none" : devices), std::max(nodes, 1),
       escape_html(layout.empty() ? "–" : layout), duration_s, run.sample_count, run.steps,
       escape_html(run.run_dir.string()));
 }
 
+// A table's cell for `value` of `row` in `run`: a placeholder power or heat figure (a cpu-host simulation)
+// marked as one, so it does not read as a measurement.
+std::string figure_cell(const analyze::RunAnalysis& run, const analyze::ComparisonRow& row, double value) {
+  const std::string shown = shown_number(value, row.unit);
+  if (std::isnan(value) || !analyze::has_placeholder_power(run) || !analyze::is_power_or_heat_figure(row.key))
+    return fmt::format("<td>{}</td>", shown);
+  return fmt::format("<td>{} <span class=\"placeholder\">placeholder</span></td>", shown);
+}
+
+// What a placeholder figure is: the note under a table that shows one, and over a cpu-host simulation's
+// section.
+constexpr const char* kPlaceholderNote =
+    "<p class=\"note\"><span class=\"placeholder\">placeholder</span>: power, energy, heat and clock of a "
+    "simulation on the cpu-host cluster are its preset per-core figures (data/clusters/cpu-host.yaml), not a "
+    "measurement or a prediction of one.</p>\n";
+
+// `table` followed by kPlaceholderNote when it shows a placeholder figure.
+std::string with_placeholder_note(const std::string& table) {
+  return table.find("class=\"placeholder\"") == std::string::npos ? table : table + kPlaceholderNote;
+}
+
 // Every run's figures side by side, without ratios or errors (runs of different graphs are not comparable).
-std::string summary_table(const analyze::Comparison& comparison) {
+std::string summary_table(const std::vector<analyze::RunAnalysis>& runs,
+                          const analyze::Comparison& comparison) {
   std::string out = "<table class=\"summary\"><tr><th class=\"key\">figure</th><th>unit</th>";
   for (std::size_t index = 0; index < comparison.run_labels.size(); ++index)
     out += fmt::format("<th>run {}: {}</th>", index + 1, escape_html(comparison.run_labels[index]));
@@ -144,16 +167,17 @@ std::string summary_table(const analyze::Comparison& comparison) {
     if (!any) continue;
     out += fmt::format("<tr><td class=\"key\">{}</td><td>{}</td>", escape_html(row.key),
                        escape_html(analyze::shown_figure(0, row.unit).unit));
-    for (double value : row.values) out += fmt::format("<td>{}</td>", shown_number(value, row.unit));
+    for (std::size_t index = 0; index < runs.size(); ++index)
+      out += figure_cell(runs[index], row, row.values[index]);
     out += "</tr>\n";
   }
-  out += "</table>\n";
-  return out;
+  return with_placeholder_note(out + "</table>\n");
 }
 
 // The measured run and its simulations of the same graph: values, the error column, and for a sim on a
 // calibrated cluster the tolerance its calibration achieved (leave-one-out max |error|).
-std::string sim_error_table(const analyze::Comparison& comparison, std::size_t measured,
+std::string sim_error_table(const std::vector<analyze::RunAnalysis>& runs,
+                            const analyze::Comparison& comparison, std::size_t measured,
                             const std::vector<std::size_t>& sims) {
   std::vector<bool> calibrated(comparison.run_labels.size(), false);
   for (const auto& row : comparison.rows) {
@@ -170,14 +194,18 @@ std::string sim_error_table(const analyze::Comparison& comparison, std::size_t m
   out += "</tr>\n";
   for (const auto& row : comparison.rows) {
     if (std::isnan(row.values[measured])) continue;
-    out += fmt::format("<tr><td class=\"key\">{}</td><td>{}</td><td>{}</td>", escape_html(row.key),
-                       escape_html(analyze::shown_figure(0, row.unit).unit),
-                       shown_number(row.values[measured], row.unit));
+    out += fmt::format("<tr><td class=\"key\">{}</td><td>{}</td>", escape_html(row.key),
+                       escape_html(analyze::shown_figure(0, row.unit).unit)) +
+           figure_cell(runs[measured], row, row.values[measured]);
     for (std::size_t sim : sims) {
-      const double error = analyze::stated_sim_error(comparison, row, sim);
-      out += fmt::format(
-          "<td>{}</td><td class=\"error\">{}</td>", shown_number(row.values[sim], row.unit),
-          row.unit == "C" && !std::isnan(error) ? fmt::format("{:+.1f} °C", error) : percent(error));
+      // A placeholder figure predicts nothing: it has no error.
+      const bool placeholder =
+          analyze::has_placeholder_power(runs[sim]) && analyze::is_power_or_heat_figure(row.key);
+      const double error = placeholder ? NAN : analyze::stated_sim_error(comparison, row, sim);
+      out += figure_cell(runs[sim], row, row.values[sim]) +
+             fmt::format("<td class=\"error\">{}</td>", row.unit == "C" && !std::isnan(error)
+                                                            ? fmt::format("{:+.1f} °C", error)
+                                                            : percent(error));
       if (!calibrated[sim]) continue;
       const double tolerance = row.tolerance[sim];
       out += fmt::format("<td class=\"error\">{}</td>", std::isnan(tolerance) ? std::string("–")
@@ -187,8 +215,7 @@ std::string sim_error_table(const analyze::Comparison& comparison, std::size_t m
     }
     out += "</tr>\n";
   }
-  out += "</table>\n";
-  return out;
+  return with_placeholder_note(out + "</table>\n");
 }
 
 // Per-device time series (GPU power, temperature, SM clock, utilization; host CPU and memory), each in a
@@ -236,12 +263,14 @@ std::string time_series_section(const analyze::RunAnalysis& run, const std::stri
       bool host = std::string_view(item.label).starts_with("Host");
       const bool folded = !host && lines.size() > kMaxGpuLines;
       if (folded) lines = fold_gpu_lines(std::move(lines));
-      out +=
-          anchored(prefix + item.id,
-                   time_series_chart(
-                       fmt::format("{}{} ({}; {}, dot: a lone sample)", item.label, host ? "" : " per GPU",
-                                   metric, folded ? kFoldedLinesNote : "band: min–max per pixel, line: mean"),
-                       item.label, unit, x_end_s, lines, marks));
+      const char* placeholder =
+          !host && analyze::has_placeholder_power(run) ? "placeholder (cpu-host preset): " : "";
+      out += anchored(
+          prefix + item.id,
+          time_series_chart(fmt::format("{}{}{} ({}; {}, dot: a lone sample)", placeholder, item.label,
+                                        host ? "" : " per GPU", metric,
+                                        folded ? kFoldedLinesNote : "band: min–max per pixel, line: mean"),
+                            item.label, unit, x_end_s, lines, marks));
       break;
     }
   }
@@ -311,10 +340,16 @@ std::string comparison_section(const std::vector<analyze::RunAnalysis>& runs,
   }
   if (groups.empty() || runs.size() < 2) return "";
   std::vector<std::string> labels;
-  for (std::size_t index = 0; index < runs.size(); ++index)
+  std::string placeholders;  // "run 3, run 4": whose energy, power and heat bars are cpu-host's placeholders
+  for (std::size_t index = 0; index < runs.size(); ++index) {
     labels.push_back(fmt::format("run {} ({})", index + 1, store::to_string(runs[index].run.kind)));
-  return grouped_bar_chart("Runs side by side: throughput, efficiency, energy, power, heat", groups, units,
-                           labels, values);
+    if (analyze::has_placeholder_power(runs[index]))
+      placeholders += fmt::format("{}run {}", placeholders.empty() ? "" : ", ", index + 1);
+  }
+  std::string title = "Runs side by side: throughput, efficiency, energy, power, heat";
+  if (!placeholders.empty())
+    title += fmt::format(" (placeholder energy, power and heat: {}, on the cpu-host cluster)", placeholders);
+  return grouped_bar_chart(title, groups, units, labels, values);
 }
 
 // "name (description)" of the cluster files the sim runs used, from their config_json.
@@ -344,7 +379,7 @@ std::string sim_vs_measured_section(const std::vector<analyze::RunAnalysis>& run
       "graphs match); error = (simulated − measured) / measured, for temperatures simulated − measured in "
       "°C. Cluster file of the simulation: {}.</p>\n",
       id, escape_html(runs[measured].run.name), escape_html(cluster_names(runs, sims)));
-  out += sim_error_table(comparison, measured, sims);
+  out += sim_error_table(runs, comparison, measured, sims);
   std::vector<std::string> names;
   for (std::size_t member : members) {
     names.push_back(fmt::format("{} (run {})", member == measured ? "measured" : "simulated", member + 1));
@@ -444,8 +479,7 @@ void recording_findings(const analyze::RunAnalysis& run, const std::string& pref
     return sw + hw;
   };
   // A simulation on a CPU host: its power and heat are cpu-host's placeholder per-core figures, not findings.
-  const bool placeholder_power = run.run.kind == store::RunKind::kSim && !run.devices.empty() &&
-                                 core::is_cpu_host_device(run.devices.front().name);
+  const bool placeholder_power = analyze::has_placeholder_power(run);
   std::size_t hot = placeholder_power ? std::string::npos : worst_gpu(run, thermal_of);
   if (hot != std::string::npos && thermal_of(run.device_metrics[hot]) >= 0.01) {
     const auto& metrics = run.device_metrics[hot];
@@ -515,61 +549,126 @@ void recording_findings(const analyze::RunAnalysis& run, const std::string& pref
   }
 }
 
+// Sim run `index`'s errors against its measured run (step time, energy per step), each saying whether it is
+// in-sample or out-of-sample of the cluster's calibration.
+void sim_error_findings(const std::vector<analyze::RunAnalysis>& runs, const analyze::Comparison& comparison,
+                        std::size_t index, std::vector<Finding>& out) {
+  const int32_t reference = comparison.sim_reference[index];
+  const std::string sample = analyze::describe_sample(comparison.samples[index]);
+  for (const auto& row : comparison.rows) {
+    const double error = row.sim_error[index];
+    if (std::isnan(error)) continue;
+    // The median step: a deterministic twin is set beside the typical step (calibration fits it), not a mean
+    // that one host hiccup moves. A placeholder energy is no prediction: it has no error to state.
+    const bool energy = row.key == "energy_per_step_j" && !analyze::has_placeholder_power(runs[index]);
+    const double weight = row.key == "step_time_p50_s" ? 10 : energy ? 9 : 0;
+    if (weight == 0) continue;
+    const std::string what = energy ? "energy per step" : "step time (median)";
+    const std::string size = std::fabs(error) < 0.0005
+                                 ? fmt::format("simulated {} within 0.1 % of measured", what)
+                                 : fmt::format("simulated {} {:.1f} % {} measured", what,
+                                               std::fabs(error) * 100, error > 0 ? "above" : "below");
+    out.push_back({weight, fmt::format("{} (run {}), {}", size, reference + 1, sample),
+                   fmt::format("run{}-sim", reference + 1)});
+  }
+}
+
+// The run's headline: step time, tokens/s and energy per token (and MFU), said first of every run.
+Finding headline_finding(const analyze::RunAnalysis& run, const std::string& prefix) {
+  std::string energy;
+  if (analyze::has_placeholder_power(run))
+    energy = fmt::format(", energy per token {} J (placeholder: cpu-host power, not a measurement)",
+                         number(run.energy_per_token_j));
+  else if (!std::isnan(run.energy_per_token_j))
+    energy = fmt::format(", energy per token {} J", number(run.energy_per_token_j));
+  else
+    energy = ", energy per token not measured (no power readings)";
+  return {
+      8.5,
+      fmt::format("step time {}{}{}{}", core::format_duration(run.step_time_s.mean),
+                  std::isnan(run.tokens_per_s) ? "" : fmt::format(", {} tokens/s", number(run.tokens_per_s)),
+                  energy, std::isnan(run.mfu) ? "" : fmt::format(", MFU {:.1f} %", run.mfu * 100)),
+      prefix + "header"};
+}
+
+// A measured run some sim run's cluster was calibrated on: which, so its in-sample twins read as such.
+void calibration_findings(const std::vector<analyze::RunAnalysis>& runs, std::size_t index,
+                          std::vector<Finding>& out) {
+  std::map<std::string, std::string> sims_of;  // cluster name -> "run 3, run 4"
+  for (std::size_t sim = 0; sim < runs.size(); ++sim) {
+    const analyze::CalibrationSample sample = analyze::calibration_sample(runs[sim], runs[index]);
+    if (sample.kind != analyze::SampleKind::kInSample) continue;
+    std::string& sims = sims_of[sample.cluster];
+    sims += fmt::format("{}run {}", sims.empty() ? "" : ", ", sim + 1);
+  }
+  for (const auto& [cluster, sims] : sims_of) {
+    out.push_back({7, fmt::format("calibration run: cluster {} ({}) was fitted to this run", cluster, sims),
+                   fmt::format("run{}-header", index + 1)});
+  }
+}
+
+// Every finding of run `index`, most important first.
+std::vector<Finding> run_findings(const std::vector<analyze::RunAnalysis>& runs,
+                                  const analyze::Comparison& comparison, std::size_t index) {
+  const auto& run = runs[index];
+  const std::string prefix = fmt::format("run{}-", index + 1);
+  std::vector<Finding> findings;
+  if (comparison.sim_reference[index] >= 0) {
+    sim_error_findings(runs, comparison, index, findings);
+  } else if (run.run.kind == store::RunKind::kSim) {
+    findings.push_back({8, "projection: no measured run of this model and layout here, so no error is given",
+                        prefix + "header"});
+  } else {
+    calibration_findings(runs, index, findings);
+  }
+  if (run.run.ended_ns == 0) {  // the writer's last act is to store the end: a killed run never does
+    findings.push_back(
+        {100,
+         fmt::format("interrupted: the run never finished (killed or crashed); figures cover the {:.1f} s "
+                     "stored before it stopped",
+                     static_cast<double>(run.chart_end_ns - run.chart_begin_ns) / 1e9),
+         prefix + "header"});
+  }
+  recording_findings(run, prefix, findings);
+  if (const std::string memory = memory_verdict(run); !memory.empty())
+    findings.push_back({20, memory, prefix + "memory"});
+  if (!std::isnan(run.step_time_s.mean) && run.step_time_s.count > 0)
+    findings.push_back(headline_finding(run, prefix));
+  std::stable_sort(findings.begin(), findings.end(),
+                   [](const Finding& a, const Finding& b) { return a.weight > b.weight; });
+  return findings;
+}
+
+// The order the verdict takes the runs in: simulations checked against a measurement (out-of-sample first,
+// then in-sample, then on uncalibrated clusters), the measured runs, then the projections.
+std::vector<std::size_t> verdict_order(const std::vector<analyze::RunAnalysis>& runs,
+                                       const analyze::Comparison& comparison) {
+  const auto rank = [&](std::size_t index) {
+    if (comparison.sim_reference[index] < 0) return runs[index].run.kind == store::RunKind::kSim ? 5 : 4;
+    switch (comparison.samples[index].kind) {
+      case analyze::SampleKind::kOutOfSample:
+        return 0;
+      case analyze::SampleKind::kInSample:
+        return 1;
+      default:
+        return 2;
+    }
+  };
+  std::vector<std::size_t> order(runs.size());
+  for (std::size_t index = 0; index < runs.size(); ++index) order[index] = index;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return rank(a) < rank(b); });
+  return order;
+}
+
 // Per run, the three findings that matter most, each linked to its chart.
 std::string verdict_section(const std::vector<analyze::RunAnalysis>& runs,
                             const analyze::Comparison& comparison) {
   std::string out = "<h2 id=\"verdict\">Verdict</h2>\n";
-  for (std::size_t index = 0; index < runs.size(); ++index) {
-    const auto& run = runs[index];
-    std::string prefix = fmt::format("run{}-", index + 1);
-    std::vector<Finding> findings;
-    int32_t reference = comparison.sim_reference[index];
-    if (reference >= 0) {
-      std::string sim_id = fmt::format("run{}-sim", reference + 1);
-      for (const auto& row : comparison.rows) {
-        double error = row.sim_error[index];
-        if (std::isnan(error)) continue;
-        // The median step: a deterministic twin is set beside the typical step (calibration fits it), not a
-        // mean that one host hiccup moves.
-        double weight = row.key == "step_time_p50_s" ? 10 : row.key == "energy_per_step_j" ? 9 : 0;
-        if (weight == 0) continue;
-        std::string what = row.key == "step_time_p50_s" ? "step time (median)" : "energy per step";
-        std::string text =
-            std::fabs(error) < 0.0005
-                ? fmt::format("simulated {} within 0.1 % of measured (run {})", what, reference + 1)
-                : fmt::format("simulated {} {:.1f} % {} measured (run {})", what, std::fabs(error) * 100,
-                              error > 0 ? "above" : "below", reference + 1);
-        findings.push_back({weight, text, sim_id});
-      }
-    } else if (run.run.kind == store::RunKind::kSim) {
-      findings.push_back({8,
-                          "projection: no measured run of this model and layout here, so no error is given",
-                          prefix + "header"});
-    }
-    if (run.run.ended_ns == 0) {  // the writer's last act is to store the end: a killed run never does
-      findings.push_back(
-          {100,
-           fmt::format("interrupted: the run never finished (killed or crashed); figures cover the {:.1f} s "
-                       "stored before it stopped",
-                       static_cast<double>(run.chart_end_ns - run.chart_begin_ns) / 1e9),
-           prefix + "header"});
-    }
-    recording_findings(run, prefix, findings);
-    if (const std::string memory = memory_verdict(run); !memory.empty())
-      findings.push_back({20, memory, prefix + "memory"});
-    if (!std::isnan(run.step_time_s.mean) && run.step_time_s.count > 0) {
-      findings.push_back(
-          {0.1,
-           fmt::format(
-               "step time {}{}{}", core::format_duration(run.step_time_s.mean),
-               std::isnan(run.tokens_per_s) ? "" : fmt::format(", {} tokens/s", number(run.tokens_per_s)),
-               std::isnan(run.mfu) ? "" : fmt::format(", MFU {:.1f} %", run.mfu * 100)),
-           prefix + "header"});
-    }
-    std::stable_sort(findings.begin(), findings.end(),
-                     [](const Finding& a, const Finding& b) { return a.weight > b.weight; });
+  for (std::size_t index : verdict_order(runs, comparison)) {
+    const std::vector<Finding> findings = run_findings(runs, comparison, index);
     out += fmt::format("<div class=\"verdict-run\">Run {}: {}</div>\n<ol class=\"verdict\">\n", index + 1,
-                       escape_html(analyze::run_label(run)));
+                       escape_html(comparison.run_labels[index]));
     for (std::size_t at = 0; at < findings.size() && at < 3; ++at) {
       out += fmt::format("<li><a href=\"#{}\">{}</a></li>\n", findings[at].anchor,
                          escape_html(findings[at].text));
@@ -623,7 +722,7 @@ std::string render_html_report(const std::vector<analyze::RunAnalysis>& runs, co
   out +=
       "<h2>Runs side by side</h2>\n<p class=\"note\">Values only: runs of different models or layouts are "
       "not errors of one another.</p>\n" +
-      summary_table(comparison);
+      summary_table(runs, comparison);
   out += comparison_section(runs, comparison);
   // Measured runs and the simulations that mirror one of them, then the projections.
   std::vector<std::size_t> order;
@@ -646,10 +745,15 @@ std::string render_html_report(const std::vector<analyze::RunAnalysis>& runs, co
     std::size_t index = order[at];
     const auto& run = runs[index];
     std::string prefix = fmt::format("run{}-", index + 1);
-    out += fmt::format("<div id=\"{}header\"></div>\n", prefix) + run_header(run, index);
+    out += fmt::format("<div id=\"{}header\"></div>\n", prefix) + run_header(run, comparison, index);
+    if (analyze::has_placeholder_power(run)) out += kPlaceholderNote;
     out += time_series_section(run, prefix);
     std::string heat = heatmap_section(run, prefix);
-    if (!heat.empty()) out += "<h3>Per-GPU figures</h3>\n" + heat;
+    if (!heat.empty())
+      out +=
+          fmt::format("<h3>Per-GPU figures{}</h3>\n",
+                      analyze::has_placeholder_power(run) ? " (power and heat: cpu-host placeholders)" : "") +
+          heat;
     std::string kernels = kernel_section(run, prefix);
     if (!kernels.empty()) out += "<h3>Kernel breakdown</h3>\n" + kernels;
     out += memory_section(run, prefix);

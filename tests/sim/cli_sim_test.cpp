@@ -251,8 +251,9 @@ TEST(CalosimCli, ComparingTwoLayoutsNamesEachByItsLayoutAndLeadsWithThroughputMf
       calo::testing::run_calo("compare --json " + (dir / "tp2").string() + " " + (dir / "tp4").string());
   ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
   const nlohmann::json json = nlohmann::json::parse(outcome.output);
-  EXPECT_EQ(json["runs"][0], "TP2-PP1-DP4 mbs1 gbs32 1f1b zero1 (sim on h100-hgx)");
-  EXPECT_EQ(json["runs"][1], "TP4-PP1-DP2 mbs1 gbs32 1f1b zero1 (sim on h100-hgx)");
+  // Issue 65: the model and the sequence length too (a projection's heading omitted its model).
+  EXPECT_EQ(json["runs"][0], "llama3-8b TP2-PP1-DP4 mbs1 gbs32 1f1b zero1 seq4096 (sim on h100-hgx)");
+  EXPECT_EQ(json["runs"][1], "llama3-8b TP4-PP1-DP2 mbs1 gbs32 1f1b zero1 seq4096 (sim on h100-hgx)");
   const char* lead[] = {"tokens_per_s", "mfu", "energy_per_token_j"};
   for (int row = 0; row < 3; ++row) {
     EXPECT_EQ(json["rows"][row]["key"], lead[row]);

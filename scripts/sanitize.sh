@@ -22,7 +22,8 @@ launcher=()
 if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 fi
-# The project's Release flags (-O2); reports name functions (add -DCMAKE_CXX_FLAGS=-g by hand for file:line).
+# Release flags, -O1 under CALO_SANITIZE (CMakeLists.txt); reports name functions (add -DCMAKE_CXX_FLAGS=-g by
+# hand for file:line).
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_C_COMPILER="$clang_c" -DCMAKE_CXX_COMPILER="$clang_cxx" \
   -DCMAKE_BUILD_TYPE=Release -DCALO_SANITIZE=ON \
   -DCALO_FUZZ=ON -DCALO_CUDA=OFF -DCALO_BUILD_BENCH=OFF -DCALO_WERROR="$werror" "${launcher[@]}" >/dev/null

@@ -11,6 +11,7 @@
 
 #include "calibrate/fit_internal.h"
 #include "calibrate/fp8_fit.h"
+#include "calibrate/link_fit.h"
 #include "calibrate/twin.h"
 #include "calibrate/wait_fit.h"
 #include "core/error.h"
@@ -594,8 +595,8 @@ double minimize_1d(const std::function<double(double)>& objective, double low, d
 }
 
 const std::vector<std::string>& stage_names() {
-  static const std::vector<std::string> names = {"idle",    "compute",     "power", "wait",
-                                                 "thermal", "collectives", "fp8"};
+  static const std::vector<std::string> names = {"idle", "compute", "power",       "link",
+                                                 "wait", "thermal", "collectives", "fp8"};
   return names;
 }
 
@@ -655,6 +656,16 @@ void fit_compute_and_power(const std::vector<Prepared>& prepared, const FitSetti
     result.stages.push_back(with_power.empty()
                                 ? StageFit{"power", {}, {}, "no run recorded the device's power"}
                                 : fit_power(with_power, result.cluster, hold_controller));
+  }
+  // The link stage only where named: it moves the node's NVLink bandwidth, which Kineto sweeps fit better
+  // where a host has them (stage "collectives").
+  if (std::find(settings.stages.begin(), settings.stages.end(), "link") != settings.stages.end()) {
+    std::vector<LinkRun> linked;
+    for (const Prepared& item : prepared) {
+      const int gpus = item.run->layout.world_size();
+      if (gpus > 1 && gpus <= result.cluster.node.gpus) linked.push_back({item.run, &item.graph});
+    }
+    result.stages.push_back(fit_link_from_steps(linked, result.cluster));
   }
   if (fits_stage(settings, "wait")) {
     std::vector<WaitRun> waiting;
@@ -764,6 +775,13 @@ FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSp
       for (const ParameterFit& parameter : stage.parameters) fitted = fitted || parameter.key == key;
     }
     if (!fitted) result.kept.push_back(key);
+  }
+  for (const StageFit& stage : result.stages) {
+    for (const ParameterFit& parameter : stage.parameters) {
+      if (parameter.key == "node.nvlink_bandwidth_gb_s")
+        std::replace(result.kept.begin(), result.kept.end(), std::string("node (NVLink, slots)"),
+                     std::string("node (NVLink latency, slots)"));
+    }
   }
   return result;
 }

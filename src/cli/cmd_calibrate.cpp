@@ -261,10 +261,10 @@ const CommandRegistration kCalibrate(
                      "a run for the thermal stage alone (repeatable): power and temperature of any job on "
                      "the GPU, no steps needed; a long soak fits the cooling response")
           ->check(CLI::ExistingPath);
-      app.add_option(
-             "--stages", flags->stages,
-             "fit only these stages (idle, compute, power, wait, thermal, collectives, fp8), keeping the "
-             "rest of --cluster; a calibrated cluster keeps its provenance and gains a refit entry")
+      app.add_option("--stages", flags->stages,
+                     "fit only these stages (idle, compute, power, link, wait, thermal, collectives, fp8), "
+                     "keeping the "
+                     "rest of --cluster; a calibrated cluster keeps its provenance and gains a refit entry")
           ->delimiter(',');
       return [flags] { return run_calibrate(*flags); };
     });

@@ -22,7 +22,10 @@ int list_clusters() {
     const sim::ClusterTrust trust = sim::cluster_trust(cluster);
     table.add_row({name, std::to_string(cluster.node.gpus), cluster.gpu.name,
                    fmt::format("{:.0f}", cluster.gpu.power_limit_w),
-                   trust.calibrated ? fmt::format("yes ({} runs)", trust.runs) : std::string("no"),
+                   trust.calibrated ? (trust.refit_runs > 0 ? fmt::format("yes ({} runs + {} refit)",
+                                                                          trust.runs, trust.refit_runs)
+                                                            : fmt::format("yes ({} runs)", trust.runs))
+                                    : std::string("no"),
                    cluster.description});
   }
   fmt::print("{}", table.render());

@@ -17,6 +17,25 @@ double relative_error(const nlohmann::json& entry, const char* figure) {
   return measured > 0 && predicted > 0 ? std::abs(predicted / measured - 1) : 0.0;
 }
 
+/// Adds `fit`'s leave-one-out entries to `held_out` and its worst step and energy errors.
+void add_held_out(const nlohmann::json& fit, int& held_out, double& worst_step, double& worst_energy) {
+  const auto entries = fit.value("leave_one_out", nlohmann::json::array());
+  for (const nlohmann::json& entry : entries) {
+    if (!entry.is_object()) continue;
+    held_out += 1;
+    worst_step = std::max(worst_step, relative_error(entry, "step_time_s"));
+    worst_energy = std::max(worst_energy, relative_error(entry, "energy_per_step_j"));
+  }
+}
+
+/// The refits' part of the summary ("" without refits that held runs out).
+std::string refit_summary(const ClusterTrust& trust) {
+  if (trust.refit_held_out == 0) return "";
+  return fmt::format("; refitted on {} multi-GPU runs, held out within {:.1f} % step and {:.1f} % energy",
+                     trust.refit_runs, 100 * trust.refit_worst_step_error,
+                     100 * trust.refit_worst_energy_error);
+}
+
 }  // namespace
 
 ClusterTrust cluster_trust(const ClusterSpec& cluster) {
@@ -26,20 +45,18 @@ ClusterTrust cluster_trust(const ClusterSpec& cluster) {
   if (trust.calibrated) {
     const auto runs = calibration.value("runs", nlohmann::json::array());
     trust.runs = runs.is_array() ? static_cast<int>(runs.size()) : 0;
-    const auto held_out = calibration.value("leave_one_out", nlohmann::json::array());
-    for (const nlohmann::json& entry : held_out) {
-      if (!entry.is_object()) continue;
-      trust.held_out += 1;
-      trust.worst_step_error = std::max(trust.worst_step_error, relative_error(entry, "step_time_s"));
-      trust.worst_energy_error =
-          std::max(trust.worst_energy_error, relative_error(entry, "energy_per_step_j"));
+    add_held_out(calibration, trust.held_out, trust.worst_step_error, trust.worst_energy_error);
+    for (const nlohmann::json& refit : calibration.value("refits", nlohmann::json::array())) {
+      if (!refit.is_object()) continue;
+      const auto refit_runs = refit.value("runs", nlohmann::json::array());
+      trust.refit_runs += refit_runs.is_array() ? static_cast<int>(refit_runs.size()) : 0;
+      add_held_out(refit, trust.refit_held_out, trust.refit_worst_step_error, trust.refit_worst_energy_error);
     }
     trust.summary = fmt::format(
         "{}: fitted to {} measured runs by calo calibrate; on {} runs held out of the fit, step time within "
-        "{:.1f} % and energy within {:.1f} % (one GPU; multi-GPU layouts: docs/BENCHMARKS.md \"Plan against "
-        "measurement\")",
+        "{:.1f} % and energy within {:.1f} %{} (multi-GPU layouts: docs/benchmarks/plan-vs-measured.md)",
         cluster.name, trust.runs, trust.held_out, 100 * trust.worst_step_error,
-        100 * trust.worst_energy_error);
+        100 * trust.worst_energy_error, refit_summary(trust));
     return trust;
   }
   const auto presets = core::preset_names("clusters");

@@ -16,6 +16,10 @@ struct ClusterTrust {
   int held_out = 0;               ///< runs of its leave-one-out check
   double worst_step_error = 0;    ///< largest |predicted / measured - 1| of step time over the held-out runs
   double worst_energy_error = 0;  ///< the same for energy per step
+  int refit_runs = 0;      ///< measured runs of its refits (`calibration.refits`, e.g. a host's layouts)
+  int refit_held_out = 0;  ///< runs of the refits' leave-one-out checks
+  double refit_worst_step_error = 0;    ///< largest step-time error over the refits' held-out runs
+  double refit_worst_energy_error = 0;  ///< the same for energy per step
   std::string
       calibrated_sibling;  ///< for an uncalibrated preset: "<name>-calibrated" when that preset exists
   std::string summary;     ///< one line for a person

@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "../common/scratch.h"
 
@@ -85,6 +87,56 @@ TEST(ModelCommand, TinyDenseTablesMatchGolden) {
   const Outcome outcome = run_calo("model tiny-dense --tp 2 --pp 2 --gbs 4 --sequence-parallel");
   EXPECT_EQ(outcome.exit_code, 0) << outcome.output;
   EXPECT_EQ(outcome.output, kTinyGolden);
+}
+
+/// `value` as `calo model` prints it: three significant decimals of the SI prefix that keeps it in [1, 1000).
+std::string si(double value) {
+  const char* prefixes[] = {"", " k", " M", " G"};
+  int prefix = 0;
+  while (value >= 1000 && prefix < 3) {
+    value /= 1000;
+    ++prefix;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f%s", value, prefixes[prefix]);
+  return text;
+}
+
+TEST(ModelCommand, EveryNumberOfTheGoldenFollowsFromTinyDensesDimensions) {
+  // data/models/tiny-dense.yaml: h 256, FFN 688, 8 heads of 32 (4 KV heads), vocab 1024, seq 128, 4 layers;
+  // docs/METRICS.md "Model accounting" gives each formula. The golden above is the printed form of these.
+  const double h = 256, f = 688, kv = 4 * 32, vocab = 1024, seq = 128, layers = 4, tokens = 4 * seq;
+  const double attention = h * h + 2 * h * kv + h * h;  // Q, K, V, output projections (GQA: K, V of 4 heads)
+  const double ffn = 3 * h * f;                         // SwiGLU: gate, up, down
+  const double norms = 2 * h;
+  const double layer = attention + ffn + norms;
+  const double total = layers * layer + 2 * vocab * h + h;  // + embedding, untied output, final norm
+  for (const auto& [what, value] : std::vector<std::pair<std::string, double>>{{"total", total},
+                                                                               {"embedding", vocab * h},
+                                                                               {"per layer", layer},
+                                                                               {"  attention", attention},
+                                                                               {"  FFN", ffn}}) {
+    EXPECT_NE(std::string(kTinyGolden).find(what), std::string::npos) << what;
+    EXPECT_NE(std::string(kTinyGolden).find(si(value)), std::string::npos) << what << " " << si(value);
+  }
+  // FLOPs per token: 2 per linear weight, causal attention's QK^T and PV at seq/2 keys on average, the
+  // logits.
+  const double core = layers * 2 * 2 * (seq / 2) * h;
+  const double logits = 2 * h * vocab;
+  const double forward = 2 * layers * (attention + ffn) + core + logits;
+  for (const double flops : {forward, core, logits, 2 * forward, 3 * forward})
+    EXPECT_NE(std::string(kTinyGolden).find(si(flops) + "FLOP"), std::string::npos) << si(flops);
+  EXPECT_NE(std::string(kTinyGolden).find(si(forward * tokens) + "FLOP"), std::string::npos);
+  // Memory per GPU of stage 0 (tp 2: the linears and the embedding split, the norms whole), bf16 weights and
+  // gradients, 12 bytes of fp32 master weight and Adam moments per parameter.
+  const double stage0 = vocab * h / 2 + 2 * ((attention + ffn) / 2 + norms);
+  char weights[32], optimizer[32];
+  std::snprintf(weights, sizeof weights, "%.2f MiB", 2 * stage0 / (1 << 20));
+  std::snprintf(optimizer, sizeof optimizer, "%.2f MiB", 12 * stage0 / (1 << 20));
+  EXPECT_NE(std::string(kTinyGolden).find(std::string("    0  ") + weights + "   " + weights),
+            std::string::npos)
+      << weights;
+  EXPECT_NE(std::string(kTinyGolden).find(optimizer), std::string::npos) << optimizer;
 }
 
 TEST(ModelCommand, JsonCarriesExactCounts) {

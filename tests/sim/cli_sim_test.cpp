@@ -40,19 +40,31 @@ TEST(CalosimCli, PrintsJsonWithEveryFigure) {
 }
 
 TEST(CalosimCli, JsonAndTextCarryTheMemoryBreakdownOfTheLayout) {
-  // The Llama3-8B 4-layer slice at 8K tokens on one H200 (bench/torchtitan's shapes): 3.58 GiB bf16 weights
-  // and gradients, 21.49 GiB fp32 master + Adam, 8.29 GiB activations of one micro-batch = 36.95 GiB (`calo
-  // model`).
+  // The Llama3-8B 4-layer slice at 8K tokens on one H200 (bench/torchtitan's shapes), each term from
+  // data/models/llama3-8b.yaml's dimensions by docs/METRICS.md's formulas: 1,923,125,248 parameters (4 layers
+  // of 41.9 M attention + 176.2 M SwiGLU + 2 norms, the untied 128,256 x 4096 embedding and output, the final
+  // norm) at 2 bytes for weights and for gradients (3.58 GiB each) and 12 for the fp32 master and Adam
+  // moments (21.49 GiB); activations of one micro-batch (flash attention, no recompute): 139,392 bytes per
+  // token per layer (4 x 2h inputs, 2 x 2q Q and output, 2 x 2c K and V, 4a log-sum-exp, 6f SwiGLU) x 4
+  // layers, then the final norm and output projection inputs (2 x 2h) and the fp32 cross-entropy over the
+  // vocabulary (4V) per token: 8.29 GiB; 36.95 GiB in all.
+  const double h = 4096, q = 4096, c = 1024, a = 32, f = 14336, vocab = 128256, seq = 8192, layers = 4;
+  const double parameters = layers * (2 * h * q + 2 * h * c + 3 * h * f + 2 * h) + 2 * vocab * h + h;
+  EXPECT_DOUBLE_EQ(parameters, 1923125248.0);
+  const double per_token_layer = 4 * 2 * h + 2 * 2 * q + 2 * 2 * c + 4 * a + 6 * f;
+  EXPECT_DOUBLE_EQ(per_token_layer, 139392.0);
+  const double activations = seq * (layers * per_token_layer + 2 * 2 * h + 4 * vocab);
   const std::string job = "sim --model llama3-8b --layers 4 --seq 8192 --gbs 1 --cluster h200-hgx --no-store";
   const Outcome outcome = run_calo(job + " --json");
   ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
   const nlohmann::json memory = nlohmann::json::parse(outcome.output)["memory"];
   const double gib = 1024.0 * 1024.0 * 1024.0;
-  EXPECT_NEAR(memory["weights_bytes"].get<double>() / gib, 3.58, 0.01);
-  EXPECT_NEAR(memory["gradients_bytes"].get<double>() / gib, 3.58, 0.01);
-  EXPECT_NEAR(memory["optimizer_bytes"].get<double>() / gib, 21.49, 0.01);
-  EXPECT_NEAR(memory["activations_bytes"].get<double>() / gib, 8.29, 0.01);
-  EXPECT_NEAR(memory["total_bytes"].get<double>() / gib, 36.95, 0.01);
+  EXPECT_DOUBLE_EQ(memory["weights_bytes"].get<double>(), 2 * parameters);
+  EXPECT_DOUBLE_EQ(memory["gradients_bytes"].get<double>(), 2 * parameters);
+  EXPECT_DOUBLE_EQ(memory["optimizer_bytes"].get<double>(), 12 * parameters);
+  EXPECT_DOUBLE_EQ(memory["activations_bytes"].get<double>(), activations);
+  EXPECT_DOUBLE_EQ(memory["total_bytes"].get<double>(), 16 * parameters + activations);
+  EXPECT_NEAR(memory["total_bytes"].get<double>() / gib, 36.95, 0.005);
   EXPECT_TRUE(memory["fits"].get<bool>());
   EXPECT_LT(memory["usable_bytes"].get<double>(), memory["device_bytes"].get<double>());
   EXPECT_EQ(memory["inflight_microbatches"].get<int>(), 1);

@@ -119,28 +119,30 @@ void print_model_json(const model::ModelSpec& spec, const parallel::Layout& layo
   auto activations = [&](model::Recompute mode) { return activation_bytes(spec, layout, mode); };
   nlohmann::json stage_list = nlohmann::json::array();
   for (const auto& memory : figures.stages) stage_list.push_back(parallel::to_json(memory));
-  print_json({{"model", model::to_json(spec)},
-              {"layout", parallel::to_json(layout)},
-              {"parameters", parameters_json(figures.counts)},
-              {"flops_per_token",
-               {{"forward", flops.forward},
-                {"backward", flops.backward},
-                {"attention_forward", flops.attention_forward},
-                {"logits_forward", flops.logits_forward},
-                {"recompute", recompute_flops},
-                {"model_total", flops.total()},
-                {"hardware_total", flops.total() + recompute_flops}}},
-              {"tokens_per_iteration", tokens_per_iteration},
-              {"flops_per_iteration",
-               {{"model_total", flops.total() * tokens_per_iteration},
-                {"hardware_total", (flops.total() + recompute_flops) * tokens_per_iteration}}},
-              {"activation_bytes_per_layer",
-               {{"none", activations(model::Recompute::kNone)},
-                {"selective", activations(model::Recompute::kSelective)},
-                {"full", activations(model::Recompute::kFull)},
-                {"selected", activations(layout.recompute)}}},
-              {"memory_per_gpu", parallel::to_json(figures.most_loaded)},
-              {"memory_per_stage", stage_list}});
+  print_json(
+      {{"model", model::to_json(spec)},
+       {"layout", parallel::to_json(layout)},
+       {"parameters", parameters_json(figures.counts)},
+       {"flops_per_token",
+        {{"forward", flops.forward},
+         {"backward", flops.backward},
+         {"attention_forward", flops.attention_forward},
+         {"logits_forward", flops.logits_forward},
+         {"recompute", recompute_flops},
+         {"model_total", flops.total()},
+         {"hardware_total", flops.total() + recompute_flops}}},
+       {"tokens_per_iteration", tokens_per_iteration},
+       {"flops_per_iteration",
+        {{"model_total", flops.total() * tokens_per_iteration},
+         {"hardware_total", (flops.total() + recompute_flops) * tokens_per_iteration}}},
+       {"activation_bytes_per_layer",
+        {{"none", activations(model::Recompute::kNone)},
+         {"selective", activations(model::Recompute::kSelective)},
+         {"full", activations(model::Recompute::kFull)},
+         {"op", spec.is_moe() ? nlohmann::json(nullptr) : nlohmann::json(activations(model::Recompute::kOp))},
+         {"selected", activations(layout.recompute)}}},
+       {"memory_per_gpu", parallel::to_json(figures.most_loaded)},
+       {"memory_per_stage", stage_list}});
 }
 
 /// Prints the header lines: architecture, components and layout.
@@ -191,8 +193,9 @@ void print_flops_table(const parallel::Layout& layout, const ModelFigures& figur
 /// Prints the activation bytes per layer under each recomputation mode (the layout's starred).
 void print_activation_table(const model::ModelSpec& spec, const parallel::Layout& layout) {
   core::TextTable activation_table({"activations per layer", "bytes"});
-  for (model::Recompute mode :
-       {model::Recompute::kNone, model::Recompute::kSelective, model::Recompute::kFull}) {
+  for (model::Recompute mode : {model::Recompute::kNone, model::Recompute::kSelective,
+                                model::Recompute::kFull, model::Recompute::kOp}) {
+    if (mode == model::Recompute::kOp && spec.is_moe()) continue;  // op-level checkpointing: dense models
     activation_table.add_row(
         {"recompute " + parallel::to_string(mode) + (mode == layout.recompute ? " *" : ""),
          core::format_bytes(activation_bytes(spec, layout, mode))});

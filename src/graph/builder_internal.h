@@ -259,6 +259,7 @@ class TensorEmitter : public Emitter {
  private:
   void layer_forward();
   void layer_backward();
+  void op_recompute();
   void embedding_forward();
   void embedding_backward();
   double cross_entropy_elements() const;

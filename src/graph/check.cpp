@@ -435,7 +435,10 @@ FlopTotals flop_totals(const Graph& graph) {
       layout.attention == parallel::AttentionImpl::kUnfused
           ? model::attention_flops_per_token(graph.model, layout.seq_length, /*causal=*/false)
           : per_token.attention_forward;
-  const double recomputed = layout.recompute == model::Recompute::kNone ? 0.0 : attention_forward;
+  // Selective and full recompute run the attention core again; op-level checkpointing saves its output.
+  const bool attention_again =
+      layout.recompute == model::Recompute::kSelective || layout.recompute == model::Recompute::kFull;
+  const double recomputed = attention_again ? attention_forward : 0.0;
   totals.expected_attention = tokens * (3.0 * attention_forward + recomputed);
   return totals;
 }
@@ -509,7 +512,9 @@ double expected_cp_bytes_per_layer(const model::ModelSpec& model, const parallel
   // forward and (with dK, dV) 2 (cp-1) times backward; recomputation (selective or full) runs it again.
   const double tokens = static_cast<double>(layout.micro_batch) * layout.seq_length / layout.cp;
   const double kv = 2.0 * tokens * static_cast<double>(model.kv_size() / layout.tp) * 2.0;
-  const double passes = 3.0 + (layout.recompute != model::Recompute::kNone ? 1.0 : 0.0);
+  const bool attention_again =
+      layout.recompute == model::Recompute::kSelective || layout.recompute == model::Recompute::kFull;
+  const double passes = 3.0 + (attention_again ? 1.0 : 0.0);
   // All-gather variant, bytes as the collectives count them (all-gather output, reduce-scatter input): a
   // gather of cp K/V forward, a gather and a reduce-scatter backward, a gather again when recomputed.
   if (layout.cp_comm == parallel::CpComm::kAllGather) return layout.cp * kv * passes;

@@ -61,6 +61,7 @@ void TensorEmitter::layer_backward() {
     layer_forward();
     core_.phase = Phase::kBackward;
   }
+  if (layout_.recompute == model::Recompute::kOp) op_recompute();
   residual(true);
   if (model_.is_moe()) {
     expert_.moe_backward();
@@ -81,6 +82,24 @@ void TensorEmitter::layer_backward() {
   rope(true);
   column_backward(GemmWeight::kQkv, (dims_.q_size + 2 * dims_.kv_size) / tp);
   norm(true);
+}
+
+/// torchtitan's op-level selective checkpointing, as its backward reaches the layer: the ops its policy did
+/// not save run again (the norms, the K projection, RoPE, the output projection, the residual, the FFN's up
+/// projection and its activation); their tensor-parallel collectives are not re-run (the saved reduce-scatter
+/// outputs stand in; an all-gather before a recomputed matmul is left out of the model).
+void TensorEmitter::op_recompute() {
+  const std::int64_t tp = dims_.tp;
+  core_.phase = Phase::kRecompute;
+  norm(false);
+  core_.gemm(GemmWeight::kQkv, GemmPass::kForward, dims_.tokens, dims_.kv_size / tp, dims_.hidden);
+  rope(false);
+  core_.gemm(GemmWeight::kProj, GemmPass::kForward, dims_.tokens, dims_.hidden, dims_.q_size / tp);
+  residual(false);
+  norm(false);
+  core_.gemm(GemmWeight::kFc1, GemmPass::kForward, dims_.tokens, dims_.ffn / tp, dims_.hidden);
+  core_.activation(static_cast<double>(dims_.tokens), dims_.ffn / tp, false);
+  core_.phase = Phase::kBackward;
 }
 
 // ---- embedding and output head

@@ -100,6 +100,12 @@ double recompute_flops_per_token(const ModelSpec& spec, int seq_length, Recomput
       const FlopsPerToken flops = flops_per_token(spec, seq_length);
       return flops.forward - flops.logits_forward;
     }
+    case Recompute::kOp:
+      // The matmuls torchtitan's policy does not save: the K and output projections and the FFN's up
+      // projection (w3) of every layer.
+      return spec.num_layers * 2.0 * spec.hidden_size *
+             (static_cast<double>(spec.kv_size()) + static_cast<double>(spec.q_size()) +
+              spec.ffn_hidden_size);
   }
   return 0.0;
 }
@@ -109,6 +115,25 @@ double activation_bytes_per_layer(const ModelSpec& spec, int seq_length, int mic
   return activation_bytes_per_layer(spec, seq_length, micro_batch, tp, sequence_parallel, recompute,
                                     /*flash_attention=*/true);
 }
+
+namespace {
+
+/// What torchtitan's op-level selective checkpointing keeps of a dense layer, per `replicated` and `split`
+/// tokens (their counts on a rank for full-width and tp-split tensors): the checkpoint's input, the outputs
+/// of the first, third, fifth and seventh matmul (Q, V, the FFN gate w1, the FFN output w2; the K, output and
+/// up projections are recomputed), and the attention kernel's output with its fp32 log-sum-exp.
+std::vector<ActivationTerm> op_checkpoint_terms(const ModelSpec& spec, double replicated, double split) {
+  const double hidden = spec.hidden_size;
+  return {{"layer input (the checkpoint)", replicated * kBf16Bytes * hidden},
+          {"Q and V projections (saved matmul outputs)",
+           split * kBf16Bytes * (static_cast<double>(spec.q_size()) + static_cast<double>(spec.kv_size()))},
+          {"attention output and log-sum-exp (fp32)",
+           split * (kBf16Bytes * static_cast<double>(spec.q_size()) + kFp32Bytes * spec.num_attention_heads)},
+          {"FFN gate projection (saved matmul output)", split * kBf16Bytes * spec.ffn_hidden_size},
+          {"FFN output (saved matmul output)", replicated * kBf16Bytes * hidden}};
+}
+
+}  // namespace
 
 std::vector<ActivationTerm> layer_activation_terms(const ModelSpec& spec, int seq_length, int micro_batch,
                                                    int tp, bool sequence_parallel, Recompute recompute,
@@ -131,6 +156,7 @@ std::vector<ActivationTerm> layer_activation_terms(const ModelSpec& spec, int se
     add("layer input (the checkpoint)", replicated * kBf16Bytes * hidden);
     return terms;
   }
+  if (recompute == Recompute::kOp) return op_checkpoint_terms(spec, replicated, split);
   const bool dropout = spec.dropout > 0.0;
   add("norm inputs (2)", replicated * 2.0 * kBf16Bytes * hidden);
   add(spec.is_moe() ? "QKV and router/expert inputs" : "QKV and FFN inputs",

@@ -8,8 +8,10 @@
 
 namespace calo::model {
 
-/// Activation recomputation: none, selective (attention core, as Megatron-LM), or full (whole layer).
-enum class Recompute { kNone, kSelective, kFull };
+/// Activation recomputation: none, selective (attention core, as Megatron-LM), full (whole layer), or op
+/// (torchtitan's op-level selective checkpointing: every matmul output but every second one and the attention
+/// kernel's outputs saved, the rest recomputed; dense models).
+enum class Recompute { kNone, kSelective, kFull, kOp };
 
 /// Parameter counts (numbers of scalars).
 struct ParameterCounts {

@@ -125,8 +125,8 @@ std::string describe(const Layout& layout);
 /// counts written COUNTxREPEAT, e.g. "0,1x126,0" for Llama 3 405B's 128 chunks.
 std::string partition_text(const std::vector<int>& layers_per_stage);
 /// The recomputation axis: --recompute, campaign key recompute.
-inline constexpr Axis<Recompute, 3> kRecomputeAxis{
-    "--recompute", "recompute", "a mode", {"none", "selective", "full"}};
+inline constexpr Axis<Recompute, 4> kRecomputeAxis{
+    "--recompute", "recompute", "a mode", {"none", "selective", "full", "op"}};
 /// The pipeline schedule axis: --schedule, campaign key schedule.
 inline constexpr Axis<Schedule, 3> kScheduleAxis{
     "--schedule", "schedule", "a schedule", {"gpipe", "1f1b", "interleaved"}};
@@ -146,7 +146,7 @@ Schedule parse_schedule(const std::string& text);
 CpComm parse_cp_comm(const std::string& text);
 /// Name of a cp communication kind ("p2p", "allgather").
 std::string to_string(CpComm comm);
-/// Name of a recompute mode ("none", "selective", "full").
+/// Name of a recompute mode ("none", "selective", "full", "op").
 std::string to_string(Recompute recompute);
 /// Name of a schedule ("gpipe", "1f1b", "interleaved").
 std::string to_string(Schedule schedule);

@@ -102,10 +102,12 @@ int rank_seq_length(const model::ModelSpec& model, const Layout& layout) {
 // rotary embedding's inputs (Q and K before rotation), the attention output's reshaped copy that the output
 // projection saves beside the attention kernel's own output (not under selective recompute, where the
 // kernel's output is not saved), and SwiGLU's silu(gate) beside the product. Per micro-batch on one tp rank;
-// none under full recompute (the layer input alone).
+// none under full recompute (the layer input alone) or op-level checkpointing (its policy names what is
+// kept).
 std::vector<model::ActivationTerm> eager_extra_terms(const model::ModelSpec& model, const Layout& layout,
                                                      Recompute recompute) {
-  if (layout.trainer != Trainer::kPytorch || recompute == Recompute::kFull) return {};
+  if (layout.trainer != Trainer::kPytorch || recompute == Recompute::kFull || recompute == Recompute::kOp)
+    return {};
   const double split_tokens =
       static_cast<double>(rank_seq_length(model, layout)) * layout.micro_batch / layout.tp;
   constexpr double kBf16Bytes = 2.0;

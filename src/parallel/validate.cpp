@@ -303,6 +303,12 @@ void check_stage_gpus(Layout& layout) {
 }
 
 void check_experts(const model::ModelSpec& model, const Layout& layout) {
+  require_input(
+      !model.is_moe() || layout.recompute != Recompute::kOp,
+      fmt::format("--recompute op (torchtitan's op-level checkpointing) is modelled for dense models; "
+                  "{} has experts, whose grouped matmuls its policy does not save: use --recompute "
+                  "selective or full",
+                  model.name));
   if (!model.is_moe()) {
     require_input(layout.ep == 1,
                   fmt::format("ep={} needs a mixture-of-experts model, but {} is dense; use ep=1", layout.ep,

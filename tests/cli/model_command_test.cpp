@@ -66,6 +66,7 @@ activations per layer       bytes
 recompute none *       484.00 KiB
 recompute selective    482.00 KiB
 recompute full          32.00 KiB
+recompute op           232.00 KiB
 (per micro-batch of 1 on one tp rank; flash attention, bf16)
 
 memory per GPU by pipeline stage
@@ -137,6 +138,14 @@ TEST(ModelCommand, EveryNumberOfTheGoldenFollowsFromTinyDensesDimensions) {
             std::string::npos)
       << weights;
   EXPECT_NE(std::string(kTinyGolden).find(optimizer), std::string::npos) << optimizer;
+  // Activations per layer under op-level checkpointing, 64 tokens per tp rank (sequence parallel): the layer
+  // input and FFN output 2h each, Q and V 2q + 2c, the attention output 2q and its log-sum-exp 4a, the gate
+  // 2f.
+  const double q = 8 * 32, a = 8;
+  char op[48];
+  std::snprintf(op, sizeof op, "recompute op           %.2f KiB",
+                64 * (2 * h + 2 * q + 2 * kv + 2 * q + 4 * a + 2 * f + 2 * h) / 1024);
+  EXPECT_NE(std::string(kTinyGolden).find(op), std::string::npos) << op;
 }
 
 TEST(ModelCommand, JsonCarriesExactCounts) {

@@ -60,8 +60,9 @@ std::vector<Case> small_cases() {
       for (int pp : {1, 2, 4}) {
         for (int dp : {1, 2, 4}) {
           for (int zero : {0, 1, 2, 3}) {
-            for (auto recompute :
-                 {model::Recompute::kNone, model::Recompute::kSelective, model::Recompute::kFull}) {
+            for (auto recompute : {model::Recompute::kNone, model::Recompute::kSelective,
+                                   model::Recompute::kFull, model::Recompute::kOp}) {
+              if (moe && recompute == model::Recompute::kOp) continue;  // refused: dense models only
               for (bool overlap : {false, true}) {
                 Case test_case{model_name, make_layout(tp, pp, dp, 2, 2 * dp * 4)};
                 test_case.layout.zero_stage = zero;

@@ -75,6 +75,15 @@ TEST(Flops, RecomputeAddsAttentionCoreOrWholeLayerForward) {
   EXPECT_DOUBLE_EQ(recompute_flops_per_token(spec, 128, Recompute::kFull), 4 * flops.per_layer_forward);
 }
 
+TEST(Flops, OpLevelCheckpointingRecomputesTheKOutputAndUpProjections) {
+  // torchtitan's policy saves every matmul output but every second one: of Q, K, V, output, w1, w3, w2 it
+  // runs K (h x c), the output projection (q x h) and w3 (h x f) again, 2 FLOPs per multiply-add; the
+  // attention kernel's output is saved, so nothing of the core is recomputed.
+  const ModelSpec spec = load_model("llama3-8b");
+  const double h = 4096, c = 1024, q = 4096, f = 14336;
+  EXPECT_DOUBLE_EQ(recompute_flops_per_token(spec, 8192, Recompute::kOp), 32 * 2 * (h * c + q * h + h * f));
+}
+
 TEST(Flops, AttentionTermGrowsLinearlyWithSequence) {
   const ModelSpec spec = load_model("llama3-8b");
   const double short_seq = flops_per_token(spec, 4096).attention_forward;
@@ -170,6 +179,20 @@ TEST(Activations, ByKindLlama3_405bAtTp8WithSequenceParallel) {
   const auto full = layer_activation_terms(spec, 8192, 1, 8, true, Recompute::kFull, true);
   ASSERT_EQ(full.size(), 1u);
   EXPECT_DOUBLE_EQ(full[0].bytes, u);
+}
+
+TEST(Activations, OpLevelCheckpointingKeepsItsSavedOutputs) {
+  // Per token of a Llama3-8B layer, bf16: the layer input 2h, the Q and V projections 2q + 2c, the attention
+  // output 2q with its fp32 log-sum-exp 4a, the FFN gate 2f and the FFN output 2h: 63,616 bytes against the
+  // 139,392 kept without recompute (docs/METRICS.md); tp 2 with sequence parallel halves every term.
+  const ModelSpec spec = load_model("llama3-8b");
+  const double h = 4096, q = 4096, c = 1024, a = 32, f = 14336;
+  const double per_token = 2 * h + 2 * q + 2 * c + 2 * q + 4 * a + 2 * f + 2 * h;
+  EXPECT_DOUBLE_EQ(per_token, 63616.0);
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(spec, 8192, 2, 1, false, Recompute::kOp), 2 * 8192 * per_token);
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(spec, 8192, 2, 2, true, Recompute::kOp), 8192 * per_token);
+  EXPECT_EQ(layer_activation_terms(spec, 8192, 1, 1, false, Recompute::kOp, true).front().kind,
+            "layer input (the checkpoint)");
 }
 
 TEST(Activations, RejectsNonPositiveSizes) {

@@ -127,6 +127,17 @@ TEST(Validate, ContextParallelRejectsMixtureOfExperts) {
             "parallel are not modelled); use --cp 1 for MoE models");
 }
 
+TEST(Validate, OpLevelCheckpointingIsForDenseModels) {
+  Layout layout;
+  layout.recompute = Recompute::kOp;
+  EXPECT_EQ(error_of(dense_model(), layout), "(accepted)");
+  EXPECT_NE(error_of(moe_model(), layout)
+                .find("--recompute op (torchtitan's op-level checkpointing) is "
+                      "modelled for dense models; moe-8e has experts"),
+            std::string::npos)
+      << error_of(moe_model(), layout);
+}
+
 TEST(Validate, GlobalBatchAndSequenceLengthMustNotBeNegative) {
   Layout layout;
   layout.dp = 4;

@@ -13,9 +13,11 @@ namespace calo::analyze {
 namespace {
 
 /// The name `calo calibrate` gives a compare figure (docs/METRICS.md), or "" if calibration does not rate it.
+/// Tokens/s and energy per token are rated by step time and energy per step (a step's tokens are exact).
 std::string calibration_figure(const std::string& key) {
   static const std::vector<std::pair<std::string, std::string>> kNames = {
       {"step_time_p50_s", "step_time_s"},       {"energy_per_step_j", "energy_per_step_j"},
+      {"tokens_per_s", "step_time_s"},          {"energy_per_token_j", "energy_per_step_j"},
       {"power_gpu_mean_w", "mean_power_w"},     {"power_gpu_peak_w", "peak_power_w"},
       {"power_swing_100ms_w", "swing_100ms_w"}, {"temp_gpu_peak_500ms_c", "peak_temp_c"},
       {"sm_clock_mean_mhz", "sm_clock_mhz"}};
@@ -25,8 +27,8 @@ std::string calibration_figure(const std::string& key) {
   return "";
 }
 
-/// The leave-one-out tolerance stored with a sim run's calibrated cluster for compare figure `key`; NaN if
-/// none.
+}  // namespace
+
 double calibrated_tolerance(const RunAnalysis& run, const std::string& key) {
   if (run.run.kind != store::RunKind::kSim) return NAN;
   const std::string name = calibration_figure(key);
@@ -38,10 +40,10 @@ double calibrated_tolerance(const RunAnalysis& run, const std::string& key) {
     tolerance = &(*tolerance)[step];
   }
   if (!tolerance->contains(name) || !(*tolerance)[name].contains("achieved")) return NAN;
-  return (*tolerance)[name]["achieved"].get<double>();
+  const double achieved = (*tolerance)[name]["achieved"].get<double>();
+  // Tokens/s is the reciprocal of step time: a step within ±t puts it within +t/(1−t) … −t/(1+t).
+  return key == "tokens_per_s" && achieved < 1 ? achieved / (1 - achieved) : achieved;
 }
-
-}  // namespace
 
 /// A stored layout with every key a current layout has (keys added later, e.g. "cp", take their defaults),
 /// so runs stored before a layout option existed still match runs stored after; unchanged if unparsable.

@@ -45,6 +45,11 @@ bool same_graph(const RunAnalysis& a, const RunAnalysis& b);
 /// graph (same_graph); a sim run without one has no error, it is a projection.
 Comparison compare_runs(const std::vector<RunAnalysis>& runs);
 
+/// The largest |error| leave-one-out validation of a sim run's calibrated cluster reached on compare figure
+/// `key` (relative; degrees C for a temperature), stored with the run's cluster; NaN for a measured run, an
+/// uncalibrated cluster or a figure calibration does not rate. Tokens/s takes step time's t as t / (1 − t).
+double calibrated_tolerance(const RunAnalysis& run, const std::string& key);
+
 /// Sim run `run_index`'s error on `row` as calibration states it: simulated − measured in degrees C for a
 /// temperature row (unit "C"), the relative error otherwise; NaN where there is none.
 double stated_sim_error(const Comparison& comparison, const ComparisonRow& row, std::size_t run_index);

@@ -362,16 +362,28 @@ Calibration calibrate(const std::vector<std::filesystem::path>& run_dirs, const 
   return calibration;
 }
 
+namespace {
+
+/// "h100-hgx fitted by calo calibrate to 10 measured run(s) and 2 thermal run(s)": the runs counted as `calo
+/// cluster list` counts them, thermal runs (the heat model's only) and Kineto trace sets apart.
+std::string calibrated_description(const std::string& base_name, const Calibration& calibration) {
+  std::string description =
+      fmt::format("{} fitted by calo calibrate to {} measured run(s)", base_name, calibration.runs.size());
+  if (!calibration.thermal_runs.empty())
+    description += fmt::format(" and {} thermal run(s)", calibration.thermal_runs.size());
+  if (!calibration.traces.empty())
+    description += fmt::format(" and {} Kineto trace set(s)", calibration.traces.size());
+  return description;
+}
+
+}  // namespace
+
 nlohmann::json calibrated_cluster_json(const Calibration& calibration, const std::string& base_cluster) {
   sim::ClusterSpec cluster = calibration.fit.cluster;
   cluster.calibration = nullptr;
   nlohmann::json json = sim::to_json(cluster);
   json["name"] = cluster.name + "-calibrated";
-  json["description"] =
-      fmt::format("{} fitted by calo calibrate to {} measured run(s)", cluster.name, calibration.runs.size());
-  if (!calibration.traces.empty())
-    json["description"] = fmt::format("{} and {} Kineto trace set(s)", json["description"].get<std::string>(),
-                                      calibration.traces.size());
+  json["description"] = calibrated_description(cluster.name, calibration);
   nlohmann::json runs = nlohmann::json::array();
   for (const MeasuredRun& run : calibration.runs) {
     runs.push_back({{"path", core::provenance_path(run.run_dir)},

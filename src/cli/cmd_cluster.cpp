@@ -1,6 +1,6 @@
 // `calo cluster list` and `calo cluster show NAME [--json]`: the cluster presets and one preset's every
-// figure, printed as a file `--cluster` accepts, so a user can copy a preset, change a figure and simulate
-// with it.
+// figure, printed as JSON (which is YAML) that `--cluster` accepts, so a user can copy a preset, change a
+// figure and simulate with it.
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -22,14 +22,17 @@ int list_clusters() {
     const sim::ClusterTrust trust = sim::cluster_trust(cluster);
     table.add_row({name, std::to_string(cluster.node.gpus), cluster.gpu.name,
                    fmt::format("{:.0f}", cluster.gpu.power_limit_w),
-                   trust.calibrated ? (trust.refit_runs > 0 ? fmt::format("yes ({} runs + {} refit)",
-                                                                          trust.runs, trust.refit_runs)
-                                                            : fmt::format("yes ({} runs)", trust.runs))
-                                    : std::string("no"),
+                   trust.calibrated ? fmt::format("yes ({})", trust.runs_text) : std::string("no"),
                    cluster.description});
   }
   fmt::print("{}", table.render());
-  fmt::print("# calo cluster show NAME prints one as a file --cluster accepts\n");
+  fmt::print(
+      "# fitted to runs: measured training runs, + thermal: long records that fit the heat model only, + "
+      "refit: "
+      "runs of a refit (calo cluster show NAME names them)\n");
+  fmt::print(
+      "# calo cluster show NAME prints one as JSON (which is YAML): save it as a .yaml file --cluster "
+      "accepts\n");
   return 0;
 }
 
@@ -40,9 +43,10 @@ int show_cluster(const std::string& name, bool json) {
     print_json(document);
     return 0;
   }
-  // JSON is YAML: the document below loads with --cluster FILE.yaml as it is.
+  // JSON is YAML: the document below, with its '#' comment lines, loads with --cluster FILE.yaml as it is.
   fmt::print("# {}\n", sim::cluster_trust(cluster).summary);
-  fmt::print("# every figure the simulator uses (docs/SIMULATOR.md); to try a change:\n");
+  fmt::print(
+      "# every figure the simulator uses (docs/SIMULATOR.md), as JSON (which is YAML); to try a change:\n");
   fmt::print("#   calo cluster show {} > my.yaml, edit it (e.g. gpu.power_limit_w), then --cluster my.yaml\n",
              name);
   fmt::print("{}\n", document.dump(2));
@@ -54,14 +58,19 @@ const CommandRegistration kCluster(
     44, [](CLI::App& app) -> std::function<int()> {
       CLI::App* list = app.add_subcommand("list", "the presets: GPU, power limit, whether fitted to runs");
       CLI::App* show =
-          app.add_subcommand("show", "one preset (or cluster file) with every figure, as a file");
+          app.add_subcommand("show",
+                             "one preset (or cluster file) with every figure, as JSON (which is YAML) after "
+                             "'#' comment lines: a .yaml file --cluster accepts");
       auto name = std::make_shared<std::string>();
       auto json = std::make_shared<bool>(false);
       show->add_option("name", *name, "Preset name (see calo cluster list) or a cluster YAML/JSON file")
           ->required();
-      show->add_flag("--json", *json, "Print only the JSON (no comment lines)");
+      show->add_flag("--json", *json,
+                     "Print only the JSON (no comment lines): a .json file --cluster accepts");
       app.require_subcommand(1);
-      app.footer("Examples:\n  calo cluster list\n  calo cluster show h100-hgx-calibrated > mine.yaml");
+      app.footer(
+          "Examples:\n  calo cluster list\n  calo cluster show h100-hgx-calibrated > mine.yaml   # JSON, "
+          "which is YAML, with '#' comments\n  calo cluster show h100-hgx-calibrated --json > mine.json");
       return [list, name, json] { return list->parsed() ? list_clusters() : show_cluster(*name, *json); };
     });
 

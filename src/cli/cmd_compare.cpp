@@ -1,5 +1,6 @@
-// `calo compare RUN_A RUN_B [...]`: figures side by side, ratios to the first run, and for a simulated run
-// against a measured one the relative error per figure.
+// `calo compare RUN_A RUN_B [...]`: figures side by side, ratios to the first run, which run wins on
+// throughput, energy per token and cost (against the simulator's error), and for a simulated run against a
+// measured one the relative error per figure.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -8,7 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "analyze/compare.h"
+#include "analyze/winner.h"
 #include "cli/command.h"
+#include "core/config.h"
 #include "core/table.h"
 
 namespace calo::cli {
@@ -48,46 +51,65 @@ nlohmann::json run_info_json(const std::vector<analyze::RunAnalysis>& runs,
   return out;
 }
 
-int run_compare(const CompareFlags& flags) {
-  std::vector<analyze::RunAnalysis> runs;
-  for (const auto& run : flags.runs) runs.push_back(analyze::analyze_run(run));
-  auto comparison = analyze::compare_runs(runs);
-  if (flags.json) {
-    nlohmann::json rows = nlohmann::json::array();
-    auto nullable = [](const std::vector<double>& values) {
-      nlohmann::json out = nlohmann::json::array();
-      for (double value : values)
-        out.push_back(std::isnan(value) ? nlohmann::json(nullptr) : nlohmann::json(value));
-      return out;
-    };
-    for (const auto& row : comparison.rows) {
-      rows.push_back({{"key", row.key},
-                      {"unit", row.unit},
-                      {"values", nullable(row.values)},
-                      {"ratio", nullable(row.ratio)},
-                      {"sim_error", nullable(row.sim_error)},
-                      {"tolerance", nullable(row.tolerance)}});
-    }
-    print_json({{"runs", comparison.run_labels},
-                {"measured_reference", comparison.measured_reference},
-                {"sim_reference", comparison.sim_reference},
-                {"run_info", run_info_json(runs, comparison)},
-                {"rows", rows}});
-    return 0;
+/// The winners as JSON: per figure the best and next-best run (1-based, as the text names them), the margin,
+/// the simulator's stated error and whether the margin is within it, and the line the text prints.
+nlohmann::json winners_json(const std::vector<analyze::Winner>& winners) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const analyze::Winner& winner : winners) {
+    out.push_back({{"key", winner.key},
+                   {"figure", winner.figure},
+                   {"unit", winner.unit},
+                   {"best_run", winner.best + 1},
+                   {"runner_up_run", winner.runner_up + 1},
+                   {"best_value", winner.best_value},
+                   {"runner_up_value", winner.runner_up_value},
+                   {"margin", winner.margin},
+                   {"tolerance", core::json_number(winner.tolerance)},
+                   {"within_error", analyze::within_error(winner)},
+                   {"unrated", winner.unrated},
+                   {"text", analyze::describe_winner(winner)}});
   }
+  return out;
+}
+
+/// The comparison as JSON: runs, rows (values, ratios, errors, tolerances) and winners.
+void print_compare_json(const std::vector<analyze::RunAnalysis>& runs, const analyze::Comparison& comparison,
+                        const std::vector<analyze::Winner>& winners) {
+  nlohmann::json rows = nlohmann::json::array();
+  auto nullable = [](const std::vector<double>& values) {
+    nlohmann::json out = nlohmann::json::array();
+    for (double value : values) out.push_back(core::json_number(value));
+    return out;
+  };
+  for (const auto& row : comparison.rows) {
+    rows.push_back({{"key", row.key},
+                    {"unit", row.unit},
+                    {"values", nullable(row.values)},
+                    {"ratio", nullable(row.ratio)},
+                    {"sim_error", nullable(row.sim_error)},
+                    {"tolerance", nullable(row.tolerance)}});
+  }
+  print_json({{"runs", comparison.run_labels},
+              {"measured_reference", comparison.measured_reference},
+              {"sim_reference", comparison.sim_reference},
+              {"run_info", run_info_json(runs, comparison)},
+              {"winners", winners_json(winners)},
+              {"rows", rows}});
+}
+
+/// The table: each figure per run, its ratio to run 1, and for the sims of a measured run (`sim_runs`) their
+/// error and calibrated tolerance.
+core::TextTable compare_table(const std::vector<analyze::RunAnalysis>& runs,
+                              const analyze::Comparison& comparison,
+                              const std::vector<std::size_t>& sim_runs) {
   std::vector<std::string> headers = {"figure", "unit"};
   for (std::size_t index = 0; index < runs.size(); ++index)
     headers.push_back(fmt::format("run{}", index + 1));
   for (std::size_t index = 1; index < runs.size(); ++index)
     headers.push_back(fmt::format("run{}/run1", index + 1));
-  bool errors = comparison.measured_reference >= 0;
-  std::vector<std::size_t> sim_runs;
-  for (std::size_t index = 0; index < runs.size(); ++index) {
-    if (errors && comparison.sim_reference[index] >= 0) {  // a sim of a measured run's graph
-      sim_runs.push_back(index);
-      headers.push_back(fmt::format("run{} err", index + 1));
-      headers.push_back(fmt::format("run{} tol", index + 1));
-    }
+  for (std::size_t index : sim_runs) {
+    headers.push_back(fmt::format("run{} err", index + 1));
+    headers.push_back(fmt::format("run{} tol", index + 1));
   }
   core::TextTable table(headers);
   for (const auto& row : comparison.rows) {
@@ -112,10 +134,20 @@ int run_compare(const CompareFlags& flags) {
     }
     table.add_row(cells);
   }
+  return table;
+}
+
+/// The comparison as text: the runs, the table, each sim's mean error, which run is better, and notes.
+void print_compare_text(const std::vector<analyze::RunAnalysis>& runs, const analyze::Comparison& comparison,
+                        const std::vector<analyze::Winner>& winners) {
+  std::vector<std::size_t> sim_runs;  // the sims of a measured run's graph
+  for (std::size_t index = 0; index < runs.size(); ++index) {
+    if (comparison.measured_reference >= 0 && comparison.sim_reference[index] >= 0) sim_runs.push_back(index);
+  }
   for (std::size_t index = 0; index < runs.size(); ++index) {
     fmt::print("# run{}: {} — {}\n", index + 1, comparison.run_labels[index], runs[index].run_dir.string());
   }
-  fmt::print("{}", table.render());
+  fmt::print("{}", compare_table(runs, comparison, sim_runs).render());
   for (std::size_t index : sim_runs) {
     fmt::print("run{} (sim) vs run{} (measured): mean |error| {:.1f}%, {}\n", index + 1,
                comparison.sim_reference[index] + 1, analyze::mean_abs_sim_error(comparison, index) * 100,
@@ -131,23 +163,46 @@ int run_compare(const CompareFlags& flags) {
         "column; `calo sim --from RUN --cluster ...` simulates a measured run's own job\n",
         index + 1);
   }
+  for (const analyze::Winner& winner : winners)
+    fmt::print("which is better? {}\n", analyze::describe_winner(winner));
   if (!sim_runs.empty()) {
     fmt::print(
         "tol: the largest error leave-one-out validation of the sim run's calibrated cluster reached "
         "(calo calibrate); '-' = uncalibrated cluster or figure not rated\n");
   }
+}
+
+int run_compare(const CompareFlags& flags) {
+  std::vector<analyze::RunAnalysis> runs;
+  for (const auto& run : flags.runs) runs.push_back(analyze::analyze_run(run));
+  const analyze::Comparison comparison = analyze::compare_runs(runs);
+  const std::vector<analyze::Winner> winners = analyze::pick_winners(runs, comparison);
+  if (flags.json) {
+    print_compare_json(runs, comparison, winners);
+  } else {
+    print_compare_text(runs, comparison, winners);
+  }
   return 0;
 }
 
 const CommandRegistration kCompare(
-    "compare", "compare runs side by side (ratios; error of a simulated run against a measured one)", 85,
-    [](CLI::App& app) -> std::function<int()> {
+    "compare",
+    "compare runs side by side: ratios, which is better on throughput, energy per token and cost (against "
+    "the "
+    "simulator's error), and the error of a simulated run against a measured one",
+    85, [](CLI::App& app) -> std::function<int()> {
       auto flags = std::make_shared<CompareFlags>();
       app.add_option("RUN", flags->runs, "two or more run directories; the first is the reference")
           ->required()
           ->expected(2, -1)
           ->check(CLI::ExistingDirectory);
       app.add_flag("--json", flags->json, "print the comparison as JSON");
+      app.footer(
+          "'which is better?' lines: for throughput, energy per token and (runs of `calo sim --tokens "
+          "--price-per-kwh` priced alike) cost, the best run and its margin over the next best, said to be "
+          "within the simulator's error when the margin is inside a simulated run's calibrated tolerance "
+          "(the tol column; docs/METRICS.md). A simulation of a measured run here is its error, not a "
+          "contender.");
       return [flags] { return run_compare(*flags); };
     });
 

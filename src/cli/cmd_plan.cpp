@@ -332,8 +332,13 @@ std::string sim_flags(const plan::Evaluation& evaluation) {
 CALO_JSON_WRITER(write_search_work, plan::SearchResult, excluded, invalid, out_of_memory, tight, pruned,
                  too_large, graph_ops, probe_ops, built_ops, bound_wall_s, estimated_s, simulated, wall_s)
 
+/// How a figure's cells read: fixed decimals, significant digits (tokens/J: 1.889 and 1.887 read apart), or
+/// with an SI prefix per cell (energy per step 2.23 MJ, cluster power 3.11 MW).
+enum class Shown { kFixed, kSignificant, kSi };
+
 /// A simulated figure of a layout: its key in `--json` and its column in the text tables (none for a null
-/// header), shown as value * scale with `digits` decimals.
+/// header), shown as value * scale with `digits` decimals (kFixed), `digits` significant digits
+/// (kSignificant) or `digits` significant digits with core::format_si's prefix of `unit` in each cell (kSi).
 struct FigureColumn {
   const char* key;
   const char* header;
@@ -341,18 +346,32 @@ struct FigureColumn {
   double scale;
   int digits;
   double plan::Evaluation::*value;
+  Shown shown;
 };
 
 constexpr std::array<FigureColumn, 8> kFigureColumns{{
-    {"iteration_s", "step", "s", 1, 3, &plan::Evaluation::iteration_s},
-    {"tokens_per_s", "tokens/s", "", 1, 0, &plan::Evaluation::tokens_per_s},
-    {"tokens_per_j", "tokens/J", "", 1, 2, &plan::Evaluation::tokens_per_j},
-    {"energy_per_step_j", nullptr, "J", 1, 0, &plan::Evaluation::energy_per_step_j},
-    {"cluster_power_w", "cluster power", "kW", 1e-3, 1, &plan::Evaluation::cluster_power_w},
-    {"peak_power_w", "peak power", "W per GPU", 1, 0, &plan::Evaluation::peak_power_w},
-    {"max_die_c", "hottest die", "C", 1, 1, &plan::Evaluation::max_die_c},
-    {"mfu", "MFU", "%", 100, 1, &plan::Evaluation::mfu},
+    {"iteration_s", "step", "s", 1, 3, &plan::Evaluation::iteration_s, Shown::kFixed},
+    {"tokens_per_s", "tokens/s", "", 1, 0, &plan::Evaluation::tokens_per_s, Shown::kFixed},
+    {"tokens_per_j", "tokens/J", "", 1, 4, &plan::Evaluation::tokens_per_j, Shown::kSignificant},
+    {"energy_per_step_j", "energy per step", "J", 1, 4, &plan::Evaluation::energy_per_step_j, Shown::kSi},
+    {"cluster_power_w", "cluster power", "W", 1, 3, &plan::Evaluation::cluster_power_w, Shown::kSi},
+    {"peak_power_w", "peak power", "W per GPU", 1, 0, &plan::Evaluation::peak_power_w, Shown::kFixed},
+    {"max_die_c", "hottest die", "C", 1, 1, &plan::Evaluation::max_die_c, Shown::kFixed},
+    {"mfu", "MFU", "%", 100, 1, &plan::Evaluation::mfu, Shown::kFixed},
 }};
+
+/// The text cell of `figure` for its raw value.
+std::string figure_cell(const FigureColumn& figure, double value) {
+  switch (figure.shown) {
+    case Shown::kSignificant:
+      return core::format_significant(figure.scale * value, figure.digits);
+    case Shown::kSi:
+      return core::format_si(figure.scale * value, figure.unit, figure.digits);
+    case Shown::kFixed:
+      break;
+  }
+  return fmt::format("{:.{}f}", figure.scale * value, figure.digits);
+}
 
 nlohmann::json to_json(const plan::Evaluation& evaluation) {
   const auto& layout = evaluation.candidate.layout;
@@ -384,8 +403,7 @@ void add_row(core::TextTable& table, const std::string& rank, const plan::Evalua
                                evaluation.candidate.tight ? memory + " tight" : memory};
   for (const FigureColumn& figure : kFigureColumns) {
     if (figure.header == nullptr) continue;
-    const double value = figure.scale * (evaluation.*figure.value);
-    row.push_back(simulated ? fmt::format("{:.{}f}", value, figure.digits) : std::string("-"));
+    row.push_back(simulated ? figure_cell(figure, evaluation.*figure.value) : std::string("-"));
   }
   row.push_back(evaluation.pareto ? "*" : std::string(plan::to_string(evaluation.verdict)));
   table.add_row(row);
@@ -396,7 +414,7 @@ core::TextTable make_table() {
   for (const FigureColumn& figure : kFigureColumns) {
     if (figure.header == nullptr) continue;
     headers.emplace_back(figure.header);
-    units.emplace_back(figure.unit);
+    units.emplace_back(figure.shown == Shown::kSi ? "" : figure.unit);  // kSi: each cell names its unit
   }
   headers.emplace_back("front");
   units.emplace_back("");

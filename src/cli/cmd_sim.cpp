@@ -60,7 +60,7 @@ struct SimFlags {
   std::vector<std::string> slow_gpus;
   std::vector<std::string> hot_gpus;
   std::vector<std::string> power_caps;  ///< --power-cap W | RANK=W
-  sim::CostInputs cost;                 ///< --tokens, --price-per-kwh, --pue, --host-power-w
+  sim::CostInputs cost;                 ///< --tokens, --price-per-kwh, --currency, --pue, --host-power-w
   bool cost_given = false;              ///< any of the cost flags was given
   double initial_die_c = -1;
   bool dp_given = false;
@@ -100,6 +100,10 @@ struct TwinNote {
   if (flags.no_thermal) text += " --no-thermal";
   if (flags.memory_limit != "usable") text += " --memory-limit " + flags.memory_limit;
   if (flags.allow_oom) text += " --allow-oom";
+  if (flags.cost_given)
+    text += fmt::format(" --tokens {:g} --price-per-kwh {:g} --currency {} --pue {:g} --host-power-w {:g}",
+                        flags.cost.tokens, flags.cost.price_per_kwh, flags.cost.currency, flags.cost.pue,
+                        flags.cost.host_power_w);
   return text;
 }
 
@@ -176,6 +180,25 @@ void write_timeline(const std::string& path, const graph::Graph& graph, const si
       path, nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() + "\n", "--timeline");
 }
 
+/// Every step's figures (ten rows at most, the last step always) of a simulation of more than one step;
+/// `gpu` is the device noun ("GPU" or "rank").
+void print_steps(const sim::SimResult& result, const std::string& gpu) {
+  if (result.steps <= 1) return;
+  core::TextTable steps(
+      {"step", "iteration", "mean power", "highest " + gpu, "max die", "min clock", "throttled"});
+  steps.set_units({"", "s", "W/" + gpu, "mean W", "C", "MHz", gpu + "s"});
+  const int stride = std::max(1, result.steps / 10);
+  for (int step = 0; step < result.steps; ++step) {
+    if (step % stride != 0 && step + 1 != result.steps) continue;
+    const auto& item = result.step_results[step];
+    steps.add_row({std::to_string(step), fmt::format("{:.4f}", item.iteration_s),
+                   fmt::format("{:.1f}", item.mean_power_w), fmt::format("{:.1f}", item.max_power_w),
+                   fmt::format("{:.1f}", item.max_die_c), fmt::format("{:.0f}", item.min_clock_mhz),
+                   std::to_string(item.throttled_gpus)});
+  }
+  fmt::print("{}", steps.render());
+}
+
 /// The result as a table; `card_limit_w` is the card's own power limit (a lower one is a --power-cap).
 /// `cpu_host`: the devices are the CPU backend's MPI ranks, whose power and heat are placeholders; `fp8`: the
 /// linears ran in FP8 (MFU then says it is against the bf16 peak).
@@ -198,8 +221,18 @@ void print_summary(const sim::SimResult& result, const nlohmann::json& json, dou
     row(fmt::format("model TFLOP/s per {}", gpu), model_tflops, "TFLOP/s", 1);
   }
   row(fp8 ? "MFU (against the bf16 peak)" : "MFU", 100.0 * sim::mfu(result), "%", 1);
-  row(fmt::format("energy per step (all {0}s; {0}s only)", gpu),
-      json["energy_per_step_j"].get<double>() / 1e3, "kJ", 2);
+  // Energy and the whole job's power with an SI prefix (2.23 MJ, 3.11 MW): the figures a person plans by.
+  auto si_row = [&table](const std::string& figure, double value, const std::string& unit) {
+    const std::string shown = core::format_si(value, unit);
+    const std::size_t space = shown.find(' ');
+    table.add_row({figure, shown.substr(0, space), shown.substr(space + 1)});
+  };
+  const double energy_per_step_j = json["energy_per_step_j"].get<double>();
+  si_row(fmt::format("energy per step (all {0}s; {0}s only)", gpu), energy_per_step_j, "J");
+  table.add_row({fmt::format("energy per token (all {}s)", gpu),
+                 core::format_significant(energy_per_step_j / result.tokens_per_step, 4), "J"});
+  si_row(fmt::format("power of all {} {}s (energy / time)", result.world, gpu),
+         json["mean_power_w"].get<double>() * result.world, "W");
   row(fmt::format("mean power per {} (energy / time)", gpu), json["mean_power_w"].get<double>(), "W", 1);
   row(fmt::format("peak power, highest driver sample (any {})", gpu), json["peak_power_w"].get<double>(), "W",
       1);
@@ -231,21 +264,7 @@ void print_summary(const sim::SimResult& result, const nlohmann::json& json, dou
         "figures "
         "(no CPU power is measured); time and throughput are what calibration fits\n");
   }
-  if (result.steps > 1) {
-    core::TextTable steps(
-        {"step", "iteration", "mean power", "highest " + gpu, "max die", "min clock", "throttled"});
-    steps.set_units({"", "s", "W/" + gpu, "mean W", "C", "MHz", gpu + "s"});
-    const int stride = std::max(1, result.steps / 10);
-    for (int step = 0; step < result.steps; ++step) {
-      if (step % stride != 0 && step + 1 != result.steps) continue;
-      const auto& item = result.step_results[step];
-      steps.add_row({std::to_string(step), fmt::format("{:.4f}", item.iteration_s),
-                     fmt::format("{:.1f}", item.mean_power_w), fmt::format("{:.1f}", item.max_power_w),
-                     fmt::format("{:.1f}", item.max_die_c), fmt::format("{:.0f}", item.min_clock_mhz),
-                     std::to_string(item.throttled_gpus)});
-    }
-    fmt::print("{}", steps.render());
-  }
+  print_steps(result, gpu);
 }
 
 /// The job given by --model and the layout flags (and --gpus), the attention core the cluster's by default.
@@ -422,8 +441,8 @@ struct SimOutcome {
   const parallel::MemoryBreakdown& memory;  ///< the model's memory per GPU of the job (most loaded stage)
 };
 
-/// Stores the simulation as a run (unless --no-store); returns where ("" = not stored) and adds run_dir to
-/// `json`.
+/// Stores the simulation as a run (unless --no-store), with `json`'s "cost" when there is one; returns where
+/// ("" = not stored) and adds run_dir to `json`.
 std::string store_sim(const SimFlags& flags, const SimOutcome& outcome, nlohmann::json& json) {
   std::string stored;
 #ifdef CALO_SIM_HAS_STORE
@@ -442,6 +461,7 @@ std::string store_sim(const SimFlags& flags, const SimOutcome& outcome, nlohmann
         options.record_timeline ? (options.timeline_distinct_ranks ? "distinct" : "all") : "none";
     if (!outcome.from.is_null()) config["from"] = outcome.from;
     if (!outcome.warnings.empty()) config["warnings"] = outcome.warnings;
+    if (json.contains("cost")) config["cost"] = json["cost"];
     sim::store_sim_run(run_dir, name, command_line(flags, outcome.layout, world), config, outcome.graph,
                        outcome.cluster, outcome.result);
     stored = run_dir.string();
@@ -474,6 +494,7 @@ std::string add_cost(const SimFlags& flags, const SimOutcome& outcome, nlohmann:
                   {"pue", flags.cost.pue},
                   {"host_power_w", flags.cost.host_power_w},
                   {"price_per_kwh", flags.cost.price_per_kwh},
+                  {"currency", flags.cost.currency},
                   {"cost", cost.cost}};
   return sim::describe_cost(cost, flags.cost, world, nodes);
 }
@@ -523,8 +544,9 @@ int run_sim(SimFlags& flags) {
   if (!from.is_null()) json["from"] = from;
 
   const SimOutcome outcome{model, resolved, cluster, graph, options, result, warnings, from, memory};
-  const std::string stored = store_sim(flags, outcome, json);
+  // The cost first: the stored run keeps it, so that `calo compare` can say which layout costs less.
   const std::string cost_text = flags.cost_given ? add_cost(flags, outcome, json) : std::string();
+  const std::string stored = store_sim(flags, outcome, json);
   if (flags.json) {
     print_json(json);
   } else {
@@ -591,7 +613,16 @@ const CommandRegistration kSim(
           "--tokens", flags->cost.tokens,
           "Tokens to train (e.g. 1e12): prints the time, the GPUs' energy, the facility's energy and the "
           "price of training them at the simulated rate");
-      cost_flag("--price-per-kwh", flags->cost.price_per_kwh, "Electricity price per kWh (with --tokens)");
+      cost_flag("--price-per-kwh", flags->cost.price_per_kwh,
+                "Electricity price per kWh, in --currency (with --tokens)");
+      app.add_option_function<std::string>(
+          "--currency",
+          [flags](const std::string& given) {
+            flags->cost.currency = given;
+            flags->cost_given = true;
+          },
+          "Currency of --price-per-kwh, printed with the cost (a label, nothing is converted; with --tokens; "
+          "default USD)");
       cost_flag("--pue", flags->cost.pue,
                 "Facility power usage effectiveness, >= 1 (with --tokens; default 1)");
       cost_flag("--host-power-w", flags->cost.host_power_w,

@@ -18,16 +18,25 @@ bool is_numeric(const std::string& cell) {
          ((first == '-' || first == '+' || first == '.') && cell.size() > 1);
 }
 
+/// `value` divided by `base` until below it (at most count - 1 times); `index` = the times divided.
+struct Scaled {
+  double value = 0;
+  int index = 0;
+};
+
+Scaled scale_down(double value, int count, double base) {
+  Scaled out{value, 0};
+  while (out.index + 1 < count && std::fabs(out.value) >= base) {
+    out.value /= base;
+    ++out.index;
+  }
+  return out;
+}
+
 std::string scaled(double value, const char* const* suffixes, int count, double base,
                    const std::string& unit) {
-  int index = 0;
-  double magnitude = std::fabs(value);
-  while (index + 1 < count && magnitude >= base) {
-    magnitude /= base;
-    value /= base;
-    ++index;
-  }
-  return fmt::format("{:.2f} {}{}", value, suffixes[index], unit);
+  const Scaled shown = scale_down(value, count, base);
+  return fmt::format("{:.2f} {}{}", shown.value, suffixes[shown.index], unit);
 }
 
 }  // namespace
@@ -84,6 +93,32 @@ std::string format_bytes(double bytes) {
 std::string format_flops(double flops) {
   static const char* const kSuffixes[] = {"", "k", "M", "G", "T", "P", "E", "Z"};
   return scaled(flops, kSuffixes, 8, 1000.0, "FLOP");
+}
+
+std::string format_significant(double value, int digits) {
+  if (std::isnan(value)) return "–";
+  if (value == 0 || !std::isfinite(value)) return fmt::format("{}", value);
+  // The whole digits after rounding: 0.9997 to 3 digits is "1.00", not "1.000".
+  const double rounded = std::stod(fmt::format("{:.{}e}", value, std::max(0, digits - 1)));
+  const int whole_digits = static_cast<int>(std::floor(std::log10(std::fabs(rounded)))) + 1;
+  return fmt::format("{:.{}f}", value, std::max(0, digits - whole_digits));
+}
+
+std::string format_si(double value, const std::string& unit, int digits) {
+  if (std::isnan(value)) return "–";
+  static const char* const kPrefixes[] = {"", "k", "M", "G", "T", "P"};
+  Scaled shown = scale_down(value, 6, 1000.0);
+  // What rounds up to 1000 takes the next prefix: 999.7 W to 3 digits is "1.00 kW", not "1000 W".
+  if (std::fabs(shown.value) >= 1000 - 0.5 * std::pow(10.0, 3 - digits) && shown.index + 1 < 6)
+    shown = {shown.value / 1000, shown.index + 1};
+  return format_significant(shown.value, digits) + " " + kPrefixes[shown.index] + unit;
+}
+
+std::string format_thousands(double amount) {
+  if (!std::isfinite(amount)) return std::isnan(amount) ? "–" : fmt::format("{}", amount);
+  std::string digits = fmt::format("{:.0f}", std::fabs(amount));
+  for (auto at = static_cast<std::ptrdiff_t>(digits.size()) - 3; at > 0; at -= 3) digits.insert(at, ",");
+  return (amount <= -0.5 ? "-" : "") + digits;
 }
 
 std::string format_duration(double seconds) {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "analyze/compare.h"
+#include "analyze/winner.h"
 #include "core/table.h"
 #include "report/html_report_internal.h"
 #include "report/many_gpus.h"
@@ -33,7 +34,7 @@ svg .tick{fill:#444}svg .axis-title{fill:#222;font-size:12px}svg .legend{fill:#2
 svg .line{fill:none;stroke-width:1.4}svg .band{stroke:none;fill-opacity:.22}
 svg .dots{fill:none;stroke-width:5;stroke-linecap:round}
 ol.verdict{font-size:14px;margin:4px 0 10px}ol.verdict li{margin:2px 0}
-.verdict-run{font-weight:bold;margin-top:10px}
+.verdict-run,.verdict-which{font-weight:bold;margin-top:10px}
 .placeholder{color:#a35a00;font-style:italic}
 svg .step-mark{stroke:#bbb;stroke-dasharray:2 3}svg .cell{font-size:10px;fill:#222}
 svg .group{font-size:11px;font-weight:bold;fill:#444}svg .group-rule{stroke:#555}
@@ -333,9 +334,12 @@ std::string comparison_section(const std::vector<analyze::RunAnalysis>& runs,
       bool any = false;
       for (double value : row.values) any = any || !std::isnan(value);
       if (!any) continue;
+      // As the tables show it: MFU as a percentage, not a fraction.
+      std::vector<double> shown;
+      for (double value : row.values) shown.push_back(analyze::shown_figure(value, row.unit).value);
       groups.push_back(key);
-      units.push_back(row.unit);
-      values.push_back(row.values);
+      units.push_back(analyze::shown_figure(0, row.unit).unit);
+      values.push_back(shown);
     }
   }
   if (groups.empty() || runs.size() < 2) return "";
@@ -661,10 +665,24 @@ std::vector<std::size_t> verdict_order(const std::vector<analyze::RunAnalysis>& 
   return order;
 }
 
-// Per run, the three findings that matter most, each linked to its chart.
+// Which run is better on throughput, energy per token and cost, against the simulator's error (empty for
+// fewer than two contenders: analyze::pick_winners); each line linked to the better run's header.
+std::string winner_lines(const std::vector<analyze::RunAnalysis>& runs,
+                         const analyze::Comparison& comparison) {
+  const std::vector<analyze::Winner> winners = analyze::pick_winners(runs, comparison);
+  if (winners.empty()) return "";
+  std::string out = "<div class=\"verdict-which\">Which is better?</div>\n<ol class=\"verdict winners\">\n";
+  for (const analyze::Winner& winner : winners) {
+    out += fmt::format("<li><a href=\"#run{}-header\">{}</a></li>\n", winner.best + 1,
+                       escape_html(analyze::describe_winner(winner)));
+  }
+  return out + "</ol>\n";
+}
+
+// Which run is better, then per run the three findings that matter most, each linked to its chart.
 std::string verdict_section(const std::vector<analyze::RunAnalysis>& runs,
                             const analyze::Comparison& comparison) {
-  std::string out = "<h2 id=\"verdict\">Verdict</h2>\n";
+  std::string out = "<h2 id=\"verdict\">Verdict</h2>\n" + winner_lines(runs, comparison);
   for (std::size_t index : verdict_order(runs, comparison)) {
     const std::vector<Finding> findings = run_findings(runs, comparison, index);
     out += fmt::format("<div class=\"verdict-run\">Run {}: {}</div>\n<ol class=\"verdict\">\n", index + 1,

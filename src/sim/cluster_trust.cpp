@@ -36,6 +36,14 @@ std::string refit_summary(const ClusterTrust& trust) {
                      100 * trust.refit_worst_energy_error);
 }
 
+/// "10 runs + 2 thermal + 14 refit": the runs, thermal runs and refits' runs of a fitted cluster.
+std::string runs_text(const ClusterTrust& trust) {
+  std::string text = fmt::format("{} runs", trust.runs);
+  if (trust.thermal_runs > 0) text += fmt::format(" + {} thermal", trust.thermal_runs);
+  if (trust.refit_runs > 0) text += fmt::format(" + {} refit", trust.refit_runs);
+  return text;
+}
+
 }  // namespace
 
 ClusterTrust cluster_trust(const ClusterSpec& cluster) {
@@ -43,8 +51,11 @@ ClusterTrust cluster_trust(const ClusterSpec& cluster) {
   const nlohmann::json& calibration = cluster.calibration;
   trust.calibrated = calibration.is_object();
   if (trust.calibrated) {
-    const auto runs = calibration.value("runs", nlohmann::json::array());
-    trust.runs = runs.is_array() ? static_cast<int>(runs.size()) : 0;
+    // Thermal runs (calo calibrate --thermal-run) fit the heat model alone: counted apart from the runs.
+    for (const nlohmann::json& run : calibration.value("runs", nlohmann::json::array())) {
+      const bool thermal = run.is_object() && run.value("role", std::string()) == "thermal";
+      (thermal ? trust.thermal_runs : trust.runs) += 1;
+    }
     add_held_out(calibration, trust.held_out, trust.worst_step_error, trust.worst_energy_error);
     for (const nlohmann::json& refit : calibration.value("refits", nlohmann::json::array())) {
       if (!refit.is_object()) continue;
@@ -52,11 +63,14 @@ ClusterTrust cluster_trust(const ClusterSpec& cluster) {
       trust.refit_runs += refit_runs.is_array() ? static_cast<int>(refit_runs.size()) : 0;
       add_held_out(refit, trust.refit_held_out, trust.refit_worst_step_error, trust.refit_worst_energy_error);
     }
+    trust.runs_text = runs_text(trust);
     trust.summary = fmt::format(
-        "{}: fitted to {} measured runs by calo calibrate; on {} runs held out of the fit, step time within "
+        "{}: fitted to {} measured runs{} by calo calibrate; on {} runs held out of the fit, step time "
+        "within "
         "{:.1f} % and energy within {:.1f} %{} (multi-GPU layouts: docs/benchmarks/plan-vs-measured.md)",
-        cluster.name, trust.runs, trust.held_out, 100 * trust.worst_step_error,
-        100 * trust.worst_energy_error, refit_summary(trust));
+        cluster.name, trust.runs,
+        trust.thermal_runs > 0 ? fmt::format(" and {} thermal runs (heat only)", trust.thermal_runs) : "",
+        trust.held_out, 100 * trust.worst_step_error, 100 * trust.worst_energy_error, refit_summary(trust));
     return trust;
   }
   const auto presets = core::preset_names("clusters");

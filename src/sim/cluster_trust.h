@@ -12,7 +12,8 @@ namespace calo::sim {
 /// Where a cluster's parameters come from and how well they held on runs they were not fitted to.
 struct ClusterTrust {
   bool calibrated = false;        ///< fitted by `calo calibrate` (the cluster carries `calibration`)
-  int runs = 0;                   ///< measured runs the fit used
+  int runs = 0;                   ///< measured training runs the fit used (step time, power, energy, heat)
+  int thermal_runs = 0;           ///< long records the fit used for the heat model only (`role: thermal`)
   int held_out = 0;               ///< runs of its leave-one-out check
   double worst_step_error = 0;    ///< largest |predicted / measured - 1| of step time over the held-out runs
   double worst_energy_error = 0;  ///< the same for energy per step
@@ -23,6 +24,7 @@ struct ClusterTrust {
   std::string
       calibrated_sibling;  ///< for an uncalibrated preset: "<name>-calibrated" when that preset exists
   std::string summary;     ///< one line for a person
+  std::string runs_text;   ///< what the fit used, in few words: "10 runs + 2 thermal"; empty when not fitted
 };
 
 /// Reads the provenance of `cluster` (its `calibration` block; the presets for a sibling).

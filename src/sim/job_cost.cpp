@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 
 #include "core/error.h"
+#include "core/table.h"
 
 namespace calo::sim {
 namespace {
@@ -33,6 +36,13 @@ void check_cost_inputs(const CostInputs& inputs) {
                 fmt::format("--tokens {}: give the tokens to train, e.g. --tokens 1e12", inputs.tokens));
   require_input(std::isfinite(inputs.price_per_kwh) && inputs.price_per_kwh >= 0,
                 fmt::format("--price-per-kwh {}: give a price >= 0, e.g. 0.10", inputs.price_per_kwh));
+  require_input(
+      !inputs.currency.empty() && inputs.currency.size() <= 16 &&
+          std::none_of(inputs.currency.begin(), inputs.currency.end(),
+                       [](unsigned char letter) { return std::isspace(letter) || std::iscntrl(letter); }),
+      fmt::format("--currency '{}': give the currency of --price-per-kwh as one short word, e.g. "
+                  "USD or EUR",
+                  inputs.currency));
   require_input(std::isfinite(inputs.pue) && inputs.pue >= 1 && inputs.pue <= 5,
                 fmt::format("--pue {}: power usage effectiveness lies in [1, 5] (1.1-1.5 for most data "
                             "centres); 1 adds nothing for cooling",
@@ -65,7 +75,8 @@ std::string describe_cost(const CostEstimate& estimate, const CostInputs& inputs
                           readable_energy(estimate.host_energy_j), inputs.pue)
             : std::string("# no host power or cooling added (give --host-power-w W per node and --pue X)\n");
   if (inputs.price_per_kwh > 0) {
-    text += fmt::format("# electricity at {:g} per kWh: {:.0f}\n", inputs.price_per_kwh, estimate.cost);
+    text += fmt::format("# electricity at {:g} {} per kWh: cost {} {}\n", inputs.price_per_kwh,
+                        inputs.currency, core::format_thousands(estimate.cost), inputs.currency);
   }
   return text;
 }

@@ -10,9 +10,11 @@ namespace calo::sim {
 /// The questions a user brings: how many tokens, at what electricity price, in what facility.
 struct CostInputs {
   double tokens = 0;         ///< tokens to train (> 0)
-  double price_per_kwh = 0;  ///< electricity price per kWh (0 = no money figure)
-  double pue = 1.0;          ///< facility power usage effectiveness (cooling, conversion): >= 1
-  double host_power_w = 0;   ///< mean power of each node beyond its GPUs (CPUs, memory, NICs, fans), W
+  double price_per_kwh = 0;  ///< electricity price per kWh, in `currency` (0 = no money figure)
+  std::string currency =
+      "USD";         ///< what price_per_kwh and the cost are in: a label printed with them (--currency)
+  double pue = 1.0;  ///< facility power usage effectiveness (cooling, conversion): >= 1
+  double host_power_w = 0;  ///< mean power of each node beyond its GPUs (CPUs, memory, NICs, fans), W
 };
 
 /// The estimate for CostInputs::tokens.
@@ -21,7 +23,7 @@ struct CostEstimate {
   double gpu_energy_j = 0;       ///< tokens x GPU energy per token (all GPUs)
   double host_energy_j = 0;      ///< host_power_w x nodes x wall_s
   double facility_energy_j = 0;  ///< (gpu_energy_j + host_energy_j) x pue
-  double cost = 0;               ///< facility_energy_j in kWh x price_per_kwh
+  double cost = 0;               ///< facility_energy_j in kWh x price_per_kwh, in CostInputs::currency
 };
 
 /// Throws InputError naming the flag (--tokens, --price-per-kwh, --pue, --host-power-w) for a value outside
@@ -33,7 +35,7 @@ CostEstimate estimate_cost(double tokens_per_s, double gpu_energy_per_token_j, i
                            const CostInputs& inputs);
 
 /// Lines for a person: time, GPU energy (saying it is the GPUs' alone), facility energy with what was added,
-/// and the price when one was given.
+/// and the price when one was given, in its currency with thousands separated ("12,345 USD").
 std::string describe_cost(const CostEstimate& estimate, const CostInputs& inputs, int gpus, int nodes);
 
 }  // namespace calo::sim

@@ -128,7 +128,7 @@ const BadLayout kBadLayouts[] = {
     {{"model", "tiny-dense", "--pp", "2", "--vpp", "2", "--schedule", "interleaved", "--gbs", "3"},
      "interleaved schedule needs the number of micro-batches (3"},
     {{"model", "tiny-dense", "--recompute", "partial"},
-     "--recompute: 'partial' is not a mode; use none, selective or full"},
+     "--recompute: 'partial' is not a mode; use none, selective, full or op"},
     {{"model", "tiny-dense", "--schedule", "zb-v"},
      "--schedule: 'zb-v' is not a schedule; use gpipe, 1f1b or interleaved"},
     {{"model", "tiny-dense", "--trainer", "deepspeed"},

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace calo::testing {
@@ -32,6 +33,24 @@ inline Outcome run_shell(const std::string& command) {
 /// Runs `calo ARGUMENTS` through the shell and waits for it.
 inline Outcome run_calo(const std::string& arguments) {
   return run_shell(std::string(CALO_BINARY) + " " + arguments + " 2>&1");
+}
+
+/// One command's text output and its `--json` output, parsed.
+struct TextAndJson {
+  Outcome text;         ///< `calo ARGUMENTS`
+  nlohmann::json json;  ///< `calo ARGUMENTS --json`, parsed; null when either run failed
+};
+
+/// Runs `calo ARGUMENTS` and `calo ARGUMENTS --json` (a text figure checked against the JSON's); a failed run
+/// leaves `json` null, the caller asserts on it.
+inline TextAndJson run_calo_text_and_json(const std::string& arguments) {
+  TextAndJson both{run_calo(arguments), nullptr};
+  const Outcome json_text = run_calo(arguments + " --json");
+  if (both.text.exit_code == 0 && json_text.exit_code == 0)
+    both.json = nlohmann::json::parse(json_text.output, nullptr, /*allow_exceptions=*/false);
+  if (both.json.is_discarded()) both.json = nullptr;
+  if (both.json.is_null()) both.text.output += "\n--json: " + json_text.output;
+  return both;
 }
 #endif
 

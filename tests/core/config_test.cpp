@@ -190,5 +190,24 @@ TEST(TextTable, AlignsColumnsAndFormatsUnits) {
   EXPECT_EQ(format_flops(1.2e15), "1.20 PFLOP");
 }
 
+TEST(TextTable, PowerAndEnergyReadWithAnSiPrefixAndCloseValuesReadApart) {
+  // Issue 66 item 1: GPT-3 175B on 8,192 H100 draws 379.8 W a GPU, 3.11 MW in all; Llama3-70B on 64 H100
+  // spends 2.23 MJ a step; a power-cap ranking's tokens/J of 1.8891 and 1.8874 read apart at 4 digits.
+  EXPECT_EQ(format_si(379.8 * 8192, "W"), "3.11 MW");
+  EXPECT_EQ(format_si(2.2312e6, "J"), "2.23 MJ");
+  EXPECT_EQ(format_si(379.8, "W"), "380 W");
+  EXPECT_EQ(format_si(45678, "J"), "45.7 kJ");
+  EXPECT_EQ(format_si(999.7, "W"), "1.00 kW");  // not "1000 W"
+  EXPECT_EQ(format_si(999.7, "W", 4), "999.7 W");
+  EXPECT_EQ(format_si(16054, "J", 4), "16.05 kJ");
+  EXPECT_EQ(format_significant(1.8891, 4), "1.889");
+  EXPECT_EQ(format_significant(1.8874, 4), "1.887");
+  EXPECT_EQ(format_significant(0.0123456, 3), "0.0123");
+  EXPECT_EQ(format_significant(23456, 3), "23456");  // no digit of a whole number is dropped
+  EXPECT_EQ(format_thousands(12345.6), "12,346");
+  EXPECT_EQ(format_thousands(999), "999");
+  EXPECT_EQ(format_thousands(1234567), "1,234,567");
+}
+
 }  // namespace
 }  // namespace calo::core

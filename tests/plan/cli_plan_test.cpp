@@ -10,6 +10,7 @@
 
 #include "../common/run_calo.h"
 #include "../common/scratch.h"
+#include "core/table.h"
 #ifdef CALO_SIM_HAS_STORE
 #include "store/run_store.h"
 #endif
@@ -158,6 +159,29 @@ TEST(CaloPlan, RanksLayoutsWithPasteableFlagsAndJson) {
   ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
   EXPECT_NEAR(nlohmann::json::parse(outcome.output)["iteration_s"].get<double>(),
               best["iteration_s"].get<double>(), 1e-9);
+}
+
+TEST(CaloPlan, TextShowsEnergyPerStepAndClusterPowerWithTheirUnitsAndTokensPerJouleToFourDigits) {
+  // Issue 66 item 1: energy per step was in --json only, cluster power a bare kW column, and tokens/J at two
+  // decimals ranked power caps as 1.89 / 1.89 / 1.89 / 1.88.
+  const std::string plan =
+      "plan --model llama3-8b --cluster h200-hgx --gpus 8 --gbs 32 --top 3 --quiet "
+      "--objective energy";
+  const auto [text, json] = calo::testing::run_calo_text_and_json(plan);
+  ASSERT_FALSE(json.is_null()) << text.output;
+  const nlohmann::json ranking = json["ranking"];
+  ASSERT_EQ(ranking.size(), 3u);
+  EXPECT_TRUE(contains(text.output, "energy per step")) << text.output;
+  for (const nlohmann::json& row : ranking) {
+    EXPECT_TRUE(contains(text.output, core::format_significant(row["tokens_per_j"].get<double>(), 4)))
+        << text.output;
+    EXPECT_TRUE(contains(text.output, core::format_si(row["energy_per_step_j"].get<double>(), "J", 4)))
+        << text.output;
+    EXPECT_TRUE(contains(text.output, core::format_si(row["cluster_power_w"].get<double>(), "W")))
+        << text.output;
+  }
+  EXPECT_TRUE(contains(text.output, " kJ ")) << text.output;  // 8 GPUs: kilojoules and kilowatts
+  EXPECT_TRUE(contains(text.output, " kW ")) << text.output;
 }
 
 TEST(CaloPlan, NamesTheBestLayoutsCollectivesThatExtrapolateTheirLines) {

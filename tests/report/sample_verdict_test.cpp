@@ -123,6 +123,13 @@ TEST_F(SampleVerdict, TheOutOfSampleErrorLeadsAndEachRunOpensWithItsHeadline) {
     EXPECT_EQ(finding.find("host CPU utilization"), std::string::npos) << finding;
     EXPECT_EQ(finding.find("host memory"), std::string::npos) << finding;
   }
+  // Two measured runs of other layouts: the verdict says which is better, each a measurement (issue 66 item
+  // 2).
+  const std::string verdict = html.substr(html.find("id=\"verdict\""));
+  EXPECT_NE(verdict.find("<div class=\"verdict-which\">Which is better?</div>"), std::string::npos)
+      << verdict.substr(0, 3000);
+  EXPECT_NE(verdict.find("throughput: run "), std::string::npos) << verdict.substr(0, 3000);
+  EXPECT_NE(verdict.find("both measured"), std::string::npos) << verdict.substr(0, 3000);
   // Every run's section heading names its model.
   const std::regex heading("<h2>Run [0-9]+: ([^<]*)");
   int headings = 0;

@@ -2,12 +2,17 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
+#include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "../common/run_calo.h"
 #include "core/config.h"
@@ -190,6 +195,72 @@ TEST(CalosimCli, ACpuHostNamesItsDevicesRanksAndItsPowerAPlaceholder) {
   EXPECT_NE(gpus.output.find("power limit (the card's"), std::string::npos) << gpus.output;
 }
 
+/// The value and unit at the end of the text table's row that starts with `figure`, the value in the unit
+/// without its SI prefix (45.7 kJ -> 45700, "J"); {NaN, ""} without such a row.
+std::pair<double, std::string> text_figure(const std::string& output, const std::string& figure) {
+  const std::size_t at = output.find("\n" + figure);
+  if (at == std::string::npos) return {NAN, ""};
+  std::istringstream line(output.substr(at + 1, output.find('\n', at + 1) - at - 1));
+  std::vector<std::string> words;
+  for (std::string word; line >> word;) words.push_back(word);
+  std::string unit = words.back();
+  double scale = 1;
+  const std::pair<char, double> prefixes[] = {{'k', 1e3}, {'M', 1e6}, {'G', 1e9}};
+  for (const auto& [prefix, factor] : prefixes) {
+    if (unit.size() < 2 || unit[0] != prefix) continue;
+    scale = factor;
+    unit = unit.substr(1);
+  }
+  return {std::stod(words[words.size() - 2]) * scale, unit};
+}
+
+TEST(CalosimCli, TextShowsEnergyPerStepPerTokenAndTheWholeJobsPower) {
+  // Issue 66 item 1: the whole job's power was left to the user (379.8 W x 8,192 GPUs), energy per token to
+  // --json. Each text figure matches the JSON's to its 3 (power, energy) or 4 (per token) digits.
+  const std::string job =
+      "sim --model llama3-8b --cluster h100-hgx-calibrated --gpus 8 --tp 2 --gbs 32 --seq 4096 --zero 1 "
+      "--no-store";
+  const auto [text, json] = calo::testing::run_calo_text_and_json(job);
+  ASSERT_FALSE(json.is_null()) << text.output;
+  const double energy_per_step_j = json["energy_per_step_j"].get<double>();
+  const auto [energy_j, energy_unit] = text_figure(text.output, "energy per step");
+  EXPECT_EQ(energy_unit, "J") << text.output;
+  EXPECT_NEAR(energy_j / energy_per_step_j, 1, 0.005) << text.output;
+  const auto [power_w, power_unit] = text_figure(text.output, "power of all 8 GPUs");
+  EXPECT_EQ(power_unit, "W") << text.output;
+  EXPECT_NE(text.output.find(" kW\n"), std::string::npos) << text.output;  // 8 GPUs draw kilowatts
+  EXPECT_NEAR(power_w / (8 * json["mean_power_w"].get<double>()), 1, 0.005) << text.output;
+  const auto [per_token_j, per_token_unit] = text_figure(text.output, "energy per token");
+  EXPECT_EQ(per_token_unit, "J") << text.output;
+  EXPECT_NEAR(per_token_j / (energy_per_step_j / (32 * 4096)), 1, 0.0005) << text.output;
+}
+
+TEST(CaloCluster, ListCountsTheRunsItsDescriptionCountsAndItsHintSaysJson) {
+  // Issue 66 item 8: "yes (12 runs)" stood beside "fitted by calo calibrate to 10 measured run(s)" (the 12
+  // counted the two thermal runs), and the hint said a file while show prints JSON.
+  const Outcome listed = run_calo("cluster list");
+  ASSERT_EQ(listed.exit_code, 0) << listed.output;
+  const std::regex row(R"(\n(\S+) .*yes \((\d+) runs[^)]*\).* to (\d+) measured run\(s\))");
+  int checked = 0;
+  for (std::sregex_iterator match(listed.output.begin(), listed.output.end(), row), end; match != end;
+       ++match, ++checked)
+    EXPECT_EQ((*match)[2].str(), (*match)[3].str()) << (*match)[1].str() << "\n" << listed.output;
+  EXPECT_GE(checked, 2) << listed.output;
+  EXPECT_NE(listed.output.find("yes (10 runs + 2 thermal)"), std::string::npos) << listed.output;
+  EXPECT_NE(listed.output.find("show NAME prints one as JSON (which is YAML)"), std::string::npos)
+      << listed.output;
+  const Outcome help = run_calo("cluster --help");
+  EXPECT_NE(help.output.find("as JSON (which is YAML)"), std::string::npos) << help.output;
+  // What show prints is JSON after '#' comment lines, as the hint says.
+  const Outcome shown = run_calo("cluster show h100-hgx-calibrated");
+  ASSERT_EQ(shown.exit_code, 0) << shown.output;
+  EXPECT_NE(shown.output.find("as JSON (which is YAML)"), std::string::npos) << shown.output;
+  EXPECT_NE(shown.output.find("fitted to 10 measured runs and 2 thermal runs"), std::string::npos)
+      << shown.output.substr(0, 600);
+  const std::string document = shown.output.substr(shown.output.find("\n{") + 1);
+  EXPECT_TRUE(nlohmann::json::parse(document, nullptr, false).is_object()) << document.substr(0, 300);
+}
+
 TEST(CalosimCli, BadInputExitsWithTwoAndNamesTheFix) {
   Outcome outcome = run_calo("sim --model tiny-dense --cluster no-such-cluster --gpus 4 --no-store");
   EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
@@ -272,6 +343,85 @@ TEST(CalosimCli, ComparingTwoLayoutsNamesEachByItsLayoutAndLeadsWithThroughputMf
     for (int run = 0; run < 2; ++run) EXPECT_TRUE(json["rows"][row]["values"][run].is_number()) << lead[row];
   }
   EXPECT_GT(json["rows"][0]["values"][0].get<double>(), json["rows"][0]["values"][1].get<double>());
+}
+
+/// The compare row of `key` in `compare --json`'s output.
+nlohmann::json compare_row(const nlohmann::json& comparison, const std::string& key) {
+  for (const nlohmann::json& row : comparison["rows"])
+    if (row["key"] == key) return row;
+  return nullptr;
+}
+
+TEST(CalosimCli, ComparingTwoLayoutsSaysWhichWinsByHowMuchAgainstTheSimulatorsError) {
+  // Issue 66 item 2: compare and report showed two layouts' figures and left "which is better?" to the user.
+  const auto dir = testing::temp_dir("compare-winner");
+  const std::string job =
+      "sim --model llama3-8b --gpus 8 --gbs 32 --seq 4096 --zero 1 --tokens 1e12 --price-per-kwh 0.1 "
+      "--currency EUR --cluster ";
+  for (const char* cluster : {"h100-hgx-calibrated", "h100-hgx"}) {
+    for (const char* tp : {"2", "1"}) {
+      const std::string out = (dir / (std::string(cluster) + "-tp" + tp)).string();
+      ASSERT_EQ(calo::testing::run_calo(job + cluster + " --tp " + tp + " --out " + out).exit_code, 0);
+    }
+  }
+  const std::string runs =
+      (dir / "h100-hgx-calibrated-tp2").string() + " " + (dir / "h100-hgx-calibrated-tp1").string();
+  const calo::testing::Outcome json_text = calo::testing::run_calo("compare --json " + runs);
+  ASSERT_EQ(json_text.exit_code, 0) << json_text.output;
+  const nlohmann::json comparison = nlohmann::json::parse(json_text.output);
+  const nlohmann::json& winners = comparison["winners"];
+  ASSERT_EQ(winners.size(), 3u) << winners.dump(2);
+  // The tolerance is the calibration's leave-one-out error: step time's t as t / (1 - t) for tokens/s,
+  // energy per step's for energy per token, the larger of the two for cost.
+  const nlohmann::json tolerance = load_cluster("h100-hgx-calibrated").calibration["tolerance"];
+  const double step = tolerance["step_time_s"]["achieved"].get<double>();
+  const double energy = tolerance["energy_per_step_j"]["achieved"].get<double>();
+  const double expected[] = {step / (1 - step), energy, std::max(step, energy)};
+  const char* keys[] = {"tokens_per_s", "energy_per_token_j", "cost"};
+  for (int at = 0; at < 3; ++at) {
+    const nlohmann::json& winner = winners[at];
+    EXPECT_EQ(winner["key"], keys[at]);
+    EXPECT_NEAR(winner["tolerance"].get<double>(), expected[at], 1e-12) << keys[at];
+    const int best = winner["best_run"].get<int>() - 1, other = winner["runner_up_run"].get<int>() - 1;
+    EXPECT_EQ(best + other, 1) << keys[at];
+    const double ratio = winner["best_value"].get<double>() / winner["runner_up_value"].get<double>();
+    EXPECT_NEAR(winner["margin"].get<double>(), at == 0 ? ratio - 1 : 1 - ratio, 1e-12) << keys[at];
+    EXPECT_GE(winner["margin"].get<double>(), 0) << keys[at];
+    EXPECT_EQ(winner["within_error"].get<bool>(), winner["margin"].get<double>() <= expected[at]) << keys[at];
+    const std::string text = winner["text"].get<std::string>();
+    EXPECT_NE(text.find(winner["within_error"].get<bool>() ? "within the simulator's error"
+                                                           : "beyond the simulator's error"),
+              std::string::npos)
+        << text;
+    if (at == 2) continue;  // the cost is no compare row; the other two are the rows' values
+    const nlohmann::json row = compare_row(comparison, keys[at]);
+    EXPECT_EQ(winner["best_value"], row["values"][best]) << keys[at];
+    EXPECT_EQ(winner["runner_up_value"], row["values"][other]) << keys[at];
+  }
+  EXPECT_EQ(winners[0]["text"].get<std::string>().rfind("throughput: ", 0), 0u) << winners[0]["text"];
+  EXPECT_EQ(winners[2]["unit"], "EUR");
+  EXPECT_EQ(winners[2]["figure"], "cost of 1e+12 tokens");
+  // The text says it under the table; on a cluster no calibration rated, it says the error is not rated.
+  const calo::testing::Outcome text = calo::testing::run_calo("compare " + runs);
+  EXPECT_NE(text.output.find("which is better? throughput: "), std::string::npos) << text.output;
+  const calo::testing::Outcome unrated = calo::testing::run_calo(
+      "compare " + (dir / "h100-hgx-tp2").string() + " " + (dir / "h100-hgx-tp1").string());
+  EXPECT_NE(unrated.output.find("the simulator's error is not rated"), std::string::npos) << unrated.output;
+  // The report's verdict names the winner the same way, and its bar chart shows MFU in %, as its tables do.
+  const std::string html_path = (dir / "report.html").string();
+  ASSERT_EQ(calo::testing::run_calo("report " + runs + " --out " + html_path).exit_code, 0);
+  std::ifstream file(html_path);
+  const std::string html((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const std::string verdict = html.substr(0, html.find("Runs side by side"));
+  EXPECT_NE(verdict.find("Which is better?"), std::string::npos) << verdict.substr(0, 3000);
+  std::string line = winners[0]["text"].get<std::string>();  // as HTML escapes it
+  for (std::size_t at = line.find('\''); at != std::string::npos; at = line.find('\'', at))
+    line.replace(at, 1, "&#39;");
+  EXPECT_NE(verdict.find(line), std::string::npos) << verdict.substr(0, 3000);
+  const std::size_t mfu = html.find(">mfu</text>");
+  ASSERT_NE(mfu, std::string::npos);
+  const std::string unit = html.substr(mfu, html.find("</text>", mfu + 11) - mfu);
+  EXPECT_NE(unit.find(">(%)"), std::string::npos) << unit;
 }
 
 TEST(CalosimCli, WarmupStepsAreStoredAsWarmup) {

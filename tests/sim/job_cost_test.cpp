@@ -8,6 +8,7 @@
 
 #include "../common/run_calo.h"
 #include "core/error.h"
+#include "core/table.h"
 
 namespace calo::sim {
 namespace {
@@ -53,6 +54,30 @@ TEST(JobCost, CaloSimPrintsTheCostLineAndItsJson) {
   const testing::Outcome bad = testing::run_calo(job + "--tokens 1e10 --pue 0.7");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("--pue 0.7"), std::string::npos) << bad.output;
+}
+
+TEST(JobCost, TheCostLineSaysItsCurrency) {
+  // Issue 66 item 1: "electricity at 0.1 per kWh: 12345" said no currency. USD unless --currency says.
+  const std::string job =
+      "sim --model llama3-8b --cluster h100-hgx --gpus 8 --tp 2 --gbs 32 --seq 4096 --zero 1 --no-store "
+      "--tokens 1e12 --price-per-kwh 0.1 ";
+  const testing::Outcome usd = testing::run_calo(job);
+  ASSERT_EQ(usd.exit_code, 0) << usd.output;
+  EXPECT_NE(usd.output.find("# electricity at 0.1 USD per kWh: cost "), std::string::npos) << usd.output;
+  const testing::Outcome json = testing::run_calo(job + "--currency EUR --json");
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  const nlohmann::json cost = nlohmann::json::parse(json.output.substr(json.output.find('{')))["cost"];
+  EXPECT_EQ(cost["currency"], "EUR");
+  // The amount with its thousands separated, then the currency: "cost 12,345 EUR".
+  const testing::Outcome eur = testing::run_calo(job + "--currency EUR");
+  ASSERT_EQ(eur.exit_code, 0) << eur.output;
+  const std::string amount = core::format_thousands(cost["cost"].get<double>());
+  EXPECT_GT(cost["cost"].get<double>(), 1000);
+  EXPECT_NE(amount.find(','), std::string::npos) << amount;
+  EXPECT_NE(eur.output.find("0.1 EUR per kWh: cost " + amount + " EUR\n"), std::string::npos) << eur.output;
+  const testing::Outcome bad = testing::run_calo(job + "--currency 'E U R'");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--currency"), std::string::npos) << bad.output;
 }
 
 }  // namespace

@@ -73,7 +73,9 @@ void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional) 
   app.add_flag(
       "--fsdp", [&layout](int64_t) { layout.zero_stage = 3; }, "Fully sharded data parallel (= --zero 3)");
   app.add_option(parallel::kRecomputeAxis.flag, flags.recompute,
-                 "Activation recomputation: " + parallel::kRecomputeAxis.choices())
+                 "Activation recomputation: " + parallel::kRecomputeAxis.choices() +
+                     " (selective: Megatron's attention core; full: whole layers; op: torchtitan's op-level "
+                     "selective checkpointing, dense models)")
       ->capture_default_str();
   app.add_option(parallel::kScheduleAxis.flag, flags.schedule,
                  "Pipeline schedule: " + parallel::kScheduleAxis.choices())

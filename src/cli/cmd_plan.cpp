@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/json_fields.h"
 #include "core/table.h"
+#include "core/threads.h"
 #include "graph/graph.h"
 #include "model/model_spec.h"
 #include "parallel/schedule.h"
@@ -668,7 +669,8 @@ void add_ranking_flags(CLI::App& app, PlanFlags& flags) {
   app.add_option("--steps", flags.steps, "Simulated steps per layout")->capture_default_str();
   app.add_option("--jobs,-j,--threads", flags.threads,
                  "Candidates simulated at once, one thread each (default: one per core); the same "
-                 "flag as calo sweep's and calo report's --jobs");
+                 "flag as calo sweep's and calo report's --jobs")
+      ->check(CLI::Range(0, core::kMaxJobs));
   app.add_option("--max-minutes", flags.max_minutes,
                  "Refuse (exit 2, before any simulation) a space whose search is estimated to take longer on "
                  "these threads, naming the flags that narrow it; 0 = no limit")

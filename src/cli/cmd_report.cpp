@@ -12,6 +12,7 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/output_file.h"
+#include "core/threads.h"
 #include "report/campaign_report.h"
 #include "report/html_report.h"
 
@@ -117,7 +118,8 @@ const CommandRegistration kReport(
       app.add_option("--out", flags->out, "HTML file to write (default: <first run>/report.html)");
       app.add_option("--title", flags->title, "page title")->capture_default_str();
       app.add_option("--jobs,-j,--threads", flags->threads,
-                     "runs' series read at once, one thread each (default: one per core)");
+                     "runs' series read at once, one thread each (default: one per core)")
+          ->check(CLI::Range(0, core::kMaxJobs));
       app.add_flag("--json", flags->json, "print the result as JSON");
       return [flags] { return run_report(*flags); };
     });

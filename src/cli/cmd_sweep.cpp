@@ -12,6 +12,7 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/shell.h"
+#include "core/threads.h"
 
 namespace calo::cli {
 namespace {
@@ -74,7 +75,8 @@ const CommandRegistration kSweep(
           "index points already run by those commands (DIR/<point>.json and DIR/<point>/ present) as "
           "done; run the rest");
       app.add_option("--jobs,-j", flags->jobs,
-                     "points run at once (default: one per core for sim, 1 for cpu/cuda)");
+                     "points run at once (default: one per core for sim, 1 for cpu/cuda)")
+          ->check(CLI::Range(0, core::kMaxJobs));
       return [flags] { return run_sweep(*flags); };
     });
 

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -28,14 +29,23 @@ class FirstException {
   std::exception_ptr first_;
 };
 
-/// Runs `work()` on `threads` threads at once, the calling thread among them, and waits for all of them.
+/// Runs `work()` on up to `threads` threads at once, the calling thread among them, and waits for all of
+/// them. Where the system cannot start another thread (out of memory for its stack, a process limit), the
+/// work runs on those already started: `work` takes items from a shared queue, so fewer threads finish it too
+/// (an unjoined std::thread on the throw path would end the process in std::terminate).
 template <typename Work>
 void run_on_threads(int threads, const Work& work) {
   std::vector<std::thread> pool;
-  for (int thread = 1; thread < threads; ++thread) pool.emplace_back(work);
+  try {
+    for (int thread = 1; thread < threads; ++thread) pool.emplace_back(work);
+  } catch (const std::system_error&) {  // no more threads: run with those started
+  }
   work();
   for (auto& thread : pool) thread.join();
 }
+
+/// Most threads a --jobs flag accepts (plan, report, sweep): beyond it a run only adds stacks.
+inline constexpr int kMaxJobs = 1024;
 
 /// Runs `work(index)` for index 0..count-1 on `threads` threads (items taken in index order); rethrows the
 /// first exception once every thread is done.

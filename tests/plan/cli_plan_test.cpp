@@ -481,5 +481,14 @@ TEST(PartitionLoop, MeasurePlanRunAndVerifyOnCpuRanks) {
 #endif
 }
 
+TEST(CaloPlan, JobsBeyondTheBoundAreRefusedNamingTheFlag) {
+  // Issue 67 item 2: --jobs 100000 ended in std::terminate (exit 134) when the threads could not start.
+  const Outcome outcome =
+      run_calo("plan --model tiny-dense --cluster h200-hgx --gpus 4 --gbs 8 --jobs 100000");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_NE(outcome.output.find("--jobs: Value 100000 not in range 0 to 1024"), std::string::npos)
+      << outcome.output;
+}
+
 }  // namespace
 }  // namespace calo::plan

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdio>
 
 namespace calo::core {
 namespace {

@@ -7,15 +7,12 @@
 
 #include "calibrate/fit.h"
 #include "calibrate/measurement.h"
-#include "graph/graph.h"
+#include "calibrate/wait_fit.h"
 
 namespace calo::calibrate {
 
-/// One multi-GPU run of one node with its graph.
-struct LinkRun {
-  const MeasuredRun* run = nullptr;     ///< the measurement (never null)
-  const graph::Graph* graph = nullptr;  ///< its graph (never null)
-};
+/// One multi-GPU run of one node with its graph (the wait stage's pair of measurement and graph).
+using LinkRun = WaitRun;
 
 /// Stage "link": node.nvlink_bandwidth_gb_s by least squares of log(simulated / measured) step time over
 /// `runs` (each simulated as it was measured, power cap and heat on), written into `cluster`; the collective

@@ -1,8 +1,10 @@
 // core::spawn_child with real processes (/bin/sh): output to files or descriptors, a given or inherited
-// environment, exec failure as exit 127, and a child that dies with its parent.
+// environment, exec failure as exit 127, and a child whose whole process tree dies with its parent (exit or
+// SIGKILL) and with the child itself, under a keeper that exits as the child did and forwards signals.
 #include "core/spawn.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "../common/processes.h"
 #include "../common/scratch.h"
 
 namespace calo::core {
@@ -112,6 +115,85 @@ TEST(Spawn, AChildThatDiesWithItsParentIsTerminatedWhenTheParentExits) {
     if (!gone) usleep(20'000);
   }
   EXPECT_TRUE(gone) << "pid " << child << " outlived its parent";
+}
+
+/// A shell tree three deep that writes its pids, one per line, to `pids`: two sleeps (one in a subshell), the
+/// subshell and the shell itself. `prefix` runs first (e.g. a trap).
+ChildSpec tree_spec(const std::filesystem::path& pids, const std::string& prefix = "") {
+  const std::string file = pids.string();
+  ChildSpec spec;
+  spec.executable = "/bin/sh";
+  spec.argv = {"sh", "-c",
+               prefix + "sleep 300 & echo $! >> " + file + "; (sleep 300 & echo $! >> " + file +
+                   "; wait) & echo $! >> " + file + "; echo $$ >> " + file + "; wait"};
+  spec.dies_with_parent = true;
+  return spec;
+}
+
+/// Waits up to 10 s for `count` pids in `path`.
+std::vector<pid_t> wait_for_pids(const std::filesystem::path& path, std::size_t count) {
+  std::vector<pid_t> pids;
+  for (int attempt = 0; attempt < 500 && pids.size() < count; ++attempt) {
+    usleep(20'000);
+    pids = calo::testing::read_pids(path);
+  }
+  return pids;
+}
+
+TEST(Spawn, EveryProcessOfTheTreeEndsWhenItsParentIsKilled) {
+  // A middle process (calo) starts the tree and is killed with SIGKILL: no process of the tree may be left.
+  const auto dir = calo::testing::scratch_path("spawn-tree-sigkill");
+  std::filesystem::create_directories(dir);
+  const pid_t middle = fork();
+  ASSERT_GE(middle, 0);
+  if (middle == 0) {
+    spawn_child(tree_spec(dir / "pids"));
+    while (true) pause();
+  }
+  const std::vector<pid_t> pids = wait_for_pids(dir / "pids", 4);
+  ASSERT_EQ(pids.size(), 4u);
+  kill(middle, SIGKILL);
+  EXPECT_EQ(wait_exit_code(middle), 128 + SIGKILL);
+  const std::vector<pid_t> left = calo::testing::wait_gone(pids, 5.0);
+  EXPECT_TRUE(left.empty()) << left.size()
+                            << " process(es) of the tree outlived their killed parent, e.g. pid "
+                            << (left.empty() ? 0 : left[0]);
+  calo::testing::kill_all(left);
+}
+
+TEST(Spawn, ProcessesTheChildLeftEndWhenItExitsAndTheKeeperExitsAsItDid) {
+  const auto dir = calo::testing::scratch_path("spawn-leftovers");
+  std::filesystem::create_directories(dir);
+  ChildSpec spec;
+  spec.executable = "/bin/sh";
+  spec.argv = {"sh", "-c", "sleep 300 & echo $! > " + (dir / "pid").string() + "; exit 3"};
+  spec.dies_with_parent = true;
+  EXPECT_EQ(wait_exit_code(spawn_child(spec)), 3);
+  const std::vector<pid_t> pids = calo::testing::read_pids(dir / "pid");
+  ASSERT_EQ(pids.size(), 1u);
+  const std::vector<pid_t> left = calo::testing::wait_gone(pids, 0.5);
+  EXPECT_TRUE(left.empty()) << "the sleep the child left in the background outlived it";
+  calo::testing::kill_all(left);
+  spec.argv = {"sh", "-c", "kill -9 $$"};
+  int status = 0;
+  ASSERT_GT(waitpid(spawn_child(spec), &status, 0), 0);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
+  spec.argv = {"sh", "-c", "kill -TERM $$"};
+  ASSERT_GT(waitpid(spawn_child(spec), &status, 0), 0);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "status " << status;
+}
+
+TEST(Spawn, ASignalSentToTheKeeperReachesTheChildAndTheRestOfTheTreeEnds) {
+  const auto dir = calo::testing::scratch_path("spawn-forward");
+  std::filesystem::create_directories(dir);
+  const pid_t keeper = spawn_child(tree_spec(dir / "pids", "trap 'exit 42' TERM; "));
+  const std::vector<pid_t> pids = wait_for_pids(dir / "pids", 4);
+  ASSERT_EQ(pids.size(), 4u);
+  kill(keeper, SIGTERM);
+  EXPECT_EQ(wait_exit_code(keeper), 42);
+  const std::vector<pid_t> left = calo::testing::wait_gone(pids, 0.5);
+  EXPECT_TRUE(left.empty()) << left.size() << " process(es) outlived the child";
+  calo::testing::kill_all(left);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "calibrate/calibrate.h"
 #include "cli/command.h"
 #include "core/error.h"
+#include "core/output_file.h"
 #include "core/table.h"
 #include "graph/graph.h"
 
@@ -207,8 +208,7 @@ void print_kineto(const calibrate::Calibration& calibration) {
 
 int run_calibrate(const CalibrateFlags& flags) {
   require_input(!flags.out.empty(), "--out FILE.yaml is required (where the calibrated cluster file goes)");
-  require_input(!std::filesystem::exists(flags.out) || std::filesystem::is_regular_file(flags.out),
-                fmt::format("--out {} is not a file; give a path for the cluster YAML", flags.out));
+  core::require_file_target(flags.out, "--out");  // before the fit: the one output-file policy, up front
   std::vector<std::filesystem::path> runs(flags.runs.begin(), flags.runs.end());
   calibrate::CalibrateOptions options;
   options.leave_one_out = !flags.no_loo;

@@ -32,9 +32,19 @@ void write_html(const std::filesystem::path& out, const std::string& html) {
   core::write_file_atomically(out, html, "--out");
 }
 
+/// The HTML file to write (--out, default <first run>/report.html), refused before any work unless it is
+/// absent or a regular file.
+std::filesystem::path report_path(const ReportFlags& flags) {
+  std::filesystem::path out = flags.out.empty() ? std::filesystem::path(flags.runs.front()) / "report.html"
+                                                : std::filesystem::path(flags.out);
+  core::require_file_target(out, "--out");
+  return out;
+}
+
 /// `calo report CAMPAIGN_DIR...`: the campaign report over every given campaign directory.
 int run_campaign_report(const ReportFlags& flags) {
   auto started = std::chrono::steady_clock::now();
+  const std::filesystem::path out = report_path(flags);
   std::vector<report::Campaign> campaigns;
   int points_done = 0;
   for (const auto& dir : flags.runs) {
@@ -49,9 +59,6 @@ int run_campaign_report(const ReportFlags& flags) {
   report::ReportOptions options{flags.title == "Calorimeter report" ? "Calorimeter campaign report"
                                                                     : flags.title};
   const std::string html = report::render_campaign_report(campaigns, options);
-  const std::filesystem::path out = flags.out.empty()
-                                        ? std::filesystem::path(flags.runs.front()) / "report.html"
-                                        : std::filesystem::path(flags.out);
   write_html(out, html);
   const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   const int charts = report::count_charts(html);
@@ -73,6 +80,7 @@ int run_campaign_report(const ReportFlags& flags) {
 int run_report(const ReportFlags& flags) {
   if (report::is_campaign_dir(flags.runs.front())) return run_campaign_report(flags);
   auto started = std::chrono::steady_clock::now();
+  const std::filesystem::path out = report_path(flags);
   std::vector<analyze::RunAnalysis> analyses;
   analyze::AnalyzeOptions options;
   options.threads = flags.threads;
@@ -83,8 +91,6 @@ int run_report(const ReportFlags& flags) {
   }
   double analyze_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::string html = report::render_html_report(analyses, {flags.title});
-  std::filesystem::path out = flags.out.empty() ? std::filesystem::path(flags.runs.front()) / "report.html"
-                                                : std::filesystem::path(flags.out);
   write_html(out, html);
   double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   int charts = report::count_charts(html);

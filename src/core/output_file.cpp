@@ -1,7 +1,9 @@
 // Whole-or-nothing outputs: see output_file.h.
 #include "core/output_file.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,11 +14,36 @@
 
 namespace calo::core {
 
-StagedFile::StagedFile(std::filesystem::path target, const std::string& flag) : target_(std::move(target)) {
+namespace {
+
+// What a file of mode `mode` is, in words for a refusal ("a character device").
+std::string file_kind_words(mode_t mode) {
+  if (S_ISREG(mode)) return "a regular file";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "a special file";
+}
+
+}  // namespace
+
+void require_file_target(const std::filesystem::path& path, const std::string& flag) {
+  struct stat info {};
+  // lstat: a symlink is refused as itself, never followed (renaming over it would replace the link, and
+  // writing through it would write wherever it points).
+  if (::lstat(path.c_str(), &info) != 0) return;  // absent, or unreadable: opening the file says why
+  if (S_ISREG(info.st_mode)) return;
+  throw InputError(fmt::format("{} {} is {}, not a regular file; name a new file", flag, path.string(),
+                               file_kind_words(info.st_mode)));
+}
+
+StagedFile::StagedFile(std::filesystem::path target, const std::string& flag)
+    : target_(std::move(target)), flag_(flag) {
+  require_file_target(target_, flag_);
   std::error_code error;
-  if (std::filesystem::is_directory(target_, error)) {
-    throw InputError(fmt::format("{} {}: is a directory; give a file path", flag, target_.string()));
-  }
   if (target_.has_parent_path()) {
     std::filesystem::create_directories(target_.parent_path(), error);
     if (error) {
@@ -26,10 +53,16 @@ StagedFile::StagedFile(std::filesystem::path target, const std::string& flag) : 
   }
   temporary_ = target_;
   temporary_ += fmt::format(".partial-{}", getpid());
-  stream_ = std::fopen(temporary_.c_str(), "wb");
+  // A stale temporary of an earlier process with this pid is removed (a link as itself), then the file is
+  // made new (O_EXCL): nothing already there is written through.
+  std::filesystem::remove(temporary_, error);
+  const int descriptor = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  const int open_errno = errno;
+  if (descriptor >= 0) stream_ = ::fdopen(descriptor, "wb");
   if (stream_ == nullptr) {
+    if (descriptor >= 0) ::close(descriptor);
     throw InputError(fmt::format("{} {}: cannot write here ({}); give a writable path", flag,
-                                 target_.string(), std::strerror(errno)));
+                                 target_.string(), std::strerror(descriptor >= 0 ? errno : open_errno)));
   }
   std::setvbuf(stream_, nullptr, _IOFBF, 1 << 20);
 }
@@ -60,6 +93,7 @@ int64_t StagedFile::close() {
 
 void StagedFile::commit() {
   close();
+  require_file_target(target_, flag_);  // something else may have been put there while the file was written
   std::error_code error;
   std::filesystem::rename(temporary_, target_, error);
   if (error) {
@@ -77,11 +111,13 @@ void write_file_atomically(const std::filesystem::path& path, const std::string&
 }
 
 void require_directory_target(const std::filesystem::path& path, const std::string& flag) {
-  std::error_code error;
-  if (std::filesystem::exists(path, error) && !std::filesystem::is_directory(path, error)) {
-    throw InputError(fmt::format(
-        "{} {}: is a file; this output is a directory of files, give a directory path", flag, path.string()));
-  }
+  struct stat info {};
+  // stat, not lstat: a symlink to a directory is a directory to write into (its files are checked one by
+  // one by StagedFile); anything else in its place is refused.
+  if (::stat(path.c_str(), &info) != 0 || S_ISDIR(info.st_mode)) return;
+  const std::string kind = S_ISREG(info.st_mode) ? "a file" : file_kind_words(info.st_mode);
+  throw InputError(fmt::format("{} {}: is {}; this output is a directory of files, give a directory path",
+                               flag, path.string(), kind));
 }
 
 std::string provenance_path(const std::filesystem::path& path) {

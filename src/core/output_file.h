@@ -1,6 +1,8 @@
 // Outputs that appear whole or not at all: written under a temporary name beside the target and renamed over
 // it only when complete, so a failure (bad input found half-way, a damaged store, disk full, a kill) never
-// leaves a truncated file that looks like a result.
+// leaves a truncated file that looks like a result. The one output-file policy of every writer: the rename
+// replaces a regular file or nothing — never a symlink, FIFO, device, socket or directory
+// (require_file_target).
 #pragma once
 
 #include <cstdio>
@@ -14,7 +16,8 @@ namespace calo::core {
 class StagedFile {
  public:
   /// Creates the target's folder and opens the temporary file; InputError naming `target` (and `flag`, the
-  /// option that named it) if the target is a directory or cannot be written.
+  /// option that named it) if the target exists and is not a regular file (require_file_target) or cannot
+  /// be written.
   explicit StagedFile(std::filesystem::path target, const std::string& flag = "--out");
   /// Removes the temporary file unless committed.
   ~StagedFile();
@@ -26,7 +29,7 @@ class StagedFile {
   void write(const std::string& text);
   /// Flushes and closes; RuntimeFailure if a write failed (disk full). Returns the bytes written.
   int64_t close();
-  /// Closes (if still open) and renames the temporary file over the target.
+  /// Closes (if still open), checks the target again and renames the temporary file over it.
   void commit();
   /// The path the file will have once committed.
   const std::filesystem::path& target() const { return target_; }
@@ -34,6 +37,7 @@ class StagedFile {
  private:
   std::filesystem::path target_;
   std::filesystem::path temporary_;
+  std::string flag_;  ///< the option that named the target, for refusals
   std::FILE* stream_ = nullptr;
   bool committed_ = false;
 };
@@ -42,6 +46,12 @@ class StagedFile {
 /// written.
 void write_file_atomically(const std::filesystem::path& path, const std::string& text,
                            const std::string& flag = "--out");
+
+/// InputError naming `path`, `flag` and what the path is ("a character device", "a symbolic link", ...)
+/// unless `path` is absent or a regular file (not followed through a symlink): what a writer may replace.
+/// Commands that work long before writing call it up front; StagedFile calls it on open and before the
+/// rename.
+void require_file_target(const std::filesystem::path& path, const std::string& flag);
 
 /// InputError naming `flag` unless `path` is a directory or can become one (absent): a file in its place is
 /// refused before any work.

@@ -40,12 +40,45 @@ OpenInputs open_inputs(const std::vector<std::filesystem::path>& inputs) {
       }
     }
     opened.infos.push_back(opened.readers.back().run());
+    for (std::size_t earlier = 0; earlier < index; ++earlier) {
+      if (opened.infos[earlier].uuid == opened.infos.back().uuid) {
+        throw InputError(fmt::format("{} is a copy of {} (same run id {}); merge each run once",
+                                     input.string(), inputs[earlier].string(), opened.infos.back().uuid));
+      }
+    }
     require_input(opened.infos.back().wall_offset_ns != 0,
                   fmt::format("run {} has no wall-clock offset (wall_offset_ns = 0), so its clock cannot be "
                               "aligned with the others; re-record it with calo record",
                               input.string()));
   }
   return opened;
+}
+
+/// `time_ns + shift_ns`, or InputError naming `input` and `what` when the sum leaves int64 (a damaged
+/// time or wall_offset_ns): never a wrapped time in the merged run.
+int64_t shifted_ns(int64_t time_ns, int64_t shift_ns, const std::filesystem::path& input, const char* what) {
+  int64_t sum_ns = 0;
+  if (__builtin_add_overflow(time_ns, shift_ns, &sum_ns)) {
+    throw InputError(
+        fmt::format("{}: {} {} shifted by {} ns overflows 64-bit nanoseconds; the run's times or "
+                    "wall_offset_ns are damaged; leave it out of the merge or re-record it",
+                    input.string(), what, time_ns, shift_ns));
+  }
+  return sum_ns;
+}
+
+/// The shift of run `info` onto the time base of `reference` (its wall_offset_ns minus the reference's),
+/// InputError naming `input` when the difference overflows int64.
+int64_t merge_shift_ns(const RunInfo& info, const RunInfo& reference, const std::filesystem::path& input) {
+  int64_t shift_ns = 0;
+  if (__builtin_sub_overflow(info.wall_offset_ns, reference.wall_offset_ns, &shift_ns)) {
+    throw InputError(
+        fmt::format("{}: wall_offset_ns {} is too far from the earliest run's ({}) to align (the "
+                    "shift overflows 64-bit nanoseconds); its wall clock is damaged, leave it out "
+                    "of the merge",
+                    input.string(), info.wall_offset_ns, reference.wall_offset_ns));
+  }
+  return shift_ns;
 }
 
 /// The merged run's description; fills the result's per-input shifts (the earliest run is the time base).
@@ -65,7 +98,7 @@ RunInfo describe_merge(const std::vector<std::filesystem::path>& inputs, const s
   std::vector<std::string> hosts;
   merged_end_t_ns = 0;
   for (std::size_t node = 0; node < inputs.size(); ++node) {
-    const int64_t shift_ns = infos[node].wall_offset_ns - reference.wall_offset_ns;
+    const int64_t shift_ns = merge_shift_ns(infos[node], reference, inputs[node]);
     result.shift_ns.push_back(shift_ns);
     hosts.push_back(infos[node].host);
     config["merged_from"].push_back(
@@ -75,7 +108,15 @@ RunInfo describe_merge(const std::vector<std::filesystem::path>& inputs, const s
          {"shift_ns", shift_ns},
          {"config", nlohmann::json::parse(infos[node].config_json, nullptr, false)}});
     const int64_t duration_ns = infos[node].ended_ns != 0 ? infos[node].ended_ns - infos[node].started_ns : 0;
-    merged_end_t_ns = std::max(merged_end_t_ns, duration_ns + shift_ns);
+    const int64_t end_t_ns = shifted_ns(duration_ns, shift_ns, inputs[node], "its end");
+    // The merged run's ended_ns (started_ns + end) must be a time RunReader accepts.
+    if (end_t_ns > kMaxRunTimeNs - merged.started_ns) {
+      throw InputError(
+          fmt::format("{}: its end shifted by {} ns lies past the latest run time calo stores "
+                      "(2^62 ns); its wall_offset_ns is damaged, leave it out of the merge",
+                      inputs[node].string(), shift_ns));
+    }
+    merged_end_t_ns = std::max(merged_end_t_ns, end_t_ns);
   }
   merged.host = fmt::format("{}", fmt::join(hosts, ","));
   merged.config_json = config.dump();
@@ -88,8 +129,10 @@ class NodeCopier {
  public:
   NodeCopier(RunWriter& writer, MergeResult& result) : writer_(writer), result_(result) {}
 
-  void copy(const RunReader& reader, const RunInfo& info, std::size_t node) {
+  void copy(const RunReader& reader, const RunInfo& info, std::size_t node,
+            const std::filesystem::path& input) {
     shift_ns_ = result_.shift_ns[node];
+    input_ = input;
     result_.first_device.push_back(next_device_);
     device_map_.clear();
     for (DeviceInfo device : reader.devices()) {
@@ -101,8 +144,8 @@ class NodeCopier {
     copy_samples(reader);
     for (Span span : reader.spans()) {
       span.device_idx = map_device(span.device_idx);
-      span.t_begin_ns += shift_ns_;
-      span.t_end_ns += shift_ns_;
+      span.t_begin_ns = shifted_ns(span.t_begin_ns, shift_ns_, input_, "span begin");
+      span.t_end_ns = shifted_ns(span.t_end_ns, shift_ns_, input_, "span end");
       writer_.append_span(span);
       ++result_.spans;
     }
@@ -111,7 +154,7 @@ class NodeCopier {
       writer_.add_summary(row);
     }
     for (Event event : reader.events()) {
-      event.t_ns += shift_ns_;
+      event.t_ns = shifted_ns(event.t_ns, shift_ns_, input_, "event time");
       event.device_idx = map_device(event.device_idx);
       event.message = fmt::format("node {} ({}): {}", node, info.host, event.message);
       writer_.log_event(event);
@@ -141,8 +184,9 @@ class NodeCopier {
           Sample copy = sample;
           copy.device_idx = new_device;
           copy.metric_id = new_metric;
-          copy.t_ns += shift_ns_;
-          if (copy.sensor_t_ns != kNoSensorTime) copy.sensor_t_ns += shift_ns_;
+          copy.t_ns = shifted_ns(copy.t_ns, shift_ns_, input_, "sample time");
+          if (copy.sensor_t_ns != kNoSensorTime)
+            copy.sensor_t_ns = shifted_ns(copy.sensor_t_ns, shift_ns_, input_, "sensor time");
           batch_.push_back(copy);
           if (batch_.size() >= kMergeBatchSamples) hand_over();
         });
@@ -165,6 +209,7 @@ class NodeCopier {
   MergeResult& result_;
   int32_t next_device_ = 0;
   int64_t shift_ns_ = 0;
+  std::filesystem::path input_;  // the input being copied, named in refusals
   std::map<int32_t, int32_t> device_map_;
   std::vector<Sample> batch_;
   std::size_t since_flush_ = 0;
@@ -216,7 +261,7 @@ MergeResult merge_runs(const std::vector<std::filesystem::path>& inputs, const s
     RunWriter writer(staging.path(), merged);
     NodeCopier copier(writer, result);
     for (std::size_t node = 0; node < inputs.size(); ++node)
-      copier.copy(opened.readers[node], opened.infos[node], node);
+      copier.copy(opened.readers[node], opened.infos[node], node, inputs[node]);
     writer.finish(merged.started_ns + merged_end_t_ns);
     const WriterStats stats = writer.stats();
     result.samples = static_cast<int64_t>(stats.samples_committed);

@@ -23,7 +23,8 @@ struct MergeResult {
 /// indexes (node = k, slot = old slot) and its times are shifted by wall_offset_ns[k] - min(wall_offset_ns)
 /// so all share the earliest run's time base. Metrics are unified by name; summary scopes are prefixed
 /// "node<k>/"; events are prefixed with the node and host. InputError for missing inputs, runs without a
-/// wall-clock offset, or an out_dir that already holds a run.
+/// wall-clock offset, a run given twice or a copy of one (same run uuid), a shift or shifted time that
+/// overflows int64 (naming the input), or an out_dir that already holds a run.
 MergeResult merge_runs(const std::vector<std::filesystem::path>& inputs, const std::filesystem::path& out_dir,
                        const std::string& command = "calo merge");
 

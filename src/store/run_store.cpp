@@ -9,6 +9,7 @@
 #include <ctime>
 #include <map>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <variant>
 
@@ -34,7 +35,7 @@ constexpr std::string_view kSchemaSql = R"sql(
 CREATE TABLE run(
   id INTEGER PRIMARY KEY, kind TEXT NOT NULL, name TEXT NOT NULL, command TEXT NOT NULL,
   config_json TEXT NOT NULL, host TEXT NOT NULL, started_ns INTEGER NOT NULL, ended_ns INTEGER NOT NULL,
-  wall_offset_ns INTEGER NOT NULL, version TEXT NOT NULL);
+  wall_offset_ns INTEGER NOT NULL, version TEXT NOT NULL, uuid TEXT NOT NULL);
 CREATE TABLE device(
   idx INTEGER PRIMARY KEY, node INTEGER NOT NULL, slot INTEGER NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL,
   uuid TEXT NOT NULL, pci_bus TEXT NOT NULL, power_limit_w REAL NOT NULL, max_sm_mhz REAL NOT NULL,
@@ -72,6 +73,25 @@ constexpr std::array<std::string_view, 3> kMetricKindNames{"gauge", "counter", "
 constexpr std::array<std::string_view, 4> kSpanKindNames{"step", "phase", "op", "kernel"};
 constexpr std::array<std::string_view, 2> kDeviceKindNames{"gpu", "cpu"};
 constexpr std::array<std::string_view, 3> kEventLevelNames{"info", "warning", "error"};
+
+// A random (version 4) UUID, "xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx", from the system's entropy source.
+std::string new_run_uuid() {
+  std::random_device entropy;
+  std::array<uint8_t, 16> bytes{};
+  for (std::size_t index = 0; index < bytes.size(); index += 4) {
+    const uint32_t word = entropy();
+    for (std::size_t shift = 0; shift < 4; ++shift)
+      bytes[index + shift] = static_cast<uint8_t>(word >> (8 * shift));
+  }
+  bytes[6] = static_cast<uint8_t>((bytes[6] & 0x0f) | 0x40);  // version 4
+  bytes[8] = static_cast<uint8_t>((bytes[8] & 0x3f) | 0x80);  // RFC 4122 variant
+  std::string text;
+  for (std::size_t index = 0; index < bytes.size(); ++index) {
+    if (index == 4 || index == 6 || index == 8 || index == 10) text += '-';
+    text += fmt::format("{:02x}", bytes[index]);
+  }
+  return text;
+}
 
 void bind_optional(Statement& statement, int index, int64_t value) {
   if (value == kNone) {
@@ -299,7 +319,9 @@ struct RunWriter::Impl {
 
 void require_no_run(const std::filesystem::path& run_dir) {
   const std::filesystem::path db_path = run_dir / kRunDbName;
-  if (std::filesystem::exists(db_path)) {
+  std::error_code error;
+  // symlink_status: a link (dangling or not) is something there too; SQLite would create through it.
+  if (std::filesystem::exists(std::filesystem::symlink_status(db_path, error))) {
     throw InputError(fmt::format("{} already holds a run ({} exists); choose a new --out directory",
                                  run_dir.string(), db_path.string()));
   }
@@ -333,11 +355,13 @@ RunWriter::RunWriter(const std::filesystem::path& run_dir, RunInfo info, WriterO
   db.exec("BEGIN");
   db.exec(kSchemaSql);
   db.exec(fmt::format("PRAGMA user_version={}", kSchemaVersion));
+  info.uuid = new_run_uuid();  // made here, never taken from the caller: no two stores share one
+  impl_->info.uuid = info.uuid;
   Statement insert_run(db,
                        "INSERT INTO run(id, kind, name, command, config_json, host, started_ns, ended_ns, "
-                       "wall_offset_ns, version) VALUES(1,?,?,?,?,?,?,?,?,?)");
+                       "wall_offset_ns, version, uuid) VALUES(1,?,?,?,?,?,?,?,?,?,?)");
   insert_row(insert_run, to_string(info.kind), info.name, info.command, info.config_json, info.host,
-             info.started_ns, info.ended_ns, info.wall_offset_ns, info.version);
+             info.started_ns, info.ended_ns, info.wall_offset_ns, info.version, info.uuid);
   db.exec("COMMIT");
   std::string multi_row_sql =
       "INSERT INTO sample(device_idx, metric_id, t_ns, value, sensor_t_ns) VALUES(?,?,?,?,?)";

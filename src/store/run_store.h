@@ -20,6 +20,9 @@ namespace calo::store {
 inline constexpr std::string_view kRunDbName = "run.db";
 /// Marker for "no value" in optional integer fields (device_idx, step, microbatch, stage, rank).
 inline constexpr int32_t kNone = -1;
+/// Latest host CLOCK_MONOTONIC a run may state in started_ns / ended_ns (2^62 ns, ~146 years of uptime): far
+/// from int64's end, so sums of run times cannot overflow; RunReader refuses a store outside [0, this].
+inline constexpr int64_t kMaxRunTimeNs = int64_t{1} << 62;
 /// Marker for "the sensor gave no timestamp" in Sample::sensor_t_ns (stored as SQL NULL).
 inline constexpr int64_t kNoSensorTime = std::numeric_limits<int64_t>::min();
 
@@ -66,6 +69,10 @@ struct RunInfo {
   int64_t ended_ns = 0;             ///< host CLOCK_MONOTONIC at the end; 0 while open (or after a crash)
   int64_t wall_offset_ns = 0;       ///< Unix-epoch wall-clock ns at t_ns = 0 (wall = t_ns + wall_offset_ns)
   std::string version;              ///< calo version that wrote it (filled by the writer when empty)
+  /// The run's identity: a random UUID the writer makes when it creates the store (a value given to
+  /// RunWriter is ignored, so no two stores calo made share one); a store written before run.uuid existed
+  /// reads back "derived-<16 hex>", a hash of its run row. A copied run directory keeps it: merge refuses it.
+  std::string uuid;
 };
 
 /// One row of table `device`: a measured GPU or CPU package.
@@ -212,13 +219,15 @@ class RunWriter {
 /// Reads one run (finished, still open, or crashed). Not thread-safe; open one reader per thread.
 class RunReader {
  public:
-  /// Opens run_dir/run.db (or a path to a .db file) read-only; InputError if it is missing or not a run.
+  /// Opens run_dir/run.db (or a path to a .db file) read-only; InputError if it is missing, not a run, or
+  /// its run times are damaged (run() checks them; every command reading a store passes through here).
   explicit RunReader(const std::filesystem::path& run_dir_or_db);
   ~RunReader();
   RunReader(RunReader&&) noexcept;
   RunReader& operator=(RunReader&&) noexcept;
 
-  /// The run row.
+  /// The run row; InputError naming the file if started_ns / ended_ns lie outside [0, kMaxRunTimeNs] or a
+  /// schema-1 wall_offset_ns cannot be migrated without overflow.
   RunInfo run() const;
   /// Devices ordered by idx.
   std::vector<DeviceInfo> devices() const;

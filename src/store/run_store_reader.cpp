@@ -38,15 +38,34 @@ Sample sample_of_row(const Statement& query) {
 
 }  // namespace
 
-// Latest host CLOCK_MONOTONIC a run may state (~126 years of uptime): far from int64's end, so sums of stored
-// times cannot overflow.
-constexpr int64_t kMaxStoredTimeNs = int64_t{4} << 60;
-
 struct RunReader::Impl {
   std::filesystem::path run_dir;
   std::unique_ptr<Database> db;
   int64_t schema_version = kSchemaVersion;  // PRAGMA user_version of the file
+  bool has_uuid = true;                     // whether table run has the uuid column (stores before it do not)
 };
+
+namespace {
+
+// FNV-1a over `text`, continuing from `hash`.
+uint64_t fnv1a(std::string_view text, uint64_t hash) {
+  for (const char character : text) {
+    hash ^= static_cast<uint8_t>(character);
+    hash *= 0x100000001b3ULL;
+  }
+  return hash;
+}
+
+// The identity of a store written before run.uuid existed: a hash of its run row, so a copy of it (same
+// row) reads back the same id and two different runs (other host, start or command) different ones.
+std::string derived_run_uuid(const RunInfo& info) {
+  const std::string row = fmt::format(
+      "{}\x1f{}\x1f{}\x1f{}\x1f{}\x1f{}\x1f{}\x1f{}\x1f{}", to_string(info.kind), info.name, info.command,
+      info.config_json, info.host, info.started_ns, info.ended_ns, info.wall_offset_ns, info.version);
+  return fmt::format("derived-{:016x}", fnv1a(row, 0xcbf29ce484222325ULL));
+}
+
+}  // namespace
 
 RunReader::RunReader(const std::filesystem::path& run_dir_or_db) : impl_(std::make_unique<Impl>()) {
   std::filesystem::path db_path = run_dir_or_db;
@@ -83,6 +102,9 @@ RunReader::RunReader(const std::filesystem::path& run_dir_or_db) : impl_(std::ma
                                  db_path.string()));
   }
   impl_->schema_version = impl_->db->query_int("PRAGMA user_version", kSchemaVersion);
+  impl_->has_uuid =
+      impl_->db->query_int("SELECT count(*) FROM pragma_table_info('run') WHERE name = 'uuid'") == 1;
+  run();  // the one check of the run times, on open: no command reads samples of a store it would refuse
 }
 
 RunInfo migrate_run_info(RunInfo info, int64_t schema_version) {
@@ -100,8 +122,9 @@ RunReader& RunReader::operator=(RunReader&&) noexcept = default;
 RunInfo RunReader::run() const {
   Statement query(
       *impl_->db,
-      "SELECT kind, name, command, config_json, host, started_ns, ended_ns, wall_offset_ns, version "
-      "FROM run WHERE id = 1");
+      fmt::format("SELECT kind, name, command, config_json, host, started_ns, ended_ns, wall_offset_ns, "
+                  "version, {} FROM run WHERE id = 1",
+                  impl_->has_uuid ? "uuid" : "NULL"));
   RunInfo info;
   if (!query.step()) return info;
   info.kind = parse_run_kind(query.column_text(0));
@@ -113,15 +136,18 @@ RunInfo RunReader::run() const {
   info.ended_ns = query.column_int(6);
   info.wall_offset_ns = query.column_int(7);
   info.version = query.column_text(8);
-  // Every duration is ended_ns - started_ns or t_ns + started_ns: times beyond kMaxStoredTimeNs would
+  info.uuid = query.column_is_null(9) ? "" : query.column_text(9);
+  if (info.uuid.empty()) info.uuid = derived_run_uuid(info);
+  // Every duration is ended_ns - started_ns or t_ns + started_ns: times beyond kMaxRunTimeNs would
   // overflow.
-  const bool times_valid = info.started_ns >= 0 && info.started_ns <= kMaxStoredTimeNs &&
-                           info.ended_ns >= 0 && info.ended_ns <= kMaxStoredTimeNs;
-  if (!times_valid) {
-    throw InputError(
-        fmt::format("{}: damaged run times (started_ns {}, ended_ns {}); calo writes both in [0, "
-                    "2^62] (ended_ns 0 when interrupted); re-record the run",
-                    (impl_->run_dir / kRunDbName).string(), info.started_ns, info.ended_ns));
+  const bool times_valid = info.started_ns >= 0 && info.started_ns <= kMaxRunTimeNs && info.ended_ns >= 0 &&
+                           info.ended_ns <= kMaxRunTimeNs;
+  int64_t migrated_wall_ns = 0;  // schema 1 adds started_ns to wall_offset_ns (migrate_run_info)
+  if (!times_valid || __builtin_add_overflow(info.wall_offset_ns, info.started_ns, &migrated_wall_ns)) {
+    throw InputError(fmt::format(
+        "{}: damaged run times (started_ns {}, ended_ns {}, wall_offset_ns {}); calo writes started_ns and "
+        "ended_ns in [0, 2^62] (ended_ns 0 when interrupted); re-record the run",
+        (impl_->run_dir / kRunDbName).string(), info.started_ns, info.ended_ns, info.wall_offset_ns));
   }
   return migrate_run_info(info, impl_->schema_version);
 }

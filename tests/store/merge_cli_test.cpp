@@ -83,5 +83,23 @@ TEST(CaloMerge, BadUsageExitsWithTwoAndNamesTheProblem) {
   EXPECT_EQ(missing.exit_code, 2) << missing.output;
 }
 
+// `cp -r R R2; calo merge R R2` once merged (exit 0) a run with itself, doubling its data.
+TEST(CaloMerge, ACopiedRunDirectoryIsRefusedWithExitTwo) {
+  TempDir temp;
+  write_node(temp.path() / "nodeA", 1'800'000'000'000'000'000, 1);
+  std::filesystem::copy(temp.path() / "nodeA", temp.path() / "nodeA-copy",
+                        std::filesystem::copy_options::recursive);
+  const std::string uuid = RunReader(temp.path() / "nodeA").run().uuid;
+  CommandResult result =
+      run_calo("merge " + (temp.path() / "nodeA").string() + " " + (temp.path() / "nodeA-copy").string() +
+               " --out " + (temp.path() / "merged").string());
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_NE(result.output.find((temp.path() / "nodeA-copy").string() + " is a copy of " +
+                               (temp.path() / "nodeA").string() + " (same run id " + uuid + ")"),
+            std::string::npos)
+      << result.output;
+  EXPECT_FALSE(std::filesystem::exists(temp.path() / "merged" / "run.db"));
+}
+
 }  // namespace
 }  // namespace calo::store

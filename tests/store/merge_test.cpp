@@ -147,7 +147,7 @@ TEST(Merge, SchemaOneRunsAreReadWithTheWallClockAtStart) {
   sim.started_ns = 7 * kSecond;
   sim.wall_offset_ns = kWall0;
   EXPECT_EQ(migrate_run_info(sim, 1).wall_offset_ns, kWall0);
-  EXPECT_EQ(migrate_run_info(RunInfo{RunKind::kBench, "", "", "{}", "", 7 * kSecond, 0, kWall0, ""}, 1)
+  EXPECT_EQ(migrate_run_info(RunInfo{RunKind::kBench, "", "", "{}", "", 7 * kSecond, 0, kWall0, "", ""}, 1)
                 .wall_offset_ns,
             kWall0 + 7 * kSecond);
 }
@@ -199,6 +199,80 @@ TEST(Merge, ADamagedInputLeavesNoPartialRun) {
   std::filesystem::create_directory(temp.path() / "kept");  // a folder the user made stays, empty
   EXPECT_ANY_THROW(merge_runs({temp.path() / "n0", temp.path() / "big"}, temp.path() / "kept"));
   EXPECT_TRUE(std::filesystem::is_empty(temp.path() / "kept"));
+}
+
+// A byte-identical copy of a run (`cp -r R R2`) is the same run: merging both would double its data. Each
+// store's run uuid, made when the store is created, tells them apart from a second node's run.
+TEST(Merge, ACopiedRunIsRefusedByItsRunId) {
+  TempDir temp;
+  write_node_run(temp.path() / "n0", 0, 1, 0, {"power_instant_w"});
+  write_node_run(temp.path() / "n1", 1, 1, 0, {"power_instant_w"});
+  std::filesystem::copy(temp.path() / "n0", temp.path() / "copy", std::filesystem::copy_options::recursive);
+  const std::string uuid = RunReader(temp.path() / "n0").run().uuid;
+  EXPECT_EQ(RunReader(temp.path() / "copy").run().uuid, uuid);
+  EXPECT_NE(RunReader(temp.path() / "n1").run().uuid, uuid);
+  try {
+    merge_runs({temp.path() / "n0", temp.path() / "n1", temp.path() / "copy"}, temp.path() / "merged");
+    ADD_FAILURE() << "a copy of a run was merged with it";
+  } catch (const InputError& error) {
+    EXPECT_EQ(std::string(error.what()), (temp.path() / "copy").string() + " is a copy of " +
+                                             (temp.path() / "n0").string() + " (same run id " + uuid +
+                                             "); merge each run once");
+  }
+  EXPECT_FALSE(std::filesystem::exists(temp.path() / "merged"));
+  const MergeResult result = merge_runs({temp.path() / "n0", temp.path() / "n1"}, temp.path() / "merged");
+  EXPECT_NE(RunReader(temp.path() / "merged").run().uuid, uuid);  // a merged run is a run of its own
+  EXPECT_EQ(result.nodes, 2);
+}
+
+// Stores written before run.uuid existed: their id is derived from the run row, so two nodes' runs still
+// merge and a copy of one is still refused.
+TEST(Merge, StoresWithoutARunIdGetOneDerivedFromTheirRunRow) {
+  TempDir temp;
+  for (const char* name : {"n0", "n1"}) {
+    write_node_run(temp.path() / name, name[1] - '0', 1, 0, {"power_instant_w"});
+    detail::Database db(temp.path() / name / kRunDbName, SQLITE_OPEN_READWRITE);
+    db.exec("ALTER TABLE run DROP COLUMN uuid");
+  }
+  std::filesystem::copy(temp.path() / "n0", temp.path() / "copy", std::filesystem::copy_options::recursive);
+  const std::string uuid = RunReader(temp.path() / "n0").run().uuid;
+  EXPECT_EQ(uuid.rfind("derived-", 0), 0u) << uuid;
+  EXPECT_NE(RunReader(temp.path() / "n1").run().uuid, uuid);
+  EXPECT_THROW(merge_runs({temp.path() / "n0", temp.path() / "copy"}, temp.path() / "m"), InputError);
+  EXPECT_EQ(merge_runs({temp.path() / "n0", temp.path() / "n1"}, temp.path() / "merged").nodes, 2);
+}
+
+// wall_offset_ns values far apart once wrapped the shift (`shift_ns: -1`) and every time shifted by it: the
+// merge refuses, naming the input.
+TEST(Merge, AShiftThatOverflowsIsRefusedNamingTheInput) {
+  TempDir temp;
+  write_node_run(temp.path() / "n0", 0, 1, 0, {"power_instant_w"});
+  write_node_run(temp.path() / "n1", 1, 1, 0, {"power_instant_w"});
+  {
+    detail::Database db(temp.path() / "n0" / kRunDbName, SQLITE_OPEN_READWRITE);
+    db.exec("UPDATE run SET wall_offset_ns = -9223372036854775000");
+  }
+  try {
+    merge_runs({temp.path() / "n0", temp.path() / "n1"}, temp.path() / "merged");
+    ADD_FAILURE() << "the merge wrapped the shift";
+  } catch (const InputError& error) {
+    EXPECT_EQ(std::string(error.what()).rfind((temp.path() / "n1").string() + ": wall_offset_ns", 0), 0u)
+        << error.what();
+  }
+  // A shift that fits, but a sample time it would carry past int64's end.
+  {
+    detail::Database db(temp.path() / "n0" / kRunDbName, SQLITE_OPEN_READWRITE);
+    db.exec("UPDATE run SET wall_offset_ns = " + std::to_string(kWall0 + kSecond));
+    db.exec("UPDATE sample SET t_ns = 9223372036854775000 WHERE rowid = 1");
+  }
+  try {
+    merge_runs({temp.path() / "n0", temp.path() / "n1"}, temp.path() / "merged");
+    ADD_FAILURE() << "the merge wrapped a sample time";
+  } catch (const InputError& error) {
+    EXPECT_EQ(std::string(error.what()).rfind((temp.path() / "n0").string() + ": sample time", 0), 0u)
+        << error.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(temp.path() / "merged"));
 }
 
 TEST(RunReaderChecks, DamagedRunTimesAreBadInputNotACrash) {

@@ -29,6 +29,23 @@ RunInfo test_run_info() {
   return info;
 }
 
+// Every store gets a run identity when it is created: a version-4 UUID, different for every store, read back
+// as stored; a uuid given to the writer is not taken (a RunInfo copied from another run must not clone it).
+TEST(RunStore, EveryStoreHasARunIdOfItsOwn) {
+  TempDir temp;
+  RunInfo info = test_run_info();
+  info.uuid = "00000000-0000-4000-8000-000000000000";
+  { RunWriter(temp.path() / "a", info).finish(2000); }
+  { RunWriter(temp.path() / "b", info).finish(2000); }
+  const std::string first = RunReader(temp.path() / "a").run().uuid;
+  const std::string second = RunReader(temp.path() / "b").run().uuid;
+  ASSERT_EQ(first.size(), 36u) << first;
+  EXPECT_EQ(first[14], '4') << first;                                          // version 4 (random)
+  EXPECT_NE(std::string("89ab").find(first[19]), std::string::npos) << first;  // RFC 4122 variant
+  EXPECT_NE(first, second);
+  EXPECT_NE(first, info.uuid);
+}
+
 TEST(RunStore, RoundTripOfEveryTable) {
   TempDir temp;
   std::filesystem::path run_dir = temp.path() / "run";

@@ -193,6 +193,7 @@ int run_rank(const Options& options, const exec::LaunchInfo& launch) {
   config.world_size = launch.world_size;
   config.local_rank = launch.local_rank;
   config.local_world_size = launch.local_world_size;
+  exec::register_cuda_backend(exec::BackendRegistry::instance());  // linked in: no module to load
   auto backend = exec::BackendRegistry::instance().select("cuda").create(config);
   backend->connect(graph, launch.rank, *bootstrap);
   exec::ExecutorOptions executor_options;

@@ -5,8 +5,8 @@
 // launches each op on the stream the graph names, making a stream wait for an event of another stream where
 // the op depends on an op of that stream, so overlap is exactly what the graph says. Backends own memory,
 // kernels and communicators. The CPU backend (OpenBLAS + MPI) lives in exec/cpu_backend.*, the CUDA backend
-// (cuBLASLt, attention, own kernels, NCCL) in exec/cuda/ and registers itself through
-// register_cuda_backend() below.
+// (cuBLASLt, attention, own kernels, NCCL) in exec/cuda/, built as libcalo_exec_cuda.so and loaded by calo on
+// first use (exec/cuda_module.h); binaries that link it instead register it with register_cuda_backend() below.
 //
 // Threading: the executor calls a backend from one host thread. A backend may run streams on its own threads
 // (CPU) or device queues (CUDA); launch/record/wait only enqueue and return.
@@ -174,7 +174,8 @@ struct BackendFactory {
 /// The backends compiled into this binary.
 class BackendRegistry {
  public:
-  /// The process-wide registry with every built-in backend registered (cpu always, cuda when built).
+  /// The process-wide registry with every built-in backend registered (cpu always, cuda when built: loaded
+  /// from its module on first use).
   static BackendRegistry& instance();
   /// Adds (or replaces, by name) a backend factory.
   void add(BackendFactory factory);
@@ -190,8 +191,8 @@ class BackendRegistry {
   std::vector<BackendFactory> factories_;
 };
 
-/// Registers the CUDA backend; defined in exec/cuda/ and called by BackendRegistry::instance() when the
-/// CUDA backend is compiled in (CALO_EXEC_HAVE_CUDA).
+/// Registers the CUDA backend linked into this binary, replacing the entry that loads libcalo_exec_cuda.so
+/// (exec/cuda_module.h); defined in exec/cuda/ (library calo_exec_cuda), called by the binaries that link it.
 void register_cuda_backend(BackendRegistry& registry);
 
 /// Name of an op kind's counter slot, for messages (same as graph::to_string(OpKind)).

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "exec/backend.h"
 #include "exec/cpu_backend.h"
+#include "exec/cuda_module.h"
 
 namespace calo::exec {
 
@@ -16,7 +17,9 @@ BackendRegistry& BackendRegistry::instance() {
   std::call_once(registered, [] {
     register_cpu_backend(registry);
 #ifdef CALO_EXEC_HAVE_CUDA
-    register_cuda_backend(registry);
+    // Loaded from libcalo_exec_cuda.so when first asked for (exec/cuda_module.h); a binary that links the
+    // backend itself replaces this entry through register_cuda_backend().
+    registry.add(cuda_module_factory());
 #endif
   });
   return registry;

@@ -31,8 +31,15 @@ using testing::from_bf16;
 using testing::to_bf16;
 using testing::visible_gpus;
 
+/// This binary's registry with the CUDA backend it links (calo loads it from libcalo_exec_cuda.so).
+BackendRegistry& registry_with_cuda() {
+  static const bool registered = (register_cuda_backend(BackendRegistry::instance()), true);
+  (void)registered;
+  return BackendRegistry::instance();
+}
+
 TEST(CudaBackend, IsRegistered) {
-  const BackendFactory* factory = BackendRegistry::instance().find("cuda");
+  const BackendFactory* factory = registry_with_cuda().find("cuda");
   ASSERT_NE(factory, nullptr);
   const std::string reason = factory->unavailable_reason();
   if (visible_gpus() == 0) {
@@ -134,7 +141,7 @@ StepRun run_single(const std::string& model_name, bool check, int steps,
   const graph::Graph graph = graph::build_graph(spec, layout);
   BackendConfig config;
   config.check = check;
-  auto backend = BackendRegistry::instance().select("cuda").create(config);
+  auto backend = registry_with_cuda().select("cuda").create(config);
   LaunchInfo launch;
   auto bootstrap = make_bootstrap(launch);
   backend->connect(graph, 0, *bootstrap);
@@ -163,7 +170,7 @@ struct OneGpuRank {
 
   explicit OneGpuRank(const parallel::Layout& wanted)
       : layout(parallel::resolve_layout(spec, wanted)), graph(graph::build_graph(spec, layout)) {
-    backend = BackendRegistry::instance().select("cuda").create(BackendConfig{});
+    backend = registry_with_cuda().select("cuda").create(BackendConfig{});
     bootstrap = make_bootstrap(LaunchInfo{});
     backend->connect(graph, 0, *bootstrap);
     executor = std::make_unique<Executor>(*backend, graph, 0);
@@ -249,7 +256,7 @@ TEST(CudaBackend, ALedgerBeyondTheGpuIsRefusedBeforeAnythingIsHeld) {
 TEST(CudaBackend, AcceptsContextParallelLayouts) {
   // The NCCL K/V ring (and the all-gather variant) runs on the cuda backend: `calo bench` no longer refuses
   // cp > 1 for it. The ring itself needs two GPUs (multigpu_test.cpp, CudaMultiGpu.ContextParallel*).
-  const BackendFactory* cuda = BackendRegistry::instance().find("cuda");
+  const BackendFactory* cuda = registry_with_cuda().find("cuda");
   ASSERT_NE(cuda, nullptr);
   EXPECT_TRUE(cuda->context_parallel);
 }
@@ -292,7 +299,7 @@ TEST(CudaBackend, CaloAdamwChunkValuesSetsTheChunkAndABadValueIsRefused) {
   }
   ::setenv("CALO_ADAMW_CHUNK_VALUES", "lots", 1);
   try {
-    BackendRegistry::instance().select("cuda").create(BackendConfig{});
+    registry_with_cuda().select("cuda").create(BackendConfig{});
     ADD_FAILURE() << "CALO_ADAMW_CHUNK_VALUES=lots was accepted";
   } catch (const InputError& error) {
     EXPECT_NE(std::string(error.what()).find("CALO_ADAMW_CHUNK_VALUES=lots"), std::string::npos)

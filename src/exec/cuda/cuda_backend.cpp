@@ -28,6 +28,7 @@
 #include "exec/cuda/cuda_internal.h"
 #include "exec/cuda/fp8.cuh"
 #include "exec/cuda/init.cuh"
+#include "exec/cuda_module.h"
 #include "exec/op_units.h"
 
 namespace calo::exec {
@@ -483,12 +484,12 @@ double nominal_bf16_peak_flops(const std::string& device_name, std::string* sour
   return 0.0;
 }
 
-void register_cuda_backend(BackendRegistry& registry) {
+BackendFactory cuda_backend_factory() {
   BackendFactory factory;
   factory.name = "cuda";
-  factory.auto_priority = 10;
-  factory.context_parallel = true;  // K/V ring over the cp group's NCCL communicator, cuDNN per ring step
-  factory.fp8_linears = true;       // cuBLASLt e4m3 GEMMs (gemm.cpp) and the cast kernels (fp8.cu)
+  factory.auto_priority = kCudaAutoPriority;
+  factory.context_parallel = kCudaContextParallel;  // K/V ring over the cp group's NCCL communicator
+  factory.fp8_linears = kCudaFp8Linears;  // cuBLASLt e4m3 GEMMs (gemm.cpp) and the cast kernels (fp8.cu)
   factory.unavailable_reason = [] {
     int count = 0;
     const cudaError_t status = cudaGetDeviceCount(&count);
@@ -510,7 +511,7 @@ void register_cuda_backend(BackendRegistry& registry) {
     }
     return count;
   };
-  registry.add(std::move(factory));
+  return factory;
 }
 
 }  // namespace calo::exec

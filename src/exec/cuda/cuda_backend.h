@@ -13,4 +13,8 @@ namespace calo::exec {
 /// Nominal dense bf16 peak FLOP/s of a GPU by product name (0 when unknown) and its source text.
 double nominal_bf16_peak_flops(const std::string& device_name, std::string* source = nullptr);
 
+/// The CUDA backend's factory ("cuda"): what libcalo_exec_cuda.so hands to calo (exec/cuda_module.h) and what
+/// register_cuda_backend() adds where a binary links the backend itself (its tests and benchmarks).
+BackendFactory cuda_backend_factory();
+
 }  // namespace calo::exec

@@ -5,8 +5,8 @@
 #
 #   1. here (build machine), repo root:
 #        cmake -S . -B build-exec-cuda -G Ninja -DCALO_BUILD_BENCH=ON -DCALO_CUDA=ON && ninja -C build-exec-cuda calo
-#        mkdir -p .carry/exec-cuda-bin && strip -o .carry/exec-cuda-bin/calo build-exec-cuda/calo \
-#          && xz -T2 -6 -f .carry/exec-cuda-bin/calo
+#        mkdir -p .carry/exec-cuda-bin && for f in calo libcalo_exec_cuda.so; do \
+#          strip -o .carry/exec-cuda-bin/$f build-exec-cuda/$f && xz -T2 -6 -f .carry/exec-cuda-bin/$f; done
 #        sed -e 's/^name: .*/name: llama3-8b-4layers/' -e 's/^num_layers: .*/num_layers: 4/' \
 #          data/models/llama3-8b.yaml >.carry/llama3-8b-4layers.yaml
 #      (or `bench/gpu/exec_run.sh stage`, which also builds the test binaries). Check that cmake prints
@@ -38,6 +38,8 @@ mkdir -p "$out"
 if compgen -G "$bin/calo.xz" >/dev/null; then  # staged compressed: unpack into /tmp
   unpacked="$(mktemp -d /tmp/calo-bin.XXXXXX)"
   xz -dc "$bin/calo.xz" >"$unpacked/calo" && chmod +x "$unpacked/calo"
+  # calo's CUDA backend module, opened from calo's own directory
+  [ -f "$bin/libcalo_exec_cuda.so.xz" ] && xz -dc "$bin/libcalo_exec_cuda.so.xz" >"$unpacked/libcalo_exec_cuda.so"
   bin="$unpacked"
 fi
 calo="$bin/calo"

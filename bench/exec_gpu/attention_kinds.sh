@@ -2,7 +2,8 @@
 # Fused (cuDNN SDPA) against unfused (cuBLASLt batched GEMM + softmax + GEMM) attention in `calo bench` on one
 # GPU, and the CUDA tests of the unfused path (issue 16, item 4). Two steps:
 #   1. build machine:  bench/exec_gpu/attention_kinds.sh stage [BUILD_DIR]   (default build; must have CUDA)
-#      copies calo and exec_cuda_tests into .carry/attention-kinds (git-ignored), stripped and xz-compressed.
+#      copies calo, its CUDA backend module libcalo_exec_cuda.so and exec_cuda_tests into
+#      .carry/attention-kinds (git-ignored), stripped and xz-compressed.
 #   2. GPU host:       bench/exec_gpu/attention_kinds.sh [BIN_DIR]           (default .carry/attention-kinds)
 #      runs the unfused-path gpu tests, then for Llama3-8B 4 layers at seq 2048 and 8192 one `calo bench` per
 #      attention kind (3 warm-up + 10 steps), and writes $OUT/attention_kinds.txt (the figures) and
@@ -15,7 +16,8 @@ if [ "${1:-}" = "stage" ]; then
   build="${2:-$repo/build}"
   carry="$repo/.carry/attention-kinds"
   rm -rf "$carry" && mkdir -p "$carry"
-  cp "$build/calo" "$(find "$build" -name exec_cuda_tests -type f -perm -u+x | head -1)" "$carry/"
+  cp "$build/calo" "$build/libcalo_exec_cuda.so" "$(find "$build" -name exec_cuda_tests -type f -perm -u+x | head -1)" \
+    "$carry/"
   strip "$carry"/* && xz -T2 -6 -f "$carry"/*
   du -sh "$carry"
   exit 0

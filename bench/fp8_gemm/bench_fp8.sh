@@ -2,7 +2,8 @@
 # `calo bench --precision` on one GPU: bf16 against the FP8 recipes the CUDA backend runs (fp8: torchao's
 # tensorwise casts; fp8-delayed: Transformer Engine's fused casts), each with --check and then timed, and the
 # backend's FP8 GPU tests. Then `calo sim` of each on the calibrated preset of the card.
-#   1. here: strip and xz build/calo and build/tests/exec_cuda/exec_cuda_tests into .carry/fp8-bin
+#   1. here: strip and xz build/calo, build/libcalo_exec_cuda.so (calo's CUDA backend, opened from calo's
+#      directory) and build/tests/exec_cuda/exec_cuda_tests into .carry/fp8-bin
 #   2. GPU host (carry .carry/fp8-bin): bash bench/fp8_gemm/bench_fp8.sh     -> $OUT/bench_fp8.tar.gz, summary
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"

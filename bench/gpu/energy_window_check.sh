@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Energy over sub-second bench windows (issue 40 item 9) on a real multi-GPU host. Stage here:
-#   mkdir -p .carry/energy && cp build/calo .carry/energy/ && strip .carry/energy/* && xz -6 .carry/energy/*
+#   mkdir -p .carry/energy && cp build/calo build/libcalo_exec_cuda.so .carry/energy/ && strip .carry/energy/* &&
+#   xz -6 .carry/energy/*
 # then on the GPU host (repo root): bench/gpu/energy_window_check.sh [.carry/energy]
 # The same 5-step bench (Llama3-8B, 2 layers, seq 4096: ~0.27 s measured) three times on GPU 1 and three
 # times on GPU 0, then one 40-step bench on each: energy per step, mean power and step time of each, from

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # CUDA execution backend on the GPU host (exec-cuda). Two steps:
 #   1. here (build machine):  bench/gpu/exec_run.sh stage [BUILD_DIR]     (default build-exec-cuda)
-#      builds calo, exec_gpu_bench, exec_cuda_tests, exec_cuda_multigpu_tests and copies them into
-#      .carry/exec-cuda-bin (git-ignored; carry it with the run), stripped and xz-compressed (the four
-#      binaries are ~100 MB stripped, ~12 MB compressed; the run unpacks them into /tmp).
+#      builds calo, its CUDA backend module libcalo_exec_cuda.so (calo opens it from its own directory),
+#      exec_gpu_bench, exec_cuda_tests, exec_cuda_multigpu_tests and copies them into .carry/exec-cuda-bin
+#      (git-ignored; carry it with the run), stripped and xz-compressed (~100 MB stripped, ~12 MB compressed;
+#      the run unpacks them into /tmp, side by side).
 #   2. GPU host (repo root):  bench/gpu/exec_run.sh [BIN_DIR]             (default .carry/exec-cuda-bin)
 #      runs, most important first, each under its own timeout and within ~7.5 minutes in total; a failing
 #      piece is logged and the rest continue:
@@ -28,7 +29,9 @@ if [ "${1:-}" = "stage" ]; then
   done
   ninja -C "$build" -j"${JOBS:-2}" $targets
   mkdir -p "$repo/.carry/exec-cuda-bin"
-  for binary in calo exec_gpu_bench cp_attention_bench; do cp "$build/$binary" "$repo/.carry/exec-cuda-bin/"; done
+  for binary in calo libcalo_exec_cuda.so exec_gpu_bench cp_attention_bench; do
+    cp "$build/$binary" "$repo/.carry/exec-cuda-bin/"
+  done
   for test in exec_cuda_tests exec_cuda_multigpu_tests; do
     found="$(find "$build" -name "$test" -type f -perm -u+x | head -1)"
     [ -n "$found" ] && cp "$found" "$repo/.carry/exec-cuda-bin/"

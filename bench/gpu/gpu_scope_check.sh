@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The job's GPUs on a real multi-GPU host (issue 40 item 6), with real NVML and CUDA. Stage here:
-#   mkdir -p .carry/scope && cp build/calo build/tests/exec_cuda/exec_cuda_multigpu_tests .carry/scope/ &&
+#   mkdir -p .carry/scope && cp build/calo build/libcalo_exec_cuda.so build/tests/exec_cuda/exec_cuda_multigpu_tests \
+#     .carry/scope/ &&
 #   strip .carry/scope/* && xz -6 .carry/scope/*
 # then on the GPU host (repo root): bench/gpu/gpu_scope_check.sh [.carry/scope]
 # Runs the labelled multigpu test CudaMultiGpu.TelemetryRecordsTheJobsGpusNotTheHosts, then shows by hand what

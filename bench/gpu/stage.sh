@@ -12,4 +12,6 @@ cmake -S "$repo" -B "$build" -G Ninja -DCALO_BUILD_BENCH=ON -DCALO_CUDA=ON >/dev
 ninja -C "$build" -j"${JOBS:-1}" calo telemetry_overhead_bench gemm_load nvml_query_lab
 mkdir -p "$repo/.carry/telemetry-bin"
 cp "$build/calo" "$build/telemetry_overhead_bench" "$build/gemm_load" "$build/nvml_query_lab" "$repo/.carry/telemetry-bin/"
+# calo's CUDA backend is a module beside it (libcalo_exec_cuda.so), opened by `calo bench --backend cuda`.
+cp "$build/libcalo_exec_cuda.so" "$repo/.carry/telemetry-bin/"
 ls -la "$repo/.carry/telemetry-bin"

@@ -3,8 +3,9 @@
 # holds them, on one GPU and on two, each run's held peak, device memory in use and the model's figure, and
 # the same layout with `--memory model` for the step-time cost of the holds.
 #
-#   1. here (build machine), repo root: strip + xz build-exec-cuda/calo into .carry/calo-bin/calo.xz
-#      (`strip -o /tmp/calo build-exec-cuda/calo && xz -T2 -c /tmp/calo > .carry/calo-bin/calo.xz`)
+#   1. here (build machine), repo root: strip + xz build-exec-cuda/calo and its CUDA backend module
+#      libcalo_exec_cuda.so into .carry/calo-bin (`for f in calo libcalo_exec_cuda.so; do strip -o /tmp/$f
+#      build-exec-cuda/$f && xz -T2 -c /tmp/$f > .carry/calo-bin/$f.xz; done`)
 #   2. GPU host, repo root (carry .carry/calo-bin):  bash bench/memory_real/run.sh [BIN_DIR]
 #      writes $OUT/memory_real.tgz (NAME.json, NAME.err per run, nvidia-smi), $OUT/memory_real.txt (table) and
 #      $OUT/memory_real.jsonl (the lines of tests/fixtures/memory-real-h200x2, by bench/memory_real/fixture.py).

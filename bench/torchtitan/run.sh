@@ -39,6 +39,8 @@ if [ "${1:-}" = "stage" ]; then
   du -sh "$repo/.carry/torchtitan-site.tar.xz"
   if [ -f "$repo/.carry/exec-cuda-bin/calo.xz" ]; then
     mkdir -p "$repo/.carry/calo-bin" && cp "$repo/.carry/exec-cuda-bin/calo.xz" "$repo/.carry/calo-bin/"
+    # calo's CUDA backend module (calo bench --backend cuda opens it from calo's directory)
+    cp "$repo/.carry/exec-cuda-bin/libcalo_exec_cuda.so.xz" "$repo/.carry/calo-bin/"
   else
     echo "no .carry/exec-cuda-bin/calo.xz: run bench/gpu/exec_run.sh stage first, then this again" >&2
   fi

@@ -68,6 +68,7 @@ struct SimFlags {
   bool steps_given = false;
   bool warmup_given = false;
   bool allow_oom = false;
+  double max_power_samples = sim::kMaxSimPowerSamples;  ///< --max-power-samples (0 = no limit)
   std::string memory_limit = "usable";        ///< --memory-limit: usable or card (tight layouts accepted)
   std::string from;                           ///< --from RUN: the measured run to simulate the twin of
   std::vector<const CLI::Option*> job_flags;  ///< the model and layout flags (which --from replaces)
@@ -399,6 +400,10 @@ sim::SimOptions sim_options(const SimFlags& flags, const sim::ClusterSpec& clust
   if (flags.cost_given) sim::check_cost_inputs(flags.cost);  // before the simulation, not after
   options.initial_die_c = flags.initial_die_c >= 0 ? flags.initial_die_c : twin.initial_die_c;
   require_input(
+      std::isfinite(flags.max_power_samples) && flags.max_power_samples >= 0,
+      fmt::format("--max-power-samples {}: give a count >= 0 (0 = no limit)", flags.max_power_samples));
+  options.max_power_samples = flags.max_power_samples;
+  require_input(
       flags.op_spans != "all" || world <= kMaxAllOpSpansGpus,
       fmt::format("--op-spans all keeps every GPU's spans, for at most {} GPUs (Llama3-70B TP8-PP4-DP2 on 64 "
                   "GPUs: 1.1 GB); this layout has {} GPUs: use --op-spans distinct (one GPU per distinct "
@@ -639,6 +644,11 @@ const CommandRegistration kSim(
              "What the layout's accounted memory must fit: usable (the card less 3 % fragmentation and "
              "4 GiB for the CUDA context, libraries and NCCL) or card (also tight layouts, warned), as "
              "calo plan's --memory-limit")
+          ->capture_default_str();
+      app.add_option("--max-power-samples", flags->max_power_samples,
+                     "Refuse, before simulating, a job whose power traces hold more samples than this "
+                     "(distinct GPUs x "
+                     "steps x step time / the card's sample window; ~18 bytes each); 0 = no limit")
           ->capture_default_str();
       app.add_option("--initial-temp", flags->initial_die_c, "Start die temperature in C (default: idle)");
       return [flags, &app] {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <set>
 #include <tuple>
 #include <unordered_map>
 
@@ -174,6 +175,58 @@ std::vector<ProgramPower> cost_programs(const graph::Graph& graph, const GpuSpec
     }
   }
   return powers;
+}
+
+/// GPUs whose power traces may differ: ranks of one program in one node slot with the same speed, inlet
+/// offset, power cap and clock lock start alike and heat alike, so they share every step's trace.
+std::int64_t distinct_gpu_classes(const graph::Graph& graph, const ClusterSpec& cluster,
+                                  const SimOptions& options) {
+  const auto per_gpu = [](const std::vector<double>& values, int rank) {
+    return values.empty() ? 0.0 : values[rank];
+  };
+  std::set<std::tuple<int, int, double, double, double, double>> classes;
+  for (int rank = 0; rank < graph.world_size(); ++rank) {
+    const int slot = options.slot_of_rank.empty() ? rank % cluster.node.gpus : options.slot_of_rank[rank];
+    classes.emplace(graph.program_of_rank[rank], slot, per_gpu(options.speed_factors, rank),
+                    per_gpu(options.inlet_offset_c, rank), per_gpu(options.power_limit_w, rank),
+                    per_gpu(options.max_clock_mhz, rank));
+  }
+  return static_cast<std::int64_t>(classes.size());
+}
+
+/// The power-sample work of `powers` (graph's costed programs) under `options`.
+PowerSampleWork power_sample_work(const graph::Graph& graph, const ClusterSpec& cluster,
+                                  const SimOptions& options, std::vector<ProgramPower>& powers) {
+  PowerSampleWork work;
+  double fastest_speed = 1;
+  for (double speed : options.speed_factors) fastest_speed = std::max(fastest_speed, speed);
+  for (ProgramPower& program : powers)
+    work.step_floor_s = std::max(work.step_floor_s, program.at_clock(cluster.gpu.max_sm_mhz).busy_s);
+  work.step_floor_s /= fastest_speed;
+  work.samples_per_gpu_step = std::max(1.0, work.step_floor_s / cluster.gpu.power_control.sample_window_s);
+  work.gpu_classes = distinct_gpu_classes(graph, cluster, options);
+  work.power_samples = work.samples_per_gpu_step * static_cast<double>(work.gpu_classes) * options.steps;
+  return work;
+}
+
+/// Stage 3b: refuses, before any step, a simulation whose power traces would exceed
+/// options.max_power_samples (a step of days on a card of a few GFLOP/s, a sequence of millions of tokens).
+void check_power_samples(const graph::Graph& graph, const ClusterSpec& cluster, const SimOptions& options,
+                         std::vector<ProgramPower>& powers) {
+  if (options.max_power_samples <= 0) return;
+  const PowerSampleWork work = power_sample_work(graph, cluster, options, powers);
+  require_input(
+      work.power_samples <= options.max_power_samples,
+      fmt::format("this simulation would compute {:.3g} power samples ({} GPUs of distinct heat x {} steps x "
+                  "{:.3g} per step: "
+                  "a step of at least {:.3g} s of compute on {} at {:.3g} TFLOP/s, sampled every {:g} ms), "
+                  "beyond the {:.3g} allowed (~{} bytes and ~{} ns each); check the cluster's "
+                  "peak_bf16_tflops and the model's sizes, simulate fewer steps or GPUs, or lift the "
+                  "limit with --max-power-samples N (0 = no limit)",
+                  work.power_samples, work.gpu_classes, options.steps, work.samples_per_gpu_step,
+                  work.step_floor_s, cluster.gpu.name, cluster.gpu.peak_bf16_flops / 1e12,
+                  cluster.gpu.power_control.sample_window_s * 1e3, options.max_power_samples,
+                  kPowerSampleBytes, kPowerSampleNs));
 }
 
 /// The clock a GPU runs at when nothing but heat limits it (a fixed clock replaces the maximum).
@@ -519,6 +572,7 @@ SimResult simulate(const graph::Graph& graph, const ClusterSpec& cluster, const 
   const SimOptions& options = placed ? *placed : options_by_gpu;
   SimResult result = describe_run(graph, cluster, options);
   std::vector<ProgramPower> powers = cost_programs(graph, cluster.gpu, result);
+  check_power_samples(graph, cluster, options, powers);
   std::vector<GpuState> gpus = init_gpu_states(graph, cluster, options, powers, result);
   StepRunner runner(graph, cluster, options, powers);
   const std::size_t samples = static_cast<std::size_t>(result.world) * options.steps;
@@ -548,6 +602,13 @@ CALO_JSON_FIELDS(StepResult, iteration_s, energy_j, mean_power_w, max_power_w, p
 CALO_JSON_FIELDS(GpuResult, rank, node, slot, stage, power_limit_w, energy_j, mean_power_w, peak_power_w,
                  power_swing_100ms_w, max_die_c, final_die_c, min_clock_mhz, throttle_power_cap_s,
                  throttle_thermal_s, busy_s)
+
+PowerSampleWork estimated_power_samples(const graph::Graph& graph, const ClusterSpec& cluster,
+                                        const SimOptions& options) {
+  SimResult ignored;
+  std::vector<ProgramPower> powers = cost_programs(graph, cluster.gpu, ignored);
+  return power_sample_work(graph, cluster, options, powers);
+}
 
 nlohmann::json to_json(const SimResult& result, bool per_gpu) {
   nlohmann::json exposed = nlohmann::json::object();

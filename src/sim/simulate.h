@@ -16,6 +16,16 @@
 
 namespace calo::sim {
 
+/// Resident bytes one estimated power sample costs a simulation (its trace window, the controller's ticks,
+/// the cache's stretched copy): Llama3-70B TP8-PP8 on 64 GPUs of 0.03 and 0.01 TFLOP/s, 9.1 M and 27 M
+/// samples, 263 and 584 MB (docs/SIMULATOR.md, "Bounds").
+inline constexpr int kPowerSampleBytes = 18;
+/// Host nanoseconds per estimated power sample on the 2-core VM (same runs: 2.7 and 7.8 s).
+inline constexpr int kPowerSampleNs = 280;
+/// Default of SimOptions::max_power_samples, for every command that simulates (~0.9 GB and ~14 s at the
+/// limit): sim, plan and campaign points alike.
+inline constexpr double kMaxSimPowerSamples = 5e7;
+
 /// Options of a simulation.
 struct SimOptions {
   int steps = 1;          ///< training iterations to simulate
@@ -40,6 +50,9 @@ struct SimOptions {
   double fixed_clock_mhz = -1;  ///< > 0: no GPU runs above this SM clock (a measured clock replayed)
   /// Called after each step with (step index, steps); for progress display.
   std::function<void(int, int)> progress;
+  /// Most power samples (estimated_power_samples) the simulation may compute; 0 = no limit
+  /// (`calo sim --max-power-samples`).
+  double max_power_samples = kMaxSimPowerSamples;
 };
 
 /// Most steps one simulation takes (a limit on the work an input can ask for, checked before any step).
@@ -49,6 +62,20 @@ inline constexpr int64_t kMaxSimGpuSteps = 10'000'000;
 /// Most op spans a simulation records when it keeps every GPU's (--op-spans all, --timeline): 24 B each in
 /// memory, ~90 B each in a stored run (Llama3-70B TP8-PP8-DP1 gbs 512 on 64 GPUs: 12 M spans, 1.1 GB stored).
 inline constexpr int64_t kMaxTimelineSpans = 16'000'000;
+
+/// The power-sample work of a simulation, known before any step runs: every GPU's power trace holds one
+/// sample per driver sample window of its step, no step is shorter than its busiest program's compute at the
+/// highest clock, and GPUs of one program, node slot, speed, inlet, power cap and clock lock share traces.
+struct PowerSampleWork {
+  double step_floor_s = 0;          ///< lower bound of a step: the busiest program's compute at max clock
+  double samples_per_gpu_step = 0;  ///< step_floor_s / the GPU's sample window (at least 1)
+  std::int64_t gpu_classes = 0;     ///< GPUs whose traces may differ (at most the GPUs)
+  double power_samples = 0;         ///< samples_per_gpu_step x gpu_classes x steps
+};
+
+/// The power-sample work of simulating `graph` on `cluster` under `options` (O(ops); builds no trace).
+PowerSampleWork estimated_power_samples(const graph::Graph& graph, const ClusterSpec& cluster,
+                                        const SimOptions& options);
 
 /// Per-GPU outcome over all steps.
 struct GpuResult {
@@ -123,8 +150,9 @@ struct SimResult {
 
 /// Simulates `options.steps` iterations of `graph` on `cluster`. The options' per-GPU vectors are indexed by
 /// GPU; under the layout's stage -> GPU order each rank takes its GPU's (sim/placement.h), and the results
-/// are per rank. Throws InputError if the options do not fit the graph (sizes of per-GPU vectors) or the
-/// order moves a stage across nodes, RuntimeFailure if the graph deadlocks.
+/// are per rank. Throws InputError if the options do not fit the graph (sizes of per-GPU vectors), the
+/// order moves a stage across nodes or the power samples exceed options.max_power_samples (naming the figure
+/// and --max-power-samples), RuntimeFailure if the graph deadlocks.
 SimResult simulate(const graph::Graph& graph, const ClusterSpec& cluster, const SimOptions& options);
 
 /// Throughput per second of step time: tokens / iteration_s.

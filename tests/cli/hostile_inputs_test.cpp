@@ -160,4 +160,20 @@ INSTANTIATE_TEST_SUITE_P(
         Hostile{{"ingest", "{}/fuzz/regressions/kineto_trace/trace-rank-huge.json", "--out", "x"},
                 "distributedInfo.rank is '1e30'"}));
 
+// Issue 67 items 3-5, 12 and 13: work bounded up front (simulated power samples, bench steps and ranks), and
+// inputs that ended in "internal error" or a misleading message.
+INSTANTIATE_TEST_SUITE_P(
+    BoundedWork, HostileInputs,
+    testing::Values(
+        Hostile{{"sim", "--model", "llama3-70b", "--cluster",
+                 "{}/fuzz/regressions/cluster_yaml/cluster-slow-card.yaml", "--tp", "8", "--pp", "8",
+                 "--gpus", "64", "--no-store"},
+                "lift the limit with --max-power-samples"},
+        Hostile{{"sim", "--model", "{}/fuzz/regressions/model_yaml/model-seq-1e8.yaml", "--cluster",
+                 "h100-hgx", "--tp", "8", "--gpus", "8", "--allow-oom", "--no-store"},
+                "lift the limit with --max-power-samples"},
+        Hostile{{"sim", "--model", "{}/fuzz/regressions/model_yaml/model-hidden-1e8.yaml", "--cluster",
+                 "h100-hgx", "--tp", "8", "--gpus", "8", "--allow-oom", "--no-store"},
+                "lift the limit with --max-power-samples"}));
+
 }  // namespace

@@ -18,19 +18,17 @@ std::string cuda_module_failure_message(const std::string& path, const std::stri
   std::error_code ignored;
   if (!std::filesystem::exists(path, ignored)) {
     return fmt::format(
-        "the CUDA backend module {} is missing: keep {} beside calo (built with it) or set {} to its path, "
-        "or use --backend cpu",
+        "the CUDA backend module {} is missing: keep {} beside calo (built with it) or set {} to its path",
         path, kCudaModuleFileName, kCudaModulePathEnv);
   }
   constexpr std::string_view kCannotOpen = ": cannot open shared object file";  // dlerror's words
   const std::size_t not_found = message.find(kCannotOpen);
   if (not_found != std::string::npos && message.compare(0, not_found, path) != 0) {
     return fmt::format(
-        "the CUDA backend needs {}: install the CUDA toolkit (or add its lib directory to LD_LIBRARY_PATH) "
-        "or use --backend cpu",
+        "the CUDA backend needs {}: install the CUDA toolkit (or add its lib directory to LD_LIBRARY_PATH)",
         message.substr(0, not_found));
   }
-  return fmt::format("cannot load the CUDA backend {}: {}; use --backend cpu", path, message);
+  return fmt::format("cannot load the CUDA backend {}: {}", path, message);
 }
 
 namespace {
@@ -52,15 +50,13 @@ LoadedModule load_module() {
   }
   auto entry = reinterpret_cast<CudaModuleEntry>(dlsym(handle, kCudaModuleEntryName));
   if (entry == nullptr) {
-    return {fmt::format("{} is not calo's CUDA backend module (it lacks {}); use --backend cpu", path,
-                        kCudaModuleEntryName),
+    return {fmt::format("{} is not calo's CUDA backend module (it lacks {})", path, kCudaModuleEntryName),
             {}};
   }
   LoadedModule module;
   if (entry(kCudaModuleAbiVersion, sizeof(BackendFactory), sizeof(BackendConfig), &module.factory) != 0) {
-    return {fmt::format("{} belongs to another build of calo: use the {} built with this calo, or "
-                        "--backend cpu",
-                        path, kCudaModuleFileName),
+    return {fmt::format("{} belongs to another build of calo: use the {} built with this calo", path,
+                        kCudaModuleFileName),
             {}};
   }
   return module;
@@ -75,7 +71,7 @@ const LoadedModule& loaded_module() {
 /// The module's factory; throws RuntimeFailure with the load error when it cannot be loaded.
 const BackendFactory& module_factory() {
   const LoadedModule& module = loaded_module();
-  if (!module.error.empty()) throw RuntimeFailure(module.error);
+  if (!module.error.empty()) throw RuntimeFailure(module.error + "; use --backend cpu");
   return module.factory;
 }
 

@@ -42,13 +42,13 @@ BackendFactory cuda_module_factory();
 std::string cuda_module_path();
 
 /// Why the CUDA module cannot be loaded here ("" once it is loaded): the missing library named (e.g. "the
-/// CUDA backend needs libcublasLt.so.13: install the CUDA toolkit or use --backend cpu"). Loads it on the
-/// first call; later calls return the first answer.
+/// CUDA backend needs libcublasLt.so.13: install the CUDA toolkit ..."). Loads it on the first call; later
+/// calls return the first answer.
 std::string cuda_module_load_error();
 
 /// The message for a dlopen of the module at `path` that failed with `dlerror_message`: the module missing,
-/// a library it needs missing (named, with the toolkit as the fix), or the loader's own words; each ends in
-/// "--backend cpu".
+/// a library it needs missing (named, with the toolkit as the fix), or the loader's own words. Callers add
+/// the way out (BackendRegistry::select: "choose --backend cpu").
 std::string cuda_module_failure_message(const std::string& path, const std::string& dlerror_message);
 
 }  // namespace calo::exec

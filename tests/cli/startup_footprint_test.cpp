@@ -128,4 +128,23 @@ TEST(CaloStartup, TheCudaBackendWithoutItsModuleSaysWhatToDo) {
   EXPECT_EQ(outcome.output.find("internal error"), std::string::npos) << outcome.output;
 }
 
+#ifdef CALO_CUDA_DRIVER_STUB
+TEST(CaloStartup, TheCudaBackendLoadsItsModuleWhenAskedFor) {
+  // The toolkit's driver stub as libcuda.so.1: calo finds "a driver", opens the module, and the module (its
+  // CUDA libraries loaded) answers that the driver is a stub.
+  const std::filesystem::path driver =
+      std::filesystem::temp_directory_path() / ("calo-startup-driver-" + std::to_string(getpid()));
+  std::filesystem::create_directories(driver);
+  std::filesystem::create_symlink(CALO_CUDA_DRIVER_STUB, driver / "libcuda.so.1");
+  const std::filesystem::path run = driver / "run";
+  const Outcome outcome =
+      run_calo({"bench", "--backend", "cuda", "--model", "tiny-dense", "--steps", "1", "--out", run.string()},
+               {{"LD_LIBRARY_PATH", driver.string()}, {"LD_DEBUG", "files"}});
+  std::filesystem::remove_all(driver);
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_NE(outcome.output.find("file=libcublasLt"), std::string::npos) << outcome.output;
+  EXPECT_NE(outcome.output.find("no usable CUDA device"), std::string::npos) << outcome.output;
+}
+#endif
+
 }  // namespace

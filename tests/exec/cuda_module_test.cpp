@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -21,11 +22,11 @@ TEST(CudaModule, AMissingModuleIsNamedWithTheFix) {
                                   "/nonexistent/libcalo_exec_cuda.so: cannot open shared object file");
   EXPECT_NE(message.find("/nonexistent/libcalo_exec_cuda.so is missing"), std::string::npos) << message;
   EXPECT_NE(message.find("CALO_CUDA_MODULE"), std::string::npos) << message;
-  EXPECT_NE(message.find("--backend cpu"), std::string::npos) << message;
 }
 
 TEST(CudaModule, AMissingCudaLibraryIsNamedWithTheToolkitAsTheFix) {
-  const std::filesystem::path module = std::filesystem::temp_directory_path() / "calo_cuda_module_test.so";
+  const std::filesystem::path module =
+      std::filesystem::temp_directory_path() / ("calo_cuda_module_test_" + std::to_string(getpid()) + ".so");
   std::ofstream(module) << "not a library";
   const std::string message = cuda_module_failure_message(
       module.string(), "libcublasLt.so.13: cannot open shared object file: No such file or directory");
@@ -33,7 +34,6 @@ TEST(CudaModule, AMissingCudaLibraryIsNamedWithTheToolkitAsTheFix) {
   EXPECT_NE(message.find("the CUDA backend needs libcublasLt.so.13: install the CUDA toolkit"),
             std::string::npos)
       << message;
-  EXPECT_NE(message.find("--backend cpu"), std::string::npos) << message;
 }
 
 TEST(CudaModule, TheRegistryKnowsItsFlagsWithoutLoadingIt) {

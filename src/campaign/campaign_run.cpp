@@ -13,6 +13,7 @@
 #include "campaign/campaign.h"
 #include "core/error.h"
 #include "core/output_file.h"
+#include "core/owner_lock.h"
 #include "core/spawn.h"
 #include "core/table.h"
 
@@ -67,9 +68,12 @@ nlohmann::json headline(const nlohmann::json& summary) {
 }
 
 /// Starts `calo_bin args...` with stdout to `stdout_path`, stderr to `stderr_path`; returns the child's pid.
+/// The point's process tree ends with the sweep, and holds the campaign's lock (`lock_fd`) until it has.
 pid_t spawn(const std::filesystem::path& calo_bin, const std::vector<std::string>& args,
-            const std::filesystem::path& stdout_path, const std::filesystem::path& stderr_path) {
+            const std::filesystem::path& stdout_path, const std::filesystem::path& stderr_path, int lock_fd) {
   core::ChildSpec spec;
+  spec.dies_with_parent = true;
+  spec.keeper_holds_fd = lock_fd;
   spec.executable = calo_bin.string();
   spec.argv = {calo_bin.string()};
   spec.argv.insert(spec.argv.end(), args.begin(), args.end());
@@ -137,7 +141,13 @@ nlohmann::json initial_index(const Spec& spec, const std::vector<Point>& points,
       entry["adopted"] = true;
     } else if (!done) {
       entry["status"] = "pending";
-      if (std::filesystem::exists(run_dir)) std::filesystem::remove_all(run_dir);  // a run cut off mid-way
+      if (std::filesystem::exists(run_dir)) {  // a run cut off mid-way: no process of it is left (the lock)
+        std::filesystem::remove_all(run_dir);
+        if (options.notice)
+          options.notice(
+              fmt::format("{}: removed {}, the partial run of a sweep that stopped; running it again",
+                          point.name, run_dir.string()));
+      }
       pending.push_back(index["points"].size());
     }
     index["points"].push_back(entry);
@@ -190,6 +200,19 @@ nlohmann::json previous_index(const RunOptions& options) {
   return previous;
 }
 
+/// Locks out_dir/campaign.lock for this sweep and its points' process trees: refused (InputError, naming the
+/// PID) while another sweep runs the campaign; waited for while the points of a sweep that stopped still end.
+core::OwnerLock lock_campaign(const RunOptions& options) {
+  const auto waiting = [&options](const core::ProcessIdentity& gone) {
+    if (options.notice)
+      options.notice(fmt::format(
+          "calo sweep: waiting for the points of the stopped sweep (process {}) to end", gone.pid));
+  };
+  return core::OwnerLock(options.out_dir / "campaign.lock",
+                         fmt::format("--out {}: the campaign", options.out_dir.string()),
+                         3 * core::kTreeGraceMs, waiting);
+}
+
 /// The plan line: points in all, to run, skipped, already done, and how many run at once.
 std::string plan_line(const Spec& spec, const std::vector<Point>& points, std::size_t pending_count,
                       int jobs) {
@@ -204,8 +227,13 @@ std::string plan_line(const Spec& spec, const std::vector<Point>& points, std::s
 class PointRunner {
  public:
   PointRunner(const Spec& spec, const std::vector<Point>& points, const RunOptions& options,
-              const std::vector<std::size_t>& pending, nlohmann::json& index)
-      : spec_(spec), points_(points), options_(options), pending_(pending), index_(index) {}
+              const std::vector<std::size_t>& pending, nlohmann::json& index, int lock_fd)
+      : spec_(spec),
+        points_(points),
+        options_(options),
+        pending_(pending),
+        index_(index),
+        lock_fd_(lock_fd) {}
 
   /// Launches and reaps children until every pending point finished (or no child is left to wait for).
   void run() {
@@ -236,8 +264,9 @@ class PointRunner {
     const std::string name = entry["name"];
     const Point& point = points_[slot];
     const std::filesystem::path run_dir = options_.out_dir / name;
-    const pid_t pid = spawn(options_.calo_bin, point_arguments(spec_, point, options_.backend, run_dir),
-                            options_.out_dir / (name + ".json"), options_.out_dir / (name + ".log"));
+    const pid_t pid =
+        spawn(options_.calo_bin, point_arguments(spec_, point, options_.backend, run_dir),
+              options_.out_dir / (name + ".json"), options_.out_dir / (name + ".log"), lock_fd_);
     entry["status"] = "running";
     running_[pid] = slot;
     launched_[slot] = std::chrono::steady_clock::now();
@@ -277,6 +306,7 @@ class PointRunner {
   const RunOptions& options_;
   const std::vector<std::size_t>& pending_;  // index positions of the points to run, in launch order
   nlohmann::json& index_;
+  const int lock_fd_;  // the campaign's lock, held by every point's keeper
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::map<pid_t, std::size_t> running_;  // child pid -> index position
   std::map<std::size_t, std::chrono::steady_clock::time_point> launched_;
@@ -291,14 +321,16 @@ nlohmann::json run_campaign(const Spec& spec, const RunOptions& options) {
   std::vector<Point> points = expand_grid(spec);
   validate_points(spec, points);
   require_runnable(spec, points);
-  const nlohmann::json previous = previous_index(options);
+  previous_index(options);  // refused before anything is written
   std::filesystem::create_directories(options.out_dir);
+  const core::OwnerLock lock = lock_campaign(options);
+  const nlohmann::json previous = previous_index(options);  // as the last sweep left it
 
   std::vector<std::size_t> pending;
   nlohmann::json index = initial_index(spec, points, options, previous, pending);
   write_index(options.out_dir, index);
   if (options.notice) options.notice(plan_line(spec, points, pending.size(), options.jobs));
-  PointRunner(spec, points, options, pending, index).run();
+  PointRunner(spec, points, options, pending, index, lock.descriptor()).run();
   return index;
 }
 

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "../common/processes.h"
 #include "../common/run_calo.h"
 #include "../common/scratch.h"
 #include "core/config.h"
@@ -46,11 +48,12 @@ int count_status(const nlohmann::json& index, const std::string& status) {
   return count;
 }
 
-/// Starts `calo sweep` in its own process group (so a kill reaches its simulation children too).
-pid_t start_sweep(const std::vector<std::string>& args) {
+/// Starts `calo sweep` in its own process group (so a kill reaches its simulation children too), its stdout
+/// and stderr to `log` (default: a scratch file of its own).
+pid_t start_sweep(const std::vector<std::string>& args, fs::path log = {}) {
   // The child's log is named here: the forked child only redirects and execs.
   static int sweeps = 0;
-  const fs::path log = calo::testing::scratch_path(fmt::format("sweep-child-{}.log", sweeps++));
+  if (log.empty()) log = calo::testing::scratch_path(fmt::format("sweep-child-{}.log", sweeps++));
   const pid_t pid = fork();
   if (pid == 0) {
     setpgid(0, 0);
@@ -60,7 +63,7 @@ pid_t start_sweep(const std::vector<std::string>& args) {
     for (auto& arg : copy) argv.push_back(arg.data());
     argv.push_back(nullptr);
     freopen(log.c_str(), "w", stdout);
-    freopen(log.c_str(), "a", stderr);
+    dup2(fileno(stdout), fileno(stderr));  // one file offset: neither overwrites the other's lines
     execv(CALO_BINARY, argv.data());
     _exit(127);
   }
@@ -293,6 +296,52 @@ TEST(CampaignSweep, ResumeAfterKillRedoesNothing) {
   for (const auto& [name, stamp] : stamps) {
     EXPECT_EQ(fs::last_write_time(dir / (name + ".json")), stamp) << name << " was run again";
   }
+  fs::remove_all(dir);
+}
+
+// A sweep killed with SIGKILL takes its point's whole process tree with it (its keeper, calo bench, mpirun
+// and the ranks); while it ran, a second sweep of the campaign was refused naming it; an immediate --resume
+// waits for the tree to end, removes the cut-off point's partial run (saying so) and runs the point again.
+TEST(CampaignSweep, SigkillOfTheSweepEndsItsPointsTreeAndAnImmediateResumeRunsItAgain) {
+  const fs::path dir = fresh_dir("sigkill");
+  const fs::path spec = write_spec(dir.string() + "-spec",
+                                   "model: tiny-dense\ncluster: h100-hgx\ngpus: 2\nsteps: 80\n"
+                                   "fixed: {gbs: 2, tp: 2}\naxes:\n  mbs: [1]\n");
+  const std::vector<std::string> args = {spec.string(), "--out", dir.string(), "--backend", "cpu"};
+  const pid_t sweep = start_sweep(args);
+  std::vector<pid_t> tree;  // calo bench, mpirun and the two ranks (and keepers, named calo-keeper)
+  const auto calo_processes = [&tree] {
+    return std::count_if(tree.begin(), tree.end(),
+                         [](pid_t pid) { return calo::testing::process_name(pid) == "calo"; });
+  };
+  const fs::path partial_run = dir / "mbs1" / "run.db";
+  for (int attempt = 0; attempt < 1500 && (calo_processes() < 3 || !fs::exists(partial_run)); ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    tree = calo::testing::descendants(sweep);
+  }
+  ASSERT_GE(calo_processes(), 3) << "the point's ranks did not start";
+  ASSERT_TRUE(fs::exists(partial_run)) << "the point stored nothing yet";
+  const testing::Outcome second =
+      testing::run_calo("sweep " + spec.string() + " --out " + dir.string() + " --backend cpu --resume");
+  EXPECT_EQ(second.exit_code, 2) << second.output;
+  EXPECT_NE(second.output.find("in use by process " + std::to_string(sweep)), std::string::npos)
+      << second.output;
+  tree = calo::testing::descendants(sweep);
+  kill(sweep, SIGKILL);
+  wait_exit(sweep);
+  const fs::path resume_log = calo::testing::scratch_path("sweep-sigkill-resume.log");
+  std::vector<std::string> resume_args = args;
+  resume_args.push_back("--resume");
+  const pid_t resume = start_sweep(resume_args, resume_log);
+  const std::vector<pid_t> left = calo::testing::wait_gone(tree, 5.0);
+  EXPECT_TRUE(left.empty()) << left.size() << " process(es) of the point outlived the killed sweep";
+  calo::testing::kill_all(left);
+  EXPECT_EQ(wait_exit(resume), 0) << std::ifstream(resume_log).rdbuf();
+  std::stringstream log;
+  log << std::ifstream(resume_log).rdbuf();
+  EXPECT_NE(log.str().find("removed " + (dir / "mbs1").string() + ", the partial run"), std::string::npos)
+      << log.str();
+  EXPECT_EQ(count_status(read_index(dir), "done"), 1);
   fs::remove_all(dir);
 }
 

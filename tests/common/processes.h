@@ -30,6 +30,14 @@ inline bool process_gone(pid_t pid) {
   return stat.empty() || (state_at != std::string::npos && stat[state_at + 2] == 'Z');
 }
 
+/// The name of `pid` (/proc/<pid>/comm, at most 15 characters); empty when it is gone.
+inline std::string process_name(pid_t pid) {
+  std::ifstream file("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  std::getline(file, name);
+  return name;
+}
+
 /// The parent of `pid`; 0 when it is gone.
 inline pid_t parent_pid(pid_t pid) {
   const std::string stat = proc_stat(pid);

@@ -1,7 +1,8 @@
 // `calo record` end to end: the real binary runs real children (sh, sleep, python3) on this GPU-less host.
 // Checks exit-code propagation, signal forwarding, step spans from the socket protocol and from
 // Megatron-style output lines (one source when a program gives both), a killed child, SIGKILL of calo itself
-// (run store still opens with all but the last second), and exit 2 for bad usage.
+// (run store still opens with all but the last second; no process of the job's tree is left), and exit 2 for
+// bad usage.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -16,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "../../common/processes.h"
 #include "../../common/scratch.h"
 #include "core/time.h"
 #include "store/merge.h"
@@ -302,6 +304,45 @@ TEST(Record, SigkillOfCaloLeavesAStoreWithAllButTheLastSecond) {
   // Killed ~3 s in; commits are at most 1 s apart, so samples reach past ~1.8 s (slack for process start-up).
   EXPECT_GT(samples.back().t_ns, 1'800'000'000) << "last committed sample at " << samples.back().t_ns;
   EXPECT_GE(samples.size(), 150u);  // 10 ms period
+}
+
+/// Starts `calo record` of a shell tree three deep (two sleeps, one in a subshell) that writes its four pids
+/// to `pids`; returns calo's pid once all four are there (0 if they never came).
+pid_t record_tree(const fs::path& dir, const fs::path& pids) {
+  const std::string file = pids.string();
+  const pid_t calo = spawn({kCalo, "record", "--quiet", "--out", dir.string(), "--", "sh", "-c",
+                            "sleep 300 & echo $! >> " + file + "; (sleep 300 & echo $! >> " + file +
+                                "; wait) & echo $! >> " + file + "; echo $$ >> " + file + "; wait"},
+                           dir.string() + ".log");
+  for (int attempt = 0; attempt < 500 && calo::testing::read_pids(pids).size() < 4; ++attempt)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return calo::testing::read_pids(pids).size() == 4 ? calo : 0;
+}
+
+TEST(Record, SigkillOfCaloEndsTheJobsWholeProcessTree) {
+  const fs::path dir = fresh_dir("sigkill-tree");
+  const fs::path pids = dir.string() + ".pids";
+  const pid_t calo = record_tree(dir, pids);
+  ASSERT_GT(calo, 0) << read_text(dir.string() + ".log");
+  kill(calo, SIGKILL);
+  EXPECT_EQ(wait_for(calo, 5), 128 + SIGKILL);
+  const std::vector<pid_t> left = calo::testing::wait_gone(calo::testing::read_pids(pids), 5.0);
+  EXPECT_TRUE(left.empty()) << left.size() << " process(es) of the job outlived calo, e.g. pid "
+                            << (left.empty() ? 0 : left[0]);
+  calo::testing::kill_all(left);
+}
+
+TEST(Record, SigtermOfCaloEndsTheJobAndWhatItLeftBehind) {
+  const fs::path dir = fresh_dir("sigterm-tree");
+  const fs::path pids = dir.string() + ".pids";
+  const pid_t calo = record_tree(dir, pids);
+  ASSERT_GT(calo, 0) << read_text(dir.string() + ".log");
+  kill(calo, SIGTERM);  // forwarded to the shell, which dies of it; its sleeps get SIGTERM from the keeper
+  EXPECT_EQ(wait_for(calo, 10), 128 + SIGTERM) << read_text(dir.string() + ".log");
+  const std::vector<pid_t> left = calo::testing::wait_gone(calo::testing::read_pids(pids), 0.5);
+  EXPECT_TRUE(left.empty()) << left.size() << " process(es) of the job outlived calo";
+  calo::testing::kill_all(left);
+  EXPECT_GT(store::RunReader(dir).run().ended_ns, 0);  // closed normally
 }
 
 TEST(Record, BadUsageExitsTwoWithAMessage) {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "core/csv.h"
 #include "core/error.h"
 #include "core/output_file.h"
 #include "store/run_store.h"
@@ -16,18 +17,22 @@
 namespace calo::report {
 namespace {
 
+// `text` as a JSON string; bytes that are not UTF-8 become U+FFFD (a name read from a damaged store or a
+// foreign trace must not end the export, nor make the file unreadable).
 std::string json_string(const std::string& text) {
-  return nlohmann::json(text).dump();
+  return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-std::string csv_field(const std::string& text) {
-  if (text.find_first_of(",\"\n") == std::string::npos) return text;
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  return out + "\"";
+// `value` as a JSON number, or null for NaN and ±Inf (JSON has no literal for them).
+std::string json_number(double value) {
+  return std::isfinite(value) ? fmt::format("{}", value) : "null";
+}
+
+// end - begin, 0 when negative, int64's largest value when the difference overflows (a damaged span).
+int64_t span_duration_ns(int64_t begin_ns, int64_t end_ns) {
+  int64_t duration_ns = 0;
+  if (__builtin_sub_overflow(end_ns, begin_ns, &duration_ns)) return end_ns > begin_ns ? INT64_MAX : 0;
+  return std::max<int64_t>(0, duration_ns);
 }
 
 int32_t span_thread(store::SpanKind kind) {
@@ -45,6 +50,15 @@ int32_t span_thread(store::SpanKind kind) {
 }
 
 }  // namespace
+
+std::string microseconds_text(int64_t time_ns) {
+  // The magnitude in unsigned arithmetic: INT64_MIN has no positive int64, and / and % of a negative value
+  // would put a minus sign on both parts ("-9223372036854775.-808").
+  const bool negative = time_ns < 0;
+  const uint64_t magnitude_ns =
+      negative ? 0 - static_cast<uint64_t>(time_ns) : static_cast<uint64_t>(time_ns);
+  return fmt::format("{}{}.{:03}", negative ? "-" : "", magnitude_ns / 1000, magnitude_ns % 1000);
+}
 
 ExportStats export_perfetto(const std::filesystem::path& run_dir, const std::filesystem::path& out_file) {
   store::RunReader reader(run_dir);
@@ -87,9 +101,8 @@ ExportStats export_perfetto(const std::filesystem::path& run_dir, const std::fil
       std::string name = json_string(fmt::format("{} [{}]", metric.name, metric.unit));
       reader.for_each_sample(device.idx, metric.id, [&](const store::Sample& sample) {
         separator();
-        fmt::print(out, R"({{"ph":"C","pid":{},"tid":0,"name":{},"ts":{}.{:03},"args":{{"value":{}}}}})",
-                   device.idx, name, sample.t_ns / 1000, sample.t_ns % 1000,
-                   std::isfinite(sample.value) ? sample.value : 0.0);
+        fmt::print(out, R"({{"ph":"C","pid":{},"tid":0,"name":{},"ts":{},"args":{{"value":{}}}}})",
+                   device.idx, name, microseconds_text(sample.t_ns), json_number(sample.value));
         ++stats.samples;
       });
     }
@@ -97,17 +110,17 @@ ExportStats export_perfetto(const std::filesystem::path& run_dir, const std::fil
   for (const auto& span : reader.spans()) {
     separator();
     int32_t pid = span.device_idx >= 0 ? span.device_idx : kRunPid;
-    int64_t duration_ns = std::max<int64_t>(0, span.t_end_ns - span.t_begin_ns);
+    const int64_t duration_ns = span_duration_ns(span.t_begin_ns, span.t_end_ns);
     nlohmann::json args = {{"category", span.category}};
     if (span.rank >= 0) args["rank"] = span.rank;
     if (span.step >= 0) args["step"] = span.step;
     if (span.microbatch >= 0) args["microbatch"] = span.microbatch;
     if (span.stage >= 0) args["stage"] = span.stage;
-    fmt::print(out,
-               R"({{"ph":"X","pid":{},"tid":{},"name":{},"cat":{},"ts":{}.{:03},"dur":{}.{:03},"args":{}}})",
-               pid, span_thread(span.kind), json_string(span.name),
-               json_string(std::string(store::to_string(span.kind))), span.t_begin_ns / 1000,
-               span.t_begin_ns % 1000, duration_ns / 1000, duration_ns % 1000, args.dump());
+    fmt::print(out, R"({{"ph":"X","pid":{},"tid":{},"name":{},"cat":{},"ts":{},"dur":{},"args":{}}})", pid,
+               span_thread(span.kind), json_string(span.name),
+               json_string(std::string(store::to_string(span.kind))), microseconds_text(span.t_begin_ns),
+               microseconds_text(duration_ns),
+               args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     ++stats.spans;
   }
   std::fputs("\n]}\n", out);
@@ -157,37 +170,38 @@ ExportStats write_csv_files(const std::filesystem::path& run_dir, const std::fil
   core::StagedFile samples(out_dir / "samples.csv"), spans(out_dir / "spans.csv"),
       summaries(out_dir / "summaries.csv");
   {
-    std::FILE* file = samples.stream();
-    std::fputs("t_ns,device_idx,metric,unit,value,sensor_t_ns\n", file);
+    core::CsvWriter csv(samples.stream());
+    csv.header({"t_ns", "device_idx", "metric", "unit", "value", "sensor_t_ns"});
     reader.for_each_sample_in_time_order([&](const store::Sample& sample) {
       auto id = static_cast<std::size_t>(sample.metric_id);
       const std::string& name = id < metric_names.size() ? metric_names[id] : std::string();
       const std::string& unit = id < metric_units.size() ? metric_units[id] : std::string();
+      csv.integer(sample.t_ns).integer(sample.device_idx).text(name).text(unit).number(sample.value);
       if (sample.sensor_t_ns == store::kNoSensorTime) {
-        fmt::print(file, "{},{},{},{},{},\n", sample.t_ns, sample.device_idx, name, unit, sample.value);
+        csv.blank();
       } else {
-        fmt::print(file, "{},{},{},{},{},{}\n", sample.t_ns, sample.device_idx, name, unit, sample.value,
-                   sample.sensor_t_ns);
+        csv.integer(sample.sensor_t_ns);
       }
+      csv.end_row();
       ++stats.samples;
     });
   }
   {
-    std::FILE* file = spans.stream();
-    std::fputs("kind,rank,device_idx,name,category,t_begin_ns,t_end_ns,step,microbatch,stage\n", file);
+    core::CsvWriter csv(spans.stream());
+    csv.header({"kind", "rank", "device_idx", "name", "category", "t_begin_ns", "t_end_ns", "step",
+                "microbatch", "stage"});
     for (const auto& span : reader.spans()) {
-      fmt::print(file, "{},{},{},{},{},{},{},{},{},{}\n", store::to_string(span.kind), span.rank,
-                 span.device_idx, csv_field(span.name), csv_field(span.category), span.t_begin_ns,
-                 span.t_end_ns, span.step, span.microbatch, span.stage);
+      csv.text(store::to_string(span.kind)).integer(span.rank).integer(span.device_idx).text(span.name);
+      csv.text(span.category).integer(span.t_begin_ns).integer(span.t_end_ns).integer(span.step);
+      csv.integer(span.microbatch).integer(span.stage).end_row();
       ++stats.spans;
     }
   }
   {
-    std::FILE* file = summaries.stream();
-    std::fputs("scope,key,value,unit\n", file);
+    core::CsvWriter csv(summaries.stream());
+    csv.header({"scope", "key", "value", "unit"});
     for (const auto& row : reader.summaries()) {
-      fmt::print(file, "{},{},{},{}\n", csv_field(row.scope), csv_field(row.key), row.value,
-                 csv_field(row.unit));
+      csv.text(row.scope).text(row.key).number(row.value).text(row.unit).end_row();
     }
   }
   for (core::StagedFile* staged : {&samples, &spans, &summaries}) stats.bytes += staged->close();

@@ -236,7 +236,7 @@ class RunReader {
   /// The metric called `name`, if the run has it.
   std::optional<MetricInfo> find_metric(std::string_view name) const;
   /// Calls `visit` for every sample of (device_idx, metric_id) with t_ns in [t_begin_ns, t_end_ns), time
-  /// order.
+  /// order; t_end_ns = int64 max (the default) means no upper bound.
   void for_each_sample(int32_t device_idx, int32_t metric_id, const std::function<void(const Sample&)>& visit,
                        int64_t t_begin_ns = std::numeric_limits<int64_t>::min(),
                        int64_t t_end_ns = std::numeric_limits<int64_t>::max()) const;

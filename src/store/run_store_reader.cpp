@@ -196,11 +196,13 @@ void RunReader::for_each_sample(int32_t device_idx, int32_t metric_id,
                                 int64_t t_end_ns) const {
   Statement query(*impl_->db,
                   "SELECT t_ns, value, sensor_t_ns FROM sample WHERE device_idx = ? AND metric_id = ? "
-                  "AND t_ns >= ? AND t_ns < ? ORDER BY t_ns, rowid");
+                  "AND t_ns >= ? AND t_ns <= ? ORDER BY t_ns, rowid");
   query.bind(1, int64_t{device_idx});
   query.bind(2, int64_t{metric_id});
   query.bind(3, t_begin_ns);
-  query.bind(4, t_end_ns);
+  // The last time included: t_end_ns - 1, or every time when t_end_ns is int64's largest (the default: a
+  // sample stored at that time is still read, exported and merged).
+  query.bind(4, t_end_ns == std::numeric_limits<int64_t>::max() ? t_end_ns : t_end_ns - 1);
   Sample sample;
   sample.device_idx = device_idx;
   sample.metric_id = metric_id;

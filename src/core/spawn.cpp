@@ -288,7 +288,11 @@ void install_keeper_handlers() {
     if (spec.keeper_holds_fd >= 0) close(spec.keeper_holds_fd);
     exec_command(spec, exec, keeper);
   }
-  if (state.command < 0) _exit(127);
+  if (state.command < 0) {
+    const char message[] = "calo: cannot start the command: its keeper could not fork\n";
+    [[maybe_unused]] const ssize_t written = write(STDERR_FILENO, message, sizeof(message) - 1);
+    _exit(127);
+  }
   g_keeper_command_pid = state.command;
   sigset_t forwarded;
   sigemptyset(&forwarded);

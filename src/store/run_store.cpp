@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <condition_variable>
 #include <ctime>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <random>
@@ -498,9 +500,19 @@ void RunWriter::append(std::span<const Sample> samples) {
     stats.samples_dropped += samples.size();
     return;
   }
-  impl_->pending_samples.insert(impl_->pending_samples.end(), samples.begin(), samples.end());
+  // A NaN is no value: SQLite would store it as NULL, which the NOT NULL column refuses, failing the whole
+  // commit (every sample of that second). It is left out and counted; ±Inf is stored as it is.
+  const auto is_nan = [](const Sample& sample) { return std::isnan(sample.value); };
+  if (std::any_of(samples.begin(), samples.end(), is_nan)) {
+    std::copy_if(samples.begin(), samples.end(), std::back_inserter(impl_->pending_samples),
+                 [&](const Sample& sample) { return !is_nan(sample); });
+    stats.samples_not_a_number +=
+        static_cast<uint64_t>(std::count_if(samples.begin(), samples.end(), is_nan));
+  } else {
+    impl_->pending_samples.insert(impl_->pending_samples.end(), samples.begin(), samples.end());
+  }
   stats.samples_appended += samples.size();
-  stats.max_queued_samples = std::max<uint64_t>(stats.max_queued_samples, queued + samples.size());
+  stats.max_queued_samples = std::max<uint64_t>(stats.max_queued_samples, impl_->pending_samples.size());
 }
 
 void RunWriter::append_span(const Span& span) {
@@ -518,6 +530,7 @@ void RunWriter::append_span(const Span& span) {
 }
 
 void RunWriter::add_summary(const SummaryRow& row) {
+  if (std::isnan(row.value)) return;  // no figure (and a NULL the NOT NULL column would refuse)
   std::lock_guard lock(impl_->mutex);
   impl_->pending_misc.emplace_back(row);
 }
@@ -542,6 +555,12 @@ void RunWriter::finish(int64_t ended_ns) {
     if (impl_->finished) return;
     impl_->finished = true;
     impl_->info.ended_ns = ended_ns;
+    if (impl_->stats.samples_not_a_number != 0) {
+      impl_->pending_misc.emplace_back(Event{ended_ns - impl_->info.started_ns, EventLevel::kWarning, kNone,
+                                             "store",
+                                             fmt::format("{} samples had no value (NaN) and were not stored",
+                                                         impl_->stats.samples_not_a_number)});
+    }
     impl_->pending_misc.emplace_back(RunEnd{ended_ns});
     impl_->stopping = true;
     impl_->wake_writer.notify_one();

@@ -149,14 +149,15 @@ struct WriterOptions {
 
 /// Counters of a writer, for reports and the ingest benchmark.
 struct WriterStats {
-  uint64_t samples_appended = 0;    ///< samples accepted by append()
-  uint64_t samples_committed = 0;   ///< samples durably committed
-  uint64_t samples_dropped = 0;     ///< samples refused because the queue was full (target: 0)
-  uint64_t commits = 0;             ///< transactions committed
-  uint64_t max_queued_samples = 0;  ///< largest queue depth seen
-  uint64_t max_queued_misc = 0;     ///< largest span/summary/event queue depth seen
-  int64_t writer_cpu_ns = 0;        ///< CPU time of the writer thread so far (CLOCK_THREAD_CPUTIME_ID)
-  int64_t writer_busy_ns = 0;       ///< wall time the writer thread spent inside commits
+  uint64_t samples_appended = 0;      ///< samples accepted by append()
+  uint64_t samples_committed = 0;     ///< samples durably committed
+  uint64_t samples_dropped = 0;       ///< samples refused because the queue was full (target: 0)
+  uint64_t samples_not_a_number = 0;  ///< samples left out because their value was NaN (no value to store)
+  uint64_t commits = 0;               ///< transactions committed
+  uint64_t max_queued_samples = 0;    ///< largest queue depth seen
+  uint64_t max_queued_misc = 0;       ///< largest span/summary/event queue depth seen
+  int64_t writer_cpu_ns = 0;          ///< CPU time of the writer thread so far (CLOCK_THREAD_CPUTIME_ID)
+  int64_t writer_busy_ns = 0;         ///< wall time the writer thread spent inside commits
 };
 
 /// Creates `parent/<YYYY-MM-DD>-<name>/` (with -2, -3, ... if taken) and returns it; InputError if not

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <thread>
 
 #include "core/error.h"
@@ -44,6 +46,33 @@ TEST(RunStore, EveryStoreHasARunIdOfItsOwn) {
   EXPECT_NE(std::string("89ab").find(first[19]), std::string::npos) << first;  // RFC 4122 variant
   EXPECT_NE(first, second);
   EXPECT_NE(first, info.uuid);
+}
+
+// A NaN sample (a sensor with no reading) once failed the whole commit: SQLite binds NaN as NULL and the
+// NOT NULL value column refused it, so every sample of that second was lost and finish() threw. It is left
+// out, counted and told in an event; ±Inf is kept.
+TEST(RunStore, ANanSampleIsLeftOutAndCountedNotAFailedCommit) {
+  TempDir temp;
+  {
+    RunWriter writer(temp.path() / "run", test_run_info());
+    writer.add_device(DeviceInfo{0, 0, 0, DeviceKind::kGpu, "GPU", "", "", 700, 1980, ""});
+    const int32_t power = writer.metric_id("power_instant_w", "W", MetricKind::kGauge);
+    writer.append(Sample{0, power, 10, 1.0, kNoSensorTime});
+    writer.append(Sample{0, power, 20, std::nan(""), kNoSensorTime});
+    writer.append(Sample{0, power, 30, std::numeric_limits<double>::infinity(), kNoSensorTime});
+    writer.add_summary(SummaryRow{"gpu0", "mean_power_w", std::nan(""), "W"});
+    writer.finish(5000);
+    EXPECT_EQ(writer.stats().samples_committed, 2u);
+    EXPECT_EQ(writer.stats().samples_not_a_number, 1u);
+  }
+  RunReader reader(temp.path() / "run");
+  const std::vector<Sample> samples = reader.samples(0, reader.find_metric("power_instant_w")->id);
+  ASSERT_EQ(samples.size(), 2u);
+  EXPECT_EQ(samples[1].t_ns, 30);
+  EXPECT_TRUE(std::isinf(samples[1].value));
+  EXPECT_TRUE(reader.summaries().empty());
+  ASSERT_EQ(reader.events().size(), 1u);
+  EXPECT_EQ(reader.events()[0].message, "1 samples had no value (NaN) and were not stored");
 }
 
 TEST(RunStore, RoundTripOfEveryTable) {

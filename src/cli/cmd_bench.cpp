@@ -34,6 +34,7 @@ struct BenchFlags {
   bool no_progress = false;
   std::string out;
   std::uint64_t seed = 1234;
+  bool oversubscribe = false;
 };
 
 /// This process's arguments after argv[0] (the spawned ranks get exactly the same).
@@ -80,6 +81,7 @@ int run_bench(const BenchFlags& flags) {
   }
   options.out_dir = flags.out;
   options.seed = flags.seed;
+  options.oversubscribe = flags.oversubscribe;
   options.notice = [](std::string_view line) { fmt::print(stderr, "{}\n", line); };
   std::string command = "calo";
   for (const auto& word : own_arguments()) command += " " + word;
@@ -137,6 +139,8 @@ const CommandRegistration kBench(
       app.add_flag("--no-progress", flags->no_progress, "No progress line on the terminal");
       app.add_option("--out", flags->out, "Run directory (default runs/<date>-bench-<model>)");
       app.add_option("--seed", flags->seed, "Seed of the random operand data")->capture_default_str();
+      app.add_flag("--oversubscribe", flags->oversubscribe,
+                   "Start CPU ranks beyond 4 per core or beyond the host's available memory");
       return [flags, &app] {
         require_model_flag(app, "calo bench");
         return run_bench(*flags);

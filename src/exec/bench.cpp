@@ -17,6 +17,7 @@
 #include "core/table.h"
 #include "core/time.h"
 #include "exec/backend.h"
+#include "exec/bench_bounds.h"
 #include "exec/bench_memory.h"
 #include "exec/bench_stages.h"
 #include "exec/bench_telemetry.h"
@@ -146,9 +147,7 @@ void validate_job(const BenchOptions& options, const LaunchInfo& launch) {
                     "--tp/--pp/--dp)",
                     parallel::describe(options.layout), world, launch.world_size, world));
   }
-  require_input(options.steps >= 1, fmt::format("--steps {}: give at least 1 measured step", options.steps));
-  require_input(options.warmup >= 0,
-                fmt::format("--warmup {}: give 0 or more warm-up steps", options.warmup));
+  check_bench_steps(options);
 }
 
 // This rank's backend (memory plan checked), graph, bootstrap and prepared executor.
@@ -702,9 +701,11 @@ std::string format_bench_text(const BenchOptions& options, const LaunchInfo& lau
 }  // namespace
 
 void plan_before_launch(const BenchOptions& options, int nproc) {
+  check_bench_steps(options);
   if (!options.out_dir.empty()) store::require_no_run(options.out_dir);
   const BackendFactory& factory = BackendRegistry::instance().select(options.backend);
   require_backend_supports(factory, options.layout);
+  if (factory.name == "cpu") check_cpu_ranks(options, nproc, options.oversubscribe);
   if (factory.device_count) {
     const int devices = factory.device_count();
     if (devices > 0 && nproc > devices) {

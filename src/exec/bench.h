@@ -39,6 +39,9 @@ struct BenchOptions {
   std::filesystem::path out_dir;  ///< run directory; empty = runs/<date>-bench-<model>
   std::string command_line;       ///< the command, for the run record
   std::uint64_t seed = 1234;      ///< operand data seed
+  /// Start more local CPU ranks than the host's cores and memory bound (exec/bench_bounds.h;
+  /// --oversubscribe).
+  bool oversubscribe = false;
   /// Called on rank 0 after each step, warm-up included (the CLI's progress line); unset = silent.
   std::function<void(const BenchStepProgress&)> on_step;
   /// The backend's lines "calo: ..." (rank 0, BackendConfig::notice); unset = silent.
@@ -61,7 +64,8 @@ BenchOutcome run_bench_rank(const BenchOptions& options, LaunchInfo launch);
 std::string format_step_time(double seconds);
 
 /// Plans memory on the parent before spawning ranks (when the backend can describe its device without
-/// starting); throws InputError when the layout does not fit.
+/// starting) and checks the bounds of exec/bench_bounds.h; throws InputError when the layout does not fit or
+/// a bound is exceeded, before anything is written.
 void plan_before_launch(const BenchOptions& options, int nproc);
 
 }  // namespace calo::exec

@@ -24,6 +24,7 @@
 #include "core/error.h"
 #include "core/table.h"
 #include "core/time.h"
+#include "exec/bench_bounds.h"
 #include "exec/cpu_internal.h"
 #include "exec/mpi_env.h"
 #include "exec/op_units.h"
@@ -126,8 +127,10 @@ class HostHolds {
   void hold(std::int32_t slot, std::int64_t bytes, const std::string& what) {
     std::unique_ptr<std::byte[]> block(new (std::nothrow) std::byte[static_cast<size_t>(bytes)]);
     if (!block) {
-      throw RuntimeFailure(fmt::format("out of host memory holding {} for {} (--memory real)",
-                                       core::format_bytes(static_cast<double>(bytes)), what));
+      throw InputError(
+          fmt::format("out of host memory holding {} for {} (--memory real): give a smaller "
+                      "--mbs or --seq, or --memory model (operand buffers only)",
+                      core::format_bytes(static_cast<double>(bytes)), what));
     }
     std::memset(block.get(), 0, static_cast<size_t>(bytes));
     std::lock_guard lock(mutex_);
@@ -202,10 +205,27 @@ std::string read_cpu_name() {
   return "CPU";
 }
 
-double read_host_memory_bytes() {
+/// Host memory one of `ranks` local ranks may use: its share of the host's, or what the address-space limit
+/// (RLIMIT_AS) leaves this process when that is less (so that the memory plan refuses what would not fit).
+double rank_memory_bytes(int ranks) {
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page_size = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page_size > 0 ? static_cast<double>(pages) * static_cast<double>(page_size) : 0.0;
+  const double host_bytes =
+      pages > 0 && page_size > 0 ? static_cast<double>(pages) * static_cast<double>(page_size) : 0.0;
+  return std::min(host_bytes / std::max(1, ranks), address_space_headroom_bytes());
+}
+
+/// The refusal when the operand buffers of `rank_op` (a layer op of `layout`) cannot be allocated after
+/// `allocated_bytes` of them: the memory plan counts training's state and activations, not these buffers.
+InputError operands_do_not_fit(const graph::RankOp& rank_op, int op_index, const parallel::Layout& layout,
+                               int rank, double allocated_bytes) {
+  return InputError(fmt::format(
+      "rank {}: out of host memory allocating the operands of op {} ({}) after {} of them: --mbs {} x --seq "
+      "{} "
+      "make operands larger than the host or its address-space limit allows (the memory plan counts "
+      "training's state, not these buffers); give a smaller --mbs or --seq, more --tp, or --backend cuda",
+      rank, op_index, graph::to_string(rank_op.op.kind), core::format_bytes(allocated_bytes),
+      layout.micro_batch, layout.seq_length));
 }
 
 /// The unit of each op kind.
@@ -220,7 +240,7 @@ class CpuBackend final : public Backend {
     device_.backend = "cpu";
     device_.name = read_cpu_name();
     device_.local_index = config.local_rank;
-    device_.memory_bytes = read_host_memory_bytes() / std::max(1, config.local_world_size);
+    device_.memory_bytes = rank_memory_bytes(config.local_world_size);
     device_.peak_flops = measure_sgemm_peak_flops(384, 0.05);
     device_.peak_flops_source = "measured: one-thread OpenBLAS sgemm 384^3 at startup";
     device_.gemm_dtype = "fp32";
@@ -300,7 +320,12 @@ class CpuBackend final : public Backend {
 
   std::unique_ptr<PreparedOp> prepare(const graph::RankOp& rank_op, int op_index) override {
     if (context_.graph == nullptr) throw std::logic_error("CpuBackend::prepare before connect");
-    return kUnits.prepare<CpuOp>(context_, rank_op, op_index);
+    try {
+      return kUnits.prepare<CpuOp>(context_, rank_op, op_index);
+    } catch (const std::bad_alloc&) {
+      throw operands_do_not_fit(rank_op, op_index, context_.graph->layout, context_.config.rank,
+                                static_cast<double>(context_.allocated_bytes.load()));
+    }
   }
 
   void launch(PreparedOp& op, Stream& stream) override {
@@ -426,7 +451,7 @@ void register_cpu_backend(BackendRegistry& registry) {
     device.backend = "cpu";
     device.name = read_cpu_name();
     device.local_index = local_index;
-    device.memory_bytes = read_host_memory_bytes() / std::max(1, local_world_size);
+    device.memory_bytes = rank_memory_bytes(local_world_size);
     device.gemm_dtype = "fp32";
     device.peak_flops_source = "measured by each rank at startup";
     return device;

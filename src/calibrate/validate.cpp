@@ -132,10 +132,25 @@ std::map<std::string, PlanEntry> plan_entries(const nlohmann::json& plan, const 
                     ": not a `calo plan --json` document (no \"ranking\"); write one with calo plan ... "
                     "--all --json > plan.json");
   std::vector<std::pair<double, std::string>> simulated;
-  for (const nlohmann::json& candidate : plan[key]) {
-    const double iteration_s = candidate.value("iteration_s", 0.0);
-    if (iteration_s > 0 && candidate.contains("layout"))
-      simulated.emplace_back(iteration_s, candidate["layout"].get<std::string>());
+  for (std::size_t index = 0; index < plan[key].size(); ++index) {
+    const nlohmann::json& candidate = plan[key][index];
+    const std::string where = fmt::format("{}: {}[{}]", source, key, index);
+    require_input(candidate.is_object(),
+                  where + ": expected an object, got " + candidate.dump().substr(0, 80));
+    const auto iteration = candidate.find("iteration_s");
+    const auto layout = candidate.find("layout");
+    require_input(
+        iteration == candidate.end() || iteration->is_null() || iteration->is_number(),
+        fmt::format("{}.iteration_s: expected seconds (a number, or null when not simulated), got {}", where,
+                    iteration == candidate.end() ? "" : iteration->dump().substr(0, 80)));
+    require_input(
+        layout == candidate.end() || layout->is_string(),
+        fmt::format("{}.layout: expected a layout text such as \"TP2-PP1-DP4 mbs1 gbs8 1f1b\", got {}", where,
+                    layout == candidate.end() ? "" : layout->dump().substr(0, 80)));
+    const double iteration_s =
+        iteration != candidate.end() && iteration->is_number() ? iteration->get<double>() : 0.0;
+    if (iteration_s > 0 && layout != candidate.end())
+      simulated.emplace_back(iteration_s, layout->get<std::string>());
   }
   require_input(!simulated.empty(),
                 source + ": the plan holds no simulated candidate (every layout refused?)");

@@ -71,6 +71,7 @@ bool is_word(const std::string& value) {
 std::string scalar_text(const nlohmann::json& value, const std::string& where) {
   if (value.is_boolean()) return value.get<bool>() ? "on" : "off";
   if (value.is_number_integer()) return std::to_string(value.get<long long>());
+  if (value.is_number()) return fmt::format("{}", value.get<double>());  // 10.5 W, as --power-cap 10.5
   if (value.is_string()) return value.get<std::string>();
   throw InputError(fmt::format("{}: expected a number, a word or on/off, got {}; write one scalar value",
                                where, value.dump()));
@@ -83,12 +84,7 @@ bool flag_on(const std::string& value, const std::string& where) {
 }
 
 double number_value(const std::string& value, const std::string& where) {
-  try {
-    std::size_t used = 0;
-    const double number = std::stod(value, &used);
-    if (used == value.size() && std::isfinite(number)) return number;
-  } catch (const std::exception&) {
-  }
+  if (const std::optional<double> number = core::parse_finite_number(value)) return *number;
   throw InputError(fmt::format("{}: '{}' is not a number; write e.g. 500", where, value));
 }
 
@@ -138,6 +134,11 @@ void check_value(const std::string& key, const std::string& value, const std::st
     if (std::find(words->second.begin(), words->second.end(), value) == words->second.end())
       throw InputError(fmt::format("{}: '{}' is not a valid {}; use one of {}", where, value, key,
                                    fmt::join(words->second, ", ")));
+    return;
+  }
+  if (key == "power-cap") {  // watts, as calo sim --power-cap reads them (each point checks the card's range)
+    require_input(number_value(value, where) > 0,
+                  fmt::format("{}: '{}' is not a valid power-cap; use watts > 0, e.g. 500", where, value));
     return;
   }
   bool positive = false;

@@ -89,15 +89,15 @@ const CommandRegistration kRecord(
       app.add_option("--period", flags->periods,
                      "NAME=DURATION for one metric (power_instant_w=10ms) or query group (nvml.energy=1s); "
                      "repeatable")
-          ->expected(1)
+          ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
           ->allow_extra_args(false);
       app.add_option("--fast-period", flags->fast_period,
                      "Period of every cheap (< 20 µs) metric: sensor gauges, e.g. 10ms");
       app.add_option("--slow-period", flags->slow_period,
                      "Period of every expensive (energy, NVLink, PCIe, memory used) metric, e.g. 1s");
       app.add_option("--markers", flags->markers,
-                     "Step patterns on output lines: megatron | torchtitan | regex:PATTERN")
-          ->expected(1)
+                     "Step patterns on output lines: megatron | torchtitan | regex:PATTERN; repeatable")
+          ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
           ->allow_extra_args(false);
       app.add_option("--sources", flags->sources, "Only these sources: nvml, amdsmi, procfs")
           ->delimiter(',')

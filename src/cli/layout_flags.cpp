@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "parallel/validate.h"
 
@@ -223,17 +224,12 @@ std::vector<double> power_caps_w(const std::vector<std::string>& entries, int wo
   for (const std::string& entry : entries) {
     const auto equals = entry.find('=');
     const std::string value_text = equals == std::string::npos ? entry : entry.substr(equals + 1);
-    double cap_w = 0;
-    std::size_t used = 0;
-    try {
-      cap_w = std::stod(value_text, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    require_input(used == value_text.size() && used > 0 && std::isfinite(cap_w),
+    const std::optional<double> parsed_w = core::parse_finite_number(value_text);
+    require_input(parsed_w.has_value(),
                   fmt::format("--power-cap '{}': expected W or RANK=W in watts, e.g. --power-cap 500 or "
                               "--power-cap 3=400",
                               entry));
+    const double cap_w = *parsed_w;
     const std::string refusal = sim::power_cap_refusal(gpu, cap_w);
     require_input(refusal.empty(), fmt::format("--power-cap '{}': {}", entry, refusal));
     if (equals == std::string::npos) {
@@ -254,18 +250,16 @@ std::vector<double> per_gpu_values(const std::vector<std::string>& entries, int 
   values.assign(world, fallback);
   for (const std::string& entry : entries) {
     const auto equals = entry.find('=');
-    int rank = -1;
-    double value = 0;
-    try {
-      require_input(equals != std::string::npos, "");
-      rank = std::stoi(entry.substr(0, equals));
-      value = std::stod(entry.substr(equals + 1));
-    } catch (const std::exception&) {
-      throw InputError(fmt::format("{} '{}': expected RANK=VALUE, e.g. {} 3=0.9", flag, entry, flag));
-    }
+    const std::optional<double> rank_number =
+        core::parse_finite_number(equals == std::string::npos ? std::string() : entry.substr(0, equals));
+    const std::optional<double> value =
+        core::parse_finite_number(equals == std::string::npos ? std::string() : entry.substr(equals + 1));
+    require_input(rank_number && value && *rank_number == std::floor(*rank_number) && *rank_number < 1e9,
+                  fmt::format("{} '{}': expected RANK=VALUE, e.g. {} 3=0.9", flag, entry, flag));
+    const int rank = static_cast<int>(std::max(-1.0, *rank_number));
     require_input(rank >= 0 && rank < world,
                   fmt::format("{} '{}': rank {} is outside 0..{}", flag, entry, rank, world - 1));
-    values[rank] = value;
+    values[rank] = *value;
   }
   return values;
 }

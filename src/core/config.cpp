@@ -1,6 +1,7 @@
 #include "core/config.h"
 
 #include <fmt/format.h>
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -78,6 +79,9 @@ constexpr uintmax_t kMaxConfigBytes = uintmax_t{16} << 20;
 constexpr size_t kMaxDocumentValues = 2'000'000;
 // Nesting depth of lists and mappings (no configuration nests beyond a handful).
 constexpr size_t kMaxDocumentDepth = 128;
+// Longest preset name or file path taken (PATH_MAX; a longer one fails in the file system as "File name too
+// long").
+constexpr size_t kMaxNameOrPathChars = 4096;
 
 // Copies a yaml-cpp tree into JSON within the budgets above; a duplicate key is an error, not a silent
 // overwrite.
@@ -92,7 +96,7 @@ class JsonFromYaml {
     }
     if (depth > kMaxDocumentDepth) {
       throw InputError(
-          fmt::format("nested more than {} levels deep (line {})", kMaxDocumentDepth, node.Mark().line + 1));
+          fmt::format("nested deeper than {} levels (line {})", kMaxDocumentDepth, node.Mark().line + 1));
     }
     switch (node.Type()) {
       case YAML::NodeType::Null:
@@ -130,13 +134,8 @@ class JsonFromYaml {
       if (used == text.size()) return as_int;
     } catch (const std::exception&) {
     }
-    try {
-      size_t used = 0;
-      double as_double = std::stod(text, &used);
-      // "inf" and "nan" stay text: no setting takes a non-finite number, and JSON has none.
-      if (used == text.size() && std::isfinite(as_double)) return as_double;
-    } catch (const std::exception&) {
-    }
+    // "inf" and "nan" stay text: no setting takes a non-finite number, and JSON has none.
+    if (const std::optional<double> as_double = parse_finite_number(text)) return *as_double;
     return text;
   }
 
@@ -186,6 +185,11 @@ nlohmann::json parse_yaml(const std::string& text, const std::string& origin) {
     return JsonFromYaml().convert(YAML::Load(text));
   } catch (const InputError& error) {  // from JsonFromYaml, which does not know the origin
     throw InputError(origin + ": " + error.what());
+  } catch (const YAML::DeepRecursion& error) {  // yaml-cpp's own guard, which calls it "bad file"
+    throw InputError(
+        fmt::format("{}: nested deeper than {} levels (line {}); no configuration nests beyond a "
+                    "handful",
+                    origin, kMaxDocumentDepth, error.mark.line + 1));
   } catch (const YAML::Exception& error) {
     throw InputError(origin + ": not valid YAML/JSON (line " + std::to_string(error.mark.line + 1) +
                      "): " + error.msg);
@@ -222,6 +226,16 @@ void emit_yaml(YAML::Emitter& out, const nlohmann::json& value) {
 }
 
 }  // namespace
+
+std::optional<double> parse_finite_number(const std::string& text) {
+  try {
+    std::size_t used = 0;
+    const double number = std::stod(text, &used);
+    if (used == text.size() && std::isfinite(number)) return number;
+  } catch (const std::exception&) {  // no number, or beyond a double
+  }
+  return std::nullopt;
+}
 
 nlohmann::json json_number(double value) {
   return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json();
@@ -264,6 +278,12 @@ std::vector<std::string> preset_names(const std::string& category) {
 }
 
 nlohmann::json load_preset_or_file(const std::string& category, const std::string& name_or_path) {
+  require_input(
+      name_or_path.size() <= kMaxNameOrPathChars,
+      fmt::format("a {} name or path of {} characters ('{}...'): presets are short names and paths at "
+                  "most {} characters; presets: {}",
+                  category.substr(0, category.size() - (category.back() == 's')), name_or_path.size(),
+                  name_or_path.substr(0, 40), kMaxNameOrPathChars, join(preset_names(category), ", ")));
   if (std::filesystem::is_regular_file(name_or_path)) return load_config_file(name_or_path);
   const std::string key = category + "/" + name_or_path;
   for (const auto& file : embedded_files()) {

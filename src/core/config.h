@@ -2,6 +2,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,10 @@ nlohmann::json parse_yaml(const std::string& text, const std::string& origin);
 
 /// Renders JSON as block-style YAML (keys in the object's order; numbers with full precision).
 std::string to_yaml(const nlohmann::json& value);
+
+/// `text` read whole as a finite number ("500", "10.5", "5e2"); nullopt for empty text, trailing characters,
+/// inf, nan and values beyond a double. The one number parser of flags, campaign values and YAML scalars.
+std::optional<double> parse_finite_number(const std::string& text);
 
 /// `value` as a JSON number, or null when it is NaN or infinite (JSON has no such numbers).
 nlohmann::json json_number(double value);

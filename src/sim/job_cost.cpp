@@ -32,10 +32,13 @@ std::string readable_energy(double joules) {
 }  // namespace
 
 void check_cost_inputs(const CostInputs& inputs) {
-  require_input(std::isfinite(inputs.tokens) && inputs.tokens > 0,
-                fmt::format("--tokens {}: give the tokens to train, e.g. --tokens 1e12", inputs.tokens));
-  require_input(std::isfinite(inputs.price_per_kwh) && inputs.price_per_kwh >= 0,
-                fmt::format("--price-per-kwh {}: give a price >= 0, e.g. 0.10", inputs.price_per_kwh));
+  require_input(std::isfinite(inputs.tokens) && inputs.tokens > 0 && inputs.tokens <= kMaxCostTokens,
+                fmt::format("--tokens {:g}: give the tokens to train, at most {:g}, e.g. --tokens 1e12",
+                            inputs.tokens, kMaxCostTokens));
+  require_input(std::isfinite(inputs.price_per_kwh) && inputs.price_per_kwh >= 0 &&
+                    inputs.price_per_kwh <= kMaxPricePerKwh,
+                fmt::format("--price-per-kwh {:g}: give a price in [0, {:g}], e.g. 0.10",
+                            inputs.price_per_kwh, kMaxPricePerKwh));
   require_input(
       !inputs.currency.empty() && inputs.currency.size() <= 16 &&
           std::none_of(inputs.currency.begin(), inputs.currency.end(),
@@ -47,9 +50,10 @@ void check_cost_inputs(const CostInputs& inputs) {
                 fmt::format("--pue {}: power usage effectiveness lies in [1, 5] (1.1-1.5 for most data "
                             "centres); 1 adds nothing for cooling",
                             inputs.pue));
-  require_input(std::isfinite(inputs.host_power_w) && inputs.host_power_w >= 0,
-                fmt::format("--host-power-w {}: give each node's power beyond its GPUs in W (>= 0)",
-                            inputs.host_power_w));
+  require_input(
+      std::isfinite(inputs.host_power_w) && inputs.host_power_w >= 0 && inputs.host_power_w <= kMaxHostPowerW,
+      fmt::format("--host-power-w {:g}: give each node's power beyond its GPUs in W, in [0, {:g}]",
+                  inputs.host_power_w, kMaxHostPowerW));
 }
 
 CostEstimate estimate_cost(double tokens_per_s, double gpu_energy_per_token_j, int nodes,

@@ -7,6 +7,13 @@
 
 namespace calo::sim {
 
+/// Most tokens --tokens takes (Llama 3 trained on 1.5e13; beyond 1e18 the printed figures overflow a double).
+inline constexpr double kMaxCostTokens = 1e18;
+/// Highest --price-per-kwh and --host-power-w taken (far above any tariff or node; larger ones print inf).
+inline constexpr double kMaxPricePerKwh = 1e6;
+/// Highest --host-power-w taken, W per node.
+inline constexpr double kMaxHostPowerW = 1e6;
+
 /// The questions a user brings: how many tokens, at what electricity price, in what facility.
 struct CostInputs {
   double tokens = 0;         ///< tokens to train (> 0)

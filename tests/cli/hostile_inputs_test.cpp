@@ -33,13 +33,17 @@ struct BoundedOutcome {
   long max_resident_kib = 0;  ///< peak resident set (ru_maxrss)
 };
 
-/// Runs CALO_EXECUTABLE `args` in `cwd`, killed at kMaxSeconds.
-BoundedOutcome run_bounded(const std::vector<std::string>& args, const std::filesystem::path& cwd) {
+/// Runs CALO_EXECUTABLE `args` in `cwd`, killed at kMaxSeconds; under an address-space limit of
+/// `address_space_bytes` when > 0 (as `prlimit --as` or `ulimit -v` would set).
+BoundedOutcome run_bounded(const std::vector<std::string>& args, const std::filesystem::path& cwd,
+                           long address_space_bytes) {
   const std::filesystem::path log = cwd / "calo-output.txt";
   const auto start = std::chrono::steady_clock::now();
   const pid_t child = fork();
   if (child == 0) {
     if (chdir(cwd.c_str()) != 0) _exit(127);
+    const rlimit limit{static_cast<rlim_t>(address_space_bytes), static_cast<rlim_t>(address_space_bytes)};
+    if (address_space_bytes > 0 && setrlimit(RLIMIT_AS, &limit) != 0) _exit(127);
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, STDOUT_FILENO);
     dup2(fd, STDERR_FILENO);
@@ -76,6 +80,7 @@ BoundedOutcome run_bounded(const std::vector<std::string>& args, const std::file
 struct Hostile {
   std::vector<std::string> args;
   std::string message;
+  long address_space_bytes = 0;  ///< > 0: run under this address-space limit (RLIMIT_AS)
 };
 
 void PrintTo(const Hostile& hostile, std::ostream* out) {
@@ -94,7 +99,7 @@ TEST_P(HostileInputs, EndWithExit2WithinTheWorkBounds) {
     if (const auto at = arg.find("{}"); at != std::string::npos) arg.replace(at, 2, kTests.string());
     args.push_back(arg);
   }
-  const BoundedOutcome outcome = run_bounded(args, cwd / "a" / "b");
+  const BoundedOutcome outcome = run_bounded(args, cwd / "a" / "b", GetParam().address_space_bytes);
   EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
   EXPECT_NE(outcome.output.find(GetParam().message), std::string::npos) << outcome.output;
   EXPECT_LT(outcome.seconds, kMaxSeconds);
@@ -102,6 +107,7 @@ TEST_P(HostileInputs, EndWithExit2WithinTheWorkBounds) {
   // Nothing written outside the working folder (a campaign named ../../x used to land two levels up).
   EXPECT_FALSE(std::filesystem::exists(cwd / "x"));
   EXPECT_FALSE(std::filesystem::exists(cwd / "a" / "b" / "campaigns"));
+  EXPECT_FALSE(std::filesystem::exists(cwd / "a" / "b" / "runs"));  // refused before a run is written
   std::filesystem::remove_all(cwd);
 }
 
@@ -174,6 +180,27 @@ INSTANTIATE_TEST_SUITE_P(
                 "lift the limit with --max-power-samples"},
         Hostile{{"sim", "--model", "{}/fuzz/regressions/model_yaml/model-hidden-1e8.yaml", "--cluster",
                  "h100-hgx", "--tp", "8", "--gpus", "8", "--allow-oom", "--no-store"},
-                "lift the limit with --max-power-samples"}));
+                "lift the limit with --max-power-samples"},
+        Hostile{{"bench", "--model", "tiny-dense", "--backend", "cpu", "--steps", "1000000000"},
+                "is 1000000002 steps, beyond the 100000 one bench runs"},
+        Hostile{{"bench", "--model", "tiny-dense", "--backend", "cpu", "--gbs", "64", "--steps", "5000",
+                 "--trace-ops"},
+                "op spans"},
+        Hostile{{"bench", "--model", "tiny-dense", "--backend", "cpu", "--dp", "1024"},
+                "or --oversubscribe to start them anyway"},
+        // Under a 2 GB address space: the memory plan counts the limit (it took the host's 23 GB), and
+        // operand buffers beyond it end as bad input, not "internal error: std::bad_alloc".
+        Hostile{{"bench", "--model", "tiny-dense", "--backend", "cpu", "--memory", "real", "--mbs", "64",
+                 "--seq", "1024", "--steps", "1"},
+                "layouts that fit: --recompute full",
+                2'000'000'000L},
+        Hostile{{"bench", "--model", "tiny-dense", "--backend", "cpu", "--memory", "real", "--mbs", "32",
+                 "--seq", "1024", "--steps", "1"},
+                "give a smaller --mbs or --seq",
+                2'000'000'000L},
+        Hostile{sim_with({"--model", std::string(5000, 'a')}), "a model name or path of 5000 characters"},
+        Hostile{sim_with({"--model", "{}/fuzz/regressions/model_yaml/model-nested-200000-deep.yaml"}),
+                "nested deeper than 128 levels"},
+        Hostile{sim_with({"--model", "tiny-dense", "--tokens", "1e308"}), "--tokens 1e+308"}));
 
 }  // namespace

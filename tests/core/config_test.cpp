@@ -138,7 +138,10 @@ TEST(Config, NestedAliasesDuplicateKeysAndDeepNestingAreRefused) {
   expect_refused(laughs, "expands to more than 2000000 values");
   EXPECT_EQ(parse_yaml("a: &a [1, 2]\nb: *a\n", "x.yaml")["b"], nlohmann::json({1, 2}));  // plain use works
   expect_refused("name: a\nlayers: 4\nname: b\n", "key 'name' appears twice in one mapping (line 3)");
-  expect_refused(std::string(200, '[') + std::string(200, ']'), "nested more than 128 levels");
+  expect_refused(std::string(200, '[') + std::string(200, ']'), "nested deeper than 128 levels");
+  // yaml-cpp's own guard stops 200 000 levels first and called it "bad file" (issue 67 item 13).
+  expect_refused(std::string(200000, '[') + std::string(200000, ']'), "nested deeper than 128 levels");
+  expect_refused(std::string(200000, '{'), "nested deeper than 128 levels");
 }
 
 TEST(Config, AnUnclosedQuoteIsNamedWhenItSwallowsARequiredKey) {

@@ -598,6 +598,27 @@ TEST(CalibrateCli, BadInputExitsTwoAndWritesNothing) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+// --out follows the one output-file policy (core::require_file_target), checked before the fit: a symlink to
+// a regular file passed calibrate's own check (is_regular_file follows links) and was replaced by the YAML.
+TEST(CalibrateCli, AnOutThatIsASymlinkIsRefusedBeforeTheFit) {
+  const fs::path dir = calo::testing::scratch_path("cli-out-link");
+  fs::create_directories(dir);
+  std::ofstream(dir / "victim.yaml") << "keep\n";
+  fs::create_symlink(dir / "victim.yaml", dir / "link.yaml");
+  const Outcome outcome = run_calo("calibrate " + (fixture_runs() / "mbs1").string() +
+                                   " --cluster h100-hgx --no-loo --out " + (dir / "link.yaml").string());
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_NE(outcome.output.find("--out " + (dir / "link.yaml").string() +
+                                " is a symbolic link, not a regular file; name a new file"),
+            std::string::npos)
+      << outcome.output;
+  EXPECT_TRUE(fs::is_symlink(dir / "link.yaml"));
+  std::ifstream victim(dir / "victim.yaml");
+  std::string line;
+  std::getline(victim, line);
+  EXPECT_EQ(line, "keep");
+}
+
 TEST(CalibrateCli, AThermalRunMustBeAMeasurementOfTheSameGpu) {
   // --thermal-run takes any measured run with power and temperature (steps not needed), of the base's GPU.
   const fs::path out = calo::testing::scratch_path("cli-thermal-bad.yaml");

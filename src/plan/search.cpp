@@ -299,9 +299,12 @@ void check_constraints(const SearchRequest& request) {
     }
   }
   if (nearest == nullptr) {
+    const auto failed =
+        std::find_if(result.evaluations.begin(), result.evaluations.end(),
+                     [](const auto& each) { return each.verdict == Verdict::kFailed && !each.note.empty(); });
     throw InputError(fmt::format("no layout of {} on --gpus {} could be simulated; the first failure: {}",
                                  request.space.model.name, request.space.gpus,
-                                 result.evaluations.empty() ? "none" : result.evaluations.front().note));
+                                 failed == result.evaluations.end() ? "none" : failed->note));
   }
   throw InputError(fmt::format(
       "no layout meets the power constraints (--power-budget-w {:.0f}, --max-peak-power-w {:.0f}); the "

@@ -222,7 +222,7 @@ void check_power_samples(const graph::Graph& graph, const ClusterSpec& cluster, 
                   "a step of at least {:.3g} s of compute on {} at {:.3g} TFLOP/s, sampled every {:g} ms), "
                   "beyond the {:.3g} allowed (~{} bytes and ~{} ns each); check the cluster's "
                   "peak_bf16_tflops and the model's sizes, simulate fewer steps or GPUs, or lift the "
-                  "limit with --max-power-samples N (0 = no limit)",
+                  "limit with --max-power-samples N (calo sim; 0 = no limit)",
                   work.power_samples, work.gpu_classes, options.steps, work.samples_per_gpu_step,
                   work.step_floor_s, cluster.gpu.name, cluster.gpu.peak_bf16_flops / 1e12,
                   cluster.gpu.power_control.sample_window_s * 1e3, options.max_power_samples,

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <iterator>
 
 namespace calo::core {
 
@@ -24,26 +25,30 @@ void CsvWriter::header(std::initializer_list<std::string_view> names) {
 }
 
 void CsvWriter::separate() {
-  if (row_open_) std::fputc(',', out_);
+  if (row_open_) row_.push_back(',');
   row_open_ = true;
 }
 
 CsvWriter& CsvWriter::text(std::string_view value) {
   separate();
-  const std::string field = csv_field(value);
-  std::fwrite(field.data(), 1, field.size(), out_);
+  if (value.find_first_of(",\"\r\n") == std::string_view::npos) {
+    row_.append(value.data(), value.data() + value.size());
+  } else {
+    const std::string field = csv_field(value);
+    row_.append(field.data(), field.data() + field.size());
+  }
   return *this;
 }
 
 CsvWriter& CsvWriter::integer(int64_t value) {
   separate();
-  fmt::print(out_, "{}", value);
+  fmt::format_to(std::back_inserter(row_), "{}", value);
   return *this;
 }
 
 CsvWriter& CsvWriter::number(double value) {
   separate();
-  if (std::isfinite(value)) fmt::print(out_, "{}", value);
+  if (std::isfinite(value)) fmt::format_to(std::back_inserter(row_), "{}", value);
   return *this;
 }
 
@@ -53,7 +58,9 @@ CsvWriter& CsvWriter::blank() {
 }
 
 void CsvWriter::end_row() {
-  std::fputc('\n', out_);
+  row_.push_back('\n');
+  std::fwrite(row_.data(), 1, row_.size(), out_);
+  row_.clear();
   row_open_ = false;
 }
 

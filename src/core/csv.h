@@ -2,6 +2,8 @@
 // summaries) goes through it, so a name with a comma, quote or line break stays one field.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <initializer_list>
@@ -28,12 +30,13 @@ class CsvWriter {
   CsvWriter& number(double value);
   /// Appends an empty field (no value).
   CsvWriter& blank();
-  /// Ends the current row ("\n").
+  /// Ends the current row ("\n") and writes it to the stream (one write per row).
   void end_row();
 
  private:
   void separate();
   std::FILE* out_;
+  fmt::memory_buffer row_;  ///< the row being built
   bool row_open_ = false;
 };
 

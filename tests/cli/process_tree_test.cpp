@@ -1,7 +1,7 @@
-// No process calo starts outlives it: `calo bench` killed with SIGKILL takes its local ranks (and the launcher
-// between, mpirun where MPI is built) with it. A guard: this held before the keeper too (mpirun ends its ranks
-// on the SIGTERM it got). calo record's and calo sweep's trees, which did not, are tested in their suites
-// (tests/telemetry/integration/record_test.cpp, tests/campaign/campaign_test.cpp).
+// No process calo starts outlives it: `calo bench` killed with SIGKILL takes its local ranks (and the
+// launcher between, mpirun where MPI is built) with it. A guard: this held before the keeper too (mpirun ends
+// its ranks on the SIGTERM it got). calo record's and calo sweep's trees, which did not, are tested in their
+// suites (tests/telemetry/integration/record_test.cpp, tests/campaign/campaign_test.cpp).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -36,10 +36,10 @@ TEST(ProcessTree, SigkillOfCaloBenchEndsItsLocalRanks) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     tree = calo::testing::descendants(bench);
   }
-  ASSERT_GE(ranks(), 2) << "the ranks did not start";
   tree = calo::testing::descendants(bench);
   kill(bench, SIGKILL);
   waitpid(bench, nullptr, 0);
+  ASSERT_GE(ranks(), 2) << "the ranks did not start";
   const std::vector<pid_t> left = calo::testing::wait_gone(tree, 5.0);
   EXPECT_TRUE(left.empty()) << left.size() << " process(es) outlived the killed calo bench, e.g. "
                             << (left.empty() ? "" : calo::testing::process_name(left[0]));

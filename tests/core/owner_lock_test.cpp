@@ -24,6 +24,7 @@ namespace fs = std::filesystem;
 
 TEST(OwnerLock, ARunningHolderIsRefusedByItsPidAndAFreeLockNamesThePreviousOne) {
   const fs::path path = calo::testing::scratch_path("owner-lock-live");
+  fs::remove(path);
   {
     const OwnerLock first(path, "the campaign", 1000, nullptr);
     EXPECT_EQ(first.previous_holder().pid, 0);
@@ -46,16 +47,22 @@ TEST(OwnerLock, ARunningHolderIsRefusedByItsPidAndAFreeLockNamesThePreviousOne) 
 /// Forks a holder that takes the lock at `path`, starts `script` under a keeper holding the lock, writes
 /// "started" to `ready` and waits; returns its pid once `ready` exists.
 pid_t start_holder(const fs::path& path, const std::string& script, const fs::path& ready) {
+  fs::remove(path);
+  fs::remove(ready);
   const pid_t holder = fork();
   if (holder == 0) {
-    const OwnerLock lock(path, "the campaign", 0, nullptr);
-    ChildSpec spec;
-    spec.executable = "/bin/sh";
-    spec.argv = {"sh", "-c", script + " > " + ready.string() + "; exec sleep 300"};
-    spec.dies_with_parent = true;
-    spec.keeper_holds_fd = lock.descriptor();
-    spawn_child(spec);
-    while (true) pause();
+    try {
+      const OwnerLock lock(path, "the campaign", 0, nullptr);
+      ChildSpec spec;
+      spec.executable = "/bin/sh";
+      spec.argv = {"sh", "-c", script + " > " + ready.string() + "; exec sleep 300"};
+      spec.dies_with_parent = true;
+      spec.keeper_holds_fd = lock.descriptor();
+      spawn_child(spec);
+      while (true) pause();
+    } catch (...) {
+      _exit(1);  // never back into the test runner from a forked copy
+    }
   }
   for (int attempt = 0; attempt < 500 && !fs::exists(ready); ++attempt) usleep(20'000);
   usleep(50'000);
@@ -67,9 +74,9 @@ TEST(OwnerLock, AKilledHoldersTreeIsWaitedForThenTheLockIsTaken) {
   const fs::path ready = calo::testing::scratch_path("owner-lock-gone-ready");
   const pid_t holder = start_holder(path, "echo $$", ready);
   const std::vector<pid_t> tree = calo::testing::read_pids(ready);
-  ASSERT_EQ(tree.size(), 1u);
   kill(holder, SIGKILL);
   waitpid(holder, nullptr, 0);
+  ASSERT_EQ(tree.size(), 1u);
   const OwnerLock lock(path, "the campaign", 3 * kTreeGraceMs, nullptr);
   EXPECT_EQ(lock.previous_holder().pid, holder);
   EXPECT_TRUE(calo::testing::process_gone(tree[0])) << "the lock was taken while the holder's tree lived";

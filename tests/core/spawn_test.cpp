@@ -143,17 +143,22 @@ std::vector<pid_t> wait_for_pids(const std::filesystem::path& path, std::size_t 
 TEST(Spawn, EveryProcessOfTheTreeEndsWhenItsParentIsKilled) {
   // A middle process (calo) starts the tree and is killed with SIGKILL: no process of the tree may be left.
   const auto dir = calo::testing::scratch_path("spawn-tree-sigkill");
+  std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const pid_t middle = fork();
   ASSERT_GE(middle, 0);
   if (middle == 0) {
-    spawn_child(tree_spec(dir / "pids"));
+    try {
+      spawn_child(tree_spec(dir / "pids"));
+    } catch (...) {
+      _exit(1);  // never back into the test runner from a forked copy
+    }
     while (true) pause();
   }
   const std::vector<pid_t> pids = wait_for_pids(dir / "pids", 4);
-  ASSERT_EQ(pids.size(), 4u);
-  kill(middle, SIGKILL);
+  kill(middle, SIGKILL);  // before any assertion can return
   EXPECT_EQ(wait_exit_code(middle), 128 + SIGKILL);
+  ASSERT_EQ(pids.size(), 4u);
   const std::vector<pid_t> left = calo::testing::wait_gone(pids, 5.0);
   EXPECT_TRUE(left.empty()) << left.size()
                             << " process(es) of the tree outlived their killed parent, e.g. pid "
@@ -163,6 +168,7 @@ TEST(Spawn, EveryProcessOfTheTreeEndsWhenItsParentIsKilled) {
 
 TEST(Spawn, ProcessesTheChildLeftEndWhenItExitsAndTheKeeperExitsAsItDid) {
   const auto dir = calo::testing::scratch_path("spawn-leftovers");
+  std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   ChildSpec spec;
   spec.executable = "/bin/sh";
@@ -185,9 +191,11 @@ TEST(Spawn, ProcessesTheChildLeftEndWhenItExitsAndTheKeeperExitsAsItDid) {
 
 TEST(Spawn, ASignalSentToTheKeeperReachesTheChildAndTheRestOfTheTreeEnds) {
   const auto dir = calo::testing::scratch_path("spawn-forward");
+  std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const pid_t keeper = spawn_child(tree_spec(dir / "pids", "trap 'exit 42' TERM; "));
   const std::vector<pid_t> pids = wait_for_pids(dir / "pids", 4);
+  if (pids.size() != 4u) kill(keeper, SIGKILL);
   ASSERT_EQ(pids.size(), 4u);
   kill(keeper, SIGTERM);
   EXPECT_EQ(wait_exit_code(keeper), 42);

@@ -307,8 +307,9 @@ TEST(Record, SigkillOfCaloLeavesAStoreWithAllButTheLastSecond) {
 }
 
 /// Starts `calo record` of a shell tree three deep (two sleeps, one in a subshell) that writes its four pids
-/// to `pids`; returns calo's pid once all four are there (0 if they never came).
+/// to `pids`; returns calo's pid once all four are there (0, calo killed, if they never came).
 pid_t record_tree(const fs::path& dir, const fs::path& pids) {
+  fs::remove(pids);
   const std::string file = pids.string();
   const pid_t calo = spawn({kCalo, "record", "--quiet", "--out", dir.string(), "--", "sh", "-c",
                             "sleep 300 & echo $! >> " + file + "; (sleep 300 & echo $! >> " + file +
@@ -316,7 +317,9 @@ pid_t record_tree(const fs::path& dir, const fs::path& pids) {
                            dir.string() + ".log");
   for (int attempt = 0; attempt < 500 && calo::testing::read_pids(pids).size() < 4; ++attempt)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  return calo::testing::read_pids(pids).size() == 4 ? calo : 0;
+  if (calo::testing::read_pids(pids).size() == 4) return calo;
+  wait_for(calo, 0);  // kills it
+  return 0;
 }
 
 TEST(Record, SigkillOfCaloEndsTheJobsWholeProcessTree) {

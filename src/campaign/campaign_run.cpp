@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "campaign/campaign.h"
+#include "core/campaign_index.h"
 #include "core/error.h"
 #include "core/output_file.h"
 #include "core/owner_lock.h"
@@ -177,16 +178,6 @@ void check_run_options(const Spec& spec, const RunOptions& options) {
                     spec.name));
 }
 
-/// Whether `index` has the shape initial_index reads: an object whose "points" is a list of objects, each
-/// with a string "name" and, where present, a string "status" (a hand-edited {"points":"x"} is not).
-bool is_campaign_index(const nlohmann::json& index) {
-  if (!index.is_object() || !index.contains("points") || !index["points"].is_array()) return false;
-  return std::all_of(index["points"].begin(), index["points"].end(), [](const nlohmann::json& point) {
-    return point.is_object() && point.contains("name") && point["name"].is_string() &&
-           (!point.contains("status") || point["status"].is_string());
-  });
-}
-
 /// The index a previous execution left in out_dir (null when there is none, or a damaged one under --adopt);
 /// InputError when there is one and --resume is not given, or it is damaged and --adopt is not given.
 nlohmann::json previous_index(const RunOptions& options) {
@@ -198,7 +189,7 @@ nlohmann::json previous_index(const RunOptions& options) {
         fmt::format("--out {}: holds a campaign already; add --resume to finish it or give a new --out",
                     options.out_dir.string()));
   previous = read_json_file(index_path);
-  const bool damaged = !is_campaign_index(previous);
+  const bool damaged = !core::is_campaign_index(previous);
   if (damaged && options.adopt) previous = nullptr;  // the results on disk say what is done
   if (damaged && !options.adopt) {
     throw InputError(

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "analyze/metrics.h"
+#include "core/campaign_index.h"
 #include "core/error.h"
 #include "report/campaign_report.h"
 #include "store/run_store.h"
@@ -24,7 +25,7 @@ nlohmann::json read_index(const std::filesystem::path& dir) {
         fmt::format("{}: no campaign index; give a directory written by `calo sweep`", path.string()));
   try {
     nlohmann::json index = nlohmann::json::parse(file);
-    if (index.is_object() && index.contains("points") && index["points"].is_array()) return index;
+    if (core::is_campaign_index(index)) return index;
   } catch (const std::exception&) {
   }
   throw InputError(fmt::format(

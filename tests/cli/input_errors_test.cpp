@@ -52,13 +52,19 @@ TEST(InputErrors, ACampaignIndexOfTheWrongShapeIsDamagedNotAnInternalError) {
                                      "name: caps\nmodel: tiny-dense\ncluster: h100-hgx\ngpus: 1\nsteps: 1\n"
                                      "axes:\n  power-cap: [500, 600]\n");
   std::filesystem::create_directories(dir.path / "out");
-  for (const char* index : {R"({"points":"x"})", R"({"points":[1]})", R"({"points":[{"name":3}]})"}) {
+  for (const char* index : {R"({"points":"x"})", R"({"points":[1]})", R"({"points":[{"name":3}]})",
+                            R"({"points":[{"name":"a","status":5}]})"}) {
     std::ofstream(dir.path / "out" / "campaign.json") << index;
     const Outcome outcome =
         run_calo("sweep " + spec + " --backend sim --resume --out " + (dir.path / "out").string());
     EXPECT_EQ(outcome.exit_code, 2) << index << ": " << outcome.output;
     EXPECT_NE(outcome.output.find("campaign.json is damaged (not a campaign index)"), std::string::npos)
         << index << ": " << outcome.output;
+    const Outcome report =
+        run_calo("report " + (dir.path / "out").string() + " --out " + (dir.path / "report.html").string());
+    EXPECT_EQ(report.exit_code, 2) << index << ": " << report.output;
+    EXPECT_NE(report.output.find("not a campaign index"), std::string::npos)
+        << index << ": " << report.output;
   }
 }
 

@@ -694,6 +694,20 @@ std::string verdict_section(const std::vector<analyze::RunAnalysis>& runs,
 
 }  // namespace
 
+std::vector<std::string> verdict_lines(const std::vector<analyze::RunAnalysis>& runs) {
+  const analyze::Comparison comparison = analyze::compare_runs(runs);
+  std::vector<std::string> lines;
+  for (const analyze::Winner& winner : analyze::pick_winners(runs, comparison))
+    lines.push_back("which is better: " + analyze::describe_winner(winner));
+  for (std::size_t index : verdict_order(runs, comparison)) {
+    lines.push_back(fmt::format("run {}: {}", index + 1, comparison.run_labels[index]));
+    const std::vector<Finding> findings = run_findings(runs, comparison, index);
+    for (std::size_t at = 0; at < findings.size() && at < 3; ++at)
+      lines.push_back(fmt::format("  {}. {}", at + 1, findings[at].text));
+  }
+  return lines;
+}
+
 std::string format_number(double value, const std::string& unit) {
   return number(value, unit);
 }

@@ -441,6 +441,28 @@ TEST(CalosimCli, ComparingTwoLayoutsSaysWhichWinsByHowMuchAgainstTheSimulatorsEr
   ASSERT_NE(mfu, std::string::npos);
   const std::string unit = html.substr(mfu, html.find("</text>", mfu + 11) - mfu);
   EXPECT_NE(unit.find(">(%)"), std::string::npos) << unit;
+  // calo report prints the verdict beside the page: the winner line, then each run's findings.
+  const calo::testing::Outcome printed =
+      calo::testing::run_calo("report " + runs + " --out " + (dir / "printed.html").string());
+  EXPECT_NE(printed.output.find("which is better: " + winners[0]["text"].get<std::string>()),
+            std::string::npos)
+      << printed.output;
+  EXPECT_NE(printed.output.find("run 1: "), std::string::npos) << printed.output;
+  EXPECT_NE(printed.output.find("  1. step time"), std::string::npos) << printed.output;
+  // Runs of two models are not contenders: a token of one is no token of the other.
+  const std::string other_model = (dir / "other-model").string();
+  ASSERT_EQ(
+      calo::testing::run_calo("sim --model llama3-8b-4layers --cluster h100-hgx-calibrated --gpus 8 --gbs 32 "
+                              "--seq 4096 --out " +
+                              other_model)
+          .exit_code,
+      0);
+  const calo::testing::Outcome models =
+      calo::testing::run_calo("report " + (dir / "h100-hgx-calibrated-tp2").string() + " " + other_model +
+                              " --out " + (dir / "models.html").string());
+  EXPECT_EQ(models.exit_code, 0) << models.output;
+  EXPECT_EQ(models.output.find("which is better"), std::string::npos) << models.output;
+  EXPECT_NE(models.output.find("run 2: "), std::string::npos) << models.output;
 }
 
 TEST(CalosimCli, WarmupStepsAreStoredAsWarmup) {

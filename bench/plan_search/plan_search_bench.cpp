@@ -40,10 +40,11 @@ int main(int argc, char** argv) {
   request.space.global_batch = global_batch;
   request.cluster = calo::sim::load_cluster(cluster);
   request.top = top;
-  request.progress = [](std::size_t done, std::size_t total) {
-    const int filled = static_cast<int>(40 * done / std::max<std::size_t>(1, total));
-    fmt::print(stderr, "\r[{:=<{}}{: <{}}] {}/{}", "", filled, "", 40 - filled, done, total);
-    if (done == total) fmt::print(stderr, "\n");
+  request.progress = [](const calo::plan::SearchProgress& progress) {
+    const int filled = static_cast<int>(40 * progress.fraction());
+    fmt::print(stderr, "\r[{:=<{}}{: <{}}] {}/{}", "", filled, "", 40 - filled, progress.steps_done,
+               progress.steps_total);
+    if (progress.steps_done == progress.steps_total) fmt::print(stderr, "\n");
   };
   fmt::print("# bench_plan_search: {} on {} x {}, gbs {}, top {}, {} threads\n", model, gpus, cluster,
              global_batch, top, std::thread::hardware_concurrency());

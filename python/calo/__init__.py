@@ -6,7 +6,7 @@
 
 from .markers import begin_phase, begin_step, enabled, end_phase, end_step, mark, phase, step
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = ["step", "phase", "mark", "enabled", "begin_step", "end_step", "begin_phase", "end_phase",
            "load_run", "load_campaign", "Run", "Campaign", "LightningCallback", "HFCallback"]

@@ -112,7 +112,9 @@ class Run:
         if (schema_version == 1 and self.info["kind"] in SCHEMA1_HOST_CLOCK_KINDS
                 and self.info["wall_offset_ns"]):
             self.info["wall_offset_ns"] += self.info["started_ns"]
-        self.info["wall_clock"] = bool(self.info["wall_offset_ns"]
+        # A sim run's times are simulated time: the wall clock when the simulator ran says nothing of them, so
+        # its ``time`` counts from 1970-01-01T00:00Z like a run without a wall clock.
+        self.info["wall_clock"] = bool(self.info["kind"] != "sim" and self.info["wall_offset_ns"]
                                        and self.info["wall_offset_ns"] >= EARLIEST_WALL_NS)
         self._origin_ns = self.info["wall_offset_ns"] if self.info["wall_clock"] else 0
         self.info["start_time"] = pd.Timestamp(self._origin_ns, unit="ns", tz="UTC")
@@ -188,13 +190,14 @@ class Run:
 
     @property
     def spans(self):
-        """Table ``span`` (NULL = <NA>) plus device (label; <NA> for a span of no one device), t_begin_s,
+        """Table ``span`` (NULL = <NA>; its ``rank`` column is ``rank_idx`` here, as ``rank`` is a DataFrame
+        method) plus device (label; <NA> for a span of no one device), t_begin_s,
         t_end_s, duration_s and time_end (wall clock of the end); indexed by ``time`` (wall clock of the begin),
         ordered by begin time."""
         def build():
-            frame = self.sql("SELECT rank, device_idx, kind, name, category, t_begin_ns, t_end_ns, step, "
-                             "microbatch, stage FROM span ORDER BY t_begin_ns, rank, device_idx, rowid")
-            _nullable_ints(frame, ["rank", "device_idx", "step", "microbatch", "stage"])
+            frame = self.sql("SELECT rank AS rank_idx, device_idx, kind, name, category, t_begin_ns, t_end_ns, "
+                             "step, microbatch, stage FROM span ORDER BY t_begin_ns, rank, device_idx, rowid")
+            _nullable_ints(frame, ["rank_idx", "device_idx", "step", "microbatch", "stage"])
             frame.insert(2, "device", frame["device_idx"].map(self._device_labels()))
             frame["t_begin_s"] = frame["t_begin_ns"] / 1e9
             frame["t_end_s"] = frame["t_end_ns"] / 1e9
@@ -213,7 +216,7 @@ class Run:
     def summary(self):
         """Table ``summary`` (scope, key, value, unit; insertion order) plus what each scope is about:
         ``device_idx`` and ``device`` (the label of ``devices``/``samples``: a sim's ``gpu8`` on 8-GPU nodes is
-        ``node1/gpu0``), ``node``, ``rank`` and ``phase``; <NA> where the scope says nothing of it (``run``)."""
+        ``node1/gpu0``), ``node``, ``rank_idx`` and ``phase``; <NA> where the scope says nothing of it (``run``)."""
         return self._cached("summary", self._build_summary)
 
     def _build_summary(self):
@@ -258,7 +261,7 @@ class Run:
         frame["device_idx"] = pd.array([r[0] for r in resolved], dtype="Int64")
         frame["device"] = frame["device_idx"].map(self._device_labels())
         frame["node"] = pd.array([r[1] for r in resolved], dtype="Int64")
-        frame["rank"] = pd.array([r[2] for r in resolved], dtype="Int64")
+        frame["rank_idx"] = pd.array([r[2] for r in resolved], dtype="Int64")
         frame["phase"] = pd.Series([r[3] for r in resolved], dtype="object")
         return frame
 

@@ -144,6 +144,24 @@ class Stores(unittest.TestCase):
             numeric_only=True)
         self.assertEqual(from_start.index[0], run.start_time)
 
+    def test_sim_runs_are_indexed_by_simulated_time(self):
+        # The wall clock when the simulator ran says nothing of a simulated step: time counts from the epoch.
+        run = self.run_of("sim16")
+        self.assertFalse(run.info["wall_clock"])
+        self.assertEqual(run.start_time.value, 0)
+        steps = run.steps
+        self.assertEqual(wall_ns(steps), list(steps["t_begin_ns"]))
+        self.assertEqual(steps["t_begin_s"].iloc[0], 0.0)
+        self.assertAlmostEqual(steps["t_end_s"].iloc[-1],
+                               run.summary.set_index(["scope", "key"]).loc[("run", "iteration_s"), "value"] * 2,
+                               delta=1e-6)
+
+    def test_rank_column_is_not_shadowed_by_a_dataframe_method(self):
+        spans = self.run_of("rec").spans
+        self.assertIsInstance(spans.rank_idx, pd.Series)  # spans.rank would be DataFrame.rank, a method
+        self.assertNotIn("rank", spans.columns)
+        self.assertEqual(sorted(spans.rank_idx.dropna().unique()), [0, 1, 2])
+
     def test_resample_per_device_of_a_multi_gpu_run(self):
         run = self.run_of("sim16")
         wide = run.samples(form="wide")
@@ -203,7 +221,7 @@ class Stores(unittest.TestCase):
             rank = int(scope[3:])
             self.assertEqual((idx, device, node), (rank, f"node{rank // 8}/gpu{rank % 8}", rank // 8))
         run_rows = summary[summary["scope"] == "run"]
-        self.assertTrue(run_rows[["device_idx", "device", "node", "rank"]].isna().all().all())
+        self.assertTrue(run_rows[["device_idx", "device", "node", "rank_idx"]].isna().all().all())
         joined = gpu_rows.merge(run.devices, on="device")
         self.assertEqual(len(joined), len(gpu_rows))
         self.assertTrue((joined["device_idx_x"] == joined["device_idx_y"]).all())
@@ -241,12 +259,12 @@ class Stores(unittest.TestCase):
     def test_record_summary_scopes_name_ranks(self):
         summary = self.run_of("rec").summary
         steps = summary[summary["key"] == "steps"]
-        self.assertEqual(dict(zip(steps["scope"], steps["rank"])), {"rank0": 0, "rank1": 1, "rank2": 2})
-        self.assertEqual(dict(zip(steps["rank"], steps["value"])), {0: 12, 1: 3, 2: 3})
+        self.assertEqual(dict(zip(steps["scope"], steps["rank_idx"])), {"rank0": 0, "rank1": 1, "rank2": 2})
+        self.assertEqual(dict(zip(steps["rank_idx"], steps["value"])), {0: 12, 1: 3, 2: 3})
         self.assertTrue(steps["device"].isna().all())
         merged = self.run_of("rec-merged").summary
         ranks = merged[merged["key"] == "steps"]
-        self.assertEqual(sorted(zip(ranks["node"], ranks["rank"])), [(0, 0), (0, 1), (0, 2)])
+        self.assertEqual(sorted(zip(ranks["node"], ranks["rank_idx"])), [(0, 0), (0, 1), (0, 2)])
         self.assertEqual(list(merged[["scope", "key", "value", "unit"]].itertuples(index=False, name=None)),
                          query(self.path("rec-merged"),
                                "SELECT scope, key, value, unit FROM summary ORDER BY rowid"))

@@ -118,11 +118,11 @@ class RecordedRun(unittest.TestCase):
                         "ORDER BY t_begin_ns, rank, device_idx, rowid")
         self.assertEqual(len(spans), len(rows))
         as_tuples = [(None if pd.isna(r) else int(r), k, n, b, e, None if pd.isna(s) else int(s))
-                     for r, k, n, b, e, s in spans[["rank", "kind", "name", "t_begin_ns", "t_end_ns",
+                     for r, k, n, b, e, s in spans[["rank_idx", "kind", "name", "t_begin_ns", "t_end_ns",
                                                     "step"]].itertuples(index=False, name=None)]
         self.assertEqual(as_tuples, rows)
         self.assertEqual(len(self.loaded.steps), STEPS + 6)
-        # The table's columns, then what each scope is about (device_idx, device, node, rank, phase).
+        # The table's columns, then what each scope is about (device_idx, device, node, rank_idx, phase).
         self.assertEqual(list(self.loaded.summary.columns[:4]), ["scope", "key", "value", "unit"])
         self.assertEqual(list(self.loaded.summary.iloc[:, :4].itertuples(index=False, name=None)),
                          self.sql("SELECT scope, key, value, unit FROM summary ORDER BY rowid"))
@@ -138,7 +138,7 @@ class RecordedRun(unittest.TestCase):
         self.assertEqual(sorted(campaign.runs), ["a", "b"])
         summary = campaign.summary
         self.assertEqual(len(summary), sum(len(r.summary) for r in campaign.runs.values()))
-        steps = campaign.spans.query("kind == 'step' and rank == 0").groupby("run").size().to_dict()
+        steps = campaign.spans.query("kind == 'step' and rank_idx == 0").groupby("run").size().to_dict()
         self.assertEqual(steps, {"a": STEPS, "b": 2})
         self.assertEqual(list(campaign.info["run"]), ["a", "b"])
         self.assertEqual(len(campaign.samples()), sum(len(r.samples()) for r in campaign.runs.values()))

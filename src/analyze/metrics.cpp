@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string_view>
@@ -200,6 +201,19 @@ void set_time_ranges(const store::RunReader& reader, const std::vector<store::Me
   }
 }
 
+// The node of each rank of a merged run: calo merge prefixes each node's summary scopes with "node<N>/", and
+// a recorder names a rank's rows "rank<R>".
+std::map<int32_t, int32_t> rank_nodes(const store::RunReader& reader) {
+  std::map<int32_t, int32_t> nodes;
+  for (const store::SummaryRow& row : reader.summaries()) {
+    int node = -1, rank = -1, used = 0;
+    if (std::sscanf(row.scope.c_str(), "node%d/rank%d%n", &node, &rank, &used) == 2 &&
+        used == static_cast<int>(row.scope.size()) && node >= 0 && rank >= 0)
+      nodes[rank] = node;
+  }
+  return nodes;
+}
+
 // Stragglers: which device's step span ends last, and by how much past the median end.
 void find_stragglers(const StepTable& steps, std::vector<DeviceMetrics>& device_metrics,
                      RunAnalysis& analysis) {
@@ -363,6 +377,7 @@ RunAnalysis analyze_run(const std::filesystem::path& run_dir, const AnalyzeOptio
   metrics_detail::SeriesFigures series = metrics_detail::reduce_series(run_dir, metrics, options, analysis);
   std::vector<DeviceMetrics>& device_metrics = series.device_metrics;
   find_stragglers(steps, device_metrics, analysis);
+  analysis.rank_node = rank_nodes(reader);
   analysis.nodes = thermal_groups(device_metrics, true);
   analysis.slots = thermal_groups(device_metrics, false);
   run_totals(device_metrics, series.window_s, analysis);

@@ -133,6 +133,8 @@ struct RunAnalysis {
   std::vector<ThermalGroup> nodes;            ///< thermal imbalance per node
   std::vector<ThermalGroup> slots;            ///< temperature per slot across nodes
   std::vector<int32_t> stragglers;            ///< device idx that ended last in > 2/n of the steps
+  /// rank -> node of a merged run's ranks (its summary scopes "node<N>/rank<R>"); empty otherwise.
+  std::map<int32_t, int32_t> rank_node;
   std::vector<LaneBreakdown> kernels;  ///< kernel breakdown per device (from kernel spans), may be empty
   std::map<std::string, std::vector<SeriesDigest>> series;  ///< metric name -> digest per device (by idx)
   int64_t sample_count = 0;                                 ///< samples read

@@ -46,6 +46,28 @@ std::optional<Contest> row_contest(const std::vector<RunAnalysis>& runs, const C
   return std::nullopt;
 }
 
+/// The model a run trains, as its config names it ("" when it names none: a record of any job).
+std::string model_name(const RunAnalysis& run) {
+  const nlohmann::json config = nlohmann::json::parse(run.run.config_json, nullptr, false);
+  if (!config.is_object() || !config.contains("model")) return "";
+  const nlohmann::json& model = config["model"];
+  if (model.is_object()) return model.value("name", std::string());
+  return model.is_string() ? model.get<std::string>() : std::string();
+}
+
+/// True when the contenders name two models: a token of one is no token of the other, so none wins.
+bool contenders_train_different_models(const std::vector<RunAnalysis>& runs, const Comparison& comparison) {
+  std::string first;
+  for (std::size_t index = 0; index < runs.size(); ++index) {
+    if (!contends(comparison, index)) continue;
+    const std::string name = model_name(runs[index]);
+    if (name.empty()) continue;
+    if (first.empty()) first = name;
+    if (name != first) return true;
+  }
+  return false;
+}
+
 /// The terms of the cost a run stored (`calo sim --tokens --price-per-kwh`): tokens, price, currency, PUE,
 /// host power; null when it stored none or no price.
 nlohmann::json cost_terms(const nlohmann::json& cost) {
@@ -142,6 +164,7 @@ bool within_error(const Winner& winner) {
 }
 
 std::vector<Winner> pick_winners(const std::vector<RunAnalysis>& runs, const Comparison& comparison) {
+  if (contenders_train_different_models(runs, comparison)) return {};
   std::vector<std::optional<Contest>> contests = {
       row_contest(runs, comparison, "tokens_per_s", "throughput", "more tokens/s"),
       row_contest(runs, comparison, "energy_per_token_j", "energy per token", "less energy per token"),

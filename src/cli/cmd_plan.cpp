@@ -15,6 +15,7 @@
 
 #include "cli/command.h"
 #include "cli/layout_flags.h"
+#include "cli/plan_text.h"
 #include "core/error.h"
 #include "core/json_fields.h"
 #include "core/table.h"
@@ -104,32 +105,6 @@ std::vector<parallel::Precision> searched_precisions(const std::vector<std::stri
   return precisions;
 }
 
-/// Progress of a long search on stderr: a bar on a terminal; otherwise (a log, a pipe, CI) a line at most
-/// every 10 s with the layouts done, the time so far and an estimate of the time left.
-std::function<void(std::size_t, std::size_t)> progress_printer(bool terminal) {
-  if (terminal) {
-    return [](std::size_t done, std::size_t total) {
-      constexpr int kWidth = 40;
-      const int filled = static_cast<int>(kWidth * done / std::max<std::size_t>(1, total));
-      fmt::print(stderr, "\r[{:=<{}}{: <{}}] {}/{}", "", filled, "", kWidth - filled, done, total);
-      if (done == total) fmt::print(stderr, "\n");
-    };
-  }
-  const auto started = std::chrono::steady_clock::now();
-  auto last_s = std::make_shared<double>(0.0);
-  return [started, last_s](std::size_t done, std::size_t total) {
-    constexpr double kEveryS = 10;
-    const double elapsed_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    if (done < total && elapsed_s - *last_s < kEveryS) return;
-    *last_s = elapsed_s;
-    const double left_s = done > 0 ? elapsed_s * static_cast<double>(total - done) / done : 0.0;
-    fmt::print(stderr, "calo plan: {}/{} layout steps ({:.0f} %), {:.0f} s{}\n", done, total,
-               100.0 * done / std::max<std::size_t>(1, total), elapsed_s,
-               done < total ? fmt::format(", about {:.0f} s left", left_s) : std::string(", done"));
-  };
-}
-
 /// Flags `calo plan partition` and `calo plan power` share: the job they simulate and its GPUs' conditions.
 struct SimJobFlags {
   /// Flags with `default_steps` simulated steps.
@@ -156,7 +131,7 @@ struct PartitionFlags : SimJobFlags {
 template <typename Request>
 std::pair<model::ModelSpec, parallel::Layout> set_up_job(const SimJobFlags& flags, Request& request) {
   LayoutFlags layout_flags = flags.layout;
-  apply_gpus(flags.gpus, flags.gpus_given, flags.dp_given, layout_flags.layout);
+  apply_gpus(flags.gpus, flags.gpus_given, flags.dp_given, layout_flags);
   auto [model, layout] = resolve(layout_flags);
   request.model = model;
   request.layout = layout;
@@ -330,8 +305,9 @@ std::string sim_flags(const plan::Evaluation& evaluation) {
 }
 
 /// The search's counts and times, under their own names.
-CALO_JSON_WRITER(write_search_work, plan::SearchResult, excluded, invalid, out_of_memory, tight, pruned,
-                 too_large, graph_ops, probe_ops, built_ops, bound_wall_s, estimated_s, simulated, wall_s)
+CALO_JSON_WRITER(write_search_work, plan::SearchResult, excluded, excluded_by, invalid, out_of_memory, tight,
+                 pruned, too_large, stopped, graph_ops, probe_ops, built_ops, bound_wall_s, estimated_s,
+                 simulated, wall_s)
 
 /// How a figure's cells read: fixed decimals, significant digits (tokens/J: 1.889 and 1.887 read apart), or
 /// with an SI prefix per cell (energy per step 2.23 MJ, cluster power 3.11 MW).
@@ -523,10 +499,13 @@ void print_text(const plan::SearchRequest& request, const plan::SearchResult& re
       request.power_caps_w.empty()
           ? "layouts"
           : fmt::format("(layout, power cap) pairs over {} caps", request.power_caps_w.size()),
-      result.excluded > 0 ? fmt::format("{} outside the constraints, ", result.excluded) : std::string(),
+      result.excluded > 0 ? fmt::format("{} outside the constraints ({}), ", result.excluded,
+                                        excluded_text(result.excluded_by))
+                          : std::string(),
       result.invalid, memory_counts(request, result), result.pruned,
       result.too_large > 0 ? fmt::format("{} too large to simulate, ", result.too_large) : std::string(),
       result.simulated, result.wall_s, result.estimated_s);
+  if (result.stopped > 0) fmt::print("# STOPPED: {}\n", stopped_text(request, result));
   core::TextTable table = make_table();
   const int rows = std::min<int>(flags.top, static_cast<int>(result.ranking.size()));
   for (int row = 0; row < rows; ++row)
@@ -592,7 +571,7 @@ int run_plan(const PlanFlags& flags) {
   request.max_minutes = flags.max_minutes;
   request.prune = !flags.no_prune;
   request.balance_partitions = !flags.uniform_partitions;
-  if (!flags.quiet) request.progress = progress_printer(flags.progress || isatty(STDERR_FILENO) != 0);
+  if (!flags.quiet) request.progress = search_progress_printer(flags.progress || isatty(STDERR_FILENO) != 0);
   const plan::SearchResult result = plan::search_layouts(request);
   if (flags.json) {
     nlohmann::json json = {{"model", request.space.model.name},
@@ -622,7 +601,9 @@ int run_plan(const PlanFlags& flags) {
   } else {
     print_text(request, result, flags);
   }
-  return 0;
+  if (result.stopped == 0) return 0;
+  fmt::print(stderr, "calo plan: {}\n", stopped_text(request, result));
+  return static_cast<int>(ExitCode::kFailure);  // a partial ranking is no answer a script should take
 }
 
 /// The job and the space searched: --model, --cluster, --gpus, --gbs, --seq, --trainer, --max-cp.

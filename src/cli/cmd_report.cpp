@@ -105,6 +105,7 @@ int run_report(const ReportFlags& flags) {
   } else {
     fmt::print("report: {} ({} run(s), {} samples, {} charts, {:.1f} KiB) in {:.2f} s\n", out.string(),
                flags.runs.size(), samples, charts, static_cast<double>(html.size()) / 1024.0, total_s);
+    for (const std::string& line : report::verdict_lines(analyses)) fmt::print("{}\n", line);
   }
   return 0;
 }

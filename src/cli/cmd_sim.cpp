@@ -54,7 +54,7 @@ struct SimFlags {
   std::string timeline;
   std::string out;
   bool no_store = false;
-  std::string op_spans = "distinct";  ///< --op-spans distinct|all|none (--no-op-spans: none)
+  std::string op_spans = "none";  ///< --op-spans distinct|all|none (--no-op-spans: none)
   bool no_power_cap = false;
   bool no_thermal = false;
   std::vector<std::string> slow_gpus;
@@ -271,7 +271,7 @@ void print_summary(const sim::SimResult& result, const nlohmann::json& json, dou
 /// The job given by --model and the layout flags (and --gpus), the attention core the cluster's by default.
 std::pair<model::ModelSpec, parallel::Layout> job_from_flags(SimFlags& flags,
                                                              const sim::ClusterSpec& cluster) {
-  apply_gpus(flags.gpus, flags.gpus_given, flags.dp_given, flags.layout.layout);
+  apply_gpus(flags.gpus, flags.gpus_given, flags.dp_given, flags.layout);
   // The attention core is the cluster file's unless --attention says otherwise.
   if (flags.layout.attention.empty()) flags.layout.attention = parallel::to_string(cluster.attention);
   return resolve(flags.layout);
@@ -446,6 +446,15 @@ struct SimOutcome {
   const parallel::MemoryBreakdown& memory;  ///< the model's memory per GPU of the job (most loaded stage)
 };
 
+/// Bytes of the regular files in `dir` (a run directory: run.db and its journal).
+std::uintmax_t directory_bytes(const std::filesystem::path& dir) {
+  std::uintmax_t bytes = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.is_regular_file()) bytes += entry.file_size();
+  }
+  return bytes;
+}
+
 /// Stores the simulation as a run (unless --no-store), with `json`'s "cost" when there is one; returns where
 /// ("" = not stored) and adds run_dir to `json`.
 std::string store_sim(const SimFlags& flags, const SimOutcome& outcome, nlohmann::json& json) {
@@ -469,8 +478,19 @@ std::string store_sim(const SimFlags& flags, const SimOutcome& outcome, nlohmann
     if (json.contains("cost")) config["cost"] = json["cost"];
     sim::store_sim_run(run_dir, name, command_line(flags, outcome.layout, world), config, outcome.graph,
                        outcome.cluster, outcome.result);
-    stored = run_dir.string();
-    json["run_dir"] = stored;
+    const std::uintmax_t bytes = directory_bytes(run_dir);
+    json["run_dir"] = run_dir.string();
+    json["run_bytes"] = bytes;
+    stored =
+        fmt::format("{}, {}{}", run_dir.string(), core::format_bytes(static_cast<double>(bytes)),
+                    config["op_spans"] == "none"
+                        ? "; no op spans (--op-spans distinct stores one GPU's ops per distinct timeline)"
+                        : fmt::format("; op spans of {} GPUs", config["op_spans"].get<std::string>()));
+    const std::string file = run_dir.filename().string();
+    const std::size_t dash = file.rfind('-');
+    if (flags.out.empty() && dash != std::string::npos && dash + 1 < file.size() &&
+        file.find_first_not_of("0123456789", dash + 1) == std::string::npos)
+      stored += fmt::format("; {} held an earlier run (give --out DIR to choose)", file.substr(0, dash));
   }
 #else
   (void)json;
@@ -597,7 +617,8 @@ const CommandRegistration kSim(
              "Which GPUs' per-op spans of the last step the stored run keeps: distinct (one GPU for "
              "each distinct timeline: ranks of one pipeline stage, expert slice and speed run the "
              "same ops at the same times), all (every GPU, at most 64: 1.1 GB for Llama3-70B TP8-PP4 on 64 "
-             "GPUs) or none")
+             "GPUs) or none (the default: a report needs none; `calo plan partition --from` and the "
+             "kernel breakdown of `calo report` need distinct)")
           ->check(CLI::IsMember({"distinct", "all", "none"}))
           ->capture_default_str();
       app.add_flag_callback(

@@ -190,7 +190,10 @@ std::pair<model::ModelSpec, parallel::Layout> resolve(const LayoutFlags& flags) 
   return {model, parallel::resolve_layout(model, layout, flags.sequence_parallel.has_value())};
 }
 
-void apply_gpus(int gpus, bool gpus_given, bool dp_given, parallel::Layout& layout) {
+namespace {
+
+/// apply_gpus without the model's checks.
+void apply_gpus_to(int gpus, bool gpus_given, bool dp_given, parallel::Layout& layout) {
   require_input(!gpus_given || gpus >= 1,
                 fmt::format("--gpus {}: give 1 or more GPUs (or leave it out: tp*cp*pp*dp)", gpus));
   if (gpus <= 0) return;
@@ -206,6 +209,20 @@ void apply_gpus(int gpus, bool gpus_given, bool dp_given, parallel::Layout& layo
   require_input(layout.world_size() == gpus,
                 fmt::format("--gpus {} does not equal tp*cp*pp*dp = {}; drop --dp to derive it ({})", gpus,
                             layout.world_size(), gpus / model_parallel));
+}
+
+}  // namespace
+
+void apply_gpus(int gpus, bool gpus_given, bool dp_given, LayoutFlags& flags) {
+  try {
+    apply_gpus_to(gpus, gpus_given, dp_given, flags.layout);
+  } catch (const InputError&) {
+    // The model's refusal first (--tp 6 on 64 heads): a --gpus the message below suggests must not fail next.
+    LayoutFlags model_check = flags;
+    model_check.layout.dp = 1;
+    resolve(model_check);
+    throw;
+  }
 }
 
 void require_model_flag(const CLI::App& app, const std::string& command) {

@@ -38,9 +38,10 @@ void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional);
 /// the flag on bad input).
 std::pair<model::ModelSpec, parallel::Layout> resolve(const LayoutFlags& flags);
 
-/// --gpus N on a layout: dp = N / (tp*cp*pp) unless --dp was given, then N must equal tp*cp*pp*dp (InputError
-/// naming both otherwise); nothing when --gpus was not given.
-void apply_gpus(int gpus, bool gpus_given, bool dp_given, parallel::Layout& layout);
+/// --gpus N on the flags' layout: dp = N / (tp*cp*pp) unless --dp was given, then N must equal tp*cp*pp*dp
+/// (InputError naming both otherwise); nothing when --gpus was not given. The layout's checks against the
+/// model (tp against the heads, ...) come first, so a --gpus it suggests is one those checks pass.
+void apply_gpus(int gpus, bool gpus_given, bool dp_given, LayoutFlags& flags);
 
 /// The refusal of a command that simulates or builds a model's graph without --model: tiny-dense, the old
 /// default, is a 3.4 M-parameter test model whose figures mislead (issue 40 item 10).

@@ -63,10 +63,16 @@ struct Sharding {
 
 /// ZeRO 0, and with dp > 1 ZeRO 1, 2, 3 and hybrid sharding (ZeRO-3 sharded within the dp ranks of one node,
 /// S = gpus_per_node / tp, replicated across nodes) when that S lies strictly between 1 and dp and divides
-/// it.
-std::vector<Sharding> shardings(const Sizes& sizes, int gpus_per_node) {
+/// it. With dp * cp = 1 every stage shards nothing: ZeRO 0 only, or the stages `--zero` holds the search to
+/// (as `calo sim --zero 1` at dp 1 is accepted, `--zero 1` does not drop the dp = 1 layouts).
+std::vector<Sharding> shardings(const Sizes& sizes, int gpus_per_node, const std::vector<int>& held_zero) {
   std::vector<Sharding> result = {{0, 0}};
-  if (sizes.dp * sizes.cp == 1) return result;  // nothing to shard over (ZeRO shards over dp * cp ranks)
+  if (sizes.dp * sizes.cp == 1) {  // nothing to shard over (ZeRO shards over dp * cp ranks)
+    if (held_zero.empty()) return result;
+    result.clear();
+    for (int zero_stage : held_zero) result.push_back({zero_stage, 0});
+    return result;
+  }
   for (int zero_stage : {1, 2, 3}) result.push_back({zero_stage, 0});
   if (sizes.cp > 1) return result;  // hybrid sharding with context parallel is not modelled
   const int node_shard = gpus_per_node / sizes.tp;
@@ -78,15 +84,26 @@ std::vector<Sharding> shardings(const Sizes& sizes, int gpus_per_node) {
 }  // namespace
 
 bool LayoutConstraints::admits(const parallel::Layout& layout) const {
+  return refusing_flag(layout).empty();
+}
+
+std::string LayoutConstraints::refusing_flag(const parallel::Layout& layout) const {
   auto allowed = [](const auto& values, auto value) {
     return values.empty() || std::find(values.begin(), values.end(), value) != values.end();
   };
   const bool overlapped = layout.overlap_tp_comm || layout.overlap_grad_reduce || layout.overlap_param_gather;
-  return allowed(tp, layout.tp) && allowed(cp, layout.cp) && allowed(pp, layout.pp) &&
-         allowed(dp, layout.dp) && allowed(ep, layout.ep) && allowed(vpp, layout.virtual_stages) &&
-         allowed(micro_batch, layout.micro_batch) && allowed(zero_stage, layout.zero_stage) &&
-         allowed(schedule, layout.schedule) && allowed(recompute, layout.recompute) &&
-         (!overlap || *overlap == overlapped);
+  if (!allowed(tp, layout.tp)) return "--tp";
+  if (!allowed(cp, layout.cp)) return "--cp";
+  if (!allowed(pp, layout.pp)) return "--pp";
+  if (!allowed(dp, layout.dp)) return "--dp";
+  if (!allowed(ep, layout.ep)) return "--ep";
+  if (!allowed(vpp, layout.virtual_stages)) return "--vpp";
+  if (!allowed(schedule, layout.schedule)) return "--schedule";
+  if (!allowed(micro_batch, layout.micro_batch)) return "--mbs";
+  if (!allowed(recompute, layout.recompute)) return "--recompute";
+  if (!allowed(zero_stage, layout.zero_stage)) return "--zero";
+  if (overlap && *overlap != overlapped) return *overlap ? "--overlap" : "--no-overlap";
+  return {};
 }
 
 bool LayoutConstraints::empty() const {
@@ -159,6 +176,18 @@ bool fits_memory(const parallel::MemoryBreakdown& memory, double device_bytes, M
 
 namespace {
 
+/// Counts one layout excluded by `flag` in `space`.
+void count_exclusion(const std::string& flag, LayoutSpace& space) {
+  ++space.excluded;
+  auto found = std::find_if(space.excluded_by.begin(), space.excluded_by.end(),
+                            [&flag](const auto& entry) { return entry.first == flag; });
+  if (found == space.excluded_by.end()) {
+    space.excluded_by.emplace_back(flag, 1);
+  } else {
+    ++found->second;
+  }
+}
+
 /// The layouts of `request` at one precision, appended to `space`.
 void enumerate_at(const SpaceRequest& request, parallel::Precision precision, LayoutSpace& space) {
   for (const Sizes& sizes : enumerate_sizes(request)) {
@@ -169,7 +198,8 @@ void enumerate_at(const SpaceRequest& request, parallel::Precision precision, La
     for (int micro_batch : core::divisors(request.global_batch / sizes.dp)) {
       for (auto recompute :
            {parallel::Recompute::kNone, parallel::Recompute::kSelective, parallel::Recompute::kFull}) {
-        for (const Sharding& sharding : shardings(sizes, request.gpus_per_node)) {
+        for (const Sharding& sharding :
+             shardings(sizes, request.gpus_per_node, request.constraints.zero_stage)) {
           const int zero_stage = sharding.zero_stage;
           for (bool overlap : {false, true}) {
             parallel::Layout layout;
@@ -193,8 +223,8 @@ void enumerate_at(const SpaceRequest& request, parallel::Precision precision, La
             layout.overlap_grad_reduce = overlap && sizes.dp * sizes.cp > 1;
             layout.overlap_param_gather = overlap && zero_stage >= 1;
             if (overlap && !layout.overlap_tp_comm && !layout.overlap_grad_reduce) continue;  // same as off
-            if (!request.constraints.admits(layout)) {
-              ++space.excluded;
+            if (const std::string flag = request.constraints.refusing_flag(layout); !flag.empty()) {
+              count_exclusion(flag, space);
               continue;
             }
             try {

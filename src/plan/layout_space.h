@@ -34,6 +34,8 @@ struct LayoutConstraints {
   std::optional<bool> overlap;  ///< true: overlapped layouts only; false: none overlapped
   /// True when `layout` keeps every constraint.
   bool admits(const parallel::Layout& layout) const;
+  /// The flag of the first constraint `layout` breaks ("--tp", ..., "--overlap"); empty when it keeps all.
+  std::string refusing_flag(const parallel::Layout& layout) const;
   /// True when nothing is constrained.
   bool empty() const;
   /// The constraints as the flags that set them ("--tp 4 --mbs 1,2"), empty when none.
@@ -78,6 +80,8 @@ struct LayoutSpace {
   std::vector<Candidate> candidates;  ///< every valid layout, fitting or not
   int invalid = 0;                    ///< combinations that parallel::resolve_layout rejected
   int excluded = 0;                   ///< combinations outside SpaceRequest::constraints (never resolved)
+  /// The excluded ones by the flag that excluded them (LayoutConstraints::refusing_flag), in flag order.
+  std::vector<std::pair<std::string, int>> excluded_by;
   /// Number of candidates that fit memory.
   int fitting() const;
   /// Number of candidates that are tight (beyond the usable share, within the card).

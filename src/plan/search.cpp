@@ -23,6 +23,7 @@
 #include "parallel/memory.h"
 #include "parallel/validate.h"
 #include "plan/balanced_partition.h"
+#include "plan/search_work.h"
 #include "plan/step_bound.h"
 #include "sim/cost_model.h"
 #include "sim/simulate.h"
@@ -161,24 +162,6 @@ class TopScores {
   int keep_;
   mutable std::mutex mutex_;
   std::vector<double> scores_;
-};
-
-/// Progress reporting shared by the workers (callback serialised).
-class Progress {
- public:
-  Progress(const SearchRequest& request, std::size_t total) : request_(request), total_(total) {}
-  void step() {
-    const std::size_t done = ++done_;
-    if (!request_.progress) return;
-    std::lock_guard lock(mutex_);
-    request_.progress(done, total_);
-  }
-
- private:
-  const SearchRequest& request_;
-  std::size_t total_;
-  std::atomic<std::size_t> done_{0};
-  std::mutex mutex_;
 };
 
 void check_constraints(const SearchRequest& request) {
@@ -329,25 +312,11 @@ std::string to_string(Objective objective) {
   return core::enum_name(objective, kObjectiveNames);
 }
 
-constexpr std::array kVerdictNames{"ranked", "oom", "pruned", "over-budget", "failed", "too-large"};
+constexpr std::array kVerdictNames{"ranked", "oom",       "pruned", "over-budget",
+                                   "failed", "too-large", "stopped"};
 
 const char* to_string(Verdict verdict) {
   return core::enum_name(verdict, kVerdictNames);
-}
-
-double estimated_search_s(const SearchWork& work, int threads) {
-  double built = 1.2;
-  double simulated = 1.0;
-  if (work.prune && work.objective == Objective::kThroughput) {
-    built = kPrunedBuiltFraction;
-    simulated = kPrunedSimulatedFraction;
-  } else if (work.prune && work.objective == Objective::kEnergy) {
-    built = kEnergyPrunedBuiltFraction;
-    simulated = kEnergyPrunedSimulatedFraction;
-  }
-  return (work.probe_ops * kSearchSecondsPerProbeOp + work.graph_ops * built * kSearchSecondsPerBuiltOp +
-          work.evaluations * work.steps * simulated * kSearchSecondsPerSimulatedStep) /
-         std::max(1, threads);
 }
 
 int equivalent_to_first(const SearchResult& result, Objective objective) {
@@ -447,27 +416,54 @@ double estimated_probe_ops(const parallel::Layout& layout, std::int64_t ops, boo
   return static_cast<double>(ops) * share * (balance_partitions && layout.pp > 1 ? 2 : 1);
 }
 
+/// The search's work known before any graph is built: its totals and each fitting layout's graph and probe
+/// ops, by the index of the layout's first evaluation.
+struct SizedWork {
+  SearchWork work;
+  std::vector<double> graph_ops;  ///< whole-graph ops (0 where no fitting layout starts)
+  std::vector<double> probe_ops;  ///< probe-graph ops
+  std::size_t caps = 1;           ///< evaluations per layout
+  /// One thread's seconds of the evaluation at `index` if it is simulated: its share of the graphs' building
+  /// (`group`: the index of its layout's first evaluation) and their simulation.
+  double full_evaluation_s(std::size_t group) const {
+    return graph_ops[group] * kBalancedGraphsFactor * kSearchSecondsPerBuiltOp / static_cast<double>(caps) +
+           simulated_evaluation_s(graph_ops[group], work.steps);
+  }
+  /// One thread's expected seconds of that evaluation, pruning's expected share applied.
+  double expected_evaluation_s(std::size_t group) const {
+    return plan::expected_evaluation_s(work, graph_ops[group], caps);
+  }
+  /// One thread's seconds of the layout's probe bounds.
+  double bound_s(std::size_t group) const { return probe_ops[group] * kSearchSecondsPerProbeOp; }
+};
+
 /// Chapter 0: the size of every fitting layout's graph (graph::estimated_op_count, before any is built); a
 /// layout beyond graph::kMaxGraphOps leaves `fitting` as too large. Refuses a space whose estimated search
 /// time exceeds request.max_minutes, naming the flags that narrow it.
-void size_layouts(const SearchRequest& request, const std::vector<double>& caps_w,
-                  std::vector<std::size_t>& fitting, int threads, SearchResult& result) {
+SizedWork size_layouts(const SearchRequest& request, const std::vector<double>& caps_w,
+                       std::vector<std::size_t>& fitting, int threads, SearchResult& result) {
   std::vector<std::int64_t> ops(fitting.size());
   core::parallel_for(fitting.size(), threads, [&](std::size_t item) {
     const Evaluation& evaluation = result.evaluations[fitting[item]];
     ops[item] = graph::estimated_op_count(request.space.model, evaluation.candidate.layout);
   });
   std::vector<std::size_t> kept;
-  SearchWork work;
+  SizedWork sized;
+  SearchWork& work = sized.work;
   work.steps = request.steps;
   work.objective = request.objective;
   work.prune = request.prune;
+  sized.caps = caps_w.size();
+  sized.graph_ops.assign(result.evaluations.size(), 0.0);
+  sized.probe_ops.assign(result.evaluations.size(), 0.0);
   for (std::size_t item = 0; item < fitting.size(); ++item) {
     if (ops[item] <= graph::kMaxGraphOps) {
       kept.push_back(fitting[item]);
       result.graph_ops += static_cast<double>(ops[item]);
-      work.probe_ops += estimated_probe_ops(result.evaluations[fitting[item]].candidate.layout, ops[item],
-                                            request.balance_partitions);
+      sized.graph_ops[fitting[item]] = static_cast<double>(ops[item]);
+      sized.probe_ops[fitting[item]] = estimated_probe_ops(result.evaluations[fitting[item]].candidate.layout,
+                                                           ops[item], request.balance_partitions);
+      work.probe_ops += sized.probe_ops[fitting[item]];
       continue;
     }
     ++result.too_large;
@@ -481,6 +477,7 @@ void size_layouts(const SearchRequest& request, const std::vector<double>& caps_
   fitting = std::move(kept);
   work.graph_ops = result.graph_ops;
   work.evaluations = static_cast<double>(fitting.size() * caps_w.size());
+  work.evaluated_ops = result.graph_ops * static_cast<double>(caps_w.size());
   result.estimated_s = estimated_search_s(work, threads);
   require_input(
       request.max_minutes <= 0 || result.estimated_s <= request.max_minutes * 60,
@@ -490,6 +487,21 @@ void size_layouts(const SearchRequest& request, const std::vector<double>& caps_
           "--max-minutes {:.0f}",
           fitting.size(), result.graph_ops / 1e9, result.estimated_s / 60, threads, request.max_minutes,
           narrowing_flags(request, fitting, result), std::ceil(result.estimated_s / 60 * 1.5)));
+  return sized;
+}
+
+/// One thread's expected seconds of the whole search (bounds and evaluations), the progress' first total.
+double expected_work_s(const SizedWork& sized, const std::vector<std::size_t>& fitting) {
+  double total_s = 0;
+  for (std::size_t group : fitting)
+    total_s += sized.bound_s(group) + static_cast<double>(sized.caps) * sized.expected_evaluation_s(group);
+  return total_s;
+}
+
+/// Marks the evaluation `index` as not started: the search reached --max-minutes.
+void mark_stopped(Evaluation& evaluation, double max_minutes) {
+  evaluation.verdict = Verdict::kStopped;
+  evaluation.note = fmt::format("not simulated: the search reached --max-minutes {:g}", max_minutes);
 }
 
 /// Per evaluation, what chapter 1 learnt beyond the bound, of the uniform partition and of the balanced one:
@@ -502,18 +514,38 @@ struct ProbeStretches {
   std::vector<double> balanced_active_j;
 };
 
+/// What chapters 1 and 2 share: the request, its caps, the threads, the work known up front, the progress
+/// and the --max-minutes stop.
+struct SearchContext {
+  const SearchRequest& request;
+  const std::vector<double>& caps_w;
+  int threads;
+  const SizedWork& sized;
+  Progress& progress;
+  Deadline& deadline;
+};
+
 /// Chapter 1: the bound of every fitting layout and power cap from its probe (terms (a)-(c), graphs of a few
-/// micro-batches, cost model, no engine), and the balanced partition's.
-void bound_layouts(const SearchRequest& request, const std::vector<double>& caps_w,
-                   const std::vector<std::size_t>& fitting, int threads, Progress& progress,
+/// micro-batches, cost model, no engine), and the balanced partition's. A layout whose bound would end past
+/// --max-minutes is stopped, with its caps.
+void bound_layouts(const SearchContext& context, const std::vector<std::size_t>& fitting,
                    SearchResult& result, ProbeStretches& stretches) {
+  const SearchRequest& request = context.request;
+  const std::vector<double>& caps_w = context.caps_w;
   stretches.uniform.resize(result.evaluations.size());
   stretches.balanced.resize(result.evaluations.size());
   stretches.uniform_active_j.assign(result.evaluations.size(), 0.0);
   stretches.balanced_active_j.assign(result.evaluations.size(), 0.0);
   std::atomic<std::int64_t> probe_ops{0};
-  core::parallel_for(fitting.size(), threads, [&](std::size_t item) {
+  core::parallel_for(fitting.size(), context.threads, [&](std::size_t item) {
     Evaluation& evaluation = result.evaluations[fitting[item]];
+    const double bound_s = context.sized.bound_s(fitting[item]);
+    if (context.deadline.passed(bound_s)) {
+      for (std::size_t cap = 0; cap < caps_w.size(); ++cap)
+        mark_stopped(result.evaluations[fitting[item] + cap], request.max_minutes);
+      context.progress.step(bound_s, 0);
+      return;
+    }
     LayoutProbe probe(request.space.model, evaluation.candidate.layout, request.cluster);
     std::optional<LayoutProbe> balanced =
         request.balance_partitions ? add_balanced_partition(evaluation, probe, request) : std::nullopt;
@@ -532,7 +564,7 @@ void bound_layouts(const SearchRequest& request, const std::vector<double>& caps
       stretches.balanced_active_j[index] = balanced_bound.least_active_energy_j;
     }
     probe_ops += probe.probe_ops() + (balanced ? balanced->probe_ops() : 0);
-    progress.step();
+    context.progress.step(bound_s, bound_s);
   });
   result.probe_ops = static_cast<double>(probe_ops.load());
 }
@@ -595,9 +627,9 @@ bool refine_bound(double& bound_s, double active_j, std::optional<graph::Graph>&
 /// Chapter 2: simulate in increasing order of the least score (sorting `fitting`); skip a layout once its
 /// least score (ScoreBound) exceeds the k-th best feasible score, first by its probe's bound, then by its
 /// whole graph's.
-void simulate_in_bound_order(const SearchRequest& request, const std::vector<double>& caps_w,
-                             std::vector<std::size_t>& fitting, int threads, Progress& progress,
+void simulate_in_bound_order(const SearchContext& context, std::vector<std::size_t>& fitting,
                              SearchResult& result, const ProbeStretches& stretches) {
+  const SearchRequest& request = context.request;
   const ScoreBound score_bound(request);
   auto least_score = [&](std::size_t index) {
     const Evaluation& evaluation = result.evaluations[index];
@@ -614,9 +646,17 @@ void simulate_in_bound_order(const SearchRequest& request, const std::vector<dou
   auto evaluate_layout = [&](std::size_t item) {
     // Graphs built once for all of the layout's caps, when one is simulated: uniform, then balanced.
     std::optional<graph::Graph> graphs[2];
-    for (std::size_t cap = 0; cap < caps_w.size(); ++cap) {
+    const double full_s = context.sized.full_evaluation_s(fitting[item]);
+    const double expected_s = context.sized.expected_evaluation_s(fitting[item]);
+    for (std::size_t cap = 0; cap < context.caps_w.size(); ++cap) {
       const std::size_t index = fitting[item] + cap;
       Evaluation& evaluation = result.evaluations[index];
+      if (evaluation.verdict == Verdict::kStopped || context.deadline.passed(full_s)) {
+        mark_stopped(evaluation, request.max_minutes);
+        context.progress.step(expected_s, 0);
+        continue;
+      }
+      const auto started = std::chrono::steady_clock::now();
       try {
         const bool uniform =
             refine_bound(evaluation.lower_bound_s, stretches.uniform_active_j[index], graphs[0],
@@ -636,7 +676,11 @@ void simulate_in_bound_order(const SearchRequest& request, const std::vector<dou
         evaluation.verdict = Verdict::kFailed;
         evaluation.note = error.what();
       }
-      progress.step();
+      const bool simulated = evaluation.verdict != Verdict::kPruned;
+      if (simulated)
+        context.deadline.finished(
+            full_s, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+      context.progress.step(expected_s, simulated ? full_s : 0);
     }
   };
   // Waves in bound order, each judged against the threshold its start saw: which layouts are simulated does
@@ -645,7 +689,7 @@ void simulate_in_bound_order(const SearchRequest& request, const std::vector<dou
   for (std::size_t begin = 0; begin < fitting.size(); begin += wave, wave = std::min(2 * wave, kMaxWave)) {
     admitted.freeze(top.threshold());
     const std::size_t count = std::min(wave, fitting.size() - begin);
-    core::parallel_for(count, threads, [&](std::size_t offset) { evaluate_layout(begin + offset); });
+    core::parallel_for(count, context.threads, [&](std::size_t offset) { evaluate_layout(begin + offset); });
   }
   result.built_ops = static_cast<double>(built_ops.load());
 }
@@ -656,6 +700,7 @@ std::vector<std::size_t> count_verdicts(SearchResult& result) {
   for (std::size_t index = 0; index < result.evaluations.size(); ++index) {
     const Verdict verdict = result.evaluations[index].verdict;
     if (verdict == Verdict::kPruned) ++result.pruned;
+    if (verdict == Verdict::kStopped) ++result.stopped;
     if (verdict == Verdict::kRanked || verdict == Verdict::kOverBudget || verdict == Verdict::kFailed)
       ++result.simulated;
     if (verdict == Verdict::kRanked) ranked.push_back(index);
@@ -697,20 +742,33 @@ SearchResult search_layouts(const SearchRequest& request) {
   SearchResult result;
   result.invalid = space.invalid;
   result.excluded = space.excluded;
+  result.excluded_by = space.excluded_by;
   const std::vector<double> caps_w =
       request.power_caps_w.empty() ? std::vector<double>{0.0} : request.power_caps_w;
   std::vector<std::size_t> fitting = add_evaluations(space, caps_w, result);
   const int threads = request.threads > 0
                           ? request.threads
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  size_layouts(request, caps_w, fitting, threads, result);
-  Progress progress(request, fitting.size() * (1 + caps_w.size()));
+  const SizedWork sized = size_layouts(request, caps_w, fitting, threads, result);
+  Progress progress(request, fitting.size() * (1 + caps_w.size()), expected_work_s(sized, fitting));
+  Deadline deadline(started, request.stop_after_s > 0 ? request.stop_after_s : request.max_minutes * 60);
+  const SearchContext context{request, caps_w, threads, sized, progress, deadline};
 
   ProbeStretches stretches;
-  bound_layouts(request, caps_w, fitting, threads, progress, result, stretches);
+  bound_layouts(context, fitting, result, stretches);
   result.bound_wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  simulate_in_bound_order(request, caps_w, fitting, threads, progress, result, stretches);
+  simulate_in_bound_order(context, fitting, result, stretches);
   rank_and_mark_front(request, count_verdicts(result), result);
+  if (result.ranking.empty() && result.stopped > 0) {
+    throw RuntimeFailure(fmt::format(
+        "the search reached --max-minutes {:g} before any layout was ranked ({} of the {} evaluations that "
+        "fit "
+        "memory not started; estimated {:.1f} min on {} threads); give --max-minutes {:.0f} or narrow the "
+        "space",
+        request.max_minutes, result.stopped, result.stopped + result.simulated + result.pruned,
+        result.estimated_s / 60, threads,
+        std::ceil(std::max(result.estimated_s, deadline.elapsed_s()) / 60 * 2)));
+  }
   if (result.ranking.empty()) refuse_over_budget(request, result);
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return result;

@@ -2,6 +2,7 @@
 // cannot make the top K), ranks them by an objective and marks the Pareto front (docs/PLANNER.md).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <functional>
 #include <optional>
@@ -22,6 +23,18 @@ Objective parse_objective(const std::string& text);
 /// Name of an objective.
 std::string to_string(Objective objective);
 
+/// How far a search is: its steps (a layout's bound, a (layout, cap) evaluation) and its work, in estimated
+/// single-thread seconds (estimated_search_s's terms): a pruned evaluation's work leaves the total, so the
+/// fraction done and the time left follow the work, not the count of steps.
+struct SearchProgress {
+  std::size_t steps_done = 0;   ///< bounds and evaluations done (pruned ones included)
+  std::size_t steps_total = 0;  ///< bounds and evaluations of the search
+  double work_done_s = 0;       ///< estimated seconds of the work done
+  double work_total_s = 0;      ///< estimated seconds of the work done and still to do
+  /// The share of the work done, in [0, 1].
+  double fraction() const { return work_total_s > 0 ? std::min(1.0, work_done_s / work_total_s) : 1.0; }
+};
+
 /// A search request.
 struct SearchRequest {
   SpaceRequest space;        ///< the job; device_memory_bytes is taken from `cluster`
@@ -35,20 +48,25 @@ struct SearchRequest {
   std::vector<double> power_caps_w;
   int threads = 0;  ///< worker threads; 0 = std::thread::hardware_concurrency()
   /// > 0: refuse (InputError, before any graph is built) a space whose estimated search time
-  /// (estimated_search_s) on `threads` exceeds this many minutes; 0 = no limit (`calo plan --max-minutes`).
+  /// (estimated_search_s) on `threads` exceeds this many minutes, and stop a search that runs past it: an
+  /// evaluation that would end beyond it is not started (Verdict::kStopped); 0 = no limit
+  /// (`calo plan --max-minutes`).
   double max_minutes = 0;
+  /// > 0: stop the search here (seconds) instead of at max_minutes, whatever the estimate (tests and
+  /// harnesses that must see the stop without a space too large for the estimate).
+  double stop_after_s = 0;
   bool prune = true;  ///< skip layouts whose lower bound proves they cannot make the top K
   /// Try each pipeline layout (vpp 1) also at the layers per stage that balance its stages' compute
   /// (balanced_partition.h) and rank it at whichever simulates better; false = uniform partitions only.
   bool balance_partitions = true;
-  /// Called from worker threads (serialised) with (layouts done, layouts to do) for a progress bar.
-  std::function<void(std::size_t, std::size_t)> progress;
+  /// Called from worker threads (serialised) as work is done, for a progress bar and its time left.
+  std::function<void(const SearchProgress&)> progress;
 };
 
 /// What happened to one candidate.
-enum class Verdict { kRanked, kOutOfMemory, kPruned, kOverBudget, kFailed, kTooLarge };
+enum class Verdict { kRanked, kOutOfMemory, kPruned, kOverBudget, kFailed, kTooLarge, kStopped };
 /// Name of a verdict ("ranked", "oom", "pruned", "over-budget", "failed", "too-large": a graph beyond
-/// graph::kMaxGraphOps, never built).
+/// graph::kMaxGraphOps, never built; "stopped": not evaluated, the search reached --max-minutes).
 const char* to_string(Verdict verdict);
 
 /// One candidate and its figures (simulated ones only when verdict is kRanked or kOverBudget).
@@ -85,13 +103,16 @@ struct SearchResult {
   std::vector<std::size_t> pareto;      ///< indices on the Pareto front, by tokens/s descending
   int invalid = 0;                      ///< combinations resolve_layout rejected
   int excluded = 0;                     ///< combinations outside the request's layout constraints
-  int simulated = 0;                    ///< layouts simulated
-  int pruned = 0;                       ///< layouts skipped by the lower bound
-  int out_of_memory = 0;                ///< layouts that do not fit memory
+  /// The excluded ones by the flag that excluded them (LayoutSpace::excluded_by).
+  std::vector<std::pair<std::string, int>> excluded_by;
+  int simulated = 0;      ///< layouts simulated
+  int pruned = 0;         ///< layouts skipped by the lower bound
+  int out_of_memory = 0;  ///< layouts that do not fit memory
   /// Layouts beyond the usable share that fit the card (Candidate::tight): out of memory under the usable
   /// limit, ranked (if not pruned) under MemoryLimit::kCard.
   int tight = 0;
   int too_large = 0;        ///< fitting layouts whose graph exceeds graph::kMaxGraphOps
+  int stopped = 0;          ///< evaluations not started because the search reached --max-minutes
   double graph_ops = 0;     ///< estimated ops of the fitting layouts' graphs (the search's work)
   double probe_ops = 0;     ///< ops of the probe graphs the bounds were computed on
   double built_ops = 0;     ///< ops of the whole graphs built (refined bounds, simulations)
@@ -124,7 +145,8 @@ struct SearchWork {
   double probe_ops = 0;    ///< ops of the fitting layouts' probe graphs (LayoutProbe; balanced ones included)
   double graph_ops = 0;    ///< ops of their whole graphs
   double evaluations = 0;  ///< (layout, power cap) pairs to simulate
-  int steps = 1;           ///< simulated steps each
+  double evaluated_ops = 0;  ///< ops of the graphs of those pairs: each layout's graph once per power cap
+  int steps = 1;             ///< simulated steps each
   Objective objective = Objective::kThroughput;  ///< what the bound prunes by (nothing under kPareto)
   bool prune = true;                             ///< false under --no-prune
 };
@@ -137,14 +159,37 @@ struct SearchWork {
 inline constexpr double kSearchSecondsPerProbeOp = 70e-9;
 inline constexpr double kSearchSecondsPerBuiltOp = 375e-9;
 inline constexpr double kSearchSecondsPerSimulatedStep = 2e-3;
+/// A thread's wall seconds per op of a simulated step (the engine's events and the power model's windows).
+inline constexpr double kSearchSecondsPerSimulatedOp = 4e-7;
+/// Graphs per layout when every partition is built: the uniform one, and the balanced one of pipeline
+/// layouts.
+inline constexpr double kBalancedGraphsFactor = 1.2;
 inline constexpr double kPrunedBuiltFraction = 0.2;
 inline constexpr double kPrunedSimulatedFraction = 0.05;
 inline constexpr double kEnergyPrunedBuiltFraction = 0.5;
 inline constexpr double kEnergyPrunedSimulatedFraction = 0.5;
 
+/// The expected shares of whole graphs built and of evaluations simulated under `work`'s pruning.
+struct PrunedFractions {
+  double built = kBalancedGraphsFactor;  ///< whole-graph ops built per fitting layout's graph ops
+  double simulated = 1.0;                ///< evaluations simulated per evaluation
+};
+
+/// The fractions `work`'s objective and pruning lead to expect.
+PrunedFractions pruned_fractions(const SearchWork& work);
+
 /// Estimated wall seconds of a search of `work` on `threads` threads (docs/METRICS.md, "Estimated search
 /// time").
 double estimated_search_s(const SearchWork& work, int threads);
+
+/// One thread's seconds to simulate one (layout, cap) evaluation of a graph of `ops` for `steps` steps, its
+/// balanced partition's share included.
+double simulated_evaluation_s(double ops, int steps);
+
+/// One thread's expected seconds of one (layout, cap) evaluation of a layout of `ops` among `caps` caps: its
+/// share of building the graph and, at the pruning's expected fraction, of simulating it (the terms of
+/// estimated_search_s for one evaluation).
+double expected_evaluation_s(const SearchWork& work, double ops, std::size_t caps);
 
 /// Runs the search. Throws InputError for contradictory constraints (a power budget below the idle power of
 /// all GPUs), for a space without any valid layout and for a space where no layout fits memory, each with

@@ -82,11 +82,6 @@ std::string percent(double ratio) {
   return std::isnan(ratio) ? "–" : fmt::format("{:+.1f}%", ratio * 100.0);
 }
 
-std::string device_label(const store::DeviceInfo& device) {
-  if (device.kind == store::DeviceKind::kCpu) return device.name.empty() ? "host" : device.name;
-  return fmt::format("GPU {} (n{} s{})", device.idx, device.node, device.slot);
-}
-
 std::string run_header(const analyze::RunAnalysis& run, const analyze::Comparison& comparison,
                        std::size_t index) {
   const auto& info = run.run;
@@ -129,7 +124,8 @@ std::string run_header(const analyze::RunAnalysis& run, const analyze::Compariso
       "{}</td></tr>"
       "</table>\n",
       index + 1, escape_html(comparison.run_labels[index]), escape_html(info.name), escape_html(info.command),
-      escape_html(info.host), escape_html(devices.empty() ? "none" : devices), std::max(nodes, 1),
+      escape_html(nodes > 1 ? fmt::format("{} nodes: {}", nodes, info.host) : info.host),
+      escape_html(devices.empty() ? "none" : devices), std::max(nodes, 1),
       escape_html(layout.empty() ? "–" : layout), duration_s, run.sample_count, run.steps,
       escape_html(run.run_dir.string()));
 }
@@ -250,7 +246,7 @@ std::string time_series_section(const analyze::RunAnalysis& run, const std::stri
         const auto& digest = found->second[slot];
         if (digest.count == 0) continue;
         unit = *item.unit != 0 ? item.unit : digest.unit;
-        TimeSeries line{device_label(run.devices[slot]), digest.buckets};
+        TimeSeries line{device_label(run, run.devices[slot]), digest.buckets};
         if (item.scale != 1) {
           for (auto& bucket : line.buckets) {
             bucket.min *= item.scale;
@@ -521,16 +517,14 @@ void recording_findings(const analyze::RunAnalysis& run, const std::string& pref
                      share * 100, exposed->lane, exposed->comm_exposed_union_s * 1e3),
          prefix + "comm"});
   }
-  bool any_gpu = false;
-  for (const auto& device : run.devices) any_gpu = any_gpu || device.kind == store::DeviceKind::kGpu;
   for (int32_t idx : run.stragglers) {
     for (const auto& metrics : run.device_metrics) {
       if (metrics.device.idx != idx) continue;
-      out.push_back({0.5 + metrics.straggler_fraction,
-                     fmt::format("{} {} is a straggler: last to finish {:.0f} % of the steps, +{:.2f} ms",
-                                 any_gpu ? "GPU" : "rank", idx, metrics.straggler_fraction * 100,
-                                 metrics.straggler_lag_ms),
-                     prefix + "gpus"});
+      out.push_back(
+          {0.5 + metrics.straggler_fraction,
+           fmt::format("{} is a straggler: last to finish {:.0f} % of the steps, +{:.2f} ms",
+                       lane_label(run, idx), metrics.straggler_fraction * 100, metrics.straggler_lag_ms),
+           prefix + "gpus"});
     }
   }
   auto cpu = run.series.find("cpu_util_pct");
@@ -700,6 +694,20 @@ std::string verdict_section(const std::vector<analyze::RunAnalysis>& runs,
 
 }  // namespace
 
+std::vector<std::string> verdict_lines(const std::vector<analyze::RunAnalysis>& runs) {
+  const analyze::Comparison comparison = analyze::compare_runs(runs);
+  std::vector<std::string> lines;
+  for (const analyze::Winner& winner : analyze::pick_winners(runs, comparison))
+    lines.push_back("which is better: " + analyze::describe_winner(winner));
+  for (std::size_t index : verdict_order(runs, comparison)) {
+    lines.push_back(fmt::format("run {}: {}", index + 1, comparison.run_labels[index]));
+    const std::vector<Finding> findings = run_findings(runs, comparison, index);
+    for (std::size_t at = 0; at < findings.size() && at < 3; ++at)
+      lines.push_back(fmt::format("  {}. {}", at + 1, findings[at].text));
+  }
+  return lines;
+}
+
 std::string format_number(double value, const std::string& unit) {
   return number(value, unit);
 }
@@ -763,7 +771,8 @@ std::string render_html_report(const std::vector<analyze::RunAnalysis>& runs, co
     std::size_t index = order[at];
     const auto& run = runs[index];
     std::string prefix = fmt::format("run{}-", index + 1);
-    out += fmt::format("<div id=\"{}header\"></div>\n", prefix) + run_header(run, comparison, index);
+    out += fmt::format("<div id=\"{}header\"></div>\n", prefix) + run_header(run, comparison, index) +
+           nodes_table(run);
     if (analyze::has_placeholder_power(run)) out += kPlaceholderNote;
     out += time_series_section(run, prefix);
     std::string heat = heatmap_section(run, prefix);

@@ -18,6 +18,10 @@ struct ReportOptions {
 std::string render_html_report(const std::vector<analyze::RunAnalysis>& runs,
                                const ReportOptions& options = {});
 
+/// The report's verdict as plain lines, as `calo report` prints it beside the page: which run is better (two
+/// or more contenders), then per run "run N: label" and its three findings that matter most ("  1. ...").
+std::vector<std::string> verdict_lines(const std::vector<analyze::RunAnalysis>& runs);
+
 /// The page's head (shared style and chart-check script), <body>, the <h1> title and one note paragraph;
 /// close the page with "</body></html>". Shared by the run and the campaign report.
 std::string page_open(const std::string& title, const std::string& note);

@@ -131,9 +131,9 @@ std::string stragglers_paragraph(const analyze::RunAnalysis& run) {
     for (const auto& metrics : run.device_metrics) {
       if (metrics.device.idx != idx) continue;
       out += fmt::format(
-          "GPU {} — last in {:.0f}% of steps, +{:.2f} ms after the median, mean SM clock {} MHz, "
+          "{} — last in {:.0f}% of steps, +{:.2f} ms after the median, mean SM clock {} MHz, "
           "mean temperature {} °C. ",
-          idx, metrics.straggler_fraction * 100, metrics.straggler_lag_ms,
+          escape_html(lane_label(run, idx)), metrics.straggler_fraction * 100, metrics.straggler_lag_ms,
           format_number(metrics.sm_clock_mean_mhz), format_number(metrics.temp_mean_c));
     }
   }

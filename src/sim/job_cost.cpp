@@ -32,6 +32,10 @@ std::string readable_energy(double joules) {
 }  // namespace
 
 void check_cost_inputs(const CostInputs& inputs) {
+  // 0 is the unset default: a cost flag without --tokens names the missing flag, not a value never given.
+  require_input(inputs.tokens != 0,
+                "the cost of training needs --tokens (the tokens to train, e.g. --tokens 1e12); "
+                "--price-per-kwh, --currency, --pue and --host-power-w only apply with it");
   require_input(std::isfinite(inputs.tokens) && inputs.tokens > 0 && inputs.tokens <= kMaxCostTokens,
                 fmt::format("--tokens {:g}: give the tokens to train, at most {:g}, e.g. --tokens 1e12",
                             inputs.tokens, kMaxCostTokens));

@@ -1,5 +1,6 @@
 #include "sim/store_run.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/time.h"
@@ -49,11 +50,17 @@ void add_devices(store::RunWriter& writer, const ClusterSpec& cluster, const Sim
   }
 }
 
+/// Power-trace samples a stored run keeps at most (~20 MB of run.db): beyond, each trace's windows are merged
+/// k at a time (the k-window mean, so the stored power still integrates to the stored energy). Llama3-70B on
+/// 64 GPUs keeps its 235 k windows of one step; GPT3-175B on 8,192 GPUs for ten steps keeps 1 in 40.
+constexpr std::size_t kMaxStoredTraceSamples = 500'000;
+
 /// Which samples fit in the budget: per-GPU samples when world * steps <= max_gpu_samples, and then the power
-/// traces' samples too when they number at most 8 * max_gpu_samples.
+/// traces' samples, k windows merged into one (trace_stride) to keep kMaxStoredTraceSamples.
 struct SampleChoice {
-  bool per_gpu = false;       ///< one sample per GPU, metric and step
-  bool power_traces = false;  ///< the power traces' samples (power_sampled_w)
+  bool per_gpu = false;          ///< one sample per GPU, metric and step
+  bool power_traces = false;     ///< the power traces' samples (power_sampled_w)
+  std::size_t trace_stride = 1;  ///< windows merged into one stored sample
 };
 
 /// Chooses the samples to store for `result` under `max_gpu_samples`.
@@ -64,8 +71,31 @@ SampleChoice choose_samples(const SimResult& result, long long max_gpu_samples) 
   for (std::size_t index = 0; index < result.trace_of.size(); ++index) {
     trace_samples += result.power_traces[result.trace_of[index]]->sample_w.size();
   }
-  choice.power_traces = choice.per_gpu && static_cast<long long>(trace_samples) <= 8 * max_gpu_samples;
+  choice.power_traces = choice.per_gpu;
+  choice.trace_stride =
+      std::max<std::size_t>(1, (trace_samples + kMaxStoredTraceSamples - 1) / kMaxStoredTraceSamples);
   return choice;
+}
+
+/// Appends `trace`'s windows of a step starting at `start_s`, `stride` merged into one sample at the last
+/// one's end: their time-weighted mean power.
+void append_trace_samples(std::vector<store::Sample>& samples, const PowerTrace& trace, std::int32_t rank,
+                          std::int32_t metric, double start_s, std::size_t stride) {
+  double begin_s = 0;
+  for (std::size_t first = 0; first < trace.sample_w.size(); first += stride) {
+    const std::size_t last = std::min(trace.sample_w.size(), first + stride) - 1;
+    double energy_j = 0;
+    double window_begin_s = begin_s;
+    for (std::size_t window = first; window <= last; ++window) {
+      const double end_s = window_end_s(trace, window);
+      energy_j += trace.sample_w[window] * (end_s - window_begin_s);
+      window_begin_s = end_s;
+    }
+    const double length_s = window_begin_s - begin_s;
+    const double mean_w = length_s > 0 ? energy_j / length_s : trace.sample_w[last];
+    samples.push_back({rank, metric, to_ns(start_s + window_begin_s), mean_w, store::kNoSensorTime});
+    begin_s = window_begin_s;
+  }
 }
 
 /// Ids of the per-GPU metrics of a sim run.
@@ -101,20 +131,17 @@ void append_step_span(store::RunWriter& writer, const SimResult& result, int ste
 }
 
 /// Appends GPU `rank`'s samples of step `step` (from `start_s` to `end_s`) to `samples`: the power trace's
-/// samples when chosen, then mean power, die temperature, clock and the energy counter at the step's end
+/// samples when chosen (merged by choice.trace_stride), then mean power, die temperature, clock and the
+/// energy counter at the step's end
 /// (`energy_so_far_j` grows by the step's energy).
 void append_gpu_step_samples(std::vector<store::Sample>& samples, const SimResult& result,
-                             const MetricIds& ids, bool power_traces, int step, int rank, double start_s,
-                             double end_s, double& energy_so_far_j) {
+                             const MetricIds& ids, const SampleChoice& choice, int step, int rank,
+                             double start_s, double end_s, double& energy_so_far_j) {
   const std::size_t index = static_cast<std::size_t>(step) * result.world + rank;
   const PowerTrace& trace = *result.power_traces[result.trace_of[index]];
   energy_so_far_j += trace.energy_j;
-  if (power_traces) {
-    for (std::size_t window = 0; window < trace.sample_w.size(); ++window) {
-      samples.push_back({rank, ids.sampled, to_ns(start_s + window_end_s(trace, window)),
-                         trace.sample_w[window], store::kNoSensorTime});
-    }
-  }
+  if (choice.power_traces)
+    append_trace_samples(samples, trace, rank, ids.sampled, start_s, choice.trace_stride);
   const std::int64_t t_ns = to_ns(end_s);
   samples.push_back({rank, ids.power, t_ns, result.power_w[index], store::kNoSensorTime});
   samples.push_back({rank, ids.temp, t_ns, result.die_c[index], store::kNoSensorTime});
@@ -145,7 +172,7 @@ double write_steps(store::RunWriter& writer, const SimResult& result, long long 
     if (!choice.per_gpu) continue;
     samples.clear();
     for (int rank = 0; rank < world; ++rank) {
-      append_gpu_step_samples(samples, result, ids, choice.power_traces, step, rank, step_start_s, t_s,
+      append_gpu_step_samples(samples, result, ids, choice, step, rank, step_start_s, t_s,
                               energy_so_far_j[rank]);
     }
     writer.append(samples);

@@ -88,7 +88,7 @@ TEST(CaloPlan, LayoutFlagsConstrainTheSearchAndALogGetsProgressLinesAndWhichPres
   ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
   EXPECT_TRUE(contains(outcome.output, "only --tp 2 --mbs 1,2 --recompute none")) << outcome.output;
   EXPECT_TRUE(contains(outcome.output, "outside the constraints")) << outcome.output;
-  EXPECT_TRUE(contains(outcome.output, "layout steps (100 %)")) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "layout steps (100 % of the work)")) << outcome.output;
   EXPECT_TRUE(contains(outcome.output, "--cluster h200-hgx-calibrated is fitted")) << outcome.output;
   int commands = 0;
   for (auto at = outcome.output.find("calo sim --model"); at != std::string::npos;
@@ -119,6 +119,28 @@ TEST(CaloPlan, LayoutFlagsConstrainTheSearchAndALogGetsProgressLinesAndWhichPres
   outcome = run_calo("plan --model llama3-8b --cluster h200-hgx --gpus 8 --gbs 16 --schedule zigzag");
   EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
   EXPECT_TRUE(contains(outcome.output, "zigzag")) << outcome.output;
+}
+
+TEST(CaloPlan, ZeroAtDataParallelOneIsKeptAndEachExclusionNamesItsFlag) {
+  // Issue 66 item 4: `--zero 1` dropped every dp = 1 layout (calo sim accepts --zero 1 at dp 1, where it
+  // shards nothing) and the header said only how many layouts the constraints excluded, not which flag did.
+  const Outcome outcome = run_calo(
+      "plan --model llama3-8b --cluster h100-hgx --gpus 16 --gbs 64 --seq 2048 --tp 4,8 --pp 2,4 --zero 1 "
+      "--mbs 1 --recompute none --no-overlap --top 40 --quiet");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, "--tp 8 --pp 2 --dp 1") ||
+              contains(outcome.output, "--tp 4 --pp 4 --dp 1"))
+      << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, " by --tp")) << outcome.output;
+  EXPECT_TRUE(contains(outcome.output, " by --zero")) << outcome.output;
+  const Outcome json = run_calo(
+      "plan --model llama3-8b --cluster h100-hgx --gpus 16 --gbs 64 --seq 2048 --tp 4,8 --pp 2,4 --zero 1 "
+      "--mbs 1 --recompute none --no-overlap --top 3 --quiet --json");
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  const nlohmann::json parsed = nlohmann::json::parse(json.output.substr(json.output.find('{')));
+  int by_flags = 0;
+  for (const auto& entry : parsed["excluded_by"]) by_flags += entry[1].get<int>();
+  EXPECT_EQ(by_flags, parsed["excluded"].get<int>()) << parsed.dump();
 }
 
 TEST(CaloPlan, ALongFrontShowsItsCornersAndTheFrontObjectiveShowsAllOfIt) {

@@ -599,5 +599,53 @@ TEST(Search, ASpaceEstimatedBeyondMaxMinutesIsRefusedBeforeAnySimulationNamingTh
   EXPECT_LT(result.estimated_s, cpu_per_thread_s * 4);
 }
 
+// Issue 66 item 3: --max-minutes guarded only the estimate; a search the estimate let through ran on past it.
+// The stop now holds the search itself: no evaluation starts that would end past the limit, the ranking holds
+// what finished, and a stop before anything was ranked is an error that says what to give.
+TEST(Search, TheStopEndsTheSearchAtItsLimitWithWhatFinishedRanked) {
+  SearchRequest request = small_request();
+  request.power_caps_w = {500, 700};
+  request.objective = Objective::kEnergy;
+  const SearchResult whole = search_layouts(request);
+  ASSERT_EQ(whole.stopped, 0);
+  request.stop_after_s = whole.wall_s / 3;
+  const SearchResult stopped = search_layouts(request);
+  EXPECT_GT(stopped.stopped, 0);
+  EXPECT_LT(stopped.simulated, whole.simulated);
+  EXPECT_LT(stopped.wall_s, whole.wall_s);
+  EXPECT_EQ(stopped.simulated + stopped.pruned + stopped.stopped, whole.simulated + whole.pruned);
+  for (std::size_t index : stopped.ranking) EXPECT_EQ(stopped.evaluations[index].verdict, Verdict::kRanked);
+  int marked = 0;
+  for (const Evaluation& evaluation : stopped.evaluations) {
+    if (evaluation.verdict != Verdict::kStopped) continue;
+    ++marked;
+    EXPECT_NE(evaluation.note.find("--max-minutes"), std::string::npos) << evaluation.note;
+  }
+  EXPECT_EQ(marked, stopped.stopped);
+  request.stop_after_s = 1e-9;  // nothing can start
+  try {
+    search_layouts(request);
+    FAIL() << "a search stopped before any layout was ranked returned a ranking";
+  } catch (const RuntimeFailure& error) {
+    EXPECT_NE(std::string(error.what()).find("before any layout was ranked"), std::string::npos)
+        << error.what();
+  }
+}
+
+// The progress a search reports is its work: it ends at 1 whatever was pruned, and never runs backwards by
+// more than a pruned step's share.
+TEST(Search, ProgressFollowsTheWorkAndEndsComplete) {
+  SearchRequest request = small_request();
+  std::vector<SearchProgress> seen;
+  request.progress = [&seen](const SearchProgress& progress) { seen.push_back(progress); };
+  const SearchResult result = search_layouts(request);
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen.back().steps_done, seen.back().steps_total);
+  EXPECT_DOUBLE_EQ(seen.back().fraction(), 1.0);
+  EXPECT_GT(result.pruned, 0);
+  for (std::size_t index = 1; index < seen.size(); ++index)
+    EXPECT_EQ(seen[index].steps_done, seen[index - 1].steps_done + 1);
+}
+
 }  // namespace
 }  // namespace calo::plan

@@ -130,7 +130,7 @@ TEST(CalosimCli, ACpuHostsPlaceholderPowerIsNoFindingOfItsReport) {
 
 // --op-spans (issue 40 item 5): distinct keeps one GPU per distinct timeline (PP2-DP2: the two stages' first
 // ranks), all every GPU, none no span; all above 64 GPUs exits 2 naming the fix.
-TEST(CalosimCli, OpSpansKeepOneGpuPerDistinctTimelineByDefault) {
+TEST(CalosimCli, OpSpansAreStoredOnRequestDistinctKeepsOneGpuPerDistinctTimeline) {
   const auto dir = testing::temp_dir("cli-op-spans");
   auto span_ranks = [&dir](const std::string& mode) {
     const std::string flag = mode.empty() ? "" : " --op-spans " + mode;
@@ -143,7 +143,9 @@ TEST(CalosimCli, OpSpansKeepOneGpuPerDistinctTimelineByDefault) {
       ranks.insert(span.rank);
     return ranks;
   };
-  EXPECT_EQ(span_ranks(""), (std::set<int32_t>{0, 2}));  // pp outermost: stage 0 = ranks 0-1, stage 1 = 2-3
+  EXPECT_TRUE(span_ranks("").empty());  // the default: a report needs no op spans (issue 66 item 5)
+  EXPECT_EQ(span_ranks("distinct"),
+            (std::set<int32_t>{0, 2}));  // pp outermost: stage 0 = ranks 0-1, stage 1 = 2-3
   EXPECT_EQ(span_ranks("all"), (std::set<int32_t>{0, 1, 2, 3}));
   EXPECT_TRUE(span_ranks("none").empty());
   const Outcome refused = run_calo(
@@ -277,6 +279,23 @@ TEST(CalosimCli, BadInputExitsWithTwoAndNamesTheFix) {
   outcome = run_calo("sim --model tiny-dense --cluster h200-hgx --gpus 4 --slow-gpu 9=0.5 --no-store");
   EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
   EXPECT_NE(outcome.output.find("--slow-gpu"), std::string::npos) << outcome.output;
+}
+
+TEST(CalosimCli, AGpuCountItSuggestsPassesTheModelsChecks) {
+  // --tp 6 on 64 GPUs used to suggest --gpus 48, which then failed on Llama3-70B's 64 heads: the model's
+  // refusal comes first, with the tp sizes that divide them.
+  Outcome outcome = run_calo("sim --model llama3-70b --cluster h100-hgx --gpus 64 --tp 6 --no-store");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_NE(outcome.output.find("tp=6 does not divide 64 attention heads"), std::string::npos)
+      << outcome.output;
+  EXPECT_EQ(outcome.output.find("--gpus 48"), std::string::npos) << outcome.output;
+  // A tp the model takes still gets the --gpus arithmetic, and its suggestion runs.
+  outcome = run_calo("sim --model llama3-70b --cluster h100-hgx --gpus 60 --tp 8 --no-store");
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_NE(outcome.output.find("use a multiple such as 56"), std::string::npos) << outcome.output;
+  EXPECT_EQ(
+      run_calo("sim --model llama3-70b --cluster h100-hgx --gpus 56 --tp 8 --zero 1 --no-store").exit_code,
+      0);
 }
 
 }  // namespace
@@ -422,6 +441,28 @@ TEST(CalosimCli, ComparingTwoLayoutsSaysWhichWinsByHowMuchAgainstTheSimulatorsEr
   ASSERT_NE(mfu, std::string::npos);
   const std::string unit = html.substr(mfu, html.find("</text>", mfu + 11) - mfu);
   EXPECT_NE(unit.find(">(%)"), std::string::npos) << unit;
+  // calo report prints the verdict beside the page: the winner line, then each run's findings.
+  const calo::testing::Outcome printed =
+      calo::testing::run_calo("report " + runs + " --out " + (dir / "printed.html").string());
+  EXPECT_NE(printed.output.find("which is better: " + winners[0]["text"].get<std::string>()),
+            std::string::npos)
+      << printed.output;
+  EXPECT_NE(printed.output.find("run 1: "), std::string::npos) << printed.output;
+  EXPECT_NE(printed.output.find("  1. step time"), std::string::npos) << printed.output;
+  // Runs of two models are not contenders: a token of one is no token of the other.
+  const std::string other_model = (dir / "other-model").string();
+  ASSERT_EQ(
+      calo::testing::run_calo("sim --model llama3-8b-4layers --cluster h100-hgx-calibrated --gpus 8 --gbs 32 "
+                              "--seq 4096 --out " +
+                              other_model)
+          .exit_code,
+      0);
+  const calo::testing::Outcome models =
+      calo::testing::run_calo("report " + (dir / "h100-hgx-calibrated-tp2").string() + " " + other_model +
+                              " --out " + (dir / "models.html").string());
+  EXPECT_EQ(models.exit_code, 0) << models.output;
+  EXPECT_EQ(models.output.find("which is better"), std::string::npos) << models.output;
+  EXPECT_NE(models.output.find("run 2: "), std::string::npos) << models.output;
 }
 
 TEST(CalosimCli, WarmupStepsAreStoredAsWarmup) {

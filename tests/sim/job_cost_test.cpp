@@ -54,6 +54,11 @@ TEST(JobCost, CaloSimPrintsTheCostLineAndItsJson) {
   const testing::Outcome bad = testing::run_calo(job + "--tokens 1e10 --pue 0.7");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("--pue 0.7"), std::string::npos) << bad.output;
+  // A cost flag without --tokens names the missing flag, not "--tokens 0", a value the user never gave.
+  const testing::Outcome missing = testing::run_calo(job + "--price-per-kwh 0.1");
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("needs --tokens"), std::string::npos) << missing.output;
+  EXPECT_EQ(missing.output.find("--tokens 0"), std::string::npos) << missing.output;
 }
 
 TEST(JobCost, TheCostLineSaysItsCurrency) {

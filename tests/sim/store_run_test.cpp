@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "sim/simulate.h"
 #include "sim_test_util.h"
 #include "store/run_store.h"
@@ -40,6 +42,50 @@ TEST(StoreRun, SimulationIsARunOfKindSim) {
     }
   }
   EXPECT_TRUE(found_iteration);
+}
+
+// Issue 66 item 5: a 64-GPU run stays small. Three steps of Llama3-70B TP8-PP8 hold ~700 k power-trace
+// windows; the store keeps at most 500 k by merging windows (time-weighted means), so each GPU's stored power
+// still integrates to its stored energy counter, and no op span is kept unless asked.
+TEST(StoreRun, ALargeRunMergesTraceWindowsAndItsPowerStillIntegratesToItsEnergy) {
+  const auto dir = calo::sim::testing::temp_dir("store-large");
+  parallel::Layout layout;
+  layout.tp = 8;
+  layout.pp = 8;
+  layout.dp = 1;
+  layout.micro_batch = 1;
+  layout.global_batch = 512;
+  const graph::Graph graph = calo::sim::testing::make_graph("llama3-70b", layout);
+  const ClusterSpec cluster = load_cluster("h100-hgx-calibrated");
+  SimOptions options;
+  options.steps = 3;
+  const SimResult result = simulate(graph, cluster, options);
+  std::size_t windows = 0;
+  for (std::size_t index = 0; index < result.trace_of.size(); ++index)
+    windows += result.power_traces[result.trace_of[index]]->sample_w.size();
+  ASSERT_GT(windows, 500'000u) << "the case must exceed the store's budget to test the merge";
+  store_sim_run(dir / "run", "sim-large", "calo sim test", {{"steps", 3}}, graph, cluster, result);
+  store::RunReader reader(dir / "run");
+  EXPECT_TRUE(reader.spans(store::SpanKind::kOp).empty());
+  const auto sampled = reader.find_metric("power_sampled_w");
+  const auto energy = reader.find_metric("energy_j");
+  ASSERT_TRUE(sampled.has_value() && energy.has_value());
+  std::size_t stored = 0;
+  for (int rank : {0, 17, 63}) {
+    const auto power = reader.samples(rank, sampled->id);
+    const auto counter = reader.samples(rank, energy->id);
+    ASSERT_FALSE(power.empty());
+    stored += power.size();
+    double integral_j = 0;
+    std::int64_t begin_ns = 0;
+    for (const auto& sample : power) {  // each sample: the mean power since the previous one's time
+      integral_j += sample.value * static_cast<double>(sample.t_ns - begin_ns) * 1e-9;
+      begin_ns = sample.t_ns;
+    }
+    EXPECT_NEAR(integral_j, counter.back().value, 1e-4 * counter.back().value) << "rank " << rank;
+  }
+  EXPECT_LE(stored / 3 * 64, 500'000u);  // three of 64 alike GPUs
+  EXPECT_LT(std::filesystem::file_size(dir / "run" / "run.db"), 20u << 20);
 }
 
 }  // namespace

@@ -176,6 +176,19 @@ bool fits_memory(const parallel::MemoryBreakdown& memory, double device_bytes, M
 
 namespace {
 
+/// The recomputation modes a space holds: none, selective and full, and torchtitan's op-level checkpointing
+/// where the job is torchtitan's (--trainer torchtitan) or --recompute names it, for a dense model (MoE has
+/// no op-level mode: parallel/validate.cpp).
+std::vector<parallel::Recompute> searched_recomputes(const SpaceRequest& request) {
+  std::vector<parallel::Recompute> modes = {parallel::Recompute::kNone, parallel::Recompute::kSelective,
+                                            parallel::Recompute::kFull};
+  const auto& held = request.constraints.recompute;
+  const bool asked = std::find(held.begin(), held.end(), parallel::Recompute::kOp) != held.end();
+  if (!request.model.is_moe() && (asked || request.trainer == parallel::Trainer::kTorchtitan))
+    modes.push_back(parallel::Recompute::kOp);
+  return modes;
+}
+
 /// Counts one layout excluded by `flag` in `space`.
 void count_exclusion(const std::string& flag, LayoutSpace& space) {
   ++space.excluded;
@@ -196,8 +209,7 @@ void enumerate_at(const SpaceRequest& request, parallel::Precision precision, La
       continue;
     }
     for (int micro_batch : core::divisors(request.global_batch / sizes.dp)) {
-      for (auto recompute :
-           {parallel::Recompute::kNone, parallel::Recompute::kSelective, parallel::Recompute::kFull}) {
+      for (parallel::Recompute recompute : searched_recomputes(request)) {
         for (const Sharding& sharding :
              shardings(sizes, request.gpus_per_node, request.constraints.zero_stage)) {
           const int zero_stage = sharding.zero_stage;

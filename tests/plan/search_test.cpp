@@ -187,6 +187,29 @@ TEST(LayoutSpace, ConstraintsKeepOnlyTheGivenSettingsAndCountTheRest) {
   }
 }
 
+// Issue 62: --recompute op (torchtitan's op-level checkpointing) was no mode of the space, so `calo plan
+// --recompute op` found nothing; it is searched when asked for and in torchtitan's jobs, never for MoE.
+TEST(LayoutSpace, OpLevelRecomputeIsSearchedWhenAskedForOrForTorchtitan) {
+  SpaceRequest request = small_request().space;
+  request.device_memory_bytes = sim::load_cluster("h200-hgx").gpu.memory_bytes;
+  auto count_op = [](const LayoutSpace& space) {
+    return std::count_if(space.candidates.begin(), space.candidates.end(), [](const Candidate& candidate) {
+      return candidate.layout.recompute == parallel::Recompute::kOp;
+    });
+  };
+  EXPECT_EQ(count_op(enumerate_layouts(request)), 0);  // the default trainer's space: as before
+  request.constraints.recompute = {parallel::Recompute::kOp};
+  const LayoutSpace asked = enumerate_layouts(request);
+  ASSERT_GT(asked.fitting(), 0);
+  EXPECT_EQ(count_op(asked), static_cast<long>(asked.candidates.size()));
+  request.constraints.recompute.clear();
+  request.trainer = parallel::Trainer::kTorchtitan;
+  EXPECT_GT(count_op(enumerate_layouts(request)), 0);
+  request.model = model::load_model("tiny-moe");
+  request.constraints.recompute = {parallel::Recompute::kOp};
+  EXPECT_EQ(count_op(enumerate_layouts(request)), 0);
+}
+
 TEST(Search, ConstraintsThatLeaveNothingNameTheValuesThatFit) {
   SearchRequest request = small_request();
   request.space.constraints.tp = {3};  // 32 heads: tp 3 never divides them

@@ -617,8 +617,7 @@ const CommandRegistration kSim(
              "Which GPUs' per-op spans of the last step the stored run keeps: distinct (one GPU for "
              "each distinct timeline: ranks of one pipeline stage, expert slice and speed run the "
              "same ops at the same times), all (every GPU, at most 64: 1.1 GB for Llama3-70B TP8-PP4 on 64 "
-             "GPUs) or none (the default: a report needs none; `calo plan partition --from` and the "
-             "kernel breakdown of `calo report` need distinct)")
+             "GPUs) or none (default; `calo plan partition --from` and report's kernel breakdown need them)")
           ->check(CLI::IsMember({"distinct", "all", "none"}))
           ->capture_default_str();
       app.add_flag_callback(

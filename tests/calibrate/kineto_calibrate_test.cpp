@@ -211,7 +211,7 @@ TEST(KinetoCalibrate, CaloSimWithTheCalibratedFilePredictsTheTracedAllGather) {
   const fs::path sim = temp_path("kineto-sim");
   fs::remove_all(sim);
   const Outcome simulated = run_calo(
-      "sim --model llama3-8b --tp 2 --gpus 2 --seq 2048 --mbs 1 --steps 1 "
+      "sim --model llama3-8b --tp 2 --gpus 2 --seq 2048 --mbs 1 --steps 1 --op-spans distinct "
       "--cluster " +
       out.string() + " --out " + sim.string());
   ASSERT_EQ(simulated.exit_code, 0) << simulated.output;

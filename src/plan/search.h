@@ -166,6 +166,9 @@ inline constexpr double kSearchSecondsPerSimulatedOp = 4e-7;
 inline constexpr double kBalancedGraphsFactor = 1.2;
 inline constexpr double kPrunedBuiltFraction = 0.2;
 inline constexpr double kPrunedSimulatedFraction = 0.05;
+/// The share of the evaluated graph ops the throughput bound lets through to the engine: it admits the
+/// fastest layouts, whose graphs are the small ones (the eight searches of bench/plan_search/searches.sh).
+inline constexpr double kPrunedSimulatedOpFraction = 0.005;
 inline constexpr double kEnergyPrunedBuiltFraction = 0.5;
 inline constexpr double kEnergyPrunedSimulatedFraction = 0.5;
 
@@ -173,6 +176,7 @@ inline constexpr double kEnergyPrunedSimulatedFraction = 0.5;
 struct PrunedFractions {
   double built = kBalancedGraphsFactor;  ///< whole-graph ops built per fitting layout's graph ops
   double simulated = 1.0;                ///< evaluations simulated per evaluation
+  double simulated_ops = 1.0;            ///< simulated graph ops per evaluated graph op
 };
 
 /// The fractions `work`'s objective and pruning lead to expect.

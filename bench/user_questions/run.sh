@@ -23,7 +23,7 @@ ask() {
   answer=$(grep -m1 -E -- "$pattern" out.txt | sed 's/|/\\|/g; s/^ *//' | cut -c1-220)
   local shown=${*//$calo/calo}
   shown=${shown//$work\//}
-  echo "| $question | \`$shown\` | $(echo "scale=1; ($end - $start) / 1000000000" | bc) | $answer |"
+  echo "| $question | \`$shown\` | $(printf '%.2f' "$(echo "scale=3; ($end - $start) / 1000000000" | bc)") | $answer |"
 }
 ask "Which layout for Llama3-70B on 64 H100?" '^1 ' \
   "$calo" plan --model llama3-70b --cluster h100-hgx-calibrated --gpus 64 --gbs 512 --tp 8 --top 3 -q
@@ -52,5 +52,5 @@ ask "What will 8,192 GPUs do and draw?" 'MW|cluster power' \
 # A Python with pandas (python/README.md "Install": a venv where the system's has none).
 python=python3
 python3 -c 'import pandas' 2> /dev/null || python=/usr/bin/python3
-ask "The runs in pandas: which rank is slower?" '^1 ' "$python" -c \
-  "import sys; sys.path.insert(0, '$pydir'); import calo; r = calo.load_run('all'); print(r.steps.groupby('rank_idx')['duration_s'].median().to_string())"
+ask "The runs in pandas: which rank is slower?" 'is slower' "$python" -c \
+  "import sys; sys.path.insert(0, '$pydir'); import calo; s = calo.load_run('all').steps.groupby('rank_idx')['duration_s'].median(); print(f'rank {s.idxmax()} is slower: median step {s.max():.3f} s against {s.min():.3f} s')"

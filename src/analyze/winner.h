@@ -35,8 +35,8 @@ bool within_error(const Winner& winner);
 /// The winners on throughput, energy per token and, where the two runs stored the cost of the same tokens at
 /// the same price (`calo sim --tokens --price-per-kwh`), cost; among the runs that are not a simulation of
 /// another run here (those are errors, not contenders). Empty for fewer than two contenders; a figure is left
-/// out where fewer than two have it, energy and cost where a run's power is a placeholder (cpu-host); empty when
-/// the contenders train different models (their config names two).
+/// out where fewer than two have it, energy and cost where a run's power is a placeholder (cpu-host); empty
+/// when the contenders train different models (their config names two).
 std::vector<Winner> pick_winners(const std::vector<RunAnalysis>& runs, const Comparison& comparison);
 
 /// One line for a person: "throughput: run 2 wins, 4.3 % more tokens/s than run 1 (4120 vs 3950), beyond the

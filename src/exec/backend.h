@@ -6,7 +6,8 @@
 // the op depends on an op of that stream, so overlap is exactly what the graph says. Backends own memory,
 // kernels and communicators. The CPU backend (OpenBLAS + MPI) lives in exec/cpu_backend.*, the CUDA backend
 // (cuBLASLt, attention, own kernels, NCCL) in exec/cuda/, built as libcalo_exec_cuda.so and loaded by calo on
-// first use (exec/cuda_module.h); binaries that link it instead register it with register_cuda_backend() below.
+// first use (exec/cuda_module.h); binaries that link it instead register it with register_cuda_backend()
+// below.
 //
 // Threading: the executor calls a backend from one host thread. A backend may run streams on its own threads
 // (CPU) or device queues (CUDA); launch/record/wait only enqueue and return.

@@ -37,10 +37,10 @@ bool multi_node(const analyze::RunAnalysis& run) {
 }
 
 std::string device_label(const analyze::RunAnalysis& run, const store::DeviceInfo& device) {
-  const bool nodes = multi_node(run);
-  if (device.kind == store::DeviceKind::kCpu) {
+  if (device.kind ==
+      store::DeviceKind::kCpu) {  // a GPU's label names its node always: no scan of the devices
     const std::string name = device.name.empty() ? "host" : device.name;
-    return nodes ? fmt::format("node {}: {}", device.node, name) : name;
+    return multi_node(run) ? fmt::format("node {}: {}", device.node, name) : name;
   }
   return fmt::format("GPU {} (n{} s{})", device.idx, device.node, device.slot);  // short: chart legends
 }

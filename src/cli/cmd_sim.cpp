@@ -68,6 +68,7 @@ struct SimFlags {
   bool steps_given = false;
   bool warmup_given = false;
   bool allow_oom = false;
+  bool eval = false;  ///< --eval: simulate an evaluation step (forward passes only)
   double max_power_samples = sim::kMaxSimPowerSamples;  ///< --max-power-samples (0 = no limit)
   std::string memory_limit = "usable";        ///< --memory-limit: usable or card (tight layouts accepted)
   std::string from;                           ///< --from RUN: the measured run to simulate the twin of
@@ -90,6 +91,7 @@ struct TwinNote {
                         flags.cluster, world, plan::calo_flags(layout), flags.steps)
           : fmt::format("calo sim --from {} --cluster {} --steps {}", flags.from, flags.cluster, flags.steps);
   if (flags.warmup > 0) text += fmt::format(" --warmup {}", flags.warmup);
+  if (flags.eval) text += " --eval";
   if (flags.from.empty() && flags.layout.layers) text += fmt::format(" --layers {}", *flags.layout.layers);
   // calo_flags names only unfused attention; a cluster file may make unfused the default, so say fused too.
   if (flags.from.empty() && layout.attention == parallel::AttentionImpl::kFused) text += " --attention fused";
@@ -381,6 +383,7 @@ graph::Graph build_sim_graph(const model::ModelSpec& model, const parallel::Layo
       !memory.empty())
     warnings.push_back(std::move(memory));
   graph::Graph graph = graph::build_graph(model, layout);
+  if (flags.eval) graph = graph::evaluation_graph(std::move(graph));
   for (std::string& line : sim::collective_line_warnings(graph, cluster)) warnings.push_back(std::move(line));
   for (const std::string& warning : warnings) fmt::print(stderr, "warning: {}\n", warning);
   return graph;
@@ -471,6 +474,7 @@ std::string store_sim(const SimFlags& flags, const SimOutcome& outcome, nlohmann
         {"cluster", sim::to_json(outcome.cluster)}, {"steps", flags.steps},
         {"power_cap", options.power_cap},           {"thermal", options.thermal}};
     config["warmup"] = flags.warmup;
+    config["step"] = flags.eval ? "evaluation" : "training";
     config["op_spans"] =
         options.record_timeline ? (options.timeline_distinct_ranks ? "distinct" : "all") : "none";
     if (!outcome.from.is_null()) config["from"] = outcome.from;
@@ -528,6 +532,10 @@ std::string add_cost(const SimFlags& flags, const SimOutcome& outcome, nlohmann:
 void print_sim_text(const SimFlags& flags, const SimOutcome& outcome, const TwinNote& twin,
                     const nlohmann::json& json, const std::string& cost_text, const std::string& stored) {
   if (!twin.run_dir.empty()) fmt::print("# {}\n", describe_twin(twin, flags));
+  if (flags.eval)
+    fmt::print(
+        "# evaluation step: the forward passes of the global batch; no backward, recompute, optimizer "
+        "or gradient communication\n");
   print_summary(outcome.result, json, outcome.cluster.gpu.power_limit_w,
                 calibrate::is_cpu_host(outcome.cluster.gpu), outcome.layout.fp8());
   const parallel::MemoryBreakdown& memory = outcome.memory;
@@ -564,6 +572,7 @@ int run_sim(SimFlags& flags) {
   nlohmann::json json = sim::to_json(result, flags.per_gpu);
   const parallel::MemoryBreakdown memory = parallel::memory_per_gpu(model, resolved);
   json["memory"] = parallel::to_json(memory, cluster.gpu.memory_bytes);
+  json["step"] = flags.eval ? "evaluation" : "training";
   if (!warnings.empty()) json["warnings"] = warnings;
   const nlohmann::json from = twin_json(twin);
   if (!from.is_null()) json["from"] = from;
@@ -596,6 +605,10 @@ const CommandRegistration kSim(
              "the layout flags with it")
           ->check(CLI::ExistingDirectory);
       app.add_option("--cluster,-c", flags->cluster, "Cluster preset (see --list) or YAML file");
+      app.add_flag("--eval", flags->eval,
+                   "Simulate an evaluation step: the forward passes of the global batch in the schedule's "
+                   "order, without backward, recompute, optimizer or gradient communication (FSDP still "
+                   "gathers its parameters); the memory shown stays the training step's");
       app.add_option("--gpus,-n", flags->gpus, "GPUs; dp = gpus / (tp*pp) unless --dp is given");
       app.add_option("--steps", flags->steps,
                      "Measured iterations to simulate, after the warm-up (temperatures evolve across them)")

@@ -219,6 +219,10 @@ struct Graph {
 Graph build_graph(const model::ModelSpec& model, const parallel::Layout& layout,
                   const GraphOptions& options = {});
 
+/// The evaluation step of `training` (calo sim --eval): its forward ops in issue order, without backward,
+/// recompute, optimizer, gradient collectives or ZeRO-1/2 parameter gathers (src/graph/evaluation.cpp).
+Graph evaluation_graph(Graph training);
+
 /// Gives a context-parallel attention op of a shared program the shape rank `cp_index` runs: a ring step
 /// (cp_step > 0: c x 2c or 2c x c) or an all-gather chunk (cp_gathered: its key range); docs/METRICS.md,
 /// "Context parallel". Other ops are left as they are.

@@ -182,6 +182,9 @@ struct BuilderCore {
 
   /// Bytes of one micro-batch's activation inside the tensor-parallel region (bf16, T x hidden).
   double activation_bytes() const { return kBf16Bytes * static_cast<double>(dims.tokens * dims.hidden); }
+  /// Bytes of the sequence-parallel all-gather of an operand of `weight`'s GEMM: FP8 (half the bf16 bytes)
+  /// where the recipe casts before it gathers (docs/METRICS.md "FP8 training"), else activation_bytes().
+  double tp_gather_bytes(GemmWeight weight) const;
   /// Activation elements on this rank outside the tensor-parallel region (tokens_local x hidden).
   double local_activation_elements() const { return static_cast<double>(dims.tokens_local * dims.hidden); }
 

@@ -568,11 +568,19 @@ double expected_tp_bytes(const model::ModelSpec& model, const parallel::Layout& 
                          const VolumeSymbols& sym) {
   if (layout.tp <= 1) return 0.0;
   const double act = sym.act_bytes, full = sym.full;
-  double dense_layer = sym.sp ? (4.0 + 6.0 + 4.0 * full) * act : (2.0 + 2.0 + 2.0 * full) * act;
+  // g: an all-gather feeding an FP8 linear moves FP8 under the recipes that cast before they gather.
+  const double g = layout.precision == parallel::Precision::kFp8Delayed ||
+                           layout.precision == parallel::Precision::kFp8Tensorwise
+                       ? 0.5
+                       : 1.0;
+  // Sequence parallel: forward gathers 2 (QKV, FC1 inputs) and reduce-scatters 2; backward gathers the output
+  // gradients 2 and re-gathers the inputs 2, and reduce-scatters 2; full recompute runs the forward again.
+  double dense_layer =
+      sym.sp ? ((6.0 * g + 4.0) + (2.0 * g + 2.0) * full) * act : (2.0 + 2.0 + 2.0 * full) * act;
   if (model.is_moe()) {
     // Attention half of the dense layer plus TP gather/scatter of the routed tokens: 2 (fwd) + 2 (bwd).
-    dense_layer =
-        (2.0 + 3.0 + 2.0 * full) * act + (2.0 + 2.0 + 2.0 * full) * 2.0 * sym.tokens * sym.k * sym.h;
+    const double attention = sym.sp ? (3.0 * g + 2.0) + (g + 1.0) * full : 2.0 + 3.0 + 2.0 * full;
+    dense_layer = attention * act + (2.0 + 2.0 + 2.0 * full) * 2.0 * sym.tokens * sym.k * sym.h;
   }
   const double embedding = sym.sp ? 2.0 * act : act;
   const double output = (sym.sp ? 3.0 * act : act) + 12.0 * sym.tokens;

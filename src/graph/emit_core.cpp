@@ -79,6 +79,16 @@ Fp8CastBytes fp8_cast_bytes(parallel::Precision precision, GemmPass pass, int mi
   return {};
 }
 
+double BuilderCore::tp_gather_bytes(GemmWeight weight) const {
+  // Transformer Engine (delayed scaling) and torchao's tensorwise float8 cast an FP8 linear's
+  // sequence-parallel operand on the local shard and gather the FP8 copy; rowwise scales are gathered as
+  // bf16.
+  const bool fp8_gather = (layout.precision == parallel::Precision::kFp8Delayed ||
+                           layout.precision == parallel::Precision::kFp8Tensorwise) &&
+                          is_fp8_linear(weight);
+  return fp8_gather ? activation_bytes() * kFp8Bytes / kBf16Bytes : activation_bytes();
+}
+
 void BuilderCore::fp8_casts(GemmPass pass, std::int64_t m, std::int64_t n, std::int64_t k, double products) {
   const double a_values = products * static_cast<double>(m * k);
   const double b_values = products * static_cast<double>(k * n);

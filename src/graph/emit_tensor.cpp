@@ -212,7 +212,7 @@ void TensorEmitter::unfused_attention(bool backward) {
 void TensorEmitter::column_forward(GemmWeight weight, std::int64_t out_per_rank) {
   if (dims_.sp)
     core_.blocking(BuilderCore::collective_op(CollectiveKind::kAllGather, GroupKind::kTp,
-                                              core_.activation_bytes(), Stream::kTpComm, core_.phase));
+                                              core_.tp_gather_bytes(weight), Stream::kTpComm, core_.phase));
   core_.gemm(weight, GemmPass::kForward, dims_.tokens, out_per_rank, dims_.hidden);
 }
 
@@ -230,7 +230,7 @@ void TensorEmitter::row_forward(GemmWeight weight, std::int64_t in_per_rank) {
 void TensorEmitter::row_backward(GemmWeight weight, std::int64_t in_per_rank) {
   if (dims_.sp)
     core_.blocking(BuilderCore::collective_op(CollectiveKind::kAllGather, GroupKind::kTp,
-                                              core_.activation_bytes(), Stream::kTpComm, core_.phase));
+                                              core_.tp_gather_bytes(weight), Stream::kTpComm, core_.phase));
   core_.gemm(weight, GemmPass::kDgrad, dims_.tokens, in_per_rank, dims_.hidden);
   core_.gemm(weight, GemmPass::kWgrad, in_per_rank, dims_.hidden, dims_.tokens);
 }
@@ -244,7 +244,7 @@ void TensorEmitter::column_backward(GemmWeight weight, std::int64_t out_per_rank
   if (!overlap) {
     if (dims_.sp)
       core_.blocking(BuilderCore::collective_op(CollectiveKind::kAllGather, GroupKind::kTp,
-                                                core_.activation_bytes(), Stream::kTpComm, core_.phase));
+                                                core_.tp_gather_bytes(weight), Stream::kTpComm, core_.phase));
     core_.gemm(weight, GemmPass::kDgrad, dims_.tokens, dims_.hidden, out_per_rank);
     core_.gemm(weight, GemmPass::kWgrad, dims_.hidden, out_per_rank, dims_.tokens);
     if (dims_.tp > 1)
@@ -254,8 +254,8 @@ void TensorEmitter::column_backward(GemmWeight weight, std::int64_t out_per_rank
   }
   int gather = -1;
   if (dims_.sp) {
-    Op op = BuilderCore::collective_op(CollectiveKind::kAllGather, GroupKind::kTp, core_.activation_bytes(),
-                                       Stream::kTpComm, core_.phase);
+    Op op = BuilderCore::collective_op(CollectiveKind::kAllGather, GroupKind::kTp,
+                                       core_.tp_gather_bytes(weight), Stream::kTpComm, core_.phase);
     gather = core_.add(op, {core_.last_compute});
   }
   const int dgrad = core_.gemm(weight, GemmPass::kDgrad, dims_.tokens, dims_.hidden, out_per_rank);

@@ -85,22 +85,50 @@ TEST(Fp8Graph, CastBytesPerValueFollowFromTheKernelsReadsAndWrites) {
   EXPECT_DOUBLE_EQ(fp8_cast_bytes(parallel::Precision::kBf16, GemmPass::kForward, 4).a_per_value, 0);
 }
 
-TEST(Fp8Graph, ModelFlopsAndCollectivesAreThoseOfBf16) {
+TEST(Fp8Graph, ModelFlopsAreThoseOfBf16AndSequenceParallelGathersOfFp8LinearsMoveFp8) {
   const Graph bf16 = llama_graph(parallel::Precision::kBf16);
-  const Graph fp8 = llama_graph(parallel::Precision::kFp8Delayed);
+  const Graph delayed = llama_graph(parallel::Precision::kFp8Delayed);
+  const Graph tensorwise = llama_graph(parallel::Precision::kFp8Tensorwise);
+  const Graph rowwise = llama_graph(parallel::Precision::kFp8Rowwise);
+  ASSERT_TRUE(bf16.layout.sequence_parallel);  // tp 2: sequence parallel on by default
   const auto flops = [](const Graph& graph) {
     double total = 0;
     for (const Op& op : graph.program(0).ops) total += model_flops(op);
     return total;
   };
-  EXPECT_DOUBLE_EQ(flops(fp8), flops(bf16));
-  const auto comm_bytes = [](const Graph& graph) {
-    double bytes = 0;
-    for (const Op& op : graph.program(0).ops)
-      if (is_communication(op.kind)) bytes += op.bytes;
+  EXPECT_DOUBLE_EQ(flops(delayed), flops(bf16));
+  // Bytes of the tensor-parallel collectives by kind, of the first micro-batch's layers (layer >= 0).
+  struct TpBytes {
+    double gathers = 0, scatters = 0;
+  };
+  const auto tp_bytes = [](const Graph& graph) {
+    TpBytes bytes;
+    for (const Op& op : graph.program(0).ops) {
+      if (op.kind != OpKind::kCollective || op.group != GroupKind::kTp || op.layer < 0) continue;
+      (op.collective == CollectiveKind::kAllGather ? bytes.gathers : bytes.scatters) += op.bytes;
+    }
     return bytes;
   };
-  EXPECT_DOUBLE_EQ(comm_bytes(fp8), comm_bytes(bf16));
+  // A layer gathers six times (QKV and FC1 inputs forward, the projection's and FC2's output gradients and
+  // the QKV and FC1 inputs again backward), every one an operand of an FP8 linear: Transformer Engine and
+  // torchao's tensorwise recipe cast the local shard and gather FP8, half the bf16 bytes; rowwise gathers
+  // bf16.
+  EXPECT_GT(tp_bytes(bf16).gathers, 0);
+  EXPECT_DOUBLE_EQ(tp_bytes(delayed).gathers, tp_bytes(bf16).gathers / 2);
+  EXPECT_DOUBLE_EQ(tp_bytes(tensorwise).gathers, tp_bytes(bf16).gathers / 2);
+  EXPECT_DOUBLE_EQ(tp_bytes(rowwise).gathers, tp_bytes(bf16).gathers);
+  // Reduce-scatters carry the GEMMs' bf16 outputs under every recipe.
+  EXPECT_DOUBLE_EQ(tp_bytes(delayed).scatters, tp_bytes(bf16).scatters);
+  // The output layer stays bf16, and so does its gather.
+  const auto logits_gathers = [](const Graph& graph) {
+    double bytes = 0;
+    for (const Op& op : graph.program(0).ops)
+      if (op.kind == OpKind::kCollective && op.group == GroupKind::kTp && op.layer < 0 &&
+          op.collective == CollectiveKind::kAllGather)
+        bytes += op.bytes;
+    return bytes;
+  };
+  EXPECT_DOUBLE_EQ(logits_gathers(delayed), logits_gathers(bf16));
 }
 
 }  // namespace

@@ -14,6 +14,7 @@ expressible or stopped being, or when a row was added or removed without --recor
 import argparse
 import concurrent.futures
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -89,6 +90,9 @@ def check_source(path):
             raise SourceError(f"{label}: an mfu row needs `peak_tflops` (the peak the source divides by)")
         if row["metric"] == "time_to_train_min" and not row.get("train_samples") and not row.get("missing"):
             raise SourceError(f"{label}: a time_to_train_min row needs `train_samples` (sequences trained)")
+        if (row.get("evals") is None) != (row.get("eval_tokens") is None):
+            raise SourceError(f"{label}: `evals` and `eval_tokens` come together (evaluations in the run and the "
+                              f"tokens each one reads)")
     return source
 
 
@@ -131,6 +135,12 @@ def cluster_of(source, row, overrides):
     return local if os.path.exists(local) else cluster
 
 
+def eval_steps(row):
+    """Evaluation steps of the run: each of its `evals` reads `eval_tokens` in global batches of gbs x seq
+    tokens, the last one partly filled (an MLPerf log's validation_step_timing lines count them)."""
+    return row["evals"] * math.ceil(row["eval_tokens"] / (row["gbs"] * row["seq"]))
+
+
 def simulate(calo, flags):
     """`calo sim --json` of the flags: (result, None) or (None, the first line of calo's refusal)."""
     # --allow-oom: the source ran the layout, so it fit; where calo's memory model says otherwise the row is
@@ -165,8 +175,9 @@ def flops_per_token(convention, row, result):
     return 96 * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
 
 
-def predict(row, result):
-    """The simulator's figure in the row's metric and convention."""
+def predict(row, result, evaluation=None):
+    """The simulator's figure in the row's metric and convention; `evaluation` is the `calo sim --eval` result
+    of a row whose run evaluates (`evals`), whose steps the time to train includes."""
     metric = row["metric"]
     tokens_per_s_per_gpu = result["tokens_per_s"] / result["gpus"]
     if metric == "tokens_per_s_per_gpu":
@@ -178,7 +189,8 @@ def predict(row, result):
     if metric == "iteration_s":
         return result["iteration_s"]
     if metric == "time_to_train_min":
-        return row["train_samples"] / row["gbs"] * result["iteration_s"] / 60
+        eval_s = eval_steps(row) * evaluation["iteration_s"] if evaluation else 0.0
+        return (row["train_samples"] / row["gbs"] * result["iteration_s"] + eval_s) / 60
     if metric == "memory_gib":
         return result["memory"]["total_bytes"] / 2**30
     return result["energy_per_step_j"]
@@ -195,10 +207,13 @@ def evaluate(calo, source, row, overrides):
         return out
     cluster = cluster_of(source, row, overrides)
     result, refusal = simulate(calo, layout_flags(row, cluster))
-    if result is None:
+    evaluation = None
+    if result is not None and row.get("evals"):
+        evaluation, refusal = simulate(calo, layout_flags(row, cluster) + ["--eval"])
+    if result is None or refusal:
         out["missing"] = refusal
         return out
-    out["predicted"] = predict(row, result)
+    out["predicted"] = predict(row, result, evaluation)
     out["error"] = out["predicted"] / row["published"] - 1
     out["cluster"] = os.path.basename(str(cluster)).removesuffix(".yaml")
     out["fits"] = bool(result.get("memory", {}).get("fits", True))

@@ -214,6 +214,16 @@ core::OwnerLock lock_campaign(const RunOptions& options) {
                          3 * core::kTreeGraceMs, waiting);
 }
 
+/// Refuses (InputError) before anything is written when a point's output (`<name>.json`, `<name>.log`) holds
+/// anything but a regular file: a symlink planted there is refused, not followed (core::open_log_file checks
+/// again as each point starts).
+void require_point_outputs(const RunOptions& options, const std::vector<Point>& points) {
+  for (const Point& point : points) {
+    for (const char* suffix : {".json", ".log"})
+      core::require_file_target(options.out_dir / (point.name + suffix), "--out");
+  }
+}
+
 /// The plan line: points in all, to run, skipped, already done, and how many run at once.
 std::string plan_line(const Spec& spec, const std::vector<Point>& points, std::size_t pending_count,
                       int jobs) {
@@ -323,6 +333,7 @@ nlohmann::json run_campaign(const Spec& spec, const RunOptions& options) {
   validate_points(spec, points);
   require_runnable(spec, points);
   previous_index(options);  // refused before anything is written
+  require_point_outputs(options, points);
   std::filesystem::create_directories(options.out_dir);
   const core::OwnerLock lock = lock_campaign(options);
   const nlohmann::json previous = previous_index(options);  // as the last sweep left it

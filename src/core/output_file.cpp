@@ -40,6 +40,34 @@ void require_file_target(const std::filesystem::path& path, const std::string& f
                                file_kind_words(info.st_mode)));
 }
 
+int open_log_file(const std::filesystem::path& path, const std::string& flag) {
+  require_file_target(path, flag);
+  // O_NONBLOCK: a FIFO put there since the check fails (no reader) or opens without waiting for one; fstat
+  // then refuses it, and any other non-regular file, before a byte is written or the file truncated.
+  const int descriptor = ::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (descriptor < 0) {
+    const int open_errno = errno;
+    if (open_errno == ELOOP) require_file_target(path, flag);  // a symlink planted since: refused as such
+    throw InputError(fmt::format("{} {}: cannot write here ({}); give a writable path", flag, path.string(),
+                                 std::strerror(open_errno)));
+  }
+  struct stat info {};
+  if (::fstat(descriptor, &info) != 0 || !S_ISREG(info.st_mode)) {
+    ::close(descriptor);
+    throw InputError(fmt::format("{} {} is {}, not a regular file; name a new file", flag, path.string(),
+                                 file_kind_words(info.st_mode)));
+  }
+  const int status_flags = ::fcntl(descriptor, F_GETFL);
+  if (::ftruncate(descriptor, 0) != 0 || status_flags < 0 ||
+      ::fcntl(descriptor, F_SETFL, status_flags & ~O_NONBLOCK) != 0) {
+    const int failed_errno = errno;
+    ::close(descriptor);
+    throw InputError(fmt::format("{} {}: cannot write here ({}); give a writable path", flag, path.string(),
+                                 std::strerror(failed_errno)));
+  }
+  return descriptor;
+}
+
 StagedFile::StagedFile(std::filesystem::path target, const std::string& flag)
     : target_(std::move(target)), flag_(flag) {
   require_file_target(target_, flag_);

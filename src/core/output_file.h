@@ -53,6 +53,13 @@ void write_file_atomically(const std::filesystem::path& path, const std::string&
 /// rename.
 void require_file_target(const std::filesystem::path& path, const std::string& flag);
 
+/// Opens `path` for a log that is written while a process runs, and so cannot be staged (a child's stdout
+/// and stderr): created, or truncated when it is a regular file; anything else is refused by the rule of
+/// require_file_target, a symlink never followed (O_NOFOLLOW, so one planted after the check is refused too)
+/// and a FIFO, device or socket never written. Returns the descriptor (close-on-exec, blocking); InputError
+/// naming `path` and `flag` when it is not a regular file or cannot be opened.
+int open_log_file(const std::filesystem::path& path, const std::string& flag);
+
 /// InputError naming `flag` unless `path` is a directory or can become one (absent): a file in its place is
 /// refused before any work.
 void require_directory_target(const std::filesystem::path& path, const std::string& flag);

@@ -20,6 +20,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "core/output_file.h"
 
 extern char** environ;
 
@@ -41,33 +42,26 @@ struct ExecArguments {
   sigset_t mask;             ///< calo's signal mask before spawn_child blocked any signal
 };
 
-/// In the child, before exec: only async-signal-safe calls. Returns false when an output cannot be opened.
-bool set_up_child(const ChildSpec& spec, pid_t parent, const sigset_t& mask) {
+/// In the child, before exec: only async-signal-safe calls. Its output files were opened by spawn_child.
+void set_up_child(const ChildSpec& spec, pid_t parent, const sigset_t& mask) {
   if (parent > 0) {  // under a keeper, which only a SIGKILL ends before its command: the command goes with it
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(126);  // the parent died before prctl took effect
   }
-  int out = spec.stdout_fd;
-  int err = spec.stderr_fd;
-  if (out < 0 && !spec.stdout_path.empty())
-    out = open(spec.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (err < 0 && !spec.stderr_path.empty())
-    err = open(spec.stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if ((out < 0 && !spec.stdout_path.empty()) || (err < 0 && !spec.stderr_path.empty())) return false;
-  if (out >= 0) dup2(out, STDOUT_FILENO);
-  if (err >= 0) dup2(err, STDERR_FILENO);
+  if (spec.stdout_fd >= 0) dup2(spec.stdout_fd, STDOUT_FILENO);
+  if (spec.stderr_fd >= 0) dup2(spec.stderr_fd, STDERR_FILENO);
   sigset_t child_mask = mask;
   if (spec.reset_signals) {
     signal(SIGPIPE, SIG_DFL);  // ignored dispositions survive exec; handled ones are reset by it
     sigemptyset(&child_mask);
   }
   sigprocmask(SIG_SETMASK, &child_mask, nullptr);
-  return true;
 }
 
 /// In a fresh child: sets it up and execs the command; never returns (exit 127 when that fails).
 [[noreturn]] void exec_command(const ChildSpec& spec, const ExecArguments& exec, pid_t parent) {
-  if (set_up_child(spec, parent, exec.mask)) execve(spec.executable.c_str(), exec.argv, exec.environment);
+  set_up_child(spec, parent, exec.mask);
+  execve(spec.executable.c_str(), exec.argv, exec.environment);
   const char message[] = "calo: exec failed\n";
   [[maybe_unused]] const ssize_t written = write(STDERR_FILENO, message, sizeof(message) - 1);
   _exit(127);
@@ -309,9 +303,34 @@ void install_keeper_handlers() {
   exit_as(state.ended ? state.wait_status : 1);
 }
 
+/// The output files a ChildSpec names by path, opened by calo (the one output-file policy,
+/// core::open_log_file) before fork; closed here once the child has its copies.
+class OpenedOutputs {
+ public:
+  /// Opens `spec`'s stdout_path / stderr_path (where no descriptor is given) into `opened`'s descriptors.
+  OpenedOutputs(const ChildSpec& spec, ChildSpec& opened) {
+    if (spec.stdout_fd < 0 && !spec.stdout_path.empty())
+      opened.stdout_fd = out_ = open_log_file(spec.stdout_path, spec.output_flag);
+    if (spec.stderr_fd < 0 && !spec.stderr_path.empty())
+      opened.stderr_fd = err_ = open_log_file(spec.stderr_path, spec.output_flag);
+  }
+  ~OpenedOutputs() {
+    if (out_ >= 0) close(out_);
+    if (err_ >= 0) close(err_);
+  }
+  OpenedOutputs(const OpenedOutputs&) = delete;
+  OpenedOutputs& operator=(const OpenedOutputs&) = delete;
+
+ private:
+  int out_ = -1;
+  int err_ = -1;
+};
+
 }  // namespace
 
-pid_t spawn_child(const ChildSpec& spec) {
+pid_t spawn_child(const ChildSpec& given) {
+  ChildSpec spec = given;
+  const OpenedOutputs outputs(given, spec);  // refused (InputError) before anything starts
   // Everything the child needs is built before fork: after it only async-signal-safe calls run.
   std::vector<std::string> arguments = spec.argv;
   std::vector<char*> argv = c_strings(arguments);

@@ -21,10 +21,13 @@ struct ChildSpec {
   std::vector<std::string> argv;  ///< arguments, argv[0] included
   /// The child's whole environment ("KEY=value"); nullopt = the parent's.
   std::optional<std::vector<std::string>> environment;
-  int stdout_fd = -1;       ///< >= 0: becomes the child's stdout
-  int stderr_fd = -1;       ///< >= 0: becomes the child's stderr
-  std::string stdout_path;  ///< non-empty (and stdout_fd < 0): truncated and made the child's stdout
-  std::string stderr_path;  ///< non-empty (and stderr_fd < 0): truncated and made the child's stderr
+  int stdout_fd = -1;  ///< >= 0: becomes the child's stdout
+  int stderr_fd = -1;  ///< >= 0: becomes the child's stderr
+  /// Non-empty (and stdout_fd < 0): created or truncated and made the child's stdout; only a regular file
+  /// or nothing may be there (core::open_log_file: a symlink is refused, not followed).
+  std::string stdout_path;
+  std::string stderr_path;            ///< as stdout_path, for the child's stderr
+  std::string output_flag = "--out";  ///< the option that named the folder of stdout_path / stderr_path
   /// The child and every process it starts end with calo and with the child itself: it runs under a keeper.
   bool dies_with_parent = false;
   /// >= 0 (with dies_with_parent): kept open by the keeper until the whole tree has ended (e.g. a flock'd
@@ -35,8 +38,9 @@ struct ChildSpec {
   std::string failure_hint;     ///< appended to a failed fork's message, e.g. "; fewer --jobs may help"
 };
 
-/// Forks and execs `spec`; returns the pid to wait for and to signal. The child exits 127 when exec (or
-/// opening an output file) fails, after writing "calo: exec failed" to its stderr. Throws RuntimeFailure
+/// Forks and execs `spec`; returns the pid to wait for and to signal. The child exits 127 when exec fails,
+/// after writing "calo: exec failed" to its stderr. Throws InputError naming the path and output_flag, before
+/// anything starts, when an output path holds anything but a regular file or cannot be opened; RuntimeFailure
 /// "<context>: <errno text><hint>" when fork fails.
 ///
 /// With dies_with_parent the pid is a keeper's: a fork of calo (no exec, named "calo-keeper") that is a child

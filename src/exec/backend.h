@@ -74,6 +74,19 @@ struct HeldMemory {
   std::int64_t device_used_bytes = 0;
 };
 
+/// Bytes a backend's prepare() will allocate for one rank's operand buffers, counted before any is
+/// allocated, per graph::OpKind of the op that first asks for them (a buffer shared by role and size counts
+/// once).
+struct OperandFootprint {
+  std::array<double, graph::kNumOpKinds> bytes_by_kind{};  ///< bytes per graph::OpKind (index = kind)
+  /// Every operand byte of the rank.
+  double total_bytes() const {
+    double total = 0;
+    for (const double bytes : bytes_by_kind) total += bytes;
+    return total;
+  }
+};
+
 /// An execution stream of one kind (graph::Stream); ops on it run in launch order. Owned by the executor.
 class Stream {
  public:
@@ -164,6 +177,10 @@ struct BackendFactory {
   /// (optional) Describes local device `local_index` without creating a backend; the parent process uses it
   /// to plan memory before spawning ranks. Empty: the parent skips the plan and each rank plans after create.
   std::function<DeviceDescription(int local_index, int local_world_size)> describe;
+  /// (optional) Counts the operand bytes rank `rank` of `graph` will allocate in prepare(), allocating
+  /// nothing: the parent and each rank refuse a layout whose operands would not fit before any is allocated
+  /// (check_operands_fit). Empty: operands are only found too large when an allocation fails.
+  std::function<OperandFootprint(const graph::Graph& graph, int rank)> operand_footprint;
   /// (optional) Number of devices visible on this host (0 = no limit, e.g. CPU); --nproc above it is refused.
   std::function<int()> device_count;
   /// Whether the backend runs context-parallel ring ops (layouts with cp > 1); others refuse such layouts.

@@ -188,6 +188,7 @@ RankSetup set_up_rank(const BenchOptions& options, const LaunchInfo& launch) {
   require_fits(plan_memory(options.model, options.layout, setup.device), options.model, options.layout,
                setup.device);
   setup.graph = std::make_unique<const graph::Graph>(graph::build_graph(options.model, options.layout));
+  check_operands_fit(factory, *setup.graph, {launch.rank}, setup.device);  // before prepare allocates them
   setup.bootstrap = make_bootstrap(launch);
   setup.backend->connect(*setup.graph, launch.rank, *setup.bootstrap);
   ExecutorOptions executor_options;
@@ -719,6 +720,7 @@ void plan_before_launch(const BenchOptions& options, int nproc) {
   if (!factory.describe) return;
   const DeviceDescription device = factory.describe(0, nproc);
   require_fits(plan_memory(options.model, options.layout, device), options.model, options.layout, device);
+  check_launch_operands(factory, options, nproc);
 }
 
 // Stages: validate job -> set up rank (backend, graph, bootstrap, executor) -> open store + telemetry (rank

@@ -8,11 +8,14 @@
 #include <algorithm>
 #include <fstream>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "core/error.h"
 #include "core/table.h"
+#include "exec/plan.h"
 #include "graph/op_budget.h"
 #include "parallel/memory.h"
 
@@ -48,7 +51,73 @@ double mapped_bytes() {
   return pages * static_cast<double>(sysconf(_SC_PAGE_SIZE));
 }
 
+/// The flags that shrink the operand buffers of op kind `kind` the most.
+const char* operand_fix(graph::OpKind kind) {
+  switch (kind) {
+    case graph::OpKind::kOptimizer:
+      return "a slice of fewer layers (--layers N), more --tp or --pp, or --zero 1 to shard the optimizer "
+             "over --dp";
+    case graph::OpKind::kCollective:
+      return "a smaller --mbs or --seq, more --tp or --pp, or a slice of fewer layers (--layers N)";
+    default:
+      return "a smaller --mbs or --seq, or more --tp";
+  }
+}
+
+/// What `device`'s memory_bytes is, in words for a refusal.
+std::string memory_origin(const DeviceDescription& device) {
+  if (device.backend != "cpu") return fmt::format("the memory of {}", device.name);
+  if (address_space_headroom_bytes() <= device.memory_bytes * 1.001)
+    return "what the address-space limit (RLIMIT_AS, ulimit -v) leaves this process";
+  return "the host's memory shared by its local ranks";
+}
+
 }  // namespace
+
+void check_operands_fit(const BackendFactory& factory, const graph::Graph& graph,
+                        const std::vector<int>& ranks, const DeviceDescription& device) {
+  if (!factory.operand_footprint) return;
+  int worst_rank = -1;
+  OperandFootprint worst;
+  for (const int rank : ranks) {
+    const OperandFootprint footprint = factory.operand_footprint(graph, rank);
+    if (worst_rank < 0 || footprint.total_bytes() > worst.total_bytes()) {
+      worst_rank = rank;
+      worst = footprint;
+    }
+  }
+  const double usable_bytes = device.memory_bytes * kUsableMemoryFraction;
+  if (worst_rank < 0 || worst.total_bytes() <= usable_bytes) return;
+  std::vector<int> kinds(graph::kNumOpKinds);
+  std::iota(kinds.begin(), kinds.end(), 0);
+  std::sort(kinds.begin(), kinds.end(), [&worst](int left, int right) {
+    return worst.bytes_by_kind[static_cast<size_t>(left)] > worst.bytes_by_kind[static_cast<size_t>(right)];
+  });
+  std::string parts;
+  for (const int kind : kinds) {
+    const double bytes = worst.bytes_by_kind[static_cast<size_t>(kind)];
+    if (bytes <= 0) continue;
+    parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ",
+                         graph::to_string(static_cast<graph::OpKind>(kind)), core::format_bytes(bytes));
+  }
+  const parallel::Layout& layout = graph.layout;
+  throw InputError(fmt::format(
+      "--mbs {} --seq {}: rank {}'s operand buffers on the {} backend come to {} ({}; counted before "
+      "allocating any), more than the {} it may use ({:.0f} % of {}, {}); give {}{}",
+      layout.micro_batch, layout.seq_length, worst_rank, device.backend,
+      core::format_bytes(worst.total_bytes()), parts, core::format_bytes(usable_bytes),
+      kUsableMemoryFraction * 100, core::format_bytes(device.memory_bytes), memory_origin(device),
+      operand_fix(static_cast<graph::OpKind>(kinds.front())),
+      device.backend == "cpu" ? ", or --backend cuda" : ""));
+}
+
+void check_launch_operands(const BackendFactory& factory, const BenchOptions& options, int nproc) {
+  if (nproc <= 1 || !factory.describe || !factory.operand_footprint) return;
+  const graph::Graph graph = graph::build_graph(options.model, options.layout);
+  std::vector<int> ranks(static_cast<size_t>(nproc));
+  std::iota(ranks.begin(), ranks.end(), 0);
+  check_operands_fit(factory, graph, ranks, factory.describe(0, nproc));
+}
 
 double address_space_headroom_bytes() {
   rlimit limit{};

@@ -4,8 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
+#include "exec/backend.h"
 #include "exec/bench.h"
+#include "graph/graph.h"
 
 namespace calo::exec {
 
@@ -32,6 +35,19 @@ void check_bench_steps(const BenchOptions& options);
 /// kMaxCpuRanksPerCore per core this process may run on, or their estimated memory (kCpuRankBaseBytes plus
 /// the model's accounted bytes per rank) exceeds the host's available memory; nothing when `oversubscribe`.
 void check_cpu_ranks(const BenchOptions& options, int nproc, bool oversubscribe);
+
+/// Throws InputError when the operand buffers `factory`'s backend would allocate for the most demanding of
+/// `ranks` of `graph` (BackendFactory::operand_footprint, counted without allocating) exceed
+/// kUsableMemoryFraction of `device`'s memory (for the CPU backend the host's memory per local rank or the
+/// address-space limit's headroom): the figure, its largest parts and the flags that shrink them. Nothing
+/// for a backend that cannot count its operands.
+void check_operands_fit(const BackendFactory& factory, const graph::Graph& graph,
+                        const std::vector<int>& ranks, const DeviceDescription& device);
+
+/// check_operands_fit on the parent before `nproc` local ranks start: the graph of `options` and every
+/// rank against the device factory.describe gives; nothing for one rank (it checks itself before
+/// preparing, set_up_rank) or a backend without describe / operand_footprint.
+void check_launch_operands(const BackendFactory& factory, const BenchOptions& options, int nproc);
 
 /// The host's available memory in bytes (MemAvailable; the physical memory where the kernel has no such
 /// line).

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -32,8 +33,21 @@
 namespace calo::exec {
 namespace cpu {
 
+namespace {
+
+/// Bytes of a buffer of max(1, elements) fp32 values.
+double buffer_bytes(std::int64_t elements) {
+  return static_cast<double>(std::max<std::int64_t>(1, elements)) * sizeof(float);
+}
+
+}  // namespace
+
 std::shared_ptr<std::vector<float>> CpuContext::owned(std::int64_t elements, std::uint64_t seed,
                                                       float scale) {
+  if (counting != nullptr) {
+    counting->footprint.bytes_by_kind[static_cast<size_t>(counting->kind)] += buffer_bytes(elements);
+    return std::make_shared<std::vector<float>>();
+  }
   auto buffer =
       std::make_shared<std::vector<float>>(static_cast<size_t>(std::max<std::int64_t>(1, elements)));
   fill_random(*buffer, seed, scale);
@@ -43,6 +57,11 @@ std::shared_ptr<std::vector<float>> CpuContext::owned(std::int64_t elements, std
 
 std::shared_ptr<std::vector<float>> CpuContext::shared(const std::string& role, std::int64_t elements,
                                                        std::uint64_t seed) {
+  if (counting != nullptr) {
+    if (counting->shared_counted.emplace(role, elements).second)
+      counting->footprint.bytes_by_kind[static_cast<size_t>(counting->kind)] += buffer_bytes(elements);
+    return std::make_shared<std::vector<float>>();
+  }
   auto& slot = scratch[{role, elements}];
   if (!slot) slot = owned(elements, seed);
   return slot;
@@ -228,6 +247,20 @@ InputError operands_do_not_fit(const graph::RankOp& rank_op, int op_index, const
       layout.micro_batch, layout.seq_length));
 }
 
+/// Tokens per expert of `graph`: m of the expert fc1 forward GEMMs of every program.
+std::map<int, std::int64_t> expert_tokens_of(const graph::Graph& graph) {
+  std::map<int, std::int64_t> tokens;
+  for (const graph::RankProgram& program : graph.programs) {
+    for (const graph::Op& op : program.ops) {
+      if (op.kind == OpKind::kGemm && op.gemm.weight == graph::GemmWeight::kExpertFc1 &&
+          op.gemm.pass == graph::GemmPass::kForward && op.gemm.expert >= 0) {
+        tokens.emplace(op.gemm.expert, op.gemm.m);
+      }
+    }
+  }
+  return tokens;
+}
+
 /// The unit of each op kind.
 constexpr OpUnits<CpuOpUnit> kUnits(cpu::kGemmUnit, cpu::kAttentionUnit, cpu::kElementwiseUnit,
                                     cpu::kCollectiveUnit, cpu::kPointToPointUnit, cpu::kOptimizerUnit);
@@ -297,15 +330,7 @@ class CpuBackend final : public Backend {
       if (found != 0 && tag_upper_bound != nullptr) context_.tag_upper_bound = *tag_upper_bound;
     }
 #endif
-    // Tokens per expert from the expert GEMMs of every program (m of an expert fc1 forward GEMM).
-    for (const graph::RankProgram& program : graph.programs) {
-      for (const graph::Op& op : program.ops) {
-        if (op.kind == OpKind::kGemm && op.gemm.weight == graph::GemmWeight::kExpertFc1 &&
-            op.gemm.pass == graph::GemmPass::kForward && op.gemm.expert >= 0) {
-          context_.expert_tokens.emplace(op.gemm.expert, op.gemm.m);
-        }
-      }
-    }
+    context_.expert_tokens = expert_tokens_of(graph);
   }
 
   std::unique_ptr<Stream> create_stream(graph::Stream kind) override {
@@ -437,6 +462,23 @@ double measure_sgemm_peak_flops(int size, double min_seconds) {
   return best_flops;
 }
 
+OperandFootprint cpu_operand_footprint(const graph::Graph& graph, int rank) {
+  CpuContext context;  // as connect() leaves it, without communicators: prepare reads no more
+  context.config.rank = rank;
+  context.config.world_size = graph.layout.world_size();
+  context.graph = &graph;
+  context.rank = rank;
+  context.expert_tokens = expert_tokens_of(graph);
+  cpu::OperandTally tally;
+  context.counting = &tally;
+  const std::vector<graph::RankOp> ops = graph::materialize(graph, rank);
+  for (size_t index = 0; index < ops.size(); ++index) {
+    tally.kind = ops[index].op.kind;
+    kUnits.prepare<CpuOp>(context, ops[index], static_cast<int>(index));
+  }
+  return tally.footprint;
+}
+
 void register_cpu_backend(BackendRegistry& registry) {
   BackendFactory factory;
   factory.name = "cpu";
@@ -456,6 +498,7 @@ void register_cpu_backend(BackendRegistry& registry) {
     device.peak_flops_source = "measured by each rank at startup";
     return device;
   };
+  factory.operand_footprint = cpu_operand_footprint;
   registry.add(std::move(factory));
 }
 

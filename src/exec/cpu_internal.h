@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -78,6 +79,14 @@ struct CpuOp final : PreparedOp {
 #endif
 };
 
+/// Operand buffers counted instead of allocated (CpuContext::counting): the op units' own prepare run
+/// without allocating, so the count is exactly what prepare() will allocate.
+struct OperandTally {
+  OperandFootprint footprint;                                     ///< bytes so far, per op kind
+  graph::OpKind kind = graph::OpKind::kGemm;                      ///< the kind of the op being counted
+  std::set<std::pair<std::string, std::int64_t>> shared_counted;  ///< shared buffers counted once
+};
+
 /// The backend state the op units share (one per backend, filled by its constructor and connect()).
 struct CpuContext {
   BackendConfig config;                          ///< rank, world, --check, seed
@@ -91,6 +100,8 @@ struct CpuContext {
   std::map<int, std::int64_t> expert_tokens;  ///< tokens per expert (m of the expert fc1 forward GEMMs)
   std::int64_t all_to_all_seen = 0;  ///< all-to-alls prepared so far (expert parallel: dispatch, combine)
   int tag_upper_bound = 32767;       ///< MPI_TAG_UB of MPI_COMM_WORLD
+  /// Non-null: owned() and shared() add to this tally and return empty buffers (cpu_operand_footprint).
+  OperandTally* counting = nullptr;
 #ifdef CALO_EXEC_HAVE_MPI
   std::map<int, MPI_Comm> comms;       ///< group id -> the communicator of its ranks
   MPI_Comm p2p_comm = MPI_COMM_NULL;   ///< pipeline send/recv
@@ -103,9 +114,11 @@ struct CpuContext {
   bool inject(const char* kind) const {
     return inject_fault == kind;
   }
-  /// A new buffer of max(1, elements) values, fill_random(seed, scale), counted in allocated_bytes.
+  /// A new buffer of max(1, elements) values, fill_random(seed, scale), counted in allocated_bytes (while
+  /// counting: an empty buffer, its bytes added to the tally).
   std::shared_ptr<std::vector<float>> owned(std::int64_t elements, std::uint64_t seed, float scale = 1.0f);
-  /// A compute-stream scratch buffer shared by ops of the same role and size (they run one at a time).
+  /// A compute-stream scratch buffer shared by ops of the same role and size (they run one at a time; while
+  /// counting: an empty buffer, its bytes added to the tally the first time its role and size are seen).
   std::shared_ptr<std::vector<float>> shared(const std::string& role, std::int64_t elements,
                                              std::uint64_t seed);
 };

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/json_fields.h"
+#include "core/output_file.h"
 #include "core/shell.h"
 #include "core/step_warmup.h"
 #include "core/table.h"
@@ -504,6 +505,8 @@ RecordResult record(const RecordOptions& options) {
   for (const auto& spec : options.markers) patterns.emplace_back(spec);
   RecordResult result;
   result.run_dir = options.out_dir.empty() ? store::make_run_dir("runs", run_name(options)) : options.out_dir;
+  for (const char* log : {"stdout.log", "stderr.log"})  // the job's logs: refused before the store is made
+    core::require_file_target(result.run_dir / log, "--out");
   OpenSources sources = open_sources(options, result.notes);
   store::RunInfo info = describe_run(options);
   const PeriodPlan periods = plan_sampling(options, sources.used, info, result.notes);

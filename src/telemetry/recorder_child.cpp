@@ -11,10 +11,10 @@
 
 #include <atomic>
 #include <cstring>
-#include <fstream>
 #include <thread>
 
 #include "core/error.h"
+#include "core/output_file.h"
 #include "core/spawn.h"
 #include "core/time.h"
 
@@ -67,11 +67,12 @@ std::string find_executable(const std::string& program) {
 // Reads one of the child's output pipes: copies to the terminal and a log file, and matches step patterns.
 class OutputTee {
  public:
-  OutputTee(int read_fd, int terminal_fd, const fs::path& log_path, bool echo,
-            const std::vector<LinePattern>& patterns, SpanAssembler& assembler)
+  // Takes `log_fd` (core::open_log_file), closed when the tee is done.
+  OutputTee(int read_fd, int terminal_fd, int log_fd, bool echo, const std::vector<LinePattern>& patterns,
+            SpanAssembler& assembler)
       : read_fd_(read_fd),
         terminal_fd_(terminal_fd),
-        log_(log_path, std::ios::binary),
+        log_fd_(log_fd),
         echo_(echo),
         patterns_(patterns),
         assembler_(assembler) {
@@ -89,6 +90,18 @@ class OutputTee {
     if (thread_.joinable()) thread_.join();
     if (read_fd_ >= 0) close(read_fd_);
     read_fd_ = -1;
+    if (log_fd_ >= 0) close(log_fd_);
+    log_fd_ = -1;
+  }
+  // Writes all of `size` bytes to `fd` (a full disk or a closed terminal drops the rest).
+  static void write_all(int fd, const char* data, ssize_t size) {
+    ssize_t written = 0;
+    while (written < size) {
+      const ssize_t step = write(fd, data + written, static_cast<size_t>(size - written));
+      if (step < 0 && errno == EINTR) continue;
+      if (step <= 0) return;
+      written += step;
+    }
   }
   void run() {
     std::vector<char> buffer(1 << 16);
@@ -109,17 +122,8 @@ class OutputTee {
       if (size < 0 && errno == EINTR) continue;
       if (size <= 0) break;
       const int64_t now_ns = core::monotonic_ns();
-      if (echo_) {
-        ssize_t written = 0;
-        while (written < size) {
-          const ssize_t step =
-              write(terminal_fd_, buffer.data() + written, static_cast<size_t>(size - written));
-          if (step <= 0) break;
-          written += step;
-        }
-      }
-      log_.write(buffer.data(), size);
-      log_.flush();
+      if (echo_) write_all(terminal_fd_, buffer.data(), size);
+      write_all(log_fd_, buffer.data(), size);
       if (patterns_.empty()) continue;
       partial.append(buffer.data(), static_cast<size_t>(size));
       size_t line_begin = 0;
@@ -143,7 +147,7 @@ class OutputTee {
 
   int read_fd_;
   int terminal_fd_;
-  std::ofstream log_;
+  int log_fd_;
   bool echo_;
   const std::vector<LinePattern>& patterns_;
   SpanAssembler& assembler_;
@@ -224,6 +228,15 @@ ResolvedCommand resolve_command(const RecordOptions& options) {
 ChildOutcome run_child(const ResolvedCommand& command, const RecordOptions& options, const fs::path& run_dir,
                        const fs::path& socket_path, const std::vector<LinePattern>& patterns,
                        SpanAssembler& assembler) {
+  // Opened before the job starts: a symlink or special file at either path is refused, never written through.
+  const int out_log = core::open_log_file(run_dir / "stdout.log", "--out");
+  int err_log = -1;
+  try {
+    err_log = core::open_log_file(run_dir / "stderr.log", "--out");
+  } catch (...) {
+    close(out_log);
+    throw;
+  }
   int out_pipe[2];
   int err_pipe[2];
   if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
@@ -244,10 +257,8 @@ ChildOutcome run_child(const ResolvedCommand& command, const RecordOptions& opti
   signals.attach(child);
   close(out_pipe[1]);
   close(err_pipe[1]);
-  OutputTee out_tee(out_pipe[0], STDOUT_FILENO, run_dir / "stdout.log", options.echo_output, patterns,
-                    assembler);
-  OutputTee err_tee(err_pipe[0], STDERR_FILENO, run_dir / "stderr.log", options.echo_output, patterns,
-                    assembler);
+  OutputTee out_tee(out_pipe[0], STDOUT_FILENO, out_log, options.echo_output, patterns, assembler);
+  OutputTee err_tee(err_pipe[0], STDERR_FILENO, err_log, options.echo_output, patterns, assembler);
   int status = 0;
   while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -447,6 +448,30 @@ TEST(CampaignSweep, SpecWithNoRunnablePointExits2AndWritesNothing) {
   EXPECT_NE(outcome.output.find("does not fit memory"), std::string::npos) << outcome.output;
   EXPECT_NE(outcome.output.find("is not the 8 GPUs"), std::string::npos) << outcome.output;
   EXPECT_FALSE(fs::exists(dir)) << "a refused sweep wrote " << dir;
+}
+
+TEST(CampaignSweep, ASymlinkPlantedAsAPointsLogIsRefusedBeforeAnythingRuns) {
+  // A point's <name>.log and <name>.json were opened by its child with O_TRUNC, through a link planted there.
+  const fs::path dir = fresh_dir("log-symlink");
+  const std::string yaml =
+      "model: tiny-dense\ncluster: h100-hgx\ngpus: 1\nfixed: {gbs: 4}\naxes:\n  mbs: [1, 2]\n";
+  const fs::path spec = write_spec(dir.string() + "-spec", yaml);
+  const std::vector<Point> points = expand_grid(spec_from(yaml));
+  ASSERT_EQ(points.size(), 2u);
+  fs::create_directories(dir);
+  const fs::path victim = dir.string() + "-victim";
+  std::ofstream(victim) << "keep\n";
+  const fs::path link = dir / (points.back().name + ".log");
+  fs::create_symlink(victim, link);
+  const testing::Outcome outcome = testing::run_calo("sweep " + spec.string() + " --out " + dir.string());
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_NE(outcome.output.find("--out " + link.string() + " is a symbolic link"), std::string::npos)
+      << outcome.output;
+  std::ifstream kept(victim);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "keep\n");
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_FALSE(fs::exists(dir / "campaign.json"));  // refused before anything was written or run
+  fs::remove_all(dir);
 }
 
 TEST(CampaignSweep, BadAxisValueExits2NamingTheKey) {

@@ -4,6 +4,7 @@
 // link.
 #include "core/output_file.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -96,6 +97,32 @@ TEST(OutputFile, ALinkWhereTheTemporaryGoesIsNotWrittenThrough) {
   EXPECT_EQ(read_text(dir / "victim.txt"), "keep\n");
   EXPECT_EQ(read_text(dir / "out.txt"), "result\n");
   EXPECT_TRUE(std::filesystem::is_regular_file(std::filesystem::symlink_status(dir / "out.txt")));
+}
+
+TEST(OutputFile, ALogIsTruncatedInPlaceButASymlinkFifoOrDeviceIsRefused) {
+  // A log a process writes as it runs (core::open_log_file) is not staged, but follows the same rule.
+  const std::filesystem::path dir = testing::scratch_path("output-log");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "old.log") << "an earlier run's lines\n";
+  const int descriptor = open_log_file(dir / "old.log", "--out");
+  ASSERT_GE(descriptor, 0);
+  ASSERT_EQ(::write(descriptor, "new\n", 4), 4);
+  ::close(descriptor);
+  EXPECT_EQ(read_text(dir / "old.log"), "new\n");
+  std::ofstream(dir / "victim.txt") << "keep\n";
+  std::filesystem::create_symlink(dir / "victim.txt", dir / "link.log");
+  EXPECT_EQ(
+      refusal_of([&] { open_log_file(dir / "link.log", "--out"); }),
+      "--out " + (dir / "link.log").string() + " is a symbolic link, not a regular file; name a new file");
+  EXPECT_EQ(read_text(dir / "victim.txt"), "keep\n");
+  ASSERT_EQ(mkfifo((dir / "fifo.log").c_str(), 0600), 0);
+  EXPECT_NE(refusal_of([&] { open_log_file(dir / "fifo.log", "--out"); }).find("is a FIFO"),
+            std::string::npos);
+  EXPECT_NE(refusal_of([] { open_log_file("/dev/null", "--out"); }).find("is a character device"),
+            std::string::npos);
+  EXPECT_NE(
+      refusal_of([&] { open_log_file(dir / "no-such-folder" / "x.log", "--out"); }).find("cannot write here"),
+      std::string::npos);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 
 #include "../common/processes.h"
 #include "../common/scratch.h"
+#include "core/error.h"
 
 namespace calo::core {
 namespace {
@@ -77,12 +78,39 @@ TEST(Spawn, OutputToAPipeAndAMissingExecutableExits127SayingSo) {
   EXPECT_EQ(std::string(buffer), "calo: exec failed\n");
 }
 
-TEST(Spawn, AnOutputFileThatCannotBeOpenedIsAFailedStart) {
+TEST(Spawn, AnOutputFileThatCannotBeOpenedIsRefusedBeforeAnythingStarts) {
   ChildSpec spec;
   spec.executable = "/bin/true";
   spec.argv = {"true"};
   spec.stdout_path = "/nonexistent-dir/out.txt";
-  EXPECT_EQ(wait_exit_code(spawn_child(spec)), 127);
+  EXPECT_THROW(spawn_child(spec), InputError);
+}
+
+TEST(Spawn, ASymlinkAtAnOutputPathIsRefusedNotFollowed) {
+  // A link planted where a point's log goes (calo sweep's <point>.log) once had the child's output truncate
+  // and overwrite whatever it pointed at.
+  const auto dir = calo::testing::scratch_path("spawn-symlink");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "victim.txt") << "keep\n";
+  std::filesystem::create_symlink(dir / "victim.txt", dir / "out.txt");
+  for (const bool keeper : {false, true}) {
+    ChildSpec spec;
+    spec.executable = "/bin/sh";
+    spec.argv = {"sh", "-c", "echo overwritten; echo overwritten >&2"};
+    spec.dies_with_parent = keeper;
+    (keeper ? spec.stderr_path : spec.stdout_path) = (dir / "out.txt").string();
+    spec.output_flag = "--out";
+    std::string message;
+    try {
+      wait_exit_code(spawn_child(spec));
+    } catch (const InputError& error) {
+      message = error.what();
+    }
+    EXPECT_NE(message.find("--out " + (dir / "out.txt").string() + " is a symbolic link"), std::string::npos)
+        << message;
+    EXPECT_EQ(read_file(dir / "victim.txt"), "keep\n");
+    EXPECT_TRUE(std::filesystem::is_symlink(dir / "out.txt"));
+  }
 }
 
 TEST(Spawn, AChildThatDiesWithItsParentIsTerminatedWhenTheParentExits) {

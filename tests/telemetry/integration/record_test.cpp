@@ -102,6 +102,25 @@ TEST(Record, SleepOnAHostWithoutGpusRecordsCpuMetrics) {
   EXPECT_FALSE(fs::exists(dir / "markers.sock"));
 }
 
+TEST(Record, ASymlinkPlantedAsALogIsRefusedBeforeTheJobStarts) {
+  // stdout.log / stderr.log in an existing --out folder were opened through a link, truncating its target.
+  const fs::path dir = fresh_dir("log-symlink");
+  fs::create_directories(dir);
+  std::ofstream(dir.string() + ".victim") << "keep\n";
+  fs::create_symlink(dir.string() + ".victim", dir / "stderr.log");
+  const fs::path log = dir.string() + ".log";
+  const std::string ran = dir.string() + ".ran";
+  fs::remove(ran);
+  EXPECT_EQ(
+      run_calo({"record", "--out", dir.string(), "--", "sh", "-c", "touch " + ran + "; echo x >&2"}, log), 2);
+  EXPECT_NE(read_text(log).find("--out " + (dir / "stderr.log").string() + " is a symbolic link"),
+            std::string::npos)
+      << read_text(log);
+  EXPECT_EQ(read_text(dir.string() + ".victim"), "keep\n");
+  EXPECT_FALSE(fs::exists(ran));             // the job never started
+  EXPECT_FALSE(fs::exists(dir / "run.db"));  // nor was a store made
+}
+
 TEST(Record, ExitCodeAndOutputAreTheChilds) {
   const fs::path dir = fresh_dir("exit7");
   const fs::path log = dir.string() + ".log";

@@ -51,6 +51,8 @@ ParameterCounts count_parameters(const ModelSpec& spec) {
   const double hidden = spec.hidden_size;
   counts.per_layer_attention = attention_weights(spec);
   if (spec.linear_bias) counts.per_layer_attention += spec.q_size() + 2.0 * spec.kv_size() + hidden;
+  counts.per_layer_attention_matrices = counts.per_layer_attention;
+  counts.per_ffn_matrices = ffn_weights(spec);
   const double one_ffn = ffn_weights(spec) + ffn_biases(spec);
   if (spec.is_moe()) {
     counts.per_expert = one_ffn;

@@ -26,6 +26,10 @@ struct ParameterCounts {
   double final_norm = 0;           ///< final norm
   double positions = 0;            ///< of `embedding`: learned position table (0 for RoPE)
   double per_expert = 0;           ///< one expert's FFN (MoE; 0 for dense)
+  /// Matrices of one layer's attention projections (QKV and output), biases excluded: what FP8 recipes cast.
+  double per_layer_attention_matrices = 0;
+  /// Matrices of one FFN (one expert's for MoE), biases excluded.
+  double per_ffn_matrices = 0;
   /// All parameters of one transformer layer (attention + FFN/experts + router + norms).
   double per_layer() const { return per_layer_attention + per_layer_mlp + per_layer_router + per_layer_norm; }
 };

@@ -54,12 +54,28 @@ struct StageParameters {
 StageParameters stage_parameters(const model::ModelSpec& model, const Layout& layout, int stage,
                                  const std::vector<int>& layers) {
   const model::ParameterCounts counts = model::count_parameters(model);
+  double fp8_dense = 0;     // of `dense`: the FP8 linears' matrices (attention, dense FFN)
+  double fp8_expert = 0;    // of `expert`: the experts' matrices (FP8 linears too)
+  // FP8 linear modules on the rank: QKV, projection, the FFN's two or each local expert's two.
+  int fp8_linears = 0;
+  // The most bytes one unit's FSDP all-gather gathers (Layout::gather_bytes).
+  double largest_gather_bytes = 0;
   const double tp = layout.tp;
   // Attention and FFN matrices (with their biases) are split over tp; norms and the router are replicated.
   const double dense_per_layer = counts.per_layer_attention / tp + counts.per_layer_router +
                                  counts.per_layer_norm + (model.is_moe() ? 0.0 : counts.per_layer_mlp / tp);
-  const double expert_per_layer =
-      model.is_moe() ? counts.per_expert * (static_cast<double>(model.num_experts) / layout.ep) / tp : 0.0;
+  const double local_experts = static_cast<double>(model.num_experts) / layout.ep;
+  const double expert_per_layer = model.is_moe() ? counts.per_expert * local_experts / tp : 0.0;
+  // The FP8 linears' matrices: attention and the dense FFN (dense part), the experts' (expert part).
+  const double fp8_dense_per_layer =
+      layout.fp8()
+          ? (counts.per_layer_attention_matrices + (model.is_moe() ? 0.0 : counts.per_ffn_matrices)) / tp
+          : 0.0;
+  const double fp8_expert_per_layer =
+      layout.fp8() && model.is_moe() ? counts.per_ffn_matrices * local_experts / tp : 0.0;
+  const int fp8_linears_per_layer = !layout.fp8()    ? 0
+                                    : model.is_moe() ? 2 + 2 * static_cast<int>(local_experts)
+                                                     : 4;
   StageParameters params;
   const int virtual_count = layout.pp * layout.virtual_stages;
   for (int chunk = 0; chunk < layout.virtual_stages; ++chunk) {
@@ -67,19 +83,28 @@ StageParameters stage_parameters(const model::ModelSpec& model, const Layout& la
     const int layer_count = layers[virtual_stage];
     params.dense += layer_count * dense_per_layer;
     params.expert += layer_count * expert_per_layer;
-    if (layer_count > 0)
+    params.fp8_dense += layer_count * fp8_dense_per_layer;
+    params.fp8_expert += layer_count * fp8_expert_per_layer;
+    params.fp8_linears += layer_count * fp8_linears_per_layer;
+    if (layer_count > 0) {
       params.largest_unit = std::max(params.largest_unit, dense_per_layer + expert_per_layer);
     if (virtual_stage == 0) {
       // Word embedding is vocabulary-parallel over tp; learned positions are replicated.
       const double embedding = (counts.embedding - counts.positions) / tp + counts.positions;
       params.dense += embedding;
       params.embedding += embedding;
+      params.largest_gather_bytes =
+          std::max(params.largest_gather_bytes,
+                   layout.gather_bytes(dense_per_layer + expert_per_layer, fp8_dense_per_layer));
+    }
       params.largest_unit = std::max(params.largest_unit, embedding);
     }
     if (virtual_stage == virtual_count - 1) {
       double head = counts.final_norm;
       const double vocab_matrix = static_cast<double>(model.vocab_size) * model.hidden_size / tp;
       if (!model.tied_embeddings || layout.pp > 1) {
+      params.largest_gather_bytes =
+          std::max(params.largest_gather_bytes, layout.gather_bytes(embedding, 0.0));
         head += vocab_matrix;  // tied: Megatron keeps a copy of the tied embedding on the last stage
         params.head_matrix += vocab_matrix;
       }
@@ -90,6 +115,7 @@ StageParameters stage_parameters(const model::ModelSpec& model, const Layout& la
   return params;
 }
 
+      params.largest_gather_bytes = std::max(params.largest_gather_bytes, layout.gather_bytes(head, 0.0));
 // Tokens of a sequence on one rank. Context parallel splits every sequence over cp ranks: each keeps the
 // activations of seq / cp tokens (attention is flash-style, linear in the tokens; the ring's K/V receive
 // buffers are transient).
@@ -261,15 +287,15 @@ std::vector<model::ActivationTerm> activations_by_kind(const model::ModelSpec& m
   return terms;
 }
 
-// The parameters whose bf16 copies compiled torchtitan holds at the end of forward: under FSDP2 the gathered
-// unit; otherwise the copies its compiled blocks save for backward (every weight but the embedding lookup,
-// measured on one H200: docs/benchmarks/memory.md "Memory model against PyTorch"), and under full recompute,
-// whose blocks save only their input, the output projection's alone (it runs outside the checkpointed
-// blocks).
-double bf16_compute_params(const Layout& layout, const StageParameters& params) {
-  if (layout.zero_stage >= 3) return params.largest_unit;
-  if (layout.recompute == Recompute::kFull) return params.head_matrix;
-  return params.dense + params.expert - params.embedding;
+// The bytes of the compute copies compiled torchtitan holds at the end of forward: under FSDP2 the gathered
+// unit (bf16, its FP8 linears' weights in FP8 under --fp8-all-gather); otherwise the bf16 copies its
+// compiled blocks save for backward (every weight but the embedding lookup, measured on one H200:
+// docs/benchmarks/memory.md "Memory model against PyTorch"), and under full recompute, whose blocks save
+// only their input, the output projection's alone (it runs outside the checkpointed blocks).
+double compute_copy_bytes(const Layout& layout, const StageParameters& params) {
+  if (layout.zero_stage >= 3) return params.largest_gather_bytes;
+  if (layout.recompute == Recompute::kFull) return kWeightBytesPerParam * params.head_matrix;
+  return kWeightBytesPerParam * (params.dense + params.expert - params.embedding);
 }
 
 // torchtitan's accounting (Trainer::kTorchtitan) of one stage, whose parameters are `params` and whose
@@ -287,8 +313,7 @@ MemoryBreakdown torchtitan_peak(const Layout& layout, const StageParameters& par
   const double all_params = params.dense + params.expert;
   const double ddp_buckets = !fsdp && layout.dp > 1 ? kFp32BytesPerParam * all_params : 0.0;
   MemoryBreakdown forward_end;
-  forward_end.weights_bytes =
-      kFp32BytesPerParam * state_params + kWeightBytesPerParam * bf16_compute_params(layout, params);
+  forward_end.weights_bytes = kFp32BytesPerParam * state_params + compute_copy_bytes(layout, params);
   forward_end.gradients_bytes = ddp_buckets;
   forward_end.optimizer_bytes = kMomentBytesPerParam * state_params;
   forward_end.activations_bytes = activations.bytes;
@@ -383,9 +408,9 @@ MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& la
     // resharding after forward every gathered unit of the stage stays until its backward, so the peak holds
     // them all.
     const double gathered_layers = layout.overlap_param_gather ? 2.0 : 1.0;
-    const double gathered =
-        layout.reshard_after_forward ? gathered_layers * params.largest_unit : params.dense + params.expert;
-    memory.weights_bytes += kWeightBytesPerParam * gathered;
+    memory.weights_bytes += layout.reshard_after_forward
+                                ? gathered_layers * params.largest_gather_bytes
+                                : layout.gather_bytes(params.dense + params.expert, params.fp8_dense);
   }
   memory.gradients_bytes = state.gradients_bytes;
   if (shard_gradients) {
@@ -416,7 +441,6 @@ StageHoldings holdings_for_stage(const model::ModelSpec& model, const Layout& la
   holdings.layer_activation_bytes = layer_activation_bytes(model, layout, layout.recompute);
   holdings.recompute_transient_bytes = recompute_transient_bytes(model, layout);
   holdings.loss_transient_bytes = loss_transient(model, layout, stage).first;
-  holdings.weight_bytes_per_param = kWeightBytesPerParam;
   holdings.gradient_bytes_per_param = gradient_bytes_per_param(layout.trainer);
   return holdings;
 }

@@ -86,7 +86,6 @@ struct StageHoldings {
   /// Per layer and micro-batch under recomputation: what the layer's recompute rebuilds for its backward.
   double recompute_transient_bytes = 0;
   double loss_transient_bytes = 0;      ///< the pytorch trainer's loss backward on the last stage, else 0
-  double weight_bytes_per_param = 0;    ///< a gathered (ZeRO-3) parameter's bytes
   double gradient_bytes_per_param = 0;  ///< a gradient's bytes while it awaits its reduce-scatter
 };
 

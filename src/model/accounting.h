@@ -66,10 +66,12 @@ struct ActivationTerm {
 };
 
 /// The kinds activation_bytes_per_layer sums (docs/METRICS.md "Activations by kind"), in the layer's order;
-/// zero terms are left out.
+/// zero terms are left out. `fp8_saved_inputs`: the transformer linears save their input as FP8 (1 byte a
+/// value) for the weight gradient, as Transformer Engine does (docs/METRICS.md "FP8 training"); without
+/// recomputation or under selective only (full and op checkpointing keep what their policy names).
 std::vector<ActivationTerm> layer_activation_terms(const ModelSpec& spec, int seq_length, int micro_batch,
                                                    int tp, bool sequence_parallel, Recompute recompute,
-                                                   bool flash_attention);
+                                                   bool flash_attention, bool fp8_saved_inputs = false);
 
 /// Activation bytes one transformer layer keeps for backward, for one micro-batch on one tensor-parallel rank
 /// (Korthikanti et al. 2022, bf16, with flash attention: no s^2 term), under the given sequence parallel and

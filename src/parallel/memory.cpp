@@ -23,6 +23,11 @@ constexpr double kWeightBytesPerParam = 2.0;      // bf16 weights
 constexpr double kOptimizerBytesPerParam = 12.0;  // fp32 master weights + Adam m + Adam v
 constexpr double kFp32BytesPerParam = 4.0;        // an fp32 parameter or gradient (torchtitan's)
 constexpr double kMomentBytesPerParam = 8.0;      // Adam m + Adam v, fp32
+// Transformer Engine's DelayedScaling amax_history_len default (NeMo's FP8 configs keep it; Megatron-LM's
+// --fp8-amax-history-len defaults to 1).
+constexpr double kAmaxHistoryLength = 1024;
+// fp32 amax history of an FP8 linear's five scaled tensors.
+constexpr double kAmaxHistoryBytesPerLinear = 5 * kAmaxHistoryLength * 4.0;
 // The pytorch trainer's cross-entropy backward: the fp32 gradients of its log-softmax and of the fp32 logits,
 // alive together at the loss, per token and vocabulary entry (on top of the saved fp32 logits).
 constexpr double kLossBackwardBytesPerLogit = 8.0;
@@ -49,17 +54,17 @@ struct StageParameters {
   double largest_unit = 0;  // largest gather/reduce unit on this rank: a layer, the embedding or the head
   double embedding = 0;     // the embedding lookup's parameters on this rank (first virtual stage), else 0
   double head_matrix = 0;   // the output projection's parameters on this rank (last virtual stage), else 0
-};
-
-StageParameters stage_parameters(const model::ModelSpec& model, const Layout& layout, int stage,
-                                 const std::vector<int>& layers) {
-  const model::ParameterCounts counts = model::count_parameters(model);
   double fp8_dense = 0;     // of `dense`: the FP8 linears' matrices (attention, dense FFN)
   double fp8_expert = 0;    // of `expert`: the experts' matrices (FP8 linears too)
   // FP8 linear modules on the rank: QKV, projection, the FFN's two or each local expert's two.
   int fp8_linears = 0;
   // The most bytes one unit's FSDP all-gather gathers (Layout::gather_bytes).
   double largest_gather_bytes = 0;
+};
+
+StageParameters stage_parameters(const model::ModelSpec& model, const Layout& layout, int stage,
+                                 const std::vector<int>& layers) {
+  const model::ParameterCounts counts = model::count_parameters(model);
   const double tp = layout.tp;
   // Attention and FFN matrices (with their biases) are split over tp; norms and the router are replicated.
   const double dense_per_layer = counts.per_layer_attention / tp + counts.per_layer_router +
@@ -88,34 +93,34 @@ StageParameters stage_parameters(const model::ModelSpec& model, const Layout& la
     params.fp8_linears += layer_count * fp8_linears_per_layer;
     if (layer_count > 0) {
       params.largest_unit = std::max(params.largest_unit, dense_per_layer + expert_per_layer);
+      params.largest_gather_bytes =
+          std::max(params.largest_gather_bytes,
+                   layout.gather_bytes(dense_per_layer + expert_per_layer, fp8_dense_per_layer));
+    }
     if (virtual_stage == 0) {
       // Word embedding is vocabulary-parallel over tp; learned positions are replicated.
       const double embedding = (counts.embedding - counts.positions) / tp + counts.positions;
       params.dense += embedding;
       params.embedding += embedding;
-      params.largest_gather_bytes =
-          std::max(params.largest_gather_bytes,
-                   layout.gather_bytes(dense_per_layer + expert_per_layer, fp8_dense_per_layer));
-    }
       params.largest_unit = std::max(params.largest_unit, embedding);
+      params.largest_gather_bytes =
+          std::max(params.largest_gather_bytes, layout.gather_bytes(embedding, 0.0));
     }
     if (virtual_stage == virtual_count - 1) {
       double head = counts.final_norm;
       const double vocab_matrix = static_cast<double>(model.vocab_size) * model.hidden_size / tp;
       if (!model.tied_embeddings || layout.pp > 1) {
-      params.largest_gather_bytes =
-          std::max(params.largest_gather_bytes, layout.gather_bytes(embedding, 0.0));
         head += vocab_matrix;  // tied: Megatron keeps a copy of the tied embedding on the last stage
         params.head_matrix += vocab_matrix;
       }
       params.dense += head;
       params.largest_unit = std::max(params.largest_unit, head);
+      params.largest_gather_bytes = std::max(params.largest_gather_bytes, layout.gather_bytes(head, 0.0));
     }
   }
   return params;
 }
 
-      params.largest_gather_bytes = std::max(params.largest_gather_bytes, layout.gather_bytes(head, 0.0));
 // Tokens of a sequence on one rank. Context parallel splits every sequence over cp ranks: each keeps the
 // activations of seq / cp tokens (attention is flash-style, linear in the tokens; the ring's K/V receive
 // buffers are transient).
@@ -158,7 +163,7 @@ std::vector<model::ActivationTerm> layer_terms(const model::ModelSpec& model, co
                                                Recompute recompute) {
   std::vector<model::ActivationTerm> terms = model::layer_activation_terms(
       model, rank_seq_length(model, layout), layout.micro_batch, layout.tp, layout.sequence_parallel,
-      recompute, layout.attention == AttentionImpl::kFused);
+      recompute, layout.attention == AttentionImpl::kFused, layout.precision == Precision::kFp8Delayed);
   for (model::ActivationTerm& extra : eager_extra_terms(model, layout, recompute))
     terms.push_back(std::move(extra));
   return terms;
@@ -368,6 +373,18 @@ std::vector<double> chunk_recompute_bytes(const model::ModelSpec& model, const L
   return bytes;
 }
 
+// Transformer Engine's delayed scaling (fp8-delayed) keeps, for the step, each FP8 linear's e4m3 weight and
+// its transpose (1 byte a parameter each: Hopper's FP8 GEMMs take only the TN layout, so dgrad needs W^T in
+// FP8), cast once on the first micro-batch; under FSDP (--zero 3) it recasts from each gathered unit instead
+// and keeps none. Each FP8 linear also keeps an fp32 amax history of kAmaxHistoryLength entries for its five
+// scaled tensors (input, weight, output forward; output gradient, input gradient backward). The torchao
+// recipes cast the weights afresh in forward and again in backward: nothing kept.
+double fp8_weight_copy_bytes(const Layout& layout, const StageParameters& params) {
+  if (layout.precision != Precision::kFp8Delayed) return 0.0;
+  const double copies = layout.zero_stage >= 3 ? 0.0 : 2.0 * (params.fp8_dense + params.fp8_expert);
+  return copies + kAmaxHistoryBytesPerLinear * params.fp8_linears;
+}
+
 void require_resolved(const Layout& layout, int stage) {
   require_input(stage >= 0 && stage < layout.pp,
                 "stage " + std::to_string(stage) + " is outside 0.." + std::to_string(layout.pp - 1));
@@ -399,6 +416,7 @@ MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& la
     memory.layer_microbatches = peak.layer_microbatches;
     memory.activations_by_kind = activations_by_kind(model, layout, peak);
   }
+  memory.fp8_weights_bytes = fp8_weight_copy_bytes(layout, params);
   if (layout.trainer == Trainer::kTorchtitan) return memory;
 
   const HeldState state = held_state(layout, params);
@@ -433,9 +451,11 @@ StageHoldings holdings_for_stage(const model::ModelSpec& model, const Layout& la
                 "--memory real replays the default and pytorch trainers' allocations; the torchtitan "
                 "trainer's are measured by bench/torchtitan (give --trainer default or pytorch)");
   const std::vector<int> layers = virtual_stage_layers(layout, model.num_layers);
-  const HeldState state = held_state(layout, stage_parameters(model, layout, stage, layers));
+  const StageParameters params = stage_parameters(model, layout, stage, layers);
+  const HeldState state = held_state(layout, params);
   StageHoldings holdings;
-  holdings.state_bytes = state.weights_bytes + state.gradients_bytes + state.optimizer_bytes;
+  holdings.state_bytes = state.weights_bytes + state.gradients_bytes + state.optimizer_bytes +
+                         fp8_weight_copy_bytes(layout, params);
   for (const ChunkActivations& chunk : chunk_activations(model, layout, stage, layers))
     holdings.chunk_edge_activation_bytes.push_back(chunk.embedding_bytes + chunk.output_bytes);
   holdings.layer_activation_bytes = layer_activation_bytes(model, layout, layout.recompute);
@@ -476,6 +496,8 @@ std::string describe_terms(const MemoryBreakdown& memory) {
       fmt::format("weights {}, gradients {}, optimizer {}, activations {}",
                   core::format_bytes(memory.weights_bytes), core::format_bytes(memory.gradients_bytes),
                   core::format_bytes(memory.optimizer_bytes), core::format_bytes(memory.activations_bytes));
+  if (memory.fp8_weights_bytes > 0)
+    text += ", FP8 weight copies " + core::format_bytes(memory.fp8_weights_bytes);
   if (memory.temporaries_bytes > 0)
     text += ", " + temporaries_label(memory) + " " + core::format_bytes(memory.temporaries_bytes);
   if (memory.at_backward_end) text += ", at the end of backward";
@@ -493,6 +515,8 @@ CALO_JSON_WRITER(write_plain_fields, MemoryBreakdown, weights_bytes, gradients_b
 nlohmann::json to_json(const MemoryBreakdown& memory) {
   nlohmann::json json;
   write_plain_fields(json, memory);
+  // Written only under fp8-delayed, so bf16 and torchao layouts print as they did before the term existed.
+  if (memory.fp8_weights_bytes > 0) json["fp8_weights_bytes"] = memory.fp8_weights_bytes;
   json.update({{"total_bytes", memory.total_bytes()},
                {"trainer", to_string(memory.trainer)},
                {"peak_at", memory.at_backward_end ? "backward_end" : "forward_end"}});

@@ -108,7 +108,10 @@ int BuilderCore::gemm(GemmWeight weight, GemmPass pass, std::int64_t m, std::int
   Op& op = compute_op(OpKind::kGemm);
   const DType fp8_type =  // delayed scaling runs tensorwise-scaled GEMMs
       layout.precision == parallel::Precision::kFp8Rowwise ? DType::kFp8Rowwise : DType::kFp8;
-  op.gemm = GemmShape{m, n, k, fp8 ? fp8_type : DType::kBf16, weight, pass, expert, batch};
+  // The gradient operand's format: e5m2 under torchao's tensorwise default and TE's HYBRID, e4m3 rowwise.
+  const bool grad_e5m2 =
+      fp8 && pass != GemmPass::kForward && layout.precision != parallel::Precision::kFp8Rowwise;
+  op.gemm = GemmShape{m, n, k, fp8 ? fp8_type : DType::kBf16, weight, pass, expert, batch, grad_e5m2};
   op.flops = products * 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   const double operand_bytes = fp8 ? kFp8Bytes : kBf16Bytes;  // the output is bf16 either way
   op.bytes = products *

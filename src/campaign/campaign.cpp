@@ -51,11 +51,13 @@ const std::vector<std::string> kFlagKeys = {"tp",
                                             "sequence-parallel",
                                             "attention",
                                             "precision",
+                                            "fp8-all-gather",
                                             "pp-scatter-gather",
                                             "power-cap",
                                             "memory-limit"};
 const std::vector<std::string> kBoolKeys = {"overlap",       "overlap-tp",        "overlap-grad",
-                                            "overlap-param", "sequence-parallel", "pp-scatter-gather"};
+                                            "overlap-param", "sequence-parallel", "pp-scatter-gather",
+                                            "fp8-all-gather"};
 
 bool is_bool_key(const std::string& key) {
   return std::find(kBoolKeys.begin(), kBoolKeys.end(), key) != kBoolKeys.end();
@@ -173,12 +175,13 @@ constexpr std::array<std::pair<std::string_view, int parallel::Layout::*>, 10> k
 }};
 
 /// Point keys that turn a feature of the layout on or off (flag_on).
-constexpr std::array<std::pair<std::string_view, bool parallel::Layout::*>, 5> kFlagLayoutKeys{{
+constexpr std::array<std::pair<std::string_view, bool parallel::Layout::*>, 6> kFlagLayoutKeys{{
     {"overlap-tp", &parallel::Layout::overlap_tp_comm},
     {"overlap-grad", &parallel::Layout::overlap_grad_reduce},
     {"overlap-param", &parallel::Layout::overlap_param_gather},
     {"sequence-parallel", &parallel::Layout::sequence_parallel},
     {"pp-scatter-gather", &parallel::Layout::pipeline_scatter_gather},
+    {"fp8-all-gather", &parallel::Layout::fp8_all_gather},
 }};
 
 /// Sets the field of `layout` that `key` names in `keys` to convert(value, where); false when `key` is not
@@ -504,6 +507,11 @@ void validate_points(const Spec& spec, std::vector<Point>& points) {
       const bool sp_given = flag_value(point, "sequence-parallel") != nullptr;
       if (!sp_given) layout.sequence_parallel = layout.tp > 1;
       const parallel::Layout resolved = parallel::resolve_layout(model, layout, sp_given);
+      if (!sim::supports_precision(cluster.gpu, resolved.precision)) {
+        point.skip_reason = fmt::format("precision {}: the {} has no FP8 tensor cores",
+                                        parallel::to_string(resolved.precision), cluster.gpu.name);
+        continue;
+      }
       const parallel::MemoryBreakdown memory = parallel::memory_per_gpu(model, resolved);
       if (const std::string* cap = flag_value(point, "power-cap")) {
         const double cap_w = number_value(*cap, fmt::format("point {} key 'power-cap'", point.name));

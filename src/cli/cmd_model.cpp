@@ -2,6 +2,7 @@
 // GPU.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
 #include <set>
 #include <string>
@@ -104,10 +105,15 @@ ModelFigures model_figures(const model::ModelSpec& spec, const parallel::Layout&
 }
 
 /// Activation bytes per layer of one micro-batch on one tp rank under recomputation `mode`.
+/// fp8-delayed's linears save their inputs in FP8 (docs/METRICS.md "FP8 training").
 double activation_bytes(const model::ModelSpec& spec, const parallel::Layout& layout, model::Recompute mode) {
-  return model::activation_bytes_per_layer(spec, layout.seq_length / layout.cp, layout.micro_batch, layout.tp,
-                                           layout.sequence_parallel, mode,
-                                           layout.attention == parallel::AttentionImpl::kFused);
+  double bytes = 0;
+  for (const model::ActivationTerm& term : model::layer_activation_terms(
+           spec, layout.seq_length / layout.cp, layout.micro_batch, layout.tp, layout.sequence_parallel, mode,
+           layout.attention == parallel::AttentionImpl::kFused,
+           layout.precision == parallel::Precision::kFp8Delayed))
+    bytes += term.bytes;
+  return bytes;
 }
 
 /// Prints everything `calo model` shows as one JSON object.
@@ -200,9 +206,11 @@ void print_activation_table(const model::ModelSpec& spec, const parallel::Layout
         {"recompute " + parallel::to_string(mode) + (mode == layout.recompute ? " *" : ""),
          core::format_bytes(activation_bytes(spec, layout, mode))});
   }
-  fmt::print("{}(per micro-batch of {} on one tp rank; {} attention, bf16)\n\n", activation_table.render(),
-             layout.micro_batch,
-             layout.attention == parallel::AttentionImpl::kFused ? "flash" : "unfused (softmax kept)");
+  fmt::print(
+      "{}(per micro-batch of {} on one tp rank; {} attention, {})\n\n", activation_table.render(),
+      layout.micro_batch,
+      layout.attention == parallel::AttentionImpl::kFused ? "flash" : "unfused (softmax kept)",
+      layout.precision == parallel::Precision::kFp8Delayed ? "bf16, the linears' inputs in FP8" : "bf16");
 }
 
 /// Prints the most loaded stage's activations at its peak by kind (docs/METRICS.md "Activations by kind").
@@ -225,7 +233,11 @@ void print_memory_table(const ModelFigures& figures) {
   for (const auto& memory : figures.stages)
     if (memory.temporaries_bytes > 0) transients.insert(parallel::temporaries_label(memory));
   const bool temporaries = !transients.empty();
+  // fp8-delayed's FP8 weight copies and amax history (docs/METRICS.md "FP8 training"), where there are any.
+  const bool fp8_weights = std::any_of(figures.stages.begin(), figures.stages.end(),
+                                       [](const auto& memory) { return memory.fp8_weights_bytes > 0; });
   std::vector<std::string> header = {"stage", "weights", "gradients", "optimizer", "activations"};
+  if (fp8_weights) header.push_back("FP8 weights");
   if (temporaries) header.push_back(transients.size() == 1 ? *transients.begin() : "transient");
   header.insert(header.end(), {"total", "in-flight"});
   core::TextTable memory_table(header);
@@ -234,6 +246,7 @@ void print_memory_table(const ModelFigures& figures) {
                                     core::format_bytes(memory.gradients_bytes),
                                     core::format_bytes(memory.optimizer_bytes),
                                     core::format_bytes(memory.activations_bytes)};
+    if (fp8_weights) row.push_back(core::format_bytes(memory.fp8_weights_bytes));
     if (temporaries) row.push_back(core::format_bytes(memory.temporaries_bytes));
     row.insert(row.end(),
                {core::format_bytes(memory.total_bytes()), std::to_string(memory.inflight_microbatches)});

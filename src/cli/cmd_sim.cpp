@@ -589,6 +589,36 @@ int run_sim(SimFlags& flags) {
   return 0;
 }
 
+/// The job-cost flags (--tokens, --price-per-kwh, --currency, --pue, --host-power-w): any of them marks the
+/// cost as asked for.
+void add_cost_flags(CLI::App& app, const std::shared_ptr<SimFlags>& flags) {
+  auto cost_flag = [&app, flags](const char* name, double& value, const char* help) {
+    app.add_option_function<double>(
+        name,
+        [flags, &value](double given) {
+          value = given;
+          flags->cost_given = true;
+        },
+        help);
+  };
+  cost_flag("--tokens", flags->cost.tokens,
+            "Tokens to train (e.g. 1e12): prints the time, the GPUs' energy, the facility's energy and the "
+            "price of training them at the simulated rate");
+  cost_flag("--price-per-kwh", flags->cost.price_per_kwh,
+            "Electricity price per kWh, in --currency (with --tokens)");
+  app.add_option_function<std::string>(
+      "--currency",
+      [flags](const std::string& given) {
+        flags->cost.currency = given;
+        flags->cost_given = true;
+      },
+      "Currency of --price-per-kwh, printed with the cost (a label, nothing is converted; with --tokens; "
+      "default USD)");
+  cost_flag("--pue", flags->cost.pue, "Facility power usage effectiveness, >= 1 (with --tokens; default 1)");
+  cost_flag("--host-power-w", flags->cost.host_power_w,
+            "Each node's power beyond its GPUs, W (CPUs, memory, NICs, fans; with --tokens; default 0)");
+}
+
 const CommandRegistration kSim(
     "sim", "simulate a training job's graph on a modeled cluster: step time, power, heat, throttling", 40,
     [](CLI::App& app) -> std::function<int()> {
@@ -638,33 +668,7 @@ const CommandRegistration kSim(
       app.add_flag("--no-power-cap", flags->no_power_cap, "Disable the power-cap controller");
       app.add_flag("--no-thermal", flags->no_thermal, "Disable the thermal model (constant temperatures)");
       app.add_option("--power-cap", flags->power_caps, kPowerCapHelp);
-      auto cost_flag = [&app, flags](const char* name, double& value, const char* help) {
-        app.add_option_function<double>(
-            name,
-            [flags, &value](double given) {
-              value = given;
-              flags->cost_given = true;
-            },
-            help);
-      };
-      cost_flag(
-          "--tokens", flags->cost.tokens,
-          "Tokens to train (e.g. 1e12): prints the time, the GPUs' energy, the facility's energy and the "
-          "price of training them at the simulated rate");
-      cost_flag("--price-per-kwh", flags->cost.price_per_kwh,
-                "Electricity price per kWh, in --currency (with --tokens)");
-      app.add_option_function<std::string>(
-          "--currency",
-          [flags](const std::string& given) {
-            flags->cost.currency = given;
-            flags->cost_given = true;
-          },
-          "Currency of --price-per-kwh, printed with the cost (a label, nothing is converted; with --tokens; "
-          "default USD)");
-      cost_flag("--pue", flags->cost.pue,
-                "Facility power usage effectiveness, >= 1 (with --tokens; default 1)");
-      cost_flag("--host-power-w", flags->cost.host_power_w,
-                "Each node's power beyond its GPUs, W (CPUs, memory, NICs, fans; with --tokens; default 0)");
+      add_cost_flags(app, flags);
       app.add_option("--slow-gpu", flags->slow_gpus,
                      "RANK=SPEED: a GPU running at SPEED x nominal; repeatable");
       app.add_option("--hot-gpu", flags->hot_gpus,

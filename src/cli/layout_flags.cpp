@@ -86,6 +86,10 @@ void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional) 
                      " (fp8: e4m3 operands, tensorwise dynamic scaling as torchao's default; fp8-rowwise: a "
                      "scale per row; attention, norms, embedding and output layer stay bf16)")
       ->capture_default_str();
+  app.add_flag("--fp8-all-gather", layout.fp8_all_gather,
+               "--precision fp8 with --zero 3: FSDP gathers the FP8 linears' weights in FP8 (1 byte a "
+               "parameter, not 2) and all-reduces their scales once a step (torchtitan's "
+               "enable_fsdp_float8_all_gather with precompute_float8_dynamic_scale_for_fsdp)");
   app.add_option("--vpp,--virtual-stages", layout.virtual_stages,
                  "Model chunks per pipeline rank (interleaved)")
       ->capture_default_str();

@@ -146,7 +146,9 @@ void add_parameter_collectives(const std::vector<graph::RankOp>& ops, const Prog
       std::int32_t free_op = i;
       if (auto pass = index.pass.find({op.layer, freed_by, freed_in_backward}); pass != index.pass.end())
         free_op = std::max(free_op, pass->second.last);
-      out.add(i, free_op, false, op.parameters * holdings.weight_bytes_per_param,
+      // The gathered buffer is what the all-gather wrote: bf16, its FP8 linears' weights in FP8 under
+      // --fp8-all-gather (parallel::Layout::gather_bytes).
+      out.add(i, free_op, false, op.bytes,
               fmt::format("gathered parameters of unit {}, micro-batch {}", op.layer, op.microbatch));
     } else if (op.collective == graph::CollectiveKind::kReduceScatter && layout.zero_stage >= 2) {
       std::int32_t hold_op = i;

@@ -168,8 +168,10 @@ struct BuilderCore {
   int gemm(GemmWeight weight, GemmPass pass, std::int64_t m, std::int64_t n, std::int64_t k, int expert = -1,
            std::int64_t batch = 1);
   /// FP8: the amax, scale and cast work a GEMM pass's operands need (docs/METRICS.md "FP8 training"), as one
-  /// cast op before it; A is m x k, B is k x n, `products` independent products.
-  void fp8_casts(GemmPass pass, std::int64_t m, std::int64_t n, std::int64_t k, double products);
+  /// cast op before it; A is m x k, B is k x n, `products` independent products; `weight_gathered_fp8`: B is
+  /// a weight FSDP gathered in FP8 (--fp8-all-gather), so forward casts only this rank's shard of it.
+  void fp8_casts(GemmPass pass, std::int64_t m, std::int64_t n, std::int64_t k, double products,
+                 bool weight_gathered_fp8);
   /// A memory-bound op moving `bytes` and doing `flops` on the compute stream; returns its index.
   int elementwise(ElementwiseKind kind, double bytes, double flops);
   /// One attention-core op: `queries` rows against `keys` rows; the causal mask is bottom-right aligned when
@@ -347,18 +349,26 @@ class DataEmitter : public Emitter {
   int emit_optimizer_step();
   /// ZeRO-1/2 without overlap: the parameter all-gathers right after the step (op `optimizer_index`).
   void emit_param_gathers_after_step(int optimizer_index);
+  /// --fp8-all-gather: after the step (op `optimizer_index`), one all-reduce of the FP8-gathered weights'
+  /// fp32 amax values over the shard group (torchao's precompute_float8_dynamic_scale_for_fsdp).
+  void emit_fp8_scale_all_reduce(int optimizer_index);
 
  private:
   /// Parameter counts of the units a stage holds, per rank (bf16 gradient/param collectives use these).
   struct UnitParams {
-    double dense = 0;   // reduced over the dp group
-    double expert = 0;  // reduced over the expert-dp group
+    double dense = 0;      // reduced over the dp group
+    double expert = 0;     // reduced over the expert-dp group
+    double fp8_dense = 0;  // of `dense`: the FP8 linears' matrices (gathered in FP8 under --fp8-all-gather)
+    int fp8_linears = 0;   // FP8 linear modules among them (QKV, projection, dense FFN's two)
   };
 
   UnitParams unit_params(int unit) const;
-  /// Bytes per parameter a collective of `kind` moves: bf16 parameters gathered; gradients reduced in bf16,
-  /// or fp32 under the torchtitan trainer (its FSDP2 / DDP reduce dtype).
-  double bytes_per_param(CollectiveKind kind) const;
+  /// Bytes per parameter a reduction moves: gradients reduced in bf16, or fp32 under the torchtitan trainer
+  /// (its FSDP2 / DDP reduce dtype).
+  double reduce_bytes_per_param() const;
+  /// Bytes a collective of `kind` moves for `params` parameters of which `fp8_params` are dense FP8 linears'
+  /// weights: a gather's parallel::Layout::gather_bytes, a reduction's reduce_bytes_per_param each.
+  double collective_bytes(CollectiveKind kind, double params, double fp8_params) const;
   double optimizer_params() const;
   std::vector<std::int32_t> emit_param_collectives(CollectiveKind kind, int chunk, int unit, int microbatch,
                                                    Phase phase, const std::vector<std::int32_t>& deps);

@@ -593,6 +593,17 @@ double expected_tp_bytes(const model::ModelSpec& model, const parallel::Layout& 
   return sym.ranks_per_stage * sym.m * per_rank;
 }
 
+/// Per rank of one virtual stage: the dense FP8 linears' matrices (attention, dense FFN) and their modules
+/// (QKV, projection, and the dense FFN's two), which --fp8-all-gather gathers in FP8; {0, 0} in bf16.
+std::pair<double, double> stage_fp8_dense(const model::ModelSpec& model, const parallel::Layout& layout,
+                                          const VolumeSymbols& sym, int virtual_stage) {
+  if (!layout.fp8()) return {0.0, 0.0};
+  const double layers = sym.partition[virtual_stage].count;
+  const double ffn = model.is_moe() ? 0.0 : sym.counts.per_ffn_matrices;
+  return {layers * (sym.counts.per_layer_attention_matrices + ffn) / sym.t,
+          layers * (model.is_moe() ? 2 : 4)};
+}
+
 /// Per-rank dense and expert parameters of one virtual stage.
 std::pair<double, double> stage_parameters(const model::ModelSpec& model, const parallel::Layout& layout,
                                            const VolumeSymbols& sym, int virtual_stage) {
@@ -648,8 +659,9 @@ void add_expected_dp_bytes(const model::ModelSpec& model, const parallel::Layout
   // one all-gather, m + 1; FSDP a reduce-scatter per micro-batch plus its gathers G (2m when resharding after
   // forward, else the passes that find the chunk freed: FSDP2 frees after every backward). Hybrid sharding
   // runs the dense ones over the shard group of S ranks and all-reduces each reduce-scattered shard (1/S of
-  // the bytes) over the replicate group. A gather moves 2 bytes per parameter (bf16), a reduction 2, or 4
-  // under the torchtitan trainer (fp32 gradients).
+  // the bytes) over the replicate group. A gather moves 2 bytes per parameter (bf16; 1 for the dense FP8
+  // linears' matrices under --fp8-all-gather, whose fp32 amax values are all-reduced once after the step), a
+  // reduction 2, or 4 under the torchtitan trainer (fp32 gradients).
   const int pp = layout.pp;
   const double m = sym.m, shard = layout.shard_size();
   const double reduce_bytes = parallel::gradient_reduce_bytes_per_param(layout.trainer);
@@ -657,9 +669,12 @@ void add_expected_dp_bytes(const model::ModelSpec& model, const parallel::Layout
     const auto schedule = parallel::stage_schedule(layout, stage);
     for (int virtual_stage = stage; virtual_stage < sym.virtual_stages; virtual_stage += pp) {
       const auto [dense, expert] = stage_parameters(model, layout, sym, virtual_stage);
+      const auto [fp8_dense, fp8_linears] = stage_fp8_dense(model, layout, sym, virtual_stage);
       const DpPasses passes = dp_passes(layout, schedule, virtual_stage / pp, m);
       const double bytes_per_param = passes.gathers * 2.0 + passes.reduces * reduce_bytes;
-      double per_rank = 0;
+      // What --fp8-all-gather saves on each gather, and its amax all-reduce (4 bytes a weight).
+      const double fp8_gather = layout.fp8_all_gather ? 4.0 * fp8_linears - passes.gathers * fp8_dense : 0.0;
+      double per_rank = fp8_gather;
       if (layout.hybrid_sharding()) {
         if (shard > 1) per_rank += bytes_per_param * dense;
         per_rank += m * reduce_bytes * dense / shard;

@@ -89,10 +89,19 @@ double BuilderCore::tp_gather_bytes(GemmWeight weight) const {
   return fp8_gather ? activation_bytes() * kFp8Bytes / kBf16Bytes : activation_bytes();
 }
 
-void BuilderCore::fp8_casts(GemmPass pass, std::int64_t m, std::int64_t n, std::int64_t k, double products) {
+void BuilderCore::fp8_casts(GemmPass pass, std::int64_t m, std::int64_t n, std::int64_t k, double products,
+                            bool weight_gathered_fp8) {
   const double a_values = products * static_cast<double>(m * k);
   const double b_values = products * static_cast<double>(k * n);
-  const Fp8CastBytes cast = fp8_cast_bytes(layout.precision, pass, layout.num_microbatches());
+  Fp8CastBytes cast = fp8_cast_bytes(layout.precision, pass, layout.num_microbatches());
+  if (weight_gathered_fp8 && pass == GemmPass::kForward) {
+    // --fp8-all-gather: the weight arrives in FP8; FSDP cast each rank's shard (1/S of it) before the
+    // gather with the scale precomputed after the step: a read of the sharded parameter and an FP8 write.
+    const double shard_ranks = layout.hybrid_sharding() ? layout.shard_size() : layout.grad_reduce_size();
+    const double parameter_bytes = layout.trainer == parallel::Trainer::kTorchtitan ? kFp32Bytes : kBf16Bytes;
+    cast.b_per_value = (parameter_bytes + kFp8Bytes) / shard_ranks;
+    cast.b_fresh = 0;
+  }
   const double bytes = cast.a_per_value * a_values + cast.b_per_value * b_values;
   if (bytes <= 0) return;  // every operand reused from a cast made before
   elementwise(ElementwiseKind::kCast, bytes,
@@ -103,11 +112,16 @@ int BuilderCore::gemm(GemmWeight weight, GemmPass pass, std::int64_t m, std::int
                       int expert, std::int64_t batch) {
   const auto products = static_cast<double>(batch);
   const bool fp8 = layout.fp8() && is_fp8_linear(weight);
-  if (fp8) fp8_casts(pass, m, n, k, products);
+  // --fp8-all-gather gathers the dense FP8 linears' weights in FP8; the experts' stay bf16 in the gather.
+  const bool expert_weight = weight == GemmWeight::kExpertFc1 || weight == GemmWeight::kExpertFc2;
+  if (fp8) fp8_casts(pass, m, n, k, products, layout.fp8_all_gather && !expert_weight);
   Op& op = compute_op(OpKind::kGemm);
   const DType fp8_type =  // delayed scaling runs tensorwise-scaled GEMMs
       layout.precision == parallel::Precision::kFp8Rowwise ? DType::kFp8Rowwise : DType::kFp8;
-  op.gemm = GemmShape{m, n, k, fp8 ? fp8_type : DType::kBf16, weight, pass, expert, batch};
+  // The gradient operand's format: e5m2 under torchao's tensorwise default and TE's HYBRID, e4m3 rowwise.
+  const bool grad_e5m2 =
+      fp8 && pass != GemmPass::kForward && layout.precision != parallel::Precision::kFp8Rowwise;
+  op.gemm = GemmShape{m, n, k, fp8 ? fp8_type : DType::kBf16, weight, pass, expert, batch, grad_e5m2};
   op.flops = products * 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   const double operand_bytes = fp8 ? kFp8Bytes : kBf16Bytes;  // the output is bf16 either way
   op.bytes = products *

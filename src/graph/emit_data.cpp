@@ -44,15 +44,24 @@ DataEmitter::UnitParams DataEmitter::unit_params(int unit) const {
   } else if (model_.is_moe()) {
     params.dense = counts_.per_layer_attention / tp + counts_.per_layer_norm + counts_.per_layer_router;
     params.expert = counts_.per_expert * (model_.num_experts / layout_.ep) / tp;
+    if (layout_.fp8()) params.fp8_dense = counts_.per_layer_attention_matrices / tp;
+    if (layout_.fp8()) params.fp8_linears = 2;
   } else {
     params.dense = (counts_.per_layer_attention + counts_.per_layer_mlp) / tp + counts_.per_layer_norm;
+    if (layout_.fp8())
+      params.fp8_dense = (counts_.per_layer_attention_matrices + counts_.per_ffn_matrices) / tp;
+    if (layout_.fp8()) params.fp8_linears = 4;
   }
   return params;
 }
 
-double DataEmitter::bytes_per_param(CollectiveKind kind) const {
-  return kind == CollectiveKind::kAllGather ? kBf16Bytes
-                                            : parallel::gradient_reduce_bytes_per_param(layout_.trainer);
+double DataEmitter::reduce_bytes_per_param() const {
+  return parallel::gradient_reduce_bytes_per_param(layout_.trainer);
+}
+
+double DataEmitter::collective_bytes(CollectiveKind kind, double params, double fp8_params) const {
+  return kind == CollectiveKind::kAllGather ? layout_.gather_bytes(params, fp8_params)
+                                            : params * reduce_bytes_per_param();
 }
 
 /// Emits the dp (dense) and expert-dp (expert) collectives of one unit; returns their indices. Under hybrid
@@ -71,7 +80,8 @@ std::vector<std::int32_t> DataEmitter::emit_param_collectives(CollectiveKind kin
   if (hybrid_ && params.dense > 0) {
     std::vector<std::int32_t> after = deps;
     if (layout_.shard_size() > 1) {
-      Op op = BuilderCore::collective_op(kind, GroupKind::kDpShard, params.dense * bytes_per_param(kind),
+      Op op = BuilderCore::collective_op(kind, GroupKind::kDpShard,
+                                         collective_bytes(kind, params.dense, params.fp8_dense),
                                          Stream::kDpComm, phase);
       op.parameters = params.dense;
       ids.push_back(core_.add(op, deps));
@@ -80,18 +90,18 @@ std::vector<std::int32_t> DataEmitter::emit_param_collectives(CollectiveKind kin
     if (kind == CollectiveKind::kReduceScatter) {
       const double shard = params.dense / layout_.shard_size();
       Op op = BuilderCore::collective_op(CollectiveKind::kAllReduce, GroupKind::kDpReplicate,
-                                         shard * bytes_per_param(kind), Stream::kDpComm, phase);
+                                         shard * reduce_bytes_per_param(), Stream::kDpComm, phase);
       op.parameters = shard;
       ids.push_back(core_.add(op, after));
     }
   } else if (dp_reduce_ && params.dense > 0) {
-    Op op = BuilderCore::collective_op(kind, dp_group_, params.dense * bytes_per_param(kind), Stream::kDpComm,
-                                       phase);
+    Op op = BuilderCore::collective_op(
+        kind, dp_group_, collective_bytes(kind, params.dense, params.fp8_dense), Stream::kDpComm, phase);
     op.parameters = params.dense;
     ids.push_back(core_.add(op, deps));
   }
   if (edp_reduce_ && params.expert > 0) {
-    Op op = BuilderCore::collective_op(kind, GroupKind::kExpertDp, params.expert * bytes_per_param(kind),
+    Op op = BuilderCore::collective_op(kind, GroupKind::kExpertDp, collective_bytes(kind, params.expert, 0.0),
                                        Stream::kDpComm, phase);
     op.parameters = params.expert;
     ids.push_back(core_.add(op, deps));
@@ -242,6 +252,18 @@ int DataEmitter::emit_optimizer_step() {
   const int optimizer_index = core_.add(optimizer, deps);
   core_.last_compute = optimizer_index;
   return optimizer_index;
+}
+
+void DataEmitter::emit_fp8_scale_all_reduce(int optimizer_index) {
+  if (!layout_.fp8_all_gather) return;
+  int linears = 0;
+  for (int chunk = 0; chunk < layout_.virtual_stages; ++chunk)
+    for (int unit : core_.forward_units(chunk)) linears += unit_params(unit).fp8_linears;
+  if (linears == 0) return;
+  // One fp32 amax per FP8-gathered weight, reduced over the ranks that hold its shards.
+  Op op = BuilderCore::collective_op(CollectiveKind::kAllReduce, hybrid_ ? GroupKind::kDpShard : dp_group_,
+                                     kFp32Bytes * linears, Stream::kDpComm, Phase::kOptimizer);
+  core_.add(op, {optimizer_index});
 }
 
 }  // namespace calo::graph::detail

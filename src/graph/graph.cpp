@@ -43,6 +43,7 @@ class ProgramBuilder {
     // ZeRO-1/2 without overlap: gather the updated parameters right after the step.
     if (gather_after_step && !layout.overlap_param_gather)
       data_.emit_param_gathers_after_step(optimizer_index);
+    data_.emit_fp8_scale_all_reduce(optimizer_index);
   }
 
  private:

@@ -86,6 +86,10 @@ struct GemmShape {
   /// (RankProgram::ep_index = -1) it is the index for EP index 0; materialize() gives each rank its own.
   std::int32_t expert = -1;
   std::int64_t batch = 1;  ///< independent products of this shape (batched GEMM: the unfused attention core)
+  /// FP8 backward GEMMs: the gradient operand (dY: A of dgrad, B of wgrad) is e5m2 (torchao's tensorwise
+  /// default, Transformer Engine's HYBRID format), else e4m3 like the others (rowwise; every forward GEMM).
+  /// Same bytes and, on Hopper, the same rate: a label of the recipe (docs/METRICS.md "FP8 training").
+  bool grad_e5m2 = false;
 };
 
 /// Shape of an attention-core op (per rank: heads are already divided by tp). Under context parallelism one

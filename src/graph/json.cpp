@@ -24,6 +24,7 @@ nlohmann::json to_json(const Op& op, std::span<const std::int32_t> deps) {
       json["pass"] = to_string(op.gemm.pass);
       if (op.gemm.expert >= 0) json["expert"] = op.gemm.expert;
       if (op.gemm.batch > 1) json["batch"] = op.gemm.batch;
+      if (op.gemm.grad_e5m2) json["grad_dtype"] = "e5m2";
       break;
     case OpKind::kAttention:
       json["batch"] = op.attention.batch;

@@ -14,6 +14,7 @@ namespace {
 constexpr double kBf16Bytes = 2.0;  // activations are stored in bf16
 constexpr double kFp32Bytes = 4.0;  // softmax statistics, router probabilities, cross-entropy softmax
 constexpr double kMaskBytes = 1.0;  // dropout masks: one byte per element
+constexpr double kFp8Bytes = 1.0;   // an FP8 (e4m3) value
 
 // Weights of one FFN (one expert for MoE), biases excluded: 2 h f (GELU) or 3 h f (SwiGLU).
 double ffn_weights(const ModelSpec& spec) {
@@ -50,6 +51,8 @@ ParameterCounts count_parameters(const ModelSpec& spec) {
   ParameterCounts counts;
   const double hidden = spec.hidden_size;
   counts.per_layer_attention = attention_weights(spec);
+  counts.per_layer_attention_matrices = counts.per_layer_attention;
+  counts.per_ffn_matrices = ffn_weights(spec);
   if (spec.linear_bias) counts.per_layer_attention += spec.q_size() + 2.0 * spec.kv_size() + hidden;
   const double one_ffn = ffn_weights(spec) + ffn_biases(spec);
   if (spec.is_moe()) {
@@ -137,7 +140,7 @@ std::vector<ActivationTerm> op_checkpoint_terms(const ModelSpec& spec, double re
 
 std::vector<ActivationTerm> layer_activation_terms(const ModelSpec& spec, int seq_length, int micro_batch,
                                                    int tp, bool sequence_parallel, Recompute recompute,
-                                                   bool flash_attention) {
+                                                   bool flash_attention, bool fp8_saved_inputs) {
   require_positive(seq_length, "sequence length");
   require_positive(micro_batch, "micro-batch size");
   require_positive(tp, "tensor-parallel size");
@@ -158,11 +161,22 @@ std::vector<ActivationTerm> layer_activation_terms(const ModelSpec& spec, int se
   }
   if (recompute == Recompute::kOp) return op_checkpoint_terms(spec, replicated, split);
   const bool dropout = spec.dropout > 0.0;
+  // Transformer Engine saves an FP8 linear's input as FP8 (its transpose, for the weight gradient): the QKV
+  // and FFN (expert) inputs at 1 byte; the MoE router's input stays bf16; the attention output stays bf16
+  // for the attention kernel's backward, with an FP8 copy beside it for the projection's.
+  const double linear_input_bytes = fp8_saved_inputs ? kFp8Bytes : kBf16Bytes;
   add("norm inputs (2)", replicated * 2.0 * kBf16Bytes * hidden);
-  add(spec.is_moe() ? "QKV and router/expert inputs" : "QKV and FFN inputs",
-      replicated * 2.0 * kBf16Bytes * hidden);
+  if (spec.is_moe()) {
+    add(fp8_saved_inputs ? "QKV (FP8) and router inputs" : "QKV and router/expert inputs",
+        replicated * (linear_input_bytes + kBf16Bytes) * hidden);
+  } else {
+    add(fp8_saved_inputs ? "QKV and FFN inputs (FP8)" : "QKV and FFN inputs",
+        replicated * 2.0 * linear_input_bytes * hidden);
+  }
   add("dropout masks (2)", dropout ? replicated * 2.0 * kMaskBytes * hidden : 0.0);
   add("Q, K, V and attention output", split * kBf16Bytes * (2.0 * spec.q_size() + 2.0 * spec.kv_size()));
+  add("attention output (FP8 copy, the projection's input)",
+      fp8_saved_inputs ? split * kFp8Bytes * spec.q_size() : 0.0);
   const double heads = spec.num_attention_heads;
   if (recompute != Recompute::kSelective) {
     if (flash_attention) {
@@ -175,16 +189,21 @@ std::vector<ActivationTerm> layer_activation_terms(const ModelSpec& spec, int se
   }
   // FFN inner tensors: GELU keeps its input and output (2 x f); SwiGLU keeps gate+up (2 f) and its output
   // (f).
+  // Under FP8 the activation's output (the down projection's input) is saved as FP8.
   const bool swiglu = spec.activation == Activation::kSwiGlu;
-  const double ffn_inner = kBf16Bytes * (swiglu ? 3.0 : 2.0) * spec.ffn_hidden_size;
-  const std::string inner_kind =
-      swiglu ? "FFN inner (gate, up, SwiGLU output)" : "FFN inner (GELU input, output)";
+  const double ffn_inner = (kBf16Bytes * (swiglu ? 2.0 : 1.0) + linear_input_bytes) * spec.ffn_hidden_size;
+  const std::string inner_kind = swiglu ? (fp8_saved_inputs ? "FFN inner (gate, up; SwiGLU output in FP8)"
+                                                            : "FFN inner (gate, up, SwiGLU output)")
+                                        : (fp8_saved_inputs ? "FFN inner (GELU input; output in FP8)"
+                                                            : "FFN inner (GELU input, output)");
   if (spec.is_moe()) {
     add("router probabilities (fp32)", replicated * kFp32Bytes * spec.num_experts);
     add("expert " + inner_kind.substr(4) + " x top-k", split * spec.moe_top_k * ffn_inner);
     // Each routed token copy: permuted expert input and expert output (kept for the combine weights'
     // gradient). Tokens are gathered over the tp group before the experts, so these are not divided by tp.
-    add("routed token copies (expert input, output)", tokens * spec.moe_top_k * 2.0 * kBf16Bytes * hidden);
+    add(fp8_saved_inputs ? "routed token copies (expert input in FP8, output)"
+                         : "routed token copies (expert input, output)",
+        tokens * spec.moe_top_k * (linear_input_bytes + kBf16Bytes) * hidden);
   } else {
     add(inner_kind, split * ffn_inner);
   }

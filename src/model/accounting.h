@@ -26,6 +26,10 @@ struct ParameterCounts {
   double final_norm = 0;           ///< final norm
   double positions = 0;            ///< of `embedding`: learned position table (0 for RoPE)
   double per_expert = 0;           ///< one expert's FFN (MoE; 0 for dense)
+  /// Matrices of one layer's attention projections (QKV and output), biases excluded: what FP8 recipes cast.
+  double per_layer_attention_matrices = 0;
+  /// Matrices of one FFN (one expert's for MoE), biases excluded.
+  double per_ffn_matrices = 0;
   /// All parameters of one transformer layer (attention + FFN/experts + router + norms).
   double per_layer() const { return per_layer_attention + per_layer_mlp + per_layer_router + per_layer_norm; }
 };
@@ -62,10 +66,12 @@ struct ActivationTerm {
 };
 
 /// The kinds activation_bytes_per_layer sums (docs/METRICS.md "Activations by kind"), in the layer's order;
-/// zero terms are left out.
+/// zero terms are left out. `fp8_saved_inputs`: the transformer linears save their input as FP8 (1 byte a
+/// value) for the weight gradient, as Transformer Engine does (docs/METRICS.md "FP8 training"); without
+/// recomputation or under selective only (full and op checkpointing keep what their policy names).
 std::vector<ActivationTerm> layer_activation_terms(const ModelSpec& spec, int seq_length, int micro_batch,
                                                    int tp, bool sequence_parallel, Recompute recompute,
-                                                   bool flash_attention);
+                                                   bool flash_attention, bool fp8_saved_inputs = false);
 
 /// Activation bytes one transformer layer keeps for backward, for one micro-batch on one tensor-parallel rank
 /// (Korthikanti et al. 2022, bf16, with flash attention: no s^2 term), under the given sequence parallel and

@@ -101,6 +101,7 @@ nlohmann::json to_json(const Layout& layout) {
   // Written only when not the default, so runs stored before the key existed compare equal to new ones.
   if (layout.trainer != Trainer::kDefault) json["trainer"] = to_string(layout.trainer);
   if (layout.fp8()) json["precision"] = to_string(layout.precision);
+  if (layout.fp8_all_gather) json["fp8_all_gather"] = true;
   return json;
 }
 
@@ -132,6 +133,7 @@ Layout layout_from_json(const nlohmann::json& object) {
   layout.pipeline_scatter_gather = object.value("pipeline_scatter_gather", true);
   layout.trainer = parse_trainer(object.value("trainer", std::string("default")), "layout.trainer");
   layout.precision = kPrecisionAxis.parse(object.value("precision", std::string("bf16")), "layout.precision");
+  layout.fp8_all_gather = object.value("fp8_all_gather", false);
   return layout;
 }
 
@@ -171,6 +173,7 @@ std::string describe(const Layout& layout) {
   if (layout.precision == Precision::kFp8Tensorwise) text += " fp8-tensorwise";
   if (layout.precision == Precision::kFp8Rowwise) text += " fp8-rowwise";
   if (layout.precision == Precision::kFp8Delayed) text += " fp8-delayed";
+  if (layout.fp8_all_gather) text += " fp8-all-gather";
   if (layout.scatter_gather_in_effect()) text += " pp-scatter-gather";
   if (layout.uneven_partition()) text += " layers-" + partition_text(layout.layers_per_stage);
   if (!layout.stage_gpus.empty()) text += fmt::format(" stages-on-{}", fmt::join(layout.stage_gpus, ","));

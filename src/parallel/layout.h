@@ -84,8 +84,22 @@ struct Layout {
   bool pipeline_scatter_gather = true;
   Trainer trainer = Trainer::kDefault;     ///< memory accounting convention (no effect on the graph)
   Precision precision = Precision::kBf16;  ///< precision of the transformer linears
+  /// FSDP (--zero 3) all-gathers the dense FP8 linears' weights as FP8, 1 byte a parameter, with one
+  /// all-reduce of their scales after the optimizer step (torchtitan's enable_fsdp_float8_all_gather and
+  /// precompute_float8_dynamic_scale_for_fsdp; tensorwise `fp8` only).
+  bool fp8_all_gather = false;
   /// Whether the transformer linears run in FP8.
   bool fp8() const { return precision != Precision::kBf16; }
+  /// Whether fp8_all_gather can apply: tensorwise FP8 under ZeRO-3 over a shard group of more than one rank.
+  bool fp8_all_gather_applies() const {
+    const int shard_ranks = hybrid_sharding() ? shard_size() : grad_reduce_size();
+    return precision == Precision::kFp8Tensorwise && zero_stage == 3 && shard_ranks > 1;
+  }
+  /// Bytes an FSDP all-gather moves (and the gathered buffer holds) for `params` parameters of which
+  /// `fp8_params` are dense FP8 linears' weights: 2 each (bf16), 1 for those under fp8_all_gather.
+  double gather_bytes(double params, double fp8_params) const {
+    return 2.0 * params - (fp8_all_gather ? fp8_params : 0.0);
+  }
 
   /// Total ranks: tp * cp * pp * dp.
   int world_size() const { return tp * cp * pp * dp; }

@@ -23,6 +23,11 @@ constexpr double kWeightBytesPerParam = 2.0;      // bf16 weights
 constexpr double kOptimizerBytesPerParam = 12.0;  // fp32 master weights + Adam m + Adam v
 constexpr double kFp32BytesPerParam = 4.0;        // an fp32 parameter or gradient (torchtitan's)
 constexpr double kMomentBytesPerParam = 8.0;      // Adam m + Adam v, fp32
+// Transformer Engine's DelayedScaling amax_history_len default (NeMo's FP8 configs keep it; Megatron-LM's
+// --fp8-amax-history-len defaults to 1).
+constexpr double kAmaxHistoryLength = 1024;
+// fp32 amax history of an FP8 linear's five scaled tensors.
+constexpr double kAmaxHistoryBytesPerLinear = 5 * kAmaxHistoryLength * 4.0;
 // The pytorch trainer's cross-entropy backward: the fp32 gradients of its log-softmax and of the fp32 logits,
 // alive together at the loss, per token and vocabulary entry (on top of the saved fp32 logits).
 constexpr double kLossBackwardBytesPerLogit = 8.0;
@@ -49,6 +54,12 @@ struct StageParameters {
   double largest_unit = 0;  // largest gather/reduce unit on this rank: a layer, the embedding or the head
   double embedding = 0;     // the embedding lookup's parameters on this rank (first virtual stage), else 0
   double head_matrix = 0;   // the output projection's parameters on this rank (last virtual stage), else 0
+  double fp8_dense = 0;     // of `dense`: the FP8 linears' matrices (attention, dense FFN)
+  double fp8_expert = 0;    // of `expert`: the experts' matrices (FP8 linears too)
+  // FP8 linear modules on the rank: QKV, projection, the FFN's two or each local expert's two.
+  int fp8_linears = 0;
+  // The most bytes one unit's FSDP all-gather gathers (Layout::gather_bytes).
+  double largest_gather_bytes = 0;
 };
 
 StageParameters stage_parameters(const model::ModelSpec& model, const Layout& layout, int stage,
@@ -58,8 +69,18 @@ StageParameters stage_parameters(const model::ModelSpec& model, const Layout& la
   // Attention and FFN matrices (with their biases) are split over tp; norms and the router are replicated.
   const double dense_per_layer = counts.per_layer_attention / tp + counts.per_layer_router +
                                  counts.per_layer_norm + (model.is_moe() ? 0.0 : counts.per_layer_mlp / tp);
-  const double expert_per_layer =
-      model.is_moe() ? counts.per_expert * (static_cast<double>(model.num_experts) / layout.ep) / tp : 0.0;
+  const double local_experts = static_cast<double>(model.num_experts) / layout.ep;
+  const double expert_per_layer = model.is_moe() ? counts.per_expert * local_experts / tp : 0.0;
+  // The FP8 linears' matrices: attention and the dense FFN (dense part), the experts' (expert part).
+  const double fp8_dense_per_layer =
+      layout.fp8()
+          ? (counts.per_layer_attention_matrices + (model.is_moe() ? 0.0 : counts.per_ffn_matrices)) / tp
+          : 0.0;
+  const double fp8_expert_per_layer =
+      layout.fp8() && model.is_moe() ? counts.per_ffn_matrices * local_experts / tp : 0.0;
+  const int fp8_linears_per_layer = !layout.fp8()    ? 0
+                                    : model.is_moe() ? 2 + 2 * static_cast<int>(local_experts)
+                                                     : 4;
   StageParameters params;
   const int virtual_count = layout.pp * layout.virtual_stages;
   for (int chunk = 0; chunk < layout.virtual_stages; ++chunk) {
@@ -67,14 +88,23 @@ StageParameters stage_parameters(const model::ModelSpec& model, const Layout& la
     const int layer_count = layers[virtual_stage];
     params.dense += layer_count * dense_per_layer;
     params.expert += layer_count * expert_per_layer;
-    if (layer_count > 0)
+    params.fp8_dense += layer_count * fp8_dense_per_layer;
+    params.fp8_expert += layer_count * fp8_expert_per_layer;
+    params.fp8_linears += layer_count * fp8_linears_per_layer;
+    if (layer_count > 0) {
       params.largest_unit = std::max(params.largest_unit, dense_per_layer + expert_per_layer);
+      params.largest_gather_bytes =
+          std::max(params.largest_gather_bytes,
+                   layout.gather_bytes(dense_per_layer + expert_per_layer, fp8_dense_per_layer));
+    }
     if (virtual_stage == 0) {
       // Word embedding is vocabulary-parallel over tp; learned positions are replicated.
       const double embedding = (counts.embedding - counts.positions) / tp + counts.positions;
       params.dense += embedding;
       params.embedding += embedding;
       params.largest_unit = std::max(params.largest_unit, embedding);
+      params.largest_gather_bytes =
+          std::max(params.largest_gather_bytes, layout.gather_bytes(embedding, 0.0));
     }
     if (virtual_stage == virtual_count - 1) {
       double head = counts.final_norm;
@@ -85,6 +115,7 @@ StageParameters stage_parameters(const model::ModelSpec& model, const Layout& la
       }
       params.dense += head;
       params.largest_unit = std::max(params.largest_unit, head);
+      params.largest_gather_bytes = std::max(params.largest_gather_bytes, layout.gather_bytes(head, 0.0));
     }
   }
   return params;
@@ -132,7 +163,7 @@ std::vector<model::ActivationTerm> layer_terms(const model::ModelSpec& model, co
                                                Recompute recompute) {
   std::vector<model::ActivationTerm> terms = model::layer_activation_terms(
       model, rank_seq_length(model, layout), layout.micro_batch, layout.tp, layout.sequence_parallel,
-      recompute, layout.attention == AttentionImpl::kFused);
+      recompute, layout.attention == AttentionImpl::kFused, layout.precision == Precision::kFp8Delayed);
   for (model::ActivationTerm& extra : eager_extra_terms(model, layout, recompute))
     terms.push_back(std::move(extra));
   return terms;
@@ -261,15 +292,15 @@ std::vector<model::ActivationTerm> activations_by_kind(const model::ModelSpec& m
   return terms;
 }
 
-// The parameters whose bf16 copies compiled torchtitan holds at the end of forward: under FSDP2 the gathered
-// unit; otherwise the copies its compiled blocks save for backward (every weight but the embedding lookup,
-// measured on one H200: docs/benchmarks/memory.md "Memory model against PyTorch"), and under full recompute,
-// whose blocks save only their input, the output projection's alone (it runs outside the checkpointed
-// blocks).
-double bf16_compute_params(const Layout& layout, const StageParameters& params) {
-  if (layout.zero_stage >= 3) return params.largest_unit;
-  if (layout.recompute == Recompute::kFull) return params.head_matrix;
-  return params.dense + params.expert - params.embedding;
+// The bytes of the compute copies compiled torchtitan holds at the end of forward: under FSDP2 the gathered
+// unit (bf16, its FP8 linears' weights in FP8 under --fp8-all-gather); otherwise the bf16 copies its
+// compiled blocks save for backward (every weight but the embedding lookup, measured on one H200:
+// docs/benchmarks/memory.md "Memory model against PyTorch"), and under full recompute, whose blocks save
+// only their input, the output projection's alone (it runs outside the checkpointed blocks).
+double compute_copy_bytes(const Layout& layout, const StageParameters& params) {
+  if (layout.zero_stage >= 3) return params.largest_gather_bytes;
+  if (layout.recompute == Recompute::kFull) return kWeightBytesPerParam * params.head_matrix;
+  return kWeightBytesPerParam * (params.dense + params.expert - params.embedding);
 }
 
 // torchtitan's accounting (Trainer::kTorchtitan) of one stage, whose parameters are `params` and whose
@@ -287,8 +318,7 @@ MemoryBreakdown torchtitan_peak(const Layout& layout, const StageParameters& par
   const double all_params = params.dense + params.expert;
   const double ddp_buckets = !fsdp && layout.dp > 1 ? kFp32BytesPerParam * all_params : 0.0;
   MemoryBreakdown forward_end;
-  forward_end.weights_bytes =
-      kFp32BytesPerParam * state_params + kWeightBytesPerParam * bf16_compute_params(layout, params);
+  forward_end.weights_bytes = kFp32BytesPerParam * state_params + compute_copy_bytes(layout, params);
   forward_end.gradients_bytes = ddp_buckets;
   forward_end.optimizer_bytes = kMomentBytesPerParam * state_params;
   forward_end.activations_bytes = activations.bytes;
@@ -343,6 +373,18 @@ std::vector<double> chunk_recompute_bytes(const model::ModelSpec& model, const L
   return bytes;
 }
 
+// Transformer Engine's delayed scaling (fp8-delayed) keeps, for the step, each FP8 linear's e4m3 weight and
+// its transpose (1 byte a parameter each: Hopper's FP8 GEMMs take only the TN layout, so dgrad needs W^T in
+// FP8), cast once on the first micro-batch; under FSDP (--zero 3) it recasts from each gathered unit instead
+// and keeps none. Each FP8 linear also keeps an fp32 amax history of kAmaxHistoryLength entries for its five
+// scaled tensors (input, weight, output forward; output gradient, input gradient backward). The torchao
+// recipes cast the weights afresh in forward and again in backward: nothing kept.
+double fp8_weight_copy_bytes(const Layout& layout, const StageParameters& params) {
+  if (layout.precision != Precision::kFp8Delayed) return 0.0;
+  const double copies = layout.zero_stage >= 3 ? 0.0 : 2.0 * (params.fp8_dense + params.fp8_expert);
+  return copies + kAmaxHistoryBytesPerLinear * params.fp8_linears;
+}
+
 void require_resolved(const Layout& layout, int stage) {
   require_input(stage >= 0 && stage < layout.pp,
                 "stage " + std::to_string(stage) + " is outside 0.." + std::to_string(layout.pp - 1));
@@ -374,6 +416,7 @@ MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& la
     memory.layer_microbatches = peak.layer_microbatches;
     memory.activations_by_kind = activations_by_kind(model, layout, peak);
   }
+  memory.fp8_weights_bytes = fp8_weight_copy_bytes(layout, params);
   if (layout.trainer == Trainer::kTorchtitan) return memory;
 
   const HeldState state = held_state(layout, params);
@@ -383,9 +426,9 @@ MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& la
     // resharding after forward every gathered unit of the stage stays until its backward, so the peak holds
     // them all.
     const double gathered_layers = layout.overlap_param_gather ? 2.0 : 1.0;
-    const double gathered =
-        layout.reshard_after_forward ? gathered_layers * params.largest_unit : params.dense + params.expert;
-    memory.weights_bytes += kWeightBytesPerParam * gathered;
+    memory.weights_bytes += layout.reshard_after_forward
+                                ? gathered_layers * params.largest_gather_bytes
+                                : layout.gather_bytes(params.dense + params.expert, params.fp8_dense);
   }
   memory.gradients_bytes = state.gradients_bytes;
   if (shard_gradients) {
@@ -408,15 +451,16 @@ StageHoldings holdings_for_stage(const model::ModelSpec& model, const Layout& la
                 "--memory real replays the default and pytorch trainers' allocations; the torchtitan "
                 "trainer's are measured by bench/torchtitan (give --trainer default or pytorch)");
   const std::vector<int> layers = virtual_stage_layers(layout, model.num_layers);
-  const HeldState state = held_state(layout, stage_parameters(model, layout, stage, layers));
+  const StageParameters params = stage_parameters(model, layout, stage, layers);
+  const HeldState state = held_state(layout, params);
   StageHoldings holdings;
-  holdings.state_bytes = state.weights_bytes + state.gradients_bytes + state.optimizer_bytes;
+  holdings.state_bytes = state.weights_bytes + state.gradients_bytes + state.optimizer_bytes +
+                         fp8_weight_copy_bytes(layout, params);
   for (const ChunkActivations& chunk : chunk_activations(model, layout, stage, layers))
     holdings.chunk_edge_activation_bytes.push_back(chunk.embedding_bytes + chunk.output_bytes);
   holdings.layer_activation_bytes = layer_activation_bytes(model, layout, layout.recompute);
   holdings.recompute_transient_bytes = recompute_transient_bytes(model, layout);
   holdings.loss_transient_bytes = loss_transient(model, layout, stage).first;
-  holdings.weight_bytes_per_param = kWeightBytesPerParam;
   holdings.gradient_bytes_per_param = gradient_bytes_per_param(layout.trainer);
   return holdings;
 }
@@ -452,6 +496,8 @@ std::string describe_terms(const MemoryBreakdown& memory) {
       fmt::format("weights {}, gradients {}, optimizer {}, activations {}",
                   core::format_bytes(memory.weights_bytes), core::format_bytes(memory.gradients_bytes),
                   core::format_bytes(memory.optimizer_bytes), core::format_bytes(memory.activations_bytes));
+  if (memory.fp8_weights_bytes > 0)
+    text += ", FP8 weight copies " + core::format_bytes(memory.fp8_weights_bytes);
   if (memory.temporaries_bytes > 0)
     text += ", " + temporaries_label(memory) + " " + core::format_bytes(memory.temporaries_bytes);
   if (memory.at_backward_end) text += ", at the end of backward";
@@ -469,6 +515,8 @@ CALO_JSON_WRITER(write_plain_fields, MemoryBreakdown, weights_bytes, gradients_b
 nlohmann::json to_json(const MemoryBreakdown& memory) {
   nlohmann::json json;
   write_plain_fields(json, memory);
+  // Written only under fp8-delayed, so bf16 and torchao layouts print as they did before the term existed.
+  if (memory.fp8_weights_bytes > 0) json["fp8_weights_bytes"] = memory.fp8_weights_bytes;
   json.update({{"total_bytes", memory.total_bytes()},
                {"trainer", to_string(memory.trainer)},
                {"peak_at", memory.at_backward_end ? "backward_end" : "forward_end"}});

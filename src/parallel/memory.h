@@ -43,12 +43,16 @@ struct MemoryBreakdown {
   double gradients_bytes = 0;    ///< bf16 gradient buffers (ZeRO-2/3: shard + the units awaiting reduction)
   double optimizer_bytes = 0;    ///< fp32 master weights + Adam m and v, after sharding
   double activations_bytes = 0;  ///< activations of all in-flight micro-batches (pipeline depth included)
+  /// Transformer Engine's delayed scaling (fp8-delayed): each FP8 linear's e4m3 weight and transpose kept
+  /// for the step (not under ZeRO-3) and its amax history; 0 otherwise (docs/METRICS.md "FP8 training").
+  double fp8_weights_bytes = 0;
   /// Transients on top of them at the peak: the pytorch trainer's cross-entropy backward (two fp32 tensors of
   /// the logits' size, on the last stage at the loss); 0 under the default accounting.
   double temporaries_bytes = 0;
   /// Everything above: the stage's peak.
   double total_bytes() const {
-    return weights_bytes + gradients_bytes + optimizer_bytes + activations_bytes + temporaries_bytes;
+    return weights_bytes + gradients_bytes + optimizer_bytes + activations_bytes + temporaries_bytes +
+           fp8_weights_bytes;
   }
   int stage = 0;                  ///< the pipeline stage these numbers describe (the most loaded one)
   int inflight_microbatches = 0;  ///< micro-batches whose activations are alive at once on that stage
@@ -77,7 +81,9 @@ MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& la
 /// What a rank of one stage allocates for training, by lifetime (the sizes `calo bench --memory real` holds;
 /// the default and pytorch trainers' accounting, docs/METRICS.md "Memory per GPU").
 struct StageHoldings {
-  double state_bytes = 0;  ///< weights, gradients and optimizer state kept between steps (ZeRO shards only)
+  /// Weights, gradients and optimizer state kept between steps (ZeRO shards only), and fp8-delayed's FP8
+  /// weight copies and amax history.
+  double state_bytes = 0;
   /// Per model chunk on the stage: what one micro-batch keeps outside the transformer layers (the embedding's
   /// activations on the first virtual stage, the output's on the last), from its forward to its backward.
   std::vector<double> chunk_edge_activation_bytes;
@@ -86,7 +92,6 @@ struct StageHoldings {
   /// Per layer and micro-batch under recomputation: what the layer's recompute rebuilds for its backward.
   double recompute_transient_bytes = 0;
   double loss_transient_bytes = 0;      ///< the pytorch trainer's loss backward on the last stage, else 0
-  double weight_bytes_per_param = 0;    ///< a gathered (ZeRO-3) parameter's bytes
   double gradient_bytes_per_param = 0;  ///< a gradient's bytes while it awaits its reduce-scatter
 };
 

@@ -129,6 +129,26 @@ void check_trainer(const Layout& layout) {
   }
 }
 
+// --fp8-all-gather is torchao's float8 all-gather under FSDP2: the tensorwise recipe's weights, gathered over
+// a shard group of more than one rank (torchao refuses it for rowwise scaling; Transformer Engine's delayed
+// scaling has its own FP8 weights, not this option).
+void check_fp8_all_gather(const Layout& layout) {
+  if (!layout.fp8_all_gather) return;
+  require_input(
+      layout.precision == Precision::kFp8Tensorwise,
+      fmt::format("--fp8-all-gather gathers the weights of torchao's tensorwise FP8 linears; precision "
+                  "{} {}: add --precision fp8 or drop --fp8-all-gather",
+                  to_string(layout.precision),
+                  layout.fp8() ? "is not that recipe (torchao gathers tensorwise-scaled weights only)"
+                               : "has no FP8 weights"));
+  const int shard_ranks = layout.hybrid_sharding() ? layout.shard_size() : layout.grad_reduce_size();
+  require_input(layout.zero_stage == 3 && shard_ranks > 1,
+                fmt::format("--fp8-all-gather changes FSDP's parameter all-gather, which needs --zero 3 over "
+                            "more than one rank (zero stage {}, shard group {}): add --zero 3 with dp*cp > 1 "
+                            "or drop --fp8-all-gather",
+                            layout.zero_stage, shard_ranks));
+}
+
 void check_tensor_parallel(const model::ModelSpec& model, const Layout& layout) {
   // A tp size is valid when it divides every dimension Megatron-LM splits over tp: attention heads, query
   // groups (kv heads; Megatron requires num_query_groups % tp == 0, no kv replication) and the FFN width.
@@ -361,6 +381,7 @@ Layout resolve_layout(const model::ModelSpec& model, Layout layout, bool sequenc
   check_sizes(layout);
   check_sharding(layout);
   check_trainer(layout);
+  check_fp8_all_gather(layout);
   check_tensor_parallel(model, layout);
   // Sequence parallel only splits activations over tp; with tp = 1 there is nothing to split, so it is turned
   // off (Megatron-LM does the same). Without an explicit choice it follows tp > 1.

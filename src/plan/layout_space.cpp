@@ -235,6 +235,7 @@ void enumerate_at(const SpaceRequest& request, parallel::Precision precision, La
             layout.overlap_grad_reduce = overlap && sizes.dp * sizes.cp > 1;
             layout.overlap_param_gather = overlap && zero_stage >= 1;
             if (overlap && !layout.overlap_tp_comm && !layout.overlap_grad_reduce) continue;  // same as off
+            layout.fp8_all_gather = request.fp8_all_gather && layout.fp8_all_gather_applies();
             if (const std::string flag = request.constraints.refusing_flag(layout); !flag.empty()) {
               count_exclusion(flag, space);
               continue;
@@ -322,6 +323,7 @@ std::string calo_flags(const parallel::Layout& layout) {
   if (layout.trainer != parallel::Trainer::kDefault)
     text += " --trainer " + parallel::to_string(layout.trainer);
   if (layout.fp8()) text += " --precision " + parallel::to_string(layout.precision);
+  if (layout.fp8_all_gather) text += " --fp8-all-gather";
   if (layout.uneven_partition())
     text += " --layers-per-stage " + parallel::partition_text(layout.layers_per_stage);
   if (!layout.stage_gpus.empty()) text += fmt::format(" --stage-gpus {}", fmt::join(layout.stage_gpus, ","));

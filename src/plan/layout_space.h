@@ -54,6 +54,9 @@ struct SpaceRequest {
   parallel::Trainer trainer = parallel::Trainer::kDefault;  ///< memory accounting of every layout (--trainer)
   /// Precisions searched (--precision bf16,fp8): each layout once per precision.
   std::vector<parallel::Precision> precisions = {parallel::Precision::kBf16};
+  /// --fp8-all-gather on every layout it applies to (parallel::Layout::fp8_all_gather_applies), off
+  /// elsewhere.
+  bool fp8_all_gather = false;
   MemoryLimit memory_limit = MemoryLimit::kUsable;  ///< what `fits` holds a layout to
   int max_cp = 1;  ///< context-parallel sizes enumerated: powers of two up to max_cp (1 = no cp)
   LayoutConstraints constraints;  ///< settings held to given values; layouts outside are not enumerated

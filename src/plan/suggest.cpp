@@ -17,6 +17,7 @@ FittingSuggestion suggest_fitting_layouts(const model::ModelSpec& model, const p
   request.attention = layout.attention;
   request.trainer = layout.trainer;
   request.precisions = {layout.precision};
+  request.fp8_all_gather = layout.fp8_all_gather;
   request.device_memory_bytes = device_memory_bytes;
   // Long sequences: suggest context-parallel layouts too (cp up to 16, or the layout's own).
   request.max_cp = std::max(layout.cp, default_max_cp(layout.seq_length));

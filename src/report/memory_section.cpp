@@ -142,6 +142,9 @@ std::string breakdown_table(const std::optional<parallel::MemoryBreakdown>& memo
     for (const model::ActivationTerm& term : memory->activations_by_kind)
       row("&nbsp;&nbsp;· " + escape_html(term.kind), term.bytes,
           fmt::format("{:.1f} % of the activations", 100 * term.bytes / memory->activations_bytes));
+    if (memory->fp8_weights_bytes > 0)
+      row("FP8 weights", memory->fp8_weights_bytes,
+          "each FP8 linear's e4m3 weight and transpose kept for the step, amax history (fp8-delayed)");
     if (memory->temporaries_bytes > 0)
       row(parallel::temporaries_label(*memory), memory->temporaries_bytes,
           memory->temporaries_from_recompute
@@ -204,6 +207,10 @@ std::string memory_section(const analyze::RunAnalysis& run, const std::string& p
     bars.push_back("model");
     values.push_back({memory->weights_bytes / kGiB, memory->gradients_bytes / kGiB,
                       memory->optimizer_bytes / kGiB, memory->activations_bytes / kGiB});
+    if (memory->fp8_weights_bytes > 0) {
+      segments.push_back("FP8 weights");
+      values.back().push_back(memory->fp8_weights_bytes / kGiB);
+    }
     if (memory->temporaries_bytes > 0) {
       segments.push_back(parallel::temporaries_label(*memory));
       values.back().push_back(memory->temporaries_bytes / kGiB);

@@ -437,6 +437,35 @@ TEST(CampaignSpec, PowerCapIsASimulatedAxisCheckedAgainstTheCard) {
   EXPECT_FALSE(fs::exists(options.out_dir));
 }
 
+TEST(CampaignSpec, Fp8PointsOnACardWithoutFp8TensorCoresAreSkippedWithTheReason) {
+  // The A100 has no FP8 tensor cores: its FP8 points are dropped naming the precision and the card; bf16
+  // runs.
+  const Spec a100 = spec_from(
+      "model: tiny-dense\ncluster: a100-dgx\ngpus: 2\nfixed: {gbs: 4, zero: 3}\naxes:\n"
+      "  precision: [bf16, fp8, fp8-delayed]\n");
+  std::vector<Point> points = expand_grid(a100);
+  validate_points(a100, points);
+  ASSERT_EQ(points.size(), 3u);
+  EXPECT_EQ(points[0].skip_reason, "");
+  for (const int index : {1, 2}) {
+    EXPECT_NE(points[index].skip_reason.find("has no FP8 tensor cores"), std::string::npos)
+        << points[index].skip_reason;
+    EXPECT_NE(points[index].skip_reason.find("A100"), std::string::npos) << points[index].skip_reason;
+  }
+  // On an H100 every point runs, and fp8-all-gather is a key carried to the command.
+  const Spec h100 = spec_from(
+      "model: tiny-dense\ncluster: h100-hgx\ngpus: 2\nfixed: {gbs: 4, zero: 3, precision: fp8}\naxes:\n"
+      "  fp8-all-gather: [off, on]\n");
+  std::vector<Point> h100_points = expand_grid(h100);
+  validate_points(h100, h100_points);
+  ASSERT_EQ(h100_points.size(), 2u);
+  EXPECT_EQ(h100_points[0].skip_reason, "");
+  EXPECT_EQ(h100_points[1].skip_reason, "");
+  std::string arguments;
+  for (const std::string& word : point_arguments(h100, h100_points[1], "sim", "")) arguments += word + " ";
+  EXPECT_NE(arguments.find("--fp8-all-gather "), std::string::npos) << arguments;
+}
+
 TEST(CampaignSweep, SpecWithNoRunnablePointExits2AndWritesNothing) {
   const fs::path dir = fresh_dir("none");
   const fs::path spec = write_spec(dir.string() + "-spec",

@@ -117,6 +117,14 @@ const BadLayout kBadLayouts[] = {
      "--fsdp-reshard-after-forward off keeps gathered parameters, which needs --zero 3 (zero stage is 0)"},
     {{"model", "tiny-dense", "--dp", "4", "--zero", "3", "--fsdp-reshard-after-forward", "maybe"},
      "--fsdp-reshard-after-forward: 'maybe' is not on/off; write on or off"},
+    {{"model", "tiny-dense", "--dp", "4", "--zero", "3", "--fp8-all-gather"},
+     "--fp8-all-gather gathers the weights of torchao's tensorwise FP8 linears; precision bf16 has no FP8 "
+     "weights: add --precision fp8 or drop --fp8-all-gather"},
+    {{"model", "tiny-dense", "--dp", "4", "--zero", "3", "--precision", "fp8-delayed", "--fp8-all-gather"},
+     "precision fp8-delayed is not that recipe (torchao gathers tensorwise-scaled weights only)"},
+    {{"model", "tiny-dense", "--dp", "4", "--precision", "fp8", "--fp8-all-gather"},
+     "--fp8-all-gather changes FSDP's parameter all-gather, which needs --zero 3 over more than one rank "
+     "(zero stage 0, shard group 4)"},
     {{"model", "tiny-dense", "--pp", "8"},
      "pp=8 × vpp=1 = 8 stages exceed the 4 layers of tiny-dense; try pp=4"},
     {{"model", "llama3-8b", "--pp", "5"},

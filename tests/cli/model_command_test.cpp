@@ -165,6 +165,27 @@ TEST(ModelCommand, JsonCarriesExactCounts) {
   EXPECT_EQ(json["layout"]["ep"].get<int>(), 4);
 }
 
+TEST(ModelCommand, Fp8DelayedShowsItsFp8WeightsAndFp8SavedInputs) {
+  // tiny-dense, one GPU: 4 layers x (2 x 724,992 FP8 matrix parameters + 4 linears x 20,480 bytes of amax
+  // history) = 6,127,616 bytes; its JSON carries the term, bf16's does not.
+  const Outcome outcome = run_calo("model tiny-dense --precision fp8-delayed --json");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  const auto json = nlohmann::json::parse(outcome.output);
+  EXPECT_EQ(json["memory_per_gpu"]["fp8_weights_bytes"].get<double>(), 4 * (2 * 724'992.0 + 4 * 20'480.0));
+  const Outcome bf16 = run_calo("model tiny-dense --json");
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
+  EXPECT_FALSE(nlohmann::json::parse(bf16.output)["memory_per_gpu"].contains("fp8_weights_bytes"));
+  // Per token and layer the inputs of QKV and the FFN (2 x 2 x 256 bytes) and the SwiGLU output (2 x 688)
+  // are halved and an FP8 copy of the attention output (256) is added: 128 tokens x (512 + 688 - 256) less.
+  const double saved = 128.0 * (2 * 256 + 688 - 256);
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(bf16.output)["activation_bytes_per_layer"]["none"].get<double>() -
+                       json["activation_bytes_per_layer"]["none"].get<double>(),
+                   saved);
+  const Outcome text = run_calo("model tiny-dense --precision fp8-delayed");
+  EXPECT_NE(text.output.find("FP8 weights"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("QKV and FFN inputs (FP8)"), std::string::npos) << text.output;
+}
+
 TEST(ModelCommand, ListShowsEveryPresetWithItsSize) {
   const Outcome outcome = run_calo("model --list");
   EXPECT_EQ(outcome.exit_code, 0) << outcome.output;

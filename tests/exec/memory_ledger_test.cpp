@@ -177,6 +177,50 @@ TEST(MemoryLedger, FsdpGathersLiveUntilThePassIsDoneOrWithoutReshardingUntilBack
   }
 }
 
+TEST(MemoryLedger, Fp8DelayedStateAndFp8SavedInputsReplayToTheModelsPeak) {
+  // Transformer Engine's FP8 weight copies are held from prepare to the end, its FP8-saved inputs shrink
+  // each layer's activations: the replayed peak is still the model's, and above bf16's state.
+  parallel::Layout layout;
+  layout.pp = 2;
+  layout.global_batch = 8;
+  layout.precision = parallel::Precision::kFp8Delayed;
+  const Built built = build(layout);
+  parallel::Layout bf16_layout = layout;
+  bf16_layout.precision = parallel::Precision::kBf16;
+  const Built bf16 = build(bf16_layout);
+  for (int rank = 0; rank < built.layout.world_size(); ++rank) {
+    const MemoryLedger ledger = ledger_of(built, rank);
+    expect_balanced(ledger);
+    const int stage = built.graph.program(rank).stage;
+    const parallel::MemoryBreakdown model = parallel::memory_for_stage(built.model, built.layout, stage);
+    EXPECT_GT(model.fp8_weights_bytes, 0);
+    EXPECT_NEAR(static_cast<double>(ledger.serial_peak_bytes), model.total_bytes(), 2.0) << "stage " << stage;
+    EXPECT_NEAR(static_cast<double>(ledger.state_bytes - ledger_of(bf16, rank).state_bytes),
+                model.fp8_weights_bytes, 1.0);
+  }
+}
+
+TEST(MemoryLedger, Fp8AllGatherHoldsTheGatheredUnitAtItsFp8Bytes) {
+  // tiny-dense's layer: 725,504 parameters, 724,992 of them FP8 linears' matrices: 726,016 bytes gathered.
+  parallel::Layout layout;
+  layout.dp = 2;
+  layout.zero_stage = 3;
+  layout.global_batch = 4;
+  layout.precision = parallel::Precision::kFp8Tensorwise;
+  layout.fp8_all_gather = true;
+  const Built built = build(layout);
+  const MemoryLedger ledger = ledger_of(built, 0);
+  expect_balanced(ledger);
+  int layer_holds = 0;
+  for (const LedgerAction& action : ledger.actions) {
+    if (!action.hold || action.what.rfind("gathered parameters of unit", 0) != 0) continue;
+    if (action.what.rfind("gathered parameters of unit -", 0) == 0) continue;  // embedding and head: bf16
+    EXPECT_EQ(action.bytes, 726'016) << action.what;
+    ++layer_holds;
+  }
+  EXPECT_EQ(layer_holds, 4 * 2 * 2);  // 4 layers, forward and backward, 2 micro-batches
+}
+
 TEST(MemoryLedger, TheTorchtitanTrainerIsRefusedNamingTheTrainersItReplays) {
   parallel::Layout layout;
   layout.dp = 2;

@@ -131,5 +131,23 @@ TEST(Fp8Graph, ModelFlopsAreThoseOfBf16AndSequenceParallelGathersOfFp8LinearsMov
   EXPECT_DOUBLE_EQ(logits_gathers(delayed), logits_gathers(bf16));
 }
 
+TEST(Fp8Gradients, TheGradientOperandIsE5m2UnderTensorwiseAndDelayedAndE4m3Rowwise) {
+  for (const auto precision : {parallel::Precision::kBf16, parallel::Precision::kFp8Tensorwise,
+                               parallel::Precision::kFp8Rowwise, parallel::Precision::kFp8Delayed}) {
+    const bool e5m2_backward =
+        precision == parallel::Precision::kFp8Tensorwise || precision == parallel::Precision::kFp8Delayed;
+    int e5m2 = 0;
+    const Graph graph = llama_graph(precision);
+    for (const Op& op : graph.program(0).ops) {
+      if (op.kind != OpKind::kGemm) continue;
+      const bool backward_fp8 = op.gemm.dtype != DType::kBf16 && op.gemm.pass != GemmPass::kForward;
+      EXPECT_EQ(op.gemm.grad_e5m2, backward_fp8 && e5m2_backward) << describe(op);
+      e5m2 += op.gemm.grad_e5m2;
+    }
+    // 2 layers x 4 linears x 2 backward passes x 2 micro-batches.
+    EXPECT_EQ(e5m2, e5m2_backward ? 2 * 4 * 2 * 2 : 0) << parallel::to_string(precision);
+  }
+}
+
 }  // namespace
 }  // namespace calo::graph

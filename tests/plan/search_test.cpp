@@ -210,6 +210,28 @@ TEST(LayoutSpace, OpLevelRecomputeIsSearchedWhenAskedForOrForTorchtitan) {
   EXPECT_EQ(count_op(enumerate_layouts(request)), 0);
 }
 
+TEST(LayoutSpace, Fp8AllGatherIsOnWhereverItAppliesAndOffElsewhere) {
+  // Asked for, --fp8-all-gather rides on every tensorwise FP8 layout under ZeRO-3 over more than one rank
+  // (its printed flags carry it); bf16 and the other shardings are searched without it, none refused.
+  SpaceRequest request = small_request().space;
+  request.device_memory_bytes = sim::load_cluster("h200-hgx").gpu.memory_bytes;
+  request.precisions = {parallel::Precision::kBf16, parallel::Precision::kFp8Tensorwise};
+  const LayoutSpace without = enumerate_layouts(request);
+  request.fp8_all_gather = true;
+  const LayoutSpace with = enumerate_layouts(request);
+  EXPECT_EQ(with.candidates.size(), without.candidates.size());
+  EXPECT_EQ(with.invalid, without.invalid);
+  int gathered_fp8 = 0;
+  for (const Candidate& candidate : with.candidates) {
+    EXPECT_EQ(candidate.layout.fp8_all_gather, candidate.layout.fp8_all_gather_applies())
+        << parallel::describe(candidate.layout);
+    if (!candidate.layout.fp8_all_gather) continue;
+    ++gathered_fp8;
+    EXPECT_NE(calo_flags(candidate.layout).find(" --fp8-all-gather"), std::string::npos);
+  }
+  EXPECT_GT(gathered_fp8, 0);
+}
+
 TEST(Search, ConstraintsThatLeaveNothingNameTheValuesThatFit) {
   SearchRequest request = small_request();
   request.space.constraints.tp = {3};  // 32 heads: tp 3 never divides them

@@ -8,6 +8,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "parallel/schedule.h"
 #include "parallel/validate.h"
 
 namespace calo::cli {
@@ -79,7 +80,7 @@ void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional) 
                      "selective checkpointing, dense models)")
       ->capture_default_str();
   app.add_option(parallel::kScheduleAxis.flag, flags.schedule,
-                 "Pipeline schedule: " + parallel::kScheduleAxis.choices())
+                 "Pipeline schedule: " + parallel::schedule_help())
       ->capture_default_str();
   app.add_option(parallel::kPrecisionAxis.flag, flags.precision,
                  "Precision of the transformer linears: " + parallel::kPrecisionAxis.choices() +

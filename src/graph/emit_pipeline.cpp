@@ -27,7 +27,7 @@ std::vector<std::pair<int, int>> PipelineEmitter::exchange_steps(
   const int slots = static_cast<int>(schedule.size());
   const int warmup = parallel::warmup_slots(layout_, core_.stage);
   for (int slot_index = 0; slot_index < slots;) {
-    const bool pair = layout_.schedule == parallel::Schedule::kInterleaved && slot_index >= warmup &&
+    const bool pair = parallel::schedule_entry(layout_.schedule).pairs_exchanges && slot_index >= warmup &&
                       slot_index + 1 < slots && schedule[slot_index].pass == parallel::PassKind::kForward &&
                       schedule[slot_index + 1].pass == parallel::PassKind::kBackward;
     const int end = slot_index + (pair ? 2 : 1);

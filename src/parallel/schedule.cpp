@@ -25,19 +25,25 @@ void check_stage(const Layout& layout, int stage) {
   }
 }
 
-/// GPipe: every forward, then every backward, both in micro-batch order (as torch.distributed.pipelining).
-std::vector<PipelineSlot> gpipe(int microbatches) {
+}  // namespace
+
+std::vector<PipelineSlot> gpipe_slots(const PipelineShape& shape) {
   std::vector<PipelineSlot> slots;
-  slots.reserve(2 * microbatches);
-  for (int mb = 0; mb < microbatches; ++mb) slots.push_back({PassKind::kForward, mb, 0});
-  for (int mb = 0; mb < microbatches; ++mb) slots.push_back({PassKind::kBackward, mb, 0});
+  slots.reserve(2 * shape.microbatches);
+  for (int mb = 0; mb < shape.microbatches; ++mb) slots.push_back({PassKind::kForward, mb, 0});
+  for (int mb = 0; mb < shape.microbatches; ++mb) slots.push_back({PassKind::kBackward, mb, 0});
   return slots;
 }
 
-/// 1F1B (PipeDream-flush, Megatron's forward_backward_pipelining_without_interleaving): pp - stage - 1
-/// warm-up forwards, then alternate one forward and one backward, then the remaining backwards.
-std::vector<PipelineSlot> one_f_one_b(int pp, int stage, int microbatches) {
-  const int warmup = std::min(pp - stage - 1, microbatches);
+int gpipe_warmup(const PipelineShape& shape) {
+  return shape.microbatches;
+}
+
+// Megatron's forward_backward_pipelining_without_interleaving: the warm-up forwards, then alternate one
+// forward and one backward, then the remaining backwards.
+std::vector<PipelineSlot> one_f_one_b_slots(const PipelineShape& shape) {
+  const int microbatches = shape.microbatches;
+  const int warmup = one_f_one_b_warmup(shape);
   const int steady = microbatches - warmup;
   std::vector<PipelineSlot> slots;
   slots.reserve(2 * microbatches);
@@ -50,17 +56,23 @@ std::vector<PipelineSlot> one_f_one_b(int pp, int stage, int microbatches) {
   return slots;
 }
 
-/// Warm-up forwards of the interleaved schedule (Megatron: all of them when m == pp).
-int interleaved_warmup(int pp, int stage, int chunks, int microbatches) {
-  const int total = microbatches * chunks;
-  if (microbatches == pp) return total;
-  return std::min((pp - stage - 1) * 2 + (chunks - 1) * pp, total);
+int one_f_one_b_warmup(const PipelineShape& shape) {
+  return std::min(shape.pp - shape.stage - 1, shape.microbatches);
 }
 
-/// Interleaved 1F1B (Megatron's forward_backward_pipelining_with_interleaving, micro-batch groups of pp per
-/// chunk): virtual pass k runs chunk (k mod (pp*v)) / pp (reversed for backward) on micro-batch (k /
-/// (pp*v))*pp + k mod pp.
-std::vector<PipelineSlot> interleaved(int pp, int stage, int chunks, int microbatches) {
+// Megatron: all of them when m == pp.
+int interleaved_warmup(const PipelineShape& shape) {
+  const int total = shape.microbatches * shape.chunks;
+  if (shape.microbatches == shape.pp) return total;
+  return std::min((shape.pp - shape.stage - 1) * 2 + (shape.chunks - 1) * shape.pp, total);
+}
+
+// Megatron's forward_backward_pipelining_with_interleaving: virtual pass k runs chunk (k mod (pp*v)) / pp
+// (reversed for backward) on micro-batch (k / (pp*v))*pp + k mod pp.
+std::vector<PipelineSlot> interleaved_slots(const PipelineShape& shape) {
+  const int pp = shape.pp;
+  const int chunks = shape.chunks;
+  const int microbatches = shape.microbatches;
   if (microbatches % pp != 0) {
     throw InputError(
         fmt::format("interleaved schedule needs the number of micro-batches ({}) to be a multiple of "
@@ -75,7 +87,7 @@ std::vector<PipelineSlot> interleaved(int pp, int stage, int chunks, int microba
     int microbatch = (virtual_index / group) * pp + virtual_index % pp;
     return PipelineSlot{pass, microbatch, chunk};
   };
-  const int warmup = interleaved_warmup(pp, stage, chunks, microbatches);
+  const int warmup = interleaved_warmup(shape);
   const int steady = total - warmup;
   std::vector<PipelineSlot> slots;
   slots.reserve(2 * total);
@@ -88,6 +100,33 @@ std::vector<PipelineSlot> interleaved(int pp, int stage, int chunks, int microba
   return slots;
 }
 
+const ScheduleEntry& schedule_entry(Schedule schedule) {
+  const auto index = static_cast<std::size_t>(schedule);
+  if (index >= kSchedules.size()) throw std::logic_error("unknown schedule");
+  return kSchedules[index];
+}
+
+std::string schedule_help() {
+  std::string text;
+  for (const ScheduleEntry& entry : kSchedules) {
+    if (!text.empty()) text += ", ";
+    text += fmt::format("{} ({})", entry.name, entry.help);
+  }
+  return text;
+}
+
+int chunks_per_stage(const Layout& layout) {
+  return schedule_entry(layout.schedule).chunked ? std::max(1, layout.virtual_stages) : 1;
+}
+
+namespace {
+
+/// The shape `stage` of a resolved layout runs.
+PipelineShape shape_of(const Layout& layout, int stage) {
+  check_stage(layout, stage);
+  return {layout.pp, stage, microbatches_of(layout), chunks_per_stage(layout)};
+}
+
 }  // namespace
 
 int virtual_stage(const Layout& layout, int stage, int chunk) {
@@ -95,31 +134,11 @@ int virtual_stage(const Layout& layout, int stage, int chunk) {
 }
 
 int warmup_slots(const Layout& layout, int stage) {
-  check_stage(layout, stage);
-  const int microbatches = microbatches_of(layout);
-  switch (layout.schedule) {
-    case Schedule::kGpipe:
-      return microbatches;
-    case Schedule::k1F1B:
-      return std::min(layout.pp - stage - 1, microbatches);
-    case Schedule::kInterleaved:
-      return interleaved_warmup(layout.pp, stage, std::max(1, layout.virtual_stages), microbatches);
-  }
-  return 0;
+  return schedule_entry(layout.schedule).warmup(shape_of(layout, stage));
 }
 
 std::vector<PipelineSlot> stage_schedule(const Layout& layout, int stage) {
-  check_stage(layout, stage);
-  const int microbatches = microbatches_of(layout);
-  switch (layout.schedule) {
-    case Schedule::kGpipe:
-      return gpipe(microbatches);
-    case Schedule::k1F1B:
-      return one_f_one_b(layout.pp, stage, microbatches);
-    case Schedule::kInterleaved:
-      return interleaved(layout.pp, stage, std::max(1, layout.virtual_stages), microbatches);
-  }
-  throw std::logic_error("unknown schedule");
+  return schedule_entry(layout.schedule).slots(shape_of(layout, stage));
 }
 
 std::vector<LayerRange> layer_partition(const Layout& layout, int num_layers) {
@@ -165,7 +184,7 @@ bool is_edge_accounted(const std::vector<int>& layers_per_stage) {
 double bubble_fraction(const Layout& layout) {
   const double stages = layout.pp;
   const double microbatches = microbatches_of(layout);
-  const double chunks = layout.schedule == Schedule::kInterleaved ? std::max(1, layout.virtual_stages) : 1;
+  const double chunks = chunks_per_stage(layout);
   return (stages - 1) / (chunks * microbatches + stages - 1);
 }
 
@@ -181,7 +200,7 @@ int peak_inflight_passes(const Layout& layout, int stage) {
 
 PipelineRun run_pipeline(const Layout& layout, double forward_time, double backward_time) {
   const int stages = layout.pp;
-  const int chunks = layout.schedule == Schedule::kInterleaved ? std::max(1, layout.virtual_stages) : 1;
+  const int chunks = chunks_per_stage(layout);
   const int virtual_stages = stages * chunks;
   const int microbatches = microbatches_of(layout);
   std::vector<std::vector<PipelineSlot>> schedules;

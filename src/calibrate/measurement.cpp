@@ -12,7 +12,7 @@
 #include "analyze/window_mean.h"
 #include "core/device_names.h"
 #include "core/error.h"
-#include "core/median.h"
+#include "core/statistics.h"
 #include "parallel/validate.h"
 #include "sim/power_dynamics.h"
 #include "store/run_store.h"

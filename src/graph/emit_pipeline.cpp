@@ -54,6 +54,7 @@ int PipelineEmitter::tag(int microbatch, int boundary, int direction) const {
 
 /// The receive a slot needs before it can run (none on the first/last virtual stage).
 bool PipelineEmitter::slot_receive(const parallel::PipelineSlot& slot, int virtual_stage, P2p& p2p) const {
+  if (slot.pass == parallel::PassKind::kWeightGrad) return false;  // W needs nothing from a neighbour
   p2p.send = false;
   p2p.microbatch = slot.microbatch;
   p2p.chunk = slot.chunk;
@@ -73,6 +74,7 @@ bool PipelineEmitter::slot_receive(const parallel::PipelineSlot& slot, int virtu
 
 /// The send a slot makes after it ran (none on the last/first virtual stage).
 bool PipelineEmitter::slot_send(const parallel::PipelineSlot& slot, int virtual_stage, P2p& p2p) const {
+  if (slot.pass == parallel::PassKind::kWeightGrad) return false;  // W sends nothing
   p2p.send = true;
   p2p.microbatch = slot.microbatch;
   p2p.chunk = slot.chunk;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <deque>
 #include <numeric>
 #include <stdexcept>
 
@@ -58,6 +59,31 @@ std::vector<PipelineSlot> one_f_one_b_slots(const PipelineShape& shape) {
 
 int one_f_one_b_warmup(const PipelineShape& shape) {
   return std::min(shape.pp - shape.stage - 1, shape.microbatches);
+}
+
+std::vector<PipelineSlot> zb_h1_slots(const PipelineShape& shape) {
+  const int steady = shape.microbatches - one_f_one_b_warmup(shape);
+  const int deferred = std::min(shape.stage, steady);  // W passes of the first steady backwards, run later
+  std::vector<PipelineSlot> slots;
+  slots.reserve(3 * shape.microbatches);
+  std::deque<int> owed;  // W passes held back, oldest first
+  for (const PipelineSlot& slot : one_f_one_b_slots(shape)) {
+    slots.push_back(slot);
+    if (slot.pass != PassKind::kBackward) continue;
+    if (slot.microbatch < deferred) {  // a steady backward whose W waits for the cool-down
+      owed.push_back(slot.microbatch);
+      continue;
+    }
+    if (slot.microbatch < steady) {  // the other steady backwards: W at once
+      slots.push_back({PassKind::kWeightGrad, slot.microbatch, 0});
+      continue;
+    }
+    owed.push_back(slot.microbatch);  // the cool-down: each B followed by the oldest W still owed
+    slots.push_back({PassKind::kWeightGrad, owed.front(), 0});
+    owed.pop_front();
+  }
+  for (int microbatch : owed) slots.push_back({PassKind::kWeightGrad, microbatch, 0});
+  return slots;
 }
 
 // Megatron: all of them when m == pp.
@@ -185,14 +211,19 @@ double bubble_fraction(const Layout& layout) {
   const double stages = layout.pp;
   const double microbatches = microbatches_of(layout);
   const double chunks = chunks_per_stage(layout);
+  // A split backward (T_F = T_B = T_W): the bubble is (p - 1) T_F against m (T_F + T_B + T_W) of work.
+  if (schedule_entry(layout.schedule).splits_backward) return (stages - 1) / (3 * microbatches + stages - 1);
   return (stages - 1) / (chunks * microbatches + stages - 1);
 }
 
 int peak_inflight_passes(const Layout& layout, int stage) {
   int alive = 0;
   int peak = 0;
+  // A split backward holds the activations until W (its B needs them, and W the layers' inputs).
+  const PassKind frees =
+      schedule_entry(layout.schedule).splits_backward ? PassKind::kWeightGrad : PassKind::kBackward;
   for (const PipelineSlot& slot : stage_schedule(layout, stage)) {
-    alive += slot.pass == PassKind::kForward ? 1 : -1;
+    alive += slot.pass == PassKind::kForward ? 1 : slot.pass == frees ? -1 : 0;
     peak = std::max(peak, alive);
   }
   return peak;
@@ -203,6 +234,7 @@ PipelineRun run_pipeline(const Layout& layout, double forward_time, double backw
   const int chunks = chunks_per_stage(layout);
   const int virtual_stages = stages * chunks;
   const int microbatches = microbatches_of(layout);
+  const bool split = schedule_entry(layout.schedule).splits_backward;
   std::vector<std::vector<PipelineSlot>> schedules;
   schedules.reserve(stages);
   for (int stage = 0; stage < stages; ++stage) schedules.push_back(stage_schedule(layout, stage));
@@ -218,6 +250,7 @@ PipelineRun run_pipeline(const Layout& layout, double forward_time, double backw
   // A pass may start once the pass it depends on has a finish time; returns that time or -1 (not yet).
   auto ready_at = [&](int stage, const PipelineSlot& slot) -> double {
     const int virt = virtual_stage(layout, stage, slot.chunk);
+    if (slot.pass == PassKind::kWeightGrad) return backward_end[virt][slot.microbatch];  // after its own B
     if (slot.pass == PassKind::kForward) return virt == 0 ? 0.0 : forward_end[virt - 1][slot.microbatch];
     const double own_forward = forward_end[virt][slot.microbatch];
     if (own_forward < 0) return -1.0;
@@ -234,10 +267,13 @@ PipelineRun run_pipeline(const Layout& layout, double forward_time, double backw
         const PipelineSlot& slot = slots[next_slot[stage]];
         const double ready = ready_at(stage, slot);
         if (ready < 0) break;
-        const double duration = slot.pass == PassKind::kForward ? forward_time : backward_time;
+        const double duration = slot.pass == PassKind::kForward ? forward_time
+                                : split                         ? backward_time / 2  // B and W alike
+                                                                : backward_time;
         const double end = std::max(stage_clock[stage], ready) + duration;
         const int virt = virtual_stage(layout, stage, slot.chunk);
-        (slot.pass == PassKind::kForward ? forward_end : backward_end)[virt][slot.microbatch] = end;
+        if (slot.pass != PassKind::kWeightGrad)
+          (slot.pass == PassKind::kForward ? forward_end : backward_end)[virt][slot.microbatch] = end;
         stage_clock[stage] = end;
         busy += duration;
         ++run.passes_run;
@@ -251,9 +287,11 @@ PipelineRun run_pipeline(const Layout& layout, double forward_time, double backw
     if (next_slot[stage] < schedules[stage].size()) {
       run.completed = false;
       const PipelineSlot& slot = schedules[stage][next_slot[stage]];
-      run.stuck =
-          fmt::format("stage {} waits at {} of micro-batch {} chunk {}", stage,
-                      slot.pass == PassKind::kForward ? "forward" : "backward", slot.microbatch, slot.chunk);
+      run.stuck = fmt::format("stage {} waits at {} of micro-batch {} chunk {}", stage,
+                              slot.pass == PassKind::kForward      ? "forward"
+                              : slot.pass == PassKind::kWeightGrad ? "weight gradient"
+                                                                   : "backward",
+                              slot.microbatch, slot.chunk);
       break;
     }
   }

@@ -11,8 +11,10 @@
 
 namespace calo::parallel {
 
-/// Forward or backward pass of one micro-batch through one model chunk on one stage.
-enum class PassKind { kForward, kBackward };
+/// Forward or backward pass of one micro-batch through one model chunk on one stage. A schedule that splits
+/// the backward (zero bubble) runs kBackward as its input-gradient half B and kWeightGrad as the
+/// weight-gradient half W, which it may defer.
+enum class PassKind { kForward, kBackward, kWeightGrad };
 
 /// One entry of a stage's pipeline schedule, in execution order.
 struct PipelineSlot {
@@ -32,9 +34,10 @@ struct PipelineShape {
 
 /// How `calo plan` searches a schedule (its plan axis).
 enum class PlanAxis {
-  kEveryPp,    ///< at every pipeline size, pp 1 included (enumerated first)
-  kPipelined,  ///< at pp > 1 only, one chunk per stage
-  kChunked,    ///< at pp > 1 with every vpp >= 2 whose chunks split the layers
+  kEveryPp,      ///< at every pipeline size, pp 1 included (enumerated first)
+  kPipelined,    ///< at pp > 1 only, one chunk per stage
+  kChunked,      ///< at pp > 1 with every vpp >= 2 whose chunks split the layers
+  kNotSearched,  ///< not offered: the planner's step-time bound does not hold for it yet
 };
 
 /// One pipeline schedule: its name (--schedule's word, the campaign key's word, to_string, a stored run's
@@ -50,9 +53,12 @@ struct ScheduleEntry {
   /// Whether a steady-state forward's exchange pairs with the next backward's (Megatron's interleaved
   /// send_forward_backward_recv batch).
   bool pairs_exchanges;
+  /// Whether the backward is split into B (kBackward: input gradients) and W (kWeightGrad: weight
+  /// gradients), the W passes placed by the slot order (zero-bubble schedules).
+  bool splits_backward;
   std::vector<PipelineSlot> (*slots)(const PipelineShape& shape);  ///< one stage's slots in execution order
-  int (*warmup)(
-      const PipelineShape& shape);  ///< forward slots before the steady state's forward/backward pairs
+  /// The forward slots before the steady state's forward/backward pairs.
+  int (*warmup)(const PipelineShape& shape);
 };
 
 /// GPipe: every forward, then every backward, both in micro-batch order (as torch.distributed.pipelining).
@@ -61,6 +67,10 @@ std::vector<PipelineSlot> gpipe_slots(const PipelineShape& shape);
 std::vector<PipelineSlot> one_f_one_b_slots(const PipelineShape& shape);
 /// Megatron's interleaved 1F1B over `chunks` model chunks per stage, micro-batch groups of pp per chunk.
 std::vector<PipelineSlot> interleaved_slots(const PipelineShape& shape);
+/// ZB-H1 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism"): 1F1B's F and B order with the backward split;
+/// stage s defers the W of its first min(s, steady) steady-state backwards into the cool-down, where each W
+/// fills the wait for the next B: the bubble shrinks to (p - 1)(T_F + T_B - T_W), activations held until W.
+std::vector<PipelineSlot> zb_h1_slots(const PipelineShape& shape);
 /// GPipe's warm-up: all m forwards.
 int gpipe_warmup(const PipelineShape& shape);
 /// 1F1B's warm-up: min(pp - stage - 1, m).
@@ -69,13 +79,17 @@ int one_f_one_b_warmup(const PipelineShape& shape);
 int interleaved_warmup(const PipelineShape& shape);
 
 /// The schedule table, one entry per `Schedule` in declaration order.
-inline constexpr std::array<ScheduleEntry, 3> kSchedules{{
-    {Schedule::kGpipe, "gpipe", "all forwards, then all backwards", PlanAxis::kPipelined, false, false,
+inline constexpr std::array<ScheduleEntry, 4> kSchedules{{
+    {Schedule::kGpipe, "gpipe", "all forwards, then all backwards", PlanAxis::kPipelined, false, false, false,
      gpipe_slots, gpipe_warmup},
     {Schedule::k1F1B, "1f1b", "one forward, one backward after pp - stage - 1 warm-up forwards",
-     PlanAxis::kEveryPp, false, false, one_f_one_b_slots, one_f_one_b_warmup},
+     PlanAxis::kEveryPp, false, false, false, one_f_one_b_slots, one_f_one_b_warmup},
     {Schedule::kInterleaved, "interleaved", "Megatron's interleaved 1F1B over --vpp model chunks per stage",
-     PlanAxis::kChunked, true, true, interleaved_slots, interleaved_warmup},
+     PlanAxis::kChunked, true, true, false, interleaved_slots, interleaved_warmup},
+    {Schedule::kZbH1, "zb-h1",
+     "zero bubble: 1F1B with the backward split into input and weight gradients, weight gradients deferred "
+     "into the bubble",
+     PlanAxis::kNotSearched, false, false, true, zb_h1_slots, one_f_one_b_warmup},
 }};
 
 /// The names of `entries` in their order (the schedule axis's names).

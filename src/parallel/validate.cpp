@@ -359,6 +359,22 @@ void check_batch(Layout& layout) {
   }
 }
 
+/// A schedule that defers weight gradients (zero bubble) needs every gradient reduction after the last W:
+/// refuses ZeRO-2/3's per-micro-batch reduce-scatters and the reduction overlapped with backward.
+void check_split_backward(const Layout& layout) {
+  const ScheduleEntry& schedule = schedule_entry(layout.schedule);
+  if (!schedule.splits_backward) return;
+  require_input(layout.zero_stage <= 1,
+                fmt::format("--schedule {} defers weight gradients past each micro-batch's backward, which "
+                            "ZeRO-2 and FSDP reduce-scatter there; use --zero 0 or 1, or --schedule 1f1b",
+                            schedule.name));
+  require_input(!layout.overlap_grad_reduce,
+                fmt::format("--schedule {} defers weight gradients into the pipeline's bubble; the gradient "
+                            "reduction waits for the last of them: drop --overlap-grad (and --overlap), or "
+                            "use --schedule 1f1b",
+                            schedule.name));
+}
+
 void check_overlap(const Layout& layout) {
   require_input(!layout.overlap_param_gather || layout.zero_stage >= 1,
                 "overlapping the parameter all-gather needs sharded state: use --zero 1, 2 or 3 (fsdp), or "
@@ -384,6 +400,7 @@ Layout resolve_layout(const model::ModelSpec& model, Layout layout, bool sequenc
   check_experts(model, layout);
   check_batch(layout);
   check_overlap(layout);
+  check_split_backward(layout);
   return layout;
 }
 

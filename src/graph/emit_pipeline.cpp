@@ -27,11 +27,20 @@ std::vector<std::pair<int, int>> PipelineEmitter::exchange_steps(
   const int slots = static_cast<int>(schedule.size());
   const int warmup = parallel::warmup_slots(layout_, core_.stage);
   for (int slot_index = 0; slot_index < slots;) {
+    // A W slot (split backward) joins the step of the pass after it: the exchange before it is then the one
+    // 1F1B has between its neighbours (a stage's p2p order unchanged, so blocking sends cannot deadlock), and
+    // B's gradient leaves before W runs.
+    const int first = slot_index;
+    while (slot_index < slots && schedule[slot_index].pass == parallel::PassKind::kWeightGrad) ++slot_index;
+    if (slot_index == slots) {
+      steps.emplace_back(first, slots);
+      break;
+    }
     const bool pair = parallel::schedule_entry(layout_.schedule).pairs_exchanges && slot_index >= warmup &&
                       slot_index + 1 < slots && schedule[slot_index].pass == parallel::PassKind::kForward &&
                       schedule[slot_index + 1].pass == parallel::PassKind::kBackward;
     const int end = slot_index + (pair ? 2 : 1);
-    steps.emplace_back(slot_index, end);
+    steps.emplace_back(first, end);
     slot_index = end;
   }
   return steps;

@@ -13,6 +13,7 @@
 
 #include "analyze/metrics_internal.h"
 #include "core/error.h"
+#include "core/statistics.h"
 #include "core/step_warmup.h"
 
 namespace calo::analyze {
@@ -82,14 +83,8 @@ Distribution distribution_of(std::vector<double>& values) {
   double sum = 0;
   for (double value : values) sum += value;
   out.mean = sum / static_cast<double>(values.size());
-  auto rank_value = [&](double quantile) {
-    auto rank = static_cast<std::size_t>(std::ceil(quantile * static_cast<double>(values.size())));
-    rank = std::clamp<std::size_t>(rank, 1, values.size()) - 1;
-    std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(rank), values.end());
-    return values[rank];
-  };
-  out.p50 = rank_value(0.5);
-  out.p99 = rank_value(0.99);
+  out.p50 = core::nearest_rank_percentile(values, 0.5);
+  out.p99 = core::nearest_rank_percentile(values, 0.99);
   auto [min_it, max_it] = std::minmax_element(values.begin(), values.end());
   out.min = *min_it;
   out.max = *max_it;

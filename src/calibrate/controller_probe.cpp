@@ -10,7 +10,7 @@
 #include "calibrate/fit.h"
 #include "calibrate/measurement.h"
 #include "core/error.h"
-#include "core/median.h"
+#include "core/statistics.h"
 #include "sim/power_dynamics.h"
 #include "sim/power_thermal.h"
 

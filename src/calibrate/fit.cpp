@@ -14,6 +14,7 @@
 #include "calibrate/link_fit.h"
 #include "calibrate/twin.h"
 #include "calibrate/wait_fit.h"
+#include "core/device_names.h"
 #include "core/error.h"
 #include "sim/cost_model.h"
 
@@ -723,7 +724,7 @@ FitResult fit_cluster(const std::vector<MeasuredRun>& runs, const sim::ClusterSp
   if (hold_controller) result.stages.push_back(settings.controller);
   const std::vector<Prepared> prepared = prepare(runs);
   if (fits_stage(settings, "idle")) result.stages.push_back(fit_idle(runs, result.cluster));
-  if (is_cpu_host(base.gpu) && fits_stage(settings, "compute"))
+  if (core::is_cpu_host_device(base.gpu.name) && fits_stage(settings, "compute"))
     result.stages.push_back(fit_cpu_peak(runs, result.cluster));
   fit_compute_and_power(prepared, settings, hold_controller, result);
   carry_fp8_line(base.gpu, result.cluster.gpu);

@@ -11,20 +11,13 @@
 
 #include "core/error.h"
 #include "core/output_file.h"
+#include "core/statistics.h"
 #include "sim/cost_model.h"
 #include "store/run_store.h"
 
 namespace calo::calibrate {
 
 namespace {
-
-/// Median (the mean of the two middle values for an even count); NaN when empty.
-double median(std::vector<double> values) {
-  if (values.empty()) return NAN;
-  std::sort(values.begin(), values.end());
-  const std::size_t middle = values.size() / 2;
-  return values.size() % 2 == 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
-}
 
 std::optional<graph::CollectiveKind> collective_kind(analyze::KernelCategory category) {
   switch (category) {
@@ -376,7 +369,7 @@ std::vector<CollectiveSample> collective_samples(const analyze::TraceData& data,
     sample.group_size = static_cast<int>(sample.ranks.size());
     sample.bytes = std::get<2>(key);
     sample.instances = static_cast<int>(instances);
-    sample.measured_s = median(last_arrival_s);
+    sample.measured_s = core::midpoint_median(last_arrival_s);
     sample.nodes = sim::place_group(cluster, sample.ranks).nodes;
     sample.fitted = sample.nodes == 1 && sample.measured_s > 0;
     samples.push_back(sample);

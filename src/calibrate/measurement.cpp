@@ -12,7 +12,7 @@
 #include "analyze/window_mean.h"
 #include "core/device_names.h"
 #include "core/error.h"
-#include "core/median.h"
+#include "core/statistics.h"
 #include "parallel/validate.h"
 #include "sim/power_dynamics.h"
 #include "store/run_store.h"
@@ -154,7 +154,8 @@ MeasuredRun open_measured_run(const store::RunReader& reader, const std::filesys
                   "runs of calo bench, calo record or calo ingest",
                   run_dir.string()));
   const std::vector<store::DeviceInfo> devices = reader.devices();
-  const store::DeviceKind wanted = is_cpu_host(base_gpu) ? store::DeviceKind::kCpu : store::DeviceKind::kGpu;
+  const store::DeviceKind wanted =
+      core::is_cpu_host_device(base_gpu.name) ? store::DeviceKind::kCpu : store::DeviceKind::kGpu;
   const auto gpu =
       std::find_if(devices.begin(), devices.end(), [&](const auto& d) { return d.kind == wanted; });
   require_input(
@@ -254,12 +255,8 @@ MeasuredRun load_measured_run(const std::filesystem::path& run_dir, const sim::G
   return run;
 }
 
-bool is_cpu_host(const sim::GpuSpec& gpu) {
-  return core::is_cpu_host_device(gpu.name);
-}
-
 std::string shown_parameter_key(const std::string& key, const sim::GpuSpec& gpu) {
-  if (!is_cpu_host(gpu) || !key.starts_with("gpu.")) return key;
+  if (!core::is_cpu_host_device(gpu.name) || !key.starts_with("gpu.")) return key;
   return "core." + key.substr(4);
 }
 

@@ -65,11 +65,9 @@ struct MeasuredRun {
 /// The product token of a GPU name ("NVIDIA H100 80GB HBM3" -> "H100"); empty if none.
 std::string gpu_model_token(const std::string& name);
 
-/// True when `gpu` describes a CPU host (its name starts with "CPU"): runs on CPU devices calibrate it.
-bool is_cpu_host(const sim::GpuSpec& gpu);
-
-/// A cluster-file key as calibration tables show it: on a CPU host (is_cpu_host) "gpu.X" reads "core.X", the
-/// core each MPI rank runs on standing where a GPU would; the YAML keeps "gpu.X". Other keys are unchanged.
+/// A cluster-file key as calibration tables show it: on a CPU host (core::is_cpu_host_device) "gpu.X" reads
+/// "core.X", the core each MPI rank runs on standing where a GPU would; the YAML keeps "gpu.X". Other keys
+/// are unchanged.
 std::string shown_parameter_key(const std::string& key, const sim::GpuSpec& gpu);
 
 /// One compute op of a run's graph with its measured duration.

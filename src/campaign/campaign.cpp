@@ -21,6 +21,7 @@
 #include "model/model_spec.h"
 #include "parallel/layout.h"
 #include "parallel/memory.h"
+#include "parallel/schedule.h"
 #include "parallel/validate.h"
 #include "plan/layout_space.h"
 #include "sim/cluster.h"

@@ -12,6 +12,7 @@
 
 #include "calibrate/calibrate.h"
 #include "cli/command.h"
+#include "core/device_names.h"
 #include "core/error.h"
 #include "core/output_file.h"
 #include "core/table.h"
@@ -38,7 +39,7 @@ std::string error_cell(const std::string& unit, double value) {
 
 void print_parameters(const calibrate::Calibration& calibration) {
   const sim::GpuSpec& device = calibration.fit.cluster.gpu;
-  if (calibrate::is_cpu_host(device)) {
+  if (core::is_cpu_host_device(device.name)) {
     fmt::print(
         "# device: {} — each MPI rank's CPU core stands where a GPU would: parameters read core.* here, "
         "gpu.* in the cluster YAML\n",

@@ -47,18 +47,9 @@ void apply_gpus(int gpus, bool gpus_given, bool dp_given, LayoutFlags& flags);
 /// default, is a 3.4 M-parameter test model whose figures mislead (issue 40 item 10).
 void require_model_flag(const CLI::App& app, const std::string& command);
 
-/// Parses "RANK=VALUE" entries of --slow-gpu / --hot-gpu into a per-GPU vector of `world` entries (`fallback`
-/// elsewhere; empty when no entry); InputError naming `flag` on a bad entry or a rank outside 0..world-1.
-std::vector<double> per_gpu_values(const std::vector<std::string>& entries, int world, double fallback,
-                                   const std::string& flag);
-
 /// Help text of --power-cap (sim, plan partition/power).
 inline constexpr const char* kPowerCapHelp =
     "W: cap every GPU's power at W watts (what `nvidia-smi -pl W` sets), or RANK=W for one GPU; repeatable "
     "(e.g. --power-cap 500 --power-cap 3=400). Simulated only: calo never changes a GPU's settings";
-
-/// Per-GPU power caps of --power-cap entries: "W" for every GPU, "RANK=W" for one (later entries win); empty
-/// when none. InputError naming the entry when W is not above `gpu`'s idle power or is above its power limit.
-std::vector<double> power_caps_w(const std::vector<std::string>& entries, int world, const sim::GpuSpec& gpu);
 
 }  // namespace calo::cli

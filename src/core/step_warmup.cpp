@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "core/median.h"
+#include "core/statistics.h"
 
 namespace calo::core {
 

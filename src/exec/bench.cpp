@@ -14,6 +14,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/json_fields.h"
+#include "core/statistics.h"
 #include "core/table.h"
 #include "core/time.h"
 #include "exec/backend.h"
@@ -65,16 +66,6 @@ std::string host_name() {
   char buffer[256] = {};
   gethostname(buffer, sizeof(buffer) - 1);
   return buffer;
-}
-
-/// Linear-interpolation percentile (q in [0, 1]) of unsorted values; NaN when empty.
-double percentile(std::vector<double> values, double q) {
-  if (values.empty()) return kNaN;
-  std::sort(values.begin(), values.end());
-  const double position = q * static_cast<double>(values.size() - 1);
-  const auto lower = static_cast<size_t>(std::floor(position));
-  const size_t upper = std::min(values.size() - 1, lower + 1);
-  return values[lower] + (position - static_cast<double>(lower)) * (values[upper] - values[lower]);
 }
 
 double mean(const std::vector<double>& values) {
@@ -422,8 +413,8 @@ nlohmann::json bench_report(const BenchOptions& options, const LaunchInfo& launc
   report["warmup_steps"] = options.warmup;
   report["step_time_s"] = {
       {"mean", json_number(figures.step_mean_s)},
-      {"p50", json_number(percentile(measured_s, 0.5))},
-      {"p99", json_number(percentile(measured_s, 0.99))},
+      {"p50", json_number(core::percentile(measured_s, 0.5))},
+      {"p99", json_number(core::percentile(measured_s, 0.99))},
       {"min",
        json_number(measured_s.empty() ? kNaN : *std::min_element(measured_s.begin(), measured_s.end()))},
       {"max",
@@ -599,8 +590,8 @@ void write_bench_summary(store::RunWriter& writer, const JobSteps& job, const Th
     if (std::isfinite(value)) writer.add_summary({"bench", key, value, unit});
   };
   summary("step_time_mean_s", throughput.step_mean_s, "s");
-  summary("step_time_p50_s", percentile(job.measured_s, 0.5), "s");
-  summary("step_time_p99_s", percentile(job.measured_s, 0.99), "s");
+  summary("step_time_p50_s", core::percentile(job.measured_s, 0.5), "s");
+  summary("step_time_p99_s", core::percentile(job.measured_s, 0.99), "s");
   summary("warmup_step_time_mean_s", mean(job.warmup_s), "s");
   summary("tokens_per_s", throughput.tokens_per_step / throughput.step_mean_s, "tokens/s");
   summary("tflops_per_device", throughput.tflops_per_device, "TFLOP/s");
@@ -659,8 +650,8 @@ std::string format_bench_text(const BenchOptions& options, const LaunchInfo& lau
   for (const auto& note : bench_store.telemetry->notes()) text += fmt::format("# note: {}\n", note);
   core::TextTable table({"metric", "value"});
   table.add_row({"step time mean", format_step_time(step_mean_s)});
-  table.add_row({"step time p50", format_step_time(percentile(job.measured_s, 0.5))});
-  table.add_row({"step time p99", format_step_time(percentile(job.measured_s, 0.99))});
+  table.add_row({"step time p50", format_step_time(core::percentile(job.measured_s, 0.5))});
+  table.add_row({"step time p99", format_step_time(core::percentile(job.measured_s, 0.99))});
   table.add_row({"warm-up step time mean", format_step_time(mean(job.warmup_s))});
   table.add_row({"tokens/s", format_or_na(throughput.tokens_per_step / step_mean_s, "{:.1f}")});
   table.add_row({"TFLOP/s per device (model)", format_or_na(throughput.tflops_per_device, "{:.4f}")});

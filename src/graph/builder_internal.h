@@ -72,6 +72,17 @@ struct Dims {
   bool sp = false;                ///< sequence parallel in effect (tp > 1)
 };
 
+/// A weight-gradient GEMM held back from a split backward's B pass until its W pass (zero-bubble schedules).
+struct DeferredGemm {
+  GemmWeight weight;       ///< the linear
+  std::int64_t m = 0;      ///< rows of the product
+  std::int64_t n = 0;      ///< columns of the product
+  std::int64_t k = 0;      ///< inner dimension
+  int expert = -1;         ///< the expert, -1 for a dense linear
+  std::int64_t batch = 1;  ///< independent products
+  int layer = -1;          ///< the layer it belongs to
+};
+
 /// What the emitters of one program share: its inputs, the program being appended, the walk's position (which
 /// fills each op's layer, micro-batch and chunk) and the primitive appenders.
 struct BuilderCore {
@@ -96,6 +107,10 @@ struct BuilderCore {
   int last_compute = -1;            ///< index of the last compute-stream op, -1 before the first
   int p2p_batch = 0;                ///< batch of the next p2p ops (pipeline and cp ring share the count)
   std::vector<std::int32_t> waits;  ///< comm ops the next compute op waits for
+  /// True while a split backward's B pass is emitted: weight-gradient GEMMs go to `deferred_wgrads`.
+  bool defer_wgrads = false;
+  /// The weight-gradient GEMMs of each (micro-batch, chunk) whose W pass has not run yet, in B's order.
+  std::map<std::pair<int, int>, std::vector<DeferredGemm>> deferred_wgrads;
 
   /// Appends `op` waiting on `deps` (negative entries: no dependency); returns its index.
   int add(const Op& op, std::initializer_list<std::int32_t> deps) {

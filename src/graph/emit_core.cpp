@@ -110,6 +110,11 @@ void BuilderCore::fp8_casts(GemmPass pass, std::int64_t m, std::int64_t n, std::
 
 int BuilderCore::gemm(GemmWeight weight, GemmPass pass, std::int64_t m, std::int64_t n, std::int64_t k,
                       int expert, std::int64_t batch) {
+  if (defer_wgrads && pass == GemmPass::kWgrad) {
+    deferred_wgrads[{current_microbatch, current_chunk}].push_back(
+        {weight, m, n, k, expert, batch, current_layer});
+    return last_compute;
+  }
   const auto products = static_cast<double>(batch);
   const bool fp8 = layout.fp8() && is_fp8_linear(weight);
   // --fp8-all-gather gathers the dense FP8 linears' weights in FP8; the experts' stay bf16 in the gather.

@@ -27,11 +27,20 @@ std::vector<std::pair<int, int>> PipelineEmitter::exchange_steps(
   const int slots = static_cast<int>(schedule.size());
   const int warmup = parallel::warmup_slots(layout_, core_.stage);
   for (int slot_index = 0; slot_index < slots;) {
-    const bool pair = layout_.schedule == parallel::Schedule::kInterleaved && slot_index >= warmup &&
+    // A W slot (split backward) joins the step of the pass after it: the exchange before it is then the one
+    // 1F1B has between its neighbours (a stage's p2p order unchanged, so blocking sends cannot deadlock), and
+    // B's gradient leaves before W runs.
+    const int first = slot_index;
+    while (slot_index < slots && schedule[slot_index].pass == parallel::PassKind::kWeightGrad) ++slot_index;
+    if (slot_index == slots) {
+      steps.emplace_back(first, slots);
+      break;
+    }
+    const bool pair = parallel::schedule_entry(layout_.schedule).pairs_exchanges && slot_index >= warmup &&
                       slot_index + 1 < slots && schedule[slot_index].pass == parallel::PassKind::kForward &&
                       schedule[slot_index + 1].pass == parallel::PassKind::kBackward;
     const int end = slot_index + (pair ? 2 : 1);
-    steps.emplace_back(slot_index, end);
+    steps.emplace_back(first, end);
     slot_index = end;
   }
   return steps;
@@ -54,6 +63,7 @@ int PipelineEmitter::tag(int microbatch, int boundary, int direction) const {
 
 /// The receive a slot needs before it can run (none on the first/last virtual stage).
 bool PipelineEmitter::slot_receive(const parallel::PipelineSlot& slot, int virtual_stage, P2p& p2p) const {
+  if (slot.pass == parallel::PassKind::kWeightGrad) return false;  // W needs nothing from a neighbour
   p2p.send = false;
   p2p.microbatch = slot.microbatch;
   p2p.chunk = slot.chunk;
@@ -73,6 +83,7 @@ bool PipelineEmitter::slot_receive(const parallel::PipelineSlot& slot, int virtu
 
 /// The send a slot makes after it ran (none on the last/first virtual stage).
 bool PipelineEmitter::slot_send(const parallel::PipelineSlot& slot, int virtual_stage, P2p& p2p) const {
+  if (slot.pass == parallel::PassKind::kWeightGrad) return false;  // W sends nothing
   p2p.send = true;
   p2p.microbatch = slot.microbatch;
   p2p.chunk = slot.chunk;

@@ -64,6 +64,8 @@ class ProgramBuilder {
         const auto& slot = schedule[slot_index];
         if (slot.pass == parallel::PassKind::kForward) {
           run_forward(slot.microbatch, slot.chunk, slot_index == chunk_slots.first_forward[slot.chunk]);
+        } else if (slot.pass == parallel::PassKind::kWeightGrad) {
+          run_weight_grad(slot.microbatch, slot.chunk);
         } else {
           run_backward(slot.microbatch, slot.chunk, slot_index == chunk_slots.last_backward[slot.chunk]);
         }
@@ -96,6 +98,8 @@ class ProgramBuilder {
     core_.current_microbatch = microbatch;
     core_.current_chunk = chunk;
     core_.phase = Phase::kBackward;
+    // A split backward (zero bubble) is its B here; the weight-gradient GEMMs wait for the W slot.
+    core_.defer_wgrads = parallel::schedule_entry(core_.layout.schedule).splits_backward;
     auto units = core_.forward_units(chunk);
     std::reverse(units.begin(), units.end());
     data_.begin_backward(chunk);
@@ -108,6 +112,22 @@ class ProgramBuilder {
       core_.phase = Phase::kBackward;
       data_.after_unit_backward(chunk, unit, microbatch, last_of_chunk);
     }
+    core_.current_layer = -1;
+    core_.defer_wgrads = false;
+  }
+
+  /// One W slot of a split backward: the weight-gradient GEMMs its B slot held back, in B's order.
+  void run_weight_grad(int microbatch, int chunk) {
+    core_.current_microbatch = microbatch;
+    core_.current_chunk = chunk;
+    core_.phase = Phase::kBackward;
+    const auto found = core_.deferred_wgrads.find({microbatch, chunk});
+    if (found == core_.deferred_wgrads.end()) return;
+    for (const detail::DeferredGemm& gemm : found->second) {
+      core_.current_layer = gemm.layer;
+      core_.gemm(gemm.weight, GemmPass::kWgrad, gemm.m, gemm.n, gemm.k, gemm.expert, gemm.batch);
+    }
+    core_.deferred_wgrads.erase(found);
     core_.current_layer = -1;
   }
 

@@ -9,6 +9,7 @@
 #include "core/enum_names.h"
 #include "core/error.h"
 #include "core/json_fields.h"
+#include "parallel/schedule.h"
 
 namespace calo::parallel {
 

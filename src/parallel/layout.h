@@ -15,8 +15,8 @@ namespace calo::parallel {
 
 /// Activation recomputation mode (defined with the accounting that uses it).
 using model::Recompute;
-/// Pipeline schedule: GPipe (all forwards then all backwards), 1F1B, or interleaved 1F1B with virtual stages.
-enum class Schedule { kGpipe, k1F1B, kInterleaved };
+/// Pipeline schedule; each has one entry in parallel/schedule.h's kSchedules (name, help, plan axis, slots).
+enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1 };
 /// Attention core implementation: fused flash-style kernel (causal half of s^2, no s^2 activations) or
 /// unfused batched GEMM + softmax + batched GEMM (full s^2 products, softmax output kept for backward).
 enum class AttentionImpl { kFused, kUnfused };
@@ -141,9 +141,6 @@ std::string partition_text(const std::vector<int>& layers_per_stage);
 /// The recomputation axis: --recompute, campaign key recompute.
 inline constexpr Axis<Recompute, 4> kRecomputeAxis{
     "--recompute", "recompute", "a mode", {"none", "selective", "full", "op"}};
-/// The pipeline schedule axis: --schedule, campaign key schedule.
-inline constexpr Axis<Schedule, 3> kScheduleAxis{
-    "--schedule", "schedule", "a schedule", {"gpipe", "1f1b", "interleaved"}};
 /// The context-parallel communication axis: --cp-comm, campaign key cp-comm.
 inline constexpr Axis<CpComm, 2> kCpCommAxis{
     "--cp-comm", "cp-comm", "a context-parallel communication", {"p2p", "allgather"}};
@@ -154,7 +151,7 @@ inline constexpr Axis<Precision, 4> kPrecisionAxis{
 std::string to_string(Precision precision);
 /// Parses "none|selective|full"; throws InputError naming the flag on anything else.
 Recompute parse_recompute(const std::string& text);
-/// Parses "gpipe|1f1b|interleaved"; throws InputError naming the flag on anything else.
+/// Parses a schedule's name (parallel/schedule.h's kSchedules); throws InputError naming the flag otherwise.
 Schedule parse_schedule(const std::string& text);
 /// Parses "p2p|allgather"; throws InputError naming --cp-comm on anything else.
 CpComm parse_cp_comm(const std::string& text);
@@ -162,7 +159,7 @@ CpComm parse_cp_comm(const std::string& text);
 std::string to_string(CpComm comm);
 /// Name of a recompute mode ("none", "selective", "full", "op").
 std::string to_string(Recompute recompute);
-/// Name of a schedule ("gpipe", "1f1b", "interleaved").
+/// Name of a schedule (its kSchedules entry's).
 std::string to_string(Schedule schedule);
 /// Parses "fused|unfused"; throws InputError naming `what` (the flag or key) on anything else.
 AttentionImpl parse_attention(const std::string& text, const std::string& what = "--attention");

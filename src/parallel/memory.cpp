@@ -263,6 +263,8 @@ ActivationPeak peak_activations(const Layout& layout, int stage, const std::vect
     peak.temporaries_from_recompute = from_recompute;
     peak.microbatches = static_cast<int>(alive_chunks.size());
   };
+  // A split backward (zero bubble) holds a micro-batch's activations from its B until its W.
+  const bool split = schedule_entry(layout.schedule).splits_backward;
   for (const PipelineSlot& slot : stage_schedule(layout, stage)) {
     const ChunkActivations& chunk = chunks.at(slot.chunk);
     if (slot.pass == PassKind::kForward) {
@@ -270,7 +272,8 @@ ActivationPeak peak_activations(const Layout& layout, int stage, const std::vect
       ++alive_chunks[slot.microbatch];
       consider(slot.chunk == transient.second ? transient.first : 0.0, false);
     } else {
-      consider(backward_transient.at(slot.chunk), true);
+      if (slot.pass == PassKind::kBackward) consider(backward_transient.at(slot.chunk), true);
+      if (split && slot.pass == PassKind::kBackward) continue;
       add(chunk, -1);
       auto found = alive_chunks.find(slot.microbatch);
       if (found != alive_chunks.end() && --found->second == 0) alive_chunks.erase(found);

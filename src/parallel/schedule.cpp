@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <deque>
 #include <numeric>
 #include <stdexcept>
 
@@ -25,19 +26,25 @@ void check_stage(const Layout& layout, int stage) {
   }
 }
 
-/// GPipe: every forward, then every backward, both in micro-batch order (as torch.distributed.pipelining).
-std::vector<PipelineSlot> gpipe(int microbatches) {
+}  // namespace
+
+std::vector<PipelineSlot> gpipe_slots(const PipelineShape& shape) {
   std::vector<PipelineSlot> slots;
-  slots.reserve(2 * microbatches);
-  for (int mb = 0; mb < microbatches; ++mb) slots.push_back({PassKind::kForward, mb, 0});
-  for (int mb = 0; mb < microbatches; ++mb) slots.push_back({PassKind::kBackward, mb, 0});
+  slots.reserve(2 * shape.microbatches);
+  for (int mb = 0; mb < shape.microbatches; ++mb) slots.push_back({PassKind::kForward, mb, 0});
+  for (int mb = 0; mb < shape.microbatches; ++mb) slots.push_back({PassKind::kBackward, mb, 0});
   return slots;
 }
 
-/// 1F1B (PipeDream-flush, Megatron's forward_backward_pipelining_without_interleaving): pp - stage - 1
-/// warm-up forwards, then alternate one forward and one backward, then the remaining backwards.
-std::vector<PipelineSlot> one_f_one_b(int pp, int stage, int microbatches) {
-  const int warmup = std::min(pp - stage - 1, microbatches);
+int gpipe_warmup(const PipelineShape& shape) {
+  return shape.microbatches;
+}
+
+// Megatron's forward_backward_pipelining_without_interleaving: the warm-up forwards, then alternate one
+// forward and one backward, then the remaining backwards.
+std::vector<PipelineSlot> one_f_one_b_slots(const PipelineShape& shape) {
+  const int microbatches = shape.microbatches;
+  const int warmup = one_f_one_b_warmup(shape);
   const int steady = microbatches - warmup;
   std::vector<PipelineSlot> slots;
   slots.reserve(2 * microbatches);
@@ -50,17 +57,48 @@ std::vector<PipelineSlot> one_f_one_b(int pp, int stage, int microbatches) {
   return slots;
 }
 
-/// Warm-up forwards of the interleaved schedule (Megatron: all of them when m == pp).
-int interleaved_warmup(int pp, int stage, int chunks, int microbatches) {
-  const int total = microbatches * chunks;
-  if (microbatches == pp) return total;
-  return std::min((pp - stage - 1) * 2 + (chunks - 1) * pp, total);
+int one_f_one_b_warmup(const PipelineShape& shape) {
+  return std::min(shape.pp - shape.stage - 1, shape.microbatches);
 }
 
-/// Interleaved 1F1B (Megatron's forward_backward_pipelining_with_interleaving, micro-batch groups of pp per
-/// chunk): virtual pass k runs chunk (k mod (pp*v)) / pp (reversed for backward) on micro-batch (k /
-/// (pp*v))*pp + k mod pp.
-std::vector<PipelineSlot> interleaved(int pp, int stage, int chunks, int microbatches) {
+std::vector<PipelineSlot> zb_h1_slots(const PipelineShape& shape) {
+  const int steady = shape.microbatches - one_f_one_b_warmup(shape);
+  const int deferred = std::min(shape.stage, steady);  // W passes of the first steady backwards, run later
+  std::vector<PipelineSlot> slots;
+  slots.reserve(3 * shape.microbatches);
+  std::deque<int> owed;  // W passes held back, oldest first
+  for (const PipelineSlot& slot : one_f_one_b_slots(shape)) {
+    slots.push_back(slot);
+    if (slot.pass != PassKind::kBackward) continue;
+    if (slot.microbatch < deferred) {  // a steady backward whose W waits for the cool-down
+      owed.push_back(slot.microbatch);
+      continue;
+    }
+    if (slot.microbatch < steady) {  // the other steady backwards: W at once
+      slots.push_back({PassKind::kWeightGrad, slot.microbatch, 0});
+      continue;
+    }
+    owed.push_back(slot.microbatch);  // the cool-down: each B followed by the oldest W still owed
+    slots.push_back({PassKind::kWeightGrad, owed.front(), 0});
+    owed.pop_front();
+  }
+  for (int microbatch : owed) slots.push_back({PassKind::kWeightGrad, microbatch, 0});
+  return slots;
+}
+
+// Megatron: all of them when m == pp.
+int interleaved_warmup(const PipelineShape& shape) {
+  const int total = shape.microbatches * shape.chunks;
+  if (shape.microbatches == shape.pp) return total;
+  return std::min((shape.pp - shape.stage - 1) * 2 + (shape.chunks - 1) * shape.pp, total);
+}
+
+// Megatron's forward_backward_pipelining_with_interleaving: virtual pass k runs chunk (k mod (pp*v)) / pp
+// (reversed for backward) on micro-batch (k / (pp*v))*pp + k mod pp.
+std::vector<PipelineSlot> interleaved_slots(const PipelineShape& shape) {
+  const int pp = shape.pp;
+  const int chunks = shape.chunks;
+  const int microbatches = shape.microbatches;
   if (microbatches % pp != 0) {
     throw InputError(
         fmt::format("interleaved schedule needs the number of micro-batches ({}) to be a multiple of "
@@ -75,7 +113,7 @@ std::vector<PipelineSlot> interleaved(int pp, int stage, int chunks, int microba
     int microbatch = (virtual_index / group) * pp + virtual_index % pp;
     return PipelineSlot{pass, microbatch, chunk};
   };
-  const int warmup = interleaved_warmup(pp, stage, chunks, microbatches);
+  const int warmup = interleaved_warmup(shape);
   const int steady = total - warmup;
   std::vector<PipelineSlot> slots;
   slots.reserve(2 * total);
@@ -88,6 +126,33 @@ std::vector<PipelineSlot> interleaved(int pp, int stage, int chunks, int microba
   return slots;
 }
 
+const ScheduleEntry& schedule_entry(Schedule schedule) {
+  const auto index = static_cast<std::size_t>(schedule);
+  if (index >= kSchedules.size()) throw std::logic_error("unknown schedule");
+  return kSchedules[index];
+}
+
+std::string schedule_help() {
+  std::string text;
+  for (const ScheduleEntry& entry : kSchedules) {
+    if (!text.empty()) text += ", ";
+    text += fmt::format("{} ({})", entry.name, entry.help);
+  }
+  return text;
+}
+
+int chunks_per_stage(const Layout& layout) {
+  return schedule_entry(layout.schedule).chunked ? std::max(1, layout.virtual_stages) : 1;
+}
+
+namespace {
+
+/// The shape `stage` of a resolved layout runs.
+PipelineShape shape_of(const Layout& layout, int stage) {
+  check_stage(layout, stage);
+  return {layout.pp, stage, microbatches_of(layout), chunks_per_stage(layout)};
+}
+
 }  // namespace
 
 int virtual_stage(const Layout& layout, int stage, int chunk) {
@@ -95,31 +160,11 @@ int virtual_stage(const Layout& layout, int stage, int chunk) {
 }
 
 int warmup_slots(const Layout& layout, int stage) {
-  check_stage(layout, stage);
-  const int microbatches = microbatches_of(layout);
-  switch (layout.schedule) {
-    case Schedule::kGpipe:
-      return microbatches;
-    case Schedule::k1F1B:
-      return std::min(layout.pp - stage - 1, microbatches);
-    case Schedule::kInterleaved:
-      return interleaved_warmup(layout.pp, stage, std::max(1, layout.virtual_stages), microbatches);
-  }
-  return 0;
+  return schedule_entry(layout.schedule).warmup(shape_of(layout, stage));
 }
 
 std::vector<PipelineSlot> stage_schedule(const Layout& layout, int stage) {
-  check_stage(layout, stage);
-  const int microbatches = microbatches_of(layout);
-  switch (layout.schedule) {
-    case Schedule::kGpipe:
-      return gpipe(microbatches);
-    case Schedule::k1F1B:
-      return one_f_one_b(layout.pp, stage, microbatches);
-    case Schedule::kInterleaved:
-      return interleaved(layout.pp, stage, std::max(1, layout.virtual_stages), microbatches);
-  }
-  throw std::logic_error("unknown schedule");
+  return schedule_entry(layout.schedule).slots(shape_of(layout, stage));
 }
 
 std::vector<LayerRange> layer_partition(const Layout& layout, int num_layers) {
@@ -165,15 +210,20 @@ bool is_edge_accounted(const std::vector<int>& layers_per_stage) {
 double bubble_fraction(const Layout& layout) {
   const double stages = layout.pp;
   const double microbatches = microbatches_of(layout);
-  const double chunks = layout.schedule == Schedule::kInterleaved ? std::max(1, layout.virtual_stages) : 1;
+  const double chunks = chunks_per_stage(layout);
+  // A split backward (T_F = T_B = T_W): the bubble is (p - 1) T_F against m (T_F + T_B + T_W) of work.
+  if (schedule_entry(layout.schedule).splits_backward) return (stages - 1) / (3 * microbatches + stages - 1);
   return (stages - 1) / (chunks * microbatches + stages - 1);
 }
 
 int peak_inflight_passes(const Layout& layout, int stage) {
   int alive = 0;
   int peak = 0;
+  // A split backward holds the activations until W (its B needs them, and W the layers' inputs).
+  const PassKind frees =
+      schedule_entry(layout.schedule).splits_backward ? PassKind::kWeightGrad : PassKind::kBackward;
   for (const PipelineSlot& slot : stage_schedule(layout, stage)) {
-    alive += slot.pass == PassKind::kForward ? 1 : -1;
+    alive += slot.pass == PassKind::kForward ? 1 : slot.pass == frees ? -1 : 0;
     peak = std::max(peak, alive);
   }
   return peak;
@@ -181,9 +231,10 @@ int peak_inflight_passes(const Layout& layout, int stage) {
 
 PipelineRun run_pipeline(const Layout& layout, double forward_time, double backward_time) {
   const int stages = layout.pp;
-  const int chunks = layout.schedule == Schedule::kInterleaved ? std::max(1, layout.virtual_stages) : 1;
+  const int chunks = chunks_per_stage(layout);
   const int virtual_stages = stages * chunks;
   const int microbatches = microbatches_of(layout);
+  const bool split = schedule_entry(layout.schedule).splits_backward;
   std::vector<std::vector<PipelineSlot>> schedules;
   schedules.reserve(stages);
   for (int stage = 0; stage < stages; ++stage) schedules.push_back(stage_schedule(layout, stage));
@@ -199,6 +250,7 @@ PipelineRun run_pipeline(const Layout& layout, double forward_time, double backw
   // A pass may start once the pass it depends on has a finish time; returns that time or -1 (not yet).
   auto ready_at = [&](int stage, const PipelineSlot& slot) -> double {
     const int virt = virtual_stage(layout, stage, slot.chunk);
+    if (slot.pass == PassKind::kWeightGrad) return backward_end[virt][slot.microbatch];  // after its own B
     if (slot.pass == PassKind::kForward) return virt == 0 ? 0.0 : forward_end[virt - 1][slot.microbatch];
     const double own_forward = forward_end[virt][slot.microbatch];
     if (own_forward < 0) return -1.0;
@@ -215,10 +267,13 @@ PipelineRun run_pipeline(const Layout& layout, double forward_time, double backw
         const PipelineSlot& slot = slots[next_slot[stage]];
         const double ready = ready_at(stage, slot);
         if (ready < 0) break;
-        const double duration = slot.pass == PassKind::kForward ? forward_time : backward_time;
+        const double duration = slot.pass == PassKind::kForward ? forward_time
+                                : split                         ? backward_time / 2  // B and W alike
+                                                                : backward_time;
         const double end = std::max(stage_clock[stage], ready) + duration;
         const int virt = virtual_stage(layout, stage, slot.chunk);
-        (slot.pass == PassKind::kForward ? forward_end : backward_end)[virt][slot.microbatch] = end;
+        if (slot.pass != PassKind::kWeightGrad)
+          (slot.pass == PassKind::kForward ? forward_end : backward_end)[virt][slot.microbatch] = end;
         stage_clock[stage] = end;
         busy += duration;
         ++run.passes_run;
@@ -232,9 +287,11 @@ PipelineRun run_pipeline(const Layout& layout, double forward_time, double backw
     if (next_slot[stage] < schedules[stage].size()) {
       run.completed = false;
       const PipelineSlot& slot = schedules[stage][next_slot[stage]];
-      run.stuck =
-          fmt::format("stage {} waits at {} of micro-batch {} chunk {}", stage,
-                      slot.pass == PassKind::kForward ? "forward" : "backward", slot.microbatch, slot.chunk);
+      run.stuck = fmt::format("stage {} waits at {} of micro-batch {} chunk {}", stage,
+                              slot.pass == PassKind::kForward      ? "forward"
+                              : slot.pass == PassKind::kWeightGrad ? "weight gradient"
+                                                                   : "backward",
+                              slot.microbatch, slot.chunk);
       break;
     }
   }

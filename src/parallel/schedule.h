@@ -1,15 +1,20 @@
 // Pipeline schedules and per-stage layer partitions.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <string>
 #include <vector>
 
+#include "parallel/axes.h"
 #include "parallel/layout.h"
 
 namespace calo::parallel {
 
-/// Forward or backward pass of one micro-batch through one model chunk on one stage.
-enum class PassKind { kForward, kBackward };
+/// Forward or backward pass of one micro-batch through one model chunk on one stage. A schedule that splits
+/// the backward (zero bubble) runs kBackward as its input-gradient half B and kWeightGrad as the
+/// weight-gradient half W, which it may defer.
+enum class PassKind { kForward, kBackward, kWeightGrad };
 
 /// One entry of a stage's pipeline schedule, in execution order.
 struct PipelineSlot {
@@ -18,17 +23,116 @@ struct PipelineSlot {
   int chunk;       ///< model chunk on this stage (0 unless interleaved)
 };
 
+/// What a slot-order function reads: the stages, the stage asked about, micro-batches per step and model
+/// chunks per stage (1 unless the schedule is chunked).
+struct PipelineShape {
+  int pp;            ///< pipeline stages
+  int stage;         ///< the stage whose slots are asked for, 0 .. pp-1
+  int microbatches;  ///< micro-batches per step
+  int chunks;        ///< model chunks per stage
+};
+
+/// How `calo plan` searches a schedule (its plan axis).
+enum class PlanAxis {
+  kEveryPp,      ///< at every pipeline size, pp 1 included (enumerated first)
+  kPipelined,    ///< at pp > 1 only, one chunk per stage
+  kChunked,      ///< at pp > 1 with every vpp >= 2 whose chunks split the layers
+  kNotSearched,  ///< not offered: the planner's step-time bound does not hold for it yet
+};
+
+/// One pipeline schedule: its name (--schedule's word, the campaign key's word, to_string, a stored run's
+/// config), its help, its plan axis, its rules, and its slot-order and warm-up functions. Adding a schedule
+/// is an enumerator of `Schedule`, an entry here and its slot-order function (docs/ARCHITECTURE.md "Adding a
+/// schedule").
+struct ScheduleEntry {
+  Schedule schedule;  ///< the enumerator; entries run in declaration order
+  const char* name;   ///< the schedule's one name
+  const char* help;   ///< what --help says of it after its name
+  PlanAxis plan;      ///< how the planner searches it
+  bool chunked;       ///< runs --vpp model chunks per stage: needs pp > 1, vpp >= 2, m a multiple of pp
+  /// Whether a steady-state forward's exchange pairs with the next backward's (Megatron's interleaved
+  /// send_forward_backward_recv batch).
+  bool pairs_exchanges;
+  /// Whether the backward is split into B (kBackward: input gradients) and W (kWeightGrad: weight
+  /// gradients), the W passes placed by the slot order (zero-bubble schedules).
+  bool splits_backward;
+  std::vector<PipelineSlot> (*slots)(const PipelineShape& shape);  ///< one stage's slots in execution order
+  /// The forward slots before the steady state's forward/backward pairs.
+  int (*warmup)(const PipelineShape& shape);
+};
+
+/// GPipe: every forward, then every backward, both in micro-batch order (as torch.distributed.pipelining).
+std::vector<PipelineSlot> gpipe_slots(const PipelineShape& shape);
+/// 1F1B (PipeDream-flush): pp - stage - 1 warm-up forwards, then one forward and one backward alternately.
+std::vector<PipelineSlot> one_f_one_b_slots(const PipelineShape& shape);
+/// Megatron's interleaved 1F1B over `chunks` model chunks per stage, micro-batch groups of pp per chunk.
+std::vector<PipelineSlot> interleaved_slots(const PipelineShape& shape);
+/// ZB-H1 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism"): 1F1B's F and B order with the backward split;
+/// stage s defers the W of its first min(s, steady) steady-state backwards into the cool-down, where each W
+/// fills the wait for the next B: the bubble shrinks to (p - 1)(T_F + T_B - T_W), activations held until W.
+std::vector<PipelineSlot> zb_h1_slots(const PipelineShape& shape);
+/// GPipe's warm-up: all m forwards.
+int gpipe_warmup(const PipelineShape& shape);
+/// 1F1B's warm-up: min(pp - stage - 1, m).
+int one_f_one_b_warmup(const PipelineShape& shape);
+/// Interleaved warm-up: (pp - stage - 1) * 2 + (v - 1) * pp, or all m * v when m == pp.
+int interleaved_warmup(const PipelineShape& shape);
+
+/// The schedule table, one entry per `Schedule` in declaration order.
+inline constexpr std::array<ScheduleEntry, 4> kSchedules{{
+    {Schedule::kGpipe, "gpipe", "all forwards, then all backwards", PlanAxis::kPipelined, false, false, false,
+     gpipe_slots, gpipe_warmup},
+    {Schedule::k1F1B, "1f1b", "one forward, one backward after pp - stage - 1 warm-up forwards",
+     PlanAxis::kEveryPp, false, false, false, one_f_one_b_slots, one_f_one_b_warmup},
+    {Schedule::kInterleaved, "interleaved", "Megatron's interleaved 1F1B over --vpp model chunks per stage",
+     PlanAxis::kChunked, true, true, false, interleaved_slots, interleaved_warmup},
+    {Schedule::kZbH1, "zb-h1",
+     "zero bubble: 1F1B with the backward split into input and weight gradients, weight gradients deferred "
+     "into the bubble",
+     PlanAxis::kNotSearched, false, false, true, zb_h1_slots, one_f_one_b_warmup},
+}};
+
+/// The names of `entries` in their order (the schedule axis's names).
+template <std::size_t N>
+constexpr std::array<const char*, N> schedule_names(const std::array<ScheduleEntry, N>& entries) {
+  std::array<const char*, N> names{};
+  for (std::size_t index = 0; index < N; ++index) names[index] = entries[index].name;
+  return names;
+}
+
+/// Whether every entry sits at its enumerator's index (the axis and `schedule_entry` index by it).
+template <std::size_t N>
+constexpr bool in_declaration_order(const std::array<ScheduleEntry, N>& entries) {
+  for (std::size_t index = 0; index < N; ++index) {
+    if (static_cast<std::size_t>(entries[index].schedule) != index) return false;
+  }
+  return true;
+}
+static_assert(in_declaration_order(kSchedules), "kSchedules lists the schedules in declaration order");
+
+/// The pipeline schedule axis: --schedule, campaign key schedule, names from kSchedules.
+inline constexpr Axis<Schedule, kSchedules.size()> kScheduleAxis{"--schedule", "schedule", "a schedule",
+                                                                 schedule_names(kSchedules)};
+
+/// The table entry of `schedule`.
+const ScheduleEntry& schedule_entry(Schedule schedule);
+
+/// "NAME (HELP), ..." for every schedule: --schedule's help.
+std::string schedule_help();
+
+/// Model chunks per stage the layout's schedule runs: max(1, vpp) for a chunked schedule, else 1.
+int chunks_per_stage(const Layout& layout);
+
 /// Virtual stage of model chunk `chunk` on pipeline stage `stage`: chunk * pp + stage (Megatron's
 /// assignment).
 int virtual_stage(const Layout& layout, int stage, int chunk);
 
 /// The ordered forward/backward passes that pipeline stage `stage` runs in one iteration under the layout's
-/// schedule (GPipe, 1F1B with warm-up pp-stage-1, or Megatron's interleaved 1F1B).
+/// schedule (its entry's slot-order function).
 std::vector<PipelineSlot> stage_schedule(const Layout& layout, int stage);
 
 /// Warm-up forward slots of `stage` (before the steady state's forward/backward pairs) under the layout's
-/// schedule: 1F1B min(pp - stage - 1, m); interleaved (pp - stage - 1) * 2 + (v - 1) * pp, or all m * v when
-/// m == pp; GPipe all m.
+/// schedule (its entry's warm-up function).
 int warmup_slots(const Layout& layout, int stage);
 
 /// Layer ranges per virtual stage: result[v] = {first_layer, layer_count} for virtual stage v, where virtual

@@ -250,23 +250,33 @@ void check_context_parallel(const model::ModelSpec& model, const Layout& layout)
                   layout.pp, chunks, virtual_stage_count, layers, model.name, layers + 2, suggestion));
 }
 
+/// The chunked schedules' names, "a or b": what vpp >= 2 needs.
+std::string chunked_schedule_names() {
+  std::string text;
+  for (const ScheduleEntry& entry : kSchedules) {
+    if (!entry.chunked) continue;
+    if (!text.empty()) text += " or ";
+    text += entry.name;
+  }
+  return text;
+}
+
 void check_pipeline(const model::ModelSpec& model, Layout& layout) {
   const int layers = model.num_layers;
   const int chunks = layout.virtual_stages;
   const int virtual_stage_count = layout.pp * chunks;
-  if (layout.schedule == Schedule::kInterleaved) {
-    require_input(layout.pp > 1,
-                  "interleaved schedule needs pipeline parallelism; try pp=2 or more, or "
-                  "--schedule 1f1b");
-    require_input(chunks > 1,
-                  fmt::format("interleaved schedule needs vpp >= 2 model chunks per stage (vpp={}); "
-                              "try vpp=2, or --schedule 1f1b",
-                              chunks));
+  const ScheduleEntry& schedule = schedule_entry(layout.schedule);
+  if (schedule.chunked) {
+    require_input(layout.pp > 1, fmt::format("{} schedule needs pipeline parallelism; try pp=2 or more, or "
+                                             "--schedule 1f1b",
+                                             schedule.name));
+    require_input(chunks > 1, fmt::format("{} schedule needs vpp >= 2 model chunks per stage (vpp={}); "
+                                          "try vpp=2, or --schedule 1f1b",
+                                          schedule.name, chunks));
   } else {
-    require_input(chunks == 1,
-                  fmt::format("vpp={} model chunks per stage need --schedule interleaved; or use "
-                              "vpp=1 with --schedule {}",
-                              chunks, to_string(layout.schedule)));
+    require_input(chunks == 1, fmt::format("vpp={} model chunks per stage need --schedule {}; or use "
+                                           "vpp=1 with --schedule {}",
+                                           chunks, chunked_schedule_names(), schedule.name));
   }
   if (!layout.layers_per_stage.empty()) {
     require_input(static_cast<int>(layout.layers_per_stage.size()) == virtual_stage_count,
@@ -358,15 +368,31 @@ void check_batch(Layout& layout) {
       fmt::format("global batch {} / (micro-batch × dp = {}) is {} micro-batches per step, beyond the {} "
                   "one step may have (each is a run of ops in the graph); raise --mbs or lower --gbs",
                   layout.global_batch, sequences_per_step, layout.num_microbatches(), kMaxMicrobatches));
-  if (layout.schedule == Schedule::kInterleaved) {
+  if (schedule_entry(layout.schedule).chunked) {
     const int microbatches = layout.num_microbatches();
-    require_input(
-        microbatches % layout.pp == 0,
-        fmt::format("interleaved schedule needs the number of micro-batches ({} = global batch {} / "
-                    "(micro-batch × dp = {})) to be a multiple of pp={}; {} (global batch)",
-                    microbatches, layout.global_batch, sequences_per_step, layout.pp,
-                    nearby_multiples(layout.global_batch, sequences_per_step * layout.pp)));
+    require_input(microbatches % layout.pp == 0,
+                  fmt::format("{} schedule needs the number of micro-batches ({} = global batch {} / "
+                              "(micro-batch × dp = {})) to be a multiple of pp={}; {} (global batch)",
+                              schedule_entry(layout.schedule).name, microbatches, layout.global_batch,
+                              sequences_per_step, layout.pp,
+                              nearby_multiples(layout.global_batch, sequences_per_step * layout.pp)));
   }
+}
+
+/// A schedule that defers weight gradients (zero bubble) needs every gradient reduction after the last W:
+/// refuses ZeRO-2/3's per-micro-batch reduce-scatters and the reduction overlapped with backward.
+void check_split_backward(const Layout& layout) {
+  const ScheduleEntry& schedule = schedule_entry(layout.schedule);
+  if (!schedule.splits_backward) return;
+  require_input(layout.zero_stage <= 1,
+                fmt::format("--schedule {} defers weight gradients past each micro-batch's backward, which "
+                            "ZeRO-2 and FSDP reduce-scatter there; use --zero 0 or 1, or --schedule 1f1b",
+                            schedule.name));
+  require_input(!layout.overlap_grad_reduce,
+                fmt::format("--schedule {} defers weight gradients into the pipeline's bubble; the gradient "
+                            "reduction waits for the last of them: drop --overlap-grad (and --overlap), or "
+                            "use --schedule 1f1b",
+                            schedule.name));
 }
 
 void check_overlap(const Layout& layout) {
@@ -395,6 +421,7 @@ Layout resolve_layout(const model::ModelSpec& model, Layout layout, bool sequenc
   check_experts(model, layout);
   check_batch(layout);
   check_overlap(layout);
+  check_split_backward(layout);
   return layout;
 }
 

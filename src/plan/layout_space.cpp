@@ -21,6 +21,32 @@ struct Sizes {
   parallel::Schedule schedule = parallel::Schedule::k1F1B;
 };
 
+/// `sizes` under each schedule's plan axis (parallel/schedule.h): those searched at every pp first, then at
+/// pp > 1 the others in table order, a chunked one at every vpp >= 2 whose chunks split the layers evenly or
+/// as Megatron-LM's split with the embedding and the loss counted as a layer each.
+void add_schedules(const model::ModelSpec& model, const Sizes& sizes, std::vector<Sizes>& result) {
+  auto add = [&](int vpp, parallel::Schedule schedule) {
+    Sizes with_schedule = sizes;
+    with_schedule.vpp = vpp;
+    with_schedule.schedule = schedule;
+    result.push_back(with_schedule);
+  };
+  for (const parallel::ScheduleEntry& entry : parallel::kSchedules) {
+    if (entry.plan == parallel::PlanAxis::kEveryPp) add(1, entry.schedule);
+  }
+  if (sizes.pp == 1) return;
+  for (const parallel::ScheduleEntry& entry : parallel::kSchedules) {
+    if (entry.plan == parallel::PlanAxis::kPipelined) add(1, entry.schedule);
+    if (entry.plan != parallel::PlanAxis::kChunked) continue;
+    for (int vpp = 2; sizes.pp * vpp <= model.num_layers + 2; ++vpp) {
+      if (model.num_layers % (sizes.pp * vpp) != 0 &&
+          parallel::edge_accounted_partition(model.num_layers, sizes.pp * vpp).empty())
+        continue;
+      add(vpp, entry.schedule);
+    }
+  }
+}
+
 std::vector<Sizes> enumerate_sizes(const SpaceRequest& request) {
   const model::ModelSpec& model = request.model;
   std::vector<Sizes> result;
@@ -37,18 +63,7 @@ std::vector<Sizes> enumerate_sizes(const SpaceRequest& request) {
             if (model.num_experts % ep == 0) eps.push_back(ep);
           }
         }
-        for (int ep : eps) {
-          result.push_back({tp, pp, dp, ep, 1, cp, parallel::Schedule::k1F1B});
-          if (pp == 1) continue;
-          result.push_back({tp, pp, dp, ep, 1, cp, parallel::Schedule::kGpipe});
-          for (int vpp = 2; pp * vpp <= model.num_layers + 2; ++vpp) {
-            // Even chunks, or Megatron-LM's split with the embedding and the loss counted as a layer each.
-            if (model.num_layers % (pp * vpp) != 0 &&
-                parallel::edge_accounted_partition(model.num_layers, pp * vpp).empty())
-              continue;
-            result.push_back({tp, pp, dp, ep, vpp, cp, parallel::Schedule::kInterleaved});
-          }
-        }
+        for (int ep : eps) add_schedules(model, {tp, pp, dp, ep, 1, cp}, result);
       }
     }
   }

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "core/median.h"
+#include "core/statistics.h"
 
 namespace calo::report {
 namespace {

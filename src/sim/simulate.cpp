@@ -253,9 +253,8 @@ std::vector<GpuState> init_gpu_states(const graph::Graph& graph, const ClusterSp
     state.max_clock_mhz = options.max_clock_mhz.empty()
                               ? gpu.max_sm_mhz
                               : std::clamp(options.max_clock_mhz[rank], gpu.min_sm_mhz, gpu.max_sm_mhz);
-    require_input(state.power_limit_w > gpu.idle_power_w,
-                  fmt::format("power cap {} W of GPU {} is not above its idle power {} W; give a higher cap",
-                              state.power_limit_w, rank, gpu.idle_power_w));
+    if (const std::string refusal = power_cap_refusal(gpu, state.power_limit_w); !refusal.empty())
+      throw InputError(fmt::format("power cap {} W of GPU {}: {}", state.power_limit_w, rank, refusal));
     const int slot = options.slot_of_rank.empty() ? rank % cluster.node.gpus : options.slot_of_rank[rank];
     require_input(
         slot >= 0 && slot < cluster.node.gpus,

@@ -7,6 +7,10 @@
 #include <limits>
 #include <optional>
 #include <span>
+#include <utility>
+#include <vector>
+
+#include "core/statistics.h"
 
 namespace calo::store {
 
@@ -171,10 +175,7 @@ IntervalSummary summarize_interval(const RunReader& reader, int32_t device_idx, 
     std::vector<double> values;
     values.reserve(clock.size());
     for (const Sample& sample : clock) values.push_back(sample.value);
-    std::sort(values.begin(), values.end());
-    std::size_t middle = values.size() / 2;
-    summary.median_sm_mhz =
-        values.size() % 2 == 1 ? values[middle] : 0.5 * (values[middle - 1] + values[middle]);
+    summary.median_sm_mhz = core::midpoint_median(std::move(values));
   }
 
   std::vector<Sample> temperature = series(reader, device_idx, metrics, "temp_gpu_c", t_begin_ns, t_end_ns);

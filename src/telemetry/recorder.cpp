@@ -14,6 +14,7 @@
 #include "core/json_fields.h"
 #include "core/output_file.h"
 #include "core/shell.h"
+#include "core/statistics.h"
 #include "core/step_warmup.h"
 #include "core/table.h"
 #include "core/time.h"
@@ -30,15 +31,6 @@ namespace {
 
 // The sampling jitter target (docs/TELEMETRY.md): above it the summary lists every sampler loop.
 constexpr int64_t kJitterTargetNs = 1'000'000;
-
-double percentile(std::vector<double> values, double q) {
-  if (values.empty()) return std::nan("");
-  std::sort(values.begin(), values.end());
-  const double position = q * static_cast<double>(values.size() - 1);
-  const auto lower = static_cast<size_t>(std::floor(position));
-  const size_t upper = std::min(lower + 1, values.size() - 1);
-  return values[lower] + (values[upper] - values[lower]) * (position - static_cast<double>(lower));
-}
 
 std::string format_number(double value, int decimals) {
   return std::isnan(value) ? "-" : fmt::format("{:.{}f}", value, decimals);
@@ -88,8 +80,8 @@ StepStats step_stats(int32_t rank, const std::vector<std::pair<double, int64_t>>
   stats.warmup_steps = static_cast<int64_t>(warmup);
   stats.steps -= stats.warmup_steps;
   stats.mean_ms = total_ms / static_cast<double>(stats.steps);
-  stats.median_ms = percentile(per_step_ms, 0.5);
-  stats.p90_ms = percentile(per_step_ms, 0.9);
+  stats.median_ms = core::percentile(per_step_ms, 0.5);
+  stats.p90_ms = core::percentile(per_step_ms, 0.9);
   stats.min_ms = *std::min_element(per_step_ms.begin(), per_step_ms.end());
   stats.max_ms = *std::max_element(per_step_ms.begin(), per_step_ms.end());
   return stats;

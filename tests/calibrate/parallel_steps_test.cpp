@@ -15,7 +15,7 @@
 #include "calibrate/calibrate.h"
 #include "calibrate/kineto_input.h"
 #include "calibrate/measurement.h"
-#include "core/median.h"
+#include "core/statistics.h"
 #include "fixture_runs.h"
 #include "sim/cluster.h"
 #include "sim/cost_model.h"

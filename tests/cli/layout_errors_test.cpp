@@ -138,7 +138,7 @@ const BadLayout kBadLayouts[] = {
     {{"model", "tiny-dense", "--recompute", "partial"},
      "--recompute: 'partial' is not a mode; use none, selective, full or op"},
     {{"model", "tiny-dense", "--schedule", "zb-v"},
-     "--schedule: 'zb-v' is not a schedule; use gpipe, 1f1b or interleaved"},
+     "--schedule: 'zb-v' is not a schedule; use gpipe, 1f1b, interleaved or zb-h1"},
     {{"model", "tiny-dense", "--trainer", "deepspeed"},
      "--trainer: 'deepspeed' is not a trainer; use default (bf16 gradients), pytorch"},
     {{"model", "tiny-dense", "--trainer", "torchtitan", "--dp", "2", "--zero", "1"},

@@ -206,10 +206,11 @@ def evaluate(calo, source, row, overrides):
         out["missing"] = row["missing"]
         return out
     cluster = cluster_of(source, row, overrides)
-    result, refusal = simulate(calo, layout_flags(row, cluster))
+    flags = layout_flags(row, cluster)
+    result, refusal = simulate(calo, flags)
     evaluation = None
     if result is not None and row.get("evals"):
-        evaluation, refusal = simulate(calo, layout_flags(row, cluster) + ["--eval"])
+        evaluation, refusal = simulate(calo, flags + ["--eval"])
     if result is None or refusal:
         out["missing"] = refusal
         return out

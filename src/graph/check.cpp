@@ -569,10 +569,7 @@ double expected_tp_bytes(const model::ModelSpec& model, const parallel::Layout& 
   if (layout.tp <= 1) return 0.0;
   const double act = sym.act_bytes, full = sym.full;
   // g: an all-gather feeding an FP8 linear moves FP8 under the recipes that cast before they gather.
-  const double g = layout.precision == parallel::Precision::kFp8Delayed ||
-                           layout.precision == parallel::Precision::kFp8Tensorwise
-                       ? 0.5
-                       : 1.0;
+  const double g = layout.fp8_sequence_gathers() ? 0.5 : 1.0;
   // Sequence parallel: forward gathers 2 (QKV, FC1 inputs) and reduce-scatters 2; backward gathers the output
   // gradients 2 and re-gathers the inputs 2, and reduce-scatters 2; full recompute runs the forward again.
   double dense_layer =

@@ -83,9 +83,7 @@ double BuilderCore::tp_gather_bytes(GemmWeight weight) const {
   // Transformer Engine (delayed scaling) and torchao's tensorwise float8 cast an FP8 linear's
   // sequence-parallel operand on the local shard and gather the FP8 copy; rowwise scales are gathered as
   // bf16.
-  const bool fp8_gather = (layout.precision == parallel::Precision::kFp8Delayed ||
-                           layout.precision == parallel::Precision::kFp8Tensorwise) &&
-                          is_fp8_linear(weight);
+  const bool fp8_gather = layout.fp8_sequence_gathers() && is_fp8_linear(weight);
   return fp8_gather ? activation_bytes() * kFp8Bytes / kBf16Bytes : activation_bytes();
 }
 

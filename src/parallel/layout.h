@@ -90,6 +90,11 @@ struct Layout {
   bool fp8_all_gather = false;
   /// Whether the transformer linears run in FP8.
   bool fp8() const { return precision != Precision::kBf16; }
+  /// Whether the recipe casts an FP8 linear's sequence-parallel operand before its tensor-parallel all-gather
+  /// (Transformer Engine's delayed scaling, torchao's tensorwise float8; rowwise gathers bf16).
+  bool fp8_sequence_gathers() const {
+    return precision == Precision::kFp8Delayed || precision == Precision::kFp8Tensorwise;
+  }
   /// Whether fp8_all_gather can apply: tensorwise FP8 under ZeRO-3 over a shard group of more than one rank.
   bool fp8_all_gather_applies() const {
     const int shard_ranks = hybrid_sharding() ? shard_size() : grad_reduce_size();

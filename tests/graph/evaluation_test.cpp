@@ -1,30 +1,11 @@
 // The evaluation step (calo sim --eval): a training graph's forward passes alone, and what that leaves out.
 #include <gtest/gtest.h>
 
+#include "../common/pipeline_slice_graph.h"
 #include "graph/graph.h"
-#include "model/model_spec.h"
-#include "parallel/validate.h"
 
 namespace calo::graph {
 namespace {
-
-/// Llama3-8B sliced to 4 layers at seq 1024 on 8 ranks: TP2, PP2 (interleaved, 2 chunks), DP2 at ZeRO
-/// `zero_stage`, four micro-batches per replica, all communication overlapped.
-Graph training_graph(int zero_stage) {
-  const model::ModelSpec model = model::slice_model(model::load_model("llama3-8b"), 4);
-  parallel::Layout layout;
-  layout.tp = 2;
-  layout.pp = 2;
-  layout.dp = 2;
-  layout.virtual_stages = 2;
-  layout.schedule = parallel::Schedule::kInterleaved;
-  layout.zero_stage = zero_stage;
-  layout.micro_batch = 1;
-  layout.global_batch = 8;
-  layout.seq_length = 1024;
-  layout.overlap_tp_comm = layout.overlap_grad_reduce = layout.overlap_param_gather = true;
-  return build_graph(model, parallel::resolve_layout(model, layout));
-}
 
 double total_model_flops(const Graph& graph) {
   double flops = 0;
@@ -34,7 +15,7 @@ double total_model_flops(const Graph& graph) {
 }
 
 TEST(EvaluationGraph, KeepsTheForwardPassesAndATrainingStepsThirdOfTheModelFlops) {
-  const Graph training = training_graph(1);
+  const Graph training = calo::testing::pipeline_slice_graph(1);
   const Graph evaluation = evaluation_graph(training);
   std::size_t kept = 0, forward = 0;
   for (std::size_t index = 0; index < training.programs.size(); ++index) {
@@ -55,7 +36,7 @@ TEST(EvaluationGraph, KeepsTheForwardPassesAndATrainingStepsThirdOfTheModelFlops
 }
 
 TEST(EvaluationGraph, KeepsFsdpGathersAndEveryDependencyPointsAtAKeptEarlierOp) {
-  const Graph evaluation = evaluation_graph(training_graph(3));
+  const Graph evaluation = evaluation_graph(calo::testing::pipeline_slice_graph(3));
   int gathers = 0;
   for (const RankProgram& program : evaluation.programs) {
     for (std::size_t index = 0; index < program.ops.size(); ++index) {

@@ -5,10 +5,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "../common/pipeline_slice_graph.h"
 #include "../common/run_calo.h"
 #include "graph/graph.h"
-#include "model/model_spec.h"
-#include "parallel/validate.h"
 #include "sim/cluster.h"
 #include "sim/simulate.h"
 
@@ -17,23 +16,8 @@ namespace {
 
 using calo::testing::run_calo_text_and_json;
 
-/// Llama3-8B, 4 layers, seq 1024 on 8 ranks: TP2, interleaved PP2 (2 chunks), DP2 with ZeRO-1, overlapped.
-graph::Graph training_graph() {
-  const model::ModelSpec model = model::slice_model(model::load_model("llama3-8b"), 4);
-  parallel::Layout layout;
-  layout.tp = layout.pp = layout.dp = 2;
-  layout.virtual_stages = 2;
-  layout.schedule = parallel::Schedule::kInterleaved;
-  layout.zero_stage = 1;
-  layout.micro_batch = 1;
-  layout.global_batch = 8;
-  layout.seq_length = 1024;
-  layout.overlap_tp_comm = layout.overlap_grad_reduce = layout.overlap_param_gather = true;
-  return graph::build_graph(model, parallel::resolve_layout(model, layout));
-}
-
 TEST(EvaluationSim, TheForwardPassesAloneRunInATenthToAHalfOfTheTrainingStep) {
-  const graph::Graph training = training_graph();
+  const graph::Graph training = calo::testing::pipeline_slice_graph(1);
   const ClusterSpec cluster = load_cluster("h100-hgx");
   const SimResult train = simulate(training, cluster, {});
   const SimResult eval = simulate(graph::evaluation_graph(training), cluster, {});

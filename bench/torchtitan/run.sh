@@ -12,7 +12,9 @@
 #                             bash bench/torchtitan/run.sh      [TITAN_LAYERS=4 TITAN_SEQ=8192 TITAN_STEPS=30
 #                                                                TITAN_NPROC=1 TITAN_CALO_BIN=.carry/calo-bin
 #                                                                TITAN_CASES="eager compile calo"; also profile,
-#                                                                selective, memory; on several GPUs fsdp tp pp cp
+#                                                                selective, memory, float8 (torchao tensorwise,
+#                                                                eager and compiled, beside calo-fp8 and calo);
+#                                                                on several GPUs fsdp tp pp cp
 #                                                                tp-eager pp-eager calo-fsdp calo-fsdp-torchtitan
 #                                                                calo-tp calo-pp calo-cp
 #                                                                memory-parallel memory-parallel4]
@@ -30,10 +32,15 @@ if [ "${1:-}" = "stage" ]; then
     --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform any \
     torchtitan==0.2.2 torchdata==0.11.0 tokenizers==0.23.3 einops==0.8.2 tyro==1.0.17 docstring-parser==0.18.0 typeguard==4.6.1 shtab==1.13.0 rich==15.0.0 \
     markdown-it-py==4.3.0 mdurl==0.1.2 pygments==2.21.0
+  # torchao for torchtitan's float8 converter (issue 63): 0.18.0 is the first release built for torch 2.11 (its
+  # __init__ refuses its C++ extensions below 2.11). Float8 training (torchao.float8) is pure Python, so the
+  # extensions (_C*.so, 13.5 MB of CUTLASS/MX kernels) and spinquant's tables stay behind.
+  pip download --no-deps --python-version 3.12 --only-binary=:all: --dest "$wheels" \
+    --platform manylinux_2_28_x86_64 torchao==0.18.0
   # Installed here and packed as one xz tarball (the wheels themselves are zip: 7.3 MB; packed: ~3 MB).
   site="$(mktemp -d)"
   pip install --quiet --no-deps --no-index --target "$site" "$wheels"/*.whl
-  rm -rf "$site"/bin "$site"/torchtitan/experiments
+  rm -rf "$site"/bin "$site"/torchtitan/experiments "$site"/torchao/_C*.so "$site"/torchao/prototype/spinquant/_hadamard*
   tar -cJf "$repo/.carry/torchtitan-site.tar.xz" -C "$site" .
   rm -rf "$site" "$wheels"
   du -sh "$repo/.carry/torchtitan-site.tar.xz"
@@ -118,6 +125,13 @@ for case in $cases; do
     compile) titan titan-compile --compile ;;
     selective) titan titan-compile-sac --compile --ac selective ;;
     profile) titan titan-profile --compile --steps 8 --profile-step 6 ;;
+    # FP8 linears (issue 63): torchtitan's float8 converter, torchao's tensorwise dynamic recipe (its default), the
+    # output projection left in bf16 as torchtitan's own llama3 configs filter it (filter_fqns = ["output"]).
+    float8)
+      titan titan-eager-fp8 -- --model.converters quantize.linear.float8 --quantize.linear.float8.filter_fqns output
+      titan titan-compile-fp8 --compile -- --model.converters quantize.linear.float8 \
+        --quantize.linear.float8.filter_fqns output
+      ;;
     memory)
       # Memory ground truth (issue 39): the allocator's peak per step across sequence, micro-batch and recompute;
       # the model's prediction is `calo model` of the same shapes.
@@ -157,6 +171,7 @@ for case in $cases; do
         "fsdp4-s8k-none:--seq 8192" "cp2fsdp-s16k-none:--seq 16384 --cp 2"
       ;;
     calo) calo_bench calo-bench --gbs "$nproc" --dp "$nproc" ;;
+    calo-fp8) calo_bench calo-fp8 --gbs "$nproc" --dp "$nproc" --precision fp8 ;;
     calo-fsdp) calo_bench calo-fsdp --gbs "$nproc" --dp "$nproc" --zero 3 --overlap ;;
     # The same with torchtitan's fp32 gradient reduce-scatters (--trainer torchtitan): the layout as torchtitan runs it.
     calo-fsdp-torchtitan)
@@ -171,7 +186,7 @@ done
 # Side by side: `calo compare` over the recorded runs (step windows, energy per step, mean/peak power), the
 # first present run the reference; then torchtitan's own figures (step time from its JSON, peak memory).
 present=()
-for name in calo-bench titan-eager titan-compile titan-compile-sac calo-fsdp calo-fsdp-torchtitan titan-fsdp calo-tp \
+for name in calo-bench titan-eager titan-compile titan-compile-sac calo-fp8 titan-eager-fp8 titan-compile-fp8 calo-fsdp calo-fsdp-torchtitan titan-fsdp calo-tp \
   titan-tp titan-tp-eager calo-pp titan-pp titan-pp-eager calo-cp titan-cp; do
   [ -d "$runs/$name" ] && present+=("$runs/$name")
 done

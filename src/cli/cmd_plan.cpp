@@ -154,6 +154,9 @@ void add_job_flags(CLI::App& app, plan::PlanRequest& flags) {
                      parallel::kPrecisionAxis.choices() + "), e.g. bf16,fp8; as calo sim's --precision")
       ->delimiter(',')
       ->capture_default_str();
+  app.add_flag("--fp8-all-gather", flags.fp8_all_gather,
+               "FSDP gathers the FP8 linears' weights in FP8 on every --precision fp8 layout under --zero 3 "
+               "(torchtitan's enable_fsdp_float8_all_gather), as calo sim's --fp8-all-gather");
   app.add_option("--trainer", flags.trainer,
                  "Memory accounting of every layout: default (bf16 gradients), pytorch (fp32 master "
                  "gradient, plain cross-entropy's fp32 backward at the loss) or torchtitan (FSDP2 or DDP "

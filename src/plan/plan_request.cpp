@@ -77,6 +77,13 @@ SearchRequest resolve_plan_request(const PlanRequest& asked, const core::NoticeF
   request.space.trainer = parallel::parse_trainer(asked.trainer);
   request.cluster = sim::load_cluster(asked.cluster);
   request.space.precisions = searched_precisions(asked.precisions, request.cluster, notice);
+  request.space.fp8_all_gather = asked.fp8_all_gather;
+  require_input(
+      !asked.fp8_all_gather ||
+          std::ranges::find(request.space.precisions, parallel::Precision::kFp8Tensorwise) !=
+              request.space.precisions.end(),
+      "--fp8-all-gather gathers the weights of torchao's tensorwise FP8 linears: add fp8 to --precision "
+      "(e.g. --precision bf16,fp8) or drop --fp8-all-gather");
   request.space.memory_limit = parse_memory_limit(asked.memory_limit);
   request.space.constraints = constraints_of(asked);
   // A --cp constraint asks for context parallelism even at sequences that do not get it by default.

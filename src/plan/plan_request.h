@@ -41,6 +41,7 @@ struct PlanRequest {
   int max_cp = 0;                               ///< --max-cp; 0 = default_max_cp of the sequence length
   std::string trainer = "default";              ///< --trainer: memory accounting of every layout
   std::vector<std::string> precisions{"bf16"};  ///< --precision: the precisions searched
+  bool fp8_all_gather = false;                  ///< --fp8-all-gather: on every FP8 layout it applies to
   std::string memory_limit = "usable";          ///< --memory-limit: what each layout's memory must fit
   std::string objective = "throughput";         ///< --objective
   /// The search's own settings as the flags set them (--power-budget-w, --max-peak-power-w, --power-cap,

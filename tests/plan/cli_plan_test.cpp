@@ -183,6 +183,39 @@ TEST(CaloPlan, RanksLayoutsWithPasteableFlagsAndJson) {
               best["iteration_s"].get<double>(), 1e-9);
 }
 
+TEST(CaloPlan, Fp8AllGatherAppliesToEveryZero3TensorwiseLayoutAndItsFlagsReproduceTheRow) {
+  // Llama3-8B on 8 H100 at FP8, ZeRO-3 only: every ranked layout gathers FP8 weights, and calo sim of its
+  // flags gives the planner's step; without --fp8-all-gather no row carries it, and the best row is not
+  // faster.
+  const std::string job =
+      "plan --model llama3-8b --cluster h100-hgx --gpus 8 --gbs 32 --precision fp8 --zero 3 "
+      "--top 3 --json --quiet";
+  const Outcome gathered = run_calo(job + " --fp8-all-gather");
+  ASSERT_EQ(gathered.exit_code, 0) << gathered.output;
+  const auto ranking = nlohmann::json::parse(gathered.output)["ranking"];
+  ASSERT_FALSE(ranking.empty());
+  for (const auto& row : ranking) {
+    const std::string flags = row["calo_flags"].get<std::string>();
+    if (contains(flags, "--dp 1 ") || !contains(flags, "--zero 3")) continue;  // nothing to gather
+    EXPECT_TRUE(contains(flags, "--fp8-all-gather")) << flags;
+  }
+  const Outcome replay = run_calo("sim --model llama3-8b --cluster h100-hgx --gpus 8 " +
+                                  ranking[0]["calo_flags"].get<std::string>() + " --json --no-store");
+  ASSERT_EQ(replay.exit_code, 0) << replay.output;
+  EXPECT_NEAR(nlohmann::json::parse(replay.output)["iteration_s"].get<double>(),
+              ranking[0]["iteration_s"].get<double>(), 1e-9);
+  const Outcome plain = run_calo(job);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  const auto plain_best = nlohmann::json::parse(plain.output)["ranking"][0];
+  EXPECT_FALSE(contains(plain_best["calo_flags"].get<std::string>(), "--fp8-all-gather"));
+  EXPECT_LT(ranking[0]["iteration_s"].get<double>(), plain_best["iteration_s"].get<double>());
+  // Asked without FP8 in the space, it is refused naming both flags.
+  const Outcome refused =
+      run_calo("plan --model llama3-8b --cluster h100-hgx --gpus 8 --gbs 32 --fp8-all-gather");
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_TRUE(contains(refused.output, "--precision")) << refused.output;
+}
+
 TEST(CaloPlan, TextShowsEnergyPerStepAndClusterPowerWithTheirUnitsAndTokensPerJouleToFourDigits) {
   // Issue 66 item 1: energy per step was in --json only, cluster power a bare kW column, and tokens/J at two
   // decimals ranked power caps as 1.89 / 1.89 / 1.89 / 1.88.

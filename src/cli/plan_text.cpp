@@ -244,6 +244,11 @@ void print_search_text(const plan::SearchRequest& request, const plan::SearchRes
              request.space.gpus, request.cluster.name, request.space.global_batch,
              plan::to_string(request.objective), constraints.empty() ? "" : ", only " + constraints);
   fmt::print("# cluster {}\n", sim::cluster_trust(request.cluster).summary);
+  if (!request.power_caps_w.empty()) {
+    const double lowest_cap_w = *std::min_element(request.power_caps_w.begin(), request.power_caps_w.end());
+    if (const std::string line = sim::power_cap_trust(request.cluster, lowest_cap_w); !line.empty())
+      fmt::print("# {}\n", line);
+  }
   fmt::print(
       "# {} {}: {}{} invalid combinations skipped, {}, {} pruned by the lower bound, "
       "{}{} simulated; {:.2f} s (estimated {:.0f} s)\n",

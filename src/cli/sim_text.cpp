@@ -8,6 +8,7 @@
 
 #include "core/device_names.h"
 #include "core/table.h"
+#include "sim/cluster_trust.h"
 #include "sim/cost_model.h"
 
 namespace calo::cli {
@@ -112,6 +113,8 @@ void print_sim_text(const plan::SimRequest& request, const plan::SimRun& run) {
         "# evaluation step: the forward passes of the global batch; no backward, recompute, optimizer "
         "or gradient communication\n");
   print_summary(run.result, json, request.cluster.gpu.power_limit_w, cpu_host, request.layout.fp8());
+  if (const std::string cap = sim::power_cap_trust(request.cluster, run.result.power_limit_w); !cap.empty())
+    fmt::print("# {}\n", cap);
   const parallel::MemoryBreakdown& memory = run.memory;
   fmt::print("# memory per {} (model, stage {}): {} of {} usable ({}; {} micro-batch(es) in flight)\n",
              cpu_host ? "rank" : "GPU", memory.stage, core::format_bytes(memory.total_bytes()),

@@ -88,4 +88,21 @@ ClusterTrust cluster_trust(const ClusterSpec& cluster) {
   return trust;
 }
 
+std::string power_cap_trust(const ClusterSpec& cluster, double cap_w) {
+  if (cap_w <= 0 || cap_w >= cluster.gpu.power_limit_w) return "";
+  // `calo calibrate` lists what it kept from the base preset; a datasheet preset fitted nothing.
+  const nlohmann::json kept = cluster.calibration.is_object()
+                                  ? cluster.calibration.value("kept_from_base", nlohmann::json::array())
+                                  : nlohmann::json::array();
+  const bool fitted = cluster.calibration.is_object() &&
+                      std::find(kept.begin(), kept.end(), "gpu.clock_power_exponent") == kept.end();
+  return fmt::format(
+      "under a {:g} W cap (the card's limit is {:g} W) the controller lowers the clock until the ~1 s power "
+      "average meets the cap, and step time and energy follow active power ∝ (clock / max)^{:g} "
+      "(gpu.clock_power_exponent, {}): capped figures extrapolate beyond the held-out errors; single 20 ms "
+      "samples still rise above the cap when ops start, so the peak sample is not bounded by it",
+      cap_w, cluster.gpu.power_limit_w, cluster.gpu.clock_power_exponent,
+      fitted ? "fitted by calo calibrate" : "a datasheet estimate no run has fitted");
+}
+
 }  // namespace calo::sim

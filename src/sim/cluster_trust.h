@@ -30,4 +30,9 @@ struct ClusterTrust {
 /// Reads the provenance of `cluster` (its `calibration` block; the presets for a sibling).
 ClusterTrust cluster_trust(const ClusterSpec& cluster);
 
+/// One line on figures under a power cap of `cap_w` below the card's limit: the clock–power exponent they
+/// rest on, whether any fit set it, and what the cap does to the highest 20 ms power sample; "" at the card's
+/// limit.
+std::string power_cap_trust(const ClusterSpec& cluster, double cap_w);
+
 }  // namespace calo::sim

@@ -185,5 +185,20 @@ TEST(ClusterTrust, CalibratedPresetsCarryTheirHeldOutErrorAndDatasheetOnesPointT
   EXPECT_NE(alone.summary.find("not fitted"), std::string::npos) << alone.summary;
 }
 
+TEST(ClusterTrust, ACapBelowTheCardsLimitNamesTheUnfittedClockPowerExponentAndThePeakSample) {
+  // h100-hgx-calibrated kept the exponent from its base preset (its calibration's kept_from_base says so).
+  const ClusterSpec cluster = load_cluster("h100-hgx-calibrated");
+  const std::string capped = power_cap_trust(cluster, 500);
+  EXPECT_NE(capped.find("500 W cap"), std::string::npos) << capped;
+  EXPECT_NE(capped.find("no run has fitted"), std::string::npos) << capped;
+  EXPECT_NE(capped.find("peak sample is not bounded"), std::string::npos) << capped;
+  EXPECT_EQ(power_cap_trust(cluster, cluster.gpu.power_limit_w), "");
+  EXPECT_EQ(power_cap_trust(cluster, 0), "");
+  // A calibration that does not list the exponent among what it kept fitted it.
+  ClusterSpec refitted = cluster;
+  refitted.calibration["kept_from_base"] = nlohmann::json::array({"gpu.peak_bf16_tflops"});
+  EXPECT_NE(power_cap_trust(refitted, 500).find("fitted by calo calibrate"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace calo::sim

@@ -166,7 +166,12 @@ void BuilderCore::activation(double tokens, std::int64_t ffn_per_rank, bool back
   const double out = tokens * static_cast<double>(ffn_per_rank);
   const double in = swiglu ? 2.0 * out : out;
   const double bytes = backward ? (2.0 * in + out) * kBf16Bytes : (in + out) * kBf16Bytes;
-  elementwise(ElementwiseKind::kActivation, bytes, (backward ? 2.0 : 1.0) * (swiglu ? 6.0 : 8.0) * out);
+  // FLOPs per output element: SwiGLU's sigmoid, product and gate 6, GELU's tanh form 8, squared ReLU's max
+  // and square 2.
+  const double flops_per_element = swiglu                                                ? 6.0
+                                   : model.activation == model::Activation::kSquaredRelu ? 2.0
+                                                                                         : 8.0;
+  elementwise(ElementwiseKind::kActivation, bytes, (backward ? 2.0 : 1.0) * flops_per_element * out);
 }
 
 std::vector<int> BuilderCore::forward_units(int chunk) const {

@@ -72,7 +72,9 @@ ModelSpec parse_model_spec(const nlohmann::json& object, const std::string& orig
   spec.vocab_size = positive("vocab_size");
   spec.seq_length = positive("seq_length");
   spec.activation = parse_choice<Activation>(reader.get_string("activation", "swiglu"), "activation", origin,
-                                             {{"gelu", Activation::kGelu}, {"swiglu", Activation::kSwiGlu}});
+                                             {{"gelu", Activation::kGelu},
+                                              {"swiglu", Activation::kSwiGlu},
+                                              {"squared_relu", Activation::kSquaredRelu}});
   spec.norm = parse_choice<NormKind>(reader.get_string("norm", "rmsnorm"), "norm", origin,
                                      {{"layernorm", NormKind::kLayerNorm}, {"rmsnorm", NormKind::kRmsNorm}});
   spec.position_embedding = parse_choice<PositionEmbedding>(
@@ -125,13 +127,26 @@ CALO_JSON_WRITER(write_plain_fields, ModelSpec, name, num_layers, hidden_size, f
                  num_attention_heads, num_kv_heads, head_dim, vocab_size, seq_length, tied_embeddings,
                  linear_bias, num_experts, moe_top_k, dropout)
 
+/// The activation's name in a model file.
+const char* activation_name(Activation activation) {
+  switch (activation) {
+    case Activation::kGelu:
+      return "gelu";
+    case Activation::kSquaredRelu:
+      return "squared_relu";
+    case Activation::kSwiGlu:
+      break;
+  }
+  return "swiglu";
+}
+
 }  // namespace
 
 nlohmann::json to_json(const ModelSpec& spec) {
   nlohmann::json json;
   write_plain_fields(json, spec);
   json.update(
-      {{"activation", spec.activation == Activation::kGelu ? "gelu" : "swiglu"},
+      {{"activation", activation_name(spec.activation)},
        {"norm", spec.norm == NormKind::kLayerNorm ? "layernorm" : "rmsnorm"},
        {"position_embedding", spec.position_embedding == PositionEmbedding::kLearned ? "learned" : "rope"},
        {"dtype", spec.bytes_dtype}});

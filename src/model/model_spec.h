@@ -6,8 +6,9 @@
 
 namespace calo::model {
 
-/// Feed-forward activation: GELU (two matrices) or SwiGLU (gate, up, down: three matrices).
-enum class Activation { kGelu, kSwiGlu };
+/// Feed-forward activation: GELU or squared ReLU (Nemotron-4: relu(x)^2), two matrices each, or SwiGLU (gate,
+/// up, down: three matrices).
+enum class Activation { kGelu, kSwiGlu, kSquaredRelu };
 /// Normalization: LayerNorm (scale + bias) or RMSNorm (scale only).
 enum class NormKind { kLayerNorm, kRmsNorm };
 /// Position encoding: learned absolute embeddings (GPT-3) or rotary (Llama, Mixtral; no parameters).

@@ -201,11 +201,16 @@ TEST(ModelCommand, ListShowsEveryPresetWithItsSize) {
   const std::string listed = squeeze(outcome.output);
   for (const char* line :
        {"llama3-70b 80 8192 - 70.55 B 70.55 B", "mixtral-8x7b 32 4096 8 top-2 46.70 B 12.88 B", "gpt3-175b",
-        "llama3-8b", "llama3-405b", "mixtral-8x22b", "tiny-dense", "tiny-moe", "llama3-8b-4layers 4 4096"}) {
+        "llama3-8b", "llama3-405b", "mixtral-8x22b", "tiny-dense", "tiny-moe", "llama3-8b-4layers 4 4096",
+        // the published runs' models (bench/published): their totals and active parameters as their papers
+        // give
+        "llama2-70b 80 8192 - 68.98 B 68.98 B", "nemotron4-15b 32 6144 - 15.63 B",
+        "nemotron4-340b 96 18432 - 341.03 B", "qwen3-30b-a3b 48 2048 128 top-8 30.53 B 3.35 B",
+        "qwen3-235b-a22b 94 4096 128 top-8 235.09 B 22.19 B", "llama2-7b", "llama2-13b"}) {
     EXPECT_NE(listed.find(line), std::string::npos) << line << "\n" << outcome.output;
   }
   const Outcome json = run_calo("model --list --json");
-  EXPECT_EQ(nlohmann::json::parse(json.output).size(), 9u);
+  EXPECT_EQ(nlohmann::json::parse(json.output).size(), 16u);
 }
 
 TEST(ModelCommand, BadModelFileNamesTheKeyAndExitsTwo) {

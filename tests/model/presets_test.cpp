@@ -19,9 +19,43 @@ struct PublishedSize {
 // Sources: Llama 3 paper / HF configs (8.03 B, 70.6 B, 405.9 B), GPT-3 paper (175 B), Mixtral paper
 // (46.7 B / 12.9 B), Mistral's 8x22B announcement (141 B / 39 B).
 constexpr PublishedSize kPublished[] = {
-    {"llama3-8b", 8.03e9, 8.03e9}, {"llama3-70b", 70.6e9, 70.6e9},   {"llama3-405b", 405.9e9, 405.9e9},
-    {"gpt3-175b", 175e9, 175e9},   {"mixtral-8x7b", 46.7e9, 12.9e9}, {"mixtral-8x22b", 141e9, 39e9},
+    {"llama3-8b", 8.03e9, 8.03e9},
+    {"llama3-70b", 70.6e9, 70.6e9},
+    {"llama3-405b", 405.9e9, 405.9e9},
+    {"gpt3-175b", 175e9, 175e9},
+    {"mixtral-8x7b", 46.7e9, 12.9e9},
+    {"mixtral-8x22b", 141e9, 39e9},
+    // Llama 2's HF configs' counts; Nemotron-4's reports (15B: 3.2 B embedding + 12.5 B; 340B: 9.4 + 331.6
+    // B).
+    {"llama2-7b", 6.738e9, 6.738e9},
+    {"llama2-13b", 13.016e9, 13.016e9},
+    {"llama2-70b", 68.977e9, 68.977e9},
+    {"nemotron4-15b", 15.7e9, 15.7e9},
+    {"nemotron4-340b", 341.0e9, 341.0e9},
 };
+
+// Published to a tenth of a billion or to the billion only (Qwen3 report, Table 2: 30.5 B / 3.3 B, 235 B / 22
+// B).
+constexpr PublishedSize kPublishedRounded[] = {{"qwen3-30b-a3b", 30.5e9, 3.3e9},
+                                               {"qwen3-235b-a22b", 235e9, 22e9}};
+
+TEST(Presets, RoundedPublishedSizesMatchToTheirRounding) {
+  for (const auto& published : kPublishedRounded) {
+    SCOPED_TRACE(published.preset);
+    const ParameterCounts counts = count_parameters(load_model(published.preset));
+    EXPECT_NEAR(counts.total / published.total, 1.0, 0.005) << counts.total;
+    EXPECT_NEAR(counts.active_per_token / published.active, 1.0, 0.02) << counts.active_per_token;
+  }
+}
+
+TEST(Presets, SquaredReluIsATwoMatrixMlpWithItsOwnName) {
+  const ModelSpec nemotron = load_model("nemotron4-15b");
+  EXPECT_EQ(nemotron.activation, Activation::kSquaredRelu);
+  EXPECT_EQ(to_json(nemotron)["activation"], "squared_relu");
+  EXPECT_EQ(parse_model_spec(to_json(nemotron), "round trip").activation, Activation::kSquaredRelu);
+  // Two matrices of hidden x ffn per layer, as GELU's: 2 * 6144 * 24576.
+  EXPECT_DOUBLE_EQ(count_parameters(nemotron).per_layer_mlp, 2.0 * 6144 * 24576);
+}
 
 TEST(Presets, ParameterCountsMatchPublishedSizesWithinHalfPercent) {
   for (const auto& published : kPublished) {

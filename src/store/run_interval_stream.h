@@ -22,7 +22,8 @@ namespace calo::store {
 /// RunWriter is given, in the order it is given them (NaN values left out, as the writer leaves them out):
 /// each counter's samples around 0 and its last, the in-window peaks, first and last temperature, the power
 /// integral, a histogram of SM clocks, the driver's power samples integrated over the run and kept near its
-/// two edges, and a sample count. Memory is bounded by the distinct clocks and ~10 s of power samples.
+/// two edges, and a sample count. Memory: the distinct clocks and the power samples within 10 s of the start
+/// and in the last ~10 s.
 class RunIntervalStream {
  public:
   /// `metrics`: the run's metrics (ids as the samples carry them, names as summarize_interval reads them).

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "calibrate/fit.h"
+#include "calibrate/fit_stage.h"
 #include "graph/graph.h"
 #include "sim/cluster.h"
 

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <regex>
 
-#include "calibrate/fit.h"
+#include "calibrate/fit_stage.h"
 #include "calibrate/measurement.h"
 #include "core/error.h"
 #include "core/statistics.h"

@@ -20,16 +20,6 @@
 
 namespace calo::calibrate {
 
-nlohmann::json errors_json(const RunFigures& measured, const RunFigures& simulated,
-                           std::initializer_list<int> which) {
-  nlohmann::json out = nlohmann::json::object();
-  for (int index : which) {
-    const double error = figure_error(index, figure_value(measured, index), figure_value(simulated, index));
-    if (std::isfinite(error)) out[figure_names()[index].first] = error;
-  }
-  return out;
-}
-
 namespace {
 
 /// A simulatable run with its graph built once, and its per-op timings where it has op spans.
@@ -132,17 +122,6 @@ StageFit fit_compute(const std::vector<Prepared>& prepared, sim::ClusterSpec& cl
   }
   return stage;
 }
-
-}  // namespace
-
-double modeled_op_s(const sim::GpuSpec& gpu, const OpTiming& timing) {
-  const sim::ComputeCost cost = sim::compute_cost(gpu, timing.op);
-  const double clock_mhz =
-      std::isfinite(timing.clock_mhz) ? std::min(timing.clock_mhz, gpu.max_sm_mhz) : gpu.max_sm_mhz;
-  return cost.duration_s(gpu.max_sm_mhz / clock_mhz, 1.0);
-}
-
-namespace {
 
 /// The efficiency-curve fields fit_op_curves() fits, with their search ranges and cluster-file keys.
 struct CurveField {
@@ -561,39 +540,6 @@ StageFit fit_power(const std::vector<Prepared>& prepared, sim::ClusterSpec& clus
 }
 
 }  // namespace
-
-double minimize_1d(const std::function<double(double)>& objective, double low, double high, bool log_scale,
-                   int grid_points, int refinements) {
-  auto to_x = [&](double u) { return log_scale ? low * std::pow(high / low, u) : low + (high - low) * u; };
-  int best = 0;
-  double best_value = INFINITY;
-  for (int point = 0; point < grid_points; ++point) {
-    const double value = objective(to_x(static_cast<double>(point) / (grid_points - 1)));
-    if (value < best_value) {
-      best_value = value;
-      best = point;
-    }
-  }
-  double a = std::max(0, best - 1) / static_cast<double>(grid_points - 1);
-  double b = std::min(grid_points - 1, best + 1) / static_cast<double>(grid_points - 1);
-  const double ratio = (std::sqrt(5.0) - 1) / 2;
-  double c = b - ratio * (b - a), d = a + ratio * (b - a);
-  double fc = objective(to_x(c)), fd = objective(to_x(d));
-  for (int iteration = 0; iteration < refinements; ++iteration) {
-    if (fc < fd) {
-      b = d, d = c, fd = fc;
-      c = b - ratio * (b - a);
-      fc = objective(to_x(c));
-    } else {
-      a = c, c = d, fc = fd;
-      d = a + ratio * (b - a);
-      fd = objective(to_x(d));
-    }
-  }
-  const double refined = fc < fd ? c : d;
-  const double refined_value = std::min(fc, fd);
-  return refined_value <= best_value ? to_x(refined) : to_x(static_cast<double>(best) / (grid_points - 1));
-}
 
 const std::vector<std::string>& stage_names() {
   static const std::vector<std::string> names = {"idle", "compute", "power",       "link",

@@ -10,28 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "calibrate/fit_stage.h"
 #include "calibrate/measurement.h"
 #include "sim/cluster.h"
 
 namespace calo::calibrate {
-
-/// One fitted (or kept) parameter.
-struct ParameterFit {
-  std::string key;    ///< cluster-file path, e.g. "gpu.efficiency.gemm_max"
-  double base = 0;    ///< value in the base cluster
-  double fitted = 0;  ///< value written (== base when kept)
-  std::string unit;   ///< unit of both
-  std::string stage;  ///< which stage fitted it ("compute", "power", "thermal", "idle")
-};
-
-/// One stage's outcome: what it fitted and how far the fitted model is from each run.
-struct StageFit {
-  std::string stage;                     ///< "idle", "compute", "power", "thermal"
-  std::vector<ParameterFit> parameters;  ///< fitted by this stage
-  /// Residuals: per run label, figure -> relative error (degrees for temperatures; RMS for thermal curves).
-  std::vector<std::pair<std::string, nlohmann::json>> residuals;
-  std::string note;  ///< why a stage fitted nothing, if it did not
-};
 
 /// Everything a fit produced.
 struct FitResult {
@@ -41,19 +24,6 @@ struct FitResult {
   /// Per card (device UUID): its thermal resistances / the fitted typical card's (geometric mean 1).
   std::map<std::string, double> card_r_scale;
 };
-
-/// The relative errors (figure_error) of `simulated` against `measured` for the figure_names() indices
-/// `which`, by figure name; unknown figures left out.
-nlohmann::json errors_json(const RunFigures& measured, const RunFigures& simulated,
-                           std::initializer_list<int> which);
-
-/// Minimizes `objective` over [low, high] (log-spaced when `log_scale`): a grid scan, then golden-section
-/// refinement between the best grid point's neighbours (robust to the few local minima these fits have).
-double minimize_1d(const std::function<double(double)>& objective, double low, double high, bool log_scale,
-                   int grid_points = 13, int refinements = 16);
-
-/// Modeled duration of a measured op on `gpu` at the clock it ran (max clock when unknown).
-double modeled_op_s(const sim::GpuSpec& gpu, const OpTiming& timing);
 
 /// The compute efficiency curves (GEMM, attention, memory, kernel overhead) and per-kernel-kind time scales
 /// fitted to measured op timings: least squares of log(modeled / measured), weighted by measured time. Curve

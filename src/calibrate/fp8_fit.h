@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "calibrate/fit.h"
+#include "calibrate/fit_stage.h"
 #include "calibrate/measurement.h"
 
 namespace calo::calibrate {

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "calibrate/fit.h"
+#include "calibrate/fit_stage.h"
 #include "graph/graph.h"
 
 namespace calo::calibrate {

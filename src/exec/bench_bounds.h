@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "exec/backend.h"
-#include "exec/bench.h"
+#include "exec/bench_options.h"
 #include "graph/graph.h"
 
 namespace calo::exec {

@@ -1,3 +1,11 @@
+// The graph's checkers, kept on purpose as an oracle independent of the builder: a second reading of the
+// built ops (collective order, p2p matching, a rendezvous deadlock simulation of its own, separate from
+// sim::Engine) and closed forms of what the ops must add up to (FLOPs from model/accounting.h, each
+// parallelism's communication volume written out here, not taken from the emitters). What is not the point of
+// the oracle is shared rather than written twice: the model's per-token accounting (model/accounting.h) and
+// the pipeline's slot order (parallel::stage_schedule, which the ZeRO-3 gather count replays). It holds no
+// activation-lifetime model: parallel/memory.cpp replays the slot order for the model's peak and
+// exec/memory_ledger.cpp derives lifetimes from the built ops, and calo bench --memory real compares the two.
 #include "graph/check.h"
 
 #include <fmt/format.h>

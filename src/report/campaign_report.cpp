@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 
+#include "report/many_gpus.h"
 #include "report/svg_chart.h"
 
 namespace calo::report {

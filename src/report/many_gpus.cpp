@@ -157,4 +157,19 @@ NodeRows group_nodes(const std::vector<std::vector<double>>& values, NodeFold fo
   return rows;
 }
 
+std::string node_slot_heatmap(const std::string& title, const std::string& unit,
+                              const std::vector<std::vector<double>>& values, NodeFold fold) {
+  const NodeRows rows = group_nodes(values, fold);
+  std::size_t slots = 0;
+  for (const auto& row : rows.values) slots = std::max(slots, row.size());
+  std::vector<std::string> columns;
+  for (std::size_t slot = 0; slot < slots; ++slot) columns.push_back(fmt::format("slot {}", slot));
+  const std::string grouped = rows.labels.size() < values.size()
+                                  ? fmt::format(" ({} nodes, {} per row: {} of each slot)", values.size(),
+                                                (values.size() + rows.labels.size() - 1) / rows.labels.size(),
+                                                fold == NodeFold::kMean ? "the mean" : "the highest")
+                                  : "";
+  return grid_heatmap(title + grouped, unit, rows.labels, columns, rows.values, "node-slot");
+}
+
 }  // namespace calo::report

@@ -40,6 +40,12 @@ std::vector<std::size_t> outlier_rows(const std::vector<std::vector<double>>& va
 std::string spread_table(const std::vector<std::string>& columns, const std::vector<std::string>& row_labels,
                          const std::vector<std::vector<double>>& values);
 
+/// How node_slot_heatmap merges consecutive nodes into one row when there are too many to draw one each.
+enum class NodeFold {
+  kMean,  ///< mean over the row's nodes (a mean power)
+  kMax,   ///< largest of them (a peak temperature)
+};
+
 /// Node rows of a node × slot grid, grouped when there are more than kMaxNodeRows.
 struct NodeRows {
   std::vector<std::string> labels;          ///< "node 3", or "nodes 0–31" for a group
@@ -49,5 +55,12 @@ struct NodeRows {
 /// `values[node][slot]` as at most kMaxNodeRows rows of consecutive nodes, each cell folded by `fold` over
 /// the group's nodes (NaN cells left out; a cell with none stays NaN).
 NodeRows group_nodes(const std::vector<std::vector<double>>& values, NodeFold fold);
+
+/// Heatmap of one metric over node (rows) x slot (columns) on one colour scale; cells show the value.
+/// `values[node][slot]`; NaN: blank cell. Above 32 nodes a row is a group of consecutive nodes ("nodes
+/// 0–31"), its cells folded by `fold`.
+std::string node_slot_heatmap(const std::string& title, const std::string& unit,
+                              const std::vector<std::vector<double>>& values,
+                              NodeFold fold = NodeFold::kMean);
 
 }  // namespace calo::report

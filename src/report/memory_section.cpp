@@ -24,20 +24,25 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-/// The model's breakdown of the run's job (its stored model and layout); nullopt for a run that stores none
-/// (calo record) or whose stored job no longer parses.
-std::optional<parallel::MemoryBreakdown> predicted_memory(const nlohmann::json& config,
-                                                          const std::string& origin) {
+/// The model's breakdown of a run's stored job, or why there is none: `reason` is empty for a run that stores
+/// no job (calo record) and holds the `InputError`'s message for a stored job that no longer resolves (a
+/// model or layout this calo refuses).
+struct StoredJobMemory {
+  std::optional<parallel::MemoryBreakdown> memory;
+  std::string reason;
+};
+
+StoredJobMemory predicted_memory(const nlohmann::json& config, const std::string& origin) {
   if (!config.is_object() || !config.contains("model") || !config["model"].is_object() ||
       !config.contains("layout") || !config["layout"].is_object())
-    return std::nullopt;
+    return {};
   try {
     const model::ModelSpec model = model::parse_model_spec(config["model"], origin + " (config model)");
     const parallel::Layout layout =
         parallel::resolve_layout(model, parallel::layout_from_json(config["layout"]));
-    return parallel::memory_per_gpu(model, layout);
-  } catch (const InputError&) {
-    return std::nullopt;
+    return {parallel::memory_per_gpu(model, layout), ""};
+  } catch (const InputError& error) {
+    return {std::nullopt, error.what()};
   }
 }
 
@@ -49,16 +54,27 @@ double device_bytes(const nlohmann::json& config) {
   return config[pointer].get<double>() * kGiB;
 }
 
-/// What a run's stored job says of its memory: the model's breakdown (nullopt when the run stores no job)
-/// and its cluster's GPU capacity (NaN when not stored).
+/// What a run's stored job says of its memory: the model's breakdown (nullopt when the run stores no job or
+/// its job no longer resolves, `missing_reason` then saying why) and its cluster's GPU capacity (NaN when not
+/// stored).
 struct PredictedMemory {
   std::optional<parallel::MemoryBreakdown> memory;
   double capacity_bytes = NAN;
+  std::string missing_reason;
 };
 
 PredictedMemory predicted_memory(const analyze::RunAnalysis& run) {
   const nlohmann::json config = nlohmann::json::parse(run.run.config_json, nullptr, false);
-  return {predicted_memory(config, run.run_dir.string()), device_bytes(config)};
+  StoredJobMemory job = predicted_memory(config, run.run_dir.string());
+  return {std::move(job.memory), device_bytes(config), std::move(job.reason)};
+}
+
+/// The note that says why the model's terms are missing from the section ("" when they are there or the run
+/// stores no job).
+std::string missing_model_note(const std::string& reason) {
+  if (reason.empty()) return "";
+  return "<p class=\"note\">No model terms: the run's stored model and layout no longer resolve: " +
+         escape_html(reason) + "</p>\n";
 }
 
 /// The largest `mem_used_bytes` sample of any GPU and that GPU's index (-1 when the run measured none).
@@ -195,10 +211,13 @@ std::string breakdown_table(const std::optional<parallel::MemoryBreakdown>& memo
 }  // namespace
 
 std::string memory_section(const analyze::RunAnalysis& run, const std::string& prefix) {
-  const auto [memory, capacity_bytes] = predicted_memory(run);
+  const auto [memory, capacity_bytes, missing_reason] = predicted_memory(run);
   const auto measured = measured_peak_bytes(run);
   const HeldPeak held = held_peak(run);
-  if (!memory && measured.second < 0) return "";
+  if (!memory && measured.second < 0) {
+    if (missing_reason.empty()) return "";
+    return "<h3>Memory per GPU</h3>\n" + anchored(prefix + "memory", missing_model_note(missing_reason));
+  }
   std::vector<std::string> bars;
   std::vector<std::vector<double>> values;
   std::vector<std::string> segments;
@@ -233,12 +252,13 @@ std::string memory_section(const analyze::RunAnalysis& run, const std::string& p
   const std::string chart =
       stacked_bar_chart(title, "GiB", bars, segments, values, limit_markers(values, capacity_bytes));
   return "<h3>Memory per GPU</h3>\n" + anchored(prefix + "memory", chart) +
+         missing_model_note(missing_reason) +
          breakdown_table(memory, capacity_bytes, measured, run.run.kind, held);
 }
 
 std::string memory_verdict(const analyze::RunAnalysis& run) {
   if (run.run.kind != store::RunKind::kSim) return "";
-  const auto [memory, capacity_bytes] = predicted_memory(run);
+  const auto [memory, capacity_bytes, missing_reason] = predicted_memory(run);
   if (!memory || std::isnan(capacity_bytes)) return "";
   const double usable_bytes = parallel::usable_memory_bytes(capacity_bytes);
   if (memory->total_bytes() <= usable_bytes) return "";

@@ -8,8 +8,9 @@
 
 namespace calo::report {
 
-/// The run's "Memory per GPU" section (a stacked bar and a table, predicted vs measured with the error); ""
-/// when the run names no model and layout and measured no GPU memory.
+/// The run's "Memory per GPU" section (a stacked bar and a table, predicted vs measured with the error, and a
+/// note with the `InputError`'s message where the run's stored model and layout no longer resolve); "" when
+/// the run names no model and layout and measured no GPU memory.
 std::string memory_section(const analyze::RunAnalysis& run, const std::string& prefix);
 
 /// The verdict's line for a simulated run whose job the memory model does not fit on its cluster's GPU (as

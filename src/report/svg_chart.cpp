@@ -7,8 +7,6 @@
 #include <cmath>
 #include <limits>
 
-#include "report/many_gpus.h"
-
 namespace calo::report {
 namespace {
 
@@ -506,7 +504,8 @@ std::string stacked_bar_chart(const std::string& title, const std::string& unit,
     // Labels alternate above the plot so two close markers (usable, card) stay readable.
     out += fmt::format(
         "<line class=\"marker\" x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#333\" "
-        "stroke-dasharray=\"4 3\"/><text class=\"tick\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"{}\">{}</text>\n",
+        "stroke-dasharray=\"4 3\"/><text class=\"tick\" x=\"{:.1f}\" y=\"{:.1f}\" "
+        "text-anchor=\"{}\">{}</text>\n",
         x, kTop - 2, x, kTop + frame.plot_h(), x, kTop - 6 - 11.0 * static_cast<double>(index % 2),
         index % 2 == 0 ? "end" : "start", escape_html(markers[index].label));
   }
@@ -685,21 +684,6 @@ std::string grid_heatmap(const std::string& title, const std::string& unit,
                      legend);
   out += close_figure();
   return out;
-}
-
-std::string node_slot_heatmap(const std::string& title, const std::string& unit,
-                              const std::vector<std::vector<double>>& values, NodeFold fold) {
-  const NodeRows rows = group_nodes(values, fold);
-  std::size_t slots = 0;
-  for (const auto& row : rows.values) slots = std::max(slots, row.size());
-  std::vector<std::string> columns;
-  for (std::size_t slot = 0; slot < slots; ++slot) columns.push_back(fmt::format("slot {}", slot));
-  const std::string grouped = rows.labels.size() < values.size()
-                                  ? fmt::format(" ({} nodes, {} per row: {} of each slot)", values.size(),
-                                                (values.size() + rows.labels.size() - 1) / rows.labels.size(),
-                                                fold == NodeFold::kMean ? "the mean" : "the highest")
-                                  : "";
-  return grid_heatmap(title + grouped, unit, rows.labels, columns, rows.values, "node-slot");
 }
 
 std::string xy_chart(const std::string& title, const std::string& x_label, const std::string& x_unit,

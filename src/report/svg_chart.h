@@ -74,19 +74,6 @@ std::string grid_heatmap(const std::string& title, const std::string& unit,
                          const std::vector<std::vector<double>>& values, const std::string& kind = "grid",
                          Better better = Better::kNeither);
 
-/// How node_slot_heatmap merges consecutive nodes into one row when there are too many to draw one each.
-enum class NodeFold {
-  kMean,  ///< mean over the row's nodes (a mean power)
-  kMax,   ///< largest of them (a peak temperature)
-};
-
-/// Heatmap of one metric over node (rows) x slot (columns) on one colour scale; cells show the value.
-/// `values[node][slot]`; NaN: blank cell. Above 32 nodes a row is a group of consecutive nodes ("nodes
-/// 0–31"), its cells folded by `fold`.
-std::string node_slot_heatmap(const std::string& title, const std::string& unit,
-                              const std::vector<std::vector<double>>& values,
-                              NodeFold fold = NodeFold::kMean);
-
 /// One line of an x-y overlay chart.
 struct XySeries {
   std::string name;                               ///< legend entry

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "parallel/layout.h"
-#include "sim/simulate.h"
+#include "sim/sim_options.h"
 
 namespace calo::sim {
 

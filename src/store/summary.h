@@ -74,6 +74,13 @@ class WindowIntegral {
   void add(int64_t t_ns, double value_w);
   /// The integral, or nullopt where the samples do not cover the window.
   std::optional<double> joules() const;
+  /// joules() of the window ending at `to_ns` instead, for a window made open-ended (to_ns = int64 max) while
+  /// its end was not yet known: the same figure where every sample fed lies before `to_ns`.
+  std::optional<double> joules_until(int64_t to_ns) const {
+    WindowIntegral closed = *this;
+    closed.to_ns_ = to_ns;
+    return closed.joules();
+  }
 
  private:
   int64_t from_ns_;

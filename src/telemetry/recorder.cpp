@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "core/error.h"
 #include "core/json_fields.h"
@@ -18,6 +20,7 @@
 #include "core/step_warmup.h"
 #include "core/table.h"
 #include "core/time.h"
+#include "store/run_interval_stream.h"
 #include "store/run_store.h"
 #include "store/summary.h"
 #include "telemetry/markers.h"
@@ -172,13 +175,15 @@ class DeviceMap {
         const store::DeviceInfo row = to_store_device(device, static_cast<int>(labels_.size()));
         writer.add_device(row);
         labels_.emplace_back(row.idx, device.kind == "gpu" ? gpu_label(device.index, row.idx) : "host");
+        names_[row.idx] = row.name;
         for (const auto& unsupported : device.unsupported) {
           writer.log_event({0, store::EventLevel::kInfo, row.idx, sources[source_position]->name(),
                             "not available: " + unsupported});
         }
         for (const auto& metric : device.metrics) {
-          targets_[source_position][device_position].push_back(
-              {row.idx, writer.metric_id(metric.name, metric.unit, to_store_kind(metric.kind))});
+          const int32_t metric_id = writer.metric_id(metric.name, metric.unit, to_store_kind(metric.kind));
+          targets_[source_position][device_position].push_back({row.idx, metric_id});
+          metrics_[metric_id] = {metric_id, metric.name, metric.unit, to_store_kind(metric.kind)};
         }
       }
     }
@@ -197,18 +202,29 @@ class DeviceMap {
     return targets_[source][device].empty() ? store::kNone : targets_[source][device][0].device_idx;
   }
   const std::vector<std::pair<int32_t, std::string>>& labels() const { return labels_; }
+  // The product name of run device `device_idx` (its store row's).
+  const std::string& name(int32_t device_idx) const { return names_.at(device_idx); }
+  // Every metric registered, by id.
+  std::vector<store::MetricInfo> metrics() const {
+    std::vector<store::MetricInfo> metrics;
+    for (const auto& entry : metrics_) metrics.push_back(entry.second);
+    return metrics;
+  }
 
  private:
   std::vector<std::vector<std::vector<Target>>> targets_;
   std::vector<std::pair<int32_t, std::string>> labels_;
+  std::map<int32_t, std::string> names_;
+  std::map<int32_t, store::MetricInfo> metrics_;
 };
 
-// Sampler output -> store (times moved onto the run's time base); events also go to `notice`, one at a time.
-SamplerSink store_sink(store::RunWriter& writer, const DeviceMap& devices,
+// Sampler output -> store (times moved onto the run's time base) and the run's summary stream; events also go
+// to `notice`, one at a time.
+SamplerSink store_sink(store::RunWriter& writer, store::RunIntervalStream& stream, const DeviceMap& devices,
                        const std::vector<Source*>& sources, int64_t started_ns, const core::NoticeFn& notice,
                        std::mutex& notice_mutex) {
   SamplerSink sink;
-  sink.on_samples = [&writer, &devices, started_ns](std::span<const SampleRecord> records) {
+  sink.on_samples = [&writer, &stream, &devices, started_ns](std::span<const SampleRecord> records) {
     store::Sample converted[64];
     size_t count = 0;
     for (const auto& record : records) {
@@ -219,10 +235,14 @@ SamplerSink store_sink(store::RunWriter& writer, const DeviceMap& devices,
           record.sensor_t_ns == kNoSensorTime ? store::kNoSensorTime : record.sensor_t_ns - started_ns};
       if (count == std::size(converted)) {
         writer.append(std::span<const store::Sample>(converted, count));
+        stream.add(std::span<const store::Sample>(converted, count));
         count = 0;
       }
     }
-    if (count > 0) writer.append(std::span<const store::Sample>(converted, count));
+    if (count > 0) {
+      writer.append(std::span<const store::Sample>(converted, count));
+      stream.add(std::span<const store::Sample>(converted, count));
+    }
   };
   sink.on_event = [&writer, &devices, &sources, &notice, &notice_mutex,
                    started_ns](const SamplerEvent& event) {
@@ -361,14 +381,23 @@ void write_run_summary(store::RunWriter& writer, const RecordResult& result, con
   }
 }
 
-// Per-device figures over the whole run, read back from the store; GPUs also get summary rows.
-std::vector<DeviceSummary> summarize_devices(store::RunWriter& writer, const fs::path& run_dir,
+// Per-device figures over the whole run, from what the stream kept of the samples as they were written;
+// read back from the store only where the stream cannot promise the same figures (a series out of time order,
+// counter ends placed with power samples it did not keep) or the writer dropped samples the stream saw.
+// GPUs also get summary rows.
+std::vector<DeviceSummary> summarize_devices(store::RunWriter& writer, const store::RunIntervalStream& stream,
                                              const DeviceMap& devices, int64_t duration_ns) {
   std::vector<DeviceSummary> summaries;
-  store::RunReader reader(run_dir);
+  std::optional<store::RunReader> reader;
+  const bool all_stored = writer.stats().samples_dropped == 0;
   for (const auto& [device_idx, label] : devices.labels()) {
-    const store::IntervalSummary interval =
-        store::summarize_interval(reader, device_idx, 0, duration_ns, "run");
+    std::optional<store::IntervalSummary> streamed =
+        all_stored ? stream.summary(device_idx, duration_ns) : std::nullopt;
+    if (!streamed) {
+      if (!reader) reader.emplace(writer.run_dir());
+      streamed = store::summarize_interval(*reader, device_idx, 0, duration_ns, "run");
+    }
+    const store::IntervalSummary& interval = *streamed;
     DeviceSummary device;
     device.device_idx = device_idx;
     device.label = label;
@@ -382,9 +411,7 @@ std::vector<DeviceSummary> summarize_devices(store::RunWriter& writer, const fs:
     device.throttle_hw_thermal_s = interval.throttle_hw_thermal_s;
     device.throttle_power_brake_s = interval.throttle_power_brake_s;
     device.samples = interval.sample_count;
-    for (const auto& row : reader.devices()) {
-      if (row.idx == device_idx) device.name = row.name;
-    }
+    device.name = devices.name(device_idx);
     summaries.push_back(device);
     if (label == "host") continue;
     writer.add_summary({label, "energy_j", device.energy_j, "J"});
@@ -505,14 +532,16 @@ RecordResult record(const RecordOptions& options) {
   store::RunWriter writer(result.run_dir, info);  // InputError if the directory is not writable
   const int64_t started_ns = info.started_ns;
   const DeviceMap devices(sources.used, writer);
+  store::RunIntervalStream stream(devices.metrics());
   if (options.on_store_open) options.on_store_open(result.run_dir);  // e.g. --serve starts reading the store
 
   StepRecorder steps(writer, started_ns);
   const fs::path socket_path = marker_socket_path(result.run_dir);
   MarkerSocket marker_socket(socket_path.string(), steps.assembler());
   std::mutex notice_mutex;
-  Sampler sampler(sources.used, periods,
-                  store_sink(writer, devices, sources.used, started_ns, options.notice, notice_mutex));
+  Sampler sampler(
+      sources.used, periods,
+      store_sink(writer, stream, devices, sources.used, started_ns, options.notice, notice_mutex));
   if (options.notice) {
     for (const auto& note : result.notes) options.notice(fmt::format("calo: {}", note));
     options.notice(fmt::format("calo: recording {} device(s) into {}", devices.labels().size(),
@@ -537,7 +566,7 @@ RecordResult record(const RecordOptions& options) {
   writer.flush();
   result.samples_dropped = writer.stats().samples_dropped;
   writer.add_summary({"run", "samples_dropped", static_cast<double>(result.samples_dropped), "count"});
-  result.devices = summarize_devices(writer, result.run_dir, devices, ended_ns - started_ns);
+  result.devices = summarize_devices(writer, stream, devices, ended_ns - started_ns);
   writer.finish(ended_ns);
   result.summary_text = format_summary(info.command, result, steps.source());
   return result;

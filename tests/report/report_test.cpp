@@ -366,6 +366,38 @@ TEST(Commands, TheMemoryTableOfABenchWithMemoryRealShowsWhatWasHeld) {
   EXPECT_EQ(memory.find("keeps no activations between passes"), std::string::npos) << memory;
 }
 
+// A run whose stored layout no longer resolves (here a schedule this calo does not know, as a run stored by
+// another version may name): its memory section says why the model's terms are missing, with the
+// InputError's message, instead of leaving the section out without a word.
+TEST(Commands, TheMemorySectionOfARunWhoseLayoutNoLongerResolvesSaysWhy) {
+  auto calo = std::filesystem::path(CALO_BINARY_DIR) / "calo";
+  if (!std::filesystem::exists(calo)) GTEST_SKIP() << "calo binary not built in " << CALO_BINARY_DIR;
+  calo::testing::TempDir dir("unresolved-layout");
+  int status = 0;
+  const std::string out =
+      run_command(calo.string() + " sim --model tiny-dense --cluster h100-hgx --gpus 1 --steps 1 --out " +
+                      (dir.path / "sim").string(),
+                  status);
+  ASSERT_EQ(status, 0) << out;
+  const auto memory_of = [&] {
+    const std::string html = render_html_report({analyze::analyze_run(dir.path / "sim")});
+    const auto section = html.find("<h3>Memory per GPU</h3>");
+    return section == std::string::npos ? std::string()
+                                        : html.substr(section, html.find("<h3>", section + 4) - section);
+  };
+  EXPECT_NE(memory_of().find("<td class=\"key\"><b>model total</b></td>"), std::string::npos) << memory_of();
+  {
+    store::detail::Database db(dir.path / "sim" / "run.db", SQLITE_OPEN_READWRITE);
+    db.exec("UPDATE run SET config_json = json_set(config_json, '$.layout.schedule', 'zb-q')");
+  }
+  const std::string memory = memory_of();
+  EXPECT_NE(memory.find("No model terms: the run's stored model and layout no longer resolve: "),
+            std::string::npos)
+      << memory;
+  EXPECT_NE(memory.find("zb-q"), std::string::npos) << "the InputError's message names the value: " << memory;
+  EXPECT_EQ(memory.find("model total"), std::string::npos) << memory;
+}
+
 TEST(Commands, IngestReportExportCompare) {
   auto calo = std::filesystem::path(CALO_BINARY_DIR) / "calo";
   if (!std::filesystem::exists(calo)) GTEST_SKIP() << "calo binary not built in " << CALO_BINARY_DIR;

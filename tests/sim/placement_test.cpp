@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "model/model_spec.h"
 #include "parallel/validate.h"
+#include "sim/simulate.h"
 #include "sim_test_util.h"
 
 namespace calo::sim {

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/time.h"
 #include "store/summary.h"
+#include "streamed_summary.h"
 #include "temp_dir.h"
 
 namespace calo::telemetry {
@@ -85,6 +86,26 @@ TEST(Replay, BadInputsNameThePath) {
 }
 
 // Per-phase summary of the fixture replayed into a real store, against the README table (±1 %).
+// calo record's end-of-run figures come from the samples as they are written (store::RunIntervalStream),
+// not from reading the store back: on the real 4 x H200 trace (energy counter, throttle counters, power,
+// clocks, temperatures) both give every figure of every GPU to the last bit.
+TEST(Replay, TheStreamedRunSummaryOfTheFixtureIsTheStoredOnes) {
+  TempDir temp;
+  int64_t last_t_ns = 0;
+  {
+    store::RunWriter writer(temp.path() / "run", store::RunInfo{});
+    replay_into(fixture(), writer, ReplayOptions{0.0, 65'536});
+    writer.finish(fixture().duration_ns());
+  }
+  store::RunReader reader(temp.path() / "run");
+  reader.for_each_sample_since(
+      0, [&](const store::Sample& sample) { last_t_ns = std::max(last_t_ns, sample.t_ns); });
+  for (const store::DeviceInfo& device : reader.devices()) {
+    store::testing::expect_stream_matches_store(reader, device.idx, last_t_ns + 1'000'000);
+    store::testing::expect_stream_matches_store(reader, device.idx, last_t_ns + 30'000'000'000);
+  }
+}
+
 TEST(Replay, PhaseSummaryReproducesTheFixtureReadme) {
   TempDir temp;
   {

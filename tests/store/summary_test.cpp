@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "streamed_summary.h"
 #include "temp_dir.h"
 
 namespace calo::store {
@@ -131,6 +132,81 @@ TEST(Summary, IntervalEnergyUsesThePowerSamplesAtItsEdges) {
   }
   RunReader reader(temp.path() / "run");
   EXPECT_NEAR(summarize_interval(reader, 0, 12 * kSecond, 22 * kSecond, "load").energy_j, 5000.0, 10.0);
+}
+
+// A recorded GPU as calo record stores it: the counters read every 5 s from before the run's start, the
+// driver's power samples every 20 ms from `first_power_s` to `last_power_s` (less a gap where `gap_at_s` >
+// 0), a clock and a temperature every 100 ms. Written to `run_dir`.
+void write_recorded_gpu(const std::filesystem::path& run_dir, double first_power_s, double last_power_s,
+                        double gap_at_s = -1) {
+  constexpr double kSecond = 1e9;
+  RunWriter writer(run_dir, RunInfo{});
+  writer.add_device(DeviceInfo{});
+  const int32_t energy = writer.metric_id("energy_j", "J", MetricKind::kCounter);
+  const int32_t sampled = writer.metric_id("power_sampled_w", "W", MetricKind::kGauge);
+  const int32_t power_cap = writer.metric_id("throttle_power_cap_s", "s", MetricKind::kCounter);
+  const int32_t clock = writer.metric_id("clock_sm_mhz", "MHz", MetricKind::kGauge);
+  const int32_t temperature = writer.metric_id("temp_gpu_c", "C", MetricKind::kGauge);
+  const int32_t instant = writer.metric_id("power_instant_w", "W", MetricKind::kGauge);
+  auto at = [&](int32_t metric, double t_s, double value) {
+    const auto t_ns = static_cast<int64_t>(t_s * kSecond);
+    writer.append(Sample{0, metric, t_ns, value, kNoSensorTime});
+  };
+  for (int step = 0; step < 1500; ++step) {  // -3 s .. 27 s in 20 ms steps, series interleaved as sampled
+    const double t_s = -3.0 + 0.02 * step;
+    const double watts = t_s < 12 ? 100.0 + step % 7 : 500.0 - step % 5;
+    const bool in_gap = gap_at_s > 0 && t_s > gap_at_s && t_s < gap_at_s + 0.2;
+    if (t_s >= first_power_s && t_s <= last_power_s && !in_gap) at(sampled, t_s, watts);
+    if (step % 5 == 0) {
+      at(clock, t_s, t_s < 12 ? 1980.0 : 1470.0 + 15 * (step % 3));
+      at(temperature, t_s, 34.0 + t_s / 2);
+      at(instant, t_s, watts + 3);
+    }
+    if (step % 250 == 0) {
+      at(energy, t_s, 100.0 * t_s + 37 * (step % 3));
+      at(power_cap, t_s, t_s < 12 ? 0.0 : (t_s - 12) * 0.9);
+    }
+  }
+  writer.finish(static_cast<int64_t>(28 * kSecond));
+}
+
+// calo record's end-of-run figures from the samples as written (RunIntervalStream) are summarize_interval's
+// read back, to the last bit, whichever way the energy is taken: the driver's power samples over the whole
+// run, the counter with its ends placed by the samples near them (the samples stop 2 s before the end, or a
+// 200 ms gap breaks them), or the counter alone (no power samples).
+TEST(Summary, TheStreamedRunSummaryIsTheStoredOne) {
+  constexpr int64_t kSecond = 1'000'000'000;
+  struct Case {
+    const char* name;
+    double first_power_s, last_power_s, gap_at_s;
+    int64_t end_ns;
+  };
+  for (const Case& run : {Case{"samples cover the run", -3, 27, -1, 27 * kSecond},
+                          Case{"samples stop 2 s early", -3, 25, -1, 27 * kSecond},
+                          Case{"a gap in the samples", -3, 27, 5.0, 27 * kSecond},
+                          Case{"samples start late", 0.5, 27, -1, 27 * kSecond},
+                          Case{"no power samples", 99, 99, -1, 27 * kSecond}}) {
+    SCOPED_TRACE(run.name);
+    TempDir temp;
+    write_recorded_gpu(temp.path() / "run", run.first_power_s, run.last_power_s, run.gap_at_s);
+    RunReader reader(temp.path() / "run");
+    testing::expect_stream_matches_store(reader, 0, run.end_ns);
+  }
+}
+
+// Where the stream cannot promise summarize_interval's figures it says so (nullopt: calo record reads the
+// store back): a sample at or after the end, or a series out of time order.
+TEST(Summary, TheStreamRefusesWhatItCannotPromise) {
+  const std::vector<MetricInfo> metrics{{1, "temp_gpu_c", "C", MetricKind::kGauge}};
+  RunIntervalStream stream(metrics);
+  const Sample samples[] = {{0, 1, 100, 40.0, kNoSensorTime}, {0, 1, 200, 41.0, kNoSensorTime}};
+  stream.add(samples);
+  ASSERT_TRUE(stream.summary(0, 201).has_value());
+  EXPECT_DOUBLE_EQ(stream.summary(0, 201)->temp_gpu_max_c, 41.0);
+  EXPECT_FALSE(stream.summary(0, 200).has_value()) << "a sample at the end";
+  const Sample earlier{0, 1, 150, 42.0, kNoSensorTime};
+  stream.add({&earlier, 1});
+  EXPECT_FALSE(stream.summary(0, 201).has_value()) << "a series out of time order";
 }
 
 TEST(Summary, PhaseFiguresFromASyntheticRun) {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -22,6 +23,8 @@
 #include "core/time.h"
 #include "store/merge.h"
 #include "store/run_store.h"
+#include "store/summary.h"
+#include "telemetry/recorder.h"
 
 extern char** environ;
 
@@ -100,6 +103,34 @@ TEST(Record, SleepOnAHostWithoutGpusRecordsCpuMetrics) {
   EXPECT_GE(samples.back().t_ns - samples.front().t_ns, 700'000'000);
   EXPECT_TRUE(fs::exists(dir / "stdout.log"));
   EXPECT_FALSE(fs::exists(dir / "markers.sock"));
+}
+
+// The end-of-run figures of a real recording (this host's procfs source, sampled while `sleep 1` runs) come
+// from the samples as they were written, not from the store read back: they are what reading it back gives.
+TEST(Record, TheEndOfRunFiguresAreTheStoredRunsFigures) {
+  const fs::path dir = fresh_dir("streamed-summary");
+  telemetry::RecordOptions options;
+  options.command = {"sleep", "1"};
+  options.out_dir = dir;
+  options.echo_output = false;
+  const telemetry::RecordResult result = telemetry::record(options);
+  ASSERT_EQ(result.exit_code, 0);
+  ASSERT_FALSE(result.devices.empty());
+  store::RunReader reader(dir);
+  const store::RunInfo run = reader.run();
+  const auto same = [](double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; };
+  for (const telemetry::DeviceSummary& device : result.devices) {
+    SCOPED_TRACE(device.label);
+    const store::IntervalSummary stored =
+        store::summarize_interval(reader, device.device_idx, 0, run.ended_ns - run.started_ns, "run");
+    EXPECT_GT(device.samples, 5);
+    EXPECT_EQ(device.samples, stored.sample_count);
+    EXPECT_PRED2(same, device.energy_j, stored.energy_j);
+    EXPECT_PRED2(same, device.mean_power_w, stored.mean_power_w);
+    EXPECT_PRED2(same, device.peak_power_w, stored.peak_power_instant_w);
+    EXPECT_PRED2(same, device.peak_temp_c, stored.temp_gpu_max_c);
+    EXPECT_PRED2(same, device.throttle_power_cap_s, stored.throttle_power_cap_s);
+  }
 }
 
 TEST(Record, ASymlinkPlantedAsALogIsRefusedBeforeTheJobStarts) {

@@ -34,7 +34,7 @@ Enum parse_named(const std::string& text, const std::array<const char*, N>& name
 }  // namespace
 
 constexpr std::array kAttentionNames{"fused", "unfused"};
-constexpr std::array kTrainerNames{"default", "pytorch", "torchtitan"};
+constexpr std::array kTrainerNames{"default", "pytorch", "torchtitan", "torchtitan-eager-loss"};
 
 AttentionImpl parse_attention(const std::string& text, const std::string& what) {
   return parse_named<AttentionImpl>(
@@ -49,15 +49,20 @@ std::string to_string(AttentionImpl attention) {
 Trainer parse_trainer(const std::string& text, const std::string& what) {
   return parse_named<Trainer>(text, kTrainerNames, what,
                               "a trainer; use default (bf16 gradients), pytorch (fp32 master gradient, plain "
-                              "cross-entropy) or torchtitan (FSDP2 or DDP mixed precision, fp32 parameters)");
+                              "cross-entropy), torchtitan (FSDP2 or DDP mixed precision, fp32 parameters) or "
+                              "torchtitan-eager-loss (torchtitan with its cross-entropy uncompiled)");
 }
 
 std::string to_string(Trainer trainer) {
   return core::enum_name(trainer, kTrainerNames);
 }
 
+bool is_torchtitan(Trainer trainer) {
+  return trainer == Trainer::kTorchtitan || trainer == Trainer::kTorchtitanEagerLoss;
+}
+
 double gradient_reduce_bytes_per_param(Trainer trainer) {
-  return trainer == Trainer::kTorchtitan ? 4.0 : 2.0;
+  return is_torchtitan(trainer) ? 4.0 : 2.0;
 }
 
 CpComm parse_cp_comm(const std::string& text) {

@@ -30,8 +30,11 @@ enum class CpComm { kP2p, kAllGather };
 /// mixed-precision trainer (bf16 weights, an fp32 master gradient that outlives the bf16 one, plain
 /// cross-entropy, whose backward holds two fp32 tensors of the logits' size at the step's peak);
 /// `torchtitan`, torchtitan's FSDP2 (--zero 3) or DDP/one-GPU (--zero 0) mixed precision: fp32 parameters,
-/// bf16 compute copies, gradients freed at each step's start.
-enum class Trainer { kDefault, kPytorch, kTorchtitan };
+/// bf16 compute copies, gradients freed at each step's start, its loss compiled (fused cross-entropy);
+/// `torchtitan-eager-loss`, the same with its cross-entropy uncompiled (eager mode, or torchtitan before it
+/// compiled the loss, e.g. 9dec370 of its Dec 2024 tables): the fp32 upcast's backward holds two fp32
+/// tensors of the logits' size at the loss, as the pytorch trainer's.
+enum class Trainer { kDefault, kPytorch, kTorchtitan, kTorchtitanEagerLoss };
 /// Precision of the transformer linears (QKV, projection, FFN and expert matrices; attention, norms,
 /// embedding and the output layer stay bf16): bf16, or FP8 e4m3 operands with fp32 accumulation and bf16
 /// output under one of three recipes: torchao's dynamic scaling, one scale per tensor ("tensorwise", its
@@ -170,7 +173,10 @@ std::string to_string(Schedule schedule);
 AttentionImpl parse_attention(const std::string& text, const std::string& what = "--attention");
 /// Name of an attention implementation ("fused", "unfused").
 std::string to_string(AttentionImpl attention);
-/// Parses "default|pytorch|torchtitan"; throws InputError naming `what` (the flag or key) on anything else.
+/// True for either torchtitan accounting (torchtitan, torchtitan-eager-loss).
+bool is_torchtitan(Trainer trainer);
+/// Parses "default|pytorch|torchtitan|torchtitan-eager-loss"; throws InputError naming `what` (the flag or
+/// key) on anything else.
 Trainer parse_trainer(const std::string& text, const std::string& what = "--trainer");
 /// Name of a trainer's memory accounting ("default", "pytorch", "torchtitan").
 std::string to_string(Trainer trainer);

@@ -199,7 +199,7 @@ std::vector<parallel::Recompute> searched_recomputes(const SpaceRequest& request
                                             parallel::Recompute::kFull};
   const auto& held = request.constraints.recompute;
   const bool asked = std::find(held.begin(), held.end(), parallel::Recompute::kOp) != held.end();
-  if (!request.model.is_moe() && (asked || request.trainer == parallel::Trainer::kTorchtitan))
+  if (!request.model.is_moe() && (asked || parallel::is_torchtitan(request.trainer)))
     modes.push_back(parallel::Recompute::kOp);
   return modes;
 }

@@ -118,6 +118,8 @@ def layout_flags(row, cluster):
               "--trainer", str(layout["trainer"]), "--precision", str(layout["precision"])]
     if row.get("layers"):
         flags += ["--layers", str(row["layers"])]
+    if row.get("fp8_all_gather"):
+        flags += ["--fp8-all-gather"]
     return flags + overlap_flags(layout["overlap"])
 
 

@@ -120,6 +120,8 @@ def layout_flags(row, cluster):
         flags += ["--layers", str(row["layers"])]
     if row.get("fp8_all_gather"):
         flags += ["--fp8-all-gather"]
+    if row.get("attention"):
+        flags += ["--attention", str(row["attention"])]
     return flags + overlap_flags(layout["overlap"])
 
 

@@ -114,8 +114,10 @@ void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional) 
   app.add_flag("--overlap-param", layout.overlap_param_gather, "Overlap parameter all-gather with forward");
   app.add_option(
       "--attention", flags.attention,
-      "Attention core: fused (flash-style kernel) or unfused (GEMM + softmax + GEMM); default fused "
-      "(calo sim: the cluster file's `attention`)");
+      "Attention core: fused (flash-style kernel, the cluster's attention fit), unfused (GEMM + softmax + "
+      "GEMM) or flash2 (fused, FlashAttention-2's kernel: PyTorch's SDPA default on Hopper before 2.9, at "
+      "its "
+      "measured 0.52 of cuDNN's speed); default fused (calo sim: the cluster file's `attention`)");
   app.add_option(
          "--trainer", flags.trainer,
          "Memory accounting: default (bf16 gradients), pytorch (a plain PyTorch mixed-precision "

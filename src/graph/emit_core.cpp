@@ -154,6 +154,7 @@ int BuilderCore::attention_op(bool backward, std::int64_t queries, std::int64_t 
   shape.causal = causal;
   shape.backward = backward;
   shape.cp_step = cp_step;
+  shape.flash2 = layout.attention == parallel::AttentionImpl::kFlash2;
   AttentionShape counted = shape;  // the FLOPs of these rows (kv_seq is 0 outside cp)
   counted.kv_seq = static_cast<std::int32_t>(keys);
   op.flops = attention_flops(counted);

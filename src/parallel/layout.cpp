@@ -33,13 +33,18 @@ Enum parse_named(const std::string& text, const std::array<const char*, N>& name
 
 }  // namespace
 
-constexpr std::array kAttentionNames{"fused", "unfused"};
+constexpr std::array kAttentionNames{"fused", "unfused", "flash2"};
 constexpr std::array kTrainerNames{"default", "pytorch", "torchtitan", "torchtitan-eager-loss"};
 
 AttentionImpl parse_attention(const std::string& text, const std::string& what) {
   return parse_named<AttentionImpl>(
       text, kAttentionNames, what,
-      "an attention implementation; use fused (flash-style kernel) or unfused (GEMM + softmax + GEMM)");
+      "an attention implementation; use fused (flash-style kernel), unfused (GEMM + softmax + GEMM) or "
+      "flash2 (FlashAttention-2's fused kernel, PyTorch's SDPA default on Hopper before 2.9)");
+}
+
+bool is_fused(AttentionImpl attention) {
+  return attention != AttentionImpl::kUnfused;
 }
 
 std::string to_string(AttentionImpl attention) {
@@ -175,6 +180,7 @@ std::string describe(const Layout& layout) {
   if (layout.recompute != Recompute::kNone) text += " recompute-" + to_string(layout.recompute);
   if (layout.overlap_tp_comm || layout.overlap_grad_reduce || layout.overlap_param_gather) text += " overlap";
   if (layout.attention == AttentionImpl::kUnfused) text += " unfused-attn";
+  if (layout.attention == AttentionImpl::kFlash2) text += " flash2-attn";
   if (layout.trainer != Trainer::kDefault) text += " " + to_string(layout.trainer) + "-trainer";
   if (layout.precision == Precision::kFp8Tensorwise) text += " fp8-tensorwise";
   if (layout.precision == Precision::kFp8Rowwise) text += " fp8-rowwise";

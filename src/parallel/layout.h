@@ -17,9 +17,14 @@ namespace calo::parallel {
 using model::Recompute;
 /// Pipeline schedule; each has one entry in parallel/schedule.h's kSchedules (name, help, plan axis, slots).
 enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1 };
-/// Attention core implementation: fused flash-style kernel (causal half of s^2, no s^2 activations) or
-/// unfused batched GEMM + softmax + batched GEMM (full s^2 products, softmax output kept for backward).
-enum class AttentionImpl { kFused, kUnfused };
+/// Attention core implementation: fused flash-style kernel (causal half of s^2, no s^2 activations; priced
+/// as the cluster's attention fit, calo's own runs of cuDNN's), unfused batched GEMM + softmax + batched GEMM
+/// (full s^2 products, softmax output kept for backward), or `flash2`: fused, but FlashAttention-2's kernel,
+/// which PyTorch's SDPA ran on Hopper until cuDNN became its default (2.9), at its measured fraction of
+/// cuDNN's speed (sim/cost_model.h kFlashAttention2SpeedOfCudnn).
+enum class AttentionImpl { kFused, kUnfused, kFlash2 };
+/// True for the fused attention cores (fused, flash2): no s^2 activations.
+bool is_fused(AttentionImpl attention);
 /// How context-parallel attention moves K/V (Megatron-LM --cp-comm-type): a p2p ring overlapped with the
 /// attention steps (TransformerEngine's default), or one all-gather of K/V before attention and a
 /// reduce-scatter of dK/dV after its backward (as Llama 3 trained).

@@ -163,7 +163,7 @@ std::vector<model::ActivationTerm> layer_terms(const model::ModelSpec& model, co
                                                Recompute recompute) {
   std::vector<model::ActivationTerm> terms = model::layer_activation_terms(
       model, rank_seq_length(model, layout), layout.micro_batch, layout.tp, layout.sequence_parallel,
-      recompute, layout.attention == AttentionImpl::kFused, layout.precision == Precision::kFp8Delayed);
+      recompute, is_fused(layout.attention), layout.precision == Precision::kFp8Delayed);
   for (model::ActivationTerm& extra : eager_extra_terms(model, layout, recompute))
     terms.push_back(std::move(extra));
   return terms;

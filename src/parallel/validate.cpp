@@ -205,7 +205,7 @@ void check_context_parallel(const model::ModelSpec& model, const Layout& layout)
                 fmt::format("cp={} with the mixture-of-experts model {} is not supported (expert groups with "
                             "context parallel are not modelled); use --cp 1 for MoE models",
                             layout.cp, model.name));
-  require_input(layout.attention == AttentionImpl::kFused,
+  require_input(is_fused(layout.attention),
                 fmt::format("cp={} needs the fused attention core (context parallelism runs flash-attention "
                             "chunks against each K/V block); use --attention fused or --cp 1",
                             layout.cp));

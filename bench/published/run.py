@@ -34,6 +34,7 @@ METRICS = {
     "iteration_s": ("throughput", "s/step"),
     "time_to_train_min": ("throughput", "min"),
     "memory_gib": ("memory", "GiB/GPU"),
+    "memory_reserved_gib": ("memory", "GiB/GPU"),
     "energy_per_step_j": ("energy", "J/step"),
 }
 FLOP_CONVENTIONS = ("calo", "6n-attention", "megatron")
@@ -90,6 +91,9 @@ def check_source(path):
             raise SourceError(f"{label}: an mfu row needs `peak_tflops` (the peak the source divides by)")
         if row["metric"] == "time_to_train_min" and not row.get("train_samples") and not row.get("missing"):
             raise SourceError(f"{label}: a time_to_train_min row needs `train_samples` (sequences trained)")
+        if row["metric"] == "memory_reserved_gib" and not str(row.get("trainer", "")).startswith("torchtitan"):
+            raise SourceError(f"{label}: calo models the allocator's reserved peak for the torchtitan trainers only "
+                              f"(trainer: torchtitan or torchtitan-eager-loss)")
         if (row.get("evals") is None) != (row.get("eval_tokens") is None):
             raise SourceError(f"{label}: `evals` and `eval_tokens` come together (evaluations in the run and the "
                               f"tokens each one reads)")
@@ -114,6 +118,10 @@ def layout_flags(row, cluster):
               "--trainer", str(layout["trainer"]), "--precision", str(layout["precision"])]
     if row.get("layers"):
         flags += ["--layers", str(row["layers"])]
+    if row.get("fp8_all_gather"):
+        flags += ["--fp8-all-gather"]
+    if row.get("attention"):
+        flags += ["--attention", str(row["attention"])]
     return flags + overlap_flags(layout["overlap"])
 
 
@@ -193,6 +201,8 @@ def predict(row, result, evaluation=None):
         return (row["train_samples"] / row["gbs"] * result["iteration_s"] + eval_s) / 60
     if metric == "memory_gib":
         return result["memory"]["total_bytes"] / 2**30
+    if metric == "memory_reserved_gib":
+        return result["memory"]["reserved_bytes"] / 2**30
     return result["energy_per_step_j"]
 
 

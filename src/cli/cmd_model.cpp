@@ -110,8 +110,7 @@ double activation_bytes(const model::ModelSpec& spec, const parallel::Layout& la
   double bytes = 0;
   for (const model::ActivationTerm& term : model::layer_activation_terms(
            spec, layout.seq_length / layout.cp, layout.micro_batch, layout.tp, layout.sequence_parallel, mode,
-           layout.attention == parallel::AttentionImpl::kFused,
-           layout.precision == parallel::Precision::kFp8Delayed))
+           parallel::is_fused(layout.attention), layout.precision == parallel::Precision::kFp8Delayed))
     bytes += term.bytes;
   return bytes;
 }
@@ -208,8 +207,7 @@ void print_activation_table(const model::ModelSpec& spec, const parallel::Layout
   }
   fmt::print(
       "{}(per micro-batch of {} on one tp rank; {} attention, {})\n\n", activation_table.render(),
-      layout.micro_batch,
-      layout.attention == parallel::AttentionImpl::kFused ? "flash" : "unfused (softmax kept)",
+      layout.micro_batch, parallel::is_fused(layout.attention) ? "flash" : "unfused (softmax kept)",
       layout.precision == parallel::Precision::kFp8Delayed ? "bf16, the linears' inputs in FP8" : "bf16");
 }
 

@@ -114,14 +114,19 @@ void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional) 
   app.add_flag("--overlap-param", layout.overlap_param_gather, "Overlap parameter all-gather with forward");
   app.add_option(
       "--attention", flags.attention,
-      "Attention core: fused (flash-style kernel) or unfused (GEMM + softmax + GEMM); default fused "
-      "(calo sim: the cluster file's `attention`)");
-  app.add_option("--trainer", flags.trainer,
-                 "Memory accounting: default (bf16 gradients), pytorch (a plain PyTorch mixed-precision "
-                 "trainer: fp32 master gradient, plain cross-entropy's fp32 backward at the loss) or "
-                 "torchtitan (FSDP2 with --zero 3, DDP or one GPU with --zero 0: fp32 parameters, bf16 "
-                 "compute copies, gradients freed each step); each measured on H200s, docs/METRICS.md "
-                 "\"Memory per GPU\"")
+      "Attention core: fused (flash-style kernel, the cluster's attention fit), unfused (GEMM + softmax + "
+      "GEMM) or flash2 (fused, FlashAttention-2's kernel: PyTorch's SDPA default on Hopper before 2.9, at "
+      "its "
+      "measured 0.52 of cuDNN's speed); default fused (calo sim: the cluster file's `attention`)");
+  app.add_option(
+         "--trainer", flags.trainer,
+         "Memory accounting: default (bf16 gradients), pytorch (a plain PyTorch mixed-precision "
+         "trainer: fp32 master gradient, plain cross-entropy's fp32 backward at the loss) or "
+         "torchtitan (FSDP2 with --zero 3, DDP or one GPU with --zero 0: fp32 parameters, bf16 "
+         "compute copies, gradients freed each step) or torchtitan-eager-loss (the same, its cross-entropy "
+         "uncompiled: eager mode, or torchtitan before it compiled the loss); each measured on H200s, "
+         "docs/METRICS.md "
+         "\"Memory per GPU\"")
       ->capture_default_str();
   app.add_flag_callback(
       "--no-pp-scatter-gather", [&layout] { layout.pipeline_scatter_gather = false; },

@@ -96,7 +96,7 @@ void BuilderCore::fp8_casts(GemmPass pass, std::int64_t m, std::int64_t n, std::
     // --fp8-all-gather: the weight arrives in FP8; FSDP cast each rank's shard (1/S of it) before the
     // gather with the scale precomputed after the step: a read of the sharded parameter and an FP8 write.
     const double shard_ranks = layout.hybrid_sharding() ? layout.shard_size() : layout.grad_reduce_size();
-    const double parameter_bytes = layout.trainer == parallel::Trainer::kTorchtitan ? kFp32Bytes : kBf16Bytes;
+    const double parameter_bytes = parallel::is_torchtitan(layout.trainer) ? kFp32Bytes : kBf16Bytes;
     cast.b_per_value = (parameter_bytes + kFp8Bytes) / shard_ranks;
     cast.b_fresh = 0;
   }
@@ -154,6 +154,7 @@ int BuilderCore::attention_op(bool backward, std::int64_t queries, std::int64_t 
   shape.causal = causal;
   shape.backward = backward;
   shape.cp_step = cp_step;
+  shape.flash2 = layout.attention == parallel::AttentionImpl::kFlash2;
   AttentionShape counted = shape;  // the FLOPs of these rows (kv_seq is 0 outside cp)
   counted.kv_seq = static_cast<std::int32_t>(keys);
   op.flops = attention_flops(counted);

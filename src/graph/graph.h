@@ -113,6 +113,9 @@ struct AttentionShape {
   /// In a shared program the key range is cp index 0's (early: 1 chunk, late: all 2cp chunks); materialize()
   /// gives rank i its own ((i+1) and (2cp-i) chunks).
   std::int8_t cp_gathered = 0;
+  /// FlashAttention-2's kernel (--attention flash2), priced at its measured fraction of the fused kernel's
+  /// speed (sim/cost_model.h kFlashAttention2SpeedOfCudnn).
+  bool flash2 = false;
   /// Key rows of this op (kv_seq, or seq when 0).
   std::int32_t keys() const { return kv_seq > 0 ? kv_seq : seq; }
 };

@@ -33,13 +33,18 @@ Enum parse_named(const std::string& text, const std::array<const char*, N>& name
 
 }  // namespace
 
-constexpr std::array kAttentionNames{"fused", "unfused"};
-constexpr std::array kTrainerNames{"default", "pytorch", "torchtitan"};
+constexpr std::array kAttentionNames{"fused", "unfused", "flash2"};
+constexpr std::array kTrainerNames{"default", "pytorch", "torchtitan", "torchtitan-eager-loss"};
 
 AttentionImpl parse_attention(const std::string& text, const std::string& what) {
   return parse_named<AttentionImpl>(
       text, kAttentionNames, what,
-      "an attention implementation; use fused (flash-style kernel) or unfused (GEMM + softmax + GEMM)");
+      "an attention implementation; use fused (flash-style kernel), unfused (GEMM + softmax + GEMM) or "
+      "flash2 (FlashAttention-2's fused kernel, PyTorch's SDPA default on Hopper before 2.9)");
+}
+
+bool is_fused(AttentionImpl attention) {
+  return attention != AttentionImpl::kUnfused;
 }
 
 std::string to_string(AttentionImpl attention) {
@@ -49,15 +54,20 @@ std::string to_string(AttentionImpl attention) {
 Trainer parse_trainer(const std::string& text, const std::string& what) {
   return parse_named<Trainer>(text, kTrainerNames, what,
                               "a trainer; use default (bf16 gradients), pytorch (fp32 master gradient, plain "
-                              "cross-entropy) or torchtitan (FSDP2 or DDP mixed precision, fp32 parameters)");
+                              "cross-entropy), torchtitan (FSDP2 or DDP mixed precision, fp32 parameters) or "
+                              "torchtitan-eager-loss (torchtitan with its cross-entropy uncompiled)");
 }
 
 std::string to_string(Trainer trainer) {
   return core::enum_name(trainer, kTrainerNames);
 }
 
+bool is_torchtitan(Trainer trainer) {
+  return trainer == Trainer::kTorchtitan || trainer == Trainer::kTorchtitanEagerLoss;
+}
+
 double gradient_reduce_bytes_per_param(Trainer trainer) {
-  return trainer == Trainer::kTorchtitan ? 4.0 : 2.0;
+  return is_torchtitan(trainer) ? 4.0 : 2.0;
 }
 
 CpComm parse_cp_comm(const std::string& text) {
@@ -170,6 +180,7 @@ std::string describe(const Layout& layout) {
   if (layout.recompute != Recompute::kNone) text += " recompute-" + to_string(layout.recompute);
   if (layout.overlap_tp_comm || layout.overlap_grad_reduce || layout.overlap_param_gather) text += " overlap";
   if (layout.attention == AttentionImpl::kUnfused) text += " unfused-attn";
+  if (layout.attention == AttentionImpl::kFlash2) text += " flash2-attn";
   if (layout.trainer != Trainer::kDefault) text += " " + to_string(layout.trainer) + "-trainer";
   if (layout.precision == Precision::kFp8Tensorwise) text += " fp8-tensorwise";
   if (layout.precision == Precision::kFp8Rowwise) text += " fp8-rowwise";

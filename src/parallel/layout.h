@@ -17,9 +17,14 @@ namespace calo::parallel {
 using model::Recompute;
 /// Pipeline schedule; each has one entry in parallel/schedule.h's kSchedules (name, help, plan axis, slots).
 enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1 };
-/// Attention core implementation: fused flash-style kernel (causal half of s^2, no s^2 activations) or
-/// unfused batched GEMM + softmax + batched GEMM (full s^2 products, softmax output kept for backward).
-enum class AttentionImpl { kFused, kUnfused };
+/// Attention core implementation: fused flash-style kernel (causal half of s^2, no s^2 activations; priced
+/// as the cluster's attention fit, calo's own runs of cuDNN's), unfused batched GEMM + softmax + batched GEMM
+/// (full s^2 products, softmax output kept for backward), or `flash2`: fused, but FlashAttention-2's kernel,
+/// which PyTorch's SDPA ran on Hopper until cuDNN became its default (2.9), at its measured fraction of
+/// cuDNN's speed (sim/cost_model.h kFlashAttention2SpeedOfCudnn).
+enum class AttentionImpl { kFused, kUnfused, kFlash2 };
+/// True for the fused attention cores (fused, flash2): no s^2 activations.
+bool is_fused(AttentionImpl attention);
 /// How context-parallel attention moves K/V (Megatron-LM --cp-comm-type): a p2p ring overlapped with the
 /// attention steps (TransformerEngine's default), or one all-gather of K/V before attention and a
 /// reduce-scatter of dK/dV after its backward (as Llama 3 trained).
@@ -30,8 +35,11 @@ enum class CpComm { kP2p, kAllGather };
 /// mixed-precision trainer (bf16 weights, an fp32 master gradient that outlives the bf16 one, plain
 /// cross-entropy, whose backward holds two fp32 tensors of the logits' size at the step's peak);
 /// `torchtitan`, torchtitan's FSDP2 (--zero 3) or DDP/one-GPU (--zero 0) mixed precision: fp32 parameters,
-/// bf16 compute copies, gradients freed at each step's start.
-enum class Trainer { kDefault, kPytorch, kTorchtitan };
+/// bf16 compute copies, gradients freed at each step's start, its loss compiled (fused cross-entropy);
+/// `torchtitan-eager-loss`, the same with its cross-entropy uncompiled (eager mode, or torchtitan before it
+/// compiled the loss, e.g. 9dec370 of its Dec 2024 tables): the fp32 upcast's backward holds two fp32
+/// tensors of the logits' size at the loss, as the pytorch trainer's.
+enum class Trainer { kDefault, kPytorch, kTorchtitan, kTorchtitanEagerLoss };
 /// Precision of the transformer linears (QKV, projection, FFN and expert matrices; attention, norms,
 /// embedding and the output layer stay bf16): bf16, or FP8 e4m3 operands with fp32 accumulation and bf16
 /// output under one of three recipes: torchao's dynamic scaling, one scale per tensor ("tensorwise", its
@@ -170,7 +178,10 @@ std::string to_string(Schedule schedule);
 AttentionImpl parse_attention(const std::string& text, const std::string& what = "--attention");
 /// Name of an attention implementation ("fused", "unfused").
 std::string to_string(AttentionImpl attention);
-/// Parses "default|pytorch|torchtitan"; throws InputError naming `what` (the flag or key) on anything else.
+/// True for either torchtitan accounting (torchtitan, torchtitan-eager-loss).
+bool is_torchtitan(Trainer trainer);
+/// Parses "default|pytorch|torchtitan|torchtitan-eager-loss"; throws InputError naming `what` (the flag or
+/// key) on anything else.
 Trainer parse_trainer(const std::string& text, const std::string& what = "--trainer");
 /// Name of a trainer's memory accounting ("default", "pytorch", "torchtitan").
 std::string to_string(Trainer trainer);

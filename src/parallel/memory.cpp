@@ -163,7 +163,7 @@ std::vector<model::ActivationTerm> layer_terms(const model::ModelSpec& model, co
                                                Recompute recompute) {
   std::vector<model::ActivationTerm> terms = model::layer_activation_terms(
       model, rank_seq_length(model, layout), layout.micro_batch, layout.tp, layout.sequence_parallel,
-      recompute, layout.attention == AttentionImpl::kFused, layout.precision == Precision::kFp8Delayed);
+      recompute, is_fused(layout.attention), layout.precision == Precision::kFp8Delayed);
   for (model::ActivationTerm& extra : eager_extra_terms(model, layout, recompute))
     terms.push_back(std::move(extra));
   return terms;
@@ -219,11 +219,14 @@ struct ActivationPeak {
   int microbatches = 0;                     // distinct micro-batches with activations alive at the peak
 };
 
-// The transient of the loss's backward on `stage` (the pytorch trainer's, on the stage that holds the last
-// virtual stage) and the chunk it belongs to; {0, -1} elsewhere.
+// The transient of the loss's backward on `stage` (an uncompiled cross-entropy's: the pytorch and
+// torchtitan-eager-loss trainers', on the stage that holds the last virtual stage) and the chunk it belongs
+// to; {0, -1} elsewhere.
 std::pair<double, int> loss_transient(const model::ModelSpec& model, const Layout& layout, int stage) {
   const int last_virtual = layout.pp * layout.virtual_stages - 1;
-  if (layout.trainer != Trainer::kPytorch || last_virtual % layout.pp != stage) return {0.0, -1};
+  const bool eager_loss =
+      layout.trainer == Trainer::kPytorch || layout.trainer == Trainer::kTorchtitanEagerLoss;
+  if (!eager_loss || last_virtual % layout.pp != stage) return {0.0, -1};
   const double logits =
       static_cast<double>(rank_seq_length(model, layout)) * layout.micro_batch * model.vocab_size / layout.tp;
   return {kLossBackwardBytesPerLogit * logits, last_virtual / layout.pp};
@@ -235,7 +238,7 @@ std::pair<double, int> loss_transient(const model::ModelSpec& model, const Layou
 // (Korthikanti et al. 2022, section 4: full recompute needs one layer's activations on top of the inputs).
 // Compiled torchtitan's recompute frees as it goes (its measured peaks show no such term): 0 there.
 double recompute_transient_bytes(const model::ModelSpec& model, const Layout& layout) {
-  if (layout.recompute == Recompute::kNone || layout.trainer == Trainer::kTorchtitan) return 0.0;
+  if (layout.recompute == Recompute::kNone || is_torchtitan(layout.trainer)) return 0.0;
   return layer_activation_bytes(model, layout, Recompute::kNone) -
          layer_activation_bytes(model, layout, layout.recompute);
 }
@@ -306,36 +309,63 @@ double compute_copy_bytes(const Layout& layout, const StageParameters& params) {
   return kWeightBytesPerParam * (params.dense + params.expert - params.embedding);
 }
 
-// torchtitan's accounting (Trainer::kTorchtitan) of one stage, whose parameters are `params` and whose
-// sharded state is `state_params` (the dense and expert parts over their shard groups under FSDP2, all of
-// them otherwise), with `activations` alive at the end of forward. The peak is the larger of two moments:
+// What FSDP2's side streams keep cached beside the compute stream's peak (the caching allocator reuses a
+// freed block only on the stream that allocated it, so each stream's pool keeps its own peak): the
+// reduce-scatter stream's every fp32 gradient shard (views of its outputs, alive until the next step's
+// zero_grad) and the largest unit's fp32 reduce-scatter input, and the all-gather stream's largest gathered
+// unit with its input shard. 0 without FSDP2 (docs/METRICS.md "Reserved memory").
+double fsdp_stream_pool_bytes(const Layout& layout, const StageParameters& params, double state_params) {
+  if (layout.zero_stage < 3) return 0.0;
+  const double shard_ranks = layout.hybrid_sharding() ? layout.shard_size() : layout.grad_reduce_size();
+  const double reduce_scatter = kFp32BytesPerParam * (state_params + params.largest_unit);
+  const double all_gather = params.largest_gather_bytes * (1.0 + 1.0 / shard_ranks);
+  return reduce_scatter + all_gather;
+}
+
+// torchtitan's accounting (Trainer::kTorchtitan, kTorchtitanEagerLoss) of one stage, whose parameters are
+// `params` and whose sharded state is `state_params` (the dense and expert parts over their shard groups
+// under FSDP2, all of them otherwise), with `activations` alive at the end of forward. The peak is the larger
+// of two moments:
 // - the end of forward: fp32 parameters (4 B/param) and Adam moments (8), gradients set to None at the step's
 //   start, the bf16 compute copies (bf16_compute_params), DDP's fp32 gradient buckets (4 B/param, kept
-//   between steps), and the activations;
+//   between steps), the activations and the uncompiled loss's transient (torchtitan-eager-loss);
 // - the end of backward: beside parameters and moments, under FSDP2 the fp32 gradient shards (4 B/param) and
 //   the largest unit's bf16 gradient with its fp32 copy for the reduce-scatter (torchtitan reduces in fp32);
 //   otherwise every fp32 gradient (and DDP's buckets).
+// Under FSDP2 with pipeline parallel torchtitan does not reshard after forward (every unit of the stage stays
+// gathered through the step) and PyTorch's pipeline schedule defers the reduce-scatter to the last
+// micro-batch, accumulating each unsharded gradient in fp32 (the reduce dtype) from the first micro-batch's
+// backward: both moments hold them, and the activations' peak is taken beside them.
 MemoryBreakdown torchtitan_peak(const Layout& layout, const StageParameters& params, double state_params,
                                 const ActivationPeak& activations) {
   const bool fsdp = layout.zero_stage >= 3;
+  const bool fsdp_pipeline = fsdp && layout.pp > 1;
   const double all_params = params.dense + params.expert;
   const double ddp_buckets = !fsdp && layout.dp > 1 ? kFp32BytesPerParam * all_params : 0.0;
+  const double gathered_stage =
+      fsdp_pipeline ? layout.gather_bytes(all_params, params.fp8_dense + params.fp8_expert) : 0.0;
+  const double accumulated_gradients = fsdp_pipeline ? kFp32BytesPerParam * all_params : 0.0;
   MemoryBreakdown forward_end;
-  forward_end.weights_bytes = kFp32BytesPerParam * state_params + compute_copy_bytes(layout, params);
-  forward_end.gradients_bytes = ddp_buckets;
+  forward_end.weights_bytes = kFp32BytesPerParam * state_params +
+                              (fsdp_pipeline ? gathered_stage : compute_copy_bytes(layout, params));
+  forward_end.gradients_bytes = ddp_buckets + accumulated_gradients;
   forward_end.optimizer_bytes = kMomentBytesPerParam * state_params;
   forward_end.activations_bytes = activations.bytes;
+  forward_end.temporaries_bytes = activations.temporaries_bytes;
   forward_end.inflight_microbatches = activations.microbatches;
   MemoryBreakdown backward_end;
   backward_end.at_backward_end = true;
-  backward_end.weights_bytes = kFp32BytesPerParam * state_params;
+  backward_end.weights_bytes = kFp32BytesPerParam * state_params + gathered_stage;
   // FSDP2: the fp32 gradient shards and the largest unit's bf16 gradient with its fp32 reduce copy; without
   // it every fp32 gradient (and DDP's buckets).
-  backward_end.gradients_bytes = fsdp ? kFp32BytesPerParam * state_params +
+  backward_end.gradients_bytes = fsdp ? kFp32BytesPerParam * state_params + accumulated_gradients +
                                             (kWeightBytesPerParam + kFp32BytesPerParam) * params.largest_unit
                                       : kFp32BytesPerParam * all_params + ddp_buckets;
   backward_end.optimizer_bytes = kMomentBytesPerParam * state_params;
-  return backward_end.total_bytes() > forward_end.total_bytes() ? backward_end : forward_end;
+  MemoryBreakdown peak = backward_end.total_bytes() > forward_end.total_bytes() ? backward_end : forward_end;
+  peak.reserved_bytes = forward_end.total_bytes() + fsdp_stream_pool_bytes(layout, params, state_params);
+  peak.reserved_bytes = std::max(peak.reserved_bytes, peak.total_bytes());
+  return peak;
 }
 
 // Parameters a rank holds of `params` (sharded: its shard). Dense state is sharded over the dp group, or over
@@ -411,7 +441,7 @@ MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& la
                                                loss_transient(model, layout, stage),
                                                chunk_recompute_bytes(model, layout, stage, layers));
   MemoryBreakdown memory;
-  if (layout.trainer == Trainer::kTorchtitan)
+  if (is_torchtitan(layout.trainer))
     memory = torchtitan_peak(layout, params, held_params(layout, params, shard_weights), peak);
   memory.stage = stage;
   memory.trainer = layout.trainer;
@@ -420,7 +450,7 @@ MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& la
     memory.activations_by_kind = activations_by_kind(model, layout, peak);
   }
   memory.fp8_weights_bytes = fp8_weight_copy_bytes(layout, params);
-  if (layout.trainer == Trainer::kTorchtitan) return memory;
+  if (is_torchtitan(layout.trainer)) return memory;
 
   const HeldState state = held_state(layout, params);
   memory.weights_bytes = state.weights_bytes;
@@ -450,7 +480,7 @@ MemoryBreakdown memory_for_stage(const model::ModelSpec& model, const Layout& la
 
 StageHoldings holdings_for_stage(const model::ModelSpec& model, const Layout& layout, int stage) {
   require_resolved(layout, stage);
-  require_input(layout.trainer != Trainer::kTorchtitan,
+  require_input(!is_torchtitan(layout.trainer),
                 "--memory real replays the default and pytorch trainers' allocations; the torchtitan "
                 "trainer's are measured by bench/torchtitan (give --trainer default or pytorch)");
   const std::vector<int> layers = virtual_stage_layers(layout, model.num_layers);
@@ -520,6 +550,7 @@ nlohmann::json to_json(const MemoryBreakdown& memory) {
   write_plain_fields(json, memory);
   // Written only under fp8-delayed, so bf16 and torchao layouts print as they did before the term existed.
   if (memory.fp8_weights_bytes > 0) json["fp8_weights_bytes"] = memory.fp8_weights_bytes;
+  if (memory.reserved_bytes > 0) json["reserved_bytes"] = memory.reserved_bytes;
   json.update({{"total_bytes", memory.total_bytes()},
                {"trainer", to_string(memory.trainer)},
                {"peak_at", memory.at_backward_end ? "backward_end" : "forward_end"}});

@@ -54,6 +54,11 @@ struct MemoryBreakdown {
     return weights_bytes + gradients_bytes + optimizer_bytes + activations_bytes + temporaries_bytes +
            fp8_weights_bytes;
   }
+  /// The caching allocator's reserved peak (torchtitan's max_reserved) under the torchtitan trainers: the
+  /// compute stream's peak (the end of forward) plus what FSDP2's all-gather and reduce-scatter streams keep
+  /// cached beside it, at least total_bytes(); 0 under the other trainers (docs/METRICS.md "Reserved
+  /// memory").
+  double reserved_bytes = 0;
   int stage = 0;                  ///< the pipeline stage these numbers describe (the most loaded one)
   int inflight_microbatches = 0;  ///< micro-batches whose activations are alive at once on that stage
   int layer_microbatches = 0;     ///< (layer, micro-batch) activation sets alive at that peak

@@ -111,7 +111,7 @@ void check_sharding(const Layout& layout) {
 // ranks, or DDP / one GPU (--zero 0) without tp, pp or cp. It has no ZeRO-1/2, and trains TP or PP without
 // FSDP in fp32 ("Mixed precision training with TP or PP is only supported when FSDP/HSDP/CP is enabled").
 void check_trainer(const Layout& layout) {
-  if (layout.trainer != Trainer::kTorchtitan) return;
+  if (!is_torchtitan(layout.trainer)) return;
   require_input(layout.zero_stage == 0 || layout.zero_stage == 3,
                 fmt::format("--trainer torchtitan shards with FSDP2 (--zero 3) or replicates (--zero 0); "
                             "torchtitan has no ZeRO stage {}: use --zero 3 or --zero 0",
@@ -205,7 +205,7 @@ void check_context_parallel(const model::ModelSpec& model, const Layout& layout)
                 fmt::format("cp={} with the mixture-of-experts model {} is not supported (expert groups with "
                             "context parallel are not modelled); use --cp 1 for MoE models",
                             layout.cp, model.name));
-  require_input(layout.attention == AttentionImpl::kFused,
+  require_input(is_fused(layout.attention),
                 fmt::format("cp={} needs the fused attention core (context parallelism runs flash-attention "
                             "chunks against each K/V block); use --attention fused or --cp 1",
                             layout.cp));

@@ -199,7 +199,7 @@ std::vector<parallel::Recompute> searched_recomputes(const SpaceRequest& request
                                             parallel::Recompute::kFull};
   const auto& held = request.constraints.recompute;
   const bool asked = std::find(held.begin(), held.end(), parallel::Recompute::kOp) != held.end();
-  if (!request.model.is_moe() && (asked || request.trainer == parallel::Trainer::kTorchtitan))
+  if (!request.model.is_moe() && (asked || parallel::is_torchtitan(request.trainer)))
     modes.push_back(parallel::Recompute::kOp);
   return modes;
 }
@@ -334,6 +334,7 @@ std::string calo_flags(const parallel::Layout& layout) {
   if (layout.overlap_param_gather) text += " --overlap-param";
   if (layout.tp > 1 && !layout.sequence_parallel) text += " --no-sequence-parallel";
   if (layout.attention == parallel::AttentionImpl::kUnfused) text += " --attention unfused";
+  if (layout.attention == parallel::AttentionImpl::kFlash2) text += " --attention flash2";
   if (!layout.pipeline_scatter_gather) text += " --no-pp-scatter-gather";
   if (layout.trainer != parallel::Trainer::kDefault)
     text += " --trainer " + parallel::to_string(layout.trainer);
@@ -401,7 +402,7 @@ std::string megatron_flags(const parallel::Layout& layout) {
   if (layout.overlap_tp_comm) text += " --tp-comm-overlap";
   if (layout.overlap_grad_reduce) text += " --overlap-grad-reduce";
   if (layout.overlap_param_gather) text += " --overlap-param-gather";
-  if (layout.attention == parallel::AttentionImpl::kFused) text += " --use-flash-attn";
+  if (parallel::is_fused(layout.attention)) text += " --use-flash-attn";
   // Megatron-LM's FP8 through Transformer Engine: delayed scaling (hybrid: e4m3 forward, e5m2 gradients) or
   // current (per-tensor) scaling; it has no rowwise recipe of torchao's kind.
   if (layout.precision == parallel::Precision::kFp8Delayed)

@@ -140,7 +140,7 @@ std::string breakdown_table(const std::optional<parallel::MemoryBreakdown>& memo
                         gib(bytes), note);
   };
   if (memory) {
-    const bool torchtitan = memory->trainer == parallel::Trainer::kTorchtitan;
+    const bool torchtitan = parallel::is_torchtitan(memory->trainer);
     const char* torchtitan_weights =
         memory->at_backward_end ? "fp32 parameters; the bf16 compute copies are freed (torchtitan trainer)"
                                 : "fp32 parameters + bf16 compute copies (torchtitan trainer)";

@@ -164,6 +164,7 @@ ComputeCost compute_cost(const GpuSpec& gpu, const graph::Op& op) {
         flop_efficiency *=
             dimension_factor(attention_grid_rows(op.attention), efficiency.attention_half_rows);
       if (op.attention.backward) flop_efficiency *= efficiency.attention_backward_fraction;
+      if (op.attention.flash2) flop_efficiency *= kFlashAttention2SpeedOfCudnn;
       cost.power_class = PowerClass::kAttention;
       break;
     }

@@ -41,6 +41,13 @@ double attention_grid_rows(const graph::AttentionShape& shape);
 /// Memory-bound efficiency: memory_max * bytes / (bytes + memory_half_bytes).
 double memory_efficiency(const ComputeEfficiency& efficiency, double bytes);
 
+/// FlashAttention-2's speed as a fraction of cuDNN's fused attention on H100, which the presets' attention
+/// fits measured (calo's CUDA executor runs cuDNN SDPA): PyTorch's SDPA (FlashAttention-2) 329.483 against
+/// cuDNN's 631.338 TFLOP/s at batch 1, 24 heads, seq 4608, head dim 128, forward (pytorch/pytorch#142132,
+/// nightly 2.6.0.dev20241204, Tritonbench). Applied to forward and backward alike (the backward's ratio is
+/// not in that measurement). Not fitted to any run of calo's or any published row.
+inline constexpr double kFlashAttention2SpeedOfCudnn = 329.483 / 631.338;
+
 /// Cost of a compute op (GEMM, attention, elementwise, optimizer) on `gpu`. Communication ops get zeros.
 ComputeCost compute_cost(const GpuSpec& gpu, const graph::Op& op);
 

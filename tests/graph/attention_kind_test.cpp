@@ -89,6 +89,35 @@ TEST(AttentionKind, UnfusedDoesTheFullScoresSoAttentionFlopsDoubleAndEveryChecke
   }
 }
 
+TEST(AttentionKind, Flash2IsTheFusedCoreMarkedForItsKernelWithTheSameFlopsAndMemory) {
+  const model::ModelSpec model = model::load_model("tiny-dense");
+  parallel::Layout layout;
+  layout.seq_length = 64;
+  layout.global_batch = 1;
+  const parallel::Layout fused_layout = resolved(model, layout);
+  layout.attention = parallel::parse_attention("flash2");
+  const parallel::Layout flash2_layout = resolved(model, layout);
+  EXPECT_NE(parallel::describe(flash2_layout).find("flash2-attn"), std::string::npos);
+  const Graph fused = build_graph(model, fused_layout);
+  const Graph flash2 = build_graph(model, flash2_layout);
+  ASSERT_EQ(fused.program(0).ops.size(), flash2.program(0).ops.size());
+  int attention_ops = 0;
+  for (size_t i = 0; i < fused.program(0).ops.size(); ++i) {
+    const Op& a = fused.program(0).ops[i];
+    const Op& b = flash2.program(0).ops[i];
+    EXPECT_EQ(a.kind, b.kind);
+    EXPECT_DOUBLE_EQ(a.flops, b.flops);
+    if (a.kind != OpKind::kAttention) continue;
+    ++attention_ops;
+    EXPECT_FALSE(a.attention.flash2);
+    EXPECT_TRUE(b.attention.flash2);
+  }
+  EXPECT_GT(attention_ops, 0);
+  EXPECT_TRUE(check_graph(flash2, DeadlockScope::kAllRanks).empty());
+  EXPECT_DOUBLE_EQ(parallel::memory_per_gpu(model, flash2_layout).total_bytes(),
+                   parallel::memory_per_gpu(model, fused_layout).total_bytes());
+}
+
 TEST(AttentionKind, TheCheckerCatchesAnUnfusedCoreCountedAsCausal) {
   // A graph whose softmax masks half the scores away in FLOPs too (as a wrong closed form would) must fail.
   const model::ModelSpec model = model::load_model("tiny-dense");

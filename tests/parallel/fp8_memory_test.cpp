@@ -101,11 +101,12 @@ TEST(Fp8Memory, Fp8AllGatherHoldsEachGatheredLayersFp8LinearsAtOneByte) {
   layout.reshard_after_forward = gathered_fp8.reshard_after_forward = false;
   EXPECT_DOUBLE_EQ(memory(layout, 1).weights_bytes - memory(gathered_fp8, 1).weights_bytes,
                    8 * kLlamaFp8PerLayer);
-  // torchtitan's compute copy under FSDP2 is the gathered unit.
+  // torchtitan's compute copy under FSDP2 is the gathered unit; under pp it does not reshard after forward
+  // (apply_fsdp), so the stage's 8 layers stay gathered, their FP8 linears at 1 byte.
   layout.reshard_after_forward = gathered_fp8.reshard_after_forward = true;
   layout.trainer = gathered_fp8.trainer = Trainer::kTorchtitan;
   EXPECT_DOUBLE_EQ(memory(layout, 1).weights_bytes - memory(gathered_fp8, 1).weights_bytes,
-                   kLlamaFp8PerLayer);
+                   8 * kLlamaFp8PerLayer);
 }
 
 TEST(Fp8Memory, Fp8AllGatherIsRefusedWithoutTensorwiseFp8OrFsdpNamingTheFlag) {

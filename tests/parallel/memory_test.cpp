@@ -107,6 +107,36 @@ TEST(Memory, KeepingParametersAfterForwardHoldsEveryGatheredUnitOfTheStage) {
   EXPECT_DOUBLE_EQ(memory.weights_bytes, 2 * stage1 / 4 + 2 * stage1);
 }
 
+TEST(Memory, TorchtitansFsdpUnderPipelineKeepsTheStageGatheredAndItsFp32GradientsAccumulated) {
+  // torchtitan does not reshard after forward under pp (apply_fsdp at 9dec370) and PyTorch's pipeline
+  // schedule reduce-scatters after the last micro-batch, accumulating each unsharded gradient in fp32 (the
+  // reduce dtype): stage 1 of pp 2 (layers 2, 3 and the head) keeps 4 B/param of fp32 shards + 2 B/param
+  // gathered in weights and 4 B/param of accumulated gradients beside its activations (4 sequences a
+  // micro-batch, so that the end of forward is the peak).
+  const model::ModelSpec model = model::load_model("tiny-dense");
+  Layout layout;
+  layout.dp = 4;
+  layout.pp = 2;
+  layout.zero_stage = 3;
+  layout.micro_batch = 4;
+  layout.global_batch = 32;
+  layout.trainer = Trainer::kTorchtitan;
+  const MemoryBreakdown memory = memory_for_stage(model, resolved(model, layout), 1);
+  const double stage1 = 2 * kTinyLayerParams + 262144 + 256;
+  EXPECT_FALSE(memory.at_backward_end);
+  EXPECT_DOUBLE_EQ(memory.weights_bytes, 4 * stage1 / 4 + 2 * stage1);
+  EXPECT_DOUBLE_EQ(memory.gradients_bytes, 4 * stage1);
+  EXPECT_DOUBLE_EQ(memory.optimizer_bytes, 8 * stage1 / 4);
+  EXPECT_DOUBLE_EQ(memory.activations_bytes, 4 * (2 * kTinyLayerActivations + kTinyOutputActivations));
+  // Reserved: the reduce-scatter stream's fp32 shards and largest unit's fp32 input (a layer), the all-gather
+  // stream's largest gathered unit (bf16) and its input shard (docs/METRICS.md "Reserved memory").
+  const double pools = 4 * (stage1 / 4 + kTinyLayerParams) + 2 * kTinyLayerParams * (1 + 1.0 / 4);
+  EXPECT_DOUBLE_EQ(memory.reserved_bytes, memory.total_bytes() + pools);
+  // The default trainer keeps no reserved figure.
+  layout.trainer = Trainer::kDefault;
+  EXPECT_EQ(memory_for_stage(model, resolved(model, layout), 1).reserved_bytes, 0.0);
+}
+
 // Llama3-70B on nodes of 8 H100 (80 GB), tp 1, pp 1, dp 64 (8 nodes). Hybrid sharding within a node (S = 8)
 // keeps 16 bytes / 8 = 2 bytes of weights, gradients and optimizer per parameter: 141 GB of state, more than
 // an H100 holds; full sharding (S = 64) needs 17.6 GB. The largest unit (gathered once, reduced once) is the

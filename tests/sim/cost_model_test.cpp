@@ -148,6 +148,20 @@ TEST(CostModel, AttentionBackwardRunsAtItsFractionOfTheForwardEfficiency) {
   EXPECT_NEAR(compute_cost(cluster.gpu, forward).compute_s, same_efficiency / 2, 1e-12);  // forward unchanged
 }
 
+TEST(CostModel, FlashAttention2RunsAtItsMeasuredShareOfTheFittedKernelsSpeed) {
+  // --attention flash2: pytorch/pytorch#142132's 329.483 against cuDNN's 631.338 TFLOP/s on H100, forward and
+  // backward alike; memory traffic and the launch overhead are the fused kernel's.
+  const ClusterSpec cluster = load_cluster("h100-hgx-calibrated");
+  for (const bool backward : {false, true}) {
+    graph::Op fused = attention_op(1, 8192, backward);
+    graph::Op flash2 = fused;
+    flash2.attention.flash2 = true;
+    EXPECT_NEAR(compute_cost(cluster.gpu, flash2).compute_s,
+                compute_cost(cluster.gpu, fused).compute_s * 631.338 / 329.483, 1e-12);
+    EXPECT_DOUBLE_EQ(compute_cost(cluster.gpu, flash2).memory_s, compute_cost(cluster.gpu, fused).memory_s);
+  }
+}
+
 TEST(CostModel, AttentionOfFewGridRowsRunsBelowItsCeiling) {
   ClusterSpec cluster = load_cluster("h200-hgx");
   const graph::Op one = attention_op(1, 2048, false);

@@ -37,7 +37,8 @@ enum class PlanAxis {
   kEveryPp,      ///< at every pipeline size, pp 1 included (enumerated first)
   kPipelined,    ///< at pp > 1 only, one chunk per stage
   kChunked,      ///< at pp > 1 with every vpp >= 2 whose chunks split the layers
-  kNotSearched,  ///< not offered: the planner's step-time bound does not hold for it yet
+  kTwoChunks,    ///< at pp > 1 with vpp 2 where its chunks split the layers (a V)
+  kNotSearched,  ///< not offered: the planner's step-time bound does not hold for it
 };
 
 /// One pipeline schedule: its name (--schedule's word, the campaign key's word, to_string, a stored run's
@@ -100,12 +101,12 @@ inline constexpr std::array<ScheduleEntry, 5> kSchedules{{
     {Schedule::kZbH1, "zb-h1",
      "zero bubble: 1F1B with the backward split into input and weight gradients, weight gradients deferred "
      "into the bubble",
-     PlanAxis::kNotSearched, false, false, true, false, zb_h1_slots, one_f_one_b_warmup},
+     PlanAxis::kPipelined, false, false, true, false, zb_h1_slots, one_f_one_b_warmup},
     {Schedule::kZbV, "zb-v",
      "zero bubble V: --vpp 2 chunks per stage, chunk 0 down the stages and chunk 1 back up (the first and "
      "last "
      "layers on stage 0), the backward split, weight gradients filling the bubble",
-     PlanAxis::kNotSearched, true, false, true, true, zb_v_slots, zb_v_warmup},
+     PlanAxis::kTwoChunks, true, false, true, true, zb_v_slots, zb_v_warmup},
 }};
 
 /// The names of `entries` in their order (the schedule axis's names).

@@ -73,11 +73,11 @@ TEST(ZeroBubbleSchedule, ZbH1RunsEveryPassOnceAndReachesThePapersBubble) {
   }
 }
 
-TEST(ZeroBubbleSchedule, ZbH1IsOneTableEntryNotSearchedByThePlanner) {
+TEST(ZeroBubbleSchedule, ZbH1IsOneTableEntrySearchedAtEveryPipeline) {
   EXPECT_EQ(kScheduleAxis.parse("zb-h1"), Schedule::kZbH1);
   EXPECT_EQ(to_string(Schedule::kZbH1), "zb-h1");
   EXPECT_TRUE(schedule_entry(Schedule::kZbH1).splits_backward);
-  EXPECT_EQ(schedule_entry(Schedule::kZbH1).plan, PlanAxis::kNotSearched);
+  EXPECT_EQ(schedule_entry(Schedule::kZbH1).plan, PlanAxis::kPipelined);
   EXPECT_EQ(chunks_per_stage(pipeline(Schedule::kZbH1, 4, 8)), 1);
 }
 
@@ -141,7 +141,7 @@ TEST(ZeroBubbleSchedule, ZbVIsOneTableEntry) {
   const ScheduleEntry& entry = schedule_entry(Schedule::kZbV);
   EXPECT_TRUE(entry.splits_backward && entry.v_shape && entry.chunked);
   EXPECT_FALSE(entry.pairs_exchanges);
-  EXPECT_EQ(entry.plan, PlanAxis::kNotSearched);
+  EXPECT_EQ(entry.plan, PlanAxis::kTwoChunks);
 }
 
 }  // namespace

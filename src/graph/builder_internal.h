@@ -329,6 +329,7 @@ class PipelineEmitter : public Emitter {
     int tag = 0;
     int microbatch = 0;
     int chunk = 0;
+    int consumer_slot = -1;  // a V's receive: the slot that needs it (it waits for it, not the next slot)
   };
 
   double p2p_bytes() const;
@@ -344,6 +345,8 @@ class PipelineEmitter : public Emitter {
   /// share.
   std::vector<std::vector<P2p>> timed_exchanges_;
   std::size_t next_timed_exchange_ = 0;  ///< the gap emit_exchange fills next
+  /// A V's receives posted before the gap of the slot that needs them: that slot's first op waits for them.
+  std::map<int, std::vector<std::int32_t>> deferred_waits_;
 };
 
 /// Data parallelism with ZeRO / FSDP: gradient reductions (per micro-batch, per chunk or after the last

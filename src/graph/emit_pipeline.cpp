@@ -85,22 +85,26 @@ void PipelineEmitter::time_exchanges(const std::vector<parallel::PipelineSlot>& 
     P2p p2p;
   };
   std::vector<Timed> messages;
-  for (const auto& slot : schedule) {
+  for (int slot_index = 0; slot_index < static_cast<int>(schedule.size()); ++slot_index) {
+    const parallel::PipelineSlot& slot = schedule[slot_index];
     const int virt = parallel::virtual_stage(layout_, core_.stage, slot.chunk);
     const bool forward = slot.pass == parallel::PassKind::kForward;
     P2p p2p;
     if (slot_send(slot, virt, p2p))
       messages.push_back({(forward ? run.forward_end : run.backward_end)[virt][slot.microbatch], p2p});
-    if (slot_receive(slot, virt, p2p))
+    if (slot_receive(slot, virt, p2p)) {
+      p2p.consumer_slot = slot_index;
       messages.push_back(
           {forward ? run.forward_end[virt - 1][slot.microbatch] : run.backward_end[virt + 1][slot.microbatch],
            p2p});
+    }
   }
   std::sort(messages.begin(), messages.end(), [](const Timed& a, const Timed& b) {
     return a.time != b.time ? a.time < b.time : a.p2p.tag < b.p2p.tag;
   });
   timed_exchanges_.assign(schedule.size() + 1, {});
   next_timed_exchange_ = 0;
+  deferred_waits_.clear();
   for (const Timed& message : messages) {
     const auto gap = std::lower_bound(starts.begin(), starts.end(), message.time) - starts.begin();
     timed_exchanges_[static_cast<std::size_t>(gap)].push_back(message.p2p);
@@ -195,8 +199,21 @@ void PipelineEmitter::emit_p2p(const P2p& p2p) {
 void PipelineEmitter::emit_exchange(const std::vector<parallel::PipelineSlot>& done,
                                     const std::vector<parallel::PipelineSlot>& next) {
   if (!timed_exchanges_.empty()) {  // a V: the gap's messages, timed by time_exchanges
-    for (const auto& op : timed_exchanges_.at(next_timed_exchange_++)) emit_p2p(op);
+    const int gap = static_cast<int>(next_timed_exchange_++);
+    for (const auto& op : timed_exchanges_.at(gap)) {
+      const std::size_t waits_before = core_.waits.size();
+      emit_p2p(op);
+      if (op.consumer_slot <= gap) continue;  // a receive the next slot needs, or a send
+      std::vector<std::int32_t>& later = deferred_waits_[op.consumer_slot];
+      later.insert(later.end(), core_.waits.begin() + static_cast<std::ptrdiff_t>(waits_before),
+                   core_.waits.end());
+      core_.waits.resize(waits_before);
+    }
     ++core_.p2p_batch;
+    if (const auto due = deferred_waits_.find(gap); due != deferred_waits_.end()) {
+      core_.waits.insert(core_.waits.end(), due->second.begin(), due->second.end());
+      deferred_waits_.erase(due);
+    }
     return;
   }
   const int stage = core_.stage;

@@ -314,8 +314,9 @@ class PipelineEmitter : public Emitter {
   /// The first-forward and last-backward slot of each chunk in `schedule`.
   ChunkSlots chunk_slots_of(const std::vector<parallel::PipelineSlot>& schedule) const;
   /// Steps between pipeline exchanges, each [first slot, end slot): one slot, or under the interleaved
-  /// schedule a forward followed by a backward (Megatron-LM's steady state).
-  std::vector<std::pair<int, int>> exchange_steps(const std::vector<parallel::PipelineSlot>& schedule) const;
+  /// schedule a forward followed by a backward (Megatron-LM's steady state); under a V-shaped schedule one
+  /// slot each, its exchanges timed here (time_exchanges).
+  std::vector<std::pair<int, int>> exchange_steps(const std::vector<parallel::PipelineSlot>& schedule);
   /// Sends the outputs of `done` and receives the inputs of `next` as one batch.
   void emit_exchange(const std::vector<parallel::PipelineSlot>& done,
                      const std::vector<parallel::PipelineSlot>& next);
@@ -328,6 +329,7 @@ class PipelineEmitter : public Emitter {
     int tag = 0;
     int microbatch = 0;
     int chunk = 0;
+    int consumer_slot = -1;  // a V's receive: the slot that needs it (it waits for it, not the next slot)
   };
 
   double p2p_bytes() const;
@@ -336,6 +338,15 @@ class PipelineEmitter : public Emitter {
   bool slot_receive(const parallel::PipelineSlot& slot, int virtual_stage, P2p& p2p) const;
   bool slot_send(const parallel::PipelineSlot& slot, int virtual_stage, P2p& p2p) const;
   void emit_p2p(const P2p& p2p);
+  void time_exchanges(const std::vector<parallel::PipelineSlot>& schedule);
+
+  /// A V-shaped schedule's exchanges, one per gap between its slots (before the first, after each): the
+  /// stage's messages in the order their passes end in run_pipeline, an order both ends of every message
+  /// share.
+  std::vector<std::vector<P2p>> timed_exchanges_;
+  std::size_t next_timed_exchange_ = 0;  ///< the gap emit_exchange fills next
+  /// A V's receives posted before the gap of the slot that needs them: that slot's first op waits for them.
+  std::map<int, std::vector<std::int32_t>> deferred_waits_;
 };
 
 /// Data parallelism with ZeRO / FSDP: gradient reductions (per micro-batch, per chunk or after the last

@@ -672,10 +672,11 @@ void add_expected_dp_bytes(const model::ModelSpec& model, const parallel::Layout
   const double reduce_bytes = parallel::gradient_reduce_bytes_per_param(layout.trainer);
   for (int stage = 0; stage < pp; ++stage) {
     const auto schedule = parallel::stage_schedule(layout, stage);
-    for (int virtual_stage = stage; virtual_stage < sym.virtual_stages; virtual_stage += pp) {
+    for (int chunk = 0; chunk < sym.virtual_stages / pp; ++chunk) {
+      const int virtual_stage = parallel::virtual_stage(layout, stage, chunk);
       const auto [dense, expert] = stage_parameters(model, layout, sym, virtual_stage);
       const auto [fp8_dense, fp8_linears] = stage_fp8_dense(model, layout, sym, virtual_stage);
-      const DpPasses passes = dp_passes(layout, schedule, virtual_stage / pp, m);
+      const DpPasses passes = dp_passes(layout, schedule, chunk, m);
       const double bytes_per_param = passes.gathers * 2.0 + passes.reduces * reduce_bytes;
       // What --fp8-all-gather saves on each gather, and its amax all-reduce (4 bytes a weight).
       const double fp8_gather = layout.fp8_all_gather ? 4.0 * fp8_linears - passes.gathers * fp8_dense : 0.0;
@@ -707,9 +708,13 @@ CommVolumes expected_comm_volumes(const model::ModelSpec& model, const parallel:
   volumes.tp_bytes = expected_tp_bytes(model, layout, sym);
   add_expected_dp_bytes(model, layout, sym, volumes);
 
-  // Pipeline: every virtual-stage boundary carries one activation forward and one gradient backward.
-  if (layout.pp > 1)
-    volumes.pp_bytes = ranks_per_stage * m * 2.0 * (sym.virtual_stages - 1) * 2.0 * sym.tokens_local * h;
+  // Pipeline: every virtual-stage boundary between two stages carries one activation forward and one gradient
+  // backward (all of them but a V's turn, which stays on the last stage).
+  int crossings = 0;
+  for (int boundary = 0; boundary + 1 < sym.virtual_stages; ++boundary)
+    if (parallel::stage_of_virtual(layout, boundary) != parallel::stage_of_virtual(layout, boundary + 1))
+      ++crossings;
+  if (layout.pp > 1) volumes.pp_bytes = ranks_per_stage * m * 2.0 * crossings * 2.0 * sym.tokens_local * h;
   // Scatter/gather: each rank sends 1/t of it, and every receiving rank all-gathers the whole activation.
   if (layout.scatter_gather_in_effect()) {
     volumes.tp_bytes += volumes.pp_bytes;

@@ -177,7 +177,7 @@ void BuilderCore::activation(double tokens, std::int64_t ffn_per_rank, bool back
 
 std::vector<int> BuilderCore::forward_units(int chunk) const {
   std::vector<int> units;
-  const int virtual_stage = chunk * layout.pp + stage;
+  const int virtual_stage = parallel::virtual_stage(layout, stage, chunk);
   if (virtual_stage == 0) units.push_back(kEmbeddingUnit);
   const auto range = partition[virtual_stage];
   for (int layer = range.first_layer; layer < range.first_layer + range.count; ++layer)

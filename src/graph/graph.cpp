@@ -123,10 +123,15 @@ class ProgramBuilder {
     core_.phase = Phase::kBackward;
     const auto found = core_.deferred_wgrads.find({microbatch, chunk});
     if (found == core_.deferred_wgrads.end()) return;
+    // W needs nothing from a neighbour: the receives posted before it (ZB-H1's exchange for the pass after
+    // it) are waited for by that pass, so W fills the wait instead of waiting too.
+    std::vector<std::int32_t> waits = std::move(core_.waits);
+    core_.waits.clear();
     for (const detail::DeferredGemm& gemm : found->second) {
       core_.current_layer = gemm.layer;
       core_.gemm(gemm.weight, GemmPass::kWgrad, gemm.m, gemm.n, gemm.k, gemm.expert, gemm.batch);
     }
+    core_.waits.insert(core_.waits.end(), waits.begin(), waits.end());
     core_.deferred_wgrads.erase(found);
     core_.current_layer = -1;
   }

@@ -16,7 +16,7 @@ namespace calo::parallel {
 /// Activation recomputation mode (defined with the accounting that uses it).
 using model::Recompute;
 /// Pipeline schedule; each has one entry in parallel/schedule.h's kSchedules (name, help, plan axis, slots).
-enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1 };
+enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1, kZbV };
 /// Attention core implementation: fused flash-style kernel (causal half of s^2, no s^2 activations; priced
 /// as the cluster's attention fit, calo's own runs of cuDNN's), unfused batched GEMM + softmax + batched GEMM
 /// (full s^2 products, softmax output kept for backward), or `flash2`: fused, but FlashAttention-2's kernel,

@@ -38,7 +38,7 @@ double gradient_bytes_per_param(Trainer trainer) {
   return trainer == Trainer::kPytorch ? 4.0 : 2.0;
 }
 
-// Layer counts per virtual stage (index chunk * pp + stage), from the layout's partition (explicit or
+// Layer counts per virtual stage (index parallel::virtual_stage), from the layout's partition (explicit or
 // uniform).
 std::vector<int> virtual_stage_layers(const Layout& layout, int num_layers) {
   std::vector<int> counts;
@@ -84,7 +84,7 @@ StageParameters stage_parameters(const model::ModelSpec& model, const Layout& la
   StageParameters params;
   const int virtual_count = layout.pp * layout.virtual_stages;
   for (int chunk = 0; chunk < layout.virtual_stages; ++chunk) {
-    const int virtual_stage = chunk * layout.pp + stage;
+    const int virtual_stage = parallel::virtual_stage(layout, stage, chunk);
     const int layer_count = layers[virtual_stage];
     params.dense += layer_count * dense_per_layer;
     params.expert += layer_count * expert_per_layer;
@@ -194,7 +194,7 @@ std::vector<ChunkActivations> chunk_activations(const model::ModelSpec& model, c
   const double per_layer = layer_activation_bytes(model, layout, layout.recompute);
   std::vector<ChunkActivations> chunks(layout.virtual_stages);
   for (int chunk = 0; chunk < layout.virtual_stages; ++chunk) {
-    const int virtual_stage = chunk * layout.pp + stage;
+    const int virtual_stage = parallel::virtual_stage(layout, stage, chunk);
     chunks[chunk].layers = layers[virtual_stage];
     chunks[chunk].layer_bytes = layers[virtual_stage] * per_layer;
     if (virtual_stage == 0) {
@@ -226,10 +226,10 @@ std::pair<double, int> loss_transient(const model::ModelSpec& model, const Layou
   const int last_virtual = layout.pp * layout.virtual_stages - 1;
   const bool eager_loss =
       layout.trainer == Trainer::kPytorch || layout.trainer == Trainer::kTorchtitanEagerLoss;
-  if (!eager_loss || last_virtual % layout.pp != stage) return {0.0, -1};
+  if (!eager_loss || stage_of_virtual(layout, last_virtual) != stage) return {0.0, -1};
   const double logits =
       static_cast<double>(rank_seq_length(model, layout)) * layout.micro_batch * model.vocab_size / layout.tp;
-  return {kLossBackwardBytesPerLogit * logits, last_virtual / layout.pp};
+  return {kLossBackwardBytesPerLogit * logits, chunk_of_virtual(layout, last_virtual)};
 }
 
 // What recomputation rebuilds for one layer's backward (per micro-batch): the layer's activations without
@@ -402,7 +402,7 @@ std::vector<double> chunk_recompute_bytes(const model::ModelSpec& model, const L
   const double per_layer = recompute_transient_bytes(model, layout);
   std::vector<double> bytes(layout.virtual_stages, 0.0);
   for (int chunk = 0; chunk < layout.virtual_stages; ++chunk)
-    bytes[chunk] = layers[chunk * layout.pp + stage] > 0 ? per_layer : 0.0;
+    bytes[chunk] = layers[virtual_stage(layout, stage, chunk)] > 0 ? per_layer : 0.0;
   return bytes;
 }
 

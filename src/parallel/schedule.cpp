@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <numeric>
 #include <stdexcept>
@@ -86,6 +87,68 @@ std::vector<PipelineSlot> zb_h1_slots(const PipelineShape& shape) {
   return slots;
 }
 
+namespace {
+
+/// One stage's ZB-V passes as they are appended, each chunk's forwards, input gradients (B) and weight
+/// gradients (W) counted in micro-batch order.
+struct VShapeSlots {
+  std::vector<PipelineSlot> slots;
+  std::array<int, 2> forwards{};
+  std::array<int, 2> backwards{};
+  std::array<int, 2> weight_grads{};
+  void forward(int chunk) { slots.push_back({PassKind::kForward, forwards[chunk]++, chunk}); }
+  void backward(int chunk) { slots.push_back({PassKind::kBackward, backwards[chunk]++, chunk}); }
+  void weight_grad(int chunk) { slots.push_back({PassKind::kWeightGrad, weight_grads[chunk]++, chunk}); }
+  /// A chunk's forward, B and W back to back (the steady state's unit).
+  void forward_backward(int chunk) {
+    forward(chunk);
+    backward(chunk);
+    weight_grad(chunk);
+  }
+};
+
+}  // namespace
+
+std::vector<PipelineSlot> zb_v_slots(const PipelineShape& shape) {
+  const int pp = shape.pp;
+  const int stage = shape.stage;
+  // The pattern fills the V only from 2pp - 1 micro-batches on; fewer run it with the later ones left out.
+  const int laid_out = std::max(2 * pp - 1, shape.microbatches);
+  VShapeSlots v;
+  for (int pass = 0; pass < 2 * (pp - stage) - 1; ++pass) v.forward(0);  // down the V
+  for (int pass = 0; pass < stage; ++pass) {  // the first chunk-1 forwards come back up
+    v.forward(1);
+    v.forward(0);
+  }
+  for (int pass = 0; pass < pp - stage; ++pass) v.forward_backward(1);
+  while (v.forwards[1] < v.forwards[0] || v.forwards[0] < laid_out) {  // the steady state
+    if (v.forwards[0] < laid_out) v.forward(0);
+    v.backward(0);
+    v.weight_grad(0);
+    v.forward_backward(1);
+  }
+  // The cool-down: the input gradients first (they feed the neighbours), the weight gradients after them.
+  for (int pass = 0; pass < stage; ++pass) {
+    v.backward(0);
+    v.backward(1);
+  }
+  for (int pass = 0; pass < pp - stage; ++pass) {
+    v.backward(0);
+    v.weight_grad(0);
+  }
+  while (v.weight_grads[1] < v.backwards[1]) v.weight_grad(1);
+  while (v.weight_grads[0] < v.backwards[0]) v.weight_grad(0);
+  std::erase_if(v.slots, [&](const PipelineSlot& slot) { return slot.microbatch >= shape.microbatches; });
+  return v.slots;
+}
+
+int zb_v_warmup(const PipelineShape& shape) {
+  const std::vector<PipelineSlot> slots = zb_v_slots(shape);
+  const auto first_backward = std::find_if(
+      slots.begin(), slots.end(), [](const PipelineSlot& slot) { return slot.pass != PassKind::kForward; });
+  return static_cast<int>(first_backward - slots.begin());
+}
+
 // Megatron: all of them when m == pp.
 int interleaved_warmup(const PipelineShape& shape) {
   const int total = shape.microbatches * shape.chunks;
@@ -156,7 +219,19 @@ PipelineShape shape_of(const Layout& layout, int stage) {
 }  // namespace
 
 int virtual_stage(const Layout& layout, int stage, int chunk) {
-  return chunk * layout.pp + stage;
+  const bool reversed = schedule_entry(layout.schedule).v_shape && chunk % 2 == 1;
+  return chunk * layout.pp + (reversed ? layout.pp - 1 - stage : stage);
+}
+
+int stage_of_virtual(const Layout& layout, int virtual_index) {
+  const int position = virtual_index % layout.pp;
+  const bool reversed =
+      schedule_entry(layout.schedule).v_shape && chunk_of_virtual(layout, virtual_index) % 2 == 1;
+  return reversed ? layout.pp - 1 - position : position;
+}
+
+int chunk_of_virtual(const Layout& layout, int virtual_index) {
+  return virtual_index / layout.pp;
 }
 
 int warmup_slots(const Layout& layout, int stage) {
@@ -211,8 +286,10 @@ double bubble_fraction(const Layout& layout) {
   const double stages = layout.pp;
   const double microbatches = microbatches_of(layout);
   const double chunks = chunks_per_stage(layout);
-  // A split backward (T_F = T_B = T_W): the bubble is (p - 1) T_F against m (T_F + T_B + T_W) of work.
-  if (schedule_entry(layout.schedule).splits_backward) return (stages - 1) / (3 * microbatches + stages - 1);
+  // A split backward (T_F = T_B = T_W per chunk): the bubble is (p - 1) T_F against v m (T_F + T_B + T_W) of
+  // work (ZB-V's from m >= 2p on; fewer micro-batches leave its V part empty).
+  if (schedule_entry(layout.schedule).splits_backward)
+    return (stages - 1) / (3 * chunks * microbatches + stages - 1);
   return (stages - 1) / (chunks * microbatches + stages - 1);
 }
 
@@ -239,12 +316,15 @@ PipelineRun run_pipeline(const Layout& layout, double forward_time, double backw
   schedules.reserve(stages);
   for (int stage = 0; stage < stages; ++stage) schedules.push_back(stage_schedule(layout, stage));
 
+  PipelineRun run;
   // Finish time of each pass per virtual stage and micro-batch; negative = not run yet.
-  std::vector<std::vector<double>> forward_end(virtual_stages, std::vector<double>(microbatches, -1.0));
-  std::vector<std::vector<double>> backward_end(virtual_stages, std::vector<double>(microbatches, -1.0));
+  auto& forward_end = run.forward_end;
+  auto& backward_end = run.backward_end;
+  forward_end.assign(virtual_stages, std::vector<double>(microbatches, -1.0));
+  backward_end.assign(virtual_stages, std::vector<double>(microbatches, -1.0));
+  for (const auto& slots : schedules) run.slot_start.emplace_back(slots.size(), -1.0);
   std::vector<size_t> next_slot(stages, 0);
   std::vector<double> stage_clock(stages, 0.0);
-  PipelineRun run;
   double busy = 0;
 
   // A pass may start once the pass it depends on has a finish time; returns that time or -1 (not yet).
@@ -270,7 +350,8 @@ PipelineRun run_pipeline(const Layout& layout, double forward_time, double backw
         const double duration = slot.pass == PassKind::kForward ? forward_time
                                 : split                         ? backward_time / 2  // B and W alike
                                                                 : backward_time;
-        const double end = std::max(stage_clock[stage], ready) + duration;
+        run.slot_start[stage][next_slot[stage]] = std::max(stage_clock[stage], ready);
+        const double end = run.slot_start[stage][next_slot[stage]] + duration;
         const int virt = virtual_stage(layout, stage, slot.chunk);
         if (slot.pass != PassKind::kWeightGrad)
           (slot.pass == PassKind::kForward ? forward_end : backward_end)[virt][slot.microbatch] = end;

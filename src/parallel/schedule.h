@@ -37,7 +37,8 @@ enum class PlanAxis {
   kEveryPp,      ///< at every pipeline size, pp 1 included (enumerated first)
   kPipelined,    ///< at pp > 1 only, one chunk per stage
   kChunked,      ///< at pp > 1 with every vpp >= 2 whose chunks split the layers
-  kNotSearched,  ///< not offered: the planner's step-time bound does not hold for it yet
+  kTwoChunks,    ///< at pp > 1 with vpp 2 where its chunks split the layers (a V)
+  kNotSearched,  ///< not offered: the planner's step-time bound does not hold for it
 };
 
 /// One pipeline schedule: its name (--schedule's word, the campaign key's word, to_string, a stored run's
@@ -56,6 +57,10 @@ struct ScheduleEntry {
   /// Whether the backward is split into B (kBackward: input gradients) and W (kWeightGrad: weight
   /// gradients), the W passes placed by the slot order (zero-bubble schedules).
   bool splits_backward;
+  /// Whether the chunks run the stages in a V (zero bubble's ZB-V): chunk 0 down stages 0..pp-1, chunk 1 back
+  /// up pp-1..0, so stage 0 holds the first and the last virtual stage; else chunk c is stage s's virtual
+  /// stage c * pp + s (Megatron's interleaved assignment).
+  bool v_shape;
   std::vector<PipelineSlot> (*slots)(const PipelineShape& shape);  ///< one stage's slots in execution order
   /// The forward slots before the steady state's forward/backward pairs.
   int (*warmup)(const PipelineShape& shape);
@@ -71,6 +76,13 @@ std::vector<PipelineSlot> interleaved_slots(const PipelineShape& shape);
 /// stage s defers the W of its first min(s, steady) steady-state backwards into the cool-down, where each W
 /// fills the wait for the next B: the bubble shrinks to (p - 1)(T_F + T_B - T_W), activations held until W.
 std::vector<PipelineSlot> zb_h1_slots(const PipelineShape& shape);
+/// ZB-V (Qi et al. 2024, section 6): two chunks per stage in a V, the backward split; stage s runs 2(pp - s)
+/// - 1 chunk-0 forwards, s pairs of chunk-1 and chunk-0 forwards, then F B W of chunk 1 and chunk 0
+/// alternately, its weight gradients filling the cool-down (laid out for 2pp - 1 micro-batches, the later
+/// ones dropped when fewer run, as torch.distributed.pipelining's ScheduleZBVZeroBubble does).
+std::vector<PipelineSlot> zb_v_slots(const PipelineShape& shape);
+/// The forwards before a schedule's first backward (its warm-up, read from its slot order).
+int zb_v_warmup(const PipelineShape& shape);
 /// GPipe's warm-up: all m forwards.
 int gpipe_warmup(const PipelineShape& shape);
 /// 1F1B's warm-up: min(pp - stage - 1, m).
@@ -79,17 +91,22 @@ int one_f_one_b_warmup(const PipelineShape& shape);
 int interleaved_warmup(const PipelineShape& shape);
 
 /// The schedule table, one entry per `Schedule` in declaration order.
-inline constexpr std::array<ScheduleEntry, 4> kSchedules{{
+inline constexpr std::array<ScheduleEntry, 5> kSchedules{{
     {Schedule::kGpipe, "gpipe", "all forwards, then all backwards", PlanAxis::kPipelined, false, false, false,
-     gpipe_slots, gpipe_warmup},
+     false, gpipe_slots, gpipe_warmup},
     {Schedule::k1F1B, "1f1b", "one forward, one backward after pp - stage - 1 warm-up forwards",
-     PlanAxis::kEveryPp, false, false, false, one_f_one_b_slots, one_f_one_b_warmup},
+     PlanAxis::kEveryPp, false, false, false, false, one_f_one_b_slots, one_f_one_b_warmup},
     {Schedule::kInterleaved, "interleaved", "Megatron's interleaved 1F1B over --vpp model chunks per stage",
-     PlanAxis::kChunked, true, true, false, interleaved_slots, interleaved_warmup},
+     PlanAxis::kChunked, true, true, false, false, interleaved_slots, interleaved_warmup},
     {Schedule::kZbH1, "zb-h1",
      "zero bubble: 1F1B with the backward split into input and weight gradients, weight gradients deferred "
      "into the bubble",
-     PlanAxis::kNotSearched, false, false, true, zb_h1_slots, one_f_one_b_warmup},
+     PlanAxis::kPipelined, false, false, true, false, zb_h1_slots, one_f_one_b_warmup},
+    {Schedule::kZbV, "zb-v",
+     "zero bubble V: --vpp 2 chunks per stage, chunk 0 down the stages and chunk 1 back up (the first and "
+     "last "
+     "layers on stage 0), the backward split, weight gradients filling the bubble",
+     PlanAxis::kTwoChunks, true, false, true, true, zb_v_slots, zb_v_warmup},
 }};
 
 /// The names of `entries` in their order (the schedule axis's names).
@@ -124,8 +141,14 @@ std::string schedule_help();
 int chunks_per_stage(const Layout& layout);
 
 /// Virtual stage of model chunk `chunk` on pipeline stage `stage`: chunk * pp + stage (Megatron's
-/// assignment).
+/// assignment), or in a V (`v_shape`) chunk * pp + (pp - 1 - stage) for an odd chunk.
 int virtual_stage(const Layout& layout, int stage, int chunk);
+
+/// The pipeline stage that runs virtual stage `virtual_index` (the inverse of `virtual_stage`).
+int stage_of_virtual(const Layout& layout, int virtual_index);
+
+/// The model chunk, on its stage, of virtual stage `virtual_index`.
+int chunk_of_virtual(const Layout& layout, int virtual_index);
 
 /// The ordered forward/backward passes that pipeline stage `stage` runs in one iteration under the layout's
 /// schedule (its entry's slot-order function).
@@ -156,7 +179,7 @@ std::vector<int> edge_accounted_partition(int num_layers, int virtual_stage_coun
 bool is_edge_accounted(const std::vector<int>& layers_per_stage);
 
 /// Closed-form bubble fraction of a uniform pipeline: (p-1)/(m+p-1) for GPipe/1F1B, (p-1)/(v*m+p-1)
-/// interleaved.
+/// interleaved, (p-1)/(3*v*m+p-1) for a split backward (ZB-H1 v = 1, ZB-V v = 2 from m >= 2p).
 double bubble_fraction(const Layout& layout);
 
 /// Peak number of forward passes (micro-batch × chunk) on `stage` whose backward has not run yet: the
@@ -172,6 +195,11 @@ struct PipelineRun {
   double bubble_fraction = 0;  ///< idle share of all stages: 1 - busy time / (pp * makespan)
   int passes_run = 0;          ///< passes executed over all stages
   std::string stuck;           ///< when not completed: the first stage that waits and the pass it waits on
+  /// When each stage's slots start, per stage in slot order (negative: never ran).
+  std::vector<std::vector<double>> slot_start;
+  /// When the forward (B: the input-gradient backward) of each micro-batch ends, per virtual stage
+  /// (negative: never ran).
+  std::vector<std::vector<double>> forward_end, backward_end;
 };
 
 /// Executes all stages' schedules with a forward pass of one chunk taking `forward_time` and a backward pass

@@ -395,6 +395,22 @@ void check_split_backward(const Layout& layout) {
                             schedule.name));
 }
 
+/// A V-shaped schedule (ZB-V) runs exactly two chunks per stage, and puts the output layer beside the
+/// embedding on stage 0: a tied embedding there has no second copy to all-reduce with, which the graph does
+/// not model.
+void check_v_shape(const model::ModelSpec& model, const Layout& layout) {
+  const ScheduleEntry& schedule = schedule_entry(layout.schedule);
+  if (!schedule.v_shape) return;
+  require_input(layout.virtual_stages == 2,
+                fmt::format("--schedule {} runs two model chunks per stage in a V; give --vpp 2 (vpp={})",
+                            schedule.name, layout.virtual_stages));
+  require_input(
+      !model.tied_embeddings,
+      fmt::format("--schedule {} puts the output layer on stage 0 beside the embedding, and {} ties "
+                  "them: untied models only; use --schedule zb-h1 or interleaved",
+                  schedule.name, model.name));
+}
+
 void check_overlap(const Layout& layout) {
   require_input(!layout.overlap_param_gather || layout.zero_stage >= 1,
                 "overlapping the parameter all-gather needs sharded state: use --zero 1, 2 or 3 (fsdp), or "
@@ -422,6 +438,7 @@ Layout resolve_layout(const model::ModelSpec& model, Layout layout, bool sequenc
   check_batch(layout);
   check_overlap(layout);
   check_split_backward(layout);
+  check_v_shape(model, layout);
   return layout;
 }
 

@@ -31,8 +31,12 @@ struct SearchProgress {
   std::size_t steps_total = 0;  ///< bounds and evaluations of the search
   double work_done_s = 0;       ///< estimated seconds of the work done
   double work_total_s = 0;      ///< estimated seconds of the work done and still to do
-  /// The share of the work done, in [0, 1].
-  double fraction() const { return work_total_s > 0 ? std::min(1.0, work_done_s / work_total_s) : 1.0; }
+  /// The share of the work done, in [0, 1]: exactly 1 once every step is done (the two sums are added up in
+  /// different orders, so their quotient can end a few ulps short).
+  double fraction() const {
+    if (steps_done >= steps_total || work_total_s <= 0) return 1.0;
+    return std::min(1.0, work_done_s / work_total_s);
+  }
 };
 
 /// A search request.

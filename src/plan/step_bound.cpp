@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "parallel/schedule.h"
 #include "sim/cost_model.h"
 #include "sim/power_thermal.h"
 #include "sim/simulate.h"
@@ -30,6 +31,9 @@ template <typename CostOf>
 ProgramTerms program_terms(const graph::Graph& graph, const graph::RankProgram& program, CostOf cost_of,
                            double stretch, std::vector<double>* compute_s) {
   const int last_microbatch = graph.layout.num_microbatches() - 1;
+  // A split backward (zero bubble): the chain from stage to stage is B's alone; the weight-gradient GEMMs (W)
+  // wait for no neighbour and none waits for them, so they stay out of the tail.
+  const bool split = parallel::schedule_entry(graph.layout.schedule).splits_backward;
   ProgramTerms terms;
   terms.stage = program.stage;
   if (compute_s != nullptr) compute_s->assign(program.ops.size(), 0.0);
@@ -44,7 +48,10 @@ ProgramTerms program_terms(const graph::Graph& graph, const graph::RankProgram& 
     if (op.microbatch < 0) continue;
     terms.microbatch_s += duration_s;
     if (op.microbatch == 0 && op.chunk == 0 && op.phase == graph::Phase::kForward) terms.head_s += duration_s;
-    if (op.microbatch == last_microbatch && op.chunk == 0 && op.phase == graph::Phase::kBackward) {
+    const bool weight_grad =
+        split && op.kind == graph::OpKind::kGemm && op.gemm.pass == graph::GemmPass::kWgrad;
+    if (op.microbatch == last_microbatch && op.chunk == 0 && op.phase == graph::Phase::kBackward &&
+        !weight_grad) {
       terms.tail_s += duration_s;
       terms.after_last_s = 0;  // restart: only ops issued after this one count
     }
@@ -219,7 +226,9 @@ double step_bound_at_stretch_s(const graph::Graph& graph, const sim::ClusterSpec
 
 int probe_microbatches(const parallel::Layout& layout, int which) {
   if (layout.pp == 1) return which == 0 ? 2 : 3;
-  return layout.pp * (which == 0 ? 1 : 2);
+  // A V fills from 2pp - 1 micro-batches on (fewer run its pattern with parts left out): probe it there.
+  const int least = parallel::schedule_entry(layout.schedule).v_shape ? 2 : 1;
+  return layout.pp * least * (which == 0 ? 1 : 2);
 }
 
 bool probed(const parallel::Layout& layout) {

@@ -84,8 +84,8 @@ class LayoutProbe {
 };
 
 /// Micro-batch count of probe graph `which` (0, 1) of a layout: pp and 2·pp (interleaved schedules need
-/// multiples of pp; every stage reaches its steady state), 2 and 3 without pipeline (a micro-batch between
-/// the first and the last).
+/// multiples of pp; every stage reaches its steady state), 2·pp and 4·pp under a V (ZB-V's pattern fills from
+/// 2pp - 1 on), 2 and 3 without pipeline (a micro-batch between the first and the last).
 int probe_microbatches(const parallel::Layout& layout, int which);
 
 /// Whether a LayoutProbe of `layout` builds probe graphs: when it has more micro-batches than the two probe

@@ -368,7 +368,7 @@ TEST(CampaignSpec, AxisValueNoModelAcceptsNamesTheKeyAndTheValidValues) {
   const std::string head = "model: tiny-dense\ncluster: h100-hgx\ngpus: 4\naxes:\n";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"  recompute: [none, sometimes]\n", "none, selective, full"},
-      {"  schedule: [zigzag]\n", "gpipe, 1f1b, interleaved, zb-h1"},
+      {"  schedule: [zigzag]\n", "gpipe, 1f1b, interleaved, zb-h1, zb-v"},
       {"  overlap: [maybe]\n", "on or off"},
       {"  tp: [0, 2]\n", "whole number >= 1"},
       {"  mbs: [two]\n", "whole number >= 1"},

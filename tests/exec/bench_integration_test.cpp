@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -129,6 +130,38 @@ TEST(BenchCpu, AChunkOfTheEmbeddingAloneAndOneOfTheOutputAloneRunAndHoldWhatTheM
     EXPECT_GT(rank["held_peak_bytes"].get<double>(), 0.0) << rank.dump();
     EXPECT_NEAR(rank["model_error"].get<double>(), 0.0, 1e-9) << rank.dump();
   }
+}
+
+/// tiny-dense with 8 layers (written beside the test's runs): one layer a virtual stage at pp 4 × vpp 2.
+std::string tiny_dense_8_layers() {
+  const fs::path path = calo::testing::scratch_path("tiny-dense-8.yaml");
+  std::ofstream(path) << "name: tiny-dense-8\nnum_layers: 8\nhidden_size: 256\nffn_hidden_size: 688\n"
+                         "num_attention_heads: 8\nnum_kv_heads: 4\nvocab_size: 1024\nseq_length: 128\n"
+                         "activation: swiglu\nnorm: rmsnorm\nposition_embedding: rope\n";
+  return path.string();
+}
+
+// Zero-bubble schedules (issue 68) on real MPI ranks: the CPU backend completes each pipeline message before
+// the next, so a p2p order the simulator and the graph checker accept can still hang here (ZB-H1's first
+// order did). ZB-H1 keeps 1F1B's p2p order; ZB-V posts every message in the order its pass ends.
+TEST(BenchCpu, ZeroBubbleH1RunsAndChecksAtPp2AndPp4) {
+  expect_clean(
+      bench_json("zb-h1-pp2", {"--model", "tiny-dense", "--pp", "2", "--gbs", "8", "--schedule", "zb-h1"}),
+      2);
+  expect_clean(
+      bench_json("zb-h1-pp4", {"--model", "tiny-dense", "--pp", "4", "--gbs", "8", "--schedule", "zb-h1"}),
+      4);
+}
+
+TEST(BenchCpu, ZeroBubbleVRunsAndChecksAtPp2AndPp4) {
+  const std::string model = tiny_dense_8_layers();
+  expect_clean(bench_json("zb-v-pp2",
+                          {"--model", model, "--pp", "2", "--vpp", "2", "--gbs", "8", "--schedule", "zb-v"}),
+               2);
+  const auto report = bench_json(
+      "zb-v-pp4", {"--model", model, "--pp", "4", "--vpp", "2", "--gbs", "8", "--schedule", "zb-v"});
+  expect_clean(report, 4);
+  EXPECT_NE(report["layout"].get<std::string>().find("zb-v"), std::string::npos) << report["layout"];
 }
 
 TEST(BenchCpu, TensorAndDataParallelWithOverlapAndZero1) {

@@ -11,6 +11,7 @@
 #include "graph/check.h"
 #include "graph/graph.h"
 #include "model/model_spec.h"
+#include "parallel/schedule.h"
 #include "parallel/validate.h"
 
 namespace calo::graph {
@@ -38,10 +39,11 @@ TEST(ScheduleProperty, EveryValidLayoutOfTheGridPassesEveryChecker) {
   for (const char* name : {"tiny-dense", "tiny-moe", "llama3-8b"}) {
     const model::ModelSpec model = model::load_model(name);
     for (const auto schedule :
-         {parallel::Schedule::k1F1B, parallel::Schedule::kInterleaved, parallel::Schedule::kGpipe}) {
+         {parallel::Schedule::k1F1B, parallel::Schedule::kInterleaved, parallel::Schedule::kGpipe,
+          parallel::Schedule::kZbH1, parallel::Schedule::kZbV}) {
       for (int pp : {2, 4}) {
         for (int vpp : {1, 2}) {
-          if ((schedule == parallel::Schedule::kInterleaved) != (vpp > 1)) continue;
+          if (parallel::schedule_entry(schedule).chunked != (vpp > 1)) continue;
           for (int factor : {1, 2, 3}) {  // m = pp, 2 pp, 3 pp
             for (int ep : {1, 2}) {
               if (ep > 1 && !model.is_moe()) continue;

@@ -377,8 +377,9 @@ TEST(Validate, VirtualStagesNeedInterleavedSchedule) {
   Layout layout;
   layout.pp = 4;
   layout.virtual_stages = 2;
-  EXPECT_EQ(error_of(dense_model(), layout),
-            "vpp=2 model chunks per stage need --schedule interleaved; or use vpp=1 with --schedule 1f1b");
+  EXPECT_EQ(
+      error_of(dense_model(), layout),
+      "vpp=2 model chunks per stage need --schedule interleaved or zb-v; or use vpp=1 with --schedule 1f1b");
 }
 
 TEST(Validate, InterleavedMicrobatchesMustBeMultipleOfPp) {

@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
 #include "graph/graph.h"
 #include "model/model_spec.h"
+#include "parallel/schedule.h"
 #include "parallel/validate.h"
 #include "plan/layout_space.h"
 #include "sim/simulate.h"
@@ -120,6 +122,41 @@ TEST(StepBound, TheLeastEnergyOfAStepNeverExceedsTheSimulatedOneAndBeatsIdlePowe
   }
   ASSERT_EQ(checked, 40);
   EXPECT_LT(idle_share / (2 * checked), 0.5);  // the compute's energy is most of the bound
+}
+
+TEST(StepBound, ZeroBubbleSchedulesStepsStayAboveTheirBound) {
+  // The tail term follows B alone under a split backward (W waits for no neighbour): the bound stays at or
+  // below the simulated step of ZB-H1 and ZB-V, and the probe's terms equal the whole graph's. Llama3-8B PP4
+  // (8 layers a stage, 4 a chunk) at 8 to 32 micro-batches, TP 1 and 2, with and without a cap.
+  const sim::ClusterSpec cluster = sim::load_cluster("h100-hgx");
+  const model::ModelSpec model = model::load_model("llama3-8b");
+  for (const auto schedule : {parallel::Schedule::kZbH1, parallel::Schedule::kZbV}) {
+    for (int tp : {1, 2}) {
+      for (int microbatches : {8, 16, 32}) {
+        parallel::Layout layout;
+        layout.tp = tp;
+        layout.pp = 4;
+        layout.schedule = schedule;
+        layout.virtual_stages = parallel::schedule_entry(schedule).chunked ? 2 : 1;
+        layout.global_batch = microbatches;
+        layout.seq_length = 2048;
+        layout = parallel::resolve_layout(model, layout);
+        const graph::Graph graph = graph::build_graph(model, layout);
+        for (double cap_w : {0.0, 450.0}) {
+          SCOPED_TRACE(parallel::describe(layout) + " cap " + std::to_string(cap_w));
+          sim::SimOptions options;
+          if (cap_w > 0) options.power_limit_w.assign(graph.world_size(), cap_w);
+          const double simulated_s = sim::simulate(graph, cluster, options).iteration_s;
+          const double bound_s = capped_step_bound_s(graph, cluster, cap_w);
+          EXPECT_LE(bound_s, simulated_s);
+          EXPECT_GT(bound_s, 0.8 * simulated_s);  // still a bound that prunes
+          LayoutProbe probe(model, layout, cluster);
+          LayoutProbe whole(model, layout, cluster, true);
+          EXPECT_NEAR(probe.bound(cap_w).bound_s, whole.bound(cap_w).bound_s, bound_s * 1e-9);
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

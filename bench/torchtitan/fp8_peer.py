@@ -7,7 +7,7 @@ and the allocator's peak; then `calo sim` of the same slice and precision on the
 errors; then the FP8/bf16 speed-up of each trainer and the memory model (`calo model --trainer torchtitan`) against
 torchtitan's peak. Nothing here is fitted: the preset's FP8 line came from other runs (docs/benchmarks/fp8.md).
 
-  python3 bench/torchtitan/fp8_peer.py CALO RUNS_DIR [--cluster h100-hgx-calibrated] [--json OUT]
+  python3 bench/torchtitan/fp8_peer.py CALO RUNS_DIR [--cluster h100-hgx-calibrated] [--gbs 1] [--json OUT] [--max-step-error 0.03]
 """
 import argparse
 import json
@@ -23,7 +23,7 @@ RUNS = [  # (run, trainer, precision, compiled)
     ("titan-compile", "torchtitan", "bf16", True),
     ("titan-compile-fp8", "torchtitan", "fp8", True),
 ]
-SLICE = ["--model", "llama3-8b", "--layers", "4", "--seq", "8192", "--gbs", "1"]
+SLICE = ["--model", "llama3-8b", "--layers", "4", "--seq", "8192"]
 
 
 def calo_json(calo, *args):
@@ -42,15 +42,16 @@ def measured_all(calo, run_dirs):
     return [{ours: rows[theirs][i] for ours, theirs in names.items()} for i in range(len(run_dirs))]
 
 
-def simulated(calo, cluster, precision):
-    """`calo sim` of the slice at `precision`: step and energy per step (GPU)."""
-    report = calo_json(calo, "sim", *SLICE, "--precision", precision, "--cluster", cluster, "--no-store")
+def simulated(calo, cluster, precision, gbs):
+    """`calo sim` of the slice at `precision` and `gbs` sequences a step: step and energy per step (GPU)."""
+    report = calo_json(calo, "sim", *SLICE, "--gbs", str(gbs), "--precision", precision, "--cluster", cluster,
+                       "--no-store")
     return {"step_s": report["iteration_s"], "energy_per_step_j": report["energy_per_step_j"]}
 
 
 def modelled_peak_bytes(calo, precision):
     """The memory model's peak per GPU under torchtitan's accounting."""
-    report = calo_json(calo, "model", *SLICE, "--precision", precision, "--trainer", "torchtitan")
+    report = calo_json(calo, "model", *SLICE, "--gbs", "1", "--precision", precision, "--trainer", "torchtitan")
     return report["memory_per_gpu"]["total_bytes"]
 
 
@@ -58,11 +59,11 @@ def error(predicted, actual):
     return None if predicted is None or not actual else predicted / actual - 1
 
 
-def row_of(calo, runs_dir, cluster, spec, figures):
+def row_of(calo, runs_dir, cluster, gbs, spec, figures):
     name, trainer, precision, compiled = spec
     row = {"run": name, "trainer": trainer, "precision": precision, "compiled": compiled}
     row.update(figures)
-    sim = simulated(calo, cluster, precision)
+    sim = simulated(calo, cluster, precision, gbs)
     row["sim_step_s"], row["sim_energy_per_step_j"] = sim["step_s"], sim["energy_per_step_j"]
     row["sim_step_error"] = error(sim["step_s"], row["step_s"])
     row["sim_energy_error"] = error(sim["energy_per_step_j"], row["energy_per_step_j"])
@@ -109,13 +110,16 @@ def main():
     parser.add_argument("calo")
     parser.add_argument("runs", type=pathlib.Path)
     parser.add_argument("--cluster", default="h100-hgx-calibrated")
+    parser.add_argument("--gbs", type=int, default=1, help="sequences a step (run.sh's runs: 1)")
     parser.add_argument("--json", default="")
+    parser.add_argument("--max-step-error", type=float, default=0,
+                        help="exit 1 when a run's |simulated / measured step - 1| exceeds this (e.g. 0.03)")
     args = parser.parse_args()
     present = [spec for spec in RUNS if (args.runs / spec[0]).is_dir()]
     if len(present) < 2:
         sys.exit(f"fp8_peer.py: fewer than two runs of {[spec[0] for spec in RUNS]} under {args.runs}")
     figures = measured_all(args.calo, [args.runs / spec[0] for spec in present])
-    rows = [row_of(args.calo, args.runs, args.cluster, spec, f) for spec, f in zip(present, figures)]
+    rows = [row_of(args.calo, args.runs, args.cluster, args.gbs, spec, f) for spec, f in zip(present, figures)]
     print_table(rows)
     gains = speedups(rows)
     for label, gain in gains.items():
@@ -124,6 +128,9 @@ def main():
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps({"cluster": args.cluster, "rows": rows, "gains": gains},
                                                       indent=1))
+    beyond = [r["run"] for r in rows if args.max_step_error > 0 and abs(r["sim_step_error"]) > args.max_step_error]
+    if beyond:
+        sys.exit(f"fp8_peer.py: simulated step beyond {args.max_step_error * 100:g} % of measured: {', '.join(beyond)}")
 
 
 if __name__ == "__main__":

@@ -42,8 +42,7 @@ std::string architecture_line(const model::ModelSpec& spec) {
 }
 
 std::string components_line(const model::ModelSpec& spec) {
-  return fmt::format("{}, {}, {} positions, {} output, {}{}",
-                     spec.activation == model::Activation::kSwiGlu ? "SwiGLU" : "GELU",
+  return fmt::format("{}, {}, {} positions, {} output, {}{}", model::activation_label(spec.activation),
                      spec.norm == model::NormKind::kRmsNorm ? "RMSNorm" : "LayerNorm",
                      spec.position_embedding == model::PositionEmbedding::kRope ? "rotary" : "learned",
                      spec.tied_embeddings ? "tied" : "untied", spec.linear_bias ? "biases" : "no biases",

@@ -66,7 +66,7 @@ struct Dims {
   std::int64_t q_size = 0;        ///< query projection width (all heads)
   std::int64_t kv_size = 0;       ///< key (or value) projection width (all kv heads)
   std::int64_t ffn = 0;           ///< FFN hidden width
-  std::int64_t fc1_out = 0;       ///< ffn (GELU) or 2 ffn (SwiGLU)
+  std::int64_t fc1_out = 0;       ///< ffn (GELU) or 2 ffn (gated: SwiGLU, GeGLU)
   std::int64_t vocab = 0;         ///< vocabulary size
   std::int64_t tp = 1;            ///< tensor-parallel size
   bool sp = false;                ///< sequence parallel in effect (tp > 1)
@@ -193,9 +193,11 @@ struct BuilderCore {
   /// there are more keys than queries. cp_step / cp_gathered mark context-parallel ops (AttentionShape).
   int attention_op(bool backward, std::int64_t queries, std::int64_t keys, bool causal, int cp_step,
                    int cp_gathered = 0);
-  /// The FFN activation (GELU or SwiGLU) over `tokens` rows of `ffn_per_rank` outputs (dense and expert
-  /// FFNs).
+  /// The FFN activation (activation_flops names them) over `tokens` rows of `ffn_per_rank` outputs (dense and
+  /// expert FFNs).
   void activation(double tokens, std::int64_t ffn_per_rank, bool backward);
+  /// FLOPs per output element of the FFN activation `activation` (forward).
+  static double activation_flops(model::Activation activation);
 
   /// Bytes of one micro-batch's activation inside the tensor-parallel region (bf16, T x hidden).
   double activation_bytes() const { return kBf16Bytes * static_cast<double>(dims.tokens * dims.hidden); }

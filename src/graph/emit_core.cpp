@@ -25,7 +25,7 @@ BuilderCore::BuilderCore(const model::ModelSpec& model_spec, const parallel::Lay
   dims.q_size = model.q_size();
   dims.kv_size = model.kv_size();
   dims.ffn = model.ffn_hidden_size;
-  dims.fc1_out = model.activation == model::Activation::kSwiGlu ? 2 * dims.ffn : dims.ffn;
+  dims.fc1_out = model::is_gated(model.activation) ? 2 * dims.ffn : dims.ffn;
   dims.vocab = model.vocab_size;
   partition = parallel::layer_partition(layout, model.num_layers);
   num_virtual = layout.pp * layout.virtual_stages;
@@ -163,16 +163,27 @@ int BuilderCore::attention_op(bool backward, std::int64_t queries, std::int64_t 
 }
 
 void BuilderCore::activation(double tokens, std::int64_t ffn_per_rank, bool backward) {
-  const bool swiglu = model.activation == model::Activation::kSwiGlu;
   const double out = tokens * static_cast<double>(ffn_per_rank);
-  const double in = swiglu ? 2.0 * out : out;
+  const double in = model::is_gated(model.activation) ? 2.0 * out : out;
   const double bytes = backward ? (2.0 * in + out) * kBf16Bytes : (in + out) * kBf16Bytes;
-  // FLOPs per output element: SwiGLU's sigmoid, product and gate 6, GELU's tanh form 8, squared ReLU's max
-  // and square 2.
-  const double flops_per_element = swiglu                                                ? 6.0
-                                   : model.activation == model::Activation::kSquaredRelu ? 2.0
-                                                                                         : 8.0;
-  elementwise(ElementwiseKind::kActivation, bytes, (backward ? 2.0 : 1.0) * flops_per_element * out);
+  elementwise(ElementwiseKind::kActivation, bytes,
+              (backward ? 2.0 : 1.0) * activation_flops(model.activation) * out);
+}
+
+double BuilderCore::activation_flops(model::Activation activation) {
+  // FLOPs per output element: SwiGLU's sigmoid, product and gate 6, GELU's tanh form 8, GeGLU's GELU and the
+  // gate's product 9, squared ReLU's max and square 2.
+  switch (activation) {
+    case model::Activation::kSwiGlu:
+      return 6.0;
+    case model::Activation::kSquaredRelu:
+      return 2.0;
+    case model::Activation::kGeGlu:
+      return 9.0;
+    case model::Activation::kGelu:
+      break;
+  }
+  return 8.0;
 }
 
 std::vector<int> BuilderCore::forward_units(int chunk) const {

@@ -57,11 +57,11 @@ enum class DType : std::uint8_t { kBf16, kFp32, kFp8, kFp8Rowwise };
 enum class GemmWeight : std::uint8_t {
   kQkv,          ///< fused query/key/value projection (column parallel)
   kProj,         ///< attention output projection (row parallel)
-  kFc1,          ///< dense FFN first matrix (GELU: up; SwiGLU: fused gate+up), column parallel
+  kFc1,          ///< dense FFN first matrix (GELU: up; gated: fused gate+up), column parallel
   kFc2,          ///< dense FFN second matrix (down), row parallel
   kLogits,       ///< output projection to the vocabulary (column parallel over the vocabulary)
   kRouter,       ///< MoE router (hidden -> experts), replicated
-  kExpertFc1,    ///< one expert's first matrix (gate+up for SwiGLU)
+  kExpertFc1,    ///< one expert's first matrix (gate+up when gated)
   kExpertFc2,    ///< one expert's second matrix
   kAttnScore,    ///< unfused attention S = Q K^T (batched over sequences x heads); dgrad dQ, wgrad dK
   kAttnContext,  ///< unfused attention O = P V (batched); dgrad dP = dO V^T, wgrad dV = P^T dO
@@ -123,7 +123,7 @@ struct AttentionShape {
 /// What a memory-bound op computes.
 enum class ElementwiseKind : std::uint8_t {
   kNorm,          ///< LayerNorm / RMSNorm (and its backward)
-  kActivation,    ///< GELU or SwiGLU (and its backward)
+  kActivation,    ///< the FFN activation: GELU, squared ReLU, SwiGLU or GeGLU (and its backward)
   kRope,          ///< rotary position embedding on q and k
   kResidualAdd,   ///< residual add (bias-dropout-add when the model has bias/dropout)
   kEmbedding,     ///< embedding lookup (+ learned positions) or its gradient scatter-add

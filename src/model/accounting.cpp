@@ -16,17 +16,16 @@ constexpr double kFp32Bytes = 4.0;  // softmax statistics, router probabilities,
 constexpr double kMaskBytes = 1.0;  // dropout masks: one byte per element
 constexpr double kFp8Bytes = 1.0;   // an FP8 (e4m3) value
 
-// Weights of one FFN (one expert for MoE), biases excluded: 2 h f (GELU) or 3 h f (SwiGLU).
+// Weights of one FFN (one expert for MoE), biases excluded: 2 h f (GELU) or 3 h f (gated: SwiGLU, GeGLU).
 double ffn_weights(const ModelSpec& spec) {
-  const double matrices = spec.activation == Activation::kSwiGlu ? 3.0 : 2.0;
+  const double matrices = is_gated(spec.activation) ? 3.0 : 2.0;
   return matrices * spec.hidden_size * static_cast<double>(spec.ffn_hidden_size);
 }
 
-// Biases of one FFN: f + h (GELU) or 2 f + h (SwiGLU).
+// Biases of one FFN: f + h (GELU) or 2 f + h (gated).
 double ffn_biases(const ModelSpec& spec) {
   if (!spec.linear_bias) return 0.0;
-  const double inner =
-      spec.activation == Activation::kSwiGlu ? 2.0 * spec.ffn_hidden_size : spec.ffn_hidden_size;
+  const double inner = is_gated(spec.activation) ? 2.0 * spec.ffn_hidden_size : spec.ffn_hidden_size;
   return inner + spec.hidden_size;
 }
 
@@ -190,12 +189,13 @@ std::vector<ActivationTerm> layer_activation_terms(const ModelSpec& spec, int se
   // FFN inner tensors: GELU keeps its input and output (2 x f); SwiGLU keeps gate+up (2 f) and its output
   // (f).
   // Under FP8 the activation's output (the down projection's input) is saved as FP8.
-  const bool swiglu = spec.activation == Activation::kSwiGlu;
-  const double ffn_inner = (kBf16Bytes * (swiglu ? 2.0 : 1.0) + linear_input_bytes) * spec.ffn_hidden_size;
-  const std::string inner_kind = swiglu ? (fp8_saved_inputs ? "FFN inner (gate, up; SwiGLU output in FP8)"
-                                                            : "FFN inner (gate, up, SwiGLU output)")
-                                        : (fp8_saved_inputs ? "FFN inner (GELU input; output in FP8)"
-                                                            : "FFN inner (GELU input, output)");
+  const bool gated = is_gated(spec.activation);
+  const std::string gate = activation_label(spec.activation);
+  const double ffn_inner = (kBf16Bytes * (gated ? 2.0 : 1.0) + linear_input_bytes) * spec.ffn_hidden_size;
+  const std::string inner_kind =
+      gated ? (fp8_saved_inputs ? "FFN inner (gate, up; " + gate + " output in FP8)"
+                                : "FFN inner (gate, up, " + gate + " output)")
+            : (fp8_saved_inputs ? "FFN inner (GELU input; output in FP8)" : "FFN inner (GELU input, output)");
   if (spec.is_moe()) {
     add("router probabilities (fp32)", replicated * kFp32Bytes * spec.num_experts);
     add("expert " + inner_kind.substr(4) + " x top-k", split * spec.moe_top_k * ffn_inner);

@@ -74,7 +74,8 @@ ModelSpec parse_model_spec(const nlohmann::json& object, const std::string& orig
   spec.activation = parse_choice<Activation>(reader.get_string("activation", "swiglu"), "activation", origin,
                                              {{"gelu", Activation::kGelu},
                                               {"swiglu", Activation::kSwiGlu},
-                                              {"squared_relu", Activation::kSquaredRelu}});
+                                              {"squared_relu", Activation::kSquaredRelu},
+                                              {"geglu", Activation::kGeGlu}});
   spec.norm = parse_choice<NormKind>(reader.get_string("norm", "rmsnorm"), "norm", origin,
                                      {{"layernorm", NormKind::kLayerNorm}, {"rmsnorm", NormKind::kRmsNorm}});
   spec.position_embedding = parse_choice<PositionEmbedding>(
@@ -115,6 +116,20 @@ ModelSpec parse_model_spec(const nlohmann::json& object, const std::string& orig
   return spec;
 }
 
+const char* activation_label(Activation activation) {
+  switch (activation) {
+    case Activation::kGelu:
+      return "GELU";
+    case Activation::kSquaredRelu:
+      return "squared ReLU";
+    case Activation::kGeGlu:
+      return "GeGLU";
+    case Activation::kSwiGlu:
+      break;
+  }
+  return "SwiGLU";
+}
+
 ModelSpec load_model(const std::string& name_or_path) {
   nlohmann::json object = core::load_preset_or_file("models", name_or_path);
   return parse_model_spec(object, name_or_path);
@@ -134,6 +149,8 @@ const char* activation_name(Activation activation) {
       return "gelu";
     case Activation::kSquaredRelu:
       return "squared_relu";
+    case Activation::kGeGlu:
+      return "geglu";
     case Activation::kSwiGlu:
       break;
   }

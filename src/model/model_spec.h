@@ -6,9 +6,15 @@
 
 namespace calo::model {
 
-/// Feed-forward activation: GELU or squared ReLU (Nemotron-4: relu(x)^2), two matrices each, or SwiGLU (gate,
-/// up, down: three matrices).
-enum class Activation { kGelu, kSwiGlu, kSquaredRelu };
+/// Feed-forward activation: GELU or squared ReLU (Nemotron-4: relu(x)^2), two matrices each, or a gated one,
+/// SwiGLU (Llama) or GeGLU (Grok-1: gelu(gate) * up), with gate, up and down: three matrices.
+enum class Activation { kGelu, kSwiGlu, kSquaredRelu, kGeGlu };
+/// Whether the FFN is gated (gate and up projections, three matrices): SwiGLU and GeGLU.
+inline bool is_gated(Activation activation) {
+  return activation == Activation::kSwiGlu || activation == Activation::kGeGlu;
+}
+/// The activation as a person reads it: "GELU", "SwiGLU", "GeGLU" or "squared ReLU".
+const char* activation_label(Activation activation);
 /// Normalization: LayerNorm (scale + bias) or RMSNorm (scale only).
 enum class NormKind { kLayerNorm, kRmsNorm };
 /// Position encoding: learned absolute embeddings (GPT-3) or rotary (Llama, Mixtral; no parameters).

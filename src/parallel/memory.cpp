@@ -149,9 +149,11 @@ std::vector<model::ActivationTerm> eager_extra_terms(const model::ModelSpec& mod
   if (recompute == Recompute::kNone)
     terms.push_back({"attention output copy (eager: reshaped for the projection)",
                      split_tokens * kBf16Bytes * static_cast<double>(model.q_size())});
-  if (model.activation == model::Activation::kSwiGlu) {
+  if (model::is_gated(model.activation)) {
     const double copies = model.is_moe() ? model.moe_top_k : 1.0;
-    terms.push_back({"SiLU output (eager: silu(gate) beside the product)",
+    const bool silu = model.activation == model::Activation::kSwiGlu;
+    terms.push_back({silu ? "SiLU output (eager: silu(gate) beside the product)"
+                          : "GELU output (eager: gelu(gate) beside the product)",
                      split_tokens * kBf16Bytes * copies * static_cast<double>(model.ffn_hidden_size)});
   }
   return terms;

@@ -206,11 +206,12 @@ TEST(ModelCommand, ListShowsEveryPresetWithItsSize) {
         // give
         "llama2-70b 80 8192 - 68.98 B 68.98 B", "nemotron4-15b 32 6144 - 15.63 B",
         "nemotron4-340b 96 18432 - 341.03 B", "qwen3-30b-a3b 48 2048 128 top-8 30.53 B 3.35 B",
-        "qwen3-235b-a22b 94 4096 128 top-8 235.09 B 22.19 B", "llama2-7b", "llama2-13b"}) {
+        "qwen3-235b-a22b 94 4096 128 top-8 235.09 B 22.19 B", "llama2-7b", "llama2-13b",
+        "grok1-314b 64 6144 8 top-2 316.45 B 84.53 B"}) {
     EXPECT_NE(listed.find(line), std::string::npos) << line << "\n" << outcome.output;
   }
   const Outcome json = run_calo("model --list --json");
-  EXPECT_EQ(nlohmann::json::parse(json.output).size(), 16u);
+  EXPECT_EQ(nlohmann::json::parse(json.output).size(), 17u);
 }
 
 TEST(ModelCommand, BadModelFileNamesTheKeyAndExitsTwo) {

@@ -57,6 +57,20 @@ TEST(Presets, SquaredReluIsATwoMatrixMlpWithItsOwnName) {
   EXPECT_DOUBLE_EQ(count_parameters(nemotron).per_layer_mlp, 2.0 * 6144 * 24576);
 }
 
+TEST(Presets, GrokOneIsAGatedGeluMixtureOfThreeHundredFourteenBillion) {
+  const ModelSpec grok = load_model("grok1-314b");
+  EXPECT_EQ(grok.activation, Activation::kGeGlu);
+  EXPECT_TRUE(is_gated(grok.activation));
+  EXPECT_STREQ(activation_label(grok.activation), "GeGLU");
+  EXPECT_EQ(to_json(grok)["activation"], "geglu");
+  EXPECT_EQ(parse_model_spec(to_json(grok), "round trip").activation, Activation::kGeGlu);
+  const ParameterCounts counts = count_parameters(grok);
+  // Gate, up and down of hidden x ffn per expert, as SwiGLU's: 8 experts x 3 x 6144 x 32768.
+  EXPECT_DOUBLE_EQ(counts.per_layer_mlp, 8 * 3.0 * 6144 * 32768);
+  // xAI's "314B" (github.com/xai-org/grok-1 README); the NeMo recipe's Llama 3 vocabulary is 2.8 k rows fewer.
+  EXPECT_NEAR(counts.total / 314e9, 1.0, 0.01) << counts.total;
+}
+
 TEST(Presets, ParameterCountsMatchPublishedSizesWithinHalfPercent) {
   for (const auto& published : kPublished) {
     SCOPED_TRACE(published.preset);

@@ -37,7 +37,7 @@ METRICS = {
     "memory_reserved_gib": ("memory", "GiB/GPU"),
     "energy_per_step_j": ("energy", "J/step"),
 }
-FLOP_CONVENTIONS = ("calo", "6n-attention", "megatron")
+FLOP_CONVENTIONS = ("calo", "6n-attention", "megatron", "megatron-core")
 LAYOUT_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "schedule": "1f1b", "zero": 1,
                    "recompute": "none", "precision": "bf16", "overlap": False, "mbs": 1, "trainer": "default"}
 REQUIRED_ROW_FIELDS = ("id", "cite", "host", "model", "gpus", "seq", "gbs", "metric", "published", "convention")
@@ -110,7 +110,7 @@ def layout_of(row):
 def layout_flags(row, cluster):
     """`calo sim` flags for the row's model, cluster and layout."""
     layout = layout_of(row)
-    flags = ["--model", str(row["model"]), "--cluster", str(cluster), "--gpus", str(row["gpus"]),
+    flags = ["--model", model_of(row["model"]), "--cluster", str(cluster), "--gpus", str(row["gpus"]),
              "--seq", str(row["seq"]), "--gbs", str(row["gbs"]), "--mbs", str(layout["mbs"])]
     for key in ("tp", "pp", "cp", "ep", "vpp", "zero"):
         flags += [f"--{key}", str(layout[key])]
@@ -161,9 +161,19 @@ def simulate(calo, flags):
     return json.loads(done.stdout), None
 
 
+def model_of(model):
+    """The model a row names: a file under bench/published/models (shapes only a source uses, with their
+    provenance), else calo's stock preset of that name (data/models)."""
+    local = os.path.join(HERE, "models", f"{model}.yaml")
+    return local if os.path.exists(local) else str(model)
+
+
 def model_shape(model):
-    """The model preset's YAML (data/models)."""
-    with open(os.path.join(REPO, "data", "models", f"{model}.yaml"), encoding="utf-8") as handle:
+    """The model's YAML (bench/published/models or data/models)."""
+    path = model_of(model)
+    if path == str(model):
+        path = os.path.join(REPO, "data", "models", f"{model}.yaml")
+    with open(path, encoding="utf-8") as handle:
         return yaml.safe_load(handle)
 
 
@@ -176,9 +186,15 @@ def flops_per_token(convention, row, result):
     heads, head_dim = shape["num_attention_heads"], hidden // shape["num_attention_heads"]
     if convention == "6n-attention":  # torchtitan / PaLM: 6 x non-embedding parameters + 12 l h q t
         kv_dim = shape.get("num_kv_heads", heads) * head_dim
-        mlp_matrices = 3 if shape.get("activation") == "swiglu" else 2
+        mlp_matrices = 3 if shape.get("activation") in ("swiglu", "geglu") else 2
         per_layer = 2 * hidden * hidden + 2 * hidden * kv_dim + mlp_matrices * hidden * shape["ffn_hidden_size"]
         return 6 * layers * per_layer + 12 * layers * heads * head_dim * seq
+    if convention == "megatron-core":  # Megatron-Core r0.8 num_floating_point_operations, per token
+        groups = shape.get("num_kv_heads", heads) / heads
+        gated = 1.5 if shape.get("activation") in ("swiglu", "geglu") else 1.0
+        routed = shape.get("moe_top_k", 2) if shape.get("num_experts") else 1
+        return 12 * layers * hidden**2 * ((1 + groups + seq / hidden) + shape["ffn_hidden_size"] / hidden * routed * gated
+                                          + vocab / (2 * layers * hidden))
     # megatron: Narayanan et al. 2021 eq. 3 per token, with full recomputation (4 passes): 96 l h^2 (...)
     return 96 * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
 

@@ -688,7 +688,7 @@ void add_expected_dp_bytes(const model::ModelSpec& model, const parallel::Layout
       } else if (layout.grad_reduce_size() > 1) {  // dp * cp ranks hold the dense parameters
         per_rank += bytes_per_param * dense;
       }
-      if (layout.dp / layout.ep > 1) per_rank += bytes_per_param * expert;
+      if (layout.expert_dp_size() > 1) per_rank += bytes_per_param * expert;
       volumes.dp_bytes += sym.ranks_per_stage * per_rank;
     }
   }

@@ -20,7 +20,7 @@ DataEmitter::DataEmitter(BuilderCore& core) : Emitter(core) {
   // spread) over the dp*cp ranks, Megatron-LM's data-parallel group with context parallel.
   dp_group_ = layout_.cp > 1 ? GroupKind::kDpCp : GroupKind::kDp;
   dp_reduce_ = layout_.grad_reduce_size() > 1;
-  edp_reduce_ = layout_.dp / layout_.ep > 1;
+  edp_reduce_ = layout_.expert_dp_size() > 1;
   hybrid_ = layout_.hybrid_sharding();
   chunk_gathered_.assign(layout_.virtual_stages, false);
 }
@@ -231,7 +231,7 @@ double DataEmitter::optimizer_params() const {
   if (layout_.zero_stage >= 1) {
     // Dense state is sharded over the shard group under hybrid sharding, else over dp * cp ranks.
     const double dense_shards = layout_.hybrid_sharding() ? layout_.shard_size() : layout_.grad_reduce_size();
-    shard = total.dense / dense_shards + total.expert / (layout_.dp / layout_.ep);
+    shard = total.dense / dense_shards + total.expert / layout_.expert_dp_size();
   }
   return shard;
 }

@@ -228,8 +228,7 @@ Graph detail::build_graph_unchecked(const model::ModelSpec& model, const paralle
   graph.program_of_rank.resize(world);
   for (int rank = 0; rank < world; ++rank) {
     const int stage = rank / (layout.tp * layout.cp * layout.dp);
-    const int dp_index = (rank / (layout.tp * layout.cp)) % layout.dp;
-    const int role = by_ep ? dp_index % layout.ep : 0;
+    const int role = by_ep ? layout.ep_index(rank) : 0;
     graph.program_of_rank[rank] = stage * roles_per_stage + role;
   }
   build_groups(graph);

@@ -71,7 +71,7 @@ std::vector<RankOp> materialize(const Graph& graph, int rank) {
                 fmt::format("--rank {} is outside 0..{}", rank, graph.world_size() - 1));
   const RankProgram& program = graph.program(rank);
   const auto& layout = graph.layout;
-  const int ep_index = ((rank / (layout.tp * layout.cp)) % layout.dp) % layout.ep;
+  const int ep_index = layout.ep_index(rank);
   const int cp_index = (rank / layout.tp) % layout.cp;
   const int expert_offset = graph.model.is_moe() ? ep_index * (graph.model.num_experts / layout.ep) : 0;
   std::vector<RankOp> ops;

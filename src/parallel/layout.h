@@ -118,6 +118,12 @@ struct Layout {
   int world_size() const { return tp * cp * pp * dp; }
   /// Ranks that hold the same parameter shard (gradient-reduction and ZeRO group size): dp * cp.
   int grad_reduce_size() const { return dp * cp; }
+  /// Expert-data-parallel group size: dp * cp / ep (Megatron-Core carves ep out of the dp * cp ranks).
+  int expert_dp_size() const { return dp * cp / ep; }
+  /// `rank`'s index among its stage's dp * cp replicas, cp_index + cp * dp_index (rank order tp-cp-dp-pp).
+  int replica_index(int rank) const { return (rank / tp) % (cp * dp); }
+  /// `rank`'s expert-parallel index: replica_index mod ep (its experts are [index, index + 1) * E / ep).
+  int ep_index(int rank) const { return replica_index(rank) % ep; }
   /// Micro-batches per iteration per pipeline: global_batch / (micro_batch * dp).
   int num_microbatches() const { return global_batch / (micro_batch * dp); }
   /// Whether pipeline scatter/gather is in effect: asked for, pp > 1, tp > 1 and sequence parallel off.

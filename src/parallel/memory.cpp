@@ -377,7 +377,7 @@ MemoryBreakdown torchtitan_peak(const Layout& layout, const StageParameters& par
 double held_params(const Layout& layout, const StageParameters& params, bool sharded) {
   if (!sharded) return params.dense + params.expert;
   const double dense_shards = layout.hybrid_sharding() ? layout.shard_size() : layout.grad_reduce_size();
-  const double expert_shards = static_cast<double>(layout.dp) / layout.ep;
+  const double expert_shards = layout.expert_dp_size();
   return params.dense / dense_shards + params.expert / expert_shards;
 }
 
@@ -424,8 +424,8 @@ void require_resolved(const Layout& layout, int stage) {
   require_input(stage >= 0 && stage < layout.pp,
                 "stage " + std::to_string(stage) + " is outside 0.." + std::to_string(layout.pp - 1));
   require_input(layout.tp >= 1 && layout.cp >= 1 && layout.pp >= 1 && layout.dp >= 1 && layout.ep >= 1 &&
-                    layout.virtual_stages >= 1 && layout.dp % layout.ep == 0,
-                "memory needs a resolved layout (sizes >= 1, ep divides dp); got " + describe(layout));
+                    layout.virtual_stages >= 1 && (layout.dp * layout.cp) % layout.ep == 0,
+                "memory needs a resolved layout (sizes >= 1, ep divides dp x cp); got " + describe(layout));
   require_input(layout.global_batch > 0,
                 "memory needs a resolved layout (global batch set); got " + describe(layout));
 }

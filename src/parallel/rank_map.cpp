@@ -20,7 +20,8 @@ RankMap::RankMap(const Layout& layout)
   require_input(tp_ >= 1 && cp_ >= 1 && dp_ >= 1 && pp_ >= 1 && ep_ >= 1,
                 fmt::format("rank map: sizes must be >= 1 (tp={}, cp={}, dp={}, pp={}, ep={})", tp_, cp_, dp_,
                             pp_, ep_));
-  require_input(dp_ % ep_ == 0, fmt::format("rank map: ep={} does not divide dp={}", ep_, dp_));
+  require_input((dp_ * cp_) % ep_ == 0,
+                fmt::format("rank map: ep={} does not divide dp x cp = {} x {}", ep_, dp_, cp_));
   require_input(shard_ >= 1 && dp_ % shard_ == 0,
                 fmt::format("rank map: shard group {} does not divide dp={}", shard_, dp_));
 }
@@ -34,8 +35,9 @@ RankCoord RankMap::coord(int rank) const {
   result.cp = (rank / tp_) % cp_;
   result.dp = (rank / (tp_ * cp_)) % dp_;
   result.pp = rank / (tp_ * cp_ * dp_);
-  result.ep = result.dp % ep_;
-  result.edp = result.dp / ep_;
+  const int replica = result.cp + cp_ * result.dp;  // ep is carved out of the dp * cp replicas
+  result.ep = replica % ep_;
+  result.edp = replica / ep_;
   result.shard = result.dp % shard_;
   result.replicate = result.dp / shard_;
   return result;
@@ -61,7 +63,7 @@ int RankMap::group_size(GroupKind kind) const {
     case GroupKind::kEp:
       return ep_;
     case GroupKind::kExpertDp:
-      return dp_ / ep_;
+      return dp_ * cp_ / ep_;
     case GroupKind::kEmbedding:
       return pp_ > 1 ? 2 : 1;
     case GroupKind::kDpShard:
@@ -85,6 +87,13 @@ std::vector<int> RankMap::group(GroupKind kind, int rank) const {
     for (int index = 0; index < count; ++index)
       members.push_back(rank_of(at.tp, at.cp, first + stride * index, at.pp));
   };
+  // The ranks at replica indices first, first + stride, ... (replica = cp_index + cp * dp_index).
+  const auto replica_slice = [&](int first, int stride, int count) {
+    for (int index = 0; index < count; ++index) {
+      const int replica = first + stride * index;
+      members.push_back(rank_of(at.tp, replica % cp_, replica / cp_, at.pp));
+    }
+  };
   switch (kind) {
     case GroupKind::kTp:
       for (int index = 0; index < tp_; ++index) members.push_back(rank_of(index, at.cp, at.dp, at.pp));
@@ -96,12 +105,12 @@ std::vector<int> RankMap::group(GroupKind kind, int rank) const {
       for (int index = 0; index < pp_; ++index) members.push_back(rank_of(at.tp, at.cp, at.dp, index));
       break;
     case GroupKind::kEp:
-      // Same expert-data-parallel index: dp indices edp*ep .. edp*ep + ep-1 (consecutive).
-      dp_slice(at.edp * ep_, 1, ep_);
+      // Same expert-data-parallel index: replicas edp*ep .. edp*ep + ep-1 (consecutive).
+      replica_slice(at.edp * ep_, 1, ep_);
       break;
     case GroupKind::kExpertDp:
-      // Same expert-parallel index: dp indices ep_index + ep*k (strided by ep).
-      dp_slice(at.ep, ep_, dp_ / ep_);
+      // Same expert-parallel index: replicas ep_index + ep*k (strided by ep).
+      replica_slice(at.ep, ep_, dp_ * cp_ / ep_);
       break;
     case GroupKind::kEmbedding:
       if (at.pp == 0 || at.pp == pp_ - 1) {

@@ -201,10 +201,6 @@ void check_sequence(const Layout& layout) {
 
 void check_context_parallel(const model::ModelSpec& model, const Layout& layout) {
   if (layout.cp == 1) return;
-  require_input(!model.is_moe(),
-                fmt::format("cp={} with the mixture-of-experts model {} is not supported (expert groups with "
-                            "context parallel are not modelled); use --cp 1 for MoE models",
-                            layout.cp, model.name));
   require_input(is_fused(layout.attention),
                 fmt::format("cp={} needs the fused attention core (context parallelism runs flash-attention "
                             "chunks against each K/V block); use --attention fused or --cp 1",
@@ -345,12 +341,13 @@ void check_experts(const model::ModelSpec& model, const Layout& layout) {
                               model.name));
     return;
   }
-  std::vector<int> valid_ep = core::divisors(std::gcd(layout.dp, model.num_experts));
+  const int replicas = layout.dp * layout.cp;
+  std::vector<int> valid_ep = core::divisors(std::gcd(replicas, model.num_experts));
   require_input(
-      layout.dp % layout.ep == 0,
-      fmt::format("ep={} does not divide dp={} (expert parallelism is carved out of data parallelism, "
-                  "as in Megatron-LM); {}",
-                  layout.ep, layout.dp, nearby(valid_ep, layout.ep, "ep=")));
+      replicas % layout.ep == 0,
+      fmt::format("ep={} does not divide dp x cp = {} x {} (expert parallelism is carved out of the "
+                  "data- and context-parallel ranks, as in Megatron-Core); {}",
+                  layout.ep, layout.dp, layout.cp, nearby(valid_ep, layout.ep, "ep=")));
   require_input(model.num_experts % layout.ep == 0,
                 fmt::format("ep={} does not divide the {} experts of {}; {}", layout.ep, model.num_experts,
                             model.name, nearby(valid_ep, layout.ep, "ep=")));

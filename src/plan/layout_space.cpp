@@ -60,7 +60,7 @@ std::vector<Sizes> enumerate_sizes(const SpaceRequest& request) {
         std::vector<int> eps{1};
         if (model.is_moe()) {
           eps.clear();
-          for (int ep : core::divisors(dp)) {
+          for (int ep : core::divisors(dp * cp)) {  // Megatron-Core: ep out of the dp x cp ranks
             if (model.num_experts % ep == 0) eps.push_back(ep);
           }
         }

@@ -24,26 +24,25 @@ namespace {
 /// dp_size*pp))).
 struct Coordinates {
   int tp_group = 0;  ///< rank / tp: index of its tensor-parallel group
-  int unit = 0;      ///< replica unit: cp_index + cp * (dp_index / ep) (ep replicas exchange tokens)
-  int ep_index = 0;  ///< dp_index % ep
+  int unit = 0;      ///< replica unit: replica_index / ep (the ep replicas of a unit exchange tokens)
+  int ep_index = 0;  ///< replica_index % ep
   int stage = 0;     ///< pipeline stage
 };
 
 Coordinates coordinates(const parallel::Layout& layout, int rank) {
   Coordinates result;
   result.tp_group = rank / layout.tp;
-  const int cp_index = result.tp_group % layout.cp;
-  const int dp_index = (result.tp_group / layout.cp) % layout.dp;
   result.stage = result.tp_group / (layout.cp * layout.dp);
-  result.ep_index = dp_index % layout.ep;
-  result.unit = cp_index + layout.cp * (dp_index / layout.ep);
+  result.ep_index = layout.ep_index(rank);
+  result.unit = layout.replica_index(rank) / layout.ep;
   return result;
 }
 
 /// Index of the tensor-parallel group of replica unit `unit` (Coordinates::unit) at (ep_index, stage).
 int tp_group_of(const parallel::Layout& layout, int unit, int ep_index, int stage) {
-  const int cp_index = unit % layout.cp;
-  const int dp_index = (unit / layout.cp) * layout.ep + ep_index;
+  const int replica = unit * layout.ep + ep_index;
+  const int cp_index = replica % layout.cp;
+  const int dp_index = replica / layout.cp;
   return cp_index + layout.cp * (dp_index + layout.dp * stage);
 }
 
@@ -335,7 +334,7 @@ class StepRunner {
   std::string fold_replicas(const std::vector<GpuState>& gpus, StepOutcome& outcome) {
     const parallel::Layout& layout = graph_.layout;
     const int world = graph_.world_size();
-    const int units = layout.cp * (layout.dp / layout.ep), ep = layout.ep, pp = layout.pp;
+    const int units = layout.expert_dp_size(), ep = layout.ep, pp = layout.pp;
     compute_stretch_.assign(world / layout.tp, 0.0);
     memory_stretch_.assign(world / layout.tp, 0.0);
     for (const GpuState& state : gpus) {

@@ -180,6 +180,16 @@ TEST(BenchCpu, ExpertParallelMoe) {
   expect_clean(bench_json("ep4", {"--model", "tiny-moe", "--dp", "4", "--ep", "4"}), 4);
 }
 
+// Megatron-Core carves expert parallelism out of the dp x cp replicas: ep 4 over cp 2 x dp 2 (one expert
+// group of all four ranks, no expert-dp reduction), and ep 2 inside each cp ring (expert-dp 2 across the dp
+// ranks).
+TEST(BenchCpu, ExpertParallelAcrossContextParallelReplicas) {
+  expect_clean(bench_json("cp2ep4", {"--model", "tiny-moe", "--cp", "2", "--dp", "2", "--ep", "4"}), 4);
+  expect_clean(bench_json("cp2ep2", {"--model", "tiny-moe", "--cp", "2", "--dp", "2", "--ep", "2", "--zero",
+                                     "1", "--overlap"}),
+               4);
+}
+
 TEST(BenchCpu, ExpertAndTensorParallelMoe) {
   expect_clean(bench_json("ep2tp2", {"--model", "tiny-moe", "--tp", "2", "--dp", "2", "--ep", "2"}), 4);
 }

@@ -308,6 +308,44 @@ TEST(RankMap, ContextParallelMatchesMegatronRankGenerator) {
   }
 }
 
+TEST(RankMap, ExpertGroupsSpanContextParallelAsMegatronCoresExpertGenerator) {
+  // Megatron-Core's expert rank generator (0.10+, expert tensor parallel = tp): order tp-cp-ep-dp-pp with cp
+  // folded into the expert dims, sizes {tp, 1, ep, dp * cp / ep, pp}: ep is carved out of the dp * cp
+  // replicas.
+  for (int tp : {1, 2}) {
+    for (int cp : {2, 4}) {
+      for (int pp : {1, 2}) {
+        for (int dp : {1, 2, 4}) {
+          for (int ep : {1, 2, 4, 8}) {
+            if ((dp * cp) % ep != 0) continue;
+            SCOPED_TRACE(testing::Message()
+                         << "tp" << tp << " cp" << cp << " pp" << pp << " dp" << dp << " ep" << ep);
+            Layout layout = make_cp_layout(tp, cp, pp, dp);
+            layout.ep = ep;
+            RankMap map(layout);
+            const std::vector<int> expert = {tp, 1, ep, dp * cp / ep, pp};
+            EXPECT_EQ(as_set(map.all_groups(GroupKind::kEp)),
+                      as_set(masked_orthogonal_groups(expert, {false, false, true, false, false})));
+            EXPECT_EQ(as_set(map.all_groups(GroupKind::kExpertDp)),
+                      as_set(masked_orthogonal_groups(expert, {false, false, false, true, false})));
+            for (int rank = 0; rank < map.world_size(); ++rank) {
+              EXPECT_EQ(map.coord(rank).ep, layout.ep_index(rank));
+              EXPECT_EQ(map.index_in_group(GroupKind::kEp, rank), layout.ep_index(rank));
+            }
+          }
+        }
+      }
+    }
+  }
+  // tp1 cp2 dp2 ep4: the four replicas (cp 0, dp 0), (1, 0), (0, 1), (1, 1) are one expert group.
+  Layout layout = make_cp_layout(1, 2, 1, 2);
+  layout.ep = 4;
+  EXPECT_EQ(RankMap(layout).group(GroupKind::kEp, 3), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(RankMap(layout).group_size(GroupKind::kExpertDp), 1);
+  layout.ep = 8;
+  EXPECT_THROW(RankMap{layout}, InputError);
+}
+
 TEST(RankMap, ContextParallelRankOrderByHand) {
   // tp2 cp2 dp2 pp1: rank = tp + 2 (cp + 2 dp): the cp ring of rank 1 is {1, 3}; its dp-cp group {1, 3, 5,
   // 7}.

@@ -119,12 +119,16 @@ TEST(Validate, ContextParallelWithSequenceParallelNeedsLocalTokensDivisibleByTp)
   EXPECT_EQ(resolved.global_batch, 1);  // cp does not multiply the sequences per step
 }
 
-TEST(Validate, ContextParallelRejectsMixtureOfExperts) {
+TEST(Validate, ContextParallelCarriesExpertsOverItsReplicas) {
   Layout layout;
   layout.cp = 2;
+  layout.dp = 2;
+  layout.ep = 4;  // the dp x cp = 4 replicas form one expert group
+  EXPECT_EQ(error_of(moe_model(), layout), "(accepted)");
+  layout.ep = 8;
   EXPECT_EQ(error_of(moe_model(), layout),
-            "cp=2 with the mixture-of-experts model moe-8e is not supported (expert groups with context "
-            "parallel are not modelled); use --cp 1 for MoE models");
+            "ep=8 does not divide dp x cp = 2 x 2 (expert parallelism is carved out of the data- and "
+            "context-parallel ranks, as in Megatron-Core); try ep=4");
 }
 
 TEST(Validate, OpLevelCheckpointingIsForDenseModels) {
@@ -409,10 +413,9 @@ TEST(Validate, ExpertParallelMustDivideDataParallel) {
   Layout layout;
   layout.dp = 8;
   layout.ep = 3;
-  EXPECT_EQ(
-      error_of(moe_model(), layout),
-      "ep=3 does not divide dp=8 (expert parallelism is carved out of data parallelism, as in Megatron-LM); "
-      "try ep=2 or ep=4");
+  EXPECT_EQ(error_of(moe_model(), layout),
+            "ep=3 does not divide dp x cp = 8 x 1 (expert parallelism is carved out of the data- and "
+            "context-parallel ranks, as in Megatron-Core); try ep=2 or ep=4");
 }
 
 TEST(Validate, ExpertParallelMustDivideExperts) {

@@ -18,7 +18,10 @@ clusters, out = sys.argv[1], sys.argv[2]
 h100 = yaml.safe_load(open(f"{clusters}/h100-hgx-calibrated.yaml"))
 h200 = yaml.safe_load(open(f"{clusters}/h200-hgx-calibrated.yaml"))
 h100["name"] = "h100x4-nvlink"
-h100["description"] = "4 x H100 80GB HBM3 (SXM, 700 W) on one NVLink board, no NVSwitch"
+# How the host joins its GPUs was not recorded. Its steps fit a switch (every group on all of a GPU's links) and
+# refute an HGX H100 4-GPU board's direct mesh (`nvlink_topology: direct`, 6 links a pair): docs/SIMULATOR.md
+# "NVLink topology", test H100x4.TheStepsRefuteADirectMeshOfSixLinksAPair.
+h100["description"] = "4 x H100 80GB HBM3 (SXM, 700 W) of one host, NVLink; its steps fit an NVSwitch node"
 h100["node"]["gpus"] = 4
 for key in ("slot_inlet_offset_c", "slot_r_scale"):
     h100["node"][key] = h100["node"][key][:4]

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -223,11 +224,18 @@ GpuSpec parse_gpu(const nlohmann::json& object, const std::string& origin) {
 
 NodeSpec parse_node(const nlohmann::json& object, const std::string& origin) {
   ConfigReader reader(object, origin);
-  reader.reject_unknown_keys({"gpus", "nvlink_bandwidth_gb_s", "nvlink_latency_us", "pcie_bandwidth_gb_s",
-                              "inlet_c", "slot_inlet_offset_c", "slot_r_scale"});
+  reader.reject_unknown_keys({"gpus", "nvlink_bandwidth_gb_s", "nvlink_topology", "nvlink_latency_us",
+                              "pcie_bandwidth_gb_s", "inlet_c", "slot_inlet_offset_c", "slot_r_scale"});
   NodeSpec node;
   node.gpus = integer_in(reader, origin, "gpus", std::nullopt, 1, 64);  // GPUs per node
   node.nvlink_bandwidth_bytes_per_s = physical(reader, origin, "nvlink_bandwidth_gb_s", 0.01, 1e12) * kGiga;
+  const std::string topology = reader.get_string("nvlink_topology", "switch");
+  require_input(
+      topology == "switch" || topology == "direct",
+      fmt::format("{}: nvlink_topology '{}' is not modeled; use switch (NVSwitch) or direct (a full "
+                  "mesh of GPU-to-GPU links)",
+                  origin, topology));
+  node.nvlink_topology = topology == "direct" ? NvlinkTopology::kDirect : NvlinkTopology::kSwitch;
   node.nvlink_latency_s = bounded(reader, origin, "nvlink_latency_us", 3, 0, 1e4) * kMicro;
   node.pcie_bandwidth_bytes_per_s = physical(reader, origin, "pcie_bandwidth_gb_s", 0.01, 1e12, 64) * kGiga;
   node.inlet_c = bounded(reader, origin, "inlet_c", 25, -20, 80);
@@ -494,6 +502,7 @@ nlohmann::json to_json(const ClusterSpec& cluster) {
         {"bw_half_bytes", cluster.collective.bw_half_bytes}}},
   };
   if (gpu.peak_fp8_flops > 0) json["gpu"]["peak_fp8_tflops"] = gpu.peak_fp8_flops / kTera;
+  if (cluster.node.nvlink_topology == NvlinkTopology::kDirect) json["node"]["nvlink_topology"] = "direct";
   if (!cluster.collective.lines.empty() || !cluster.collective.p2p_lines.empty()) {
     nlohmann::json lines = nlohmann::json::object();
     const auto add = [&lines](const std::string& name, const std::vector<CollectiveLine>& list) {
@@ -506,6 +515,13 @@ nlohmann::json to_json(const ClusterSpec& cluster) {
   json["attention"] = parallel::to_string(cluster.attention);
   if (!cluster.calibration.is_null()) json["calibration"] = cluster.calibration;
   return json;
+}
+
+double nvlink_group_bandwidth(const NodeSpec& node, int members) {
+  if (node.nvlink_topology == NvlinkTopology::kSwitch || node.gpus <= 1)
+    return node.nvlink_bandwidth_bytes_per_s;
+  const int peers = std::clamp(members, 2, node.gpus) - 1;
+  return node.nvlink_bandwidth_bytes_per_s * peers / (node.gpus - 1);
 }
 
 bool supports_precision(const GpuSpec& gpu, parallel::Precision precision) {

@@ -105,11 +105,19 @@ struct GpuSpec {
   PowerControlSpec power_control;                                ///< power-cap controller dynamics
 };
 
+/// How a node's GPUs join over NVLink: through NVSwitch chips (every GPU reaches every other over all its
+/// links) or directly (a full mesh without switches, each GPU's links split evenly among its peers, as on the
+/// HGX H100 4-GPU board: 18 links a GPU, 6 a pair). docs/SIMULATOR.md "NVLink topology".
+enum class NvlinkTopology { kSwitch, kDirect };
+
 /// One node (host): GPUs, their NVLink/NVSwitch fabric, and air cooling by slot.
 struct NodeSpec {
-  int gpus = 8;                             ///< GPUs per node
-  double nvlink_bandwidth_bytes_per_s = 0;  ///< per-GPU unidirectional NVLink/NVSwitch bandwidth
-  double nvlink_latency_s = 3e-6;           ///< per-hop latency inside the node
+  int gpus = 8;  ///< GPUs per node
+  /// Per-GPU unidirectional NVLink bandwidth over all the GPU's links (through the switch, or summed over the
+  /// pairs of a direct mesh: a group reaches the share nvlink_group_bandwidth gives it).
+  double nvlink_bandwidth_bytes_per_s = 0;
+  NvlinkTopology nvlink_topology = NvlinkTopology::kSwitch;  ///< switch, or a direct full mesh
+  double nvlink_latency_s = 3e-6;                            ///< per-hop latency inside the node
   double pcie_bandwidth_bytes_per_s = 0;    ///< per-GPU PCIe bandwidth (host transfers; informational)
   double inlet_c = 25.0;                    ///< air inlet temperature of the chassis
   std::vector<double> slot_inlet_offset_c;  ///< per slot (airflow order): inlet rise seen by that GPU
@@ -195,6 +203,11 @@ nlohmann::json to_json(const ClusterSpec& cluster);
 /// One collective line as the cluster file and the calibration's provenance write it: {name, bandwidth_scale,
 /// latency_scale, call_latency_scale, members_half[, fitted_members: [min, max]]}.
 nlohmann::json to_json(const CollectiveLine& line);
+
+/// Per-GPU unidirectional NVLink bandwidth a group of `members` GPUs of one node reaches (bytes/s): through a
+/// switch all of nvlink_bandwidth_bytes_per_s; on a direct mesh the links to its fellow members only,
+/// (members - 1) / (gpus - 1) of it (a pair: one pair's links).
+double nvlink_group_bandwidth(const NodeSpec& node, int members);
 
 /// Whether `gpu` runs the linears at `precision` (FP8 needs FP8 tensor cores: peak_fp8_tflops > 0).
 bool supports_precision(const GpuSpec& gpu, parallel::Precision precision);

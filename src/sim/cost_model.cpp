@@ -257,15 +257,16 @@ double tree_all_reduce_s(const CollectiveSpec& collective, int members, double b
 double collective_time_s(const ClusterSpec& cluster, graph::CollectiveKind kind, double bytes,
                          const GroupPlacement& placement) {
   if (placement.size <= 1 || bytes <= 0) return 0;
-  const double nvlink_bw = cluster.node.nvlink_bandwidth_bytes_per_s;
   const double nvlink_latency = cluster.node.nvlink_latency_s;
   const double oversubscription = placement.cross_leaf ? cluster.network.oversubscription : 1.0;
   const double net_latency = cluster.network.latency_s * (placement.cross_leaf ? 2.0 : 1.0);
   if (placement.nodes <= 1) {
-    return flat_collective_s(cluster, Link::kNvlink, kind, placement.size, bytes, nvlink_bw, nvlink_latency);
+    return flat_collective_s(cluster, Link::kNvlink, kind, placement.size, bytes,
+                             nvlink_group_bandwidth(cluster.node, placement.size), nvlink_latency);
   }
   // Each GPU drives its own rail; per_node GPUs of one node share the node's NICs.
   const int per_node = placement.per_node;
+  const double nvlink_bw = nvlink_group_bandwidth(cluster.node, per_node);
   const double nic_bw_per_gpu = cluster.nic_bandwidth_per_gpu() / oversubscription;
   if (per_node <= 1) {
     return flat_collective_s(cluster, Link::kNetwork, kind, placement.nodes, bytes, nic_bw_per_gpu,
@@ -310,7 +311,7 @@ double p2p_time_s(const ClusterSpec& cluster, double bytes, int rank_a, int rank
   if (bytes <= 0) return 0;
   const int node_a = node_of(cluster, rank_a);
   const int node_b = node_of(cluster, rank_b);
-  double bandwidth = cluster.node.nvlink_bandwidth_bytes_per_s;
+  double bandwidth = nvlink_group_bandwidth(cluster.node, 2);
   double latency_s = cluster.node.nvlink_latency_s;
   if (node_a != node_b) {
     const bool cross_leaf =

@@ -39,9 +39,10 @@ std::vector<fs::path> quiet_runs() {
 
 /// The refit's base as bench/calibrate/h100x4_refit.sh builds it: h100-hgx-calibrated on a node of four GPUs,
 /// with h200-hgx-calibrated's collective lines and NVLink figures, and no power while waiting (the stages fit
-/// them afresh).
-fs::path refit_base() {
+/// them afresh); its GPUs joined as `topology` says.
+fs::path refit_base(sim::NvlinkTopology topology = sim::NvlinkTopology::kSwitch) {
   sim::ClusterSpec h100 = sim::load_cluster("h100-hgx-calibrated");
+  h100.node.nvlink_topology = topology;
   const sim::ClusterSpec h200 = sim::load_cluster("h200-hgx-calibrated");
   h100.node.gpus = 4;
   h100.node.slot_inlet_offset_c.resize(4);
@@ -51,7 +52,8 @@ fs::path refit_base() {
   h100.node.nvlink_latency_s = h200.node.nvlink_latency_s;
   h100.gpu.wait_power_w = 0;
   h100.gpu.wait_power_decay_s = 0;
-  const fs::path path = calo::testing::scratch_path("h100x4-base.json");
+  const fs::path path = calo::testing::scratch_path(
+      topology == sim::NvlinkTopology::kDirect ? "h100x4-base-direct.json" : "h100x4-base.json");
   std::ofstream(path) << sim::to_json(h100).dump();
   return path;
 }
@@ -95,6 +97,32 @@ TEST(H100x4, TheShippedPresetIsTheRefitAndHeldOutEveryFamilyMeetsTheTargetsButTp
       EXPECT_LE(std::fabs(step), 0.025);
     }
   }
+}
+
+// The hypothesis that this host is an HGX H100 4-GPU board (no NVSwitch, 6 NVLink4 links a pair), refuted by
+// its steps: with a pair on one pair's links and four GPUs on all of them (nvlink_group_bandwidth), no one
+// bandwidth serves both. Stage link on all 14 runs: TP4 -10 %, TP2-DP2 +6 % (a switch: +3.5 %, -0.9 %).
+TEST(H100x4, TheStepsRefuteADirectMeshOfSixLinksAPair) {
+  const auto worst_step_error = [](const Calibration& calibration, const std::string& label) {
+    for (const StageFit& stage : calibration.fit.stages) {
+      if (stage.stage != "link") continue;
+      for (const auto& [run, errors] : stage.residuals) {
+        if (run == label) return errors.at("step_time_s").get<double>();
+      }
+    }
+    ADD_FAILURE() << label << " has no link residual";
+    return 0.0;
+  };
+  CalibrateOptions options;
+  options.stages = {"link"};
+  options.leave_one_out = false;
+  const Calibration mesh =
+      calibrate(quiet_runs(), refit_base(sim::NvlinkTopology::kDirect).string(), options);
+  EXPECT_LT(worst_step_error(mesh, "fam-tp4pp1dp1cp1ep1"), -0.08);
+  EXPECT_GT(worst_step_error(mesh, "fam-tp2pp1dp2cp1ep1"), 0.04);
+  const Calibration& switched = refit();
+  EXPECT_LT(std::fabs(worst_step_error(switched, "fam-tp4pp1dp1cp1ep1")), 0.05);
+  EXPECT_LT(std::fabs(worst_step_error(switched, "fam-tp2pp1dp2cp1ep1")), 0.05);
 }
 
 TEST(H100x4, TheRefitPresetRanksTheLayoutsPicksTheBestAndPredictsThePartitionsGain) {

@@ -22,16 +22,20 @@ namespace {
 /// Enumerates `request`'s layout space `rounds` times and prints its counts and the fastest round's wall
 /// time (the enumeration is single-threaded and deterministic: the fastest round is the least disturbed).
 int time_space(const calo::plan::SearchRequest& request, int rounds) {
+  calo::plan::SpaceRequest space_request = request.space;  // the cluster's memory, node and attention
+  space_request.device_memory_bytes = request.cluster.gpu.memory_bytes;
+  space_request.gpus_per_node = request.cluster.node.gpus;
+  space_request.attention = request.cluster.attention;
   double fastest_s = 0;
   calo::plan::LayoutSpace space;
   for (int round = 0; round < rounds; ++round) {
     const auto started = std::chrono::steady_clock::now();
-    space = calo::plan::enumerate_layouts(request.space);
+    space = calo::plan::enumerate_layouts(space_request);
     const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     fastest_s = round == 0 ? wall_s : std::min(fastest_s, wall_s);
   }
-  fmt::print("# space: {} layouts, {} fit, {} invalid combinations\n", space.candidates.size(),
-             space.fitting(), space.invalid);
+  fmt::print("# space: {} layouts, {} fit, {} invalid combinations ({} by construction)\n",
+             space.candidates.size(), space.fitting(), space.invalid, space.invalid_by_construction);
   fmt::print("plan_search space: {:.1f} ms per enumeration (fastest of {}) for {} x {}\n", 1e3 * fastest_s,
              rounds, request.space.gpus, request.space.model.name);
   return 0;

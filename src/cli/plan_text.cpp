@@ -250,7 +250,7 @@ void print_search_text(const plan::SearchRequest& request, const plan::SearchRes
       fmt::print("# {}\n", line);
   }
   fmt::print(
-      "# {} {}: {}{} invalid combinations skipped, {}, {} pruned by the lower bound, "
+      "# {} {}: {}{} invalid combinations skipped{}, {}, {} pruned by the lower bound, "
       "{}{} simulated; {:.2f} s (estimated {:.0f} s)\n",
       result.evaluations.size(),
       request.power_caps_w.empty()
@@ -259,7 +259,11 @@ void print_search_text(const plan::SearchRequest& request, const plan::SearchRes
       result.excluded > 0 ? fmt::format("{} outside the constraints ({}), ", result.excluded,
                                         excluded_text(result.excluded_by))
                           : std::string(),
-      result.invalid, memory_counts(request, result), result.pruned,
+      result.invalid,
+      result.invalid_by_construction > 0
+          ? fmt::format(" ({} by construction: their schedule refuses them)", result.invalid_by_construction)
+          : std::string(),
+      memory_counts(request, result), result.pruned,
       result.too_large > 0 ? fmt::format("{} too large to simulate, ", result.too_large) : std::string(),
       result.simulated, result.wall_s, result.estimated_s);
   if (result.stopped > 0) fmt::print("# STOPPED: {}\n", stopped_text(request, result));

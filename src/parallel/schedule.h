@@ -36,8 +36,7 @@ struct PipelineShape {
 enum class PlanAxis {
   kEveryPp,      ///< at every pipeline size, pp 1 included (enumerated first)
   kPipelined,    ///< at pp > 1 only, one chunk per stage
-  kChunked,      ///< at pp > 1 with every vpp >= 2 whose chunks split the layers
-  kTwoChunks,    ///< at pp > 1 with vpp 2 where its chunks split the layers (a V)
+  kChunked,      ///< at pp > 1 with every vpp >= 2 (or its fixed_chunks alone) whose chunks split the layers
   kNotSearched,  ///< not offered: the planner's step-time bound does not hold for it
 };
 
@@ -51,6 +50,9 @@ struct ScheduleEntry {
   const char* help;   ///< what --help says of it after its name
   PlanAxis plan;      ///< how the planner searches it
   bool chunked;       ///< runs --vpp model chunks per stage: needs pp > 1, vpp >= 2, m a multiple of pp
+  /// The chunks per stage a chunked schedule runs when it runs only that many (a V: 2; --vpp must give it,
+  /// `calo plan` searches it alone); 0: any vpp >= 2.
+  int fixed_chunks;
   /// Whether a steady-state forward's exchange pairs with the next backward's (Megatron's interleaved
   /// send_forward_backward_recv batch).
   bool pairs_exchanges;
@@ -92,21 +94,21 @@ int interleaved_warmup(const PipelineShape& shape);
 
 /// The schedule table, one entry per `Schedule` in declaration order.
 inline constexpr std::array<ScheduleEntry, 5> kSchedules{{
-    {Schedule::kGpipe, "gpipe", "all forwards, then all backwards", PlanAxis::kPipelined, false, false, false,
-     false, gpipe_slots, gpipe_warmup},
+    {Schedule::kGpipe, "gpipe", "all forwards, then all backwards", PlanAxis::kPipelined, false, 0, false,
+     false, false, gpipe_slots, gpipe_warmup},
     {Schedule::k1F1B, "1f1b", "one forward, one backward after pp - stage - 1 warm-up forwards",
-     PlanAxis::kEveryPp, false, false, false, false, one_f_one_b_slots, one_f_one_b_warmup},
+     PlanAxis::kEveryPp, false, 0, false, false, false, one_f_one_b_slots, one_f_one_b_warmup},
     {Schedule::kInterleaved, "interleaved", "Megatron's interleaved 1F1B over --vpp model chunks per stage",
-     PlanAxis::kChunked, true, true, false, false, interleaved_slots, interleaved_warmup},
+     PlanAxis::kChunked, true, 0, true, false, false, interleaved_slots, interleaved_warmup},
     {Schedule::kZbH1, "zb-h1",
      "zero bubble: 1F1B with the backward split into input and weight gradients, weight gradients deferred "
      "into the bubble",
-     PlanAxis::kPipelined, false, false, true, false, zb_h1_slots, one_f_one_b_warmup},
+     PlanAxis::kPipelined, false, 0, false, true, false, zb_h1_slots, one_f_one_b_warmup},
     {Schedule::kZbV, "zb-v",
      "zero bubble V: --vpp 2 chunks per stage, chunk 0 down the stages and chunk 1 back up (the first and "
      "last "
      "layers on stage 0), the backward split, weight gradients filling the bubble",
-     PlanAxis::kTwoChunks, true, false, true, true, zb_v_slots, zb_v_warmup},
+     PlanAxis::kChunked, true, 2, false, true, true, zb_v_slots, zb_v_warmup},
 }};
 
 /// The names of `entries` in their order (the schedule axis's names).

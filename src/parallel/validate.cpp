@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -365,47 +366,48 @@ void check_batch(Layout& layout) {
       fmt::format("global batch {} / (micro-batch × dp = {}) is {} micro-batches per step, beyond the {} "
                   "one step may have (each is a run of ops in the graph); raise --mbs or lower --gbs",
                   layout.global_batch, sequences_per_step, layout.num_microbatches(), kMaxMicrobatches));
-  if (schedule_entry(layout.schedule).chunked) {
-    const int microbatches = layout.num_microbatches();
-    require_input(microbatches % layout.pp == 0,
-                  fmt::format("{} schedule needs the number of micro-batches ({} = global batch {} / "
-                              "(micro-batch × dp = {})) to be a multiple of pp={}; {} (global batch)",
-                              schedule_entry(layout.schedule).name, microbatches, layout.global_batch,
-                              sequences_per_step, layout.pp,
-                              nearby_multiples(layout.global_batch, sequences_per_step * layout.pp)));
+}
+
+/// Throws the InputError of `rule`, a rule of `layout`'s schedule it breaks on `model`
+/// (broken_schedule_rule).
+[[noreturn]] void refuse_schedule_rule(const model::ModelSpec& model, const Layout& layout,
+                                       ScheduleRule rule) {
+  const char* name = schedule_entry(layout.schedule).name;
+  const int sequences_per_step = layout.micro_batch * layout.dp;
+  switch (rule) {
+    case ScheduleRule::kMicrobatchMultiple:
+      throw InputError(
+          fmt::format("{} schedule needs the number of micro-batches ({} = global batch {} / "
+                      "(micro-batch × dp = {})) to be a multiple of pp={}; {} (global batch)",
+                      name, layout.num_microbatches(), layout.global_batch, sequences_per_step, layout.pp,
+                      nearby_multiples(layout.global_batch, sequences_per_step * layout.pp)));
+    case ScheduleRule::kUnshardedGradients:
+      throw InputError(
+          fmt::format("--schedule {} defers weight gradients past each micro-batch's backward, which "
+                      "ZeRO-2 and FSDP reduce-scatter there; use --zero 0 or 1, or --schedule 1f1b",
+                      name));
+    case ScheduleRule::kReductionAfterW:
+      throw InputError(
+          fmt::format("--schedule {} defers weight gradients into the pipeline's bubble; the gradient "
+                      "reduction waits for the last of them: drop --overlap-grad (and --overlap), or "
+                      "use --schedule 1f1b",
+                      name));
+    case ScheduleRule::kFixedChunks: {
+      const ScheduleEntry& entry = schedule_entry(layout.schedule);
+      throw InputError(fmt::format("--schedule {} runs {} model chunks per stage{}; give --vpp {} (vpp={})",
+                                   name, entry.fixed_chunks == 2 ? "two" : std::to_string(entry.fixed_chunks),
+                                   entry.v_shape ? " in a V" : "", entry.fixed_chunks,
+                                   layout.virtual_stages));
+    }
+    case ScheduleRule::kUntiedEmbeddings:
+      throw InputError(
+          fmt::format("--schedule {} puts the output layer on stage 0 beside the embedding, and {} ties "
+                      "them: untied models only; use --schedule zb-h1 or interleaved",
+                      name, model.name));
+    case ScheduleRule::kNone:
+      break;
   }
-}
-
-/// A schedule that defers weight gradients (zero bubble) needs every gradient reduction after the last W:
-/// refuses ZeRO-2/3's per-micro-batch reduce-scatters and the reduction overlapped with backward.
-void check_split_backward(const Layout& layout) {
-  const ScheduleEntry& schedule = schedule_entry(layout.schedule);
-  if (!schedule.splits_backward) return;
-  require_input(layout.zero_stage <= 1,
-                fmt::format("--schedule {} defers weight gradients past each micro-batch's backward, which "
-                            "ZeRO-2 and FSDP reduce-scatter there; use --zero 0 or 1, or --schedule 1f1b",
-                            schedule.name));
-  require_input(!layout.overlap_grad_reduce,
-                fmt::format("--schedule {} defers weight gradients into the pipeline's bubble; the gradient "
-                            "reduction waits for the last of them: drop --overlap-grad (and --overlap), or "
-                            "use --schedule 1f1b",
-                            schedule.name));
-}
-
-/// A V-shaped schedule (ZB-V) runs exactly two chunks per stage, and puts the output layer beside the
-/// embedding on stage 0: a tied embedding there has no second copy to all-reduce with, which the graph does
-/// not model.
-void check_v_shape(const model::ModelSpec& model, const Layout& layout) {
-  const ScheduleEntry& schedule = schedule_entry(layout.schedule);
-  if (!schedule.v_shape) return;
-  require_input(layout.virtual_stages == 2,
-                fmt::format("--schedule {} runs two model chunks per stage in a V; give --vpp 2 (vpp={})",
-                            schedule.name, layout.virtual_stages));
-  require_input(
-      !model.tied_embeddings,
-      fmt::format("--schedule {} puts the output layer on stage 0 beside the embedding, and {} ties "
-                  "them: untied models only; use --schedule zb-h1 or interleaved",
-                  schedule.name, model.name));
+  throw std::logic_error("refuse_schedule_rule: the layout breaks no rule of its schedule");
 }
 
 void check_overlap(const Layout& layout) {
@@ -433,10 +435,29 @@ Layout resolve_layout(const model::ModelSpec& model, Layout layout, bool sequenc
   check_stage_gpus(layout);
   check_experts(model, layout);
   check_batch(layout);
+  // The schedule's rules (broken_schedule_rule) after the batch's; its micro-batch rule before the overlap's.
+  const ScheduleRule broken = broken_schedule_rule(model, layout);
+  if (broken == ScheduleRule::kMicrobatchMultiple) refuse_schedule_rule(model, layout, broken);
   check_overlap(layout);
-  check_split_backward(layout);
-  check_v_shape(model, layout);
+  if (broken != ScheduleRule::kNone) refuse_schedule_rule(model, layout, broken);
   return layout;
+}
+
+ScheduleRule broken_schedule_rule(const model::ModelSpec& model, const Layout& layout) {
+  const ScheduleEntry& schedule = schedule_entry(layout.schedule);
+  const int sequences_per_step = layout.micro_batch * layout.dp;
+  // A chunked schedule's micro-batch groups of pp (a V's included), a split backward's gradient reductions
+  // after the last W, a fixed chunk count (a V's two), a V's output layer on stage 0 beside an embedding it
+  // cannot share.
+  if (schedule.chunked && sequences_per_step > 0 && layout.pp > 0 &&
+      (layout.global_batch / sequences_per_step) % layout.pp != 0)
+    return ScheduleRule::kMicrobatchMultiple;
+  if (schedule.splits_backward && layout.zero_stage > 1) return ScheduleRule::kUnshardedGradients;
+  if (schedule.splits_backward && layout.overlap_grad_reduce) return ScheduleRule::kReductionAfterW;
+  if (schedule.fixed_chunks > 0 && layout.virtual_stages != schedule.fixed_chunks)
+    return ScheduleRule::kFixedChunks;
+  if (schedule.v_shape && model.tied_embeddings) return ScheduleRule::kUntiedEmbeddings;
+  return ScheduleRule::kNone;
 }
 
 }  // namespace calo::parallel

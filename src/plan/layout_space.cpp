@@ -22,8 +22,9 @@ struct Sizes {
 };
 
 /// `sizes` under each schedule's plan axis (parallel/schedule.h): those searched at every pp first, then at
-/// pp > 1 the others in table order, a chunked one at every vpp >= 2 (a V at vpp 2) whose chunks split the
-/// layers evenly or as Megatron-LM's split with the embedding and the loss counted as a layer each.
+/// pp > 1 the others in table order, a chunked one at every vpp >= 2 (at its fixed_chunks alone where it
+/// has them: a V at vpp 2) whose chunks split the layers evenly or as Megatron-LM's split with the embedding
+/// and the loss counted as a layer each.
 void add_schedules(const model::ModelSpec& model, const Sizes& sizes, std::vector<Sizes>& result) {
   auto add = [&](int vpp, parallel::Schedule schedule) {
     Sizes with_schedule = sizes;
@@ -37,9 +38,10 @@ void add_schedules(const model::ModelSpec& model, const Sizes& sizes, std::vecto
   if (sizes.pp == 1) return;
   for (const parallel::ScheduleEntry& entry : parallel::kSchedules) {
     if (entry.plan == parallel::PlanAxis::kPipelined) add(1, entry.schedule);
-    if (entry.plan != parallel::PlanAxis::kChunked && entry.plan != parallel::PlanAxis::kTwoChunks) continue;
-    const int most_vpp = entry.plan == parallel::PlanAxis::kTwoChunks ? 2 : model.num_layers + 2;
-    for (int vpp = 2; vpp <= most_vpp && sizes.pp * vpp <= model.num_layers + 2; ++vpp) {
+    if (entry.plan != parallel::PlanAxis::kChunked) continue;
+    const int least_vpp = entry.fixed_chunks > 0 ? entry.fixed_chunks : 2;
+    const int most_vpp = entry.fixed_chunks > 0 ? entry.fixed_chunks : model.num_layers + 2;
+    for (int vpp = least_vpp; vpp <= most_vpp && sizes.pp * vpp <= model.num_layers + 2; ++vpp) {
       if (model.num_layers % (sizes.pp * vpp) != 0 &&
           parallel::edge_accounted_partition(model.num_layers, sizes.pp * vpp).empty())
         continue;
@@ -254,6 +256,11 @@ void enumerate_at(const SpaceRequest& request, parallel::Precision precision, La
             layout.fp8_all_gather = request.fp8_all_gather && layout.fp8_all_gather_applies();
             if (const std::string flag = request.constraints.refusing_flag(layout); !flag.empty()) {
               count_exclusion(flag, space);
+              continue;
+            }
+            if (parallel::broken_schedule_rule(request.model, layout) != parallel::ScheduleRule::kNone) {
+              ++space.invalid;  // resolve_layout would refuse it with that rule's message
+              ++space.invalid_by_construction;
               continue;
             }
             try {

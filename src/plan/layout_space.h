@@ -81,8 +81,11 @@ struct Candidate {
 /// The enumerated space.
 struct LayoutSpace {
   std::vector<Candidate> candidates;  ///< every valid layout, fitting or not
-  int invalid = 0;                    ///< combinations that parallel::resolve_layout rejected
-  int excluded = 0;                   ///< combinations outside SpaceRequest::constraints (never resolved)
+  int invalid = 0;                    ///< combinations that parallel::resolve_layout rejects
+  /// Of `invalid`, those skipped by construction: their schedule's rules refuse them
+  /// (parallel::broken_schedule_rule), so they were never resolved.
+  int invalid_by_construction = 0;
+  int excluded = 0;  ///< combinations outside SpaceRequest::constraints (never resolved)
   /// The excluded ones by the flag that excluded them (LayoutConstraints::refusing_flag), in flag order.
   std::vector<std::pair<std::string, int>> excluded_by;
   /// Number of candidates that fit memory.
@@ -106,7 +109,10 @@ bool fits_memory(const parallel::MemoryBreakdown& memory, double device_bytes,
 /// the interleaved schedule (pp > 1), gpipe and 1f1b, micro-batch (divisors of global_batch / dp), recompute
 /// none|selective|full, ZeRO 0|1|2|3 and, without cp, hybrid sharding within a node (ZeRO-3 with
 /// S = gpus_per_node / tp when 1 < S < dp divides dp; parameters resharded after forward), overlap off|all.
-/// Every combination goes through parallel::resolve_layout; the ones it rejects are counted, not kept.
+/// Every combination goes through parallel::resolve_layout; the ones it rejects are counted, not kept. Those
+/// whose schedule refuses them (parallel::broken_schedule_rule: a zero-bubble schedule with ZeRO-2/3 or an
+/// overlapped gradient reduction, a chunked one whose micro-batches are no multiple of pp, ...) are counted
+/// invalid by construction without resolving them.
 /// Throws InputError when gpus < 1 or global_batch < 1.
 LayoutSpace enumerate_layouts(const SpaceRequest& request);
 

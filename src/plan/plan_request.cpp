@@ -132,9 +132,9 @@ std::vector<std::string> best_layout_warnings(const SearchRequest& request, cons
 namespace {
 
 /// The search's counts and times, under their own names.
-CALO_JSON_WRITER(write_search_work, SearchResult, excluded, excluded_by, invalid, out_of_memory, tight,
-                 pruned, too_large, stopped, graph_ops, probe_ops, built_ops, bound_wall_s, estimated_s,
-                 simulated, wall_s)
+CALO_JSON_WRITER(write_search_work, SearchResult, excluded, excluded_by, invalid, invalid_by_construction,
+                 out_of_memory, tight, pruned, too_large, stopped, graph_ops, probe_ops, built_ops,
+                 bound_wall_s, estimated_s, simulated, wall_s)
 
 }  // namespace
 

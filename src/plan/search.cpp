@@ -741,6 +741,7 @@ SearchResult search_layouts(const SearchRequest& request) {
 
   SearchResult result;
   result.invalid = space.invalid;
+  result.invalid_by_construction = space.invalid_by_construction;
   result.excluded = space.excluded;
   result.excluded_by = space.excluded_by;
   const std::vector<double> caps_w =

@@ -105,8 +105,9 @@ struct SearchResult {
   std::vector<Evaluation> evaluations;  ///< every candidate of the space, in enumeration order
   std::vector<std::size_t> ranking;     ///< indices of kRanked evaluations, best first by the objective
   std::vector<std::size_t> pareto;      ///< indices on the Pareto front, by tokens/s descending
-  int invalid = 0;                      ///< combinations resolve_layout rejected
-  int excluded = 0;                     ///< combinations outside the request's layout constraints
+  int invalid = 0;                      ///< combinations resolve_layout rejects
+  int invalid_by_construction = 0;  ///< of them, skipped unresolved (LayoutSpace::invalid_by_construction)
+  int excluded = 0;                 ///< combinations outside the request's layout constraints
   /// The excluded ones by the flag that excluded them (LayoutSpace::excluded_by).
   std::vector<std::pair<std::string, int>> excluded_by;
   int simulated = 0;      ///< layouts simulated

@@ -401,6 +401,51 @@ TEST(Validate, InterleavedMicrobatchesMustBeMultipleOfPp) {
   EXPECT_EQ(error_of(dense_model(), layout), "(accepted)");
 }
 
+// Issue 68: a schedule's rules have one home, broken_schedule_rule, which resolve_layout refuses by (each
+// with its message, in the order it checked them before) and `calo plan`'s enumeration skips by without
+// resolving.
+TEST(Validate, EachScheduleRuleIsRefusedWithItsMessage) {
+  Layout layout;
+  layout.pp = 4;
+  layout.dp = 2;
+  layout.global_batch = 16;  // 8 micro-batches
+  layout.schedule = Schedule::kZbH1;
+  EXPECT_EQ(broken_schedule_rule(dense_model(), layout), ScheduleRule::kNone);
+  EXPECT_EQ(error_of(dense_model(), layout), "(accepted)");
+  layout.zero_stage = 2;
+  EXPECT_EQ(broken_schedule_rule(dense_model(), layout), ScheduleRule::kUnshardedGradients);
+  EXPECT_EQ(
+      error_of(dense_model(), layout),
+      "--schedule zb-h1 defers weight gradients past each micro-batch's backward, which ZeRO-2 and FSDP "
+      "reduce-scatter there; use --zero 0 or 1, or --schedule 1f1b");
+  layout.zero_stage = 1;
+  layout.overlap_grad_reduce = true;
+  EXPECT_EQ(broken_schedule_rule(dense_model(), layout), ScheduleRule::kReductionAfterW);
+  EXPECT_NE(error_of(dense_model(), layout).find("the gradient reduction waits for the last of them"),
+            std::string::npos);
+  layout.overlap_grad_reduce = false;
+  layout.schedule = Schedule::kZbV;
+  layout.virtual_stages = 2;
+  EXPECT_EQ(broken_schedule_rule(dense_model(), layout), ScheduleRule::kNone);
+  EXPECT_EQ(error_of(dense_model(), layout), "(accepted)");
+  layout.global_batch = 12;  // 6 micro-batches: no multiple of pp, and ZeRO-2 besides: the batch rule first
+  layout.zero_stage = 2;
+  EXPECT_EQ(broken_schedule_rule(dense_model(), layout), ScheduleRule::kMicrobatchMultiple);
+  EXPECT_NE(error_of(dense_model(), layout).find("zb-v schedule needs the number of micro-batches (6"),
+            std::string::npos);
+  layout.global_batch = 16;
+  layout.zero_stage = 0;
+  layout.virtual_stages = 4;
+  EXPECT_EQ(broken_schedule_rule(dense_model(), layout), ScheduleRule::kFixedChunks);
+  EXPECT_EQ(error_of(dense_model(), layout),
+            "--schedule zb-v runs two model chunks per stage in a V; give --vpp 2 (vpp=4)");
+  layout.virtual_stages = 2;
+  model::ModelSpec tied = dense_model();
+  tied.tied_embeddings = true;
+  EXPECT_EQ(broken_schedule_rule(tied, layout), ScheduleRule::kUntiedEmbeddings);
+  EXPECT_NE(error_of(tied, layout).find("dense-80l ties them: untied models only"), std::string::npos);
+}
+
 TEST(Validate, ExpertParallelOnlyForMoe) {
   Layout layout;
   layout.dp = 4;

@@ -141,7 +141,8 @@ TEST(ZeroBubbleSchedule, ZbVIsOneTableEntry) {
   const ScheduleEntry& entry = schedule_entry(Schedule::kZbV);
   EXPECT_TRUE(entry.splits_backward && entry.v_shape && entry.chunked);
   EXPECT_FALSE(entry.pairs_exchanges);
-  EXPECT_EQ(entry.plan, PlanAxis::kTwoChunks);
+  EXPECT_EQ(entry.plan, PlanAxis::kChunked);
+  EXPECT_EQ(entry.fixed_chunks, 2);
 }
 
 }  // namespace

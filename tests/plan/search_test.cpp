@@ -187,6 +187,24 @@ TEST(LayoutSpace, ConstraintsKeepOnlyTheGivenSettingsAndCountTheRest) {
   }
 }
 
+// Issue 68: the combinations a schedule refuses (zero bubble with ZeRO-2/3, ...) are counted invalid by
+// construction, never resolved; every candidate keeps its schedule's rules.
+TEST(LayoutSpace, CombinationsTheirScheduleRefusesAreCountedInvalidWithoutResolving) {
+  SpaceRequest request = small_request().space;
+  request.device_memory_bytes = sim::load_cluster("h200-hgx").gpu.memory_bytes;
+  const LayoutSpace space = enumerate_layouts(request);
+  EXPECT_GT(space.invalid_by_construction, 0);
+  EXPECT_LE(space.invalid_by_construction, space.invalid);  // any others refused by resolve_layout
+  for (const Candidate& candidate : space.candidates)
+    EXPECT_EQ(parallel::broken_schedule_rule(request.model, candidate.layout), parallel::ScheduleRule::kNone);
+  request.constraints.schedule = {parallel::Schedule::kZbH1};
+  request.constraints.zero_stage = {2, 3};
+  const LayoutSpace refused = enumerate_layouts(request);
+  EXPECT_TRUE(refused.candidates.empty());
+  EXPECT_GT(refused.invalid, 0);
+  EXPECT_EQ(refused.invalid_by_construction, refused.invalid);
+}
+
 // Issue 62: --recompute op (torchtitan's op-level checkpointing) was no mode of the space, so `calo plan
 // --recompute op` found nothing; it is searched when asked for and in torchtitan's jobs, never for MoE.
 TEST(LayoutSpace, OpLevelRecomputeIsSearchedWhenAskedForOrForTorchtitan) {

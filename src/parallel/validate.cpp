@@ -200,7 +200,7 @@ void check_sequence(const Layout& layout) {
   }
 }
 
-void check_context_parallel(const model::ModelSpec& model, const Layout& layout) {
+void check_context_parallel(const Layout& layout) {
   if (layout.cp == 1) return;
   require_input(is_fused(layout.attention),
                 fmt::format("cp={} needs the fused attention core (context parallelism runs flash-attention "
@@ -430,7 +430,7 @@ Layout resolve_layout(const model::ModelSpec& model, Layout layout, bool sequenc
   if (layout.tp == 1) layout.sequence_parallel = false;
   if (layout.seq_length == 0) layout.seq_length = model.seq_length;
   check_sequence(layout);
-  check_context_parallel(model, layout);
+  check_context_parallel(layout);
   check_pipeline(model, layout);
   check_stage_gpus(layout);
   check_experts(model, layout);

@@ -424,7 +424,7 @@ void require_resolved(const Layout& layout, int stage) {
   require_input(stage >= 0 && stage < layout.pp,
                 "stage " + std::to_string(stage) + " is outside 0.." + std::to_string(layout.pp - 1));
   require_input(layout.tp >= 1 && layout.cp >= 1 && layout.pp >= 1 && layout.dp >= 1 && layout.ep >= 1 &&
-                    layout.virtual_stages >= 1 && (layout.dp * layout.cp) % layout.ep == 0,
+                    layout.virtual_stages >= 1 && layout.ep_divides_replicas(),
                 "memory needs a resolved layout (sizes >= 1, ep divides dp x cp); got " + describe(layout));
   require_input(layout.global_batch > 0,
                 "memory needs a resolved layout (global batch set); got " + describe(layout));

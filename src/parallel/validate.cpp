@@ -345,7 +345,7 @@ void check_experts(const model::ModelSpec& model, const Layout& layout) {
   const int replicas = layout.dp * layout.cp;
   std::vector<int> valid_ep = core::divisors(std::gcd(replicas, model.num_experts));
   require_input(
-      replicas % layout.ep == 0,
+      layout.ep_divides_replicas(),
       fmt::format("ep={} does not divide dp x cp = {} x {} (expert parallelism is carved out of the "
                   "data- and context-parallel ranks, as in Megatron-Core); {}",
                   layout.ep, layout.dp, layout.cp, nearby(valid_ep, layout.ep, "ep=")));

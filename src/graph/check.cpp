@@ -709,7 +709,7 @@ CommVolumes expected_comm_volumes(const model::ModelSpec& model, const parallel:
   add_expected_dp_bytes(model, layout, sym, volumes);
 
   // Pipeline: every virtual-stage boundary between two stages carries one activation forward and one gradient
-  // backward (all of them but a V's turn, which stays on the last stage).
+  // backward (a boundary whose two virtual stages run on one stage carries nothing).
   int crossings = 0;
   for (int boundary = 0; boundary + 1 < sym.virtual_stages; ++boundary)
     if (parallel::stage_of_virtual(layout, boundary) != parallel::stage_of_virtual(layout, boundary + 1))

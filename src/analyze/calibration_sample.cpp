@@ -5,10 +5,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <array>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "core/device_names.h"
+#include "core/enum_names.h"
 
 namespace calo::analyze {
 namespace {
@@ -98,17 +100,8 @@ std::string describe_sample(const CalibrationSample& sample) {
 }
 
 std::string to_string(SampleKind kind) {
-  switch (kind) {
-    case SampleKind::kInSample:
-      return "in-sample";
-    case SampleKind::kOutOfSample:
-      return "out-of-sample";
-    case SampleKind::kUncalibrated:
-      return "uncalibrated";
-    case SampleKind::kNone:
-      break;
-  }
-  return "";
+  static constexpr std::array<const char*, 4> kNames{"", "uncalibrated", "in-sample", "out-of-sample"};
+  return core::enum_name(kind, kNames, "");
 }
 
 bool has_placeholder_power(const RunAnalysis& run) {

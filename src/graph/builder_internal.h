@@ -193,11 +193,9 @@ struct BuilderCore {
   /// there are more keys than queries. cp_step / cp_gathered mark context-parallel ops (AttentionShape).
   int attention_op(bool backward, std::int64_t queries, std::int64_t keys, bool causal, int cp_step,
                    int cp_gathered = 0);
-  /// The FFN activation (activation_flops names them) over `tokens` rows of `ffn_per_rank` outputs (dense and
-  /// expert FFNs).
+  /// The FFN activation (its FLOPs per element from model::kActivations) over `tokens` rows of `ffn_per_rank`
+  /// outputs (dense and expert FFNs).
   void activation(double tokens, std::int64_t ffn_per_rank, bool backward);
-  /// FLOPs per output element of the FFN activation `activation` (forward).
-  static double activation_flops(model::Activation activation);
 
   /// Bytes of one micro-batch's activation inside the tensor-parallel region (bf16, T x hidden).
   double activation_bytes() const { return kBf16Bytes * static_cast<double>(dims.tokens * dims.hidden); }

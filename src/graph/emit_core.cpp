@@ -167,23 +167,7 @@ void BuilderCore::activation(double tokens, std::int64_t ffn_per_rank, bool back
   const double in = model::is_gated(model.activation) ? 2.0 * out : out;
   const double bytes = backward ? (2.0 * in + out) * kBf16Bytes : (in + out) * kBf16Bytes;
   elementwise(ElementwiseKind::kActivation, bytes,
-              (backward ? 2.0 : 1.0) * activation_flops(model.activation) * out);
-}
-
-double BuilderCore::activation_flops(model::Activation activation) {
-  // FLOPs per output element: SwiGLU's sigmoid, product and gate 6, GELU's tanh form 8, GeGLU's GELU and the
-  // gate's product 9, squared ReLU's max and square 2.
-  switch (activation) {
-    case model::Activation::kSwiGlu:
-      return 6.0;
-    case model::Activation::kSquaredRelu:
-      return 2.0;
-    case model::Activation::kGeGlu:
-      return 9.0;
-    case model::Activation::kGelu:
-      break;
-  }
-  return 8.0;
+              (backward ? 2.0 : 1.0) * model::activation_entry(model.activation).flops_per_element * out);
 }
 
 std::vector<int> BuilderCore::forward_units(int chunk) const {

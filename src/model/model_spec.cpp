@@ -9,15 +9,39 @@
 namespace calo::model {
 namespace {
 
+static_assert(
+    [] {
+      for (std::size_t index = 0; index < kActivations.size(); ++index)
+        if (static_cast<std::size_t>(kActivations[index].activation) != index) return false;
+      return true;
+    }(),
+    "kActivations lists the activations in declaration order");
+
+/// The name and the value of one choice: a (name, value) pair, or an activation's table entry.
 template <typename Enum>
+std::pair<const char*, Enum> choice_of(const std::pair<const char*, Enum>& choice) {
+  return choice;
+}
+std::pair<const char*, Activation> choice_of(const ActivationEntry& entry) {
+  return {entry.name, entry.activation};
+}
+
+/// The value of the choice named `text` among `choices`; InputError naming `key` and every choice otherwise.
+template <typename Enum, typename Choices>
 Enum parse_choice(const std::string& text, const std::string& key, const std::string& origin,
-                  std::initializer_list<std::pair<const char*, Enum>> choices) {
+                  const Choices& choices) {
   std::string names;
-  for (const auto& [name, value] : choices) {
+  for (const auto& choice : choices) {
+    const auto [name, value] = choice_of(choice);
     if (text == name) return value;
     names += (names.empty() ? "" : ", ") + std::string(name);
   }
   throw InputError(origin + ": '" + key + "' must be one of " + names + ", got '" + text + "'");
+}
+template <typename Enum>
+Enum parse_choice(const std::string& text, const std::string& key, const std::string& origin,
+                  std::initializer_list<std::pair<const char*, Enum>> choices) {
+  return parse_choice<Enum, std::initializer_list<std::pair<const char*, Enum>>>(text, key, origin, choices);
 }
 
 }  // namespace
@@ -71,11 +95,8 @@ ModelSpec parse_model_spec(const nlohmann::json& object, const std::string& orig
   spec.head_dim = reader.has("head_dim") ? positive("head_dim") : spec.hidden_size / spec.num_attention_heads;
   spec.vocab_size = positive("vocab_size");
   spec.seq_length = positive("seq_length");
-  spec.activation = parse_choice<Activation>(reader.get_string("activation", "swiglu"), "activation", origin,
-                                             {{"gelu", Activation::kGelu},
-                                              {"swiglu", Activation::kSwiGlu},
-                                              {"squared_relu", Activation::kSquaredRelu},
-                                              {"geglu", Activation::kGeGlu}});
+  spec.activation =
+      parse_choice<Activation>(reader.get_string("activation", "swiglu"), "activation", origin, kActivations);
   spec.norm = parse_choice<NormKind>(reader.get_string("norm", "rmsnorm"), "norm", origin,
                                      {{"layernorm", NormKind::kLayerNorm}, {"rmsnorm", NormKind::kRmsNorm}});
   spec.position_embedding = parse_choice<PositionEmbedding>(
@@ -116,20 +137,6 @@ ModelSpec parse_model_spec(const nlohmann::json& object, const std::string& orig
   return spec;
 }
 
-const char* activation_label(Activation activation) {
-  switch (activation) {
-    case Activation::kGelu:
-      return "GELU";
-    case Activation::kSquaredRelu:
-      return "squared ReLU";
-    case Activation::kGeGlu:
-      return "GeGLU";
-    case Activation::kSwiGlu:
-      break;
-  }
-  return "SwiGLU";
-}
-
 ModelSpec load_model(const std::string& name_or_path) {
   nlohmann::json object = core::load_preset_or_file("models", name_or_path);
   return parse_model_spec(object, name_or_path);
@@ -142,28 +149,13 @@ CALO_JSON_WRITER(write_plain_fields, ModelSpec, name, num_layers, hidden_size, f
                  num_attention_heads, num_kv_heads, head_dim, vocab_size, seq_length, tied_embeddings,
                  linear_bias, num_experts, moe_top_k, dropout)
 
-/// The activation's name in a model file.
-const char* activation_name(Activation activation) {
-  switch (activation) {
-    case Activation::kGelu:
-      return "gelu";
-    case Activation::kSquaredRelu:
-      return "squared_relu";
-    case Activation::kGeGlu:
-      return "geglu";
-    case Activation::kSwiGlu:
-      break;
-  }
-  return "swiglu";
-}
-
 }  // namespace
 
 nlohmann::json to_json(const ModelSpec& spec) {
   nlohmann::json json;
   write_plain_fields(json, spec);
   json.update(
-      {{"activation", activation_name(spec.activation)},
+      {{"activation", activation_entry(spec.activation).name},
        {"norm", spec.norm == NormKind::kLayerNorm ? "layernorm" : "rmsnorm"},
        {"position_embedding", spec.position_embedding == PositionEmbedding::kLearned ? "learned" : "rope"},
        {"dtype", spec.bytes_dtype}});

@@ -1,6 +1,8 @@
 // Transformer architecture description (dense GPT/Llama-style and Mixtral-style MoE), loaded from YAML.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -9,12 +11,35 @@ namespace calo::model {
 /// Feed-forward activation: GELU or squared ReLU (Nemotron-4: relu(x)^2), two matrices each, or a gated one,
 /// SwiGLU (Llama) or GeGLU (Grok-1: gelu(gate) * up), with gate, up and down: three matrices.
 enum class Activation { kGelu, kSwiGlu, kSquaredRelu, kGeGlu };
+/// One activation, the one home of what is known of it: its names, its gate and its cost.
+struct ActivationEntry {
+  Activation activation;     ///< the enumerator; entries run in declaration order
+  const char* name;          ///< its name in a model file ("swiglu")
+  const char* label;         ///< as a person reads it ("SwiGLU")
+  bool gated;                ///< gate and up projections (three matrices) instead of one (two matrices)
+  double flops_per_element;  ///< forward FLOPs per output element of the activation op
+};
+/// The activation table, one entry per `Activation` in declaration order. FLOPs per output element: GELU's
+/// tanh form 8, SwiGLU's sigmoid, product and gate 6, squared ReLU's max and square 2, GeGLU's GELU and the
+/// gate's product 9.
+inline constexpr std::array<ActivationEntry, 4> kActivations{{
+    {Activation::kGelu, "gelu", "GELU", false, 8.0},
+    {Activation::kSwiGlu, "swiglu", "SwiGLU", true, 6.0},
+    {Activation::kSquaredRelu, "squared_relu", "squared ReLU", false, 2.0},
+    {Activation::kGeGlu, "geglu", "GeGLU", true, 9.0},
+}};
+/// The table entry of `activation` (kActivations is in declaration order: checked where it is defined).
+inline const ActivationEntry& activation_entry(Activation activation) {
+  return kActivations.at(static_cast<std::size_t>(activation));
+}
 /// Whether the FFN is gated (gate and up projections, three matrices): SwiGLU and GeGLU.
 inline bool is_gated(Activation activation) {
-  return activation == Activation::kSwiGlu || activation == Activation::kGeGlu;
+  return activation_entry(activation).gated;
 }
 /// The activation as a person reads it: "GELU", "SwiGLU", "GeGLU" or "squared ReLU".
-const char* activation_label(Activation activation);
+inline const char* activation_label(Activation activation) {
+  return activation_entry(activation).label;
+}
 /// Normalization: LayerNorm (scale + bias) or RMSNorm (scale only).
 enum class NormKind { kLayerNorm, kRmsNorm };
 /// Position encoding: learned absolute embeddings (GPT-3) or rotary (Llama, Mixtral; no parameters).

@@ -63,7 +63,7 @@ struct Layout {
   CpComm cp_comm = CpComm::kP2p;   ///< K/V exchange of context-parallel attention
   int pp = 1;                      ///< pipeline-parallel size (stages)
   int dp = 1;                      ///< data-parallel size (replicas of the dense part)
-  int ep = 1;                      ///< expert-parallel size (MoE only); divides dp
+  int ep = 1;                      ///< expert-parallel size (MoE only); divides dp * cp
   bool sequence_parallel = false;  ///< split norm/dropout activations over tp (default on when tp > 1)
   int zero_stage = 0;  ///< 0 none, 1 optimizer state sharded, 2 + gradients sharded, 3 fully sharded (FSDP)
   /// ZeRO-3 shard group size S (hybrid sharding, HSDP): parameters are sharded over S consecutive dp ranks
@@ -118,6 +118,9 @@ struct Layout {
   int world_size() const { return tp * cp * pp * dp; }
   /// Ranks that hold the same parameter shard (gradient-reduction and ZeRO group size): dp * cp.
   int grad_reduce_size() const { return dp * cp; }
+  /// Whether ep divides the dp * cp replicas it is carved out of (Megatron-Core's rule; the one home of it:
+  /// validation, the rank map and the memory model ask here).
+  bool ep_divides_replicas() const { return ep >= 1 && (dp * cp) % ep == 0; }
   /// Expert-data-parallel group size: dp * cp / ep (Megatron-Core carves ep out of the dp * cp ranks).
   int expert_dp_size() const { return dp * cp / ep; }
   /// `rank`'s index among its stage's dp * cp replicas, cp_index + cp * dp_index (rank order tp-cp-dp-pp).

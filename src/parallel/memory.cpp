@@ -268,8 +268,8 @@ ActivationPeak peak_activations(const Layout& layout, int stage, const std::vect
     peak.temporaries_from_recompute = from_recompute;
     peak.microbatches = static_cast<int>(alive_chunks.size());
   };
-  // A split backward (zero bubble) holds a micro-batch's activations from its B until its W.
-  const bool split = schedule_entry(layout.schedule).splits_backward;
+  // The pass that ends a micro-batch's activations on its chunk: the schedule's lifetime rule.
+  const PassKind frees = activations_freed_by(layout);
   for (const PipelineSlot& slot : stage_schedule(layout, stage)) {
     const ChunkActivations& chunk = chunks.at(slot.chunk);
     if (slot.pass == PassKind::kForward) {
@@ -278,7 +278,7 @@ ActivationPeak peak_activations(const Layout& layout, int stage, const std::vect
       consider(slot.chunk == transient.second ? transient.first : 0.0, false);
     } else {
       if (slot.pass == PassKind::kBackward) consider(backward_transient.at(slot.chunk), true);
-      if (split && slot.pass == PassKind::kBackward) continue;
+      if (slot.pass != frees) continue;
       add(chunk, -1);
       auto found = alive_chunks.find(slot.microbatch);
       if (found != alive_chunks.end() && --found->second == 0) alive_chunks.erase(found);
@@ -424,7 +424,7 @@ void require_resolved(const Layout& layout, int stage) {
   require_input(stage >= 0 && stage < layout.pp,
                 "stage " + std::to_string(stage) + " is outside 0.." + std::to_string(layout.pp - 1));
   require_input(layout.tp >= 1 && layout.cp >= 1 && layout.pp >= 1 && layout.dp >= 1 && layout.ep >= 1 &&
-                    layout.virtual_stages >= 1 && (layout.dp * layout.cp) % layout.ep == 0,
+                    layout.virtual_stages >= 1 && layout.ep_divides_replicas(),
                 "memory needs a resolved layout (sizes >= 1, ep divides dp x cp); got " + describe(layout));
   require_input(layout.global_batch > 0,
                 "memory needs a resolved layout (global batch set); got " + describe(layout));

@@ -10,20 +10,14 @@
 
 namespace calo::parallel {
 
-RankMap::RankMap(const Layout& layout)
-    : tp_(layout.tp),
-      cp_(layout.cp),
-      dp_(layout.dp),
-      pp_(layout.pp),
-      ep_(layout.ep),
-      shard_(layout.shard_size()) {
-  require_input(tp_ >= 1 && cp_ >= 1 && dp_ >= 1 && pp_ >= 1 && ep_ >= 1,
-                fmt::format("rank map: sizes must be >= 1 (tp={}, cp={}, dp={}, pp={}, ep={})", tp_, cp_, dp_,
-                            pp_, ep_));
-  require_input((dp_ * cp_) % ep_ == 0,
-                fmt::format("rank map: ep={} does not divide dp x cp = {} x {}", ep_, dp_, cp_));
-  require_input(shard_ >= 1 && dp_ % shard_ == 0,
-                fmt::format("rank map: shard group {} does not divide dp={}", shard_, dp_));
+RankMap::RankMap(const Layout& layout) : layout_(layout), shard_(layout.shard_size()) {
+  require_input(layout_.tp >= 1 && layout_.cp >= 1 && layout_.dp >= 1 && layout_.pp >= 1 && layout_.ep >= 1,
+                fmt::format("rank map: sizes must be >= 1 (tp={}, cp={}, dp={}, pp={}, ep={})", layout_.tp,
+                            layout_.cp, layout_.dp, layout_.pp, layout_.ep));
+  require_input(layout.ep_divides_replicas(), fmt::format("rank map: ep={} does not divide dp x cp = {} x {}",
+                                                          layout_.ep, layout_.dp, layout_.cp));
+  require_input(shard_ >= 1 && layout_.dp % shard_ == 0,
+                fmt::format("rank map: shard group {} does not divide dp={}", shard_, layout_.dp));
 }
 
 RankCoord RankMap::coord(int rank) const {
@@ -31,51 +25,55 @@ RankCoord RankMap::coord(int rank) const {
     throw std::out_of_range(fmt::format("rank {} outside world of {}", rank, world_size()));
   }
   RankCoord result;
-  result.tp = rank % tp_;
-  result.cp = (rank / tp_) % cp_;
-  result.dp = (rank / (tp_ * cp_)) % dp_;
-  result.pp = rank / (tp_ * cp_ * dp_);
-  const int replica = result.cp + cp_ * result.dp;  // ep is carved out of the dp * cp replicas
-  result.ep = replica % ep_;
-  result.edp = replica / ep_;
+  result.tp = rank % layout_.tp;
+  result.cp = (rank / layout_.tp) % layout_.cp;
+  result.dp = (rank / (layout_.tp * layout_.cp)) % layout_.dp;
+  result.pp = rank / (layout_.tp * layout_.cp * layout_.dp);
+  result.ep = layout_.ep_index(rank);  // ep is carved out of the dp * cp replicas
+  result.edp = layout_.replica_index(rank) / layout_.ep;
   result.shard = result.dp % shard_;
   result.replicate = result.dp / shard_;
   return result;
 }
 
 int RankMap::rank_of(int tp_index, int cp_index, int dp_index, int pp_index) const {
-  if (tp_index < 0 || tp_index >= tp_ || cp_index < 0 || cp_index >= cp_ || dp_index < 0 || dp_index >= dp_ ||
-      pp_index < 0 || pp_index >= pp_) {
+  if (tp_index < 0 || tp_index >= layout_.tp || cp_index < 0 || cp_index >= layout_.cp || dp_index < 0 ||
+      dp_index >= layout_.dp || pp_index < 0 || pp_index >= layout_.pp) {
     throw std::out_of_range(fmt::format("coordinates tp={} cp={} dp={} pp={} outside tp{} cp{} dp{} pp{}",
-                                        tp_index, cp_index, dp_index, pp_index, tp_, cp_, dp_, pp_));
+                                        tp_index, cp_index, dp_index, pp_index, layout_.tp, layout_.cp,
+                                        layout_.dp, layout_.pp));
   }
-  return tp_index + tp_ * (cp_index + cp_ * (dp_index + dp_ * pp_index));
+  return tp_index + layout_.tp * (cp_index + layout_.cp * (dp_index + layout_.dp * pp_index));
+}
+
+RankMap::Place RankMap::place(GroupKind kind, const RankCoord& at) const {
+  switch (kind) {
+    case GroupKind::kTp:
+      return {at.tp, layout_.tp};
+    case GroupKind::kDp:
+      return {at.dp, layout_.dp};
+    case GroupKind::kPp:
+      return {at.pp, layout_.pp};
+    case GroupKind::kEp:
+      return {at.ep, layout_.ep};
+    case GroupKind::kExpertDp:
+      return {at.edp, layout_.dp * layout_.cp / layout_.ep};
+    case GroupKind::kEmbedding:
+      return {at.pp == 0 ? 0 : (at.pp == layout_.pp - 1 ? 1 : -1), layout_.pp > 1 ? 2 : 1};
+    case GroupKind::kDpShard:
+      return {at.shard, shard_};
+    case GroupKind::kDpReplicate:
+      return {at.replicate, layout_.dp / shard_};
+    case GroupKind::kCp:
+      return {at.cp, layout_.cp};
+    case GroupKind::kDpCp:
+      return {at.cp + layout_.cp * at.dp, layout_.dp * layout_.cp};
+  }
+  throw std::logic_error("unknown group kind");
 }
 
 int RankMap::group_size(GroupKind kind) const {
-  switch (kind) {
-    case GroupKind::kTp:
-      return tp_;
-    case GroupKind::kDp:
-      return dp_;
-    case GroupKind::kPp:
-      return pp_;
-    case GroupKind::kEp:
-      return ep_;
-    case GroupKind::kExpertDp:
-      return dp_ * cp_ / ep_;
-    case GroupKind::kEmbedding:
-      return pp_ > 1 ? 2 : 1;
-    case GroupKind::kDpShard:
-      return shard_;
-    case GroupKind::kDpReplicate:
-      return dp_ / shard_;
-    case GroupKind::kCp:
-      return cp_;
-    case GroupKind::kDpCp:
-      return dp_ * cp_;
-  }
-  throw std::logic_error("unknown group kind");
+  return place(kind, RankCoord{}).size;
 }
 
 std::vector<int> RankMap::group(GroupKind kind, int rank) const {
@@ -91,31 +89,31 @@ std::vector<int> RankMap::group(GroupKind kind, int rank) const {
   const auto replica_slice = [&](int first, int stride, int count) {
     for (int index = 0; index < count; ++index) {
       const int replica = first + stride * index;
-      members.push_back(rank_of(at.tp, replica % cp_, replica / cp_, at.pp));
+      members.push_back(rank_of(at.tp, replica % layout_.cp, replica / layout_.cp, at.pp));
     }
   };
   switch (kind) {
     case GroupKind::kTp:
-      for (int index = 0; index < tp_; ++index) members.push_back(rank_of(index, at.cp, at.dp, at.pp));
+      for (int index = 0; index < layout_.tp; ++index) members.push_back(rank_of(index, at.cp, at.dp, at.pp));
       break;
     case GroupKind::kDp:
-      dp_slice(0, 1, dp_);
+      dp_slice(0, 1, layout_.dp);
       break;
     case GroupKind::kPp:
-      for (int index = 0; index < pp_; ++index) members.push_back(rank_of(at.tp, at.cp, at.dp, index));
+      for (int index = 0; index < layout_.pp; ++index) members.push_back(rank_of(at.tp, at.cp, at.dp, index));
       break;
     case GroupKind::kEp:
       // Same expert-data-parallel index: replicas edp*ep .. edp*ep + ep-1 (consecutive).
-      replica_slice(at.edp * ep_, 1, ep_);
+      replica_slice(at.edp * layout_.ep, 1, layout_.ep);
       break;
     case GroupKind::kExpertDp:
       // Same expert-parallel index: replicas ep_index + ep*k (strided by ep).
-      replica_slice(at.ep, ep_, dp_ * cp_ / ep_);
+      replica_slice(at.ep, layout_.ep, layout_.dp * layout_.cp / layout_.ep);
       break;
     case GroupKind::kEmbedding:
-      if (at.pp == 0 || at.pp == pp_ - 1) {
+      if (at.pp == 0 || at.pp == layout_.pp - 1) {
         members.push_back(rank_of(at.tp, at.cp, at.dp, 0));
-        if (pp_ > 1) members.push_back(rank_of(at.tp, at.cp, at.dp, pp_ - 1));
+        if (layout_.pp > 1) members.push_back(rank_of(at.tp, at.cp, at.dp, layout_.pp - 1));
       }
       break;
     case GroupKind::kDpShard:
@@ -124,50 +122,28 @@ std::vector<int> RankMap::group(GroupKind kind, int rank) const {
       break;
     case GroupKind::kDpReplicate:
       // Same shard index: dp indices shard + S*k (strided by S).
-      dp_slice(at.shard, shard_, dp_ / shard_);
+      dp_slice(at.shard, shard_, layout_.dp / shard_);
       break;
     case GroupKind::kCp:
-      for (int index = 0; index < cp_; ++index) members.push_back(rank_of(at.tp, index, at.dp, at.pp));
+      for (int index = 0; index < layout_.cp; ++index) members.push_back(rank_of(at.tp, index, at.dp, at.pp));
       break;
     case GroupKind::kDpCp:
       // cp varies faster than dp in the rank order, so (dp, cp) in this nesting is ascending.
-      for (int dp_index = 0; dp_index < dp_; ++dp_index)
-        for (int index = 0; index < cp_; ++index) members.push_back(rank_of(at.tp, index, dp_index, at.pp));
+      for (int dp_index = 0; dp_index < layout_.dp; ++dp_index)
+        for (int index = 0; index < layout_.cp; ++index)
+          members.push_back(rank_of(at.tp, index, dp_index, at.pp));
       break;
   }
   return members;  // ascending by construction: the varying index is the only one that changes
 }
 
 int RankMap::index_in_group(GroupKind kind, int rank) const {
-  const RankCoord at = coord(rank);
-  switch (kind) {
-    case GroupKind::kTp:
-      return at.tp;
-    case GroupKind::kDp:
-      return at.dp;
-    case GroupKind::kPp:
-      return at.pp;
-    case GroupKind::kEp:
-      return at.ep;
-    case GroupKind::kExpertDp:
-      return at.edp;
-    case GroupKind::kEmbedding:
-      return at.pp == 0 ? 0 : (at.pp == pp_ - 1 ? 1 : -1);
-    case GroupKind::kDpShard:
-      return at.shard;
-    case GroupKind::kDpReplicate:
-      return at.replicate;
-    case GroupKind::kCp:
-      return at.cp;
-    case GroupKind::kDpCp:
-      return at.cp + cp_ * at.dp;
-  }
-  throw std::logic_error("unknown group kind");
+  return place(kind, coord(rank)).index;
 }
 
 std::vector<std::vector<int>> RankMap::all_groups(GroupKind kind) const {
   std::vector<std::vector<int>> groups;
-  if (kind == GroupKind::kEmbedding && pp_ == 1) return groups;
+  if (kind == GroupKind::kEmbedding && layout_.pp == 1) return groups;
   groups.reserve(world_size() / group_size(kind));
   for (int rank = 0; rank < world_size(); ++rank) {
     if (index_in_group(kind, rank) == 0) groups.push_back(group(kind, rank));

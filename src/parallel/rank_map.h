@@ -62,7 +62,7 @@ class RankMap {
   /// Position of `rank` within its `kind` group (-1: kEmbedding on a middle stage).
   int index_in_group(GroupKind kind, int rank) const;
   /// Number of ranks.
-  int world_size() const { return tp_ * cp_ * dp_ * pp_; }
+  int world_size() const { return layout_.world_size(); }
   /// Size of every `kind` group (tp, dp, pp, ep, dp * cp / ep, 2 for kEmbedding (1 when pp = 1), S, dp / S,
   /// cp, dp * cp).
   int group_size(GroupKind kind) const;
@@ -71,8 +71,16 @@ class RankMap {
   std::vector<std::vector<int>> all_groups(GroupKind kind) const;
 
  private:
-  int tp_, cp_, dp_, pp_, ep_;
-  int shard_;  ///< hybrid-sharding shard group size S (dp when not hybrid)
+  /// A rank's position within its group of one kind (-1: none) and that group's size.
+  struct Place {
+    int index;
+    int size;
+  };
+  /// The place of the rank at `at` in its `kind` group: the one switch over the kinds' arithmetic.
+  Place place(GroupKind kind, const RankCoord& at) const;
+
+  Layout layout_;  ///< the layout mapped (its replica and ep indices are the rank map's)
+  int shard_;      ///< hybrid-sharding shard group size S (dp when not hybrid)
 };
 
 /// Name of a group kind ("tp", "dp", "pp", "ep", "edp", "embedding", "dp_shard", "dp_replicate", "cp",

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "core/divisors.h"
 #include "core/error.h"
 
 namespace calo::parallel {
@@ -242,6 +243,76 @@ std::vector<PipelineSlot> stage_schedule(const Layout& layout, int stage) {
   return schedule_entry(layout.schedule).slots(shape_of(layout, stage));
 }
 
+ScheduleRule broken_schedule_rule(const model::ModelSpec& model, const Layout& layout) {
+  const ScheduleEntry& schedule = schedule_entry(layout.schedule);
+  const int sequences_per_step = layout.micro_batch * layout.dp;
+  // A chunked schedule's micro-batch groups of pp (a V's included), a split backward's gradient reductions
+  // after the last W, a fixed chunk count (a V's two), a V's output layer on stage 0 beside an embedding it
+  // cannot share.
+  if (schedule.chunked && sequences_per_step > 0 && layout.pp > 0 &&
+      (layout.global_batch / sequences_per_step) % layout.pp != 0)
+    return ScheduleRule::kMicrobatchMultiple;
+  if (schedule.splits_backward && layout.zero_stage > 1) return ScheduleRule::kUnshardedGradients;
+  if (schedule.splits_backward && layout.overlap_grad_reduce) return ScheduleRule::kReductionAfterW;
+  if (schedule.fixed_chunks > 0 && layout.virtual_stages != schedule.fixed_chunks)
+    return ScheduleRule::kFixedChunks;
+  if (schedule.v_shape && model.tied_embeddings) return ScheduleRule::kUntiedEmbeddings;
+  return ScheduleRule::kNone;
+}
+
+void refuse_schedule_rule(const model::ModelSpec& model, const Layout& layout, ScheduleRule rule) {
+  const char* name = schedule_entry(layout.schedule).name;
+  const int sequences_per_step = layout.micro_batch * layout.dp;
+  switch (rule) {
+    case ScheduleRule::kMicrobatchMultiple:
+      throw InputError(
+          fmt::format("{} schedule needs the number of micro-batches ({} = global batch {} / "
+                      "(micro-batch × dp = {})) to be a multiple of pp={}; {} (global batch)",
+                      name, layout.num_microbatches(), layout.global_batch, sequences_per_step, layout.pp,
+                      core::nearby_multiples(layout.global_batch, sequences_per_step * layout.pp)));
+    case ScheduleRule::kUnshardedGradients:
+      throw InputError(
+          fmt::format("--schedule {} defers weight gradients past each micro-batch's backward, which "
+                      "ZeRO-2 and FSDP reduce-scatter there; use --zero 0 or 1, or --schedule 1f1b",
+                      name));
+    case ScheduleRule::kReductionAfterW:
+      throw InputError(
+          fmt::format("--schedule {} defers weight gradients into the pipeline's bubble; the gradient "
+                      "reduction waits for the last of them: drop --overlap-grad (and --overlap), or "
+                      "use --schedule 1f1b",
+                      name));
+    case ScheduleRule::kFixedChunks: {
+      const ScheduleEntry& entry = schedule_entry(layout.schedule);
+      throw InputError(fmt::format("--schedule {} runs {} model chunks per stage{}; give --vpp {} (vpp={})",
+                                   name, entry.fixed_chunks == 2 ? "two" : std::to_string(entry.fixed_chunks),
+                                   entry.v_shape ? " in a V" : "", entry.fixed_chunks,
+                                   layout.virtual_stages));
+    }
+    case ScheduleRule::kUntiedEmbeddings:
+      throw InputError(
+          fmt::format("--schedule {} puts the output layer on stage 0 beside the embedding, and {} ties "
+                      "them: untied models only; use --schedule zb-h1 or interleaved",
+                      name, model.name));
+    case ScheduleRule::kNone:
+      break;
+  }
+  throw std::logic_error("refuse_schedule_rule: the layout breaks no rule of its schedule");
+}
+
+std::pair<int, int> searched_chunks(const ScheduleEntry& entry, int num_layers) {
+  if (entry.fixed_chunks > 0) return {entry.fixed_chunks, entry.fixed_chunks};
+  return {2, num_layers + 2};
+}
+
+PassKind activations_freed_by(const Layout& layout) {
+  return schedule_entry(layout.schedule).splits_backward ? PassKind::kWeightGrad : PassKind::kBackward;
+}
+
+BoundShape bound_shape(const Layout& layout) {
+  const ScheduleEntry& entry = schedule_entry(layout.schedule);
+  return {layout.pp * (entry.v_shape ? 2 : 1), !entry.splits_backward};
+}
+
 std::vector<LayerRange> layer_partition(const Layout& layout, int num_layers) {
   const int count = layout.pp * std::max(1, layout.virtual_stages);
   std::vector<int> sizes = layout.layers_per_stage;
@@ -296,9 +367,7 @@ double bubble_fraction(const Layout& layout) {
 int peak_inflight_passes(const Layout& layout, int stage) {
   int alive = 0;
   int peak = 0;
-  // A split backward holds the activations until W (its B needs them, and W the layers' inputs).
-  const PassKind frees =
-      schedule_entry(layout.schedule).splits_backward ? PassKind::kWeightGrad : PassKind::kBackward;
+  const PassKind frees = activations_freed_by(layout);
   for (const PipelineSlot& slot : stage_schedule(layout, stage)) {
     alive += slot.pass == PassKind::kForward ? 1 : slot.pass == frees ? -1 : 0;
     peak = std::max(peak, alive);

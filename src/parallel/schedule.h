@@ -4,8 +4,10 @@
 #include <array>
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "model/model_spec.h"
 #include "parallel/axes.h"
 #include "parallel/layout.h"
 
@@ -159,6 +161,50 @@ std::vector<PipelineSlot> stage_schedule(const Layout& layout, int stage);
 /// Warm-up forward slots of `stage` (before the steady state's forward/backward pairs) under the layout's
 /// schedule (its entry's warm-up function).
 int warmup_slots(const Layout& layout, int stage);
+
+/// A rule a layout's pipeline schedule sets on the rest of the layout (read from its `ScheduleEntry`), in the
+/// order resolve_layout checks them.
+enum class ScheduleRule {
+  kNone,                ///< the layout keeps every rule of its schedule
+  kMicrobatchMultiple,  ///< a chunked schedule: micro-batches per step a multiple of pp
+  kUnshardedGradients,  ///< a split backward: ZeRO 0 or 1 (ZeRO-2/3 reduce-scatter before the deferred W)
+  kReductionAfterW,     ///< a split backward: no gradient reduction overlapped with the backward
+  kFixedChunks,         ///< a schedule of fixed_chunks (a V: 2): exactly that vpp
+  kUntiedEmbeddings,    ///< a V: a model whose output layer is not tied to its embedding
+};
+
+/// The first rule of its schedule that `layout` breaks on `model` (kNone: none), the one home of these rules
+/// (schedule.cpp, beside the slot orders): resolve_layout refuses a layout that breaks one, with
+/// refuse_schedule_rule's message, and `calo plan`'s enumeration skips such a layout without resolving it.
+/// Reads the sizes, vpp, micro-batch, global batch (as given: a global batch of 0 breaks nothing), ZeRO stage
+/// and gradient-reduction overlap; resolve_layout fills none of them before it asks.
+ScheduleRule broken_schedule_rule(const model::ModelSpec& model, const Layout& layout);
+
+/// Throws the InputError of `rule`, a rule of `layout`'s schedule it breaks on `model`
+/// (broken_schedule_rule); std::logic_error for kNone.
+[[noreturn]] void refuse_schedule_rule(const model::ModelSpec& model, const Layout& layout,
+                                       ScheduleRule rule);
+
+/// The chunks per stage `calo plan` searches a kChunked schedule at, [first, last]: its fixed_chunks alone,
+/// or 2 .. num_layers + 2 (the layout space keeps those whose chunks split the layers).
+std::pair<int, int> searched_chunks(const ScheduleEntry& entry, int num_layers);
+
+/// The pass of a slot order that ends a micro-batch's activations on its chunk: kBackward, or kWeightGrad
+/// where the backward is split (B needs them, and W the layers' inputs). The lifetime rule the memory model
+/// and peak_inflight_passes share; the ledger and the checker read the built graph's ops instead.
+PassKind activations_freed_by(const Layout& layout);
+
+/// What the planner's step-time bound (plan/step_bound.cpp) takes from a schedule.
+struct BoundShape {
+  /// Micro-batches at which the slot order repeats whole: pp, or 2 pp for a V (it fills from 2pp - 1 on,
+  /// fewer run its pattern with parts left out); the bound's probes run once and twice that many.
+  int pattern_microbatches = 1;
+  /// Whether the weight-gradient GEMMs lie on the chain of passes from stage to stage: false where the
+  /// backward is split (W waits for no neighbour and none waits for it), so the drain follows B alone.
+  bool weight_grads_on_chain = true;
+};
+/// The bound's view of the layout's schedule (read from its entry).
+BoundShape bound_shape(const Layout& layout);
 
 /// Layer ranges per virtual stage: result[v] = {first_layer, layer_count} for virtual stage v, where virtual
 /// stage v = chunk * pp + stage (Megatron's interleaved assignment). Uses layers_per_stage if given, else

@@ -41,14 +41,6 @@ std::string nearby(const std::vector<int>& valid_values, int wanted, const std::
   return "no value fits";
 }
 
-/// Nearest multiples of `step` around `value` (positive ones only), e.g. "try 96 or 104".
-std::string nearby_multiples(int value, int step, const std::string& prefix = "") {
-  int below = value / step * step;
-  int above = below + step;
-  if (below > 0) return fmt::format("try {}{} or {}{}", prefix, below, prefix, above);
-  return fmt::format("try {}{}", prefix, above);
-}
-
 void check_sizes(const Layout& layout) {
   struct SizeRule {
     const char* name;
@@ -183,7 +175,7 @@ void check_sequence(const Layout& layout) {
                   fmt::format("cp={} needs the sequence length {} to be a multiple of 2*cp = {} (each rank "
                               "holds 2 of the 2*cp chunks of the causal load-balanced ring); {}, or {}",
                               layout.cp, layout.seq_length, chunks, nearby(valid_cp, layout.cp, "cp="),
-                              nearby_multiples(layout.seq_length, chunks, "--seq ")));
+                              core::nearby_multiples(layout.seq_length, chunks, "--seq ")));
   }
   if (layout.sequence_parallel) {
     const int local = layout.seq_length / layout.cp;
@@ -193,10 +185,11 @@ void check_sequence(const Layout& layout) {
             ? fmt::format("sequence parallel splits each rank's {} tokens (sequence {} / cp={}) over tp={}, "
                           "which does not divide them; {} (sequence length) or --no-sequence-parallel",
                           local, layout.seq_length, layout.cp, layout.tp,
-                          nearby_multiples(layout.seq_length, layout.tp * 2 * layout.cp))
+                          core::nearby_multiples(layout.seq_length, layout.tp * 2 * layout.cp))
             : fmt::format("sequence parallel splits each sequence of {} tokens over tp={}, which does not "
                           "divide it; {} (sequence length) or --no-sequence-parallel",
-                          layout.seq_length, layout.tp, nearby_multiples(layout.seq_length, layout.tp)));
+                          layout.seq_length, layout.tp,
+                          core::nearby_multiples(layout.seq_length, layout.tp)));
   }
 }
 
@@ -345,7 +338,7 @@ void check_experts(const model::ModelSpec& model, const Layout& layout) {
   const int replicas = layout.dp * layout.cp;
   std::vector<int> valid_ep = core::divisors(std::gcd(replicas, model.num_experts));
   require_input(
-      replicas % layout.ep == 0,
+      layout.ep_divides_replicas(),
       fmt::format("ep={} does not divide dp x cp = {} x {} (expert parallelism is carved out of the "
                   "data- and context-parallel ranks, as in Megatron-Core); {}",
                   layout.ep, layout.dp, layout.cp, nearby(valid_ep, layout.ep, "ep=")));
@@ -360,54 +353,12 @@ void check_batch(Layout& layout) {
   require_input(layout.global_batch % sequences_per_step == 0,
                 fmt::format("global batch {} is not a multiple of micro-batch × dp = {} × {} = {}; {}",
                             layout.global_batch, layout.micro_batch, layout.dp, sequences_per_step,
-                            nearby_multiples(layout.global_batch, sequences_per_step)));
+                            core::nearby_multiples(layout.global_batch, sequences_per_step)));
   require_input(
       layout.num_microbatches() <= kMaxMicrobatches,
       fmt::format("global batch {} / (micro-batch × dp = {}) is {} micro-batches per step, beyond the {} "
                   "one step may have (each is a run of ops in the graph); raise --mbs or lower --gbs",
                   layout.global_batch, sequences_per_step, layout.num_microbatches(), kMaxMicrobatches));
-}
-
-/// Throws the InputError of `rule`, a rule of `layout`'s schedule it breaks on `model`
-/// (broken_schedule_rule).
-[[noreturn]] void refuse_schedule_rule(const model::ModelSpec& model, const Layout& layout,
-                                       ScheduleRule rule) {
-  const char* name = schedule_entry(layout.schedule).name;
-  const int sequences_per_step = layout.micro_batch * layout.dp;
-  switch (rule) {
-    case ScheduleRule::kMicrobatchMultiple:
-      throw InputError(
-          fmt::format("{} schedule needs the number of micro-batches ({} = global batch {} / "
-                      "(micro-batch × dp = {})) to be a multiple of pp={}; {} (global batch)",
-                      name, layout.num_microbatches(), layout.global_batch, sequences_per_step, layout.pp,
-                      nearby_multiples(layout.global_batch, sequences_per_step * layout.pp)));
-    case ScheduleRule::kUnshardedGradients:
-      throw InputError(
-          fmt::format("--schedule {} defers weight gradients past each micro-batch's backward, which "
-                      "ZeRO-2 and FSDP reduce-scatter there; use --zero 0 or 1, or --schedule 1f1b",
-                      name));
-    case ScheduleRule::kReductionAfterW:
-      throw InputError(
-          fmt::format("--schedule {} defers weight gradients into the pipeline's bubble; the gradient "
-                      "reduction waits for the last of them: drop --overlap-grad (and --overlap), or "
-                      "use --schedule 1f1b",
-                      name));
-    case ScheduleRule::kFixedChunks: {
-      const ScheduleEntry& entry = schedule_entry(layout.schedule);
-      throw InputError(fmt::format("--schedule {} runs {} model chunks per stage{}; give --vpp {} (vpp={})",
-                                   name, entry.fixed_chunks == 2 ? "two" : std::to_string(entry.fixed_chunks),
-                                   entry.v_shape ? " in a V" : "", entry.fixed_chunks,
-                                   layout.virtual_stages));
-    }
-    case ScheduleRule::kUntiedEmbeddings:
-      throw InputError(
-          fmt::format("--schedule {} puts the output layer on stage 0 beside the embedding, and {} ties "
-                      "them: untied models only; use --schedule zb-h1 or interleaved",
-                      name, model.name));
-    case ScheduleRule::kNone:
-      break;
-  }
-  throw std::logic_error("refuse_schedule_rule: the layout breaks no rule of its schedule");
 }
 
 void check_overlap(const Layout& layout) {
@@ -441,23 +392,6 @@ Layout resolve_layout(const model::ModelSpec& model, Layout layout, bool sequenc
   check_overlap(layout);
   if (broken != ScheduleRule::kNone) refuse_schedule_rule(model, layout, broken);
   return layout;
-}
-
-ScheduleRule broken_schedule_rule(const model::ModelSpec& model, const Layout& layout) {
-  const ScheduleEntry& schedule = schedule_entry(layout.schedule);
-  const int sequences_per_step = layout.micro_batch * layout.dp;
-  // A chunked schedule's micro-batch groups of pp (a V's included), a split backward's gradient reductions
-  // after the last W, a fixed chunk count (a V's two), a V's output layer on stage 0 beside an embedding it
-  // cannot share.
-  if (schedule.chunked && sequences_per_step > 0 && layout.pp > 0 &&
-      (layout.global_batch / sequences_per_step) % layout.pp != 0)
-    return ScheduleRule::kMicrobatchMultiple;
-  if (schedule.splits_backward && layout.zero_stage > 1) return ScheduleRule::kUnshardedGradients;
-  if (schedule.splits_backward && layout.overlap_grad_reduce) return ScheduleRule::kReductionAfterW;
-  if (schedule.fixed_chunks > 0 && layout.virtual_stages != schedule.fixed_chunks)
-    return ScheduleRule::kFixedChunks;
-  if (schedule.v_shape && model.tied_embeddings) return ScheduleRule::kUntiedEmbeddings;
-  return ScheduleRule::kNone;
 }
 
 }  // namespace calo::parallel

@@ -3,6 +3,7 @@
 
 #include "model/model_spec.h"
 #include "parallel/layout.h"
+#include "parallel/schedule.h"  // the rules a schedule sets on a layout (broken_schedule_rule) live there
 
 namespace calo::parallel {
 
@@ -19,23 +20,5 @@ namespace calo::parallel {
 /// e.g. "tp=5 does not divide 64 attention heads; try 4 or 8". Rules: docs/METRICS.md.
 /// `sequence_parallel_explicit` tells whether the user set sequence parallel (else it follows tp > 1).
 Layout resolve_layout(const model::ModelSpec& model, Layout layout, bool sequence_parallel_explicit = false);
-
-/// A rule a layout's pipeline schedule sets on the rest of the layout (read from its `ScheduleEntry`), in the
-/// order resolve_layout checks them.
-enum class ScheduleRule {
-  kNone,                ///< the layout keeps every rule of its schedule
-  kMicrobatchMultiple,  ///< a chunked schedule: micro-batches per step a multiple of pp
-  kUnshardedGradients,  ///< a split backward: ZeRO 0 or 1 (ZeRO-2/3 reduce-scatter before the deferred W)
-  kReductionAfterW,     ///< a split backward: no gradient reduction overlapped with the backward
-  kFixedChunks,         ///< a schedule of fixed_chunks (a V: 2): exactly that vpp
-  kUntiedEmbeddings,    ///< a V: a model whose output layer is not tied to its embedding
-};
-
-/// The first rule of its schedule that `layout` breaks on `model` (kNone: none), the one home of these rules:
-/// resolve_layout refuses a layout that breaks one, with the rule's message, and `calo plan`'s enumeration
-/// skips such a layout without resolving it. Reads the sizes, vpp, micro-batch, global batch (as given: a
-/// global batch of 0 breaks nothing), ZeRO stage and gradient-reduction overlap; resolve_layout fills none
-/// of them before it asks.
-ScheduleRule broken_schedule_rule(const model::ModelSpec& model, const Layout& layout);
 
 }  // namespace calo::parallel

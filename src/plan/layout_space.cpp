@@ -22,9 +22,8 @@ struct Sizes {
 };
 
 /// `sizes` under each schedule's plan axis (parallel/schedule.h): those searched at every pp first, then at
-/// pp > 1 the others in table order, a chunked one at every vpp >= 2 (at its fixed_chunks alone where it
-/// has them: a V at vpp 2) whose chunks split the layers evenly or as Megatron-LM's split with the embedding
-/// and the loss counted as a layer each.
+/// pp > 1 the others in table order, a chunked one at each vpp of parallel::searched_chunks whose chunks
+/// split the layers evenly or as Megatron-LM's split with the embedding and the loss counted as a layer each.
 void add_schedules(const model::ModelSpec& model, const Sizes& sizes, std::vector<Sizes>& result) {
   auto add = [&](int vpp, parallel::Schedule schedule) {
     Sizes with_schedule = sizes;
@@ -39,8 +38,7 @@ void add_schedules(const model::ModelSpec& model, const Sizes& sizes, std::vecto
   for (const parallel::ScheduleEntry& entry : parallel::kSchedules) {
     if (entry.plan == parallel::PlanAxis::kPipelined) add(1, entry.schedule);
     if (entry.plan != parallel::PlanAxis::kChunked) continue;
-    const int least_vpp = entry.fixed_chunks > 0 ? entry.fixed_chunks : 2;
-    const int most_vpp = entry.fixed_chunks > 0 ? entry.fixed_chunks : model.num_layers + 2;
+    const auto [least_vpp, most_vpp] = parallel::searched_chunks(entry, model.num_layers);
     for (int vpp = least_vpp; vpp <= most_vpp && sizes.pp * vpp <= model.num_layers + 2; ++vpp) {
       if (model.num_layers % (sizes.pp * vpp) != 0 &&
           parallel::edge_accounted_partition(model.num_layers, sizes.pp * vpp).empty())

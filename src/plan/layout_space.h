@@ -110,9 +110,9 @@ bool fits_memory(const parallel::MemoryBreakdown& memory, double device_bytes,
 /// none|selective|full, ZeRO 0|1|2|3 and, without cp, hybrid sharding within a node (ZeRO-3 with
 /// S = gpus_per_node / tp when 1 < S < dp divides dp; parameters resharded after forward), overlap off|all.
 /// Every combination goes through parallel::resolve_layout; the ones it rejects are counted, not kept. Those
-/// whose schedule refuses them (parallel::broken_schedule_rule: a zero-bubble schedule with ZeRO-2/3 or an
-/// overlapped gradient reduction, a chunked one whose micro-batches are no multiple of pp, ...) are counted
-/// invalid by construction without resolving them.
+/// whose schedule refuses them (parallel::broken_schedule_rule: a split backward with ZeRO-2/3 or an
+/// overlapped gradient reduction, a chunked schedule whose micro-batches are no multiple of pp, ...) are
+/// counted invalid by construction without resolving them.
 /// Throws InputError when gpus < 1 or global_batch < 1.
 LayoutSpace enumerate_layouts(const SpaceRequest& request);
 

@@ -23,42 +23,23 @@
 #include "parallel/memory.h"
 #include "parallel/validate.h"
 #include "plan/balanced_partition.h"
+#include "plan/search_internal.h"
 #include "plan/search_work.h"
 #include "plan/step_bound.h"
 #include "sim/cost_model.h"
 #include "sim/simulate.h"
 
 namespace calo::plan {
+
+using detail::check_constraints;
+using detail::count_verdicts;
+using detail::rank_and_mark_front;
+using detail::ranks_before;
+using detail::refuse_empty;
+using detail::refuse_over_budget;
+using detail::score;
+
 namespace {
-
-/// Objective score, lower is better (step time, or energy per step: tokens per step are fixed by the job).
-double score(const Evaluation& evaluation, Objective objective) {
-  return objective == Objective::kEnergy ? evaluation.energy_per_step_j : evaluation.iteration_s;
-}
-
-/// One of the Pareto front's four figures: its corner's name and its value signed so that higher is better.
-struct FrontFigure {
-  const char* corner;
-  double (*goodness)(const Evaluation&);
-};
-
-/// The four figures of the front: tokens/s, tokens/J, peak power, die temperature.
-constexpr FrontFigure kFrontFigures[] = {
-    {"fastest", [](const Evaluation& e) { return e.tokens_per_s; }},
-    {"most tokens/J", [](const Evaluation& e) { return e.tokens_per_j; }},
-    {"lowest peak", [](const Evaluation& e) { return -e.peak_power_w; }},
-    {"coolest", [](const Evaluation& e) { return -e.max_die_c; }}};
-
-/// True when `a` is at least as good as `b` on all four Pareto figures and better on one.
-bool dominates(const Evaluation& a, const Evaluation& b) {
-  bool better = false;
-  for (const FrontFigure& figure : kFrontFigures) {
-    const double mine = figure.goodness(a), theirs = figure.goodness(b);
-    if (!(mine >= theirs)) return false;
-    better = better || mine > theirs;
-  }
-  return better;
-}
 
 /// Simulates one candidate and fills its figures and verdict (budget checks included).
 void evaluate(Evaluation& evaluation, const graph::Graph& graph, const SearchRequest& request) {
@@ -92,13 +73,6 @@ void evaluate(Evaluation& evaluation, const graph::Graph& graph, const SearchReq
     evaluation.note =
         fmt::format("peak GPU power {:.0f} W > --max-peak-power-w {:.0f}", peak_w, request.max_peak_power_w);
   }
-}
-
-/// Whether `a` ranks before `b`: ranked before anything else, then by the objective's score.
-bool ranks_before(const Evaluation& a, const Evaluation& b, Objective objective) {
-  if ((a.verdict == Verdict::kRanked) != (b.verdict == Verdict::kRanked))
-    return a.verdict == Verdict::kRanked;
-  return score(a, objective) < score(b, objective);
 }
 
 /// Simulates the uniform partition and/or the balanced one (those the bound admits), keeping the better in
@@ -163,191 +137,6 @@ class TopScores {
   mutable std::mutex mutex_;
   std::vector<double> scores_;
 };
-
-void check_constraints(const SearchRequest& request) {
-  const double idle_w = request.cluster.gpu.idle_power_w * request.space.gpus;
-  require_input(
-      request.power_budget_w <= 0 || request.power_budget_w > idle_w,
-      fmt::format("--power-budget-w {:.0f} is below the idle power of {} GPUs ({:.0f} W at {:.0f} W each): "
-                  "no layout can meet it; give more than {:.0f} W or fewer --gpus (at most {})",
-                  request.power_budget_w, request.space.gpus, idle_w, request.cluster.gpu.idle_power_w,
-                  idle_w, static_cast<int>(request.power_budget_w / request.cluster.gpu.idle_power_w)));
-  require_input(
-      request.max_peak_power_w <= 0 || request.max_peak_power_w > request.cluster.gpu.idle_power_w,
-      fmt::format("--max-peak-power-w {:.0f} is below a GPU's idle power ({:.0f} W): no layout can meet "
-                  "it; give more than {:.0f} W (the power limit is {:.0f} W)",
-                  request.max_peak_power_w, request.cluster.gpu.idle_power_w,
-                  request.cluster.gpu.idle_power_w, request.cluster.gpu.power_limit_w));
-  require_input(request.top >= 1, fmt::format("--top {}: give 1 or more rows", request.top));
-  for (double cap_w : request.power_caps_w) {
-    const std::string refusal = sim::power_cap_refusal(request.cluster.gpu, cap_w);
-    require_input(refusal.empty(), fmt::format("--power-cap {:g}: {}", cap_w, refusal));
-  }
-  require_input(request.steps >= 1, fmt::format("--steps {}: give 1 or more steps", request.steps));
-}
-
-/// Constraints that left nothing to search: name them and, per constrained setting, the values that fitting
-/// layouts of the unconstrained space have.
-[[noreturn]] void refuse_constrained(const SearchRequest& request, const SpaceRequest& space_request,
-                                     const LayoutSpace& space) {
-  SpaceRequest free_request = space_request;
-  free_request.constraints = {};
-  const LayoutSpace free_space = enumerate_layouts(free_request);
-  const LayoutConstraints& constraints = space_request.constraints;
-  std::vector<std::string> hints;
-  auto values_of = [&](const char* flag, bool constrained, auto setting) {
-    if (!constrained) return;
-    std::vector<std::string> values;
-    for (const Candidate& candidate : free_space.candidates) {
-      if (!candidate.fits) continue;
-      const std::string value = fmt::format("{}", setting(candidate.layout));
-      if (std::find(values.begin(), values.end(), value) == values.end()) values.push_back(value);
-    }
-    hints.push_back(
-        fmt::format("{} {}", flag, values.empty() ? "(none)" : fmt::format("{}", fmt::join(values, ","))));
-  };
-  values_of("--tp", !constraints.tp.empty(), [](const parallel::Layout& l) { return l.tp; });
-  values_of("--cp", !constraints.cp.empty(), [](const parallel::Layout& l) { return l.cp; });
-  values_of("--pp", !constraints.pp.empty(), [](const parallel::Layout& l) { return l.pp; });
-  values_of("--dp", !constraints.dp.empty(), [](const parallel::Layout& l) { return l.dp; });
-  values_of("--ep", !constraints.ep.empty(), [](const parallel::Layout& l) { return l.ep; });
-  values_of("--vpp", !constraints.vpp.empty(), [](const parallel::Layout& l) { return l.virtual_stages; });
-  values_of("--mbs", !constraints.micro_batch.empty(),
-            [](const parallel::Layout& l) { return l.micro_batch; });
-  values_of("--zero", !constraints.zero_stage.empty(),
-            [](const parallel::Layout& l) { return l.zero_stage; });
-  values_of("--schedule", !constraints.schedule.empty(),
-            [](const parallel::Layout& l) { return parallel::to_string(l.schedule); });
-  values_of("--recompute", !constraints.recompute.empty(),
-            [](const parallel::Layout& l) { return parallel::to_string(l.recompute); });
-  // Under the card limit tight layouts fit, so a refusal has none to name.
-  const bool card = space_request.memory_limit == MemoryLimit::kCard;
-  const std::string tight = space.tight() == 0 ? std::string() : " (" + tight_count_text(space.tight()) + ")";
-  throw InputError(fmt::format(
-      "no layout of {} on --gpus {} with --gbs {} and {} {}{}; {} of the unconstrained space's {} layouts "
-      "fit, "
-      "with these values: {}; change or drop a constraint",
-      request.space.model.name, request.space.gpus, request.space.global_batch, constraints.describe(),
-      space.candidates.empty() ? "is valid" : (card ? "fits the card" : "fits memory"), tight,
-      free_space.fitting(), free_space.candidates.size(), fmt::join(hints, "; ")));
-}
-
-/// Explains an empty space (nothing valid, or nothing fits) with the nearest feasible alternative.
-[[noreturn]] void refuse_empty(const SearchRequest& request, const SpaceRequest& space_request,
-                               const LayoutSpace& space) {
-  if (!space_request.constraints.empty()) refuse_constrained(request, space_request, space);
-  const std::vector<int> gpus = nearest_feasible_gpus(space_request, 2);
-  const std::string alternative =
-      gpus.empty()
-          ? std::string(
-                "no GPU count within a factor 2 has one either; give a larger --gpus or a smaller model")
-          : fmt::format("nearest GPU counts that have one: --gpus {}", fmt::join(gpus, " or --gpus "));
-  if (space.candidates.empty()) {
-    throw InputError(fmt::format(
-        "no valid layout of {} on --gpus {} with --gbs {}: tp*pp*dp must equal the GPU count with tp "
-        "dividing "
-        "the {} heads (<= {} per node), pp dividing the {} layers and dp dividing the global batch; {}",
-        request.space.model.name, request.space.gpus, request.space.global_batch,
-        request.space.model.num_attention_heads, request.space.gpus_per_node, request.space.model.num_layers,
-        alternative));
-  }
-  const Candidate* smallest = &space.candidates.front();
-  for (const Candidate& candidate : space.candidates) {
-    if (candidate.memory.total_bytes() < smallest->memory.total_bytes()) smallest = &candidate;
-  }
-  const bool card = space_request.memory_limit == MemoryLimit::kCard;
-  const std::string tight = space.tight() == 0 ? std::string() : tight_count_text(space.tight()) + "; ";
-  throw InputError(fmt::format(
-      "no layout of {} fits {} on --gpus {}: the smallest ({}) needs {} per GPU of {} {}; {}{}",
-      request.space.model.name, request.cluster.gpu.name, request.space.gpus,
-      parallel::describe(smallest->layout), describe_memory(smallest->memory),
-      core::format_bytes(memory_limit_bytes(request.cluster.gpu.memory_bytes, space_request.memory_limit)),
-      card ? "on the card" : "usable", tight, alternative));
-}
-
-/// Every simulated layout broke a power constraint: name the one closest to meeting it.
-[[noreturn]] void refuse_over_budget(const SearchRequest& request, const SearchResult& result) {
-  const Evaluation* nearest = nullptr;
-  double nearest_excess = INFINITY;
-  for (const Evaluation& evaluation : result.evaluations) {
-    if (evaluation.verdict != Verdict::kOverBudget) continue;
-    double excess = 0;
-    if (request.power_budget_w > 0)
-      excess += std::max(0.0, evaluation.cluster_power_w / request.power_budget_w - 1);
-    if (request.max_peak_power_w > 0)
-      excess += std::max(0.0, evaluation.peak_power_w / request.max_peak_power_w - 1);
-    if (excess < nearest_excess) {
-      nearest_excess = excess;
-      nearest = &evaluation;
-    }
-  }
-  if (nearest == nullptr) {
-    const auto failed =
-        std::find_if(result.evaluations.begin(), result.evaluations.end(),
-                     [](const auto& each) { return each.verdict == Verdict::kFailed && !each.note.empty(); });
-    throw InputError(fmt::format("no layout of {} on --gpus {} could be simulated; the first failure: {}",
-                                 request.space.model.name, request.space.gpus,
-                                 failed == result.evaluations.end() ? "none" : failed->note));
-  }
-  throw InputError(fmt::format(
-      "no layout meets the power constraints (--power-budget-w {:.0f}, --max-peak-power-w {:.0f}); the "
-      "nearest is "
-      "{} at {:.0f} W cluster power and {:.0f} W peak per GPU: raise the limits to these or use fewer --gpus",
-      request.power_budget_w, request.max_peak_power_w, parallel::describe(nearest->candidate.layout),
-      nearest->cluster_power_w, nearest->peak_power_w));
-}
-
-}  // namespace
-
-Objective parse_objective(const std::string& text) {
-  if (text == "throughput") return Objective::kThroughput;
-  if (text == "energy") return Objective::kEnergy;
-  if (text == "pareto") return Objective::kPareto;
-  throw InputError(fmt::format("--objective '{}': give throughput, energy or pareto", text));
-}
-
-constexpr std::array kObjectiveNames{"throughput", "energy", "pareto"};
-
-std::string to_string(Objective objective) {
-  return core::enum_name(objective, kObjectiveNames);
-}
-
-constexpr std::array kVerdictNames{"ranked", "oom",       "pruned", "over-budget",
-                                   "failed", "too-large", "stopped"};
-
-const char* to_string(Verdict verdict) {
-  return core::enum_name(verdict, kVerdictNames);
-}
-
-int equivalent_to_first(const SearchResult& result, Objective objective) {
-  if (result.ranking.empty()) return 0;
-  const double first = score(result.evaluations[result.ranking.front()], objective);
-  int rows = 0;
-  for (std::size_t index : result.ranking) {
-    if (score(result.evaluations[index], objective) > first * (1 + kEquivalentFraction)) break;
-    ++rows;
-  }
-  return rows;
-}
-
-std::vector<int> nearest_feasible_gpus(const SpaceRequest& request, int limit) {
-  std::vector<int> found;
-  const int step = request.gpus > request.gpus_per_node ? request.gpus_per_node : 1;
-  constexpr int kMaxTries = 256;
-  for (int offset = 1; offset <= kMaxTries && static_cast<int>(found.size()) < limit; ++offset) {
-    for (int sign : {-1, 1}) {
-      const int gpus = (request.gpus / step + sign * offset) * step;
-      if (gpus < 1 || gpus < request.gpus / 2 || gpus > request.gpus * 2) continue;
-      SpaceRequest other = request;
-      other.gpus = gpus;
-      if (enumerate_layouts(other).fitting() > 0 && static_cast<int>(found.size()) < limit)
-        found.push_back(gpus);
-    }
-  }
-  return found;
-}
-
-namespace {
 
 /// The layout space of the request on its cluster; refuses (InputError) when no layout fits.
 LayoutSpace searched_space(const SearchRequest& request) {
@@ -694,44 +483,6 @@ void simulate_in_bound_order(const SearchContext& context, std::vector<std::size
   result.built_ops = static_cast<double>(built_ops.load());
 }
 
-/// Counts the pruned and simulated evaluations into `result`; returns the indices of the ranked ones.
-std::vector<std::size_t> count_verdicts(SearchResult& result) {
-  std::vector<std::size_t> ranked;
-  for (std::size_t index = 0; index < result.evaluations.size(); ++index) {
-    const Verdict verdict = result.evaluations[index].verdict;
-    if (verdict == Verdict::kPruned) ++result.pruned;
-    if (verdict == Verdict::kStopped) ++result.stopped;
-    if (verdict == Verdict::kRanked || verdict == Verdict::kOverBudget || verdict == Verdict::kFailed)
-      ++result.simulated;
-    if (verdict == Verdict::kRanked) ranked.push_back(index);
-  }
-  return ranked;
-}
-
-/// Chapter 3: marks the Pareto front of the `ranked` evaluations (result.pareto, fastest first) and sorts
-/// them into result.ranking (best first; under the Pareto objective the front first).
-void rank_and_mark_front(const SearchRequest& request, std::vector<std::size_t> ranked,
-                         SearchResult& result) {
-  for (std::size_t index : ranked) {
-    Evaluation& evaluation = result.evaluations[index];
-    evaluation.pareto = std::none_of(ranked.begin(), ranked.end(), [&](std::size_t other) {
-      return dominates(result.evaluations[other], evaluation);
-    });
-    if (evaluation.pareto) result.pareto.push_back(index);
-  }
-  auto by_throughput = [&](std::size_t a, std::size_t b) {
-    return result.evaluations[a].iteration_s < result.evaluations[b].iteration_s;
-  };
-  std::stable_sort(result.pareto.begin(), result.pareto.end(), by_throughput);
-  std::stable_sort(ranked.begin(), ranked.end(), [&](std::size_t a, std::size_t b) {
-    const Evaluation& first = result.evaluations[a];
-    const Evaluation& second = result.evaluations[b];
-    if (request.objective == Objective::kPareto && first.pareto != second.pareto) return first.pareto;
-    return score(first, request.objective) < score(second, request.objective);
-  });
-  result.ranking = std::move(ranked);
-}
-
 }  // namespace
 
 SearchResult search_layouts(const SearchRequest& request) {
@@ -773,22 +524,6 @@ SearchResult search_layouts(const SearchRequest& request) {
   if (result.ranking.empty()) refuse_over_budget(request, result);
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return result;
-}
-
-std::vector<FrontCorner> front_corners(const SearchResult& result) {
-  std::vector<FrontCorner> corners;
-  if (result.pareto.empty()) return corners;
-  for (const FrontFigure& figure : kFrontFigures) {
-    std::size_t best = result.pareto.front();
-    for (std::size_t index : result.pareto) {
-      if (figure.goodness(result.evaluations[index]) > figure.goodness(result.evaluations[best]))
-        best = index;
-    }
-    const bool listed = std::any_of(corners.begin(), corners.end(),
-                                    [best](const FrontCorner& corner) { return corner.index == best; });
-    if (!listed) corners.push_back({figure.corner, best});
-  }
-  return corners;
 }
 
 }  // namespace calo::plan

@@ -31,9 +31,9 @@ template <typename CostOf>
 ProgramTerms program_terms(const graph::Graph& graph, const graph::RankProgram& program, CostOf cost_of,
                            double stretch, std::vector<double>* compute_s) {
   const int last_microbatch = graph.layout.num_microbatches() - 1;
-  // A split backward (zero bubble): the chain from stage to stage is B's alone; the weight-gradient GEMMs (W)
-  // wait for no neighbour and none waits for them, so they stay out of the tail.
-  const bool split = parallel::schedule_entry(graph.layout.schedule).splits_backward;
+  // Where the weight-gradient GEMMs are off the chain from stage to stage (the schedule's bound shape), they
+  // stay out of the tail.
+  const bool weight_grads_off_chain = !parallel::bound_shape(graph.layout).weight_grads_on_chain;
   ProgramTerms terms;
   terms.stage = program.stage;
   if (compute_s != nullptr) compute_s->assign(program.ops.size(), 0.0);
@@ -48,10 +48,10 @@ ProgramTerms program_terms(const graph::Graph& graph, const graph::RankProgram& 
     if (op.microbatch < 0) continue;
     terms.microbatch_s += duration_s;
     if (op.microbatch == 0 && op.chunk == 0 && op.phase == graph::Phase::kForward) terms.head_s += duration_s;
-    const bool weight_grad =
-        split && op.kind == graph::OpKind::kGemm && op.gemm.pass == graph::GemmPass::kWgrad;
+    const bool off_chain =
+        weight_grads_off_chain && op.kind == graph::OpKind::kGemm && op.gemm.pass == graph::GemmPass::kWgrad;
     if (op.microbatch == last_microbatch && op.chunk == 0 && op.phase == graph::Phase::kBackward &&
-        !weight_grad) {
+        !off_chain) {
       terms.tail_s += duration_s;
       terms.after_last_s = 0;  // restart: only ops issued after this one count
     }
@@ -226,9 +226,7 @@ double step_bound_at_stretch_s(const graph::Graph& graph, const sim::ClusterSpec
 
 int probe_microbatches(const parallel::Layout& layout, int which) {
   if (layout.pp == 1) return which == 0 ? 2 : 3;
-  // A V fills from 2pp - 1 micro-batches on (fewer run its pattern with parts left out): probe it there.
-  const int least = parallel::schedule_entry(layout.schedule).v_shape ? 2 : 1;
-  return layout.pp * least * (which == 0 ? 1 : 2);
+  return parallel::bound_shape(layout).pattern_microbatches * (which == 0 ? 1 : 2);
 }
 
 bool probed(const parallel::Layout& layout) {

@@ -83,9 +83,10 @@ class LayoutProbe {
   double second_microbatches_ = 0;                      ///< the second's
 };
 
-/// Micro-batch count of probe graph `which` (0, 1) of a layout: pp and 2·pp (interleaved schedules need
-/// multiples of pp; every stage reaches its steady state), 2·pp and 4·pp under a V (ZB-V's pattern fills from
-/// 2pp - 1 on), 2 and 3 without pipeline (a micro-batch between the first and the last).
+/// Micro-batch count of probe graph `which` (0, 1) of a layout: once and twice the micro-batches at which its
+/// schedule's order repeats whole (parallel::bound_shape: pp, where every stage reaches its steady state and
+/// chunked schedules need multiples of pp, or 2·pp), 2 and 3 without pipeline (a micro-batch between the
+/// first and the last).
 int probe_microbatches(const parallel::Layout& layout, int which);
 
 /// Whether a LayoutProbe of `layout` builds probe graphs: when it has more micro-batches than the two probe

@@ -408,10 +408,15 @@ class StepRunner {
     const double active_comm_w = gpu.active_power_w[static_cast<int>(PowerClass::kCommunication)];
     const double iteration_s = outcome.engine->iteration_s;
     outcome.traces.resize(gpus.size());
+    // Each entity's waits interned once: its ranks share the pattern (and so, at equal speed, the trace).
+    std::vector<std::shared_ptr<const WaitPattern>> waits_of_entity(outcome.engine->entities.size());
     bool changed = false;
     for (std::size_t rank = 0; rank < gpus.size(); ++rank) {
       GpuState& state = gpus[rank];
-      const EntityResult& entity = outcome.engine->entities[outcome.entity_of_rank[rank]];
+      const std::int32_t entity_index = outcome.entity_of_rank[rank];
+      const EntityResult& entity = outcome.engine->entities[entity_index];
+      auto& waits = waits_of_entity[entity_index];
+      if (!waits && options_.waits_in_place) waits = traces_.waits(entity.waits, iteration_s);
       const double comm_busy_s = entity.comm_busy_s;
       if (options_.power_cap) state.cap_mhz = cap_clock_mhz(state, active_comm_w * comm_busy_s);
       StepPowerRequest request;
@@ -424,7 +429,7 @@ class StepRunner {
       request.power_cap = options_.power_cap;
       request.power_limit_w = state.power_limit_w;
       request.leakage_w = state.leakage_w;
-      outcome.traces[rank] = traces_.get(state.program, request);
+      outcome.traces[rank] = traces_.get(state.program, request, waits.get());
       const double next_mhz = std::min(outcome.traces[rank]->effective_clock_mhz, state.thermal_limit_mhz);
       if (std::fabs(next_mhz - state.clock_mhz) > 0.5) {
         state.clock_mhz = next_mhz;

@@ -136,6 +136,8 @@ class PowerTraceCache {
   /// The interned pattern of `waits` in a step of `iteration_s`: each wait's end, counted from the first
   /// wait's start over the waits alone, floored onto the trace's tick grid (trace_tick_s), so the placed
   /// waits never add up to more than the measured ones and waits that differ within a tick share a pattern.
+  /// nullptr (waits at the step's end) once 64 distinct patterns are interned: heterogeneous replicas each
+  /// with their own pattern would each need a trace of their own.
   std::shared_ptr<const WaitPattern> waits(const std::vector<WaitGap>& waits, double iteration_s);
   /// The trace of program `program` for `request` with the waits of `waits` (interned by waits(); nullptr:
   /// every wait at the step's end); shared, immutable.

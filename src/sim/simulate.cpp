@@ -410,13 +410,17 @@ class StepRunner {
     outcome.traces.resize(gpus.size());
     // Each entity's waits interned once: its ranks share the pattern (and so, at equal speed, the trace).
     std::vector<std::shared_ptr<const WaitPattern>> waits_of_entity(outcome.engine->entities.size());
+    std::vector<char> interned(outcome.engine->entities.size(), 0);
     bool changed = false;
     for (std::size_t rank = 0; rank < gpus.size(); ++rank) {
       GpuState& state = gpus[rank];
       const std::int32_t entity_index = outcome.entity_of_rank[rank];
       const EntityResult& entity = outcome.engine->entities[entity_index];
       auto& waits = waits_of_entity[entity_index];
-      if (!waits && options_.waits_in_place) waits = traces_.waits(entity.waits, iteration_s);
+      if (!interned[entity_index] && options_.waits_in_place) {
+        waits = traces_.waits(entity.waits, iteration_s);
+        interned[entity_index] = 1;
+      }
       const double comm_busy_s = entity.comm_busy_s;
       if (options_.power_cap) state.cap_mhz = cap_clock_mhz(state, active_comm_w * comm_busy_s);
       StepPowerRequest request;

@@ -372,7 +372,7 @@ std::size_t PowerTraceCache::KeyHash::operator()(const Key& key) const {
   std::size_t hash = static_cast<std::size_t>(key.program) * 0x9E3779B97F4A7C15ULL;
   for (long long part : {key.iteration, key.start_clock, key.clock_limit, key.speed, key.comm_power,
                          key.wait_power, key.power_limit, key.leakage, static_cast<long long>(key.power_cap),
-                         static_cast<long long>(reinterpret_cast<std::uintptr_t>(key.waits))}) {
+                         static_cast<long long>(reinterpret_cast<std::uintptr_t>(key.waits.get()))}) {
     hash ^= static_cast<std::size_t>(part) + 0x9E3779B97F4A7C15ULL + (hash << 6) + (hash >> 2);
   }
   return hash;
@@ -405,7 +405,7 @@ std::shared_ptr<const WaitPattern> PowerTraceCache::waits(const std::vector<Wait
 }
 
 std::shared_ptr<const PowerTrace> PowerTraceCache::get(int program, const StepPowerRequest& request,
-                                                       const WaitPattern* waits) {
+                                                       const std::shared_ptr<const WaitPattern>& waits) {
   // Representative request: step time on a 0.1 % log grid, speed on a 0.5 % grid, clocks on 0.25 MHz, comm
   // power on 1 W. Heterogeneous GPUs and steps whose time drifts with heat share a few traces this way.
   const Key key{program,
@@ -421,7 +421,8 @@ std::shared_ptr<const PowerTrace> PowerTraceCache::get(int program, const StepPo
                 waits};
   auto found = representatives_.find(key);
   if (found == representatives_.end()) {
-    // Patterns held by callers stay alive; one interned again is a new key (its trace is computed again).
+    // A key holds its pattern, so no pattern interned later takes the address of one a trace was keyed on;
+    // a pattern interned again after the clear is a new key (its trace is computed again).
     if (representatives_.size() > 4096) representatives_.clear(), exact_.clear(), patterns_.clear();
     StepPowerRequest representative = request;
     representative.iteration_s = std::exp(static_cast<double>(key.iteration) / 1000.0);

@@ -142,7 +142,7 @@ class PowerTraceCache {
   /// The trace of program `program` for `request` with the waits of `waits` (interned by waits(); nullptr:
   /// every wait at the step's end); shared, immutable.
   std::shared_ptr<const PowerTrace> get(int program, const StepPowerRequest& request,
-                                        const WaitPattern* waits = nullptr);
+                                        const std::shared_ptr<const WaitPattern>& waits = nullptr);
   /// Distinct traces computed so far.
   std::size_t computed() const { return computed_; }
 
@@ -153,7 +153,7 @@ class PowerTraceCache {
     long long iteration = 0, start_clock = 0, clock_limit = 0, speed = 0, comm_power = 0, wait_power = 0,
               power_limit = 0, leakage = 0;
     bool power_cap = true;
-    const WaitPattern* waits = nullptr;  ///< interned (patterns_), compared by identity
+    std::shared_ptr<const WaitPattern> waits;  ///< interned (patterns_), compared by identity
     bool operator==(const Key&) const = default;
   };
   struct KeyHash {

@@ -282,7 +282,9 @@ std::vector<GpuState> init_gpu_states(const graph::Graph& graph, const ClusterSp
 
 /// What one step produced: the engine's iteration and every GPU's power trace over it.
 struct StepOutcome {
-  const EngineResult* engine = nullptr;                   ///< owned by the runner's cache
+  const EngineResult* engine = nullptr;  ///< owned by the runner's cache
+  /// Per entity of `engine`, its interned wait pattern (nullptr: its waits at the step's end); the cache's.
+  const std::vector<std::shared_ptr<const WaitPattern>>* waits = nullptr;
   std::vector<std::int32_t> entity_of_rank;               ///< entity standing for each rank
   std::vector<std::shared_ptr<const PowerTrace>> traces;  ///< per rank
   StepResult step;                                        ///< classes, entities, reuse
@@ -320,7 +322,9 @@ class StepRunner {
     const bool timeline = options_.record_timeline && step + 1 == options_.steps;
     for (int round = 0; round < 8; ++round) {
       const std::string key = fold_replicas(gpus, outcome);
-      outcome.engine = run_engine(key, outcome, timeline, op_events);
+      const EngineRun& engine = run_engine(key, outcome, timeline, op_events);
+      outcome.engine = &engine.result;
+      outcome.waits = &engine.waits;
       if (!update_clocks(gpus, outcome)) break;
     }
     return outcome;
@@ -387,19 +391,30 @@ class StepRunner {
     return full_key;
   }
 
+  /// An engine result with its entities' wait patterns, interned once per result (not per clock round).
+  struct EngineRun {
+    EngineResult result;
+    std::vector<std::shared_ptr<const WaitPattern>> waits;  ///< per entity (nullptr: waits at the end)
+  };
+
   /// The engine's iteration for these entities, reused from an identical earlier fold where possible.
-  const EngineResult* run_engine(const std::string& key, StepOutcome& outcome, bool timeline,
-                                 std::uint64_t& op_events) {
+  const EngineRun& run_engine(const std::string& key, StepOutcome& outcome, bool timeline,
+                              std::uint64_t& op_events) {
     auto cached = engine_cache_.find(key);
     if (cached != engine_cache_.end() && !timeline) {
       outcome.step.reused = true;
-      return &cached->second;
+      return cached->second;
     }
-    EngineResult fresh = engine_.run(entities_, outcome.entity_of_rank, timeline);
-    op_events += fresh.op_events;
+    EngineRun fresh{engine_.run(entities_, outcome.entity_of_rank, timeline), {}};
+    op_events += fresh.result.op_events;
+    fresh.waits.resize(fresh.result.entities.size());
+    if (options_.waits_in_place) {
+      for (std::size_t entity = 0; entity < fresh.waits.size(); ++entity)
+        fresh.waits[entity] = traces_.waits(fresh.result.entities[entity].waits, fresh.result.iteration_s);
+    }
     if (engine_cache_.size() > 64) engine_cache_.clear();
     outcome.step.reused = false;
-    return &(engine_cache_[key] = std::move(fresh));
+    return engine_cache_[key] = std::move(fresh);
   }
 
   /// Each GPU's power trace over this iteration; returns whether any effective clock moved (another round).
@@ -408,19 +423,11 @@ class StepRunner {
     const double active_comm_w = gpu.active_power_w[static_cast<int>(PowerClass::kCommunication)];
     const double iteration_s = outcome.engine->iteration_s;
     outcome.traces.resize(gpus.size());
-    // Each entity's waits interned once: its ranks share the pattern (and so, at equal speed, the trace).
-    std::vector<std::shared_ptr<const WaitPattern>> waits_of_entity(outcome.engine->entities.size());
-    std::vector<char> interned(outcome.engine->entities.size(), 0);
     bool changed = false;
     for (std::size_t rank = 0; rank < gpus.size(); ++rank) {
       GpuState& state = gpus[rank];
       const std::int32_t entity_index = outcome.entity_of_rank[rank];
       const EntityResult& entity = outcome.engine->entities[entity_index];
-      auto& waits = waits_of_entity[entity_index];
-      if (!interned[entity_index] && options_.waits_in_place) {
-        waits = traces_.waits(entity.waits, iteration_s);
-        interned[entity_index] = 1;
-      }
       const double comm_busy_s = entity.comm_busy_s;
       if (options_.power_cap) state.cap_mhz = cap_clock_mhz(state, active_comm_w * comm_busy_s);
       StepPowerRequest request;
@@ -433,7 +440,8 @@ class StepRunner {
       request.power_cap = options_.power_cap;
       request.power_limit_w = state.power_limit_w;
       request.leakage_w = state.leakage_w;
-      outcome.traces[rank] = traces_.get(state.program, request, waits.get());
+      // An entity's ranks share its pattern (and so, at equal speed, the trace).
+      outcome.traces[rank] = traces_.get(state.program, request, (*outcome.waits)[entity_index]);
       const double next_mhz = std::min(outcome.traces[rank]->effective_clock_mhz, state.thermal_limit_mhz);
       if (std::fabs(next_mhz - state.clock_mhz) > 0.5) {
         state.clock_mhz = next_mhz;
@@ -467,7 +475,7 @@ class StepRunner {
   PowerTraceCache traces_;
   std::vector<double> compute_stretch_, memory_stretch_;
   std::vector<EngineEntity> entities_;
-  std::map<std::string, EngineResult> engine_cache_;
+  std::map<std::string, EngineRun> engine_cache_;
   std::map<std::tuple<int, long long, long long, long long>, double> cap_cache_;
 };
 

@@ -122,7 +122,7 @@ class ControllerPass {
       if (request_.power_cap) controller_.observe(tick_energy_j / tick_len_s, tick_len_s);
     }
     if (trace) {
-      if (placing) place_waits(base_w + request_.wait_power_w);
+      if (placing) place_waits(base_w);
       tile_samples(*trace);
       trace->duration_s = t_s;
       trace->effective_clock_mhz = compute_time_s > 0 ? gpu_.max_sm_mhz * compute_work_s / compute_time_s
@@ -135,19 +135,25 @@ class ControllerPass {
   /// Rebuilds the recorded pass's ticks with each wait of the pattern moved before its op, out of the step's
   /// rest after the compute where the controller's pass kept it (the rest bounds what is moved): every op
   /// runs at the clock it ran at there, so the step time, the effective clock and the energy are the pass's
-  /// (up to rounding); only when the GPU draws what moves. `wait_w` is the power while waiting.
-  void place_waits(double wait_w) {
+  /// (up to rounding); only when the GPU draws what moves. Each wait, and the rest left at the step's end,
+  /// draws `base_w` plus a power above it that decays as the wait stage has it (wait_decay_amplitude_w).
+  void place_waits(double base_w) {
+    const double decay_s = gpu_.wait_power_decay_s;
+    const double amplitude_w = wait_decay_amplitude_w();
     double rest_s = 0;  // the step's rest after the compute, what the waits are taken from
     for (const Slice& slice : slices_)
       if (slice.op < 0) rest_s += slice.length_s;
+    const double tail_s = rest_s - placed_wait_s(rest_s);
     ticks_.clear();
     double tick_energy_j = 0, tick_length_s = 0;
-    const auto add = [&](double power_w, double length_s) {
+    // Adds `length_s` at `base_w` plus the wait's decaying part from `offset_s` into its wait.
+    const auto add = [&](double power_w, double length_s, double wait_amplitude_w, double offset_s) {
       while (length_s > 0) {  // split at the tick grid
         const double part_s = std::min(length_s, tick_s_ - tick_length_s);
-        tick_energy_j += power_w * part_s;
+        tick_energy_j += power_w * part_s + wait_amplitude_w * decayed_s(offset_s, part_s, decay_s);
         tick_length_s += part_s;
         length_s -= part_s;
+        offset_s += part_s;
         if (tick_length_s >= tick_s_ * (1 - 1e-9)) {
           ticks_.push_back({tick_energy_j, tick_length_s});
           tick_energy_j = tick_length_s = 0;
@@ -155,24 +161,64 @@ class ControllerPass {
       }
     };
     std::int32_t previous_op = -1;
-    double moved_s = 0;  // moved out of the rest and not yet skipped there
+    double moved_s = 0;      // moved out of the rest and not yet skipped there
+    double tail_into_s = 0;  // how far into the step's rest (its own wait) the pass has come
     for (const Slice& slice : slices_) {
       if (slice.op >= 0 && slice.op != previous_op) {
         previous_op = slice.op;
         const double wait_s = std::min(ops_[slice.op].wait_before_s, rest_s);
         rest_s -= wait_s;
         moved_s += wait_s;
-        add(wait_w, wait_s);
+        // A wait before the first op continues the rest it follows (steps repeat).
+        add(base_w, wait_s, amplitude_w, slice.op == 0 ? tail_s : 0.0);
       }
       double length_s = slice.length_s;
-      if (slice.op < 0) {
-        const double skipped_s = std::min(moved_s, length_s);
-        moved_s -= skipped_s;
-        length_s -= skipped_s;
+      if (slice.op >= 0) {
+        add(slice.power_w, length_s, 0, 0);
+        continue;
       }
-      add(slice.power_w, length_s);
+      const double skipped_s = std::min(moved_s, length_s);
+      moved_s -= skipped_s;
+      length_s -= skipped_s;
+      add(base_w, length_s, amplitude_w, tail_into_s);
+      tail_into_s += length_s;
     }
     if (tick_length_s > 0) ticks_.push_back({tick_energy_j, tick_length_s});
+  }
+
+  /// The waits the pattern places before their ops out of a rest of `rest_s` (each bounded by what is left).
+  double placed_wait_s(double rest_s) const {
+    double placed_s = 0;
+    for (const TraceOp& op : ops_) placed_s += std::min(op.wait_before_s, rest_s - placed_s);
+    return placed_s;
+  }
+
+  /// The power above base at a wait's start: each wait (the placed ones, and the rest left at the step's end
+  /// joined with a wait before the first op) decays as W·e^(−t/τ) (τ = gpu.wait_power_decay_s; flat when 0),
+  /// scaled so the waits together draw what the pass's flat wait_power_w over the whole rest drew (the
+  /// energy does not depend on where the waits fall).
+  double wait_decay_amplitude_w() const {
+    const double decay_s = gpu_.wait_power_decay_s;
+    double rest_s = 0;
+    for (const Slice& slice : slices_)
+      if (slice.op < 0) rest_s += slice.length_s;
+    double left_s = rest_s, shape_s = 0, first_wait_s = 0;
+    for (std::size_t op = 0; op < ops_.size(); ++op) {
+      const double wait_s = std::min(ops_[op].wait_before_s, left_s);
+      left_s -= wait_s;
+      if (op == 0)
+        first_wait_s = wait_s;
+      else
+        shape_s += decayed_s(0, wait_s, decay_s);
+    }
+    shape_s += decayed_s(0, left_s + first_wait_s, decay_s);
+    return shape_s > 0 ? request_.wait_power_w * rest_s / shape_s : 0.0;
+  }
+
+  /// ∫ e^(−t/τ) dt over [offset_s, offset_s + length_s) (τ = decay_s; the length where τ is 0: no decay), s.
+  static double decayed_s(double offset_s, double length_s, double decay_s) {
+    if (decay_s <= 0) return length_s;
+    return decay_s * std::exp(-offset_s / decay_s) * -std::expm1(-length_s / decay_s);
   }
 
   /// The samples of the recorded pass: whole windows at the phase where the step's heaviest window falls (a

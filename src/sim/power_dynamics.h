@@ -122,7 +122,8 @@ double trace_tick_s(const GpuSpec& gpu, double iteration_s);
 /// repeated steps). The second pass's power is then laid out with each wait of `waits` before its op, taken
 /// from the rest: the ops keep the clocks the controller gave them, so the step time, the effective clock and
 /// the energy do not depend on where the waits fall (a controller raising the clock inside a wait is not
-/// modelled); only when the power is drawn does.
+/// modelled); only when the power is drawn does. Placed waits (and the rest) decay as the wait stage's
+/// W·e^(−t/τ) above idle (gpu.wait_power_decay_s), scaled to the energy of the flat wait_power_w.
 PowerTrace trace_step_power(const GpuSpec& gpu, const ProgramPower& program, const StepPowerRequest& request,
                             const WaitPattern& waits = WaitPattern{});
 

@@ -34,10 +34,11 @@ double mean_of(const std::vector<double>& values) {
   return sum / static_cast<double>(values.size());
 }
 
-// 2026-12-07, h100x4-nvlink-calibrated, waits placed / at the step's end (the trace before issue 64):
-// b0-planned-quiet (PP4 1F1B, layers 5,5,4,2) r = 0.82, 0.91, 0.95, 0.94 / 0.08, 0.56, 0.34, 0.61;
-// b0-uniform-quiet (4,4,4,4) r = 0.68, 0.78, 0.87, 0.97 / 0.15, 0.22, 0.16, 0.91 (GPU 0, the first stage,
-// misses 0.8: its waits are many and short, each at the mean wait power where the measured power decays).
+// 2026-12-08, h100x4-nvlink-calibrated, waits placed (each decaying as the wait stage's W e^(-t/tau), tau =
+// 24 ms) / at the step's end (the trace before issue 64): b0-planned-quiet (PP4 1F1B, layers 5,5,4,2) r =
+// 0.877, 0.930, 0.975, 0.983 / 0.076, 0.560, 0.338, 0.608; b0-uniform-quiet (4,4,4,4) r = 0.844, 0.819,
+// 0.896, 0.973 / 0.153, 0.217, 0.164, 0.913. With every wait at the flat mean wait power (2026-12-07) the
+// uniform run's first stage, whose waits are many and short, read 0.68.
 TEST(PowerTraceCorrelation, EveryGpuOfTheMeasuredPipelinesFollowsItsSimulatedWaits) {
   for (const std::string run : {"b0-planned-quiet", "b0-uniform-quiet"}) {
     const std::vector<double> placed = correlations(run, true), at_end = correlations(run, false);
@@ -48,8 +49,7 @@ TEST(PowerTraceCorrelation, EveryGpuOfTheMeasuredPipelinesFollowsItsSimulatedWai
     }
     EXPECT_GE(mean_of(placed), 0.8) << run;
     EXPECT_LT(mean_of(at_end), 0.6) << run;
-    if (run == "b0-planned-quiet") EXPECT_GE(*std::min_element(placed.begin(), placed.end()), 0.8);
-    EXPECT_GE(*std::min_element(placed.begin(), placed.end()), 0.65) << run;
+    EXPECT_GE(*std::min_element(placed.begin(), placed.end()), 0.8) << run;  // issue 64's target, every GPU
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <tuple>
 
 #include "sim/power_dynamics.h"
@@ -74,21 +75,34 @@ TEST(WaitPlacement, TheLastStageIdlesThroughItsBubbleAtTheStepsStart) {
   const double wait_level_w = cluster.gpu.idle_power_w + cluster.gpu.wait_power_w;
   EXPECT_LT(waiting_w, wait_level_w + 30) << "waiting " << waiting_w << " W";
   EXPECT_GT(working_w, waiting_w + 150) << "working " << working_w << " W, waiting " << waiting_w << " W";
+  // The waiting power decays (the wait stage's e^(-t/tau), tau = 24 ms on this preset): hot in the step's
+  // rest after the last op, back near idle by the bubble's end (the bubble continues that rest: steps
+  // repeat).
+  ASSERT_GT(cluster.gpu.wait_power_decay_s, 0);
+  ASSERT_LT(busy_end_s + 0.04, placed.iteration_s) << "a rest of more than two windows after the last op";
+  const double after_last_op_w = mean_power_w(trace, busy_end_s + 0.02, busy_end_s + 0.04);
+  const double bubble_end_w = mean_power_w(trace, first_begin_s - 0.04, first_begin_s - 0.02);
+  EXPECT_GT(after_last_op_w, bubble_end_w + 20) << after_last_op_w << " W after the last op";
+  EXPECT_LT(bubble_end_w, cluster.gpu.idle_power_w + 10);
   // With every wait at the step's end the same span read as working.
   EXPECT_GT(mean_power_w(old_trace, 0.02, first_begin_s - 0.02), waiting_w + 150);
 }
 
 TEST(WaitPlacement, EveryGpusEnergyIsTheSameAsWithTheWaitsAtTheStepsEnd) {
   const graph::Graph graph = pipeline_graph(2, 2, 2);
-  const ClusterSpec cluster = load_cluster("h100-hgx-calibrated");
-  // Without the cap the clock stays at its limit: only where the wait power falls moves.
-  const SimResult placed = simulate(graph, cluster, options_with(true, false));
-  const SimResult at_end = simulate(graph, cluster, options_with(false, false));
-  ASSERT_EQ(placed.world, 8);
-  EXPECT_DOUBLE_EQ(placed.iteration_s, at_end.iteration_s);
-  for (int rank = 0; rank < placed.world; ++rank) {
-    EXPECT_NEAR(placed.gpus[rank].energy_j / at_end.gpus[rank].energy_j, 1, 1e-9) << "rank " << rank;
+  // Without the cap the clock stays at its limit: only where (and in what shape) the wait power falls moves;
+  // h100x4-nvlink-calibrated's waits draw 265 W above idle decaying over 24 ms.
+  for (const std::string preset : {"h100-hgx-calibrated", "h100x4-nvlink-calibrated"}) {
+    const ClusterSpec cluster = load_cluster(preset);
+    const SimResult placed = simulate(graph, cluster, options_with(true, false));
+    const SimResult at_end = simulate(graph, cluster, options_with(false, false));
+    ASSERT_EQ(placed.world, 8);
+    EXPECT_DOUBLE_EQ(placed.iteration_s, at_end.iteration_s);
+    for (int rank = 0; rank < placed.world; ++rank) {
+      EXPECT_NEAR(placed.gpus[rank].energy_j / at_end.gpus[rank].energy_j, 1, 1e-9) << preset << " " << rank;
+    }
   }
+  const ClusterSpec cluster = load_cluster("h100-hgx-calibrated");
   // With the cap (the default) the controller sees the waits where they are; the step and its energy stay
   // within 0.1 % here.
   const SimResult capped = simulate(graph, cluster, options_with(true, true));

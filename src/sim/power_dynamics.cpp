@@ -14,8 +14,6 @@ namespace {
 constexpr double kMaxTicksPerStep = 20000;
 /// Finest controller tick.
 constexpr double kFinestTickS = 1e-3;
-/// Most distinct wait patterns one simulation places (PowerTraceCache::waits).
-constexpr std::size_t kMaxWaitPatterns = 64;
 /// The pattern of a GPU that waits only after its compute.
 const WaitPattern kNoWaits;
 
@@ -136,10 +134,12 @@ class ControllerPass {
   /// rest after the compute where the controller's pass kept it (the rest bounds what is moved): every op
   /// runs at the clock it ran at there, so the step time, the effective clock and the energy are the pass's
   /// (up to rounding); only when the GPU draws what moves. Each wait, and the rest left at the step's end,
-  /// draws `base_w` plus a power above it that decays as the wait stage has it (wait_decay_amplitude_w).
+  /// draws `base_w` plus a level and a part that decays as the wait stage has it (WaitShape).
   void place_waits(double base_w) {
     const double decay_s = gpu_.wait_power_decay_s;
-    const double amplitude_w = wait_decay_amplitude_w();
+    const WaitShape shape = wait_shape();
+    const double amplitude_w = shape.amplitude_w;
+    base_w += shape.level_w;
     double rest_s = 0;  // the step's rest after the compute, what the waits are taken from
     for (const Slice& slice : slices_)
       if (slice.op < 0) rest_s += slice.length_s;
@@ -193,11 +193,20 @@ class ControllerPass {
     return placed_s;
   }
 
-  /// The power above base at a wait's start: each wait (the placed ones, and the rest left at the step's end
-  /// joined with a wait before the first op) decays as W·e^(−t/τ) (τ = gpu.wait_power_decay_s; flat when 0),
-  /// scaled so the waits together draw what the pass's flat wait_power_w over the whole rest drew (the
-  /// energy does not depend on where the waits fall).
-  double wait_decay_amplitude_w() const {
+  /// Power above base while waiting: a level held through every wait, and an amplitude that decays from
+  /// each wait's start.
+  struct WaitShape {
+    double level_w = 0;
+    double amplitude_w = 0;
+  };
+
+  /// Each wait (the placed ones, and the rest left at the step's end joined with a wait before the first op)
+  /// decays as the wait stage's W·e^(−t/τ) (W = gpu.wait_power_w, τ = gpu.wait_power_decay_s; flat when τ is
+  /// 0), and together they draw what the pass's flat wait_power_w over the whole rest drew (the energy does
+  /// not depend on where the waits fall). That flat power is the stage's mean over waits of the mean length
+  /// (mean_wait_power_w), more than the decays of waits of unequal length draw: the difference is a level
+  /// over all of them; where the decays would draw more, their amplitude is scaled down instead.
+  WaitShape wait_shape() const {
     const double decay_s = gpu_.wait_power_decay_s;
     double rest_s = 0;
     for (const Slice& slice : slices_)
@@ -212,7 +221,11 @@ class ControllerPass {
         shape_s += decayed_s(0, wait_s, decay_s);
     }
     shape_s += decayed_s(0, left_s + first_wait_s, decay_s);
-    return shape_s > 0 ? request_.wait_power_w * rest_s / shape_s : 0.0;
+    const double energy_j = request_.wait_power_w * rest_s;  // what the flat wait power drew
+    if (rest_s <= 0 || shape_s <= 0) return {};
+    const double decays_j = gpu_.wait_power_w * shape_s;
+    if (decays_j >= energy_j) return {0.0, energy_j / shape_s};
+    return {(energy_j - decays_j) / rest_s, gpu_.wait_power_w};
   }
 
   /// ∫ e^(−t/τ) dt over [offset_s, offset_s + length_s) (τ = decay_s; the length where τ is 0: no decay), s.
@@ -425,7 +438,7 @@ std::size_t PowerTraceCache::KeyHash::operator()(const Key& key) const {
 }
 
 std::shared_ptr<const WaitPattern> PowerTraceCache::waits(const std::vector<WaitGap>& waits,
-                                                          double iteration_s) {
+                                                          double iteration_s, bool intern_new) {
   const double tick_s = trace_tick_s(gpu_, iteration_s);
   std::vector<long long> key;
   key.reserve(2 * waits.size());
@@ -441,9 +454,8 @@ std::shared_ptr<const WaitPattern> PowerTraceCache::waits(const std::vector<Wait
   }
   auto found = patterns_.find(key);
   if (found != patterns_.end()) return found->second;
-  // Many distinct patterns (every replica its own speed: each its own trace, 80x slower at 8192 GPUs): the
-  // rest keep their waits at the step's end (energy is the same either way).
-  if (patterns_.size() >= kMaxWaitPatterns) return nullptr;
+  if (!intern_new) return nullptr;
+  if (patterns_.size() > 4096) patterns_.clear();  // those in use stay alive where they are held
   auto pattern = std::make_shared<WaitPattern>();
   for (std::size_t index = 0; index < key.size(); index += 2)
     pattern->push_back({static_cast<std::int32_t>(key[index]), static_cast<double>(key[index + 1]) * tick_s});

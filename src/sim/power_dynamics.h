@@ -113,6 +113,10 @@ double largest_swing_w(const std::vector<float>& sample_w, double window_s, doub
 /// empty = every wait after the last compute op (the step's rest).
 using WaitPattern = std::vector<WaitGap>;
 
+/// Most distinct wait patterns placed per engine result: heterogeneous replicas (each its own speed, so its
+/// own waits and trace) past it keep their waits at the step's end (energy is the same either way).
+inline constexpr std::size_t kMaxWaitPatternsPerResult = 64;
+
 /// The trace's controller tick for a step of `iteration_s` on `gpu` (1 ms, coarser for long steps so a step
 /// stays within a bounded number of ticks): the finest time a trace resolves.
 double trace_tick_s(const GpuSpec& gpu, double iteration_s);
@@ -137,9 +141,10 @@ class PowerTraceCache {
   /// The interned pattern of `waits` in a step of `iteration_s`: each wait's end, counted from the first
   /// wait's start over the waits alone, floored onto the trace's tick grid (trace_tick_s), so the placed
   /// waits never add up to more than the measured ones and waits that differ within a tick share a pattern.
-  /// nullptr (waits at the step's end) once 64 distinct patterns are interned: heterogeneous replicas each
-  /// with their own pattern would each need a trace of their own.
-  std::shared_ptr<const WaitPattern> waits(const std::vector<WaitGap>& waits, double iteration_s);
+  /// A pattern not interned yet is nullptr (waits at the step's end) unless `intern_new`: the caller bounds
+  /// how many distinct patterns, and so traces, one engine result costs (kMaxWaitPatternsPerResult).
+  std::shared_ptr<const WaitPattern> waits(const std::vector<WaitGap>& waits, double iteration_s,
+                                           bool intern_new = true);
   /// The trace of program `program` for `request` with the waits of `waits` (interned by waits(); nullptr:
   /// every wait at the step's end); shared, immutable.
   std::shared_ptr<const PowerTrace> get(int program, const StepPowerRequest& request,

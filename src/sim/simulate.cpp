@@ -10,6 +10,7 @@
 #include <set>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "core/json_fields.h"
@@ -409,8 +410,17 @@ class StepRunner {
     op_events += fresh.result.op_events;
     fresh.waits.resize(fresh.result.entities.size());
     if (options_.waits_in_place) {
-      for (std::size_t entity = 0; entity < fresh.waits.size(); ++entity)
-        fresh.waits[entity] = traces_.waits(fresh.result.entities[entity].waits, fresh.result.iteration_s);
+      // At most one replica class's worth of new patterns (pp x ep, at least 16, at most
+      // kMaxWaitPatternsPerResult): entities run class by class, so the first class's every stage is placed.
+      const auto bound = std::clamp<std::size_t>(
+          static_cast<std::size_t>(graph_.layout.pp * graph_.layout.ep), 16, kMaxWaitPatternsPerResult);
+      std::unordered_set<const WaitPattern*> distinct;
+      for (std::size_t entity = 0; entity < fresh.waits.size(); ++entity) {
+        auto& pattern = fresh.waits[entity];
+        pattern = traces_.waits(fresh.result.entities[entity].waits, fresh.result.iteration_s,
+                                distinct.size() < bound);
+        if (pattern) distinct.insert(pattern.get());
+      }
     }
     if (engine_cache_.size() > 64) engine_cache_.clear();
     outcome.step.reused = false;

@@ -34,11 +34,12 @@ double mean_of(const std::vector<double>& values) {
   return sum / static_cast<double>(values.size());
 }
 
-// 2026-12-08, h100x4-nvlink-calibrated, waits placed (each decaying as the wait stage's W e^(-t/tau), tau =
-// 24 ms) / at the step's end (the trace before issue 64): b0-planned-quiet (PP4 1F1B, layers 5,5,4,2) r =
-// 0.877, 0.930, 0.975, 0.983 / 0.076, 0.560, 0.338, 0.608; b0-uniform-quiet (4,4,4,4) r = 0.844, 0.819,
-// 0.896, 0.973 / 0.153, 0.217, 0.164, 0.913. With every wait at the flat mean wait power (2026-12-07) the
-// uniform run's first stage, whose waits are many and short, read 0.68.
+// 2026-12-08, h100x4-nvlink-calibrated, waits placed (each the wait stage's W e^(-t/tau), tau = 24 ms, over
+// a level that keeps the energy) / at the step's end (the trace before issue 64):
+// b0-planned-quiet (PP4 1F1B, layers 5,5,4,2) r = 0.869, 0.924, 0.971, 0.970 / 0.076, 0.560, 0.338, 0.608;
+// b0-uniform-quiet (4,4,4,4) r = 0.838, 0.814, 0.894, 0.973 / 0.153, 0.217, 0.164, 0.913. With every wait at
+// the flat mean wait power (2026-12-07) the uniform run's first stage, whose waits are many and short, read
+// 0.68.
 TEST(PowerTraceCorrelation, EveryGpuOfTheMeasuredPipelinesFollowsItsSimulatedWaits) {
   for (const std::string run : {"b0-planned-quiet", "b0-uniform-quiet"}) {
     const std::vector<double> placed = correlations(run, true), at_end = correlations(run, false);

@@ -113,8 +113,9 @@ double largest_swing_w(const std::vector<float>& sample_w, double window_s, doub
 /// empty = every wait after the last compute op (the step's rest).
 using WaitPattern = std::vector<WaitGap>;
 
-/// Most distinct wait patterns placed per engine result: heterogeneous replicas (each its own speed, so its
-/// own waits and trace) past it keep their waits at the step's end (energy is the same either way).
+/// Most new wait patterns one engine result interns (StepRunner takes pp x ep, at least 16, at most this):
+/// heterogeneous replicas (each its own speed, so its own waits and trace) past the bound keep their waits at
+/// the step's end (energy is the same either way).
 inline constexpr std::size_t kMaxWaitPatternsPerResult = 64;
 
 /// The trace's controller tick for a step of `iteration_s` on `gpu` (1 ms, coarser for long steps so a step
@@ -126,8 +127,8 @@ double trace_tick_s(const GpuSpec& gpu, double iteration_s);
 /// repeated steps). The second pass's power is then laid out with each wait of `waits` before its op, taken
 /// from the rest: the ops keep the clocks the controller gave them, so the step time, the effective clock and
 /// the energy do not depend on where the waits fall (a controller raising the clock inside a wait is not
-/// modelled); only when the power is drawn does. Placed waits (and the rest) decay as the wait stage's
-/// W·e^(−t/τ) above idle (gpu.wait_power_decay_s), scaled to the energy of the flat wait_power_w.
+/// modelled); only when the power is drawn does. Placed waits (and the rest) draw the wait stage's W·e^(−t/τ)
+/// above idle over a level that gives them the energy of the flat wait_power_w (docs/SIMULATOR.md).
 PowerTrace trace_step_power(const GpuSpec& gpu, const ProgramPower& program, const StepPowerRequest& request,
                             const WaitPattern& waits = WaitPattern{});
 

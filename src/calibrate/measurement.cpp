@@ -294,11 +294,17 @@ graph::Graph run_graph(const MeasuredRun& run) {
   return graph::build_graph(*run.model, parallel::resolve_layout(*run.model, run.layout));
 }
 
-RunFigures simulate_run(const MeasuredRun& run, const graph::Graph& graph, const sim::ClusterSpec& cluster,
-                        sim::SimOptions options) {
+sim::SimResult simulate_measured(const MeasuredRun& run, const graph::Graph& graph,
+                                 const sim::ClusterSpec& cluster, sim::SimOptions options) {
   options.steps = std::max(1, run.warmup_steps + run.measured_steps);
   if (std::isfinite(run.initial_temp_c)) options.initial_die_c = run.initial_temp_c;
-  const sim::SimResult result = sim::simulate(graph, cluster, options);
+  return sim::simulate(graph, cluster, options);
+}
+
+RunFigures simulate_run(const MeasuredRun& run, const graph::Graph& graph, const sim::ClusterSpec& cluster,
+                        sim::SimOptions options) {
+  const sim::SimResult result = simulate_measured(run, graph, cluster, options);
+  options.steps = result.steps;
   const int first = std::min(run.warmup_steps, options.steps - 1);
   const std::size_t world = static_cast<std::size_t>(result.world);
   double time_s = 0, energy_j = 0, clock_sum = 0;

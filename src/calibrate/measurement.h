@@ -93,6 +93,11 @@ MeasuredRun load_thermal_run(const std::filesystem::path& run_dir, const sim::Gp
 /// The execution graph of a simulatable run.
 graph::Graph run_graph(const MeasuredRun& run);
 
+/// Simulates `run`'s workload on `cluster` as it was measured: its warm-up and measured steps, from its
+/// initial temperature (`options` as simulate_run takes them).
+sim::SimResult simulate_measured(const MeasuredRun& run, const graph::Graph& graph,
+                                 const sim::ClusterSpec& cluster, sim::SimOptions options = {});
+
 /// Simulates `run`'s workload on `cluster` as it was measured (warm-up + measured steps, from its initial
 /// temperature) and returns the figures over the measured steps. `options` may fix the clock or disable the
 /// cap; its steps and initial temperature are overwritten.

@@ -44,8 +44,9 @@ std::vector<double> mean_ranks(const std::vector<double>& values) {
   return ranks;
 }
 
-/// Pearson correlation; NaN when either series is constant.
-double pearson(const std::vector<double>& first, const std::vector<double>& second) {
+}  // namespace
+
+double pearson_r(const std::vector<double>& first, const std::vector<double>& second) {
   const double count = static_cast<double>(first.size());
   const double mean_first = std::accumulate(first.begin(), first.end(), 0.0) / count;
   const double mean_second = std::accumulate(second.begin(), second.end(), 0.0) / count;
@@ -58,6 +59,8 @@ double pearson(const std::vector<double>& first, const std::vector<double>& seco
   if (var_first <= 0 || var_second <= 0) return NAN;
   return covariance / std::sqrt(var_first * var_second);
 }
+
+namespace {
 
 /// Largest |figure_error| of figure `index` (figure_names() order) over `rows`; NaN where none is known.
 double largest_error(const std::vector<ValidationRow>& rows, std::size_t index) {
@@ -122,7 +125,7 @@ const ValidationRow& first_pick(const std::vector<ValidationRow>& rows) {
 double spearman_rho(const std::vector<double>& first, const std::vector<double>& second) {
   require_input(first.size() == second.size(), "spearman_rho: series of unequal length");
   if (first.size() < 3) return NAN;
-  return pearson(mean_ranks(first), mean_ranks(second));
+  return pearson_r(mean_ranks(first), mean_ranks(second));
 }
 
 std::map<std::string, PlanEntry> plan_entries(const nlohmann::json& plan, const std::string& source) {

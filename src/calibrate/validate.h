@@ -64,6 +64,9 @@ struct Validation {
 /// "dp4-ep4", "single" for one GPU (micro-batch, ZeRO, recompute, overlap and schedule left out).
 std::string layout_family(const parallel::Layout& layout);
 
+/// Pearson correlation of two equally long, non-empty series; NaN when either is constant.
+double pearson_r(const std::vector<double>& first, const std::vector<double>& second);
+
 /// Spearman's rank correlation of two equally long series (ties take their mean rank); NaN below 3 values
 /// or when either series is constant.
 double spearman_rho(const std::vector<double>& first, const std::vector<double>& second);

@@ -351,6 +351,7 @@ class Engine::Iteration {
       if (out.compute_busy_s == duration_s) out.starts_waiting = true;
       out.wait_gaps += 1;
       out.wait_gap_s += times.begin_s - state.compute_free_s;
+      out.waits.push_back({op_index, times.begin_s - state.compute_free_s});
     }
     state.compute_free_s = std::max(state.compute_free_s, times.finish_s);
     if (binding >= 0 && stream == static_cast<int>(graph::Stream::kCompute) &&

@@ -40,6 +40,12 @@ struct OpSpan {
 /// A gap between two compute ops of one GPU shorter than this is not a wait (EntityResult::wait_gaps).
 inline constexpr double kWaitGapS = 1e-6;
 
+/// A wait of one GPU inside a step: the compute stream idled `length_s` before compute op `op` began.
+struct WaitGap {
+  std::int32_t op = 0;  ///< index into the program's ops of the compute op that ended the wait
+  double length_s = 0;  ///< how long the compute stream idled before it, s
+};
+
 /// What one entity did during the iteration.
 struct EntityResult {
   double end_s = 0;           ///< completion of its last op
@@ -51,6 +57,7 @@ struct EntityResult {
   bool starts_waiting = false;    ///< its first compute op began after a gap (a wait from the step's start)
   double wait_gap_s = 0;          ///< the gaps' summed length
   double last_compute_end_s = 0;  ///< end of its last compute op
+  std::vector<WaitGap> waits;     ///< the wait_gaps in time order: where the GPU idles (its power trace)
   double exposed_comm_s[kNumCommClasses] = {};   ///< compute-stream idle time spent on transfers, per class
   double comm_transfer_s[kNumCommClasses] = {};  ///< transfer time per class (overlapped or not)
   std::vector<OpSpan> timeline;                  ///< every op, when a timeline was requested

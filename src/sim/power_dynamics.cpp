@@ -14,11 +14,14 @@ namespace {
 constexpr double kMaxTicksPerStep = 20000;
 /// Finest controller tick.
 constexpr double kFinestTickS = 1e-3;
+/// The pattern of a GPU that waits only after its compute.
+const WaitPattern kNoWaits;
 
 /// One compute op as the trace walks it.
 struct TraceOp {
   const ComputeCost* cost = nullptr;
-  double active_w = 0;  ///< class active power at max clock and full use
+  double active_w = 0;       ///< class active power at max clock and full use
+  double wait_before_s = 0;  ///< the GPU waits this long before the op begins (WaitPattern)
 };
 
 /// Duration and power of one op at one (binned) clock on a GPU of speed `speed`.
@@ -66,6 +69,8 @@ class ControllerPass {
     double compute_work_s = 0, compute_time_s = 0;
     const double base_w = gpu_.idle_power_w + request_.leakage_w + request_.comm_power_w;
     ticks_.clear();
+    slices_.clear();
+    const bool placing = trace && has_waits_;
     while (op_index < ops_.size() || t_s < request_.iteration_s - 1e-12) {
       const double tick_end_s = t_s + tick_s_;
       const double applied_mhz = clock_bin_mhz(gpu_, controller_.clock_mhz());
@@ -75,6 +80,7 @@ class ControllerPass {
       while (tick_t_s < tick_end_s - 1e-15) {
         double slice_s = tick_end_s - tick_t_s;
         double power_w = base_w;
+        const auto slice_op = static_cast<std::int32_t>(op_index < ops_.size() ? op_index : -1);
         if (op_index < ops_.size()) {
           const OpAtClock now = op_at_clock(gpu_, ops_[op_index], applied_mhz, power_factor, request_.speed);
           const double left_s = remaining * now.duration_s;
@@ -105,6 +111,7 @@ class ControllerPass {
         }
         tick_energy_j += power_w * slice_s;
         tick_t_s += slice_s;
+        if (placing) slices_.push_back({slice_op, power_w, slice_s});
       }
       const double tick_len_s = tick_t_s - t_s;
       if (tick_len_s <= 0) break;
@@ -113,6 +120,7 @@ class ControllerPass {
       if (request_.power_cap) controller_.observe(tick_energy_j / tick_len_s, tick_len_s);
     }
     if (trace) {
+      if (placing) place_waits(base_w);
       tile_samples(*trace);
       trace->duration_s = t_s;
       trace->effective_clock_mhz = compute_time_s > 0 ? gpu_.max_sm_mhz * compute_work_s / compute_time_s
@@ -122,6 +130,110 @@ class ControllerPass {
   }
 
  private:
+  /// Rebuilds the recorded pass's ticks with each wait of the pattern moved before its op, out of the step's
+  /// rest after the compute where the controller's pass kept it (the rest bounds what is moved): every op
+  /// runs at the clock it ran at there, so the step time, the effective clock and the energy are the pass's
+  /// (up to rounding); only when the GPU draws what moves. Each wait, and the rest left at the step's end,
+  /// draws `base_w` plus a level and a part that decays as the wait stage has it (WaitShape).
+  void place_waits(double base_w) {
+    const double decay_s = gpu_.wait_power_decay_s;
+    const WaitShape shape = wait_shape();
+    const double amplitude_w = shape.amplitude_w;
+    base_w += shape.level_w;
+    double rest_s = 0;  // the step's rest after the compute, what the waits are taken from
+    for (const Slice& slice : slices_)
+      if (slice.op < 0) rest_s += slice.length_s;
+    const double tail_s = rest_s - placed_wait_s(rest_s);
+    ticks_.clear();
+    double tick_energy_j = 0, tick_length_s = 0;
+    // Adds `length_s` at `base_w` plus the wait's decaying part from `offset_s` into its wait.
+    const auto add = [&](double power_w, double length_s, double wait_amplitude_w, double offset_s) {
+      while (length_s > 0) {  // split at the tick grid
+        const double part_s = std::min(length_s, tick_s_ - tick_length_s);
+        tick_energy_j += power_w * part_s + wait_amplitude_w * decayed_s(offset_s, part_s, decay_s);
+        tick_length_s += part_s;
+        length_s -= part_s;
+        offset_s += part_s;
+        if (tick_length_s >= tick_s_ * (1 - 1e-9)) {
+          ticks_.push_back({tick_energy_j, tick_length_s});
+          tick_energy_j = tick_length_s = 0;
+        }
+      }
+    };
+    std::int32_t previous_op = -1;
+    double moved_s = 0;      // moved out of the rest and not yet skipped there
+    double tail_into_s = 0;  // how far into the step's rest (its own wait) the pass has come
+    for (const Slice& slice : slices_) {
+      if (slice.op >= 0 && slice.op != previous_op) {
+        previous_op = slice.op;
+        const double wait_s = std::min(ops_[slice.op].wait_before_s, rest_s);
+        rest_s -= wait_s;
+        moved_s += wait_s;
+        // A wait before the first op continues the rest it follows (steps repeat).
+        add(base_w, wait_s, amplitude_w, slice.op == 0 ? tail_s : 0.0);
+      }
+      double length_s = slice.length_s;
+      if (slice.op >= 0) {
+        add(slice.power_w, length_s, 0, 0);
+        continue;
+      }
+      const double skipped_s = std::min(moved_s, length_s);
+      moved_s -= skipped_s;
+      length_s -= skipped_s;
+      add(base_w, length_s, amplitude_w, tail_into_s);
+      tail_into_s += length_s;
+    }
+    if (tick_length_s > 0) ticks_.push_back({tick_energy_j, tick_length_s});
+  }
+
+  /// The waits the pattern places before their ops out of a rest of `rest_s` (each bounded by what is left).
+  double placed_wait_s(double rest_s) const {
+    double placed_s = 0;
+    for (const TraceOp& op : ops_) placed_s += std::min(op.wait_before_s, rest_s - placed_s);
+    return placed_s;
+  }
+
+  /// Power above base while waiting: a level held through every wait, and an amplitude that decays from
+  /// each wait's start.
+  struct WaitShape {
+    double level_w = 0;
+    double amplitude_w = 0;
+  };
+
+  /// Each wait (the placed ones, and the rest left at the step's end joined with a wait before the first op)
+  /// decays as the wait stage's W·e^(−t/τ) (W = gpu.wait_power_w, τ = gpu.wait_power_decay_s; flat when τ is
+  /// 0), and together they draw what the pass's flat wait_power_w over the whole rest drew (the energy does
+  /// not depend on where the waits fall). That flat power is the stage's mean over waits of the mean length
+  /// (mean_wait_power_w), more than the decays of waits of unequal length draw: the difference is a level
+  /// over all of them; where the decays would draw more, their amplitude is scaled down instead.
+  WaitShape wait_shape() const {
+    const double decay_s = gpu_.wait_power_decay_s;
+    double rest_s = 0;
+    for (const Slice& slice : slices_)
+      if (slice.op < 0) rest_s += slice.length_s;
+    double left_s = rest_s, shape_s = 0, first_wait_s = 0;
+    for (std::size_t op = 0; op < ops_.size(); ++op) {
+      const double wait_s = std::min(ops_[op].wait_before_s, left_s);
+      left_s -= wait_s;
+      if (op == 0)
+        first_wait_s = wait_s;
+      else
+        shape_s += decayed_s(0, wait_s, decay_s);
+    }
+    shape_s += decayed_s(0, left_s + first_wait_s, decay_s);
+    const double energy_j = request_.wait_power_w * rest_s;  // what the flat wait power drew
+    if (rest_s <= 0 || shape_s <= 0) return {};
+    const double decays_j = gpu_.wait_power_w * shape_s;
+    if (decays_j >= energy_j) return {0.0, energy_j / shape_s};
+    return {(energy_j - decays_j) / rest_s, gpu_.wait_power_w};
+  }
+
+  /// ∫ e^(−t/τ) dt over [offset_s, offset_s + length_s) (τ = decay_s; the length where τ is 0: no decay), s.
+  static double decayed_s(double offset_s, double length_s, double decay_s) {
+    if (decay_s <= 0) return length_s;
+    return decay_s * std::exp(-offset_s / decay_s) * -std::expm1(-length_s / decay_s);
+  }
+
   /// The samples of the recorded pass: whole windows at the phase where the step's heaviest window falls (a
   /// driver's samples do not start with the step), so one sample is the peak, and the wrap (the tail after
   /// the last whole window with the head before the first, PowerTrace). A wrap shorter than half a window
@@ -180,6 +292,15 @@ class ControllerPass {
   double window_s_;
   PowerController controller_;  ///< its seen power carries from pass to pass (starts at the cap)
   std::vector<std::pair<double, double>> ticks_;  ///< (energy J, length s) of each tick of the recorded pass
+  /// One stretch of the recorded pass at one power: op `op` (-1: the step's rest after the compute).
+  struct Slice {
+    std::int32_t op = -1;
+    double power_w = 0;
+    double length_s = 0;
+  };
+  std::vector<Slice> slices_;  ///< the recorded pass's slices, when it places waits
+  bool has_waits_ =
+      std::any_of(ops_.begin(), ops_.end(), [](const TraceOp& op) { return op.wait_before_s > 0; });
 };
 
 /// Rescales the trace's time axis to exactly `duration_s` (energy kept); the controlled ops may end a little
@@ -266,21 +387,31 @@ double largest_swing_w(const std::vector<float>& sample_w, double window_s, doub
   return swing_w;
 }
 
-PowerTrace trace_step_power(const GpuSpec& gpu, const ProgramPower& program,
-                            const StepPowerRequest& request) {
-  std::vector<TraceOp> ops;
-  for (std::size_t index = 0; index < program.size(); ++index) {
-    const ComputeCost& cost = program.cost(index);
-    if (cost.power_class == PowerClass::kCommunication) continue;
-    if (cost.duration_s(1.0, 1.0) <= 0) continue;
-    ops.push_back({&cost, gpu.active_power_w[static_cast<int>(cost.power_class)]});
-  }
+double trace_tick_s(const GpuSpec& gpu, double iteration_s) {
   const double window_s = gpu.power_control.sample_window_s;
-  const double horizon_s = std::max(request.iteration_s, window_s);
+  const double horizon_s = std::max(iteration_s, window_s);
   double ticks_per_window = std::max(1.0, std::round(window_s / kFinestTickS));
   ticks_per_window =
       std::min(ticks_per_window, std::max(1.0, std::floor(kMaxTicksPerStep * window_s / horizon_s)));
-  const double tick_s = window_s / ticks_per_window;
+  return window_s / ticks_per_window;
+}
+
+PowerTrace trace_step_power(const GpuSpec& gpu, const ProgramPower& program, const StepPowerRequest& request,
+                            const WaitPattern& waits) {
+  std::vector<TraceOp> ops;
+  std::size_t next_wait = 0;
+  double wait_s = 0;  // waits before the next op the trace keeps (a skipped op passes its wait on)
+  for (std::size_t index = 0; index < program.size(); ++index) {
+    for (; next_wait < waits.size() && static_cast<std::size_t>(waits[next_wait].op) <= index; ++next_wait)
+      wait_s += waits[next_wait].length_s;
+    const ComputeCost& cost = program.cost(index);
+    if (cost.power_class == PowerClass::kCommunication) continue;
+    if (cost.duration_s(1.0, 1.0) <= 0) continue;
+    ops.push_back({&cost, gpu.active_power_w[static_cast<int>(cost.power_class)], wait_s});
+    wait_s = 0;
+  }
+  const double window_s = gpu.power_control.sample_window_s;
+  const double tick_s = trace_tick_s(gpu, request.iteration_s);
   const double limit_mhz = std::min(request.clock_limit_mhz, gpu.max_sm_mhz);
   StepPowerRequest bounded = request;
   bounded.clock_limit_mhz = limit_mhz;
@@ -298,15 +429,41 @@ PowerTrace trace_step_power(const GpuSpec& gpu, const ProgramPower& program,
 
 std::size_t PowerTraceCache::KeyHash::operator()(const Key& key) const {
   std::size_t hash = static_cast<std::size_t>(key.program) * 0x9E3779B97F4A7C15ULL;
-  for (long long part :
-       {key.iteration, key.start_clock, key.clock_limit, key.speed, key.comm_power, key.wait_power,
-        key.power_limit, key.leakage, static_cast<long long>(key.power_cap)}) {
+  for (long long part : {key.iteration, key.start_clock, key.clock_limit, key.speed, key.comm_power,
+                         key.wait_power, key.power_limit, key.leakage, static_cast<long long>(key.power_cap),
+                         static_cast<long long>(reinterpret_cast<std::uintptr_t>(key.waits.get()))}) {
     hash ^= static_cast<std::size_t>(part) + 0x9E3779B97F4A7C15ULL + (hash << 6) + (hash >> 2);
   }
   return hash;
 }
 
-std::shared_ptr<const PowerTrace> PowerTraceCache::get(int program, const StepPowerRequest& request) {
+std::shared_ptr<const WaitPattern> PowerTraceCache::waits(const std::vector<WaitGap>& waits,
+                                                          double iteration_s, bool intern_new) {
+  const double tick_s = trace_tick_s(gpu_, iteration_s);
+  std::vector<long long> key;
+  key.reserve(2 * waits.size());
+  double summed_s = 0;
+  long long previous_ticks = 0;
+  for (const WaitGap& wait : waits) {
+    summed_s += wait.length_s;
+    const auto ticks = static_cast<long long>(std::floor(summed_s / tick_s + 1e-9));
+    if (ticks == previous_ticks) continue;  // within the tick of the waits before it
+    key.push_back(wait.op);
+    key.push_back(ticks - previous_ticks);
+    previous_ticks = ticks;
+  }
+  auto found = patterns_.find(key);
+  if (found != patterns_.end()) return found->second;
+  if (!intern_new) return nullptr;
+  if (patterns_.size() > 4096) patterns_.clear();  // those in use stay alive where they are held
+  auto pattern = std::make_shared<WaitPattern>();
+  for (std::size_t index = 0; index < key.size(); index += 2)
+    pattern->push_back({static_cast<std::int32_t>(key[index]), static_cast<double>(key[index + 1]) * tick_s});
+  return patterns_.emplace(std::move(key), std::move(pattern)).first->second;
+}
+
+std::shared_ptr<const PowerTrace> PowerTraceCache::get(int program, const StepPowerRequest& request,
+                                                       const std::shared_ptr<const WaitPattern>& waits) {
   // Representative request: step time on a 0.1 % log grid, speed on a 0.5 % grid, clocks on 0.25 MHz, comm
   // power on 1 W. Heterogeneous GPUs and steps whose time drifts with heat share a few traces this way.
   const Key key{program,
@@ -318,18 +475,21 @@ std::shared_ptr<const PowerTrace> PowerTraceCache::get(int program, const StepPo
                 std::llround(request.wait_power_w),
                 std::llround(request.power_limit_w),
                 std::llround(request.leakage_w * 10.0),
-                request.power_cap};
+                request.power_cap,
+                waits};
   auto found = representatives_.find(key);
   if (found == representatives_.end()) {
-    if (representatives_.size() > 4096) representatives_.clear(), exact_.clear();
+    // A key holds its pattern, so no pattern interned later takes the address of one a trace was keyed on;
+    // a pattern interned again after the clear is a new key (its trace is computed again).
+    if (representatives_.size() > 4096) representatives_.clear(), exact_.clear(), patterns_.clear();
     StepPowerRequest representative = request;
     representative.iteration_s = std::exp(static_cast<double>(key.iteration) / 1000.0);
     representative.speed = static_cast<double>(key.speed) / 200.0;
     representative.leakage_w = static_cast<double>(key.leakage) / 10.0;
     computed_ += 1;
     found = representatives_
-                .emplace(key, std::make_shared<const PowerTrace>(
-                                  trace_step_power(gpu_, powers_[program], representative)))
+                .emplace(key, std::make_shared<const PowerTrace>(trace_step_power(
+                                  gpu_, powers_[program], representative, waits ? *waits : kNoWaits)))
                 .first;
   }
   // The same trace stretched to tile this exact step time (energy kept).

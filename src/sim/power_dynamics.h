@@ -1,17 +1,20 @@
 // Millisecond power dynamics of one GPU over one step: the compute ops of its program run in order while
 // the power-cap controller moves the SM clock toward the limit with a finite response time, so a heavy op
 // that follows a light phase (the clock rose meanwhile) draws more than the limit until the controller pulls
-// the clock back. The result is a trace of power samples (the driver's sample window) that tiles the step at
-// the phase where its heaviest window falls (a driver's samples do not start with the step): its integral is
-// the step's energy, its largest sample the peak power, its spread the swing. docs/SIMULATOR.md.
+// the clock back; the GPU then idles where the engine's op timeline has it wait (a bubble, a late peer, an
+// exposed transfer). The result is a trace of power samples (the driver's sample window) that tiles the step
+// at the phase where its heaviest window falls (a driver's samples do not start with the step): its integral
+// is the step's energy, its largest sample the peak power, its spread the swing. docs/SIMULATOR.md.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <unordered_map>
 #include <vector>
 
 #include "sim/cluster.h"
+#include "sim/engine.h"
 #include "sim/power_thermal.h"
 
 namespace calo::sim {
@@ -23,10 +26,11 @@ struct StepPowerRequest {
   double clock_limit_mhz = 0;  ///< highest clock allowed (max clock, or the thermal limit)
   double speed = 1;            ///< GPU speed factor (a slow GPU spends the same energy over longer)
   double comm_power_w = 0;     ///< mean communication power over the step (spread evenly)
-  double wait_power_w = 0;   ///< power above idle over the step's rest after its compute (mean_wait_power_w)
-  double leakage_w = 0;      ///< static power above idle from a hot die (sim::leakage_power_w)
-  bool power_cap = true;     ///< false: the clock stays at clock_limit_mhz
-  double power_limit_w = 0;  ///< the cap the controller holds (<= 0: the GPU's power_limit_w)
+  double wait_power_w = 0;     ///< power above idle while it waits, at its waits and after its compute
+                               ///< to the step's end (mean_wait_power_w: the same over every wait)
+  double leakage_w = 0;        ///< static power above idle from a hot die (sim::leakage_power_w)
+  bool power_cap = true;       ///< false: the clock stays at clock_limit_mhz
+  double power_limit_w = 0;    ///< the cap the controller holds (<= 0: the GPU's power_limit_w)
 };
 
 /// Power over one step of one GPU, in samples of the driver's window at the phase where the step's heaviest
@@ -105,18 +109,47 @@ class SlidingWindowPeak {
 /// Largest (max - min) over the samples of `sample_w` (one per `window_s`) inside any `span_s` window.
 double largest_swing_w(const std::vector<float>& sample_w, double window_s, double span_s);
 
-/// Simulates the controller over the compute ops of `program` (program order) for one step: two passes,
-/// the second starting from the first's end clock (the periodic steady state of repeated steps).
-PowerTrace trace_step_power(const GpuSpec& gpu, const ProgramPower& program, const StepPowerRequest& request);
+/// Where one GPU waits inside a step, as its power trace places the waits: (op, length) in program order;
+/// empty = every wait after the last compute op (the step's rest).
+using WaitPattern = std::vector<WaitGap>;
 
-/// Memoizes trace_step_power per (program, quantized request) so symmetric GPUs, GPUs of nearly equal speed
-/// and steps of nearly equal time share one trace; each use gets it stretched to tile its exact step time.
+/// Most new wait patterns one engine result interns (StepRunner takes pp x ep, at least 16, at most this):
+/// heterogeneous replicas (each its own speed, so its own waits and trace) past the bound keep their waits at
+/// the step's end (energy is the same either way).
+inline constexpr std::size_t kMaxWaitPatternsPerResult = 64;
+
+/// The trace's controller tick for a step of `iteration_s` on `gpu` (1 ms, coarser for long steps so a step
+/// stays within a bounded number of ticks): the finest time a trace resolves.
+double trace_tick_s(const GpuSpec& gpu, double iteration_s);
+
+/// Simulates the controller over the compute ops of `program` (program order), then the step's rest, for
+/// one step: two passes, the second starting from the first's end clock (the periodic steady state of
+/// repeated steps). The second pass's power is then laid out with each wait of `waits` before its op, taken
+/// from the rest: the ops keep the clocks the controller gave them, so the step time, the effective clock and
+/// the energy do not depend on where the waits fall (a controller raising the clock inside a wait is not
+/// modelled); only when the power is drawn does. Placed waits (and the rest) draw the wait stage's W·e^(−t/τ)
+/// above idle over a level that gives them the energy of the flat wait_power_w (docs/SIMULATOR.md).
+PowerTrace trace_step_power(const GpuSpec& gpu, const ProgramPower& program, const StepPowerRequest& request,
+                            const WaitPattern& waits = WaitPattern{});
+
+/// Memoizes trace_step_power per (program, quantized request, wait pattern) so symmetric GPUs, GPUs of
+/// nearly equal speed and steps of nearly equal time share one trace; each use gets it stretched to tile its
+/// exact step time. Wait patterns are interned (waits()): GPUs whose waits fall alike share one.
 class PowerTraceCache {
  public:
   /// `powers[p]` are the costed programs; `gpu` and `powers` must outlive the cache.
   PowerTraceCache(const GpuSpec& gpu, const std::vector<ProgramPower>& powers) : gpu_(gpu), powers_(powers) {}
-  /// The trace of program `program` for `request` (shared, immutable).
-  std::shared_ptr<const PowerTrace> get(int program, const StepPowerRequest& request);
+  /// The interned pattern of `waits` in a step of `iteration_s`: each wait's end, counted from the first
+  /// wait's start over the waits alone, floored onto the trace's tick grid (trace_tick_s), so the placed
+  /// waits never add up to more than the measured ones and waits that differ within a tick share a pattern.
+  /// A pattern not interned yet is nullptr (waits at the step's end) unless `intern_new`: the caller bounds
+  /// how many distinct patterns, and so traces, one engine result costs (kMaxWaitPatternsPerResult).
+  std::shared_ptr<const WaitPattern> waits(const std::vector<WaitGap>& waits, double iteration_s,
+                                           bool intern_new = true);
+  /// The trace of program `program` for `request` with the waits of `waits` (interned by waits(); nullptr:
+  /// every wait at the step's end); shared, immutable.
+  std::shared_ptr<const PowerTrace> get(int program, const StepPowerRequest& request,
+                                        const std::shared_ptr<const WaitPattern>& waits = nullptr);
   /// Distinct traces computed so far.
   std::size_t computed() const { return computed_; }
 
@@ -127,6 +160,7 @@ class PowerTraceCache {
     long long iteration = 0, start_clock = 0, clock_limit = 0, speed = 0, comm_power = 0, wait_power = 0,
               power_limit = 0, leakage = 0;
     bool power_cap = true;
+    std::shared_ptr<const WaitPattern> waits;  ///< interned (patterns_), compared by identity
     bool operator==(const Key&) const = default;
   };
   struct KeyHash {
@@ -142,6 +176,7 @@ class PowerTraceCache {
   std::unordered_map<Key, std::shared_ptr<const PowerTrace>, KeyHash> representatives_;
   std::unordered_map<std::pair<const PowerTrace*, long long>, std::shared_ptr<const PowerTrace>, ExactHash>
       exact_;
+  std::map<std::vector<long long>, std::shared_ptr<const WaitPattern>> patterns_;  ///< (op, tick) pairs
   std::size_t computed_ = 0;
 };
 

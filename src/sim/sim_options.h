@@ -23,6 +23,9 @@ struct SimOptions {
   int warmup_steps = 0;   ///< the first of them are warm-up (stored as such; comparisons skip them)
   bool power_cap = true;  ///< the power-cap controller lowers clocks to hold power_limit_w
   bool thermal = true;    ///< temperatures evolve and thermal slowdown applies
+  /// A GPU's waits sit in its power trace where the op timeline puts them; false: all after its compute, at
+  /// the step's end (the trace before issue 64, kept to compare against). Energy is the same either way.
+  bool waits_in_place = true;
   std::vector<double> speed_factors;   ///< per GPU (global rank) speed, 1 = nominal; empty = all 1
   std::vector<double> inlet_offset_c;  ///< per GPU extra inlet temperature (hot spots); empty = none
   /// Per GPU the node slot (airflow position) it sits in; empty = rank % GPUs per node. A pipeline stage->GPU

@@ -10,6 +10,7 @@
 #include <set>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "core/json_fields.h"
@@ -282,7 +283,9 @@ std::vector<GpuState> init_gpu_states(const graph::Graph& graph, const ClusterSp
 
 /// What one step produced: the engine's iteration and every GPU's power trace over it.
 struct StepOutcome {
-  const EngineResult* engine = nullptr;                   ///< owned by the runner's cache
+  const EngineResult* engine = nullptr;  ///< owned by the runner's cache
+  /// Per entity of `engine`, its interned wait pattern (nullptr: its waits at the step's end); the cache's.
+  const std::vector<std::shared_ptr<const WaitPattern>>* waits = nullptr;
   std::vector<std::int32_t> entity_of_rank;               ///< entity standing for each rank
   std::vector<std::shared_ptr<const PowerTrace>> traces;  ///< per rank
   StepResult step;                                        ///< classes, entities, reuse
@@ -320,7 +323,9 @@ class StepRunner {
     const bool timeline = options_.record_timeline && step + 1 == options_.steps;
     for (int round = 0; round < 8; ++round) {
       const std::string key = fold_replicas(gpus, outcome);
-      outcome.engine = run_engine(key, outcome, timeline, op_events);
+      const EngineRun& engine = run_engine(key, outcome, timeline, op_events);
+      outcome.engine = &engine.result;
+      outcome.waits = &engine.waits;
       if (!update_clocks(gpus, outcome)) break;
     }
     return outcome;
@@ -387,19 +392,39 @@ class StepRunner {
     return full_key;
   }
 
+  /// An engine result with its entities' wait patterns, interned once per result (not per clock round).
+  struct EngineRun {
+    EngineResult result;
+    std::vector<std::shared_ptr<const WaitPattern>> waits;  ///< per entity (nullptr: waits at the end)
+  };
+
   /// The engine's iteration for these entities, reused from an identical earlier fold where possible.
-  const EngineResult* run_engine(const std::string& key, StepOutcome& outcome, bool timeline,
-                                 std::uint64_t& op_events) {
+  const EngineRun& run_engine(const std::string& key, StepOutcome& outcome, bool timeline,
+                              std::uint64_t& op_events) {
     auto cached = engine_cache_.find(key);
     if (cached != engine_cache_.end() && !timeline) {
       outcome.step.reused = true;
-      return &cached->second;
+      return cached->second;
     }
-    EngineResult fresh = engine_.run(entities_, outcome.entity_of_rank, timeline);
-    op_events += fresh.op_events;
+    EngineRun fresh{engine_.run(entities_, outcome.entity_of_rank, timeline), {}};
+    op_events += fresh.result.op_events;
+    fresh.waits.resize(fresh.result.entities.size());
+    if (options_.waits_in_place) {
+      // At most one replica class's worth of new patterns (pp x ep, at least 16, at most
+      // kMaxWaitPatternsPerResult): entities run class by class, so the first class's every stage is placed.
+      const auto bound = std::clamp<std::size_t>(
+          static_cast<std::size_t>(graph_.layout.pp * graph_.layout.ep), 16, kMaxWaitPatternsPerResult);
+      std::unordered_set<const WaitPattern*> distinct;
+      for (std::size_t entity = 0; entity < fresh.waits.size(); ++entity) {
+        auto& pattern = fresh.waits[entity];
+        pattern = traces_.waits(fresh.result.entities[entity].waits, fresh.result.iteration_s,
+                                distinct.size() < bound);
+        if (pattern) distinct.insert(pattern.get());
+      }
+    }
     if (engine_cache_.size() > 64) engine_cache_.clear();
     outcome.step.reused = false;
-    return &(engine_cache_[key] = std::move(fresh));
+    return engine_cache_[key] = std::move(fresh);
   }
 
   /// Each GPU's power trace over this iteration; returns whether any effective clock moved (another round).
@@ -411,7 +436,8 @@ class StepRunner {
     bool changed = false;
     for (std::size_t rank = 0; rank < gpus.size(); ++rank) {
       GpuState& state = gpus[rank];
-      const EntityResult& entity = outcome.engine->entities[outcome.entity_of_rank[rank]];
+      const std::int32_t entity_index = outcome.entity_of_rank[rank];
+      const EntityResult& entity = outcome.engine->entities[entity_index];
       const double comm_busy_s = entity.comm_busy_s;
       if (options_.power_cap) state.cap_mhz = cap_clock_mhz(state, active_comm_w * comm_busy_s);
       StepPowerRequest request;
@@ -424,7 +450,8 @@ class StepRunner {
       request.power_cap = options_.power_cap;
       request.power_limit_w = state.power_limit_w;
       request.leakage_w = state.leakage_w;
-      outcome.traces[rank] = traces_.get(state.program, request);
+      // An entity's ranks share its pattern (and so, at equal speed, the trace).
+      outcome.traces[rank] = traces_.get(state.program, request, (*outcome.waits)[entity_index]);
       const double next_mhz = std::min(outcome.traces[rank]->effective_clock_mhz, state.thermal_limit_mhz);
       if (std::fabs(next_mhz - state.clock_mhz) > 0.5) {
         state.clock_mhz = next_mhz;
@@ -458,7 +485,7 @@ class StepRunner {
   PowerTraceCache traces_;
   std::vector<double> compute_stretch_, memory_stretch_;
   std::vector<EngineEntity> entities_;
-  std::map<std::string, EngineResult> engine_cache_;
+  std::map<std::string, EngineRun> engine_cache_;
   std::map<std::tuple<int, long long, long long, long long>, double> cap_cache_;
 };
 

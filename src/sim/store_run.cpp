@@ -78,7 +78,12 @@ SampleChoice choose_samples(const SimResult& result, long long max_gpu_samples) 
 }
 
 /// Appends `trace`'s windows of a step starting at `start_s`, `stride` merged into one sample at the last
-/// one's end: their time-weighted mean power.
+/// one's end: their time-weighted mean power, rounded to the traces' float precision (a mean computed in
+/// double carries noise in its last bits, x · L / L is not always x, which GPUs drawing the same power read
+/// as a swing of ~6e-14 W; one window alone is stored as its sample). The step's tail after its last window
+/// is stored at the wrap's power (the wrap stands for head and tail, PowerTrace), so each step's samples
+/// tile the step and integrate to its energy whatever the stride (a wrap that is all tail, head_s = 0, was
+/// merged into the first sample with no length and its energy lost).
 void append_trace_samples(std::vector<store::Sample>& samples, const PowerTrace& trace, std::int32_t rank,
                           std::int32_t metric, double start_s, std::size_t stride) {
   double begin_s = 0;
@@ -92,9 +97,14 @@ void append_trace_samples(std::vector<store::Sample>& samples, const PowerTrace&
       window_begin_s = end_s;
     }
     const double length_s = window_begin_s - begin_s;
-    const double mean_w = length_s > 0 ? energy_j / length_s : trace.sample_w[last];
+    if (length_s <= 1e-12) continue;  // a wrap that is all tail: stored with the tail, below
+    const float mean_w = first == last ? trace.sample_w[last] : static_cast<float>(energy_j / length_s);
     samples.push_back({rank, metric, to_ns(start_s + window_begin_s), mean_w, store::kNoSensorTime});
     begin_s = window_begin_s;
+  }
+  if (begin_s < trace.duration_s - 1e-9) {
+    samples.push_back(
+        {rank, metric, to_ns(start_s + trace.duration_s), trace.sample_w.front(), store::kNoSensorTime});
   }
 }
 

@@ -88,19 +88,21 @@ double ContextEmitter::query_head_values() const {
   return static_cast<double>(dims_.tokens) * static_cast<double>(dims_.q_size / dims_.tp);
 }
 
-/// Bytes of torch's per-step fp32 bookkeeping after step `step` (docs/METRICS.md "Context parallel", torch):
-/// forward, out to fp32 (6 E) and from step 1 the merge out - sigmoid(lse_b - lse) (out - out_b) (36 E);
-/// backward, dK, dV += (20 E), dQ += (10 E) and the dK/dV concatenation sent on (16 E), the fp32 zeros at
-/// step 0 (12 E); every step but the last concatenates K and V for the rotater (8 E); the last casts back
-/// to bf16 (out 6 E; dQ, dK, dV 18 E).
+/// Bytes of torch's per-step fp32 bookkeeping after step `step` on the busiest rank, cp index cp-1, whose
+/// later steps all see its whole query block (docs/METRICS.md "Context parallel", torch): forward, out to
+/// fp32 (6 E) and from step 1 the merge out - sigmoid(lse_b - lse) (out - out_b) (32 E); backward, dK, dV +=
+/// (20 E; from step 1 into their first halves and concatenated again, 26 E), dQ += (10 E) and the dK/dV
+/// concatenation sent on (16 E), the fp32 zeros at step 0 (12 E); every step but the last concatenates K and
+/// V for the rotater (8 E); the last casts back to bf16 (out 6 E; dQ, dK, dV 18 E).
 double ContextEmitter::torch_merge_bytes(bool backward, int step) const {
   const int steps = static_cast<int>(dims_.cp);
   double per_value = 0;
   if (!backward) {
-    per_value = step == 0 ? 6.0 : 42.0;
+    per_value = step == 0 ? 6.0 : 38.0;
     if (step + 1 == steps) per_value += 6.0;
   } else {
-    per_value = 46.0 + (step == 0 ? 12.0 : 0.0) + (step + 1 == steps ? 18.0 : 0.0);
+    per_value = step == 0 ? 46.0 + 12.0 : 52.0;
+    if (step + 1 == steps) per_value += 18.0;
   }
   if (step + 1 < steps) per_value += 8.0;
   return per_value * query_head_values();

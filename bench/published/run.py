@@ -122,6 +122,8 @@ def layout_flags(row, cluster):
         flags += ["--fp8-all-gather"]
     if row.get("attention"):
         flags += ["--attention", str(row["attention"])]
+    if row.get("cp_comm"):
+        flags += ["--cp-comm", str(row["cp_comm"])]
     return flags + overlap_flags(layout["overlap"])
 
 

@@ -50,7 +50,7 @@ void add_layout_flags(CLI::App& app, LayoutFlags& flags, bool model_positional) 
                  "over the cp group)")
       ->capture_default_str();
   app.add_option("--cp-comm", flags.cp_comm,
-                 "Context-parallel K/V exchange: p2p (ring overlapped with attention) or allgather")
+                 "Context-parallel K/V exchange: p2p (overlapped ring), allgather, or torch (torchtitan's)")
       ->capture_default_str();
   app.add_option("--pp", layout.pp, "Pipeline-parallel size (stages)")->capture_default_str();
   app.add_option("--dp", layout.dp, "Data-parallel size")->capture_default_str();

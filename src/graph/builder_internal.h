@@ -234,9 +234,13 @@ class ContextEmitter : public Emitter {
   int gathered_attention(bool backward);
   /// Ring (p2p) context parallel attention with causal load balance; returns the index of its last step.
   int ring_attention(bool backward);
+  /// PyTorch's experimental context parallel (torchtitan); returns the index of its last attention step.
+  int torch_ring_attention(bool backward);
 
  private:
   double kv_bytes() const;
+  double query_head_values() const;
+  double torch_merge_bytes(bool backward, int step) const;
   int ring_exchange(double bytes, bool backward, int after_compute);
 
   int cp_tag_ = 0;  // next tag of a context-parallel ring message (one per exchange)

@@ -278,6 +278,13 @@ double expected_cp_bytes_per_layer(const model::ModelSpec& model, const parallel
   // All-gather variant, bytes as the collectives count them (all-gather output, reduce-scatter input): a
   // gather of cp K/V forward, a gather and a reduce-scatter backward, a gather again when recomputed.
   if (layout.cp_comm == parallel::CpComm::kAllGather) return layout.cp * kv * passes;
+  if (layout.cp_comm == parallel::CpComm::kTorch) {
+    // torch's context parallel: K/V at the query heads (bf16), gathered forward, backward and when
+    // recomputed; backward also sends the accumulated dK/dV (fp32, query heads) cp times.
+    const double values = tokens * static_cast<double>(model.q_size() / layout.tp);
+    const double gathers = 2.0 + (attention_again ? 1.0 : 0.0);
+    return layout.cp * (2.0 * 2.0 * values * gathers + 2.0 * 4.0 * values);
+  }
   return (layout.cp - 1) * kv * passes;
 }
 

@@ -71,7 +71,8 @@ double expected_cp_attention_flops_per_rank(const model::ModelSpec& model, const
 
 /// Context-parallel bytes of one rank per layer and micro-batch, forward + backward (+ the recomputed
 /// forward): ring (p2p) (cp-1) (3 + R) x K sent, all-gather cp (3 + R) x K (collective buffers), with
-/// K = 2 T kv_size/tp x 2 B, T = b s / cp, R = 1 with any recompute.
+/// K = 2 T kv_size/tp x 2 B, T = b s / cp, R = 1 with any recompute; torch cp (2 + R) x 4E gathered + cp x 8E
+/// sent, E = T q_size/tp.
 double expected_cp_bytes_per_layer(const model::ModelSpec& model, const parallel::Layout& layout);
 
 /// Closed-form volumes (docs/METRICS.md, "Execution graph"), computed from model and layout alone.

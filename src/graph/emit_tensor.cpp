@@ -162,6 +162,8 @@ int TensorEmitter::attention(bool backward) {
   }
   if (dims_.cp > 1 && layout_.cp_comm == parallel::CpComm::kAllGather)
     return context_.gathered_attention(backward);
+  if (dims_.cp > 1 && layout_.cp_comm == parallel::CpComm::kTorch)
+    return context_.torch_ring_attention(backward);
   if (dims_.cp > 1) return context_.ring_attention(backward);
   return core_.attention_op(backward, dims_.seq, dims_.seq, true, -1);
 }

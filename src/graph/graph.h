@@ -131,6 +131,7 @@ enum class ElementwiseKind : std::uint8_t {
   kRouting,       ///< MoE top-k selection, permutation and weighted combine
   kSoftmax,       ///< unfused attention: scale, causal mask, softmax (+ dropout) over the s x s scores
   kCast,          ///< FP8: amax, scale and cast of a GEMM's operands (or the transposed copy backward needs)
+  kCpMerge,  ///< torch context parallel: a ring step's fp32 merge of out/lse or accumulation of dQ, dK, dV
 };
 
 /// Collective operation. `Op::bytes` is the full buffer: all-reduce buffer, all-gather output, reduce-scatter

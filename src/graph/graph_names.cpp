@@ -45,8 +45,9 @@ const char* to_string(GemmPass pass) {
   return core::enum_name(pass, kGemmPassNames);
 }
 
-constexpr std::array kElementwiseKindNames{
-    "norm", "activation", "rope", "residual_add", "embedding", "cross_entropy", "routing", "softmax", "cast"};
+constexpr std::array kElementwiseKindNames{"norm",      "activation",    "rope",    "residual_add",
+                                           "embedding", "cross_entropy", "routing", "softmax",
+                                           "cast",      "cp_merge"};
 
 const char* to_string(ElementwiseKind kind) {
   return core::enum_name(kind, kElementwiseKindNames);

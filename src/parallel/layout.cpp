@@ -170,7 +170,7 @@ std::string describe(const Layout& layout) {
                          ? fmt::format("TP{}-CP{}-PP{}-DP{}", layout.tp, layout.cp, layout.pp, layout.dp)
                          : fmt::format("TP{}-PP{}-DP{}", layout.tp, layout.pp, layout.dp);
   if (layout.ep > 1) text += fmt::format("-EP{}", layout.ep);
-  if (layout.cp > 1 && layout.cp_comm == CpComm::kAllGather) text += " cp-allgather";
+  if (layout.cp > 1 && layout.cp_comm != CpComm::kP2p) text += " cp-" + to_string(layout.cp_comm);
   text += fmt::format(" mbs{} gbs{} {}", layout.micro_batch, layout.global_batch, to_string(layout.schedule));
   if (layout.virtual_stages > 1) text += fmt::format(" vpp{}", layout.virtual_stages);
   if (layout.zero_stage == 3) text += " fsdp";

@@ -27,8 +27,10 @@ enum class AttentionImpl { kFused, kUnfused, kFlash2 };
 bool is_fused(AttentionImpl attention);
 /// How context-parallel attention moves K/V (Megatron-LM --cp-comm-type): a p2p ring overlapped with the
 /// attention steps (TransformerEngine's default), or one all-gather of K/V before attention and a
-/// reduce-scatter of dK/dV after its backward (as Llama 3 trained).
-enum class CpComm { kP2p, kAllGather };
+/// reduce-scatter of dK/dV after its backward (as Llama 3 trained), or PyTorch's experimental context
+/// parallel as torchtitan ran it (K/V at query heads all-gathered behind the first step, dK/dV passed on in
+/// fp32).
+enum class CpComm { kP2p, kAllGather, kTorch };
 /// Whose memory accounting the job follows (it changes what memory holds and, for torchtitan, which reduces
 /// gradients in fp32, the gradient collectives' bytes; no other op; docs/METRICS.md
 /// "Memory per GPU"): `default`, bf16 gradients and the loss's saved fp32 logits; `pytorch`, a plain PyTorch
@@ -164,8 +166,8 @@ std::string partition_text(const std::vector<int>& layers_per_stage);
 inline constexpr Axis<Recompute, 4> kRecomputeAxis{
     "--recompute", "recompute", "a mode", {"none", "selective", "full", "op"}};
 /// The context-parallel communication axis: --cp-comm, campaign key cp-comm.
-inline constexpr Axis<CpComm, 2> kCpCommAxis{
-    "--cp-comm", "cp-comm", "a context-parallel communication", {"p2p", "allgather"}};
+inline constexpr Axis<CpComm, 3> kCpCommAxis{
+    "--cp-comm", "cp-comm", "a context-parallel communication", {"p2p", "allgather", "torch"}};
 /// The precision axis: --precision, campaign key precision ("fp8" is tensorwise scaling, torchao's default).
 inline constexpr Axis<Precision, 4> kPrecisionAxis{
     "--precision", "precision", "a precision", {"bf16", "fp8", "fp8-rowwise", "fp8-delayed"}};
@@ -175,9 +177,9 @@ std::string to_string(Precision precision);
 Recompute parse_recompute(const std::string& text);
 /// Parses a schedule's name (parallel/schedule.h's kSchedules); throws InputError naming the flag otherwise.
 Schedule parse_schedule(const std::string& text);
-/// Parses "p2p|allgather"; throws InputError naming --cp-comm on anything else.
+/// Parses "p2p|allgather|torch"; throws InputError naming --cp-comm on anything else.
 CpComm parse_cp_comm(const std::string& text);
-/// Name of a cp communication kind ("p2p", "allgather").
+/// Name of a cp communication kind ("p2p", "allgather", "torch").
 std::string to_string(CpComm comm);
 /// Name of a recompute mode ("none", "selective", "full", "op").
 std::string to_string(Recompute recompute);

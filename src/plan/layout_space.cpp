@@ -325,7 +325,8 @@ std::vector<Candidate> nearest_fitting(const LayoutSpace& space, const parallel:
 std::string calo_flags(const parallel::Layout& layout) {
   std::string text = fmt::format("--tp {} --pp {} --dp {}", layout.tp, layout.pp, layout.dp);
   if (layout.cp > 1) text += fmt::format(" --cp {}", layout.cp);
-  if (layout.cp > 1 && layout.cp_comm == parallel::CpComm::kAllGather) text += " --cp-comm allgather";
+  if (layout.cp > 1 && layout.cp_comm != parallel::CpComm::kP2p)
+    text += " --cp-comm " + parallel::to_string(layout.cp_comm);
   if (layout.ep > 1) text += fmt::format(" --ep {}", layout.ep);
   if (layout.virtual_stages > 1) text += fmt::format(" --vpp {}", layout.virtual_stages);
   text += fmt::format(" --schedule {} --mbs {} --gbs {}", parallel::to_string(layout.schedule),

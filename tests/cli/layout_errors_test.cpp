@@ -178,7 +178,7 @@ const BadLayout kBadLayouts[] = {
      "cp=3 needs the sequence length 128 to be a multiple of 2*cp = 6"},
     {{"graph", "--model", "tiny-dense", "--cp", "0"}, "cp=0 is not a valid context-parallel size"},
     {{"graph", "--model", "tiny-dense", "--cp", "2", "--cp-comm", "ring"},
-     "--cp-comm: 'ring' is not a context-parallel communication; use p2p or allgather"},
+     "--cp-comm: 'ring' is not a context-parallel communication; use p2p, allgather or torch"},
     {{"model", "mixtral-8x7b", "--cp", "2", "--ep", "4"}, "ep=4 does not divide dp x cp = 1 x 2"},
     {{"sim", "--model", "tiny-dense", "--cluster", "h200-hgx", "--gpus", "6", "--cp", "4", "--no-store"},
      "--gpus 6 is not a multiple of tp*cp*pp = 4"},

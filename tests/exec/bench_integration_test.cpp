@@ -281,6 +281,21 @@ TEST(BenchCpu, ContextParallelAllGatherVariant) {
   expect_clean(report, 4);
 }
 
+TEST(BenchCpu, ContextParallelTorchVariant) {
+  // torch's context parallel on 4 cp ranks: K/V at the query heads all-gathered behind step 0, the fp32
+  // merges after every step, the accumulated dK/dV passed on to cp index + 1 as real MPI messages: every op
+  // checked.
+  const auto report = bench_json(
+      "cp4torch", {"--model", "tiny-dense", "--cp", "4", "--cp-comm", "torch", "--recompute", "selective"});
+  expect_clean(report, 4);
+  // Per layer 3 gathers (forward, recomputed, backward) and 4 backward sends (counts indexed by OpKind:
+  // gemm, attention, elementwise, collective, send, recv, optimizer).
+  const auto& per_step = report["ops_per_step_rank0"];
+  ASSERT_TRUE(per_step.is_array()) << per_step.dump();
+  EXPECT_EQ(per_step[4].get<int>(), 4 * 4);
+  EXPECT_EQ(per_step[5].get<int>(), 4 * 4);
+}
+
 TEST(BenchCpu, ContextParallelWrongRingDataFailsTheRun) {
   for (const char* fault : {"p2p", "attention"}) {
     const fs::path out = fresh_dir(std::string("cp-fault-") + fault);

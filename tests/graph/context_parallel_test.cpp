@@ -391,5 +391,65 @@ TEST(ContextParallel, GatheredChunkShapesAreExactCausalAttention) {
   }
 }
 
+TEST(ContextParallel, TorchVariantGathersQueryHeadKvAndMergesInFp32) {
+  // tiny-dense, cp 4, torch: 32 tokens per rank, 8 heads x 32 = 256 query values per token, E = 8192.
+  // Per layer forward: one all-gather of the 4 ranks' K and V at the query heads (4 x 2 x 2 B x E), waited
+  // for by step 1 only; 4 steps, each followed by its fp32 merge. Backward: the gather again, and after each
+  // step's accumulation the dK/dV (fp32, query heads: 2 x 4 B x E) sent to cp index + 1.
+  const Graph graph = build_cp("tiny-dense", 1, 4, 1, 1, model::Recompute::kNone, parallel::CpComm::kTorch);
+  const double values = 32.0 * 256.0;
+  const std::vector<double> forward_merge = {14 * values, 46 * values, 46 * values, 44 * values};
+  const std::vector<double> backward_merge = {66 * values, 60 * values, 60 * values, 70 * values};
+  for (int rank = 0; rank < 4; ++rank) {
+    const auto ops = materialize(graph, rank);
+    double cp_bytes = 0, forward_flops = 0, backward_flops = 0;
+    int gathers = 0, sends = 0, gather_index = -1, steps_seen = 0;
+    std::vector<double> forward_merges, backward_merges;
+    for (int index = 0; index < static_cast<int>(ops.size()); ++index) {
+      const Op& op = ops[index].op;
+      if (op.layer != 1) continue;
+      const bool backward = op.phase == Phase::kBackward;
+      if (op.kind == OpKind::kCollective && op.group == GroupKind::kCp) {
+        EXPECT_EQ(op.collective, CollectiveKind::kAllGather);
+        EXPECT_EQ(op.stream, Stream::kCpComm);
+        EXPECT_DOUBLE_EQ(op.bytes, 4 * 2 * 2 * values);
+        cp_bytes += op.bytes;
+        ++gathers;
+        gather_index = index;
+        steps_seen = 0;
+      }
+      if (op.kind == OpKind::kSend) {
+        EXPECT_TRUE(backward);
+        EXPECT_EQ(op.peer_offset, 1);
+        EXPECT_DOUBLE_EQ(op.bytes, 2 * 4 * values);
+        cp_bytes += op.bytes;
+        ++sends;
+      }
+      if (op.kind == OpKind::kAttention) {
+        const auto& deps = ops[index].deps;
+        const bool waits_gather = std::find(deps.begin(), deps.end(), gather_index) != deps.end();
+        EXPECT_EQ(waits_gather, steps_seen == 1) << describe(op);
+        ++steps_seen;
+        (backward ? backward_flops : forward_flops) += op.flops;
+      }
+      if (op.kind == OpKind::kElementwise && op.elementwise == ElementwiseKind::kCpMerge)
+        (backward ? backward_merges : forward_merges).push_back(op.bytes);
+    }
+    EXPECT_EQ(gathers, 2);
+    EXPECT_EQ(sends, 4);
+    EXPECT_EQ(forward_merges, forward_merge);
+    EXPECT_EQ(backward_merges, backward_merge);
+    const model::ModelSpec model = model::load_model("tiny-dense");
+    EXPECT_DOUBLE_EQ(forward_flops, expected_cp_attention_flops_per_rank(model, graph.layout, false));
+    EXPECT_DOUBLE_EQ(backward_flops, expected_cp_attention_flops_per_rank(model, graph.layout, true));
+    EXPECT_DOUBLE_EQ(cp_bytes, expected_cp_bytes_per_layer(model, graph.layout));
+  }
+  for (auto recompute : {model::Recompute::kNone, model::Recompute::kSelective, model::Recompute::kFull}) {
+    const Graph checked = build_cp("tiny-dense", 2, 2, 2, 2, recompute, parallel::CpComm::kTorch);
+    const auto problems = check_graph(checked, DeadlockScope::kAllRanks);
+    EXPECT_TRUE(problems.empty()) << to_text(problems);
+  }
+}
+
 }  // namespace
 }  // namespace calo::graph

@@ -78,7 +78,8 @@ void prepare_elementwise(CudaContext& context, CudaOp& prepared, std::uint64_t s
                           context.shared("rope.out", count, seed + 1)};
       break;
     }
-    case ElementwiseKind::kResidualAdd: {  // reads a and b, writes out: 6 bytes per value
+    case ElementwiseKind::kResidualAdd:  // reads a and b, writes out: 6 bytes per value
+    case ElementwiseKind::kCpMerge: {    // the ring's merge and accumulation run as adds of its bytes
       prepared.elements = std::max<std::int64_t>(1, static_cast<std::int64_t>(op.bytes / 6.0));
       prepared.buffers = {context.shared("residual.a", prepared.elements, seed),
                           context.shared("residual.b", prepared.elements, seed + 1),
@@ -161,6 +162,7 @@ void run_elementwise(CudaContext& context, CudaOp& prepared, cudaStream_t stream
       rope(bf(0), bf(1), prepared.rows, prepared.width, std::max(1, context.graph->model.seq_length), stream);
       break;
     case ElementwiseKind::kResidualAdd:
+    case ElementwiseKind::kCpMerge:
       residual_add(bf(0), bf(1), bf(2), prepared.elements, stream);
       break;
     case ElementwiseKind::kEmbedding:
